@@ -1,0 +1,131 @@
+package structs
+
+import "time"
+
+// MessageType tags a command in the replicated log. Values are persisted in
+// raft logs and snapshots: append new ones, never renumber.
+type MessageType uint8
+
+const (
+	PluginUpsertType       MessageType = 1
+	NodeUpsertType         MessageType = 2
+	VolumeRegisterType     MessageType = 3
+	VolumeDeregisterType   MessageType = 4
+	AllocUpsertType        MessageType = 5
+	VolumeClaimType        MessageType = 6 // a new claim (taken)
+	ClaimCheckpointType    MessageType = 7 // a whole claim at a release transition or failed attempt
+	VolumeStuckType        MessageType = 8
+	ClaimGCType            MessageType = 9 // empty "GC claim": only bumps the volume's index
+	LeftoversClearType     MessageType = 10
+	EventAppendType        MessageType = 11
+	NodeStatusUpdateType   MessageType = 12
+	PluginDeregisterType   MessageType = 13
+	NodeDeregisterType     MessageType = 14
+	AllocDeleteType        MessageType = 15
+	VolumeClaimRemoveType  MessageType = 16 // drop a claim that never got published (claim failed half way)
+)
+
+// PluginUpsertRequest registers or updates a CSI plugin.
+type PluginUpsertRequest struct {
+	Plugin *Plugin `json:"plugin"`
+}
+
+// PluginDeregisterRequest removes a plugin that no volume uses.
+type PluginDeregisterRequest struct {
+	PluginID string `json:"plugin_id"`
+}
+
+// NodeUpsertRequest registers or updates a node.
+type NodeUpsertRequest struct {
+	Node *Node `json:"node"`
+}
+
+// NodeStatusUpdateRequest changes a node's status.
+type NodeStatusUpdateRequest struct {
+	NodeID   string     `json:"node_id"`
+	Status   NodeStatus `json:"status"`
+	LastSeen time.Time  `json:"last_seen"`
+}
+
+// NodeDeregisterRequest removes a node (a garbage-collected node).
+type NodeDeregisterRequest struct {
+	NodeID string `json:"node_id"`
+}
+
+// VolumeRegisterRequest registers volumes.
+type VolumeRegisterRequest struct {
+	Volumes []*Volume `json:"volumes"`
+}
+
+// VolumeDeregisterRequest removes a volume. With Force, claims are dropped
+// without CSI calls and recorded as Leftovers.
+type VolumeDeregisterRequest struct {
+	Namespace string    `json:"namespace"`
+	VolumeID  string    `json:"volume_id"`
+	Force     bool      `json:"force"`
+	Reason    string    `json:"reason,omitempty"` // "operator" or "escape-hatch"
+	Time      time.Time `json:"time"`
+}
+
+// AllocUpsertRequest registers allocations or updates their client status.
+type AllocUpsertRequest struct {
+	Allocs []*Alloc `json:"allocs"`
+}
+
+// AllocDeleteRequest removes allocations (garbage-collected by the scheduler).
+type AllocDeleteRequest struct {
+	AllocIDs []string `json:"alloc_ids"`
+}
+
+// VolumeClaimRequest records a new claim (state taken) after publish succeeded.
+type VolumeClaimRequest struct {
+	Namespace string `json:"namespace"`
+	VolumeID  string `json:"volume_id"`
+	Claim     *Claim `json:"claim"`
+}
+
+// VolumeClaimRemoveRequest drops a claim outright.
+type VolumeClaimRemoveRequest struct {
+	Namespace string `json:"namespace"`
+	VolumeID  string `json:"volume_id"`
+	AllocID   string `json:"alloc_id"`
+}
+
+// ClaimCheckpointRequest writes a whole claim. A claim checkpointed at
+// ready-to-free is removed from the volume in the same write.
+type ClaimCheckpointRequest struct {
+	Namespace string `json:"namespace"`
+	VolumeID  string `json:"volume_id"`
+	Claim     *Claim `json:"claim"`
+}
+
+// VolumeStuckRequest marks (Stuck != nil) or clears (Stuck == nil) a volume as stuck.
+type VolumeStuckRequest struct {
+	Namespace string `json:"namespace"`
+	VolumeID  string `json:"volume_id"`
+	Stuck     *Stuck `json:"stuck"`
+}
+
+// ClaimGCRequest is the empty "GC claim": applying it bumps the volumes'
+// modify index, which wakes the watcher on the leader.
+type ClaimGCRequest struct {
+	Volumes []VolumeRef `json:"volumes"`
+}
+
+// VolumeRef names a volume.
+type VolumeRef struct {
+	Namespace string `json:"namespace"`
+	ID        string `json:"id"`
+}
+
+// LeftoversClearRequest removes leftovers by ID (all of them when empty and All is set).
+type LeftoversClearRequest struct {
+	IDs []string `json:"ids"`
+	All bool     `json:"all"`
+}
+
+// EventAppendRequest records events that are not a side effect of another write
+// (module loaded, refused, circuit opened).
+type EventAppendRequest struct {
+	Events []*Event `json:"events"`
+}

@@ -1,0 +1,447 @@
+// Package structs holds volhost's domain types: volumes and their claims,
+// allocations, nodes, CSI plugins, events and leftovers, plus the typed
+// requests that travel through the replicated log.
+//
+// It holds data and pure methods only, so every layer (cmd, host, watcher)
+// may import it without pulling in anything else.
+package structs
+
+import (
+	"fmt"
+	"time"
+)
+
+// ClaimMode says whether an allocation reads or writes a volume.
+type ClaimMode string
+
+const (
+	ClaimRead  ClaimMode = "read"
+	ClaimWrite ClaimMode = "write"
+)
+
+// Valid reports whether m is a known claim mode.
+func (m ClaimMode) Valid() bool { return m == ClaimRead || m == ClaimWrite }
+
+// AccessMode is the CSI VolumeCapability.AccessMode of a volume or claim.
+type AccessMode string
+
+const (
+	AccessSingleNodeReader     AccessMode = "single-node-reader-only"
+	AccessSingleNodeWriter     AccessMode = "single-node-writer"
+	AccessMultiNodeReader      AccessMode = "multi-node-reader-only"
+	AccessMultiNodeSingleWrite AccessMode = "multi-node-single-writer"
+	AccessMultiNodeMultiWrite  AccessMode = "multi-node-multi-writer"
+)
+
+// Valid reports whether a is a known access mode.
+func (a AccessMode) Valid() bool {
+	switch a {
+	case AccessSingleNodeReader, AccessSingleNodeWriter, AccessMultiNodeReader,
+		AccessMultiNodeSingleWrite, AccessMultiNodeMultiWrite:
+		return true
+	}
+	return false
+}
+
+// MaxWriters is how many write claims the access mode allows at once
+// (-1: unbounded).
+func (a AccessMode) MaxWriters() int {
+	switch a {
+	case AccessSingleNodeReader, AccessMultiNodeReader:
+		return 0
+	case AccessSingleNodeWriter, AccessMultiNodeSingleWrite:
+		return 1
+	}
+	return -1
+}
+
+// SingleNode reports whether all claims must be on one node.
+func (a AccessMode) SingleNode() bool {
+	return a == AccessSingleNodeReader || a == AccessSingleNodeWriter
+}
+
+// AttachmentMode is how a volume is presented: a filesystem or a raw block device.
+type AttachmentMode string
+
+const (
+	AttachFilesystem  AttachmentMode = "file-system"
+	AttachBlockDevice AttachmentMode = "block-device"
+)
+
+// Valid reports whether m is a known attachment mode.
+func (m AttachmentMode) Valid() bool { return m == AttachFilesystem || m == AttachBlockDevice }
+
+// ClaimState is a claim's position in the release state machine:
+// taken → node-detached → controller-detached → ready-to-free → (removed).
+type ClaimState string
+
+const (
+	ClaimTaken              ClaimState = "taken"
+	ClaimNodeDetached       ClaimState = "node-detached"
+	ClaimControllerDetached ClaimState = "controller-detached"
+	ClaimReadyToFree        ClaimState = "ready-to-free"
+)
+
+// Valid reports whether s is a known claim state.
+func (s ClaimState) Valid() bool {
+	switch s {
+	case ClaimTaken, ClaimNodeDetached, ClaimControllerDetached, ClaimReadyToFree:
+		return true
+	}
+	return false
+}
+
+// Order gives the state's rank so transitions can be checked to move forward only.
+func (s ClaimState) Order() int {
+	switch s {
+	case ClaimTaken:
+		return 0
+	case ClaimNodeDetached:
+		return 1
+	case ClaimControllerDetached:
+		return 2
+	case ClaimReadyToFree:
+		return 3
+	}
+	return -1
+}
+
+// ErrorKind classifies a claim's last error.
+type ErrorKind string
+
+const (
+	ErrorCSI          ErrorKind = "csi"          // the driver answered with a gRPC error
+	ErrorModule       ErrorKind = "module"       // a Wasm module faulted or broke the safety rules
+	ErrorPrecondition ErrorKind = "precondition" // something the host needs is missing (endpoint, node ID)
+)
+
+// ClaimError is the last error a claim's release hit. The gRPC code is kept
+// as a number so callers branch on it, never on the message (ANCHORS pain 10).
+type ClaimError struct {
+	Kind          ErrorKind `json:"kind"`
+	Step          string    `json:"step,omitempty"` // node-unpublish, node-unstage, controller-unpublish, policy, adapter
+	Code          uint32    `json:"code"`           // google.golang.org/grpc/codes.Code; 0 when not a CSI error
+	CodeName      string    `json:"code_name,omitempty"`
+	Message       string    `json:"message"`
+	Module        string    `json:"module,omitempty"`
+	ModuleVersion string    `json:"module_version,omitempty"`
+	Fault         string    `json:"fault,omitempty"` // trap, timeout, oom, abi, bad-output, open-circuit, unsafe
+	Fatal         bool      `json:"fatal,omitempty"` // classified fatal: retrying will not help
+	Time          time.Time `json:"time"`
+}
+
+func (e *ClaimError) Error() string {
+	if e == nil {
+		return ""
+	}
+	switch e.Kind {
+	case ErrorCSI:
+		return fmt.Sprintf("%s: %s: %s", e.Step, e.CodeName, e.Message)
+	case ErrorModule:
+		return fmt.Sprintf("module %s@%s %s: %s", e.Module, e.ModuleVersion, e.Fault, e.Message)
+	}
+	return fmt.Sprintf("%s: %s", e.Step, e.Message)
+}
+
+// Claim binds an allocation to a volume on a node and carries its release
+// progress. It is checkpointed whole at every transition.
+type Claim struct {
+	AllocID        string            `json:"alloc_id"`
+	NodeID         string            `json:"node_id"`
+	Mode           ClaimMode         `json:"mode"`
+	AccessMode     AccessMode        `json:"access_mode"`
+	AttachmentMode AttachmentMode    `json:"attachment_mode"`
+	State          ClaimState        `json:"state"`
+	ExternalNodeID string            `json:"external_node_id,omitempty"`
+	PublishContext map[string]string `json:"publish_context,omitempty"`
+	StagingPath    string            `json:"staging_path,omitempty"`
+	TargetPath     string            `json:"target_path,omitempty"`
+
+	// Release bookkeeping.
+	Attempts     int         `json:"attempts"`
+	NextAttempt  time.Time   `json:"next_attempt,omitempty"`
+	FirstFailure time.Time   `json:"first_failure,omitempty"` // start of the current run of failures, for stuck_after
+	LastError    *ClaimError `json:"last_error,omitempty"`
+	SkipNodeStep bool        `json:"skip_node_step,omitempty"`
+
+	CreateTime  time.Time `json:"create_time"`
+	ModifyTime  time.Time `json:"modify_time"`
+	CreateIndex uint64    `json:"create_index"`
+	ModifyIndex uint64    `json:"modify_index"`
+}
+
+// Copy returns a deep copy, so a store object is never mutated in place.
+func (c *Claim) Copy() *Claim {
+	if c == nil {
+		return nil
+	}
+	n := *c
+	n.PublishContext = copyMap(c.PublishContext)
+	if c.LastError != nil {
+		e := *c.LastError
+		n.LastError = &e
+	}
+	return &n
+}
+
+// Stuck says why a volume's claims cannot be released without an operator.
+type Stuck struct {
+	Since    time.Time `json:"since"`
+	Reason   string    `json:"reason"`
+	AllocID  string    `json:"alloc_id,omitempty"`
+	NodeID   string    `json:"node_id,omitempty"`
+	Module   string    `json:"module,omitempty"`
+	Fault    string    `json:"fault,omitempty"`
+	Code     uint32    `json:"code,omitempty"`
+	CodeName string    `json:"code_name,omitempty"`
+	Attempts int       `json:"attempts"`
+}
+
+// Volume is a CSI volume registered with volhost and the claims on it.
+type Volume struct {
+	Namespace      string            `json:"namespace"`
+	ID             string            `json:"id"`
+	Name           string            `json:"name,omitempty"`
+	ExternalID     string            `json:"external_id"`
+	PluginID       string            `json:"plugin_id"`
+	AccessMode     AccessMode        `json:"access_mode"`
+	AttachmentMode AttachmentMode    `json:"attachment_mode"`
+	MountFlags     []string          `json:"mount_flags,omitempty"`
+	FSType         string            `json:"fs_type,omitempty"`
+	Secrets        map[string]string `json:"secrets,omitempty"`
+	Parameters     map[string]string `json:"parameters,omitempty"`
+	Context        map[string]string `json:"context,omitempty"`
+
+	// Claims by allocation ID.
+	Claims map[string]*Claim `json:"claims,omitempty"`
+	Stuck  *Stuck            `json:"stuck,omitempty"`
+
+	CreateIndex uint64 `json:"create_index"`
+	ModifyIndex uint64 `json:"modify_index"`
+}
+
+// Copy returns a deep copy.
+func (v *Volume) Copy() *Volume {
+	if v == nil {
+		return nil
+	}
+	n := *v
+	n.MountFlags = append([]string(nil), v.MountFlags...)
+	n.Secrets = copyMap(v.Secrets)
+	n.Parameters = copyMap(v.Parameters)
+	n.Context = copyMap(v.Context)
+	if v.Claims != nil {
+		n.Claims = make(map[string]*Claim, len(v.Claims))
+		for k, c := range v.Claims {
+			n.Claims[k] = c.Copy()
+		}
+	}
+	if v.Stuck != nil {
+		s := *v.Stuck
+		n.Stuck = &s
+	}
+	return &n
+}
+
+// Allocs returns the allocation IDs holding the volume in the given mode.
+// A claim counts until it reaches ready-to-free: before that the volume must
+// read as in use, so no new writer races the controller detach (ANCHORS pain 7).
+func (v *Volume) Allocs(mode ClaimMode) []string {
+	var ids []string
+	for id, c := range v.Claims {
+		if c.Mode == mode && c.State != ClaimReadyToFree {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// InUse reports whether any claim still holds the volume.
+func (v *Volume) InUse() bool {
+	for _, c := range v.Claims {
+		if c.State != ClaimReadyToFree {
+			return true
+		}
+	}
+	return false
+}
+
+// Alloc client statuses, as the scheduler's client reports them.
+type AllocClientStatus string
+
+const (
+	AllocPending  AllocClientStatus = "pending"
+	AllocRunning  AllocClientStatus = "running"
+	AllocComplete AllocClientStatus = "complete"
+	AllocFailed   AllocClientStatus = "failed"
+	AllocLost     AllocClientStatus = "lost"
+)
+
+// Valid reports whether s is a known client status.
+func (s AllocClientStatus) Valid() bool {
+	switch s {
+	case AllocPending, AllocRunning, AllocComplete, AllocFailed, AllocLost:
+		return true
+	}
+	return false
+}
+
+// Terminal reports whether the allocation has stopped for good on its client.
+func (s AllocClientStatus) Terminal() bool {
+	return s == AllocComplete || s == AllocFailed || s == AllocLost
+}
+
+// Alloc is a workload instance placed on a node.
+type Alloc struct {
+	ID           string            `json:"id"`
+	Namespace    string            `json:"namespace"`
+	NodeID       string            `json:"node_id"`
+	JobID        string            `json:"job_id,omitempty"`
+	ClientStatus AllocClientStatus `json:"client_status"`
+	ModifyTime   time.Time         `json:"modify_time"`
+	CreateIndex  uint64            `json:"create_index"`
+	ModifyIndex  uint64            `json:"modify_index"`
+}
+
+// Copy returns a copy.
+func (a *Alloc) Copy() *Alloc {
+	if a == nil {
+		return nil
+	}
+	n := *a
+	return &n
+}
+
+// NodeStatus is a node's health as the scheduler sees it.
+type NodeStatus string
+
+const (
+	NodeReady NodeStatus = "ready"
+	NodeDown  NodeStatus = "down"
+)
+
+// Valid reports whether s is a known node status.
+func (s NodeStatus) Valid() bool { return s == NodeReady || s == NodeDown }
+
+// NodePlugin is a CSI node plugin running on a node.
+type NodePlugin struct {
+	PluginID string `json:"plugin_id"`
+	Endpoint string `json:"endpoint"` // unix:///path or tcp://host:port
+	// ExternalNodeID is what NodeGetInfo reported when the endpoint was registered.
+	ExternalNodeID string `json:"external_node_id"`
+	// StageUnstage is the node's STAGE_UNSTAGE_VOLUME capability.
+	StageUnstage bool `json:"stage_unstage"`
+	MaxVolumes   int64 `json:"max_volumes,omitempty"`
+}
+
+// Node is a client machine that runs allocations and CSI node plugins.
+type Node struct {
+	ID       string            `json:"id"`
+	Status   NodeStatus        `json:"status"`
+	Meta     map[string]string `json:"meta,omitempty"`
+	RootDir  string            `json:"root_dir,omitempty"` // staging and target paths are derived under it
+	LastSeen time.Time         `json:"last_seen"`
+	// Plugins by plugin ID.
+	Plugins     map[string]*NodePlugin `json:"plugins,omitempty"`
+	CreateIndex uint64                 `json:"create_index"`
+	ModifyIndex uint64                 `json:"modify_index"`
+}
+
+// Copy returns a deep copy.
+func (n *Node) Copy() *Node {
+	if n == nil {
+		return nil
+	}
+	c := *n
+	c.Meta = copyMap(n.Meta)
+	if n.Plugins != nil {
+		c.Plugins = make(map[string]*NodePlugin, len(n.Plugins))
+		for k, p := range n.Plugins {
+			pp := *p
+			c.Plugins[k] = &pp
+		}
+	}
+	return &c
+}
+
+// ControllerCapabilities are what ControllerGetCapabilities reported.
+type ControllerCapabilities struct {
+	PublishUnpublish bool `json:"publish_unpublish"`
+	CreateDelete     bool `json:"create_delete,omitempty"`
+	PublishReadonly  bool `json:"publish_readonly,omitempty"`
+}
+
+// Plugin is a CSI plugin with (optionally) a controller service.
+type Plugin struct {
+	ID                 string                 `json:"id"`
+	ControllerEndpoint string                 `json:"controller_endpoint,omitempty"`
+	Provider           string                 `json:"provider,omitempty"` // GetPluginInfo name
+	Version            string                 `json:"version,omitempty"`
+	Capabilities       ControllerCapabilities `json:"capabilities"`
+	CreateIndex        uint64                 `json:"create_index"`
+	ModifyIndex        uint64                 `json:"modify_index"`
+}
+
+// Copy returns a copy.
+func (p *Plugin) Copy() *Plugin {
+	if p == nil {
+		return nil
+	}
+	n := *p
+	return &n
+}
+
+// Event types recorded in the bounded events table.
+const (
+	EventClaimTransition = "claim-transition"
+	EventClaimFailed     = "claim-failed"
+	EventVolumeStuck     = "volume-stuck"
+	EventForceDeregister = "force-deregister"
+	EventAutoForce       = "auto-force-deregister"
+	EventModule          = "module"
+	EventGC              = "claim-gc"
+)
+
+// Event is one entry of the bounded events table.
+type Event struct {
+	Index     uint64            `json:"index"`
+	Time      time.Time         `json:"time"`
+	Type      string            `json:"type"`
+	Namespace string            `json:"namespace,omitempty"`
+	VolumeID  string            `json:"volume_id,omitempty"`
+	AllocID   string            `json:"alloc_id,omitempty"`
+	NodeID    string            `json:"node_id,omitempty"`
+	PluginID  string            `json:"plugin_id,omitempty"`
+	Module    string            `json:"module,omitempty"`
+	Message   string            `json:"message"`
+	Fields    map[string]string `json:"fields,omitempty"`
+}
+
+// Leftover is an attachment that may remain on a node because a volume was
+// force-deregistered before its claim was released (ANCHORS pain 5: the
+// reference system drops these silently).
+type Leftover struct {
+	ID             string     `json:"id"` // namespace/volume/alloc
+	Namespace      string     `json:"namespace"`
+	VolumeID       string     `json:"volume_id"`
+	ExternalID     string     `json:"external_id"`
+	PluginID       string     `json:"plugin_id"`
+	AllocID        string     `json:"alloc_id"`
+	NodeID         string     `json:"node_id"`
+	ExternalNodeID string     `json:"external_node_id,omitempty"`
+	State          ClaimState `json:"state"` // the release state the claim had reached
+	Reason         string     `json:"reason"`
+	Time           time.Time  `json:"time"`
+	CreateIndex    uint64     `json:"create_index"`
+}
+
+func copyMap(m map[string]string) map[string]string {
+	if m == nil {
+		return nil
+	}
+	n := make(map[string]string, len(m))
+	for k, v := range m {
+		n[k] = v
+	}
+	return n
+}

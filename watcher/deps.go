@@ -1,0 +1,85 @@
+package watcher
+
+import (
+	"context"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+
+	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// The watcher sees the state store, the replicated log and the CSI plugins
+// only through these small interfaces, so it is tested without a server.
+// Each is one job; the host's agent wires the real implementations.
+
+// VolumeFeed is the blocking query the watcher loop sits on.
+type VolumeFeed interface {
+	// VolumesChangedSince blocks until the volumes table index exceeds index
+	// (or ctx ends), then returns the volumes whose ModifyIndex > index and
+	// the table's new index. index 0 returns every volume.
+	VolumesChangedSince(ctx context.Context, index uint64) ([]*structs.Volume, uint64, error)
+}
+
+// StateReader reads current objects; a missing object is (nil, nil).
+type StateReader interface {
+	Volume(namespace, id string) (*structs.Volume, error)
+	Alloc(id string) (*structs.Alloc, error)
+	Node(id string) (*structs.Node, error)
+	Plugin(id string) (*structs.Plugin, error)
+	// ReleasableVolumes lists volumes that have at least one claim whose
+	// allocation is terminal or gone (what step-up and the claim GC visit).
+	ReleasableVolumes() ([]structs.VolumeRef, error)
+}
+
+// ClaimWriter commits through the replicated log. Every call is one log entry.
+type ClaimWriter interface {
+	// CheckpointClaim writes the whole claim; at ready-to-free the store
+	// removes it from the volume in the same entry.
+	CheckpointClaim(ctx context.Context, req *structs.ClaimCheckpointRequest) (uint64, error)
+	// MarkStuck marks (or, with a nil Stuck, clears) a volume as stuck.
+	MarkStuck(ctx context.Context, req *structs.VolumeStuckRequest) (uint64, error)
+	// GCClaims writes the empty GC claim that bumps the volumes' indexes.
+	GCClaims(ctx context.Context, req *structs.ClaimGCRequest) (uint64, error)
+	// ForceDeregister drops a volume and its claims (escape hatch), recording leftovers.
+	ForceDeregister(ctx context.Context, req *structs.VolumeDeregisterRequest) ([]*structs.Leftover, error)
+}
+
+// NodeCSI is a CSI node service reached at an endpoint.
+type NodeCSI interface {
+	NodeUnpublishVolume(ctx context.Context, endpoint string, req *csipb.NodeUnpublishVolumeRequest) error
+	NodeUnstageVolume(ctx context.Context, endpoint string, req *csipb.NodeUnstageVolumeRequest) error
+}
+
+// ControllerCSI is a CSI controller service reached at an endpoint.
+type ControllerCSI interface {
+	ControllerUnpublishVolume(ctx context.Context, endpoint string, req *csipb.ControllerUnpublishVolumeRequest) error
+}
+
+// Policy decides which claims of a volume may be released now. The native
+// default and Wasm modules implement it; the watcher validates every answer.
+type Policy interface {
+	DecideRelease(ctx context.Context, req *abi.PolicyRequest) (*abi.PolicyResponse, error)
+}
+
+// Adapter maps claims onto a driver's CSI requests and classifies its errors.
+type Adapter interface {
+	AdaptRequest(ctx context.Context, req *abi.AdapterRequest) (*abi.AdapterResponse, error)
+	ClassifyError(ctx context.Context, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error)
+}
+
+// Modules picks the policy and adapter that serve a volume. The default
+// returns the native implementations; issue 4 plugs Wasm modules in here.
+type Modules interface {
+	PolicyFor(v *structs.Volume) Policy
+	AdapterFor(v *structs.Volume) Adapter
+}
+
+// ModuleFault is implemented by errors from a Wasm module call, so the claim's
+// last error can name the module, its version and the kind of fault.
+type ModuleFault interface {
+	error
+	ModuleName() string
+	ModuleVersion() string
+	FaultKind() string
+}
