@@ -64,11 +64,11 @@ type NodeView struct {
 
 // PolicyRequest asks a release policy to judge the claims of one volume.
 type PolicyRequest struct {
-	NowUnixMs int64        // 1
-	Volume    VolumeView   // 2
-	Claims    []ClaimView  // 3
-	Allocs    []AllocView  // 4
-	Nodes     []NodeView   // 5
+	NowUnixMs int64       // 1
+	Volume    VolumeView  // 2
+	Claims    []ClaimView // 3
+	Allocs    []AllocView // 4
+	Nodes     []NodeView  // 5
 }
 
 // Action is a release policy's answer for one claim.

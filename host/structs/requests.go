@@ -7,22 +7,22 @@ import "time"
 type MessageType uint8
 
 const (
-	PluginUpsertType       MessageType = 1
-	NodeUpsertType         MessageType = 2
-	VolumeRegisterType     MessageType = 3
-	VolumeDeregisterType   MessageType = 4
-	AllocUpsertType        MessageType = 5
-	VolumeClaimType        MessageType = 6 // a new claim (taken)
-	ClaimCheckpointType    MessageType = 7 // a whole claim at a release transition or failed attempt
-	VolumeStuckType        MessageType = 8
-	ClaimGCType            MessageType = 9 // empty "GC claim": only bumps the volume's index
-	LeftoversClearType     MessageType = 10
-	EventAppendType        MessageType = 11
-	NodeStatusUpdateType   MessageType = 12
-	PluginDeregisterType   MessageType = 13
-	NodeDeregisterType     MessageType = 14
-	AllocDeleteType        MessageType = 15
-	VolumeClaimRemoveType  MessageType = 16 // drop a claim that never got published (claim failed half way)
+	PluginUpsertType      MessageType = 1
+	NodeUpsertType        MessageType = 2
+	VolumeRegisterType    MessageType = 3
+	VolumeDeregisterType  MessageType = 4
+	AllocUpsertType       MessageType = 5
+	VolumeClaimType       MessageType = 6 // a new claim (taken)
+	ClaimCheckpointType   MessageType = 7 // a whole claim at a release transition or failed attempt
+	VolumeStuckType       MessageType = 8
+	ClaimGCType           MessageType = 9 // empty "GC claim": only bumps the volume's index
+	LeftoversClearType    MessageType = 10
+	EventAppendType       MessageType = 11
+	NodeStatusUpdateType  MessageType = 12
+	PluginDeregisterType  MessageType = 13
+	NodeDeregisterType    MessageType = 14
+	AllocDeleteType       MessageType = 15
+	VolumeClaimRemoveType MessageType = 16 // drop a claim that never got published (claim failed half way)
 )
 
 // PluginUpsertRequest registers or updates a CSI plugin.

@@ -330,7 +330,7 @@ type NodePlugin struct {
 	// ExternalNodeID is what NodeGetInfo reported when the endpoint was registered.
 	ExternalNodeID string `json:"external_node_id"`
 	// StageUnstage is the node's STAGE_UNSTAGE_VOLUME capability.
-	StageUnstage bool `json:"stage_unstage"`
+	StageUnstage bool  `json:"stage_unstage"`
 	MaxVolumes   int64 `json:"max_volumes,omitempty"`
 }
 
