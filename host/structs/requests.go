@@ -129,3 +129,24 @@ type LeftoversClearRequest struct {
 type EventAppendRequest struct {
 	Events []*Event `json:"events"`
 }
+
+// DetachResult answers `volume detach VOL NODE`: what each of that node's
+// claims reached. A claim that could not finish keeps its error.
+type DetachResult struct {
+	Namespace string   `json:"namespace"`
+	VolumeID  string   `json:"volume_id"`
+	NodeID    string   `json:"node_id"`
+	Claims    []*Claim `json:"claims"`   // as they stand after the attempt
+	Released  []string `json:"released"` // alloc IDs whose claims reached ready-to-free
+}
+
+// ClaimRequest asks for a new claim on a volume (`volume claim`).
+type ClaimRequest struct {
+	Namespace      string         `json:"namespace"`
+	VolumeID       string         `json:"volume_id"`
+	AllocID        string         `json:"alloc_id"`
+	NodeID         string         `json:"node_id"`
+	Mode           ClaimMode      `json:"mode"`
+	AccessMode     AccessMode     `json:"access_mode,omitempty"`     // defaults to the volume's
+	AttachmentMode AttachmentMode `json:"attachment_mode,omitempty"` // defaults to the volume's
+}
