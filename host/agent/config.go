@@ -1,0 +1,195 @@
+// Package agent wires a volhost server process together: configuration
+// (HCL), the state store, the replicated log, CSI clients, the HTTP API, the
+// metrics registry and the leader-only watcher, and the leadership loop that
+// enables the watcher on step-up and disables it on step-down.
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/hashicorp/hcl/v2/hclsimple"
+)
+
+// Config is the agent configuration, read from HCL files and flags.
+type Config struct {
+	// Dev keeps everything in memory: a single-node leader for trying volhost.
+	Dev bool `hcl:"dev,optional"`
+	// DataDir persists the raft log and snapshots (a single-node cluster by default).
+	DataDir   string `hcl:"data_dir,optional"`
+	NodeID    string `hcl:"node_id,optional"`
+	BindAddr  string `hcl:"bind_addr,optional"`
+	LogLevel  string `hcl:"log_level,optional"`
+	LogJSON   bool   `hcl:"log_json,optional"`
+	ModuleDir string `hcl:"module_dir,optional"`
+
+	HTTP        *HTTPConfig        `hcl:"http,block"`
+	Watcher     *WatcherConfig     `hcl:"watcher,block"`
+	EscapeHatch *EscapeHatchConfig `hcl:"escape_hatch,block"`
+}
+
+// HTTPConfig configures the HTTP API.
+type HTTPConfig struct {
+	Address      string `hcl:"address,optional"`
+	MaxBodyBytes int64  `hcl:"max_body_bytes,optional"`
+}
+
+// WatcherConfig tunes claim release. Durations are Go duration strings.
+type WatcherConfig struct {
+	MaxConcurrency        int    `hcl:"max_concurrency,optional"`
+	ControllerConcurrency int    `hcl:"controller_concurrency,optional"`
+	IdleTimeout           string `hcl:"idle_timeout,optional"`
+	BackoffBase           string `hcl:"backoff_base,optional"`
+	BackoffMax            string `hcl:"backoff_max,optional"`
+	MaxAttempts           int    `hcl:"max_attempts,optional"`
+	StuckAfter            string `hcl:"stuck_after,optional"`
+	CSITimeout            string `hcl:"csi_timeout,optional"`
+	GCInterval            string `hcl:"gc_interval,optional"`
+	GCThreshold           string `hcl:"gc_threshold,optional"`
+}
+
+// EscapeHatchConfig is the opt-in automatic force-deregister of stuck volumes.
+type EscapeHatchConfig struct {
+	AutoForceDeregister bool   `hcl:"auto_force_deregister,optional"`
+	After               string `hcl:"after,optional"`
+}
+
+// DefaultConfig is what an agent runs with when nothing is set.
+func DefaultConfig() *Config {
+	return &Config{
+		NodeID:   "volhost-1",
+		BindAddr: "127.0.0.1:4748",
+		LogLevel: "info",
+		HTTP:     &HTTPConfig{Address: "127.0.0.1:4747", MaxBodyBytes: 1 << 20},
+		Watcher: &WatcherConfig{
+			MaxConcurrency:        16,
+			ControllerConcurrency: 1,
+			IdleTimeout:           "5m",
+			BackoffBase:           "1s",
+			BackoffMax:            "1m",
+			StuckAfter:            "1h",
+			CSITimeout:            "2m",
+			GCInterval:            "5m",
+			GCThreshold:           "5m",
+		},
+		EscapeHatch: &EscapeHatchConfig{After: "15m"},
+	}
+}
+
+// LoadConfigFile parses one HCL file. Unknown attributes and blocks are
+// errors naming file, line and attribute (hclsimple reports them).
+func LoadConfigFile(path string) (*Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading config: %w", err)
+	}
+	var c Config
+	if err := hclsimple.Decode(path, src, nil, &c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return &c, nil
+}
+
+// Merge overlays the values set in o onto c (later files and flags win).
+func (c *Config) Merge(o *Config) {
+	if o == nil {
+		return
+	}
+	c.Dev = c.Dev || o.Dev
+	c.LogJSON = c.LogJSON || o.LogJSON
+	setString(&c.DataDir, o.DataDir)
+	setString(&c.NodeID, o.NodeID)
+	setString(&c.BindAddr, o.BindAddr)
+	setString(&c.LogLevel, o.LogLevel)
+	setString(&c.ModuleDir, o.ModuleDir)
+	if o.HTTP != nil {
+		setString(&c.HTTP.Address, o.HTTP.Address)
+		if o.HTTP.MaxBodyBytes != 0 {
+			c.HTTP.MaxBodyBytes = o.HTTP.MaxBodyBytes
+		}
+	}
+	if w := o.Watcher; w != nil {
+		setInt(&c.Watcher.MaxConcurrency, w.MaxConcurrency)
+		setInt(&c.Watcher.ControllerConcurrency, w.ControllerConcurrency)
+		setInt(&c.Watcher.MaxAttempts, w.MaxAttempts)
+		setString(&c.Watcher.IdleTimeout, w.IdleTimeout)
+		setString(&c.Watcher.BackoffBase, w.BackoffBase)
+		setString(&c.Watcher.BackoffMax, w.BackoffMax)
+		setString(&c.Watcher.StuckAfter, w.StuckAfter)
+		setString(&c.Watcher.CSITimeout, w.CSITimeout)
+		setString(&c.Watcher.GCInterval, w.GCInterval)
+		setString(&c.Watcher.GCThreshold, w.GCThreshold)
+	}
+	if e := o.EscapeHatch; e != nil {
+		c.EscapeHatch.AutoForceDeregister = c.EscapeHatch.AutoForceDeregister || e.AutoForceDeregister
+		setString(&c.EscapeHatch.After, e.After)
+	}
+}
+
+// Durations are the parsed duration settings.
+type Durations struct {
+	IdleTimeout, BackoffBase, BackoffMax, StuckAfter, CSITimeout, GCInterval, GCThreshold, EscapeAfter time.Duration
+}
+
+// Validate checks the merged configuration and parses its durations; the
+// error names every offending setting.
+func (c *Config) Validate() (Durations, error) {
+	var d Durations
+	var errs []error
+	parse := func(name, v string, dst *time.Duration) {
+		p, err := time.ParseDuration(v)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %q is not a duration (e.g. \"30s\", \"5m\")", name, v))
+		case p <= 0:
+			errs = append(errs, fmt.Errorf("%s: must be positive, got %q", name, v))
+		default:
+			*dst = p
+		}
+	}
+	w := c.Watcher
+	parse("watcher.idle_timeout", w.IdleTimeout, &d.IdleTimeout)
+	parse("watcher.backoff_base", w.BackoffBase, &d.BackoffBase)
+	parse("watcher.backoff_max", w.BackoffMax, &d.BackoffMax)
+	parse("watcher.stuck_after", w.StuckAfter, &d.StuckAfter)
+	parse("watcher.csi_timeout", w.CSITimeout, &d.CSITimeout)
+	parse("watcher.gc_interval", w.GCInterval, &d.GCInterval)
+	parse("watcher.gc_threshold", w.GCThreshold, &d.GCThreshold)
+	parse("escape_hatch.after", c.EscapeHatch.After, &d.EscapeAfter)
+	if w.MaxConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("watcher.max_concurrency: must be at least 1, got %d", w.MaxConcurrency))
+	}
+	if w.ControllerConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("watcher.controller_concurrency: must be at least 1, got %d", w.ControllerConcurrency))
+	}
+	if w.MaxAttempts < 0 {
+		errs = append(errs, fmt.Errorf("watcher.max_attempts: must not be negative, got %d", w.MaxAttempts))
+	}
+	if d.BackoffMax > 0 && d.BackoffBase > d.BackoffMax {
+		errs = append(errs, fmt.Errorf("watcher.backoff_base (%s) exceeds watcher.backoff_max (%s)", d.BackoffBase, d.BackoffMax))
+	}
+	if c.Dev && c.DataDir != "" {
+		errs = append(errs, errors.New("dev and data_dir are exclusive: -dev keeps everything in memory"))
+	}
+	if !c.Dev && c.DataDir == "" {
+		errs = append(errs, errors.New("set -dev (in memory) or -data-dir DIR (persistent)"))
+	}
+	if c.HTTP.MaxBodyBytes <= 0 {
+		errs = append(errs, fmt.Errorf("http.max_body_bytes: must be positive, got %d", c.HTTP.MaxBodyBytes))
+	}
+	return d, errors.Join(errs...)
+}
+
+func setString(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+func setInt(dst *int, v int) {
+	if v != 0 {
+		*dst = v
+	}
+}

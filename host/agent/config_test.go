@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestLoadConfigFileMergesOverDefaults(t *testing.T) {
+	file, err := LoadConfigFile("testdata/agent.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Merge(file)
+	d, err := cfg.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.DataDir != "/var/lib/volhost" || cfg.HTTP.Address != "127.0.0.1:5757" || cfg.ModuleDir != "/etc/volhost/modules" {
+		t.Errorf("file values not applied: %+v %+v", cfg, cfg.HTTP)
+	}
+	if cfg.Watcher.ControllerConcurrency != 4 || cfg.Watcher.MaxAttempts != 50 || d.StuckAfter != 30*time.Minute {
+		t.Errorf("watcher values not applied: %+v, stuck_after %s", cfg.Watcher, d.StuckAfter)
+	}
+	if d.BackoffBase != time.Second || cfg.Watcher.MaxConcurrency != 16 {
+		t.Errorf("defaults lost: backoff_base %s max_concurrency %d", d.BackoffBase, cfg.Watcher.MaxConcurrency)
+	}
+	if !cfg.EscapeHatch.AutoForceDeregister || d.EscapeAfter != 15*time.Minute {
+		t.Errorf("escape hatch not applied: %+v", cfg.EscapeHatch)
+	}
+}
+
+func TestLoadConfigFileRejectsUnknownAttribute(t *testing.T) {
+	_, err := LoadConfigFile("testdata/unknown.hcl")
+	if err == nil {
+		t.Fatal("unknown attribute accepted")
+	}
+	for _, want := range []string{"unknown.hcl:3", "controler_concurrency"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not name %q", err, want)
+		}
+	}
+}
+
+func TestValidateNamesEveryBadSetting(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(*Config)
+		want []string
+	}{
+		{"neither dev nor data dir", func(c *Config) {}, []string{"-dev", "-data-dir"}},
+		{"both dev and data dir", func(c *Config) { c.Dev = true; c.DataDir = "/x" }, []string{"exclusive"}},
+		{"bad duration", func(c *Config) { c.Dev = true; c.Watcher.StuckAfter = "soon" }, []string{"watcher.stuck_after", `"soon"`}},
+		{"negative duration", func(c *Config) { c.Dev = true; c.EscapeHatch.After = "-1m" }, []string{"escape_hatch.after", "positive"}},
+		{"zero concurrency", func(c *Config) { c.Dev = true; c.Watcher.ControllerConcurrency = -2 }, []string{"watcher.controller_concurrency"}},
+		{"base above max", func(c *Config) { c.Dev = true; c.Watcher.BackoffBase = "2m" }, []string{"backoff_base", "backoff_max"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.edit(cfg)
+			_, err := cfg.Validate()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+	ok := DefaultConfig()
+	ok.Dev = true
+	if _, err := ok.Validate(); err != nil {
+		t.Errorf("default dev config refused: %v", err)
+	}
+}

@@ -1,0 +1,4 @@
+dev = true
+watcher {
+  controler_concurrency = 4
+}
