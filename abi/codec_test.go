@@ -1,0 +1,231 @@
+package abi
+
+import (
+	"bytes"
+	"encoding/hex"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// newLike returns a fresh zero message of the same type as m.
+func newLike(m Message) Message {
+	return reflect.New(reflect.TypeOf(m).Elem()).Interface().(Message)
+}
+
+func TestRoundTripSamples(t *testing.T) {
+	for name, m := range samples() {
+		t.Run(name, func(t *testing.T) {
+			b := m.MarshalAppend(nil)
+			got := newLike(m)
+			if err := got.Unmarshal(b); err != nil {
+				t.Fatalf("Unmarshal: %v", err)
+			}
+			if !reflect.DeepEqual(got, m) {
+				t.Fatalf("round trip changed the message:\n got %+v\nwant %+v", got, m)
+			}
+			// Deterministic: encoding again gives the same bytes.
+			if again := got.MarshalAppend(nil); !bytes.Equal(again, b) {
+				t.Fatalf("re-encoding differs:\n%x\n%x", again, b)
+			}
+			// MarshalAppend appends: a prefix is kept intact.
+			pre := []byte("prefix")
+			if out := m.MarshalAppend(pre); !bytes.Equal(out[:6], []byte("prefix")) || !bytes.Equal(out[6:], b) {
+				t.Fatalf("MarshalAppend did not append after the prefix")
+			}
+		})
+	}
+}
+
+func TestGoldenEncoding(t *testing.T) {
+	tests := []struct {
+		name string
+		msg  Message
+		hex  string
+	}{
+		{"zero decision is empty", &Decision{}, ""},
+		{"zero policy request is empty", &PolicyRequest{}, ""},
+		// 0a 01 'a' | 10 02 | 18 ac02 (300) | 22 01 'r'
+		{"decision", &Decision{AllocID: "a", Action: ActionWait, RetryAfterMs: 300, Reason: "r"}, "0a016110021" + "8ac0222" + "0172"},
+		// 1 byte error at field 15: tag 15<<3|2 = 0x7a
+		{"error field 15", &PolicyResponse{Error: "x"}, "7a0178"},
+		// negative int64 is a 10-byte two's complement varint (proto int64)
+		{"negative retry", &ClassifyResponse{RetryAfterMs: -1}, "10ffffffffffffffffff01"},
+		// map entry {1:"k",2:"v"} as field 2; entries sorted by key
+		{"map sorted", &ConfigureRequest{Config: map[string]string{"k": "v", "a": ""}}, "12030a0161" + "12060a016b120176"},
+		// an empty nested singular message is omitted; an empty repeated item is kept
+		{"empty nested", &PolicyRequest{Claims: []ClaimView{{}}}, "1a00"},
+		{"bools", &PluginView{PublishUnpublish: true, StageUnstage: true}, "18012001"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := hex.EncodeToString(tc.msg.MarshalAppend(nil))
+			if got != tc.hex {
+				t.Fatalf("encoding = %s, want %s", got, tc.hex)
+			}
+		})
+	}
+}
+
+func TestLongNestedLengths(t *testing.T) {
+	// Bodies of 127, 128 and 20000 bytes need 1, 2 and 3 length bytes: the
+	// in-place length fix-up in appendNested must move the body correctly.
+	for _, n := range []int{0, 1, 120, 125, 126, 127, 128, 16381, 16382, 16383, 16384, 20000} {
+		want := &PolicyRequest{
+			Volume: VolumeView{ID: strings.Repeat("v", n)},
+			Claims: []ClaimView{{AllocID: strings.Repeat("a", n)}, {NodeID: "n"}},
+			Nodes:  []NodeView{{Meta: map[string]string{"k": strings.Repeat("m", n)}}},
+		}
+		var got PolicyRequest
+		if err := got.Unmarshal(want.MarshalAppend(nil)); err != nil {
+			t.Fatalf("n=%d: %v", n, err)
+		}
+		if n == 0 {
+			want.Claims[0] = ClaimView{}
+		}
+		if !reflect.DeepEqual(&got, want) {
+			t.Fatalf("n=%d: round trip differs", n)
+		}
+	}
+}
+
+func TestUnknownFieldsSkipped(t *testing.T) {
+	for name, m := range samples() {
+		t.Run(name, func(t *testing.T) {
+			var b []byte
+			// Unknown fields of every wire type, before and after the known ones.
+			unknown := func(b []byte) []byte {
+				b = protowire.AppendTag(b, 99, protowire.VarintType)
+				b = protowire.AppendVarint(b, 12345)
+				b = protowire.AppendTag(b, 100, protowire.Fixed32Type)
+				b = protowire.AppendFixed32(b, 7)
+				b = protowire.AppendTag(b, 101, protowire.Fixed64Type)
+				b = protowire.AppendFixed64(b, 7)
+				b = protowire.AppendTag(b, 102, protowire.BytesType)
+				b = protowire.AppendString(b, "future")
+				b = protowire.AppendTag(b, 103, protowire.StartGroupType)
+				b = protowire.AppendTag(b, 1, protowire.VarintType)
+				b = protowire.AppendVarint(b, 1)
+				return protowire.AppendTag(b, 103, protowire.EndGroupType)
+			}
+			b = unknown(b)
+			b = m.MarshalAppend(b)
+			b = unknown(b)
+			got := newLike(m)
+			if err := got.Unmarshal(b); err != nil {
+				t.Fatalf("Unmarshal with unknown fields: %v", err)
+			}
+			if !reflect.DeepEqual(got, m) {
+				t.Fatalf("unknown fields changed the message: %+v", got)
+			}
+		})
+	}
+}
+
+func TestMergeSemantics(t *testing.T) {
+	// Two occurrences of a singular nested field merge (proto3), a scalar
+	// repeated later wins, map entries accumulate with the last key winning.
+	a := (&PolicyRequest{NowUnixMs: 1, Volume: VolumeView{ID: "v", Context: map[string]string{"x": "1"}}}).MarshalAppend(nil)
+	b := (&PolicyRequest{NowUnixMs: 2, Volume: VolumeView{PluginID: "p", Context: map[string]string{"x": "2", "y": "3"}}}).MarshalAppend(nil)
+	var got PolicyRequest
+	if err := got.Unmarshal(append(a, b...)); err != nil {
+		t.Fatal(err)
+	}
+	want := PolicyRequest{NowUnixMs: 2, Volume: VolumeView{ID: "v", PluginID: "p", Context: map[string]string{"x": "2", "y": "3"}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("merged = %+v, want %+v", got, want)
+	}
+}
+
+func TestUnmarshalResets(t *testing.T) {
+	m := samplePolicyRequest()
+	if err := m.Unmarshal((&PolicyRequest{NowUnixMs: 5}).MarshalAppend(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(*m, PolicyRequest{NowUnixMs: 5}) {
+		t.Fatalf("Unmarshal kept old state: %+v", *m)
+	}
+}
+
+func TestMalformed(t *testing.T) {
+	valid := samplePolicyRequest().MarshalAppend(nil)
+	tooManyClaims := func() []byte {
+		var b []byte
+		for i := 0; i <= MaxRepeated; i++ {
+			b = append(b, 0x1a, 0x00) // field 3, empty ClaimView
+		}
+		return b
+	}()
+	tooManyEntries := func() []byte {
+		var b []byte
+		for i := 0; i <= MaxRepeated; i++ {
+			e := protowire.AppendTag(nil, 1, protowire.BytesType)
+			e = protowire.AppendString(e, strings.Repeat("k", 1+i%7)+string(rune('a'+i%26))+itoa(i))
+			b = protowire.AppendTag(b, 2, protowire.BytesType)
+			b = protowire.AppendBytes(b, e)
+		}
+		return b
+	}()
+	tooManySecrets := func() []byte {
+		var b []byte
+		for i := 0; i <= MaxRepeated; i++ {
+			b = append(b, 0x1a, 0x00) // field 3, empty string
+		}
+		return b
+	}()
+	tests := []struct {
+		name string
+		msg  Message
+		in   []byte
+		want string
+	}{
+		{"truncated", &PolicyRequest{}, valid[:len(valid)-3], "PolicyRequest"},
+		{"field number zero", &PolicyRequest{}, []byte{0x00, 0x01}, "tag"},
+		{"truncated varint", &PolicyRequest{}, []byte{0x08, 0xff}, "field 1"},
+		{"wrong wire type for string", &Decision{}, []byte{0x08, 0x01}, "wire type 0, want 2"},
+		{"wrong wire type for varint", &Decision{}, []byte{0x12, 0x00}, "wire type 2, want 0"},
+		{"length past end", &ConfigureResponse{}, []byte{0x0a, 0x05, 'a'}, "field 1"},
+		{"bad nested claim", &PolicyRequest{}, []byte{0x1a, 0x02, 0x28, 0xff}, "item 0"},
+		{"bad map entry", &ConfigureRequest{}, []byte{0x12, 0x02, 0x08, 0x01}, "map entry"},
+		{"too many claims", &PolicyRequest{}, tooManyClaims, "more than 10000 items"},
+		{"too many map entries", &ConfigureRequest{}, tooManyEntries, "more than 10000 entries"},
+		{"too many secret keys", &AdapterResponse{}, tooManySecrets, "more than 10000 items"},
+		{"over size limit", &ConfigureResponse{}, make([]byte, MaxMessageSize+1), "exceeds"},
+		{"lone end group", &ClassifyResponse{}, []byte{0x0c}, "wire type 4"},
+		{"unknown lone end group", &ClassifyResponse{}, []byte{0x6c}, "unknown field 13"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.msg.Unmarshal(tc.in)
+			if err == nil {
+				t.Fatal("Unmarshal accepted malformed input")
+			}
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %q does not mention %q", err, tc.want)
+			}
+			if !reflect.DeepEqual(tc.msg, newLike(tc.msg)) {
+				t.Fatalf("failed Unmarshal left state behind: %+v", tc.msg)
+			}
+		})
+	}
+}
+
+func TestFailedUnmarshalLeavesMessageUntouched(t *testing.T) {
+	m := samplePolicyRequest()
+	if err := m.Unmarshal([]byte{0x08, 0x01, 0x1a, 0x09}); err == nil {
+		t.Fatal("Unmarshal accepted a truncated claim")
+	}
+	if !reflect.DeepEqual(m, samplePolicyRequest()) {
+		t.Fatalf("failed Unmarshal changed the message: %+v", m)
+	}
+}
+
+func itoa(i int) string {
+	return string(protowire.AppendVarint(nil, uint64(i)))
+}
