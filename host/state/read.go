@@ -1,0 +1,250 @@
+package state
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Reads on a Snapshot. ws may be nil; when set, the channels the result
+// depends on are added to it for BlockingQuery. A missing object is (nil, nil).
+
+func watch(ws memdb.WatchSet, ch <-chan struct{}) {
+	if ws != nil && ch != nil {
+		ws.Add(ch)
+	}
+}
+
+// get runs a memdb Get and collects the rows as T.
+func get[T any](snap *Snapshot, ws memdb.WatchSet, table, index string, args ...any) ([]T, error) {
+	it, err := snap.txn.Get(table, index, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read %s by %s: %w", table, index, err)
+	}
+	watch(ws, it.WatchCh())
+	var out []T
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(T))
+	}
+	return out, nil
+}
+
+// first runs a memdb FirstWatch and returns the row as T (zero when missing).
+func first[T any](snap *Snapshot, ws memdb.WatchSet, table, index string, args ...any) (T, error) {
+	var zero T
+	ch, raw, err := snap.txn.FirstWatch(table, index, args...)
+	if err != nil {
+		return zero, fmt.Errorf("read %s by %s: %w", table, index, err)
+	}
+	watch(ws, ch)
+	if raw == nil {
+		return zero, nil
+	}
+	return raw.(T), nil
+}
+
+// Volumes lists every volume, ordered by namespace and ID.
+func (snap *Snapshot) Volumes(ws memdb.WatchSet) ([]*structs.Volume, error) {
+	return get[*structs.Volume](snap, ws, TableVolumes, indexID)
+}
+
+// VolumeByID returns one volume.
+func (snap *Snapshot) VolumeByID(ws memdb.WatchSet, namespace, id string) (*structs.Volume, error) {
+	return first[*structs.Volume](snap, ws, TableVolumes, indexID, namespace, id)
+}
+
+// VolumesByPlugin lists the volumes of a CSI plugin.
+func (snap *Snapshot) VolumesByPlugin(ws memdb.WatchSet, pluginID string) ([]*structs.Volume, error) {
+	return get[*structs.Volume](snap, ws, TableVolumes, indexPlugin, pluginID)
+}
+
+// VolumesModifiedSince lists the volumes whose ModifyIndex > index, in
+// ModifyIndex order. It reads the modify_index index with LowerBound, so its
+// cost is proportional to the answer, not to the table; ws is woken by any
+// write to the volumes table.
+func (snap *Snapshot) VolumesModifiedSince(ws memdb.WatchSet, index uint64) ([]*structs.Volume, error) {
+	if ws != nil {
+		ch, _, err := snap.txn.FirstWatch(TableIndex, indexID, TableVolumes)
+		if err != nil {
+			return nil, fmt.Errorf("read index of %s: %w", TableVolumes, err)
+		}
+		ws.Add(ch)
+	}
+	it, err := snap.txn.LowerBound(TableVolumes, indexModifyIndex, index+1)
+	if err != nil {
+		return nil, fmt.Errorf("read volumes modified since %d: %w", index, err)
+	}
+	var out []*structs.Volume
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*structs.Volume))
+	}
+	return out, nil
+}
+
+// volumesWithClaimBy lists the volumes with a claim by the alloc (or, with
+// byNode, with a claim on the node).
+func (snap *Snapshot) volumesWithClaimBy(ws memdb.WatchSet, byNode bool, id string) ([]*structs.Volume, error) {
+	index := indexClaimAlloc
+	if byNode {
+		index = indexClaimNode
+	}
+	return get[*structs.Volume](snap, ws, TableVolumes, index, id)
+}
+
+// VolumesClaimedOnNode lists the volumes with at least one claim on the node.
+func (snap *Snapshot) VolumesClaimedOnNode(ws memdb.WatchSet, nodeID string) ([]*structs.Volume, error) {
+	return snap.volumesWithClaimBy(ws, true, nodeID)
+}
+
+// VolumesClaimedByAlloc lists the volumes the allocation holds a claim on.
+func (snap *Snapshot) VolumesClaimedByAlloc(ws memdb.WatchSet, allocID string) ([]*structs.Volume, error) {
+	return snap.volumesWithClaimBy(ws, false, allocID)
+}
+
+// ReleasableVolumes lists the volumes with at least one claim whose
+// allocation is terminal or gone: what leader step-up and the claim GC visit.
+// Only claimed volumes are read (through the claim index), not the table.
+func (snap *Snapshot) ReleasableVolumes(ws memdb.WatchSet) ([]structs.VolumeRef, error) {
+	it, err := snap.txn.Get(TableVolumes, indexClaimAlloc)
+	if err != nil {
+		return nil, fmt.Errorf("read claimed volumes: %w", err)
+	}
+	watch(ws, it.WatchCh())
+	if ws != nil {
+		ch, _, err := snap.txn.FirstWatch(TableIndex, indexID, TableAllocs)
+		if err != nil {
+			return nil, fmt.Errorf("read index of %s: %w", TableAllocs, err)
+		}
+		ws.Add(ch)
+	}
+	seen := make(map[structs.VolumeRef]bool)
+	var out []structs.VolumeRef
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		v := raw.(*structs.Volume)
+		ref := structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}
+		if seen[ref] {
+			continue
+		}
+		seen[ref] = true
+		for allocID := range v.Claims {
+			a, err := snap.AllocByID(nil, allocID)
+			if err != nil {
+				return nil, err
+			}
+			if a == nil || a.ClientStatus.Terminal() {
+				out = append(out, ref)
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, nil
+}
+
+// Allocs lists every allocation, ordered by ID.
+func (snap *Snapshot) Allocs(ws memdb.WatchSet) ([]*structs.Alloc, error) {
+	return get[*structs.Alloc](snap, ws, TableAllocs, indexID)
+}
+
+// AllocByID returns one allocation.
+func (snap *Snapshot) AllocByID(ws memdb.WatchSet, id string) (*structs.Alloc, error) {
+	return first[*structs.Alloc](snap, ws, TableAllocs, indexID, id)
+}
+
+// AllocsByNode lists the allocations placed on a node.
+func (snap *Snapshot) AllocsByNode(ws memdb.WatchSet, nodeID string) ([]*structs.Alloc, error) {
+	return get[*structs.Alloc](snap, ws, TableAllocs, indexNode, nodeID)
+}
+
+// Nodes lists every node, ordered by ID.
+func (snap *Snapshot) Nodes(ws memdb.WatchSet) ([]*structs.Node, error) {
+	return get[*structs.Node](snap, ws, TableNodes, indexID)
+}
+
+// NodeByID returns one node.
+func (snap *Snapshot) NodeByID(ws memdb.WatchSet, id string) (*structs.Node, error) {
+	return first[*structs.Node](snap, ws, TableNodes, indexID, id)
+}
+
+// Plugins lists every CSI plugin, ordered by ID.
+func (snap *Snapshot) Plugins(ws memdb.WatchSet) ([]*structs.Plugin, error) {
+	return get[*structs.Plugin](snap, ws, TablePlugins, indexID)
+}
+
+// PluginByID returns one CSI plugin.
+func (snap *Snapshot) PluginByID(ws memdb.WatchSet, id string) (*structs.Plugin, error) {
+	return first[*structs.Plugin](snap, ws, TablePlugins, indexID, id)
+}
+
+// Leftovers lists the attachments force-deregistration may have left behind.
+func (snap *Snapshot) Leftovers(ws memdb.WatchSet) ([]*structs.Leftover, error) {
+	return get[*structs.Leftover](snap, ws, TableLeftovers, indexID)
+}
+
+// Events lists the retained events with Index > sinceIndex, oldest first.
+func (snap *Snapshot) Events(ws memdb.WatchSet, sinceIndex uint64) ([]*structs.Event, error) {
+	if ws != nil {
+		ch, _, err := snap.txn.FirstWatch(TableIndex, indexID, TableEvents)
+		if err != nil {
+			return nil, fmt.Errorf("read index of %s: %w", TableEvents, err)
+		}
+		ws.Add(ch)
+	}
+	it, err := snap.txn.LowerBound(TableEvents, indexRaftIndex, sinceIndex+1)
+	if err != nil {
+		return nil, fmt.Errorf("read events since %d: %w", sinceIndex, err)
+	}
+	var out []*structs.Event
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		out = append(out, raw.(*eventRow).Event)
+	}
+	return out, nil
+}
+
+// Index returns the raft index of the last write to table (0: never written).
+func (snap *Snapshot) Index(table string) (uint64, error) {
+	raw, err := snap.txn.First(TableIndex, indexID, table)
+	if err != nil {
+		return 0, fmt.Errorf("read index of %s: %w", table, err)
+	}
+	if raw == nil {
+		return 0, nil
+	}
+	return raw.(*indexRow).Value, nil
+}
+
+// IndexWatch is Index, adding the table index's watch channel to ws.
+func (snap *Snapshot) IndexWatch(ws memdb.WatchSet, table string) (uint64, error) {
+	ch, raw, err := snap.txn.FirstWatch(TableIndex, indexID, table)
+	if err != nil {
+		return 0, fmt.Errorf("read index of %s: %w", table, err)
+	}
+	watch(ws, ch)
+	if raw == nil {
+		return 0, nil
+	}
+	return raw.(*indexRow).Value, nil
+}
+
+// LatestIndex is the highest raft index applied to any table.
+func (snap *Snapshot) LatestIndex() uint64 {
+	it, err := snap.txn.Get(TableIndex, indexID)
+	if err != nil {
+		return 0
+	}
+	var max uint64
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		if v := raw.(*indexRow).Value; v > max {
+			max = v
+		}
+	}
+	return max
+}

@@ -1,0 +1,130 @@
+package state
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Table names. TableIndex is internal bookkeeping (table name -> raft index
+// of its last write) but is exported so blocking-query callers can name it.
+const (
+	TableVolumes   = "volumes"
+	TableAllocs    = "allocs"
+	TableNodes     = "nodes"
+	TablePlugins   = "plugins"
+	TableEvents    = "events"
+	TableLeftovers = "leftovers"
+	TableIndex     = "index"
+)
+
+// Index names inside the tables.
+const (
+	indexID          = "id"
+	indexPlugin      = "plugin"
+	indexModifyIndex = "modify_index"
+	indexClaimAlloc  = "claim_alloc"
+	indexClaimNode   = "claim_node"
+	indexNode        = "node"
+	indexRaftIndex   = "raft_index"
+)
+
+// indexRow is one row of the index table.
+type indexRow struct {
+	Key   string `json:"key"`
+	Value uint64 `json:"value"`
+}
+
+// eventRow wraps an event with a store-assigned sequence number: several
+// events may share one raft index, so the index alone is not a key.
+type eventRow struct {
+	Seq   uint64         `json:"seq"`
+	Index uint64         `json:"index"`
+	Event *structs.Event `json:"event"`
+}
+
+func schema() *memdb.DBSchema {
+	id := func(field string) *memdb.IndexSchema {
+		return &memdb.IndexSchema{Name: indexID, Unique: true, Indexer: &memdb.StringFieldIndex{Field: field}}
+	}
+	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
+		TableVolumes: {
+			Name: TableVolumes,
+			Indexes: map[string]*memdb.IndexSchema{
+				indexID: {Name: indexID, Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Namespace"},
+					&memdb.StringFieldIndex{Field: "ID"},
+				}}},
+				indexPlugin: {Name: indexPlugin, Indexer: &memdb.StringFieldIndex{Field: "PluginID"}},
+				// The watcher reads "volumes modified since N" with LowerBound
+				// instead of scanning every volume (ANCHORS: wake only volumes
+				// whose index moved).
+				indexModifyIndex: {Name: indexModifyIndex, Indexer: &memdb.UintFieldIndex{Field: "ModifyIndex"}},
+				// Claims by alloc and by node: an alloc turning terminal or a
+				// node going down bumps exactly the volumes it holds.
+				indexClaimAlloc: {Name: indexClaimAlloc, AllowMissing: true, Indexer: claimIndexer{byNode: false}},
+				indexClaimNode:  {Name: indexClaimNode, AllowMissing: true, Indexer: claimIndexer{byNode: true}},
+			},
+		},
+		TableAllocs: {
+			Name: TableAllocs,
+			Indexes: map[string]*memdb.IndexSchema{
+				indexID:   id("ID"),
+				indexNode: {Name: indexNode, Indexer: &memdb.StringFieldIndex{Field: "NodeID"}},
+			},
+		},
+		TableNodes:     {Name: TableNodes, Indexes: map[string]*memdb.IndexSchema{indexID: id("ID")}},
+		TablePlugins:   {Name: TablePlugins, Indexes: map[string]*memdb.IndexSchema{indexID: id("ID")}},
+		TableLeftovers: {Name: TableLeftovers, Indexes: map[string]*memdb.IndexSchema{indexID: id("ID")}},
+		TableEvents: {
+			Name: TableEvents,
+			Indexes: map[string]*memdb.IndexSchema{
+				indexID:        {Name: indexID, Unique: true, Indexer: &memdb.UintFieldIndex{Field: "Seq"}},
+				indexRaftIndex: {Name: indexRaftIndex, Indexer: &memdb.UintFieldIndex{Field: "Index"}},
+			},
+		},
+		TableIndex: {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id("Key")}},
+	}}
+}
+
+// claimIndexer indexes a volume by the alloc IDs (or node IDs) of its claims.
+type claimIndexer struct{ byNode bool }
+
+// FromObject implements memdb.MultiIndexer.
+func (c claimIndexer) FromObject(raw any) (bool, [][]byte, error) {
+	v, ok := raw.(*structs.Volume)
+	if !ok {
+		return false, nil, fmt.Errorf("claim index: want *structs.Volume, got %T", raw)
+	}
+	if len(v.Claims) == 0 {
+		return false, nil, nil
+	}
+	seen := make(map[string]bool, len(v.Claims))
+	vals := make([][]byte, 0, len(v.Claims))
+	for allocID, cl := range v.Claims {
+		key := allocID
+		if c.byNode {
+			key = cl.NodeID
+		}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		vals = append(vals, []byte(key+"\x00"))
+	}
+	return true, vals, nil
+}
+
+// FromArgs implements memdb.Indexer.
+func (c claimIndexer) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("claim index: want one argument, got %d", len(args))
+	}
+	s, ok := args[0].(string)
+	if !ok {
+		return nil, fmt.Errorf("claim index: want a string argument, got %T", args[0])
+	}
+	return []byte(s + "\x00"), nil
+}

@@ -1,0 +1,207 @@
+// Package state owns volhost's in-memory state store: a go-memdb database of
+// volumes (with their claims), allocations, nodes, CSI plugins, leftovers, a
+// bounded events table and a per-table raft index.
+//
+// Every write arrives through Store.Apply, which the replicated log's FSM
+// calls with the raft index of the entry, so the store is a deterministic
+// function of the log. Reads go through a Snapshot, a consistent memdb read
+// transaction, and blocking queries (Store.BlockingQuery) wait on memdb watch
+// channels until a table index moves past what the caller has seen.
+//
+// Validation is a pure function of a snapshot and a request
+// (Snapshot.Validate), so the server refuses bad requests before they reach
+// the log (ANCHORS pain 10) and Apply refuses them again, atomically, at apply
+// time.
+package state
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-memdb"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+const (
+	// DefaultMaxEvents bounds the events table when no option says otherwise.
+	DefaultMaxEvents = 10000
+	// DefaultMaxWait is a blocking query's wait when the caller passes 0.
+	DefaultMaxWait = 5 * time.Minute
+	// MaxMaxWait caps a blocking query's wait, as the reference scheduler does.
+	MaxMaxWait = 10 * time.Minute
+)
+
+// StoreConfig configures a Store; set it through Options.
+type StoreConfig struct {
+	// MaxEvents is how many events the events table keeps (the newest).
+	MaxEvents int
+	// Clock times blocking queries and stamps writes applied without an
+	// explicit time (Store.Apply). Tests inject a clockwork.FakeClock.
+	Clock clockwork.Clock
+	// Logger is the store's logger (named "state").
+	Logger hclog.Logger
+}
+
+// Option changes the StoreConfig.
+type Option func(*StoreConfig)
+
+// WithMaxEvents bounds the events table to the newest n events (n > 0).
+func WithMaxEvents(n int) Option { return func(c *StoreConfig) { c.MaxEvents = n } }
+
+// WithClock sets the clock used by blocking queries and Store.Apply.
+func WithClock(clk clockwork.Clock) Option { return func(c *StoreConfig) { c.Clock = clk } }
+
+// WithLogger sets the parent logger; the store logs under the name "state".
+func WithLogger(l hclog.Logger) Option { return func(c *StoreConfig) { c.Logger = l } }
+
+// Store is the state store. Reads are safe from any goroutine; writes
+// (Apply, Restore) are serialised internally.
+type Store struct {
+	cfg    StoreConfig
+	logger hclog.Logger
+
+	// writeMu serialises Apply and Restore: memdb allows one writer, and
+	// Restore swaps the whole database.
+	writeMu sync.Mutex
+	cur     atomic.Pointer[dbState]
+}
+
+// dbState pairs a database with the channel closed when Restore replaces it,
+// so blocking queries on the old database wake up and rerun.
+type dbState struct {
+	db      *memdb.MemDB
+	abandon chan struct{}
+}
+
+// NewStore returns an empty store.
+func NewStore(opts ...Option) *Store {
+	cfg := StoreConfig{MaxEvents: DefaultMaxEvents}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if cfg.MaxEvents <= 0 {
+		cfg.MaxEvents = DefaultMaxEvents
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	s := &Store{cfg: cfg, logger: cfg.Logger.Named("state")}
+	s.cur.Store(&dbState{db: newDB(), abandon: make(chan struct{})})
+	return s
+}
+
+func newDB() *memdb.MemDB {
+	db, err := memdb.NewMemDB(schema())
+	if err != nil {
+		// The schema is a constant of this package: an error is a bug.
+		panic(fmt.Sprintf("state: invalid memdb schema: %v", err))
+	}
+	return db
+}
+
+// Snapshot is a consistent, immutable read view of the store. Objects it
+// returns are shared with the store: callers must Copy before modifying.
+type Snapshot struct {
+	txn     *memdb.Txn
+	abandon <-chan struct{}
+}
+
+// Snapshot returns a consistent read view of the current state.
+func (s *Store) Snapshot() *Snapshot {
+	st := s.cur.Load()
+	return &Snapshot{txn: st.db.Txn(false), abandon: st.abandon}
+}
+
+// LatestIndex is the highest raft index applied to any table.
+func (s *Store) LatestIndex() uint64 { return s.Snapshot().LatestIndex() }
+
+// QueryFn reads from snap, adding the watch channels it depends on to ws, and
+// returns the index its result reflects (typically a table index).
+type QueryFn func(ws memdb.WatchSet, snap *Snapshot) (index uint64, err error)
+
+// BlockingQuery runs fn; while the index fn returns is <= minIndex it waits
+// for a change on ws (or ctx's end, or maxWait) and reruns fn. It returns the
+// last index fn returned. minIndex 0 runs fn once. When maxWait elapses
+// first the result is the unchanged one and the error nil (the caller answers
+// with the same index, as the reference scheduler's blocking RPCs do); when
+// ctx ends the error is ctx.Err(). maxWait <= 0 means DefaultMaxWait; it is
+// capped at MaxMaxWait.
+func (s *Store) BlockingQuery(ctx context.Context, minIndex uint64, maxWait time.Duration, fn QueryFn) (uint64, error) {
+	return s.blockingQuery(ctx, minIndex, maxWait, minIndex == 0, fn)
+}
+
+// blockingQuery is BlockingQuery; once says to return after the first run
+// whatever the index.
+func (s *Store) blockingQuery(ctx context.Context, minIndex uint64, maxWait time.Duration, once bool, fn QueryFn) (uint64, error) {
+	if maxWait <= 0 {
+		maxWait = DefaultMaxWait
+	}
+	if maxWait > MaxMaxWait {
+		maxWait = MaxMaxWait
+	}
+	waitCtx := ctx
+	if !once {
+		var cancel context.CancelFunc
+		waitCtx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		t := s.cfg.Clock.AfterFunc(maxWait, cancel)
+		defer t.Stop()
+	}
+	for {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		snap := s.Snapshot()
+		ws := memdb.NewWatchSet()
+		ws.Add(snap.abandon)
+		idx, err := fn(ws, snap)
+		if err != nil {
+			return idx, err
+		}
+		if once || idx > minIndex {
+			return idx, nil
+		}
+		if err := ws.WatchCtx(waitCtx); err != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				return idx, cerr
+			}
+			return idx, nil // maxWait elapsed
+		}
+	}
+}
+
+// VolumesChangedSince blocks until the volumes table index exceeds index (or
+// ctx ends), then returns the volumes whose ModifyIndex > index and the
+// table's new index; index 0 returns every volume as soon as the table has
+// been written once (an empty, never-written table blocks, so a caller that
+// feeds the returned index back never spins). It implements the watcher's
+// VolumeFeed.
+func (s *Store) VolumesChangedSince(ctx context.Context, index uint64) ([]*structs.Volume, uint64, error) {
+	for {
+		var vols []*structs.Volume
+		idx, err := s.blockingQuery(ctx, index, MaxMaxWait, false, func(ws memdb.WatchSet, snap *Snapshot) (uint64, error) {
+			var err error
+			vols, err = snap.VolumesModifiedSince(ws, index)
+			if err != nil {
+				return 0, err
+			}
+			return snap.Index(TableVolumes)
+		})
+		if err != nil {
+			return nil, idx, err
+		}
+		if idx > index {
+			return vols, idx, nil
+		}
+		// maxWait elapsed with nothing new: keep waiting until ctx ends.
+	}
+}

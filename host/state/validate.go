@@ -1,0 +1,733 @@
+package state
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// MaxIDLength bounds every ID (volume, namespace, alloc, node, plugin).
+const MaxIDLength = 128
+
+// Validate checks req (of message type t) against the snapshot without
+// changing anything. The server calls it before writing to the log, so a
+// refusal is an error to the caller and never a committed entry (ANCHORS
+// pain 10); Apply calls it again inside its write transaction, so a request
+// that raced another write is refused atomically instead of corrupting state.
+//
+// Errors are typed (host/structs/errors.go): *structs.ValidationError (400,
+// naming the field), structs.ErrNotFound (404), structs.ErrConflict (409).
+func (snap *Snapshot) Validate(t structs.MessageType, req any) error {
+	o, ok := ops[t]
+	if !ok {
+		return structs.Invalid("type", "unknown message type %d", t)
+	}
+	return o.validate(snap, req)
+}
+
+// op is one message type: its validation and its write.
+type op struct {
+	validate func(snap *Snapshot, req any) error
+	apply    func(w *writer, req any) (any, error)
+}
+
+// mkOp adapts typed functions to op, accepting *T or T as the request.
+func mkOp[T any](v func(*Snapshot, *T) error, a func(*writer, *T) (any, error)) op {
+	return op{
+		validate: func(snap *Snapshot, req any) error {
+			r, err := asReq[T](req)
+			if err != nil {
+				return err
+			}
+			return v(snap, r)
+		},
+		apply: func(w *writer, req any) (any, error) {
+			r, err := asReq[T](req)
+			if err != nil {
+				return nil, err
+			}
+			return a(w, r)
+		},
+	}
+}
+
+func asReq[T any](req any) (*T, error) {
+	switch r := req.(type) {
+	case *T:
+		if r == nil {
+			return nil, structs.Invalid("request", "is nil")
+		}
+		return r, nil
+	case T:
+		return &r, nil
+	}
+	return nil, structs.Invalid("request", "want %T, got %T", (*T)(nil), req)
+}
+
+// ops maps every message type to its validation and write.
+var ops = map[structs.MessageType]op{
+	structs.PluginUpsertType:      mkOp(validatePluginUpsert, (*writer).upsertPlugin),
+	structs.PluginDeregisterType:  mkOp(validatePluginDeregister, (*writer).deregisterPlugin),
+	structs.NodeUpsertType:        mkOp(validateNodeUpsert, (*writer).upsertNode),
+	structs.NodeStatusUpdateType:  mkOp(validateNodeStatus, (*writer).updateNodeStatus),
+	structs.NodeDeregisterType:    mkOp(validateNodeDeregister, (*writer).deregisterNode),
+	structs.VolumeRegisterType:    mkOp(validateVolumeRegister, (*writer).registerVolumes),
+	structs.VolumeDeregisterType:  mkOp(validateVolumeDeregister, (*writer).deregisterVolume),
+	structs.AllocUpsertType:       mkOp(validateAllocUpsert, (*writer).upsertAllocs),
+	structs.AllocDeleteType:       mkOp(validateAllocDelete, (*writer).deleteAllocs),
+	structs.VolumeClaimType:       mkOp(validateClaim, (*writer).claimVolume),
+	structs.VolumeClaimRemoveType: mkOp(validateClaimRemove, (*writer).removeClaim),
+	structs.ClaimCheckpointType:   mkOp(validateCheckpoint, (*writer).checkpointClaim),
+	structs.VolumeStuckType:       mkOp(validateStuck, (*writer).markStuck),
+	structs.ClaimGCType:           mkOp(validateGC, (*writer).gcClaims),
+	structs.LeftoversClearType:    mkOp(validateLeftoversClear, (*writer).clearLeftovers),
+	structs.EventAppendType:       mkOp(validateEvents, (*writer).appendEvents),
+}
+
+// validID checks an ID: non-empty, at most MaxIDLength characters, valid
+// UTF-8, no whitespace or control characters (IDs travel in URLs, CLI
+// arguments and log lines).
+func validID(field, id string) error {
+	switch {
+	case id == "":
+		return structs.Invalid(field, "must not be empty")
+	case len(id) > MaxIDLength:
+		return structs.Invalid(field, "is %d bytes long, at most %d allowed", len(id), MaxIDLength)
+	case !utf8.ValidString(id):
+		return structs.Invalid(field, "is not valid UTF-8")
+	}
+	for _, r := range id {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return structs.Invalid(field, "must not contain whitespace or control characters: %q", id)
+		}
+	}
+	return nil
+}
+
+// validEndpoint checks a CSI endpoint: unix:///path or tcp://host:port.
+func validEndpoint(field, ep string) error {
+	switch {
+	case strings.HasPrefix(ep, "unix://"):
+		if strings.TrimPrefix(ep, "unix://") == "" {
+			return structs.Invalid(field, "unix endpoint %q has no socket path", ep)
+		}
+	case strings.HasPrefix(ep, "tcp://"):
+		hp := strings.TrimPrefix(ep, "tcp://")
+		if i := strings.LastIndex(hp, ":"); i <= 0 || i == len(hp)-1 {
+			return structs.Invalid(field, "tcp endpoint %q must be tcp://host:port", ep)
+		}
+	default:
+		return structs.Invalid(field, "endpoint %q must start with unix:// or tcp://", ep)
+	}
+	for _, r := range ep {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			return structs.Invalid(field, "must not contain whitespace or control characters: %q", ep)
+		}
+	}
+	return nil
+}
+
+// list renders IDs for an error message, sorted and bounded.
+func list(ids []string) string {
+	ids = append([]string(nil), ids...)
+	sort.Strings(ids)
+	const max = 5
+	if len(ids) > max {
+		return strings.Join(ids[:max], ", ") + fmt.Sprintf(" and %d more", len(ids)-max)
+	}
+	return strings.Join(ids, ", ")
+}
+
+func volName(ns, id string) string { return ns + "/" + id }
+
+func validatePluginUpsert(_ *Snapshot, r *structs.PluginUpsertRequest) error {
+	p := r.Plugin
+	if p == nil {
+		return structs.Invalid("plugin", "is required")
+	}
+	if err := validID("plugin.id", p.ID); err != nil {
+		return err
+	}
+	if p.ControllerEndpoint != "" {
+		if err := validEndpoint("plugin.controller_endpoint", p.ControllerEndpoint); err != nil {
+			return err
+		}
+	} else if p.Capabilities.PublishUnpublish {
+		return structs.Invalid("plugin.controller_endpoint", "is required when the plugin advertises PUBLISH_UNPUBLISH_VOLUME")
+	}
+	return nil
+}
+
+func validatePluginDeregister(snap *Snapshot, r *structs.PluginDeregisterRequest) error {
+	if err := validID("plugin_id", r.PluginID); err != nil {
+		return err
+	}
+	p, err := snap.PluginByID(nil, r.PluginID)
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		return structs.NotFound("plugin", r.PluginID)
+	}
+	vols, err := snap.VolumesByPlugin(nil, r.PluginID)
+	if err != nil {
+		return err
+	}
+	if len(vols) > 0 {
+		ids := make([]string, len(vols))
+		for i, v := range vols {
+			ids[i] = volName(v.Namespace, v.ID)
+		}
+		return structs.Conflict("plugin %q is used by %d volume(s): %s", r.PluginID, len(vols), list(ids))
+	}
+	return nil
+}
+
+func validateNodeUpsert(snap *Snapshot, r *structs.NodeUpsertRequest) error {
+	n := r.Node
+	if n == nil {
+		return structs.Invalid("node", "is required")
+	}
+	if err := validID("node.id", n.ID); err != nil {
+		return err
+	}
+	if !n.Status.Valid() {
+		return structs.Invalid("node.status", "unknown status %q (want %q or %q)", n.Status, structs.NodeReady, structs.NodeDown)
+	}
+	keys := make([]string, 0, len(n.Plugins))
+	for k := range n.Plugins {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		np := n.Plugins[k]
+		f := fmt.Sprintf("node.plugins[%s]", k)
+		if err := validID(f, k); err != nil {
+			return err
+		}
+		if np == nil {
+			return structs.Invalid(f, "is null")
+		}
+		if np.PluginID != k {
+			return structs.Invalid(f+".plugin_id", "is %q but must equal its key %q", np.PluginID, k)
+		}
+		if np.Endpoint != "" {
+			if err := validEndpoint(f+".endpoint", np.Endpoint); err != nil {
+				return err
+			}
+		}
+		if np.MaxVolumes < 0 {
+			return structs.Invalid(f+".max_volumes", "must not be negative")
+		}
+		p, err := snap.PluginByID(nil, k)
+		if err != nil {
+			return err
+		}
+		if p == nil {
+			return structs.NotFound("plugin", k)
+		}
+	}
+	return nil
+}
+
+func validateNodeStatus(snap *Snapshot, r *structs.NodeStatusUpdateRequest) error {
+	if err := validID("node_id", r.NodeID); err != nil {
+		return err
+	}
+	if !r.Status.Valid() {
+		return structs.Invalid("status", "unknown status %q (want %q or %q)", r.Status, structs.NodeReady, structs.NodeDown)
+	}
+	n, err := snap.NodeByID(nil, r.NodeID)
+	if err != nil {
+		return err
+	}
+	if n == nil {
+		return structs.NotFound("node", r.NodeID)
+	}
+	return nil
+}
+
+func validateNodeDeregister(snap *Snapshot, r *structs.NodeDeregisterRequest) error {
+	if err := validID("node_id", r.NodeID); err != nil {
+		return err
+	}
+	n, err := snap.NodeByID(nil, r.NodeID)
+	if err != nil {
+		return err
+	}
+	if n == nil {
+		return structs.NotFound("node", r.NodeID)
+	}
+	// A claim's alloc always runs on the claim's node (checked at claim), so
+	// "no live alloc here" also means "no live claim here". Claims of
+	// terminal allocs may stay: their node step is skipped once the node is
+	// gone (ANCHORS pain 1).
+	allocs, err := snap.AllocsByNode(nil, r.NodeID)
+	if err != nil {
+		return err
+	}
+	var live []string
+	for _, a := range allocs {
+		if !a.ClientStatus.Terminal() {
+			live = append(live, a.ID)
+		}
+	}
+	if len(live) > 0 {
+		return structs.Conflict("node %q has live allocation(s): %s", r.NodeID, list(live))
+	}
+	return nil
+}
+
+func validateVolumeRegister(snap *Snapshot, r *structs.VolumeRegisterRequest) error {
+	if len(r.Volumes) == 0 {
+		return structs.Invalid("volumes", "at least one volume is required")
+	}
+	seen := make(map[string]bool, len(r.Volumes))
+	for i, v := range r.Volumes {
+		f := fmt.Sprintf("volumes[%d]", i)
+		if v == nil {
+			return structs.Invalid(f, "is null")
+		}
+		if err := validID(f+".namespace", v.Namespace); err != nil {
+			return err
+		}
+		if err := validID(f+".id", v.ID); err != nil {
+			return err
+		}
+		key := volName(v.Namespace, v.ID)
+		if seen[key] {
+			return structs.Invalid(f+".id", "volume %q appears twice in the request", key)
+		}
+		seen[key] = true
+		if v.ExternalID == "" {
+			return structs.Invalid(f+".external_id", "must not be empty")
+		}
+		if err := validID(f+".plugin_id", v.PluginID); err != nil {
+			return err
+		}
+		if !v.AccessMode.Valid() {
+			return structs.Invalid(f+".access_mode", "unknown access mode %q", v.AccessMode)
+		}
+		if !v.AttachmentMode.Valid() {
+			return structs.Invalid(f+".attachment_mode", "unknown attachment mode %q", v.AttachmentMode)
+		}
+		if len(v.Claims) > 0 {
+			return structs.Invalid(f+".claims", "cannot be set on registration; claim the volume instead")
+		}
+		if v.Stuck != nil {
+			return structs.Invalid(f+".stuck", "cannot be set on registration")
+		}
+		p, err := snap.PluginByID(nil, v.PluginID)
+		if err != nil {
+			return err
+		}
+		if p == nil {
+			return structs.NotFound("plugin", v.PluginID)
+		}
+		old, err := snap.VolumeByID(nil, v.Namespace, v.ID)
+		if err != nil {
+			return err
+		}
+		if old != nil && len(old.Claims) > 0 {
+			var changed []string
+			if old.PluginID != v.PluginID {
+				changed = append(changed, "plugin_id")
+			}
+			if old.ExternalID != v.ExternalID {
+				changed = append(changed, "external_id")
+			}
+			if old.AccessMode != v.AccessMode {
+				changed = append(changed, "access_mode")
+			}
+			if old.AttachmentMode != v.AttachmentMode {
+				changed = append(changed, "attachment_mode")
+			}
+			if len(changed) > 0 {
+				return structs.Conflict("volume %q has claims: %s cannot change while claimed", key, strings.Join(changed, ", "))
+			}
+		}
+	}
+	return nil
+}
+
+func validateVolumeDeregister(snap *Snapshot, r *structs.VolumeDeregisterRequest) error {
+	if err := validID("namespace", r.Namespace); err != nil {
+		return err
+	}
+	if err := validID("volume_id", r.VolumeID); err != nil {
+		return err
+	}
+	v, err := snap.VolumeByID(nil, r.Namespace, r.VolumeID)
+	if err != nil {
+		return err
+	}
+	if v == nil {
+		return structs.NotFound("volume", volName(r.Namespace, r.VolumeID))
+	}
+	if len(v.Claims) == 0 {
+		return nil
+	}
+	claimants := make([]string, 0, len(v.Claims))
+	for id := range v.Claims {
+		claimants = append(claimants, id)
+	}
+	if !r.Force {
+		return structs.Conflict("volume %q is in use by allocation(s) %s; wait for the release or deregister with force",
+			volName(r.Namespace, r.VolumeID), list(claimants))
+	}
+	live, err := snap.liveAllocs(claimants)
+	if err != nil {
+		return err
+	}
+	if len(live) > 0 {
+		return structs.Conflict("volume %q has live allocation(s) %s; force deregistration needs every allocation terminal or gone",
+			volName(r.Namespace, r.VolumeID), list(live))
+	}
+	return nil
+}
+
+// liveAllocs returns the IDs among ids whose allocation exists and is not
+// terminal.
+func (snap *Snapshot) liveAllocs(ids []string) ([]string, error) {
+	var live []string
+	for _, id := range ids {
+		a, err := snap.AllocByID(nil, id)
+		if err != nil {
+			return nil, err
+		}
+		if a != nil && !a.ClientStatus.Terminal() {
+			live = append(live, id)
+		}
+	}
+	return live, nil
+}
+
+func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
+	if len(r.Allocs) == 0 {
+		return structs.Invalid("allocs", "at least one allocation is required")
+	}
+	seen := make(map[string]bool, len(r.Allocs))
+	for i, a := range r.Allocs {
+		f := fmt.Sprintf("allocs[%d]", i)
+		if a == nil {
+			return structs.Invalid(f, "is null")
+		}
+		if err := validID(f+".id", a.ID); err != nil {
+			return err
+		}
+		if seen[a.ID] {
+			return structs.Invalid(f+".id", "allocation %q appears twice in the request", a.ID)
+		}
+		seen[a.ID] = true
+		if a.Namespace != "" {
+			if err := validID(f+".namespace", a.Namespace); err != nil {
+				return err
+			}
+		}
+		if err := validID(f+".node_id", a.NodeID); err != nil {
+			return err
+		}
+		if !a.ClientStatus.Valid() {
+			return structs.Invalid(f+".client_status", "unknown client status %q", a.ClientStatus)
+		}
+		old, err := snap.AllocByID(nil, a.ID)
+		if err != nil {
+			return err
+		}
+		if old != nil {
+			if old.NodeID != a.NodeID {
+				return structs.Invalid(f+".node_id", "allocation %q runs on node %q and cannot move to %q", a.ID, old.NodeID, a.NodeID)
+			}
+			// Terminal is for good: a released claim must never find its
+			// allocation running again (DESIGN "Release" 1).
+			if old.ClientStatus.Terminal() && !a.ClientStatus.Terminal() {
+				return structs.Conflict("allocation %q is %s, a terminal status; it cannot become %s", a.ID, old.ClientStatus, a.ClientStatus)
+			}
+			continue // its node may have been deregistered since
+		}
+		n, err := snap.NodeByID(nil, a.NodeID)
+		if err != nil {
+			return err
+		}
+		if n == nil {
+			return structs.NotFound("node", a.NodeID)
+		}
+	}
+	return nil
+}
+
+func validateAllocDelete(snap *Snapshot, r *structs.AllocDeleteRequest) error {
+	if len(r.AllocIDs) == 0 {
+		return structs.Invalid("alloc_ids", "at least one allocation ID is required")
+	}
+	seen := make(map[string]bool, len(r.AllocIDs))
+	for i, id := range r.AllocIDs {
+		f := fmt.Sprintf("alloc_ids[%d]", i)
+		if err := validID(f, id); err != nil {
+			return err
+		}
+		if seen[id] {
+			return structs.Invalid(f, "allocation %q appears twice in the request", id)
+		}
+		seen[id] = true
+		a, err := snap.AllocByID(nil, id)
+		if err != nil {
+			return err
+		}
+		if a == nil {
+			return structs.NotFound("allocation", id)
+		}
+		// A gone allocation counts as done for release, so deleting a live
+		// one would let its claims be released under it.
+		if !a.ClientStatus.Terminal() {
+			return structs.Conflict("allocation %q is %s; only terminal allocations can be deleted", id, a.ClientStatus)
+		}
+	}
+	return nil
+}
+
+func validateVolumeRef(prefix, ns, id string) error {
+	if err := validID(prefix+"namespace", ns); err != nil {
+		return err
+	}
+	return validID(prefix+"volume_id", id)
+}
+
+// volumeFor reads the named volume, NotFound when missing.
+func (snap *Snapshot) volumeFor(ns, id string) (*structs.Volume, error) {
+	v, err := snap.VolumeByID(nil, ns, id)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return nil, structs.NotFound("volume", volName(ns, id))
+	}
+	return v, nil
+}
+
+func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
+	if err := validateVolumeRef("", r.Namespace, r.VolumeID); err != nil {
+		return err
+	}
+	c := r.Claim
+	if c == nil {
+		return structs.Invalid("claim", "is required")
+	}
+	if err := validID("claim.alloc_id", c.AllocID); err != nil {
+		return err
+	}
+	if err := validID("claim.node_id", c.NodeID); err != nil {
+		return err
+	}
+	if !c.Mode.Valid() {
+		return structs.Invalid("claim.mode", "unknown claim mode %q (want %q or %q)", c.Mode, structs.ClaimRead, structs.ClaimWrite)
+	}
+	if c.State != "" && c.State != structs.ClaimTaken {
+		return structs.Invalid("claim.state", "a new claim starts at %q, not %q", structs.ClaimTaken, c.State)
+	}
+	if c.Attempts < 0 {
+		return structs.Invalid("claim.attempts", "must not be negative")
+	}
+	v, err := snap.volumeFor(r.Namespace, r.VolumeID)
+	if err != nil {
+		return err
+	}
+	name := volName(v.Namespace, v.ID)
+	if c.AccessMode != "" && c.AccessMode != v.AccessMode {
+		return structs.Invalid("claim.access_mode", "%q does not match volume %q access mode %q", c.AccessMode, name, v.AccessMode)
+	}
+	if c.AttachmentMode != "" && c.AttachmentMode != v.AttachmentMode {
+		return structs.Invalid("claim.attachment_mode", "%q does not match volume %q attachment mode %q", c.AttachmentMode, name, v.AttachmentMode)
+	}
+	if c.Mode == structs.ClaimWrite && v.AccessMode.MaxWriters() == 0 {
+		return structs.Invalid("claim.mode", "volume %q is %s: write claims are not allowed", name, v.AccessMode)
+	}
+	a, err := snap.AllocByID(nil, c.AllocID)
+	if err != nil {
+		return err
+	}
+	if a == nil {
+		return structs.NotFound("allocation", c.AllocID)
+	}
+	if a.NodeID != c.NodeID {
+		return structs.Invalid("claim.node_id", "allocation %q runs on node %q, not %q", a.ID, a.NodeID, c.NodeID)
+	}
+	if a.Namespace != "" && a.Namespace != v.Namespace {
+		return structs.Invalid("claim.alloc_id", "allocation %q is in namespace %q, volume %q in %q", a.ID, a.Namespace, v.ID, v.Namespace)
+	}
+	n, err := snap.NodeByID(nil, c.NodeID)
+	if err != nil {
+		return err
+	}
+	if n == nil {
+		return structs.NotFound("node", c.NodeID)
+	}
+	if a.ClientStatus.Terminal() {
+		return structs.Conflict("allocation %q is %s and cannot claim a volume", a.ID, a.ClientStatus)
+	}
+	if n.Status != structs.NodeReady {
+		return structs.Conflict("node %q is %s and cannot take a claim", n.ID, n.Status)
+	}
+	if v.Stuck != nil {
+		return structs.Conflict("volume %q is stuck: %s", name, v.Stuck.Reason)
+	}
+	if _, dup := v.Claims[c.AllocID]; dup {
+		return structs.Conflict("allocation %q already holds a claim on volume %q", c.AllocID, name)
+	}
+	// A claim counts until ready-to-free, so a new writer never races the
+	// controller detach of the previous one (ANCHORS pain 7).
+	if c.Mode == structs.ClaimWrite {
+		if max := v.AccessMode.MaxWriters(); max >= 0 {
+			if w := v.Allocs(structs.ClaimWrite); len(w) >= max {
+				return structs.Conflict("volume %q is %s and allocation(s) %s hold its write claim until it reaches %s",
+					name, v.AccessMode, list(w), structs.ClaimReadyToFree)
+			}
+		}
+	}
+	if v.AccessMode.SingleNode() {
+		for id, other := range v.Claims {
+			if other.State != structs.ClaimReadyToFree && other.NodeID != c.NodeID {
+				return structs.Conflict("volume %q is %s and allocation %q holds it on node %q", name, v.AccessMode, id, other.NodeID)
+			}
+		}
+	}
+	return nil
+}
+
+func validateClaimRemove(snap *Snapshot, r *structs.VolumeClaimRemoveRequest) error {
+	if err := validateVolumeRef("", r.Namespace, r.VolumeID); err != nil {
+		return err
+	}
+	if err := validID("alloc_id", r.AllocID); err != nil {
+		return err
+	}
+	v, err := snap.volumeFor(r.Namespace, r.VolumeID)
+	if err != nil {
+		return err
+	}
+	if _, ok := v.Claims[r.AllocID]; !ok {
+		return structs.NotFound("claim", volName(r.Namespace, r.VolumeID)+"/"+r.AllocID)
+	}
+	return nil
+}
+
+func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error {
+	if err := validateVolumeRef("", r.Namespace, r.VolumeID); err != nil {
+		return err
+	}
+	c := r.Claim
+	if c == nil {
+		return structs.Invalid("claim", "is required")
+	}
+	if err := validID("claim.alloc_id", c.AllocID); err != nil {
+		return err
+	}
+	if !c.State.Valid() {
+		return structs.Invalid("claim.state", "unknown claim state %q", c.State)
+	}
+	if c.Attempts < 0 {
+		return structs.Invalid("claim.attempts", "must not be negative")
+	}
+	v, err := snap.volumeFor(r.Namespace, r.VolumeID)
+	if err != nil {
+		return err
+	}
+	old, ok := v.Claims[c.AllocID]
+	if !ok {
+		return structs.NotFound("claim", volName(r.Namespace, r.VolumeID)+"/"+c.AllocID)
+	}
+	if c.NodeID != old.NodeID {
+		return structs.Invalid("claim.node_id", "is %q but the claim is on node %q", c.NodeID, old.NodeID)
+	}
+	if c.Mode != old.Mode {
+		return structs.Invalid("claim.mode", "is %q but the claim was taken as %q", c.Mode, old.Mode)
+	}
+	if c.State.Order() < old.State.Order() {
+		return structs.Conflict("claim of allocation %q on volume %q cannot move back from %s to %s",
+			c.AllocID, volName(r.Namespace, r.VolumeID), old.State, c.State)
+	}
+	if c.State.Order() > old.State.Order() {
+		// The host's safety invariant, enforced at the store too: never
+		// release a claim whose allocation still runs (DESIGN "Release" 1).
+		live, err := snap.liveAllocs([]string{c.AllocID})
+		if err != nil {
+			return err
+		}
+		if len(live) > 0 {
+			a, _ := snap.AllocByID(nil, c.AllocID)
+			return structs.Conflict("allocation %q is %s: its claim on volume %q cannot move to %s",
+				c.AllocID, a.ClientStatus, volName(r.Namespace, r.VolumeID), c.State)
+		}
+	}
+	return nil
+}
+
+func validateStuck(snap *Snapshot, r *structs.VolumeStuckRequest) error {
+	if err := validateVolumeRef("", r.Namespace, r.VolumeID); err != nil {
+		return err
+	}
+	if r.Stuck != nil && r.Stuck.Reason == "" {
+		return structs.Invalid("stuck.reason", "must not be empty")
+	}
+	_, err := snap.volumeFor(r.Namespace, r.VolumeID)
+	return err
+}
+
+func validateGC(_ *Snapshot, r *structs.ClaimGCRequest) error {
+	if len(r.Volumes) == 0 {
+		return structs.Invalid("volumes", "at least one volume is required")
+	}
+	for i, ref := range r.Volumes {
+		if err := validateVolumeRef(fmt.Sprintf("volumes[%d].", i), ref.Namespace, ref.ID); err != nil {
+			return err
+		}
+	}
+	// Volumes deregistered since the GC looked are skipped at apply, not
+	// refused: the GC claim is only a wake-up.
+	return nil
+}
+
+func validateLeftoversClear(snap *Snapshot, r *structs.LeftoversClearRequest) error {
+	if r.All {
+		if len(r.IDs) > 0 {
+			return structs.Invalid("all", "cannot be combined with ids")
+		}
+		return nil
+	}
+	if len(r.IDs) == 0 {
+		return structs.Invalid("ids", "name the leftovers to clear, or set all")
+	}
+	for i, id := range r.IDs {
+		if id == "" {
+			return structs.Invalid(fmt.Sprintf("ids[%d]", i), "must not be empty")
+		}
+		l, err := first[*structs.Leftover](snap, nil, TableLeftovers, indexID, id)
+		if err != nil {
+			return err
+		}
+		if l == nil {
+			return structs.NotFound("leftover", id)
+		}
+	}
+	return nil
+}
+
+func validateEvents(_ *Snapshot, r *structs.EventAppendRequest) error {
+	if len(r.Events) == 0 {
+		return structs.Invalid("events", "at least one event is required")
+	}
+	for i, e := range r.Events {
+		f := fmt.Sprintf("events[%d]", i)
+		if e == nil {
+			return structs.Invalid(f, "is null")
+		}
+		if e.Type == "" {
+			return structs.Invalid(f+".type", "must not be empty")
+		}
+	}
+	return nil
+}
