@@ -80,7 +80,11 @@ func TestRefusalsLeaveStateUnchanged(t *testing.T) {
 			&structs.VolumeDeregisterRequest{Namespace: "default", VolumeID: "vol-sw"}, "conflict"},
 		{"deregister in use by terminal alloc", func(f *fixture) { f.claim("vol-sw", "a1", structs.ClaimWrite); f.setAlloc("a1", structs.AllocComplete) },
 			structs.VolumeDeregisterType, &structs.VolumeDeregisterRequest{Namespace: "default", VolumeID: "vol-sw"}, "conflict"},
-		{"force deregister with live alloc", func(f *fixture) { f.claim("vol-mw", "a1", structs.ClaimWrite); f.claim("vol-mw", "a2", structs.ClaimWrite); f.setAlloc("a1", structs.AllocComplete) },
+		{"force deregister with live alloc", func(f *fixture) {
+			f.claim("vol-mw", "a1", structs.ClaimWrite)
+			f.claim("vol-mw", "a2", structs.ClaimWrite)
+			f.setAlloc("a1", structs.AllocComplete)
+		},
 			structs.VolumeDeregisterType, &structs.VolumeDeregisterRequest{Namespace: "default", VolumeID: "vol-mw", Force: true}, "conflict"},
 		{"alloc unknown node", nil, structs.AllocUpsertType,
 			&structs.AllocUpsertRequest{Allocs: []*structs.Alloc{{ID: "a9", NodeID: "n9", ClientStatus: structs.AllocRunning}}}, "notfound"},
