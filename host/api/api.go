@@ -1,0 +1,194 @@
+// Package api owns volhost's HTTP/JSON API (/v1/...): routing, request
+// decoding and limits, blocking queries over the state store, and the
+// mapping of typed errors onto HTTP statuses. Writes and operations go
+// through a Backend (host/server); reads come straight from state snapshots.
+//
+// Volumes are addressed as /v1/volume/ID with the namespace in the
+// ?namespace= query parameter ("default" when omitted), the same scheme on
+// every volume route, so an ID never has to be told apart from a namespace
+// by its position in the path.
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	hclog "github.com/hashicorp/go-hclog"
+)
+
+// Defaults for Config.
+const (
+	DefaultAddr         = "127.0.0.1:4747"
+	DefaultMaxBodyBytes = 1 << 20
+	// DefaultWait is how long a blocking query waits when ?wait= is not
+	// given, and MaxWait caps it (Nomad's values).
+	DefaultWait = 5 * time.Minute
+	MaxWait     = 10 * time.Minute
+	// DefaultNamespace is used when a volume request names none.
+	DefaultNamespace = "default"
+	// IndexHeader carries the index a read reflects; pass it back as
+	// ?index= to block until something newer exists.
+	IndexHeader = "X-Volhost-Index"
+)
+
+// Config configures a Server. Zero values take the defaults.
+type Config struct {
+	// Addr is the listen address for Start (default 127.0.0.1:4747).
+	Addr string
+	// MaxBodyBytes limits request bodies (default 1 MiB); larger bodies get 413.
+	MaxBodyBytes int64
+	// Logger is the parent logger; the server logs as "api" under it.
+	Logger hclog.Logger
+}
+
+// Server serves the API.
+type Server struct {
+	cfg     Config
+	log     hclog.Logger
+	store   Store
+	backend Backend
+	metrics http.Handler
+	mux     *http.ServeMux
+	handler http.Handler
+
+	// base is the parent of every request context; Shutdown cancels it so
+	// blocking queries end instead of holding the shutdown for minutes.
+	base       context.Context
+	cancelBase context.CancelFunc
+
+	mu   sync.Mutex
+	srv  *http.Server
+	addr string
+	done chan struct{}
+}
+
+// New returns a Server reading from store, writing through backend and
+// serving metrics (may be nil) at /v1/metrics. NewServer is the same over a
+// *state.Store.
+func New(cfg Config, store Store, backend Backend, metrics http.Handler) *Server {
+	if cfg.Addr == "" {
+		cfg.Addr = DefaultAddr
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	s := &Server{
+		cfg:     cfg,
+		log:     cfg.Logger.Named("api"),
+		store:   store,
+		backend: backend,
+		metrics: metrics,
+		mux:     http.NewServeMux(),
+		done:    make(chan struct{}),
+	}
+	s.base, s.cancelBase = context.WithCancel(context.Background())
+	s.routes()
+	s.handler = s.wrap(s.mux)
+	return s
+}
+
+// Handler returns the API's http.Handler (for tests and embedding).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Handle registers an extra route on the API, e.g. the module commands of
+// issue 4 (/v1/modules, /v1/module/{name}, /v1/modules/reload). Use
+// WriteJSON and WriteError so answers look like every other route. It must
+// be called before the server starts serving.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// Start listens on cfg.Addr and serves in the background until ctx ends or
+// Shutdown is called. It returns once the listener is open, so Addr is valid.
+func (s *Server) Start(ctx context.Context) error {
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("api: listen on %s: %w", s.cfg.Addr, err)
+	}
+	srv := s.newHTTPServer(l)
+	if srv == nil {
+		_ = l.Close()
+		return errors.New("api: server already started")
+	}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("serve failed", "addr", l.Addr().String(), "error", err)
+		}
+	}()
+	// The server's owner is ctx (or an explicit Shutdown): this goroutine
+	// ends with whichever comes first.
+	go func() {
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = s.Shutdown(sctx)
+		case <-s.done:
+		}
+	}()
+	s.log.Info("listening", "addr", l.Addr().String())
+	return nil
+}
+
+// Serve serves on l until Shutdown; it returns nil after a clean shutdown.
+func (s *Server) Serve(l net.Listener) error {
+	srv := s.newHTTPServer(l)
+	if srv == nil {
+		return errors.New("api: server already started")
+	}
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("api: serve: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) newHTTPServer(l net.Listener) *http.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv != nil {
+		return nil
+	}
+	s.addr = l.Addr().String()
+	s.srv = &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		BaseContext:       func(net.Listener) context.Context { return s.base },
+		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	}
+	return s.srv
+}
+
+// Shutdown stops accepting requests and waits for in-flight ones (blocking
+// queries end when their request context is cancelled) until ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	srv := s.srv
+	select {
+	case <-s.done:
+	default:
+		close(s.done)
+	}
+	s.mu.Unlock()
+	s.cancelBase()
+	if srv == nil {
+		return nil
+	}
+	if err := srv.Shutdown(ctx); err != nil {
+		return fmt.Errorf("api: shutdown: %w", err)
+	}
+	return nil
+}
+
+// Addr is the address the server listens on ("" before Start or Serve).
+func (s *Server) Addr() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addr
+}

@@ -1,0 +1,650 @@
+package api
+
+import (
+	"net/http"
+	"slices"
+
+	memdb "github.com/hashicorp/go-memdb"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Response bodies of the write routes.
+type (
+	// IndexResponse answers a write with the index it was committed at.
+	IndexResponse struct {
+		Index uint64 `json:"index"`
+	}
+	// DeregisterResponse answers DELETE /v1/volume/ID: what a forced
+	// deregister may have left attached (ANCHORS pain 5).
+	DeregisterResponse struct {
+		Leftovers []*structs.Leftover `json:"leftovers"`
+		Index     uint64              `json:"index"`
+	}
+	// GCResponse answers PUT /v1/system/gc.
+	GCResponse struct {
+		Volumes int `json:"volumes"`
+	}
+	// LeaderResponse answers GET /v1/status/leader.
+	LeaderResponse struct {
+		Address  string `json:"address"`
+		IsLeader bool   `json:"is_leader"`
+	}
+	// NodeStatusRequest is the body of PUT /v1/node/ID/status.
+	NodeStatusRequest struct {
+		Status structs.NodeStatus `json:"status"`
+	}
+	// ForceCheck says whether `volume deregister -force` would be allowed
+	// now: only when every allocation holding a claim is terminal or gone.
+	ForceCheck struct {
+		Allowed    bool     `json:"allowed"`
+		LiveAllocs []string `json:"live_allocs,omitempty"`
+	}
+	// VolumeResponse answers GET /v1/volume/ID: the volume (secrets
+	// redacted) and whether force-deregister is allowed now.
+	VolumeResponse struct {
+		*structs.Volume
+		ForceDeregister ForceCheck `json:"force_deregister"`
+	}
+)
+
+// Redacted replaces secret values in API answers.
+const Redacted = "<redacted>"
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /v1/volumes", s.listVolumes)
+	m.HandleFunc("PUT /v1/volumes", s.registerVolumes)
+	m.HandleFunc("POST /v1/volumes", s.registerVolumes)
+	m.HandleFunc("GET /v1/volumes/leftovers", s.listLeftovers)
+	m.HandleFunc("DELETE /v1/volumes/leftovers", s.clearLeftovers)
+	m.HandleFunc("GET /v1/volume/{id}", s.getVolume)
+	m.HandleFunc("DELETE /v1/volume/{id}", s.deregisterVolume)
+	m.HandleFunc("PUT /v1/volume/{id}/claim", s.claimVolume)
+	m.HandleFunc("POST /v1/volume/{id}/claim", s.claimVolume)
+	m.HandleFunc("PUT /v1/volume/{id}/detach", s.detachVolume)
+	m.HandleFunc("POST /v1/volume/{id}/detach", s.detachVolume)
+
+	m.HandleFunc("GET /v1/nodes", s.listNodes)
+	m.HandleFunc("PUT /v1/nodes", s.registerNode)
+	m.HandleFunc("POST /v1/nodes", s.registerNode)
+	m.HandleFunc("GET /v1/node/{id}", s.getNode)
+	m.HandleFunc("PUT /v1/node/{id}/status", s.nodeStatus)
+	m.HandleFunc("POST /v1/node/{id}/status", s.nodeStatus)
+
+	m.HandleFunc("GET /v1/plugins", s.listPlugins)
+	m.HandleFunc("PUT /v1/plugins", s.registerPlugin)
+	m.HandleFunc("POST /v1/plugins", s.registerPlugin)
+	m.HandleFunc("GET /v1/plugin/{id}", s.getPlugin)
+
+	m.HandleFunc("GET /v1/allocs", s.listAllocs)
+	m.HandleFunc("PUT /v1/allocs", s.upsertAllocs)
+	m.HandleFunc("POST /v1/allocs", s.upsertAllocs)
+	m.HandleFunc("GET /v1/alloc/{id}", s.getAlloc)
+
+	m.HandleFunc("GET /v1/events", s.listEvents)
+	m.HandleFunc("PUT /v1/system/gc", s.systemGC)
+	m.HandleFunc("POST /v1/system/gc", s.systemGC)
+	m.HandleFunc("GET /v1/status/leader", s.leader)
+	m.HandleFunc("GET /v1/metrics", s.serveMetrics)
+}
+
+// read runs a blocking read: fn fills the answer and returns its index.
+// The answer is written only once the query settles.
+func (s *Server) read(w http.ResponseWriter, r *http.Request, fn func(ws memdb.WatchSet, rd Reader) (any, uint64, error)) {
+	minIndex, wait, err := blockingParams(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	var out any
+	index, err := s.store.Query(r.Context(), minIndex, wait, func(ws memdb.WatchSet, rd Reader) (uint64, error) {
+		v, idx, err := fn(ws, rd)
+		if err != nil {
+			return 0, err
+		}
+		out = v
+		return idx, nil
+	})
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	setIndex(w, index)
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// maxIndex returns the highest index of the given tables.
+func maxIndex(rd Reader, tables ...string) (uint64, error) {
+	var m uint64
+	for _, t := range tables {
+		i, err := rd.Index(t)
+		if err != nil {
+			return 0, err
+		}
+		m = max(m, i)
+	}
+	return m, nil
+}
+
+// redact copies v with its secret values hidden: API reads never show them.
+func redact(v *structs.Volume) *structs.Volume {
+	if len(v.Secrets) == 0 {
+		return v
+	}
+	c := v.Copy()
+	for k := range c.Secrets {
+		c.Secrets[k] = Redacted
+	}
+	return c
+}
+
+func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
+	ns := r.URL.Query().Get("namespace")
+	if ns != "" {
+		if err := ValidateID("namespace", ns); err != nil {
+			WriteError(w, err)
+			return
+		}
+	}
+	plugin := r.URL.Query().Get("plugin_id")
+	if plugin != "" {
+		if err := ValidateID("plugin_id", plugin); err != nil {
+			WriteError(w, err)
+			return
+		}
+	}
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		vols, err := rd.Volumes(ws)
+		if err != nil {
+			return nil, 0, err
+		}
+		out := make([]*structs.Volume, 0, len(vols))
+		for _, v := range vols {
+			if (ns == "" || v.Namespace == ns) && (plugin == "" || v.PluginID == plugin) {
+				out = append(out, redact(v))
+			}
+		}
+		idx, err := rd.Index(tableVolumes)
+		return out, idx, err
+	})
+}
+
+func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "volume_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	ns, err := namespace(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		v, err := rd.VolumeByID(ws, ns, id)
+		if err == nil && v == nil {
+			err = structs.NotFound("volume", ns+"/"+id)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		fc, err := forceCheck(ws, rd, v)
+		if err != nil {
+			return nil, 0, err
+		}
+		idx, err := maxIndex(rd, tableVolumes, tableAllocs)
+		return &VolumeResponse{Volume: redact(v), ForceDeregister: fc}, idx, err
+	})
+}
+
+// forceCheck applies DESIGN "Operator commands": force-deregister needs
+// every claim's allocation terminal or gone.
+func forceCheck(ws memdb.WatchSet, rd Reader, v *structs.Volume) (ForceCheck, error) {
+	fc := ForceCheck{Allowed: true}
+	for allocID := range v.Claims {
+		a, err := rd.AllocByID(ws, allocID)
+		if err != nil {
+			return fc, err
+		}
+		if a != nil && !a.ClientStatus.Terminal() {
+			fc.Allowed = false
+			fc.LiveAllocs = append(fc.LiveAllocs, allocID)
+		}
+	}
+	slices.Sort(fc.LiveAllocs)
+	return fc, nil
+}
+
+// VolumesRequest is the body of PUT /v1/volumes.
+type VolumesRequest = structs.VolumeRegisterRequest
+
+func (s *Server) registerVolumes(w http.ResponseWriter, r *http.Request) {
+	var req VolumesRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		WriteError(w, err)
+		return
+	}
+	if len(req.Volumes) == 0 {
+		WriteError(w, badRequest("volumes", "no volumes given"))
+		return
+	}
+	for i, v := range req.Volumes {
+		if v == nil {
+			WriteError(w, badRequest("volumes", "entry %d is null", i))
+			return
+		}
+		if v.Namespace == "" {
+			v.Namespace = DefaultNamespace
+		}
+	}
+	index, err := s.backend.RegisterVolumes(r.Context(), req.Volumes)
+	s.answerIndex(w, index, err)
+}
+
+func (s *Server) answerIndex(w http.ResponseWriter, index uint64, err error) {
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	setIndex(w, index)
+	WriteJSON(w, http.StatusOK, IndexResponse{Index: index})
+}
+
+func (s *Server) deregisterVolume(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "volume_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	ns, err := namespace(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	force, err := queryBool(r, "force")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	left, index, err := s.backend.DeregisterVolume(r.Context(), ns, id, force)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	if left == nil {
+		left = []*structs.Leftover{}
+	}
+	setIndex(w, index)
+	WriteJSON(w, http.StatusOK, DeregisterResponse{Leftovers: left, Index: index})
+}
+
+func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "volume_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	ns, err := namespace(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	var req structs.ClaimRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		WriteError(w, err)
+		return
+	}
+	// The path names the volume; a body that names another is a mistake.
+	if req.VolumeID != "" && req.VolumeID != id {
+		WriteError(w, badRequest("volume_id", "body names volume %q but the path names %q", req.VolumeID, id))
+		return
+	}
+	if req.Namespace != "" && r.URL.Query().Get("namespace") != "" && req.Namespace != ns {
+		WriteError(w, badRequest("namespace", "body names namespace %q but the query names %q", req.Namespace, ns))
+		return
+	}
+	if req.Namespace == "" {
+		req.Namespace = ns
+	}
+	req.VolumeID = id
+	if err := ValidateID("alloc_id", req.AllocID); err != nil {
+		WriteError(w, err)
+		return
+	}
+	if err := ValidateID("node_id", req.NodeID); err != nil {
+		WriteError(w, err)
+		return
+	}
+	if !req.Mode.Valid() {
+		WriteError(w, badRequest("mode", "must be %q or %q, got %q", structs.ClaimRead, structs.ClaimWrite, req.Mode))
+		return
+	}
+	claim, err := s.backend.ClaimVolume(r.Context(), &req)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, claim)
+}
+
+func (s *Server) detachVolume(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "volume_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	ns, err := namespace(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	node := r.URL.Query().Get("node")
+	if err := ValidateID("node", node); err != nil {
+		WriteError(w, err)
+		return
+	}
+	res, err := s.backend.DetachVolume(r.Context(), ns, id, node)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) listLeftovers(w http.ResponseWriter, r *http.Request) {
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		left, err := rd.Leftovers(ws)
+		if err != nil {
+			return nil, 0, err
+		}
+		if left == nil {
+			left = []*structs.Leftover{}
+		}
+		idx, err := rd.Index(tableLeftovers)
+		return left, idx, err
+	})
+}
+
+// clearLeftovers takes the IDs either as a JSON body
+// {"ids": [...], "all": bool} or as ?id=...&id=... / ?all=true.
+func (s *Server) clearLeftovers(w http.ResponseWriter, r *http.Request) {
+	var req structs.LeftoversClearRequest
+	if r.ContentLength != 0 {
+		if err := s.decodeBody(w, r, &req); err != nil {
+			WriteError(w, err)
+			return
+		}
+	} else {
+		all, err := queryBool(r, "all")
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		req.All = all
+		req.IDs = r.URL.Query()["id"]
+	}
+	switch {
+	case req.All && len(req.IDs) > 0:
+		WriteError(w, badRequest("ids", "give leftover IDs or all, not both"))
+		return
+	case !req.All && len(req.IDs) == 0:
+		WriteError(w, badRequest("ids", "give leftover IDs to clear, or all"))
+		return
+	}
+	for _, id := range req.IDs {
+		if id == "" {
+			WriteError(w, badRequest("ids", "must not hold an empty ID"))
+			return
+		}
+	}
+	index, err := s.backend.ClearLeftovers(r.Context(), req.IDs, req.All)
+	s.answerIndex(w, index, err)
+}
+
+func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		nodes, err := rd.Nodes(ws)
+		if err != nil {
+			return nil, 0, err
+		}
+		if nodes == nil {
+			nodes = []*structs.Node{}
+		}
+		idx, err := rd.Index(tableNodes)
+		return nodes, idx, err
+	})
+}
+
+func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "node_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		n, err := rd.NodeByID(ws, id)
+		if err == nil && n == nil {
+			err = structs.NotFound("node", id)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		idx, err := rd.Index(tableNodes)
+		return n, idx, err
+	})
+}
+
+func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
+	var req structs.NodeUpsertRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		WriteError(w, err)
+		return
+	}
+	if req.Node == nil {
+		WriteError(w, badRequest("node", "missing"))
+		return
+	}
+	if err := ValidateID("node.id", req.Node.ID); err != nil {
+		WriteError(w, err)
+		return
+	}
+	n, err := s.backend.RegisterNode(r.Context(), req.Node)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	setIndex(w, n.ModifyIndex)
+	WriteJSON(w, http.StatusOK, n)
+}
+
+func (s *Server) nodeStatus(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "node_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	var req NodeStatusRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		WriteError(w, err)
+		return
+	}
+	if !req.Status.Valid() {
+		WriteError(w, badRequest("status", "must be %q or %q, got %q", structs.NodeReady, structs.NodeDown, req.Status))
+		return
+	}
+	index, err := s.backend.UpdateNodeStatus(r.Context(), id, req.Status)
+	s.answerIndex(w, index, err)
+}
+
+func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request) {
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		ps, err := rd.Plugins(ws)
+		if err != nil {
+			return nil, 0, err
+		}
+		if ps == nil {
+			ps = []*structs.Plugin{}
+		}
+		idx, err := rd.Index(tablePlugins)
+		return ps, idx, err
+	})
+}
+
+func (s *Server) getPlugin(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "plugin_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		p, err := rd.PluginByID(ws, id)
+		if err == nil && p == nil {
+			err = structs.NotFound("plugin", id)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		idx, err := rd.Index(tablePlugins)
+		return p, idx, err
+	})
+}
+
+func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) {
+	var req structs.PluginUpsertRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		WriteError(w, err)
+		return
+	}
+	if req.Plugin == nil {
+		WriteError(w, badRequest("plugin", "missing"))
+		return
+	}
+	if err := ValidateID("plugin.id", req.Plugin.ID); err != nil {
+		WriteError(w, err)
+		return
+	}
+	p, err := s.backend.RegisterPlugin(r.Context(), req.Plugin)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	setIndex(w, p.ModifyIndex)
+	WriteJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) listAllocs(w http.ResponseWriter, r *http.Request) {
+	node := r.URL.Query().Get("node_id")
+	if node != "" {
+		if err := ValidateID("node_id", node); err != nil {
+			WriteError(w, err)
+			return
+		}
+	}
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		as, err := rd.Allocs(ws)
+		if err != nil {
+			return nil, 0, err
+		}
+		out := make([]*structs.Alloc, 0, len(as))
+		for _, a := range as {
+			if node == "" || a.NodeID == node {
+				out = append(out, a)
+			}
+		}
+		idx, err := rd.Index(tableAllocs)
+		return out, idx, err
+	})
+}
+
+func (s *Server) getAlloc(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "alloc_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		a, err := rd.AllocByID(ws, id)
+		if err == nil && a == nil {
+			err = structs.NotFound("alloc", id)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		idx, err := rd.Index(tableAllocs)
+		return a, idx, err
+	})
+}
+
+func (s *Server) upsertAllocs(w http.ResponseWriter, r *http.Request) {
+	var req structs.AllocUpsertRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		WriteError(w, err)
+		return
+	}
+	if len(req.Allocs) == 0 {
+		WriteError(w, badRequest("allocs", "no allocations given"))
+		return
+	}
+	for i, a := range req.Allocs {
+		if a == nil {
+			WriteError(w, badRequest("allocs", "entry %d is null", i))
+			return
+		}
+		if err := ValidateID("allocs.id", a.ID); err != nil {
+			WriteError(w, err)
+			return
+		}
+	}
+	index, err := s.backend.UpsertAllocs(r.Context(), req.Allocs)
+	s.answerIndex(w, index, err)
+}
+
+// listEvents answers the events after ?index= (all when 0). The same
+// parameter drives the blocking query, so a client passing back the index
+// header waits for the next events and gets only those.
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	since, _, err := blockingParams(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		evs, err := rd.Events(ws, since)
+		if err != nil {
+			return nil, 0, err
+		}
+		if evs == nil {
+			evs = []*structs.Event{}
+		}
+		idx, err := rd.Index(tableEvents)
+		return evs, idx, err
+	})
+}
+
+func (s *Server) systemGC(w http.ResponseWriter, r *http.Request) {
+	n, err := s.backend.SystemGC(r.Context())
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, GCResponse{Volumes: n})
+}
+
+// leader doubles as the health check: 503 while no leader is known.
+func (s *Server) leader(w http.ResponseWriter, r *http.Request) {
+	addr, isLeader := s.backend.Leader()
+	if addr == "" && !isLeader {
+		WriteError(w, structs.ErrNoLeader)
+		return
+	}
+	WriteJSON(w, http.StatusOK, LeaderResponse{Address: addr, IsLeader: isLeader})
+}
+
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.metrics == nil {
+		WriteError(w, &httpError{status: http.StatusNotFound, msg: "metrics are not enabled"})
+		return
+	}
+	s.metrics.ServeHTTP(w, r)
+}
