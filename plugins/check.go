@@ -1,0 +1,160 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/volhost/volhost/abi"
+)
+
+// checkPolicyResponse validates a release policy's answer against its
+// request: at most one decision per claim, only for claims it was given,
+// with a known action and no negative wait. Anything else is bad output:
+// acting on a decision for a claim the policy never saw would release the
+// wrong claim. (Whether the claim's allocation really is terminal is the
+// watcher's invariant to check: DESIGN "Release" step 1.)
+func checkPolicyResponse(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {
+	if len(resp.Decisions) > len(req.Claims) {
+		return fmt.Errorf("%d decisions for %d claims", len(resp.Decisions), len(req.Claims))
+	}
+	seen := make(map[string]bool, len(resp.Decisions))
+	for i := range resp.Decisions {
+		d := &resp.Decisions[i]
+		if !hasClaim(req, d.AllocID) {
+			return fmt.Errorf("decision for alloc %q, which is not a claim of the request", d.AllocID)
+		}
+		if seen[d.AllocID] {
+			return fmt.Errorf("two decisions for alloc %q", d.AllocID)
+		}
+		seen[d.AllocID] = true
+		switch d.Action {
+		case abi.ActionRelease, abi.ActionWait, abi.ActionReleaseSkipNode:
+		default:
+			return fmt.Errorf("decision for alloc %q has unknown action %d", d.AllocID, d.Action)
+		}
+		if d.RetryAfterMs < 0 {
+			return fmt.Errorf("decision for alloc %q has negative retry_after_ms %d", d.AllocID, d.RetryAfterMs)
+		}
+	}
+	return nil
+}
+
+func hasClaim(req *abi.PolicyRequest, allocID string) bool {
+	for i := range req.Claims {
+		if req.Claims[i].AllocID == allocID {
+			return true
+		}
+	}
+	return false
+}
+
+// checkClassifyResponse validates an adapter's error classification.
+func checkClassifyResponse(resp *abi.ClassifyResponse) error {
+	switch resp.Outcome {
+	case abi.OutcomeDone, abi.OutcomeRetry, abi.OutcomeFatal:
+	default:
+		return fmt.Errorf("unknown outcome %d", resp.Outcome)
+	}
+	if resp.RetryAfterMs < 0 {
+		return fmt.Errorf("negative retry_after_ms %d", resp.RetryAfterMs)
+	}
+	return nil
+}
+
+// Self-test requests: synthetic, fixed, with the time in the request so
+// the answer is deterministic. They run once per candidate generation on
+// its canary instance, before it may serve.
+const selfTestNow = 1_700_000_000_000
+
+func selfTestPolicyRequest() *abi.PolicyRequest {
+	return &abi.PolicyRequest{
+		NowUnixMs: selfTestNow,
+		Volume: abi.VolumeView{Namespace: "volhost-selftest", ID: "selftest", PluginID: "selftest",
+			AccessMode: "single-node-writer", AttachmentMode: "file-system"},
+		Claims: []abi.ClaimView{
+			{AllocID: "selftest-done", NodeID: "selftest-node", Mode: "write", State: "taken"},
+			{AllocID: "selftest-running", NodeID: "selftest-node", Mode: "read", State: "taken"},
+		},
+		Allocs: []abi.AllocView{
+			{ID: "selftest-done", ClientStatus: "complete", TerminalAgeMs: 3_600_000},
+			{ID: "selftest-running", ClientStatus: "running"},
+		},
+		Nodes: []abi.NodeView{{ID: "selftest-node", Status: "ready", ExternalID: "selftest-node"}},
+	}
+}
+
+func selfTestAdapterRequest() *abi.AdapterRequest {
+	return &abi.AdapterRequest{
+		Step:      "controller-unpublish",
+		Claim:     abi.ClaimView{AllocID: "selftest-done", NodeID: "selftest-node", Mode: "write", State: "node-detached"},
+		Volume:    abi.VolumeView{Namespace: "volhost-selftest", ID: "selftest", PluginID: "selftest", ExternalID: "selftest-disk"},
+		Node:      abi.NodeView{ID: "selftest-node", Status: "ready", ExternalID: "selftest-node"},
+		Plugin:    abi.PluginView{ID: "selftest", PublishUnpublish: true},
+		NowUnixMs: selfTestNow,
+	}
+}
+
+func selfTestClassifyRequest() *abi.ClassifyRequest {
+	return &abi.ClassifyRequest{Step: "controller-unpublish", Code: 5, Message: "disk not found", Attempts: 1,
+		PluginID: "selftest", VolumeID: "selftest"}
+}
+
+// selfTest runs the synthetic requests of the module's kind on inst.
+func (g *generation) selfTest(ctx context.Context, inst *instance) error {
+	run := func(export string, req []byte, decode func([]byte) (string, error)) error {
+		cctx, cancel := context.WithTimeout(ctx, max(minInitTimeout, 10*g.man.Limits.CallTimeout))
+		defer cancel()
+		return g.invokeOn(cctx, ctx, inst, export, req, decode)
+	}
+	switch g.man.Kind {
+	case abi.KindReleasePolicy:
+		req := selfTestPolicyRequest()
+		var resp abi.PolicyResponse
+		return run(abi.ExportDecideRelease, req.MarshalAppend(nil), policyDecoder(req, &resp))
+	default:
+		areq := selfTestAdapterRequest()
+		var aresp abi.AdapterResponse
+		if err := run(abi.ExportAdaptRequest, areq.MarshalAppend(nil), adapterDecoder(&aresp)); err != nil {
+			return err
+		}
+		creq := selfTestClassifyRequest()
+		var cresp abi.ClassifyResponse
+		return run(abi.ExportClassifyError, creq.MarshalAppend(nil), classifyDecoder(&cresp))
+	}
+}
+
+// Decoders shared by calls and the self-test: unmarshal, then validate;
+// they return the guest's Error string separately (a guest-error fault).
+
+func policyDecoder(req *abi.PolicyRequest, resp *abi.PolicyResponse) func([]byte) (string, error) {
+	return func(b []byte) (string, error) {
+		if err := resp.Unmarshal(b); err != nil {
+			return "", err
+		}
+		if resp.Error != "" {
+			return resp.Error, nil
+		}
+		return "", checkPolicyResponse(req, resp)
+	}
+}
+
+func adapterDecoder(resp *abi.AdapterResponse) func([]byte) (string, error) {
+	return func(b []byte) (string, error) {
+		if err := resp.Unmarshal(b); err != nil {
+			return "", err
+		}
+		return resp.Error, nil
+	}
+}
+
+func classifyDecoder(resp *abi.ClassifyResponse) func([]byte) (string, error) {
+	return func(b []byte) (string, error) {
+		if err := resp.Unmarshal(b); err != nil {
+			return "", err
+		}
+		if resp.Error != "" {
+			return resp.Error, nil
+		}
+		return "", checkClassifyResponse(resp)
+	}
+}

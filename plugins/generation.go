@@ -1,0 +1,429 @@
+package plugins
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/sys"
+
+	"github.com/volhost/volhost/abi"
+)
+
+const (
+	// maxMessage bounds a request or response crossing the boundary, like
+	// the codec's own bound: a guest claiming a larger result is broken.
+	maxMessage = 4 << 20
+	// minInitTimeout bounds instantiation, _initialize and configure, which
+	// for a Go guest take ~6 ms (~90 ms under -race): far above a decision's
+	// call_timeout, so they get their own, larger budget.
+	minInitTimeout = 5 * time.Second
+	// pageSize is the wasm page size.
+	pageSize = 65536
+)
+
+// generation is one loaded version of a module: its own wazero runtime
+// (memory caps are per runtime), its compiled code and its instance pool.
+// It is reference counted by in-flight calls and closed once it has been
+// retired (replaced, removed or the manager closed) and the last call has
+// returned, so a hot swap never interrupts a call.
+type generation struct {
+	name     string
+	num      uint64
+	man      *Manifest
+	sha      string
+	version  string // the manifest's version, or the guest's own if unset
+	log      hclog.Logger
+	rt       wazero.Runtime
+	compiled wazero.CompiledModule
+	cfgReq   []byte // encoded ConfigureRequest, sent once per instance
+	// recyclePages: an instance whose memory grew past this is discarded
+	// after its call, so a leaking guest is reset before it hits the cap.
+	recyclePages uint32
+
+	slots chan struct{}  // one token per live, checked-out instance
+	idle  chan *instance // instances waiting for a call
+
+	memPages atomic.Uint32 // memory size seen at the last check-in
+
+	mu       sync.Mutex
+	inflight int
+	retired  bool
+	closed   bool
+	done     chan struct{} // closed once the runtime is closed
+	onClose  func()
+}
+
+// instance is one instantiated module with its exports resolved.
+type instance struct {
+	mod    api.Module
+	mem    api.Memory
+	buffer api.Function
+	fns    map[string]api.Function
+	out    *tailBuffer
+	stack  []uint64
+	calls  int
+}
+
+// genDeps is what a generation needs from its manager.
+type genDeps struct {
+	cache   wazero.CompilationCache
+	log     hclog.Logger
+	onOpen  func() // a runtime was created
+	onClose func() // a runtime was closed
+}
+
+// loadGeneration builds and validates a candidate generation: sha256 pin,
+// compile (through the disk cache), imports, exports, a canary instance
+// (_initialize, ABI version, configure) and a self-test call. On any error
+// everything it created is closed and the error says what was refused.
+func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, wasm []byte, man *Manifest) (*generation, error) {
+	sum := sha256.Sum256(wasm)
+	sha := hex.EncodeToString(sum[:])
+	if man.SHA256 != "" && man.SHA256 != sha {
+		return nil, fmt.Errorf("sha256 of %s.wasm is %s, manifest pins %s", name, sha, man.SHA256)
+	}
+	cfg := wazero.NewRuntimeConfig().
+		WithMemoryLimitPages(man.Limits.MemoryPages).
+		WithCloseOnContextDone(true)
+	if d.cache != nil {
+		cfg = cfg.WithCompilationCache(d.cache)
+	}
+	g := &generation{
+		name:    name,
+		num:     num,
+		man:     man,
+		sha:     sha,
+		version: man.Version,
+		slots:   make(chan struct{}, man.Limits.PoolSize),
+		idle:    make(chan *instance, man.Limits.PoolSize),
+		done:    make(chan struct{}),
+		onClose: d.onClose,
+		// A quarter of the cap is left as headroom for the next request.
+		recyclePages: man.Limits.MemoryPages - man.Limits.MemoryPages/4,
+	}
+	g.log = d.log.Named(name).With("module", name, "module_version", man.Version)
+	g.rt = wazero.NewRuntimeWithConfig(ctx, cfg)
+	if d.onOpen != nil {
+		d.onOpen()
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			g.retire()
+		}
+	}()
+	if err := instantiateHostModules(ctx, g.rt, g.log); err != nil {
+		return nil, err
+	}
+	compiled, err := g.rt.CompileModule(ctx, wasm)
+	if err != nil {
+		return nil, fmt.Errorf("compile %s.wasm: %w", name, err)
+	}
+	g.compiled = compiled
+	if err := validateImports(compiled); err != nil {
+		return nil, err
+	}
+	if err := validateExports(compiled, man.Kind); err != nil {
+		return nil, err
+	}
+	g.cfgReq = (&abi.ConfigureRequest{ModuleName: name, Config: man.Config}).MarshalAppend(nil)
+
+	canary, guestVersion, err := g.newInstance(ctx, true)
+	if err != nil {
+		return nil, err
+	}
+	if g.version == "" {
+		g.version = guestVersion
+		g.log = d.log.Named(name).With("module", name, "module_version", g.version)
+	}
+	if err := g.selfTest(ctx, canary); err != nil {
+		canary.close()
+		return nil, fmt.Errorf("self-test: %w", err)
+	}
+	// The canary is a good instance: keep it as the pool's first.
+	g.memPages.Store(canary.mem.Size() / pageSize)
+	g.idle <- canary
+	ok = true
+	return g, nil
+}
+
+// newInstance instantiates the compiled module, runs _initialize, checks
+// the ABI version and configures it. check reports the guest's own version
+// string (from ConfigureResponse).
+func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*instance, string, error) {
+	out := &tailBuffer{}
+	timeout := max(minInitTimeout, 10*g.man.Limits.CallTimeout)
+	ictx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// No args, no env, no FS: the zero ModuleConfig grants none. Stdout and
+	// stderr go to a bounded tail attached to fault errors. The name is
+	// empty so one runtime can hold the whole pool.
+	mod, err := g.rt.InstantiateModule(ictx, g.compiled, wazero.NewModuleConfig().
+		WithName("").
+		WithStartFunctions().
+		WithStdout(out).
+		WithStderr(out))
+	if err != nil {
+		return nil, "", g.fault(ctx, ictx, err, out, "instantiate")
+	}
+	inst := &instance{
+		mod:    mod,
+		mem:    mod.Memory(),
+		buffer: mod.ExportedFunction(abi.ExportBuffer),
+		fns:    make(map[string]api.Function, 3),
+		out:    out,
+		stack:  make([]uint64, 1),
+	}
+	for name := range requiredExports(g.man.Kind) {
+		inst.fns[name] = mod.ExportedFunction(name)
+	}
+	if inst.mem == nil {
+		inst.close()
+		return nil, "", &FaultError{Module: g.name, Version: g.version, Kind: FaultABI, Err: errors.New("module has no memory")}
+	}
+	if init := mod.ExportedFunction(abi.ExportInitialize); init != nil {
+		if _, err := init.Call(ictx); err != nil {
+			inst.close()
+			return nil, "", g.fault(ctx, ictx, err, out, abi.ExportInitialize)
+		}
+	}
+	if checkVersion {
+		res, err := inst.fns[abi.ExportVersion].Call(ictx)
+		if err != nil {
+			inst.close()
+			return nil, "", g.fault(ctx, ictx, err, out, abi.ExportVersion)
+		}
+		if v := api.DecodeI32(res[0]); v != abi.Version {
+			inst.close()
+			return nil, "", fmt.Errorf("module speaks ABI v%d, host speaks v%d", v, abi.Version)
+		}
+	}
+	var resp abi.ConfigureResponse
+	err = g.invokeOn(ictx, ctx, inst, abi.ExportConfigure, g.cfgReq, func(b []byte) (string, error) {
+		if err := resp.Unmarshal(b); err != nil {
+			return "", err
+		}
+		return resp.Error, nil
+	})
+	if err != nil {
+		inst.close()
+		return nil, "", fmt.Errorf("configure: %w", err)
+	}
+	return inst, resp.Version, nil
+}
+
+func (inst *instance) close() {
+	_ = inst.mod.Close(context.Background())
+}
+
+// acquire takes a reference for one call; false once the generation is
+// retired (the caller then reloads the module's current generation).
+func (g *generation) acquire() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.retired {
+		return false
+	}
+	g.inflight++
+	return true
+}
+
+// release drops a call's reference, closing a drained retired generation.
+func (g *generation) release() {
+	g.mu.Lock()
+	g.inflight--
+	closeNow := g.retired && g.inflight == 0 && !g.closed
+	if closeNow {
+		g.closed = true
+	}
+	g.mu.Unlock()
+	if closeNow {
+		g.closeRuntime()
+	}
+}
+
+// retire stops new calls; the runtime closes now if nothing is in flight,
+// else when the last call releases.
+func (g *generation) retire() {
+	g.mu.Lock()
+	g.retired = true
+	closeNow := g.inflight == 0 && !g.closed
+	if closeNow {
+		g.closed = true
+	}
+	g.mu.Unlock()
+	if closeNow {
+		g.closeRuntime()
+	}
+}
+
+func (g *generation) closeRuntime() {
+	// Closing the runtime closes every instance, WASI and the host module.
+	if err := g.rt.Close(context.Background()); err != nil {
+		g.log.Warn("closing runtime", "generation", g.num, "error", err)
+	}
+	close(g.done)
+	if g.onClose != nil {
+		g.onClose()
+	}
+}
+
+// checkout takes an instance from the pool, creating one lazily while the
+// pool is below pool_size, or waits for one until ctx is done.
+func (g *generation) checkout(ctx context.Context) (*instance, error) {
+	select {
+	case g.slots <- struct{}{}:
+	default:
+		select {
+		case g.slots <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting for a %s instance: %w", g.name, ctx.Err())
+		}
+	}
+	select {
+	case inst := <-g.idle:
+		return inst, nil
+	default:
+	}
+	inst, _, err := g.newInstance(ctx, false)
+	if err != nil {
+		<-g.slots
+		return nil, err
+	}
+	return inst, nil
+}
+
+// checkin returns an instance to the pool, or discards it.
+func (g *generation) checkin(inst *instance, discard bool) {
+	inst.calls++
+	if !discard {
+		pages := inst.mem.Size() / pageSize
+		g.memPages.Store(pages)
+		switch {
+		case inst.calls >= g.man.Limits.MaxCalls:
+			discard = true
+		case pages > g.recyclePages:
+			g.log.Debug("recycling instance above memory threshold", "pages", pages, "threshold", g.recyclePages)
+			discard = true
+		}
+	}
+	if discard {
+		inst.close()
+	} else {
+		g.idle <- inst // never blocks: idle holds at most pool_size
+	}
+	<-g.slots
+}
+
+// call runs one export on a pooled instance. decode parses the response
+// (still inside the host's copy) and returns the guest's Error string.
+func (g *generation) call(ctx context.Context, export string, req []byte, decode func([]byte) (string, error)) error {
+	inst, err := g.checkout(ctx)
+	if err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, g.man.Limits.CallTimeout)
+	err = g.invokeOn(cctx, ctx, inst, export, req, decode)
+	cancel()
+	discard := false
+	var fe *FaultError
+	if errors.As(err, &fe) {
+		switch fe.Kind {
+		case FaultTrap, FaultTimeout, FaultOOM, FaultABI:
+			discard = true
+		}
+	} else if err != nil {
+		discard = true // the caller gave up mid-call: wazero closed the instance
+	}
+	g.checkin(inst, discard)
+	return err
+}
+
+// invokeOn writes req into the guest's buffer, calls export with cctx (the
+// call's deadline) and decodes the packed result. parent is the caller's
+// own context, used to tell its cancellation from the module's timeout.
+func (g *generation) invokeOn(cctx, parent context.Context, inst *instance, export string, req []byte, decode func([]byte) (string, error)) error {
+	inst.out.Reset()
+	inst.stack[0] = api.EncodeU32(uint32(len(req)))
+	if err := inst.buffer.CallWithStack(cctx, inst.stack); err != nil {
+		return g.fault(parent, cctx, err, inst.out, abi.ExportBuffer)
+	}
+	ptr := api.DecodeU32(inst.stack[0])
+	if !inst.mem.Write(ptr, req) {
+		return g.abiFault(inst, fmt.Errorf("%s(%d) returned %#x: outside the guest's %d-byte memory", abi.ExportBuffer, len(req), ptr, inst.mem.Size()))
+	}
+	inst.stack[0] = api.EncodeU32(uint32(len(req)))
+	if err := inst.fns[export].CallWithStack(cctx, inst.stack); err != nil {
+		return g.fault(parent, cctx, err, inst.out, export)
+	}
+	rptr, rlen := abi.UnpackResult(inst.stack[0])
+	if rlen > maxMessage {
+		return g.abiFault(inst, fmt.Errorf("%s returned a %d-byte result, over the %d-byte limit", export, rlen, maxMessage))
+	}
+	view, ok := inst.mem.Read(rptr, rlen)
+	if !ok {
+		return g.abiFault(inst, fmt.Errorf("%s returned [%#x, +%d): outside the guest's %d-byte memory", export, rptr, rlen, inst.mem.Size()))
+	}
+	// Copy out before decoding: the view aliases guest memory, which the
+	// next call on this instance overwrites.
+	buf := getBuf()
+	*buf = append((*buf)[:0], view...)
+	guestErr, err := decode(*buf)
+	putBuf(buf)
+	if err != nil {
+		return &FaultError{Module: g.name, Version: g.version, Kind: FaultBadOutput,
+			Err: fmt.Errorf("%s: %w", export, err), Output: inst.out.String()}
+	}
+	if guestErr != "" {
+		return &FaultError{Module: g.name, Version: g.version, Kind: FaultGuestError,
+			Err: errors.New(guestErr), Output: inst.out.String()}
+	}
+	return nil
+}
+
+func (g *generation) abiFault(inst *instance, err error) error {
+	return &FaultError{Module: g.name, Version: g.version, Kind: FaultABI, Err: err, Output: inst.out.String()}
+}
+
+// fault maps a wazero call error to a FaultError. A cancelled caller is
+// not the module's fault: that returns the context's error, uncounted.
+func (g *generation) fault(parent, cctx context.Context, err error, out *tailBuffer, what string) error {
+	if parent.Err() != nil {
+		return fmt.Errorf("module %s: %s: %w", g.name, what, parent.Err())
+	}
+	output := out.String()
+	kind := FaultTrap
+	var exit *sys.ExitError
+	switch {
+	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded,
+		cctx.Err() != nil && errors.Is(cctx.Err(), context.DeadlineExceeded):
+		kind = FaultTimeout
+	// Go's runtime reports a failed memory.grow only as this fatal error
+	// text followed by proc_exit(2): the guest output is the one signal.
+	case strings.Contains(output, "out of memory"):
+		kind = FaultOOM
+	}
+	return &FaultError{Module: g.name, Version: g.version, Kind: kind,
+		Err: fmt.Errorf("%s: %w", what, err), Output: output}
+}
+
+// bufPool recycles the host-side copies of guest responses.
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
+
+func putBuf(b *[]byte) {
+	if cap(*b) <= 64<<10 { // do not pin huge buffers
+		bufPool.Put(b)
+	}
+}

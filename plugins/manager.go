@@ -1,0 +1,587 @@
+package plugins
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jonboulle/clockwork"
+	"github.com/tetratelabs/wazero"
+
+	"github.com/volhost/volhost/abi"
+)
+
+// DefaultDebounce is how long Watch waits after the last change in the
+// module directory before reloading: long enough for an editor or a copy to
+// finish writing, short enough that an operator sees the swap at once.
+const DefaultDebounce = 250 * time.Millisecond
+
+// ErrClosed is returned by Reload and Watch after Close.
+var ErrClosed = errors.New("plugins: manager closed")
+
+// Options configure a Manager.
+type Options struct {
+	// Dir holds the modules: NAME.wasm beside its manifest NAME.hcl.
+	Dir string
+	// CacheDir is wazero's on-disk compilation cache, shared by all
+	// modules and runs; "" compiles without a disk cache.
+	CacheDir string
+	// Logger is the parent logger; the manager logs under "plugins" and
+	// each module under "plugins.NAME" with its version.
+	Logger hclog.Logger
+	// Clock drives the watch debounce and the breaker cool-down.
+	Clock clockwork.Clock
+	// Debounce is the quiet time Watch waits for (DefaultDebounce if 0).
+	Debounce time.Duration
+	// BreakerThreshold is the consecutive faults that open a module's
+	// circuit (DefaultBreakerThreshold if 0).
+	BreakerThreshold int
+	// BreakerCooldown is how long an open circuit waits before letting one
+	// trial call through (DefaultBreakerCooldown if 0).
+	BreakerCooldown time.Duration
+	// OnEvent, if set, is called for every module lifecycle event. It is
+	// called synchronously (from reloads and from calls that trip a
+	// breaker) and must not block.
+	OnEvent func(Event)
+}
+
+// EventKind names a module lifecycle event.
+type EventKind string
+
+// Module lifecycle events.
+const (
+	EventLoaded        EventKind = "loaded"         // first generation serving
+	EventSwapped       EventKind = "swapped"        // a new generation replaced the serving one
+	EventRefused       EventKind = "refused"        // a candidate failed validation (Reason)
+	EventRetired       EventKind = "retired"        // its file was removed
+	EventCircuitOpen   EventKind = "circuit-open"   // consecutive faults reached the threshold
+	EventCircuitClosed EventKind = "circuit-closed" // a trial call succeeded, or a new generation
+)
+
+// Event is a module lifecycle event.
+type Event struct {
+	Kind       EventKind
+	Module     string
+	Generation uint64 // the generation concerned (serving one for circuit events)
+	Version    string
+	Reason     string // refusals and circuit openings: why
+	Time       time.Time
+}
+
+// Module states in Status.
+const (
+	StateServing     = "serving"
+	StateRefused     = "refused" // no good generation: the candidate was refused
+	StateOpenCircuit = "open-circuit"
+	StateRetired     = "retired"
+)
+
+// Status describes one module.
+type Status struct {
+	Name, Kind, Version, SHA256 string
+	// Generation counts the generations that have served under this name.
+	Generation uint64
+	// State is serving, refused, open-circuit or retired.
+	State string
+	// Refusal is why the last candidate was refused ("" if it was not).
+	Refusal string
+	Calls   uint64
+	// Faults counts failed calls by FaultKind.
+	Faults           map[string]uint64
+	P50, P99         time.Duration
+	PoolSize         int
+	PoolIdle         int
+	MemoryPages      uint32 // an instance's memory at its last check-in
+	MemoryLimitPages uint32 // the manifest's cap
+	PluginIDs        []string
+	Volumes          []string
+	Default          bool
+}
+
+// Target is what a module is chosen for.
+type Target struct {
+	Namespace, VolumeID, PluginID string
+}
+
+// module is everything known under one name, across generations.
+type module struct {
+	name    string
+	cur     atomic.Pointer[generation]
+	breaker *breaker
+	stats   stats
+
+	mu        sync.Mutex // guards the fields below (written by reloads)
+	state     string     // serving, refused or retired
+	refusal   string
+	gens      uint64 // generations that have served
+	servingFP string // fingerprint (wasm+manifest) of the serving generation
+	refusedFP string // fingerprint of the last refused candidate
+}
+
+// Manager loads the modules of a directory and runs calls on them.
+// Its call methods are safe for concurrent use and never block on a reload.
+type Manager struct {
+	opts  Options
+	log   hclog.Logger
+	cache wazero.CompilationCache
+
+	modules atomic.Pointer[map[string]*module] // replaced whole by reloads
+
+	reloadMu sync.Mutex // serialises Reload and Close
+	closed   bool       // guarded by reloadMu
+
+	runtimes atomic.Int64 // open wazero runtimes, across all generations
+
+	retiredMu sync.Mutex
+	retired   []*generation // waiting to drain; Close waits for them
+}
+
+// NewManager creates a Manager and loads every module in opts.Dir. A broken
+// module is refused (visible in Status), never fatal; only an unusable
+// directory or cache is an error.
+func NewManager(ctx context.Context, opts Options) (*Manager, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("plugins: Options.Dir is empty")
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
+	if opts.Debounce <= 0 {
+		opts.Debounce = DefaultDebounce
+	}
+	if opts.BreakerThreshold <= 0 {
+		opts.BreakerThreshold = DefaultBreakerThreshold
+	}
+	if opts.BreakerCooldown <= 0 {
+		opts.BreakerCooldown = DefaultBreakerCooldown
+	}
+	m := &Manager{opts: opts, log: opts.Logger.Named("plugins")}
+	if opts.CacheDir != "" {
+		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
+		if err != nil {
+			return nil, fmt.Errorf("plugins: compilation cache %s: %w", opts.CacheDir, err)
+		}
+		m.cache = c
+	}
+	empty := map[string]*module{}
+	m.modules.Store(&empty)
+	if _, err := m.Reload(ctx); err != nil {
+		m.closeCache()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Reload rescans the directory: new and changed modules are loaded beside
+// the serving generation and swapped in once valid; a refused candidate
+// leaves the last good one serving; removed modules retire. It returns the
+// resulting statuses; the error is only for an unreadable directory.
+func (m *Manager) Reload(ctx context.Context) ([]Status, error) {
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
+	if m.closed {
+		return nil, ErrClosed
+	}
+	entries, err := os.ReadDir(m.opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("plugins: module directory: %w", err)
+	}
+	names := map[string]bool{}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		if n, ok := moduleName(e.Name()); ok {
+			names[n] = true
+		}
+	}
+	old := *m.modules.Load()
+	next := make(map[string]*module, len(old)+len(names))
+	for n, mod := range old {
+		next[n] = mod
+	}
+	for _, n := range slices.Sorted(mapKeys(names)) {
+		mod := next[n]
+		if mod == nil {
+			mod = &module{name: n, breaker: newBreaker(m.opts.Clock, m.opts.BreakerThreshold, m.opts.BreakerCooldown)}
+			next[n] = mod
+		}
+		if err := ctx.Err(); err != nil {
+			break // leave the rest for the next reload
+		}
+		m.reloadModuleLocked(ctx, mod)
+	}
+	for n, mod := range next {
+		if !names[n] {
+			m.retireModuleLocked(mod)
+		}
+	}
+	m.modules.Store(&next)
+	return m.Status(), nil
+}
+
+// moduleName maps NAME.wasm and NAME.hcl to NAME.
+func moduleName(file string) (string, bool) {
+	for _, ext := range []string{".wasm", ".hcl"} {
+		if n, ok := strings.CutSuffix(file, ext); ok && n != "" && !strings.HasPrefix(n, ".") {
+			return n, true
+		}
+	}
+	return "", false
+}
+
+func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
+	return func(yield func(K) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// reloadModuleLocked loads mod's files if they changed since the serving
+// generation (or the last refused candidate). Called with reloadMu held.
+func (m *Manager) reloadModuleLocked(ctx context.Context, mod *module) {
+	wasmPath := filepath.Join(m.opts.Dir, mod.name+".wasm")
+	hclPath := filepath.Join(m.opts.Dir, mod.name+".hcl")
+	wasm, werr := os.ReadFile(wasmPath)
+	src, herr := os.ReadFile(hclPath)
+	switch {
+	case errors.Is(werr, fs.ErrNotExist):
+		m.refuseLocked(mod, "", fmt.Sprintf("%s.hcl has no %s.wasm beside it", mod.name, mod.name))
+		return
+	case errors.Is(herr, fs.ErrNotExist):
+		m.refuseLocked(mod, "", fmt.Sprintf("%s.wasm has no manifest %s.hcl beside it", mod.name, mod.name))
+		return
+	case werr != nil:
+		m.refuseLocked(mod, "", werr.Error())
+		return
+	case herr != nil:
+		m.refuseLocked(mod, "", herr.Error())
+		return
+	}
+	fp := fingerprint(wasm, src)
+	mod.mu.Lock()
+	unchanged := (fp == mod.servingFP && mod.cur.Load() != nil) || fp == mod.refusedFP
+	num := mod.gens + 1
+	mod.mu.Unlock()
+	if unchanged {
+		return
+	}
+	man, err := ParseManifest(hclPath, src)
+	if err != nil {
+		m.refuseLocked(mod, fp, err.Error())
+		return
+	}
+	start := time.Now()
+	g, err := loadGeneration(ctx, genDeps{cache: m.cache, log: m.log,
+		onOpen: func() { m.runtimes.Add(1) }, onClose: func() { m.runtimes.Add(-1) }}, mod.name, num, wasm, man)
+	if err != nil {
+		m.refuseLocked(mod, fp, err.Error())
+		return
+	}
+	old := mod.cur.Swap(g)
+	mod.mu.Lock()
+	mod.state, mod.refusal, mod.gens, mod.servingFP, mod.refusedFP = StateServing, "", num, fp, ""
+	mod.mu.Unlock()
+	kind := EventLoaded
+	if old != nil {
+		kind = EventSwapped
+		m.retireGeneration(old)
+	}
+	m.log.Info("module serving", "module", mod.name, "version", g.version, "generation", num,
+		"sha256", g.sha, "load_time", time.Since(start))
+	m.emit(Event{Kind: kind, Module: mod.name, Generation: num, Version: g.version})
+	if mod.breaker.reset() {
+		m.emit(Event{Kind: EventCircuitClosed, Module: mod.name, Generation: num, Version: g.version,
+			Reason: "new generation"})
+	}
+}
+
+// fingerprint identifies a (wasm, manifest) pair.
+func fingerprint(wasm, manifest []byte) string {
+	h := sha256.New()
+	ws := sha256.Sum256(wasm)
+	h.Write(ws[:])
+	h.Write(manifest)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// refuseLocked records a refused candidate; the serving generation (if
+// any) keeps serving.
+func (m *Manager) refuseLocked(mod *module, fp, reason string) {
+	mod.mu.Lock()
+	if fp != "" && fp == mod.refusedFP && mod.refusal == reason {
+		mod.mu.Unlock()
+		return
+	}
+	mod.refusal, mod.refusedFP = reason, fp
+	if mod.cur.Load() == nil {
+		mod.state = StateRefused
+	}
+	gen := mod.gens
+	mod.mu.Unlock()
+	m.log.Warn("module refused", "module", mod.name, "reason", reason)
+	m.emit(Event{Kind: EventRefused, Module: mod.name, Generation: gen, Reason: reason})
+}
+
+// retireModuleLocked stops a module whose files were removed.
+func (m *Manager) retireModuleLocked(mod *module) {
+	mod.mu.Lock()
+	if mod.state == StateRetired {
+		mod.mu.Unlock()
+		return
+	}
+	mod.state, mod.servingFP, mod.refusedFP = StateRetired, "", ""
+	gen := mod.gens
+	mod.mu.Unlock()
+	if g := mod.cur.Swap(nil); g != nil {
+		m.retireGeneration(g)
+	}
+	m.log.Info("module retired", "module", mod.name)
+	m.emit(Event{Kind: EventRetired, Module: mod.name, Generation: gen})
+}
+
+// retireGeneration retires g and remembers it until it has drained.
+func (m *Manager) retireGeneration(g *generation) {
+	m.retiredMu.Lock()
+	kept := m.retired[:0]
+	for _, r := range m.retired {
+		select {
+		case <-r.done:
+		default:
+			kept = append(kept, r)
+		}
+	}
+	m.retired = append(kept, g)
+	m.retiredMu.Unlock()
+	g.retire()
+}
+
+func (m *Manager) emit(e Event) {
+	if m.opts.OnEvent == nil {
+		return
+	}
+	e.Time = m.opts.Clock.Now()
+	m.opts.OnEvent(e)
+}
+
+// Close retires every module and waits (until ctx is done) for in-flight
+// calls to finish and every runtime to close.
+func (m *Manager) Close(ctx context.Context) error {
+	m.reloadMu.Lock()
+	if m.closed {
+		m.reloadMu.Unlock()
+		return nil
+	}
+	m.closed = true
+	for _, mod := range *m.modules.Load() {
+		if g := mod.cur.Swap(nil); g != nil {
+			m.retireGeneration(g)
+		}
+	}
+	m.reloadMu.Unlock()
+	m.retiredMu.Lock()
+	pending := slices.Clone(m.retired)
+	m.retiredMu.Unlock()
+	for _, g := range pending {
+		select {
+		case <-g.done:
+		case <-ctx.Done():
+			return fmt.Errorf("plugins: close: waiting for calls on %s generation %d: %w", g.name, g.num, ctx.Err())
+		}
+	}
+	m.closeCache()
+	return nil
+}
+
+func (m *Manager) closeCache() {
+	if m.cache != nil {
+		_ = m.cache.Close(context.Background())
+	}
+}
+
+// Match picks the module of kind that serves t: a volume selector match
+// beats a plugin ID match, which beats a default module; among equals the
+// lexically first name wins, so the choice is stable.
+func (m *Manager) Match(kind abi.Kind, t Target) (string, bool) {
+	best, bestRank := "", 0
+	for name, mod := range *m.modules.Load() {
+		g := mod.cur.Load()
+		if g == nil || g.man.Kind != kind {
+			continue
+		}
+		rank := 0
+		switch {
+		case g.man.matchVolume(t.Namespace, t.VolumeID):
+			rank = 3
+		case t.PluginID != "" && g.man.matchPlugin(t.PluginID):
+			rank = 2
+		case g.man.Default:
+			rank = 1
+		}
+		if rank > bestRank || (rank == bestRank && rank > 0 && name < best) {
+			best, bestRank = name, rank
+		}
+	}
+	return best, bestRank > 0
+}
+
+// DecideRelease asks a release-policy module to judge a volume's claims.
+// The answer is validated: only claims of req, one decision each, known
+// actions; anything else is a FaultBadOutput.
+func (m *Manager) DecideRelease(ctx context.Context, module string, req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
+	resp := new(abi.PolicyResponse)
+	if _, err := m.call(ctx, module, abi.KindReleasePolicy, abi.ExportDecideRelease, req, policyDecoder(req, resp)); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// AdaptRequest asks a csi-adapter module how a claim maps onto the
+// driver's CSI request fields.
+func (m *Manager) AdaptRequest(ctx context.Context, module string, req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
+	resp := new(abi.AdapterResponse)
+	if _, err := m.call(ctx, module, abi.KindCSIAdapter, abi.ExportAdaptRequest, req, adapterDecoder(resp)); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// ClassifyError asks a csi-adapter module what a driver's error means.
+func (m *Manager) ClassifyError(ctx context.Context, module string, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
+	resp := new(abi.ClassifyResponse)
+	if _, err := m.call(ctx, module, abi.KindCSIAdapter, abi.ExportClassifyError, req, classifyDecoder(resp)); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// call runs one decision on the module's serving generation, with the
+// breaker, stats and fault typing around it. It returns the generation
+// number that answered (tests check that only good generations answer).
+func (m *Manager) call(ctx context.Context, name string, kind abi.Kind, export string, req abi.Message, decode func([]byte) (string, error)) (uint64, error) {
+	mod := (*m.modules.Load())[name]
+	if mod == nil {
+		return 0, &FaultError{Module: name, Kind: FaultNotLoaded, Err: errors.New("no such module")}
+	}
+	g := mod.acquire()
+	if g == nil {
+		mod.stats.record(0, FaultNotLoaded)
+		return 0, &FaultError{Module: name, Kind: FaultNotLoaded, Err: errors.New("module is not serving")}
+	}
+	defer g.release()
+	if g.man.Kind != kind {
+		return 0, &FaultError{Module: name, Version: g.version, Kind: FaultNotLoaded,
+			Err: fmt.Errorf("module is a %s, not a %s", g.man.Kind, kind)}
+	}
+	ok, probe := mod.breaker.allow()
+	if !ok {
+		mod.stats.record(0, FaultOpenCircuit)
+		return 0, &FaultError{Module: name, Version: g.version, Kind: FaultOpenCircuit,
+			Err: errors.New("circuit open after consecutive faults")}
+	}
+	buf := getBuf()
+	*buf = req.MarshalAppend((*buf)[:0])
+	var err error
+	if len(*buf) > maxMessage {
+		err = fmt.Errorf("module %s: request of %d bytes is over the %d-byte limit", name, len(*buf), maxMessage)
+	} else {
+		start := time.Now()
+		err = g.call(ctx, export, *buf, decode)
+		elapsed := time.Since(start)
+		var fe *FaultError
+		switch {
+		case err == nil:
+			mod.stats.record(elapsed, "")
+		case errors.As(err, &fe):
+			mod.stats.record(elapsed, fe.Kind)
+		}
+	}
+	putBuf(buf)
+	var fe *FaultError
+	isFault := errors.As(err, &fe) && fe.Kind.countsForBreaker()
+	if err != nil && !isFault {
+		// The caller's own cancellation says nothing about the module:
+		// release a probe slot without judging.
+		if probe {
+			mod.breaker.abandon()
+		}
+		return g.num, err
+	}
+	switch mod.breaker.done(probe, isFault) {
+	case 1:
+		m.log.Warn("circuit open", "module", name, "version", g.version, "last_fault", err)
+		m.emit(Event{Kind: EventCircuitOpen, Module: name, Generation: g.num, Version: g.version, Reason: err.Error()})
+	case -1:
+		m.log.Info("circuit closed", "module", name, "version", g.version)
+		m.emit(Event{Kind: EventCircuitClosed, Module: name, Generation: g.num, Version: g.version})
+	}
+	return g.num, err
+}
+
+// acquire returns the serving generation with a call reference held, or
+// nil. A generation retired between the load and the acquire is skipped:
+// the swap stored its successor first.
+func (mod *module) acquire() *generation {
+	for {
+		g := mod.cur.Load()
+		if g == nil {
+			return nil
+		}
+		if g.acquire() {
+			return g
+		}
+	}
+}
+
+// Status reports every module, sorted by name.
+func (m *Manager) Status() []Status {
+	mods := *m.modules.Load()
+	out := make([]Status, 0, len(mods))
+	for _, n := range slices.Sorted(mapKeys(mods)) {
+		out = append(out, mods[n].status())
+	}
+	return out
+}
+
+// StatusOf reports one module.
+func (m *Manager) StatusOf(name string) (Status, bool) {
+	mod := (*m.modules.Load())[name]
+	if mod == nil {
+		return Status{}, false
+	}
+	return mod.status(), true
+}
+
+func (mod *module) status() Status {
+	mod.mu.Lock()
+	s := Status{Name: mod.name, State: mod.state, Refusal: mod.refusal, Generation: mod.gens}
+	mod.mu.Unlock()
+	if g := mod.cur.Load(); g != nil {
+		s.Kind, s.Version, s.SHA256 = string(g.man.Kind), g.version, g.sha
+		s.PoolSize, s.PoolIdle = g.man.Limits.PoolSize, len(g.idle)
+		s.MemoryPages, s.MemoryLimitPages = g.memPages.Load(), g.man.Limits.MemoryPages
+		s.PluginIDs, s.Volumes, s.Default = slices.Clone(g.man.PluginIDs), slices.Clone(g.man.Volumes), g.man.Default
+		if s.State == StateServing && mod.breaker.isOpen() {
+			s.State = StateOpenCircuit
+		}
+	}
+	s.Calls, s.Faults, s.P50, s.P99 = mod.stats.snapshot()
+	return s
+}

@@ -1,0 +1,2 @@
+kind = "release-policy"
+colour = "blue"
