@@ -1,0 +1,74 @@
+package defaultpolicy
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/volhost/volhost/abi"
+)
+
+func TestDecide(t *testing.T) {
+	claim := func(alloc, node, state string) abi.ClaimView {
+		return abi.ClaimView{AllocID: alloc, NodeID: node, State: state}
+	}
+	ready := []abi.NodeView{{ID: "n1", Status: NodeReady}}
+	tests := []struct {
+		name   string
+		claim  abi.ClaimView
+		allocs []abi.AllocView
+		nodes  []abi.NodeView
+		want   abi.Decision
+	}{
+		{"running waits", claim("a", "n1", ClaimTaken), []abi.AllocView{{ID: "a", ClientStatus: AllocRunning}}, ready,
+			abi.Decision{AllocID: "a", Action: abi.ActionWait, Reason: "allocation running"}},
+		{"pending waits", claim("a", "n1", ClaimTaken), []abi.AllocView{{ID: "a", ClientStatus: AllocPending}}, ready,
+			abi.Decision{AllocID: "a", Action: abi.ActionWait, Reason: "allocation pending"}},
+		{"unknown status waits", claim("a", "n1", ClaimTaken), []abi.AllocView{{ID: "a", ClientStatus: "evicting"}}, ready,
+			abi.Decision{AllocID: "a", Action: abi.ActionWait, Reason: "allocation evicting"}},
+		{"empty status waits", claim("a", "n1", ClaimTaken), []abi.AllocView{{ID: "a"}}, ready,
+			abi.Decision{AllocID: "a", Action: abi.ActionWait, Reason: "allocation unknown"}},
+		{"complete on ready node releases", claim("a", "n1", ClaimTaken), []abi.AllocView{{ID: "a", ClientStatus: AllocComplete}}, ready,
+			abi.Decision{AllocID: "a", Action: abi.ActionRelease, Reason: "allocation complete"}},
+		{"failed releases", claim("a", "n1", ClaimTaken), []abi.AllocView{{ID: "a", ClientStatus: AllocFailed}}, ready,
+			abi.Decision{AllocID: "a", Action: abi.ActionRelease, Reason: "allocation failed"}},
+		{"lost on down node skips node", claim("a", "n1", ClaimTaken), []abi.AllocView{{ID: "a", ClientStatus: AllocLost}}, []abi.NodeView{{ID: "n1", Status: NodeDown}},
+			abi.Decision{AllocID: "a", Action: abi.ActionReleaseSkipNode, Reason: "allocation lost, node down: skip node step"}},
+		{"alloc absent is gone", claim("a", "n1", ClaimTaken), nil, ready,
+			abi.Decision{AllocID: "a", Action: abi.ActionRelease, Reason: "allocation gone"}},
+		{"alloc gone, node absent skips node", claim("a", "n9", ClaimTaken), []abi.AllocView{{ID: "a", ClientStatus: AllocGone}}, ready,
+			abi.Decision{AllocID: "a", Action: abi.ActionReleaseSkipNode, Reason: "allocation gone, node gone: skip node step"}},
+		{"node gone status skips node", claim("a", "n1", ClaimTaken), []abi.AllocView{{ID: "a", ClientStatus: AllocComplete}}, []abi.NodeView{{ID: "n1", Status: NodeGone}},
+			abi.Decision{AllocID: "a", Action: abi.ActionReleaseSkipNode, Reason: "allocation complete, node gone: skip node step"}},
+		{"past node step on down node releases", claim("a", "n1", "node-detached"), []abi.AllocView{{ID: "a", ClientStatus: AllocComplete}}, []abi.NodeView{{ID: "n1", Status: NodeDown}},
+			abi.Decision{AllocID: "a", Action: abi.ActionRelease, Reason: "allocation complete"}},
+		{"running on down node still waits", claim("a", "n1", ClaimTaken), []abi.AllocView{{ID: "a", ClientStatus: AllocRunning}}, []abi.NodeView{{ID: "n1", Status: NodeDown}},
+			abi.Decision{AllocID: "a", Action: abi.ActionWait, Reason: "allocation running"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &abi.PolicyRequest{Claims: []abi.ClaimView{tc.claim}, Allocs: tc.allocs, Nodes: tc.nodes}
+			got := Decide(req)
+			if got.Error != "" || len(got.Decisions) != 1 || !reflect.DeepEqual(got.Decisions[0], tc.want) {
+				t.Fatalf("Decide = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecideOnePerClaimInOrder(t *testing.T) {
+	req := &abi.PolicyRequest{
+		Claims: []abi.ClaimView{{AllocID: "b", State: ClaimTaken}, {AllocID: "a", State: ClaimTaken}, {AllocID: "c", State: "ready-to-free"}},
+		Allocs: []abi.AllocView{{ID: "a", ClientStatus: AllocRunning}},
+	}
+	got := Decide(req)
+	var ids []string
+	for _, d := range got.Decisions {
+		ids = append(ids, d.AllocID)
+	}
+	if !reflect.DeepEqual(ids, []string{"b", "a", "c"}) {
+		t.Fatalf("decisions for %v, want b a c", ids)
+	}
+	if (&abi.PolicyRequest{}).Claims != nil || len(Decide(&abi.PolicyRequest{}).Decisions) != 0 {
+		t.Fatal("an empty request must give no decisions")
+	}
+}

@@ -1,0 +1,201 @@
+// Package guest is the Go guest SDK for volhost WebAssembly modules: a
+// release policy or CSI adapter is a plain Go function registered from init.
+//
+//	func main() {}
+//	func init() {
+//		guest.HandleRelease(func(req *abi.PolicyRequest) (*abi.PolicyResponse, error) { ... })
+//	}
+//
+// Built with GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, the
+// package provides every export of ABI v1 (exports_wasip1.go): it owns the
+// request buffer, decodes the request with the hand-written codec, runs the
+// handler inside recover (a panic becomes a response whose Error is
+// "panic: ...", not a trap), encodes the response into its own buffer and
+// calls runtime.Gosched() before returning, without which the guest's GC
+// never finishes and memory grows without bound (DESIGN "Wasm modules").
+//
+// Off wasm the package still compiles (Log is a no-op) and the dispatch
+// layer, Handlers, is plain bytes in, bytes out, so it and every handler are
+// testable with go test on the build machine.
+package guest
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/volhost/volhost/abi"
+)
+
+// ReleaseFunc judges the claims of one volume (kind release-policy).
+type ReleaseFunc func(req *abi.PolicyRequest) (*abi.PolicyResponse, error)
+
+// ConfigureFunc receives the manifest's config block once per instance and
+// returns the module's own version string.
+type ConfigureFunc func(cfg map[string]string) (version string, err error)
+
+// AdaptFunc maps a claim onto a driver's CSI request fields (kind csi-adapter).
+type AdaptFunc func(req *abi.AdapterRequest) (*abi.AdapterResponse, error)
+
+// ClassifyFunc says what a driver's error means (kind csi-adapter).
+type ClassifyFunc func(req *abi.ClassifyRequest) (*abi.ClassifyResponse, error)
+
+// Handlers holds a module's handlers and turns encoded requests into encoded
+// responses. The zero value has none: a decision export without a handler
+// answers with Error set, configure without a handler succeeds with an empty
+// version (a module need not take config).
+type Handlers struct {
+	Configure ConfigureFunc
+	Release   ReleaseFunc
+	Adapt     AdaptFunc
+	Classify  ClassifyFunc
+
+	moduleName string
+}
+
+// registered are the handlers the wasm exports serve.
+var registered Handlers
+
+// HandleConfigure registers the configure handler. Call it from init.
+func HandleConfigure(f ConfigureFunc) { registered.Configure = f }
+
+// HandleRelease registers the release-policy handler. Call it from init.
+func HandleRelease(f ReleaseFunc) { registered.Release = f }
+
+// HandleAdapt registers the CSI adapter's request mapping. Call it from init.
+func HandleAdapt(f AdaptFunc) { registered.Adapt = f }
+
+// HandleClassify registers the CSI adapter's error classification. Call it from init.
+func HandleClassify(f ClassifyFunc) { registered.Classify = f }
+
+// ModuleName is the name the host gave this module in its configure call
+// (the manifest's file name), or "" before configure.
+func ModuleName() string { return registered.moduleName }
+
+// errNoHandler is the response error of a decision export nobody registered.
+var errNoHandler = errors.New("no handler registered for this export")
+
+// protect runs f, turning a panic into an error so one bad request costs a
+// response with Error set, not a trapped (and discarded) instance.
+func protect(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f()
+}
+
+// DispatchConfigure decodes a ConfigureRequest from in, runs the configure
+// handler and appends the encoded ConfigureResponse to out.
+func (h *Handlers) DispatchConfigure(in, out []byte) []byte {
+	var resp abi.ConfigureResponse
+	err := protect(func() error {
+		var req abi.ConfigureRequest
+		if err := req.Unmarshal(in); err != nil {
+			return err
+		}
+		h.moduleName = req.ModuleName
+		if h.Configure == nil {
+			return nil
+		}
+		v, err := h.Configure(req.Config)
+		resp.Version = v
+		return err
+	})
+	if err != nil {
+		resp.Error = err.Error()
+	}
+	return resp.MarshalAppend(out)
+}
+
+// DispatchRelease decodes a PolicyRequest from in, runs the release handler
+// and appends the encoded PolicyResponse to out.
+func (h *Handlers) DispatchRelease(in, out []byte) []byte {
+	var resp *abi.PolicyResponse
+	err := protect(func() error {
+		if h.Release == nil {
+			return errNoHandler
+		}
+		var req abi.PolicyRequest
+		if err := req.Unmarshal(in); err != nil {
+			return err
+		}
+		r, err := h.Release(&req)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return errors.New("handler returned no response")
+		}
+		resp = r
+		return nil
+	})
+	if err != nil {
+		resp = &abi.PolicyResponse{Error: err.Error()}
+	}
+	return resp.MarshalAppend(out)
+}
+
+// DispatchAdapt decodes an AdapterRequest from in, runs the adapt handler and
+// appends the encoded AdapterResponse to out.
+func (h *Handlers) DispatchAdapt(in, out []byte) []byte {
+	var resp *abi.AdapterResponse
+	err := protect(func() error {
+		if h.Adapt == nil {
+			return errNoHandler
+		}
+		var req abi.AdapterRequest
+		if err := req.Unmarshal(in); err != nil {
+			return err
+		}
+		r, err := h.Adapt(&req)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return errors.New("handler returned no response")
+		}
+		resp = r
+		return nil
+	})
+	if err != nil {
+		resp = &abi.AdapterResponse{Error: err.Error()}
+	}
+	return resp.MarshalAppend(out)
+}
+
+// DispatchClassify decodes a ClassifyRequest from in, runs the classify
+// handler and appends the encoded ClassifyResponse to out.
+func (h *Handlers) DispatchClassify(in, out []byte) []byte {
+	var resp *abi.ClassifyResponse
+	err := protect(func() error {
+		if h.Classify == nil {
+			return errNoHandler
+		}
+		var req abi.ClassifyRequest
+		if err := req.Unmarshal(in); err != nil {
+			return err
+		}
+		r, err := h.Classify(&req)
+		if err != nil {
+			return err
+		}
+		if r == nil {
+			return errors.New("handler returned no response")
+		}
+		resp = r
+		return nil
+	})
+	if err != nil {
+		resp = &abi.ClassifyResponse{Error: err.Error()}
+	}
+	return resp.MarshalAppend(out)
+}
+
+// Logf formats a line and logs it at level (abi.LogTrace..abi.LogError).
+func Logf(level int32, format string, args ...any) {
+	if !Enabled(level) {
+		return
+	}
+	Log(level, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,150 @@
+package guest
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/volhost/volhost/abi"
+)
+
+func policyRequest() []byte {
+	req := abi.PolicyRequest{
+		NowUnixMs: 1000,
+		Claims:    []abi.ClaimView{{AllocID: "a1", NodeID: "n1", State: "taken"}},
+		Allocs:    []abi.AllocView{{ID: "a1", ClientStatus: "complete"}},
+	}
+	return req.MarshalAppend(nil)
+}
+
+func releaseAll(req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
+	resp := &abi.PolicyResponse{}
+	for _, c := range req.Claims {
+		resp.Decisions = append(resp.Decisions, abi.Decision{AllocID: c.AllocID, Action: abi.ActionRelease, Reason: "ok"})
+	}
+	return resp, nil
+}
+
+func TestDispatchRelease(t *testing.T) {
+	tests := []struct {
+		name      string
+		handler   ReleaseFunc
+		in        []byte
+		wantErr   string // substring of the response's Error; "" for success
+		decisions int
+	}{
+		{"handler answers", releaseAll, policyRequest(), "", 1},
+		{"no handler", nil, policyRequest(), "no handler registered", 0},
+		{"panic becomes error", func(*abi.PolicyRequest) (*abi.PolicyResponse, error) { panic("boom") }, policyRequest(), "panic: boom", 0},
+		{"runtime panic becomes error", func(req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
+			return &abi.PolicyResponse{Decisions: []abi.Decision{{AllocID: req.Claims[5].AllocID}}}, nil
+		}, policyRequest(), "panic: runtime error: index out of range", 0},
+		{"handler error", func(*abi.PolicyRequest) (*abi.PolicyResponse, error) { return nil, errors.New("cannot judge") }, policyRequest(), "cannot judge", 0},
+		{"nil response", func(*abi.PolicyRequest) (*abi.PolicyResponse, error) { return nil, nil }, policyRequest(), "no response", 0},
+		{"malformed request", releaseAll, []byte{0x1a, 0x05}, "malformed", 0},
+		{"empty request is a valid empty message", releaseAll, nil, "", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &Handlers{Release: tc.handler}
+			out := h.DispatchRelease(tc.in, []byte("keep"))
+			if string(out[:4]) != "keep" {
+				t.Fatal("dispatch did not append to out")
+			}
+			var resp abi.PolicyResponse
+			if err := resp.Unmarshal(out[4:]); err != nil {
+				t.Fatalf("response does not decode: %v", err)
+			}
+			if tc.wantErr == "" && resp.Error != "" || !strings.Contains(resp.Error, tc.wantErr) {
+				t.Fatalf("Error = %q, want containing %q", resp.Error, tc.wantErr)
+			}
+			if len(resp.Decisions) != tc.decisions {
+				t.Fatalf("%d decisions, want %d", len(resp.Decisions), tc.decisions)
+			}
+		})
+	}
+}
+
+func TestDispatchConfigure(t *testing.T) {
+	req := (&abi.ConfigureRequest{ModuleName: "grace-policy", Config: map[string]string{"grace": "30s"}}).MarshalAppend(nil)
+	tests := []struct {
+		name        string
+		handler     ConfigureFunc
+		in          []byte
+		wantVersion string
+		wantErr     string
+	}{
+		{"handler sees config", func(cfg map[string]string) (string, error) { return "v-" + cfg["grace"], nil }, req, "v-30s", ""},
+		{"no handler succeeds", nil, req, "", ""},
+		{"handler error", func(map[string]string) (string, error) { return "1.0", errors.New("bad grace") }, req, "1.0", "bad grace"},
+		{"panic becomes error", func(map[string]string) (string, error) { panic(errors.New("kaput")) }, req, "", "panic: kaput"},
+		{"malformed request", nil, []byte{0xff}, "", "malformed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &Handlers{Configure: tc.handler}
+			var resp abi.ConfigureResponse
+			if err := resp.Unmarshal(h.DispatchConfigure(tc.in, nil)); err != nil {
+				t.Fatal(err)
+			}
+			if resp.Version != tc.wantVersion || (tc.wantErr == "") != (resp.Error == "") || !strings.Contains(resp.Error, tc.wantErr) {
+				t.Fatalf("got %+v, want version %q error ~%q", resp, tc.wantVersion, tc.wantErr)
+			}
+			if tc.wantErr != "malformed" && h.moduleName != "grace-policy" {
+				t.Fatalf("module name %q not recorded", h.moduleName)
+			}
+		})
+	}
+}
+
+func TestDispatchAdaptAndClassify(t *testing.T) {
+	adaptReq := (&abi.AdapterRequest{Step: "controller-unpublish", Volume: abi.VolumeView{ExternalID: "disk-1"}}).MarshalAppend(nil)
+	classifyReq := (&abi.ClassifyRequest{Step: "node-unpublish", Code: 5}).MarshalAppend(nil)
+	h := &Handlers{
+		Adapt: func(r *abi.AdapterRequest) (*abi.AdapterResponse, error) {
+			return &abi.AdapterResponse{VolumeID: r.Volume.ExternalID, NodeID: "n"}, nil
+		},
+		Classify: func(r *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
+			if r.Code == 5 {
+				return &abi.ClassifyResponse{Outcome: abi.OutcomeDone}, nil
+			}
+			panic("unexpected code")
+		},
+	}
+	var ar abi.AdapterResponse
+	if err := ar.Unmarshal(h.DispatchAdapt(adaptReq, nil)); err != nil || ar.VolumeID != "disk-1" || ar.Error != "" {
+		t.Fatalf("adapt: %+v %v", ar, err)
+	}
+	var cr abi.ClassifyResponse
+	if err := cr.Unmarshal(h.DispatchClassify(classifyReq, nil)); err != nil || cr.Outcome != abi.OutcomeDone {
+		t.Fatalf("classify: %+v %v", cr, err)
+	}
+	other := (&abi.ClassifyRequest{Code: 2}).MarshalAppend(nil)
+	if err := cr.Unmarshal(h.DispatchClassify(other, nil)); err != nil || cr.Error != "panic: unexpected code" {
+		t.Fatalf("classify panic: %+v %v", cr, err)
+	}
+
+	var empty Handlers
+	if err := ar.Unmarshal(empty.DispatchAdapt(adaptReq, nil)); err != nil || !strings.Contains(ar.Error, "no handler") {
+		t.Fatalf("adapt without handler: %+v %v", ar, err)
+	}
+	if err := cr.Unmarshal(empty.DispatchClassify(classifyReq, nil)); err != nil || !strings.Contains(cr.Error, "no handler") {
+		t.Fatalf("classify without handler: %+v %v", cr, err)
+	}
+}
+
+func TestRegisterHelpers(t *testing.T) {
+	saved := registered
+	t.Cleanup(func() { registered = saved })
+	HandleRelease(releaseAll)
+	HandleConfigure(func(map[string]string) (string, error) { return "x", nil })
+	HandleAdapt(func(*abi.AdapterRequest) (*abi.AdapterResponse, error) { return &abi.AdapterResponse{}, nil })
+	HandleClassify(func(*abi.ClassifyRequest) (*abi.ClassifyResponse, error) { return &abi.ClassifyResponse{}, nil })
+	if registered.Release == nil || registered.Configure == nil || registered.Adapt == nil || registered.Classify == nil {
+		t.Fatal("Handle* did not register")
+	}
+	registered.DispatchConfigure((&abi.ConfigureRequest{ModuleName: "m"}).MarshalAppend(nil), nil)
+	if ModuleName() != "m" {
+		t.Fatalf("ModuleName = %q", ModuleName())
+	}
+}
