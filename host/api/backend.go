@@ -71,14 +71,3 @@ type QueryFn func(ws memdb.WatchSet, r Reader) (uint64, error)
 type Store interface {
 	Query(ctx context.Context, minIndex uint64, maxWait time.Duration, fn QueryFn) (uint64, error)
 }
-
-// State table names, as host/state names them (the per-table index that
-// blocking queries wait on).
-const (
-	tableVolumes   = "volumes"
-	tableAllocs    = "allocs"
-	tableNodes     = "nodes"
-	tablePlugins   = "plugins"
-	tableEvents    = "events"
-	tableLeftovers = "leftovers"
-)
