@@ -11,9 +11,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/status"
 
+	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -168,25 +171,22 @@ func (s *Server) decodeError(err error) error {
 	return badRequest("", "invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
-// maxIDLen bounds IDs: long enough for GCE-style names and UUIDs, short
-// enough to keep keys and log lines sane.
-const maxIDLen = 128
-
-// ValidateID checks an ID taken from a path or query: non-empty, at most
-// 128 bytes, letters, digits and . _ - : @ only.
+// ValidateID checks an ID taken from a path, query or body with the state
+// store's rule (non-empty, at most state.MaxIDLength bytes, valid UTF-8, no
+// whitespace or control characters), so a bad ID is refused before any
+// backend work and anything the store accepts stays addressable.
 func ValidateID(field, id string) error {
-	if id == "" {
+	switch {
+	case id == "":
 		return badRequest(field, "must not be empty")
+	case len(id) > state.MaxIDLength:
+		return badRequest(field, "is %d bytes long, at most %d allowed", len(id), state.MaxIDLength)
+	case !utf8.ValidString(id):
+		return badRequest(field, "is not valid UTF-8")
 	}
-	if len(id) > maxIDLen {
-		return badRequest(field, "longer than %d bytes", maxIDLen)
-	}
-	for i, c := range id {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9',
-			c == '.', c == '_', c == '-', c == ':', c == '@':
-		default:
-			return badRequest(field, "invalid character %q at position %d in %q", c, i, id)
+	for _, c := range id {
+		if unicode.IsSpace(c) || unicode.IsControl(c) {
+			return badRequest(field, "must not contain whitespace or control characters: %q", id)
 		}
 	}
 	return nil
