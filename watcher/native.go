@@ -1,0 +1,159 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Named is implemented by a Policy or Adapter that can say which module it
+// is, so a claim's last error names it even when the fault is found by the
+// host's validation rather than raised by the module call itself.
+type Named interface {
+	ModuleName() string
+	ModuleVersion() string
+}
+
+// Names of the built-in implementations, as they appear in claim errors.
+const (
+	NativePolicyName  = "native-default-policy"
+	NativeAdapterName = "native-spec-adapter"
+	NativeVersion     = "builtin"
+)
+
+// Alloc and node statuses as the ABI views spell them; "gone" is a missing
+// object (garbage-collected allocation or node).
+const (
+	StatusGone = "gone"
+)
+
+// DefaultPolicy is the built-in release policy. The Wasm default-policy
+// example must decide exactly like it (differential test, issue 4).
+//
+// For each claim: an allocation pending or running waits (no timed retry:
+// its status change wakes the volume); a terminal or gone allocation is
+// released, skipping the node step when the claim is still taken and its
+// node is down or gone (ANCHORS pain 1: the reference system never frees
+// claims on dead nodes).
+type DefaultPolicy struct{}
+
+var _ Policy = DefaultPolicy{}
+
+// ModuleName implements Named.
+func (DefaultPolicy) ModuleName() string { return NativePolicyName }
+
+// ModuleVersion implements Named.
+func (DefaultPolicy) ModuleVersion() string { return NativeVersion }
+
+// DecideRelease implements Policy.
+func (DefaultPolicy) DecideRelease(_ context.Context, req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
+	allocs := make(map[string]string, len(req.Allocs))
+	for _, a := range req.Allocs {
+		allocs[a.ID] = a.ClientStatus
+	}
+	nodes := make(map[string]string, len(req.Nodes))
+	for _, n := range req.Nodes {
+		nodes[n.ID] = n.Status
+	}
+	resp := &abi.PolicyResponse{Decisions: make([]abi.Decision, 0, len(req.Claims))}
+	for _, c := range req.Claims {
+		status, ok := allocs[c.AllocID]
+		if !ok {
+			status = StatusGone
+		}
+		d := abi.Decision{AllocID: c.AllocID}
+		switch {
+		case status == string(structs.AllocPending) || status == string(structs.AllocRunning):
+			d.Action = abi.ActionWait
+			d.Reason = "allocation " + status
+		case c.State == string(structs.ClaimTaken) && nodeUnreachable(nodes, c.NodeID):
+			d.Action = abi.ActionReleaseSkipNode
+			d.Reason = "allocation " + status + ", node " + nodeStatus(nodes, c.NodeID)
+		default:
+			d.Action = abi.ActionRelease
+			d.Reason = "allocation " + status
+		}
+		resp.Decisions = append(resp.Decisions, d)
+	}
+	return resp, nil
+}
+
+func nodeStatus(nodes map[string]string, id string) string {
+	if s, ok := nodes[id]; ok {
+		return s
+	}
+	return StatusGone
+}
+
+func nodeUnreachable(nodes map[string]string, id string) bool {
+	s := nodeStatus(nodes, id)
+	return s == string(structs.NodeDown) || s == StatusGone
+}
+
+// SpecAdapter is the built-in CSI adapter: it maps claims onto requests the
+// way the CSI spec describes and classifies errors by the spec's rules.
+//
+// AdaptRequest returns nil SecretKeys, which the watcher reads as "send all
+// of the volume's secrets" (the request carries no secret names, and a
+// spec-conformant driver ignores keys it does not need).
+type SpecAdapter struct{}
+
+var _ Adapter = SpecAdapter{}
+
+// ModuleName implements Named.
+func (SpecAdapter) ModuleName() string { return NativeAdapterName }
+
+// ModuleVersion implements Named.
+func (SpecAdapter) ModuleVersion() string { return NativeVersion }
+
+// AdaptRequest implements Adapter. The node ID is the one the node plugin
+// reported through NodeGetInfo; when the node (or its plugin) is gone, the
+// one recorded on the claim at publish time.
+func (SpecAdapter) AdaptRequest(_ context.Context, req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
+	nodeID := req.Node.ExternalID
+	if nodeID == "" {
+		nodeID = req.Claim.ExternalNodeID
+	}
+	return &abi.AdapterResponse{
+		VolumeID:      req.Volume.ExternalID,
+		NodeID:        nodeID,
+		VolumeContext: req.Volume.Context,
+	}, nil
+}
+
+// ClassifyError implements Adapter, following the CSI spec's error tables:
+// NOT_FOUND "verify and retry with exponential backoff", ABORTED "an
+// operation is pending, retry with backoff", transient transport codes are
+// retried, and UNIMPLEMENTED or request errors are never retried (ANCHORS
+// "CSI spec rules"; Kubernetes' external-attacher treats the same transient
+// set as "may still be in progress").
+func (SpecAdapter) ClassifyError(_ context.Context, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
+	switch codes.Code(req.Code) {
+	case codes.OK:
+		return &abi.ClassifyResponse{Outcome: abi.OutcomeDone, Reason: "ok"}, nil
+	case codes.NotFound:
+		return &abi.ClassifyResponse{Outcome: abi.OutcomeRetry, Reason: "not found: verify and retry"}, nil
+	case codes.Aborted, codes.Unavailable, codes.DeadlineExceeded, codes.Canceled,
+		codes.ResourceExhausted, codes.Internal, codes.Unknown, codes.FailedPrecondition:
+		return &abi.ClassifyResponse{Outcome: abi.OutcomeRetry, Reason: codes.Code(req.Code).String() + ": retry"}, nil
+	case codes.Unimplemented, codes.InvalidArgument, codes.PermissionDenied, codes.Unauthenticated:
+		return &abi.ClassifyResponse{Outcome: abi.OutcomeFatal, Reason: codes.Code(req.Code).String() + ": retrying will not help"}, nil
+	}
+	// Codes the spec does not list for the release RPCs: retry, since
+	// giving up would strand the claim; stuck detection makes it visible.
+	return &abi.ClassifyResponse{Outcome: abi.OutcomeRetry, Reason: fmt.Sprintf("code %d: retry", req.Code)}, nil
+}
+
+// nativeModules serves the built-ins for every volume (Deps.Modules == nil).
+type nativeModules struct{}
+
+func (nativeModules) PolicyFor(*structs.Volume) Policy   { return DefaultPolicy{} }
+func (nativeModules) AdapterFor(*structs.Volume) Adapter { return SpecAdapter{} }
+
+// NativeModules returns the Modules that serve DefaultPolicy and SpecAdapter
+// for every volume: the fallback when no Wasm module matches.
+func NativeModules() Modules { return nativeModules{} }

@@ -1,0 +1,822 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Step names, as they appear in ClaimError.Step and AdapterRequest.Step.
+const (
+	StepNodeUnpublish       = "node-unpublish"
+	StepNodeUnstage         = "node-unstage"
+	StepControllerUnpublish = "controller-unpublish"
+	StepPolicy              = "policy"
+	StepAdapter             = "adapter"
+)
+
+// Module fault kinds the host itself assigns (the Wasm runtime adds trap,
+// timeout, oom, abi and open-circuit through ModuleFault).
+const (
+	FaultUnsafe    = "unsafe"     // a decision that breaks the host's safety rules
+	FaultBadOutput = "bad-output" // an answer the host cannot use
+	FaultError     = "error"      // a plain error from a module without a ModuleFault
+)
+
+// Stuck reasons. They are stable strings so a volume already stuck for the
+// same reason is not re-marked on every attempt (no log spam, ANCHORS pain 2).
+const (
+	ReasonFatal       = "driver error classified fatal"
+	ReasonMaxAttempts = "max attempts reached"
+	ReasonStuckAfter  = "failing for longer than stuck_after"
+)
+
+// pass is one assessment of one volume: a read of the volume and of what
+// its claims refer to, one policy decision, then the release steps of the
+// claims that are due.
+type pass struct {
+	w       *Watcher
+	ref     structs.VolumeRef
+	v       *structs.Volume
+	now     time.Time
+	claims  map[string]*structs.Claim // working copies; ready-to-free ones leave
+	allocs  map[string]*structs.Alloc // nil value: gone
+	nodes   map[string]*structs.Node  // nil value: gone
+	plugin  *structs.Plugin           // nil: not registered
+	policy  Policy
+	adapter Adapter
+	log     hclog.Logger
+
+	wake     time.Time // earliest time this volume wants another pass
+	released []string  // alloc IDs whose claims reached ready-to-free
+}
+
+// load reads the volume and everything its claims refer to; (nil, nil) when
+// the volume is gone.
+func (w *Watcher) load(ref structs.VolumeRef) (*pass, error) {
+	st := w.deps.State
+	v, err := st.Volume(ref.Namespace, ref.ID)
+	if err != nil {
+		return nil, fmt.Errorf("read volume %s/%s: %w", ref.Namespace, ref.ID, err)
+	}
+	if v == nil {
+		return nil, nil
+	}
+	p := &pass{
+		w:       w,
+		ref:     ref,
+		v:       v,
+		now:     w.clock.Now(),
+		claims:  make(map[string]*structs.Claim, len(v.Claims)),
+		allocs:  make(map[string]*structs.Alloc, len(v.Claims)),
+		nodes:   make(map[string]*structs.Node),
+		policy:  w.mods.PolicyFor(v),
+		adapter: w.mods.AdapterFor(v),
+		log:     w.logger.With("namespace", ref.Namespace, "volume", ref.ID),
+	}
+	for id, c := range v.Claims {
+		if c.State == structs.ClaimReadyToFree {
+			continue // the store removes these in the same write
+		}
+		p.claims[id] = c.Copy()
+		if p.allocs[c.AllocID], err = st.Alloc(c.AllocID); err != nil {
+			return nil, fmt.Errorf("read alloc %s: %w", c.AllocID, err)
+		}
+		if _, ok := p.nodes[c.NodeID]; !ok {
+			if p.nodes[c.NodeID], err = st.Node(c.NodeID); err != nil {
+				return nil, fmt.Errorf("read node %s: %w", c.NodeID, err)
+			}
+		}
+	}
+	if len(p.claims) > 0 {
+		if p.plugin, err = st.Plugin(v.PluginID); err != nil {
+			return nil, fmt.Errorf("read plugin %s: %w", v.PluginID, err)
+		}
+	}
+	return p, nil
+}
+
+// assess runs one pass over a volume and returns when it next wants one
+// (zero: only when something changes).
+func (w *Watcher) assess(ctx context.Context, ref structs.VolumeRef) (time.Time, error) {
+	p, err := w.load(ref)
+	if err != nil || p == nil {
+		return time.Time{}, err
+	}
+	var due []*structs.Claim
+	for _, c := range p.sortedClaims() {
+		if p.releasable(c) && !c.NextAttempt.After(p.now) {
+			due = append(due, c)
+		}
+	}
+	if len(due) > 0 {
+		verdicts, err := p.decide(ctx, due)
+		if err != nil {
+			return time.Time{}, err
+		}
+		// Faults on claims that were not due (a release decided for a
+		// live allocation) are recorded too: they are the evidence.
+		for _, c := range p.sortedClaims() {
+			vd, ok := verdicts[c.AllocID]
+			if !ok {
+				continue
+			}
+			if vd.fault == nil && c.NextAttempt.After(p.now) {
+				continue
+			}
+			if err := p.act(ctx, c, vd); err != nil {
+				return time.Time{}, err
+			}
+		}
+	}
+	if err := p.clearStuck(ctx); err != nil {
+		return time.Time{}, err
+	}
+	return p.nextWake(), nil
+}
+
+// releasable: the claim's allocation is terminal on its client, or gone.
+// This is the host's safety rule, checked whatever a policy says.
+func (p *pass) releasable(c *structs.Claim) bool {
+	a := p.allocs[c.AllocID]
+	return a == nil || a.ClientStatus.Terminal()
+}
+
+func (p *pass) sortedClaims() []*structs.Claim {
+	out := make([]*structs.Claim, 0, len(p.claims))
+	for _, c := range p.claims {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].AllocID < out[j].AllocID })
+	return out
+}
+
+func (p *pass) wakeAt(t time.Time) {
+	if p.wake.IsZero() || t.Before(p.wake) {
+		p.wake = t
+	}
+}
+
+// nextWake is the earliest NextAttempt of a releasable claim still here, or
+// a policy's requested re-look.
+func (p *pass) nextWake() time.Time {
+	for _, c := range p.claims {
+		if p.releasable(c) && c.NextAttempt.After(p.now) {
+			p.wakeAt(c.NextAttempt)
+		}
+	}
+	return p.wake
+}
+
+// verdict is the validated policy answer for one claim.
+type verdict struct {
+	action     abi.Action
+	retryAfter time.Duration
+	reason     string
+	fault      *structs.ClaimError // non-nil: a module fault, do not release
+}
+
+// decide asks the volume's policy once and validates every decision against
+// the host's rules: a release of a claim whose allocation is pending or
+// running is unsafe; a decision for an allocation not in the request, a
+// duplicate or an unknown action is bad output. Faults fail closed.
+func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]verdict, error) {
+	out := make(map[string]verdict, len(p.claims))
+	failAll := func(fe *structs.ClaimError) map[string]verdict {
+		for _, c := range due {
+			e := *fe
+			out[c.AllocID] = verdict{fault: &e}
+		}
+		return out
+	}
+	resp, err := p.policy.DecideRelease(ctx, p.policyRequest())
+	if err == nil && resp == nil {
+		err = errors.New("policy returned no response")
+	}
+	if err == nil && resp.Error != "" {
+		err = &guestError{msg: resp.Error}
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err() // step-down, not the module's fault
+		}
+		return failAll(moduleError(p.policy, StepPolicy, err)), nil
+	}
+	seen := make(map[string]int, len(resp.Decisions))
+	for _, d := range resp.Decisions {
+		if _, ok := p.claims[d.AllocID]; !ok {
+			// A policy that confuses claims cannot be trusted with the
+			// others of this volume either.
+			return failAll(p.fault(p.policy, StepPolicy, FaultBadOutput,
+				"decision for allocation %q, which has no claim in the request", d.AllocID)), nil
+		}
+		seen[d.AllocID]++
+	}
+	for _, d := range resp.Decisions {
+		c := p.claims[d.AllocID]
+		if seen[d.AllocID] > 1 {
+			out[d.AllocID] = verdict{fault: p.fault(p.policy, StepPolicy, FaultBadOutput,
+				"%d decisions for allocation %q", seen[d.AllocID], d.AllocID)}
+			continue
+		}
+		vd := verdict{action: d.Action, reason: d.Reason}
+		if d.RetryAfterMs > 0 {
+			vd.retryAfter = time.Duration(d.RetryAfterMs) * time.Millisecond
+		}
+		switch d.Action {
+		case abi.ActionWait:
+		case abi.ActionRelease, abi.ActionReleaseSkipNode:
+			if !p.releasable(c) {
+				vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultUnsafe,
+					"decided to release the claim of allocation %q, which is %s", d.AllocID, p.allocStatus(c.AllocID))}
+			}
+		default:
+			vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultBadOutput,
+				"unknown action %d for allocation %q", d.Action, d.AllocID)}
+		}
+		out[d.AllocID] = vd
+	}
+	// A due claim without a decision waits: no release without a decision.
+	return out, nil
+}
+
+// act carries out one validated verdict.
+func (p *pass) act(ctx context.Context, c *structs.Claim, vd verdict) error {
+	switch {
+	case vd.fault != nil:
+		return p.fail(ctx, c, vd.fault, 0)
+	case vd.action == abi.ActionWait:
+		if vd.retryAfter > 0 {
+			p.wakeAt(p.now.Add(vd.retryAfter))
+		}
+		return nil
+	}
+	return p.release(ctx, c, vd.action == abi.ActionReleaseSkipNode)
+}
+
+// release drives one claim from its checkpointed state to ready-to-free,
+// stopping at the first failed step (recorded on the claim). A claim already
+// past a step (a crash, a leader change) resumes where it stands. The error
+// is only for a failed store write or a cancelled context.
+func (p *pass) release(ctx context.Context, c *structs.Claim, skipNode bool) error {
+	for {
+		var ok bool
+		var err error
+		switch c.State {
+		case structs.ClaimTaken:
+			ok, err = p.nodeStep(ctx, c, skipNode)
+		case structs.ClaimNodeDetached:
+			ok, err = p.controllerStep(ctx, c)
+		case structs.ClaimControllerDetached:
+			// Nothing can fail here but the write; a last error on a
+			// controller-detached claim is an abandonment note, kept so
+			// the store's transition event can say why.
+			ok, err = true, p.advance(ctx, c, structs.ClaimReadyToFree, c.LastError)
+		case structs.ClaimReadyToFree:
+			return nil
+		default:
+			return p.fail(ctx, c, &structs.ClaimError{Kind: structs.ErrorPrecondition,
+				Message: fmt.Sprintf("unknown claim state %q", c.State)}, 0)
+		}
+		if err != nil || !ok {
+			return err
+		}
+	}
+}
+
+// nodeStep: NodeUnpublishVolume, then NodeUnstageVolume when the node plugin
+// stages and no other claim of the volume on that node is still published
+// there. Skipped when the policy says the node is unreachable.
+func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool, error) {
+	node := p.nodes[c.NodeID]
+	var np *structs.NodePlugin
+	if node != nil {
+		np = node.Plugins[p.v.PluginID]
+	}
+	published := c.TargetPath != "" || c.StagingPath != ""
+	switch {
+	case skip:
+	case !published:
+		// Nothing was published on the node (it had no node endpoint
+		// when claimed): there is nothing to undo there.
+	case node == nil:
+		return false, p.fail(ctx, c, p.precondition(StepNodeUnpublish,
+			"node %q is gone and the policy did not skip the node step", c.NodeID), 0)
+	case np == nil || np.Endpoint == "":
+		return false, p.fail(ctx, c, p.precondition(StepNodeUnpublish,
+			"node %q has no endpoint for plugin %q", c.NodeID, p.v.PluginID), 0)
+	default:
+		if c.TargetPath != "" {
+			resp, fe := p.adapt(ctx, c, StepNodeUnpublish)
+			if fe != nil {
+				return false, p.failAdapt(ctx, c, fe)
+			}
+			err := p.callCSI(ctx, func(ctx context.Context) error {
+				return p.w.deps.Node.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
+					VolumeId:   resp.VolumeID,
+					TargetPath: c.TargetPath,
+				})
+			})
+			if ok, err := p.csiOutcome(ctx, c, StepNodeUnpublish, err); !ok || err != nil {
+				return false, err
+			}
+		}
+		// The staging path is shared by the volume's claims on this
+		// node: unstage only when this is the last one published there.
+		if np.StageUnstage && c.StagingPath != "" && p.lastOnNode(c) {
+			resp, fe := p.adapt(ctx, c, StepNodeUnstage)
+			if fe != nil {
+				return false, p.failAdapt(ctx, c, fe)
+			}
+			err := p.callCSI(ctx, func(ctx context.Context) error {
+				return p.w.deps.Node.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
+					VolumeId:          resp.VolumeID,
+					StagingTargetPath: c.StagingPath,
+				})
+			})
+			if ok, err := p.csiOutcome(ctx, c, StepNodeUnstage, err); !ok || err != nil {
+				return false, err
+			}
+		}
+	}
+	c.SkipNodeStep = skip
+	return true, p.advance(ctx, c, structs.ClaimNodeDetached, nil)
+}
+
+// lastOnNode: no other claim of the volume on c's node is still published
+// (state taken) on the node.
+func (p *pass) lastOnNode(c *structs.Claim) bool {
+	for _, o := range p.claims {
+		if o != c && o.NodeID == c.NodeID && o.State == structs.ClaimTaken {
+			return false
+		}
+	}
+	return true
+}
+
+// sharedOnNode: another claim of the volume on c's node has not finished
+// its controller step. The controller attachment is per (volume, node), so
+// it is left to the last such claim: ControllerUnpublishVolume then runs
+// once, after every node step on that node (CSI spec; ANCHORS pain 9:
+// unpublish while still in use, or twice).
+func (p *pass) sharedOnNode(c *structs.Claim) bool {
+	for _, o := range p.claims {
+		if o != c && o.NodeID == c.NodeID && o.State.Order() < structs.ClaimControllerDetached.Order() {
+			return true
+		}
+	}
+	return false
+}
+
+// controllerStep: ControllerUnpublishVolume when the plugin publishes and
+// this is the last claim of the volume on the node, always with a node ID.
+func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, error) {
+	if p.plugin == nil {
+		return false, p.fail(ctx, c, p.precondition(StepControllerUnpublish,
+			"plugin %q is not registered", p.v.PluginID), 0)
+	}
+	if !p.plugin.Capabilities.PublishUnpublish || p.sharedOnNode(c) {
+		return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil)
+	}
+	resp, fe := p.adapt(ctx, c, StepControllerUnpublish)
+	if fe != nil {
+		return false, p.failAdapt(ctx, c, fe)
+	}
+	if resp.NodeID == "" {
+		if p.nodes[c.NodeID] == nil {
+			// Nomad's behaviour: with the node gone and no external node
+			// ID known, nothing can address the attachment; abandon the
+			// claim rather than loop (ANCHORS pain 1), and say so.
+			note := p.precondition(StepControllerUnpublish,
+				"node %q is gone and no external node ID is known: claim abandoned without ControllerUnpublishVolume", c.NodeID)
+			note.Time = p.now
+			p.log.Warn("abandoning claim", "alloc", c.AllocID, "node", c.NodeID, "reason", note.Message)
+			return true, p.advance(ctx, c, structs.ClaimControllerDetached, note)
+		}
+		// Never send an empty node ID: GCE PD rejects it and the
+		// reference system loops on "missing external node ID" after
+		// every election (ANCHORS pain 2).
+		return false, p.fail(ctx, c, p.precondition(StepControllerUnpublish,
+			"no external node ID for node %q", c.NodeID), 0)
+	}
+	if p.plugin.ControllerEndpoint == "" {
+		return false, p.fail(ctx, c, p.precondition(StepControllerUnpublish,
+			"plugin %q has no controller endpoint", p.plugin.ID), 0)
+	}
+	secrets, fe := p.secrets(resp.SecretKeys)
+	if fe != nil {
+		return false, p.failAdapt(ctx, c, fe)
+	}
+	release, err := p.w.ctl.acquire(ctx, p.plugin.ID)
+	if err != nil {
+		return false, err
+	}
+	err = p.callCSI(ctx, func(ctx context.Context) error {
+		return p.w.deps.Controller.ControllerUnpublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerUnpublishVolumeRequest{
+			VolumeId: resp.VolumeID,
+			NodeId:   resp.NodeID,
+			Secrets:  secrets,
+		})
+	})
+	release()
+	if ok, err := p.csiOutcome(ctx, c, StepControllerUnpublish, err); !ok || err != nil {
+		return false, err
+	}
+	return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil)
+}
+
+// secrets resolves the adapter's secret keys against the volume's secrets;
+// nil keys means all of them (SpecAdapter).
+func (p *pass) secrets(keys []string) (map[string]string, *structs.ClaimError) {
+	if keys == nil {
+		return p.v.Secrets, nil
+	}
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		val, ok := p.v.Secrets[k]
+		if !ok {
+			return nil, p.fault(p.adapter, StepAdapter, FaultBadOutput, "secret key %q is not a secret of the volume", k)
+		}
+		out[k] = val
+	}
+	return out, nil
+}
+
+// callCSI runs one CSI call under CSITimeout.
+func (p *pass) callCSI(ctx context.Context, call func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, p.w.cfg.CSITimeout)
+	defer cancel()
+	return call(ctx)
+}
+
+// csiOutcome turns a CSI call's error into the step's outcome through the
+// adapter: ok when the step counts as done; otherwise the failure has been
+// recorded on the claim. The error is only for a store write or step-down.
+func (p *pass) csiOutcome(ctx context.Context, c *structs.Claim, step string, err error) (bool, error) {
+	if err == nil {
+		return true, nil
+	}
+	if ctx.Err() != nil {
+		// Leadership lost: the call was cancelled on purpose; the claim
+		// stays as checkpointed and the next leader resumes it.
+		return false, ctx.Err()
+	}
+	code, msg := grpcCode(err)
+	ce := &structs.ClaimError{Kind: structs.ErrorCSI, Step: step, Code: uint32(code), CodeName: code.String(), Message: msg}
+	cr, cerr := p.adapter.ClassifyError(ctx, &abi.ClassifyRequest{
+		Step:     step,
+		Code:     uint32(code),
+		Message:  msg,
+		Attempts: uint32(c.Attempts),
+		PluginID: p.v.PluginID,
+		VolumeID: p.v.ExternalID,
+	})
+	if cerr == nil && cr == nil {
+		cerr = errors.New("adapter returned no classification")
+	}
+	if cerr == nil && cr.Error != "" {
+		cerr = &guestError{msg: cr.Error}
+	}
+	if cerr == nil && (cr.Outcome < abi.OutcomeDone || cr.Outcome > abi.OutcomeFatal) {
+		cerr = &badOutput{msg: fmt.Sprintf("unknown outcome %d", cr.Outcome)}
+	}
+	if cerr != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		// Fail closed: an unclassified error is retried, keeping the
+		// driver's code next to the module fault.
+		me := moduleError(p.adapter, step, cerr)
+		me.Code, me.CodeName = ce.Code, ce.CodeName
+		me.Message = fmt.Sprintf("classify: %s; driver error: %s", me.Message, msg)
+		return false, p.fail(ctx, c, me, 0)
+	}
+	switch cr.Outcome {
+	case abi.OutcomeDone:
+		p.log.Debug("driver error counts as done", "alloc", c.AllocID, "step", step, "code", code, "reason", cr.Reason)
+		return true, nil
+	case abi.OutcomeFatal:
+		ce.Fatal = true
+	}
+	return false, p.fail(ctx, c, ce, time.Duration(cr.RetryAfterMs)*time.Millisecond)
+}
+
+// grpcCode keeps the driver's gRPC code; a bare context error (a deadline
+// hit before the call left) gets the code gRPC would have given it.
+func grpcCode(err error) (codes.Code, string) {
+	if s, ok := status.FromError(err); ok {
+		return s.Code(), s.Message()
+	}
+	if s := status.FromContextError(err); s.Code() != codes.Unknown {
+		return s.Code(), err.Error()
+	}
+	return codes.Unknown, err.Error()
+}
+
+// adapt asks the adapter for a step's request fields.
+func (p *pass) adapt(ctx context.Context, c *structs.Claim, step string) (*abi.AdapterResponse, *structs.ClaimError) {
+	req := &abi.AdapterRequest{
+		Step:      step,
+		Claim:     claimView(c),
+		Volume:    p.volumeView(),
+		Node:      p.nodeView(c.NodeID, true),
+		Plugin:    p.pluginView(c.NodeID),
+		NowUnixMs: p.now.UnixMilli(),
+	}
+	resp, err := p.adapter.AdaptRequest(ctx, req)
+	if err == nil && resp == nil {
+		err = errors.New("adapter returned no response")
+	}
+	if err == nil && resp.Error != "" {
+		err = &guestError{msg: resp.Error}
+	}
+	if err == nil && resp.VolumeID == "" {
+		err = &badOutput{msg: "empty volume ID"}
+	}
+	if err != nil {
+		return nil, moduleError(p.adapter, StepAdapter, err)
+	}
+	return resp, nil
+}
+
+// failAdapt records an adapter fault, unless the context ended (step-down).
+func (p *pass) failAdapt(ctx context.Context, c *structs.Claim, fe *structs.ClaimError) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return p.fail(ctx, c, fe, 0)
+}
+
+// advance checkpoints a successful step: the whole claim, one log entry.
+// Success ends a run of failures. note, when set, is kept as the claim's
+// last error (an abandoned claim says why).
+func (p *pass) advance(ctx context.Context, c *structs.Claim, to structs.ClaimState, note *structs.ClaimError) error {
+	c.State = to
+	c.Attempts = 0
+	c.FirstFailure = time.Time{}
+	c.NextAttempt = time.Time{}
+	c.LastError = note
+	c.ModifyTime = p.now
+	if err := p.checkpoint(ctx, c); err != nil {
+		return err
+	}
+	p.log.Debug("claim transition", "alloc", c.AllocID, "node", c.NodeID, "state", to)
+	if to == structs.ClaimReadyToFree {
+		delete(p.claims, c.AllocID)
+		p.released = append(p.released, c.AllocID)
+		p.w.metrics.ClaimReleased(p.ref, c.AllocID)
+	}
+	return nil
+}
+
+// fail records a failed attempt on the claim with ONE checkpoint (attempts,
+// first failure, backoff, last error), never a loop of log writes, and marks
+// the volume stuck when the claim has failed too often or too long, or the
+// error is fatal. The claim stays in its last state.
+func (p *pass) fail(ctx context.Context, c *structs.Claim, e *structs.ClaimError, retryAfter time.Duration) error {
+	c.Attempts++
+	if c.FirstFailure.IsZero() {
+		c.FirstFailure = p.now
+	}
+	e.Time = p.now
+	c.LastError = e
+	d := retryAfter
+	if d <= 0 {
+		d = p.w.backoff(c.Attempts)
+	}
+	if e.Fatal && d < p.w.cfg.BackoffMax {
+		d = p.w.cfg.BackoffMax
+	}
+	c.NextAttempt = p.now.Add(d)
+	c.ModifyTime = p.now
+	if err := p.checkpoint(ctx, c); err != nil {
+		return err
+	}
+	p.w.metrics.AttemptFailed(p.ref, c.AllocID, e)
+	p.wakeAt(c.NextAttempt)
+	logf := p.log.Debug
+	if c.Attempts == 1 {
+		logf = p.log.Warn // the first of a run; the rest go to stuck detection
+	}
+	logf("release attempt failed", "alloc", c.AllocID, "node", c.NodeID, "state", c.State,
+		"error", e.Error(), "attempts", c.Attempts, "next_attempt", c.NextAttempt)
+
+	reason := ""
+	switch {
+	case e.Fatal:
+		reason = ReasonFatal
+	case p.w.cfg.MaxAttempts > 0 && c.Attempts >= p.w.cfg.MaxAttempts:
+		reason = ReasonMaxAttempts
+	case p.now.Sub(c.FirstFailure) >= p.w.cfg.StuckAfter:
+		reason = ReasonStuckAfter
+	}
+	if reason == "" || (p.v.Stuck != nil && p.v.Stuck.Reason == reason) {
+		return nil
+	}
+	s := &structs.Stuck{
+		Since:    p.now,
+		Reason:   reason,
+		AllocID:  c.AllocID,
+		NodeID:   c.NodeID,
+		Module:   e.Module,
+		Fault:    e.Fault,
+		Code:     e.Code,
+		CodeName: e.CodeName,
+		Attempts: c.Attempts,
+	}
+	if p.v.Stuck != nil {
+		s.Since = p.v.Stuck.Since // stuck since the first mark, for the escape hatch's "after"
+	}
+	if _, err := p.w.deps.Writer.MarkStuck(ctx, &structs.VolumeStuckRequest{
+		Namespace: p.ref.Namespace, VolumeID: p.ref.ID, Stuck: s,
+	}); err != nil {
+		return fmt.Errorf("mark volume %s/%s stuck: %w", p.ref.Namespace, p.ref.ID, err)
+	}
+	p.v.Stuck = s
+	p.w.metrics.VolumeStuck(p.ref, s)
+	p.log.Warn("volume stuck", "reason", reason, "alloc", c.AllocID, "node", c.NodeID,
+		"error", e.Error(), "attempts", c.Attempts)
+	return nil
+}
+
+// clearStuck lifts the stuck mark once no remaining claim is failing.
+func (p *pass) clearStuck(ctx context.Context) error {
+	if p.v.Stuck == nil {
+		return nil
+	}
+	for _, c := range p.claims {
+		if c.Attempts > 0 {
+			return nil
+		}
+	}
+	if _, err := p.w.deps.Writer.MarkStuck(ctx, &structs.VolumeStuckRequest{
+		Namespace: p.ref.Namespace, VolumeID: p.ref.ID,
+	}); err != nil {
+		return fmt.Errorf("clear stuck volume %s/%s: %w", p.ref.Namespace, p.ref.ID, err)
+	}
+	p.v.Stuck = nil
+	p.w.metrics.VolumeStuck(p.ref, nil)
+	p.log.Info("volume no longer stuck")
+	return nil
+}
+
+func (p *pass) checkpoint(ctx context.Context, c *structs.Claim) error {
+	_, err := p.w.deps.Writer.CheckpointClaim(ctx, &structs.ClaimCheckpointRequest{
+		Namespace: p.ref.Namespace, VolumeID: p.ref.ID, Claim: c.Copy(),
+	})
+	if err != nil {
+		return fmt.Errorf("checkpoint claim %s of %s/%s at %s: %w", c.AllocID, p.ref.Namespace, p.ref.ID, c.State, err)
+	}
+	return nil
+}
+
+// precondition is a missing prerequisite of a step (endpoint, node ID).
+func (p *pass) precondition(step, format string, args ...any) *structs.ClaimError {
+	return &structs.ClaimError{Kind: structs.ErrorPrecondition, Step: step, Message: fmt.Sprintf(format, args...)}
+}
+
+// fault is a module fault the host found by validating an answer.
+func (p *pass) fault(mod any, step, kind, format string, args ...any) *structs.ClaimError {
+	e := &structs.ClaimError{Kind: structs.ErrorModule, Step: step, Fault: kind, Message: fmt.Sprintf(format, args...)}
+	if n, ok := mod.(Named); ok {
+		e.Module, e.ModuleVersion = n.ModuleName(), n.ModuleVersion()
+	}
+	return e
+}
+
+// moduleError describes a failed module call, naming the module, version
+// and fault kind from a ModuleFault when the error carries one.
+func moduleError(mod any, step string, err error) *structs.ClaimError {
+	e := &structs.ClaimError{Kind: structs.ErrorModule, Step: step, Fault: FaultError, Message: err.Error()}
+	if n, ok := mod.(Named); ok {
+		e.Module, e.ModuleVersion = n.ModuleName(), n.ModuleVersion()
+	}
+	var bo *badOutput
+	var ge *guestError
+	var mf ModuleFault
+	switch {
+	case errors.As(err, &mf):
+		e.Module, e.ModuleVersion, e.Fault = mf.ModuleName(), mf.ModuleVersion(), mf.FaultKind()
+	case errors.As(err, &bo), errors.As(err, &ge):
+		e.Fault = FaultBadOutput
+	}
+	return e
+}
+
+// guestError is a response whose Error field is set: the module says it
+// could not decide.
+type guestError struct{ msg string }
+
+func (e *guestError) Error() string { return "module error: " + e.msg }
+
+// badOutput is an answer the host cannot use.
+type badOutput struct{ msg string }
+
+func (e *badOutput) Error() string { return "bad output: " + e.msg }
+
+// Views: the small purpose-built parts of objects a module sees (abi).
+
+func (p *pass) volumeView() abi.VolumeView {
+	return abi.VolumeView{
+		Namespace:      p.v.Namespace,
+		ID:             p.v.ID,
+		PluginID:       p.v.PluginID,
+		AccessMode:     string(p.v.AccessMode),
+		AttachmentMode: string(p.v.AttachmentMode),
+		ExternalID:     p.v.ExternalID,
+		Context:        p.v.Context,
+	}
+}
+
+func claimView(c *structs.Claim) abi.ClaimView {
+	cv := abi.ClaimView{
+		AllocID:        c.AllocID,
+		NodeID:         c.NodeID,
+		Mode:           string(c.Mode),
+		State:          string(c.State),
+		Attempts:       uint32(c.Attempts),
+		ExternalNodeID: c.ExternalNodeID,
+		AccessMode:     string(c.AccessMode),
+		AttachmentMode: string(c.AttachmentMode),
+	}
+	if c.LastError != nil {
+		cv.LastErrorCode = c.LastError.Code
+		cv.LastErrorKind = string(c.LastError.Kind)
+	}
+	return cv
+}
+
+func (p *pass) allocStatus(id string) string {
+	if a := p.allocs[id]; a != nil {
+		return string(a.ClientStatus)
+	}
+	return StatusGone
+}
+
+func (p *pass) allocView(id string) abi.AllocView {
+	av := abi.AllocView{ID: id, ClientStatus: p.allocStatus(id)}
+	if a := p.allocs[id]; a != nil && a.ClientStatus.Terminal() && !a.ModifyTime.IsZero() {
+		av.TerminalAgeMs = max(p.now.Sub(a.ModifyTime).Milliseconds(), 0)
+	}
+	return av
+}
+
+// nodeView describes a claim's node; Meta only for adapter requests.
+func (p *pass) nodeView(id string, withMeta bool) abi.NodeView {
+	nv := abi.NodeView{ID: id, Status: StatusGone}
+	n := p.nodes[id]
+	if n == nil {
+		return nv
+	}
+	nv.Status = string(n.Status)
+	if !n.LastSeen.IsZero() {
+		nv.LastSeenAgeMs = max(p.now.Sub(n.LastSeen).Milliseconds(), 0)
+	}
+	if withMeta {
+		nv.Meta = n.Meta
+	}
+	if np := n.Plugins[p.v.PluginID]; np != nil {
+		nv.ExternalID = np.ExternalNodeID
+	}
+	return nv
+}
+
+func (p *pass) pluginView(nodeID string) abi.PluginView {
+	pv := abi.PluginView{ID: p.v.PluginID}
+	if p.plugin != nil {
+		pv.Provider = p.plugin.Provider
+		pv.PublishUnpublish = p.plugin.Capabilities.PublishUnpublish
+	}
+	if n := p.nodes[nodeID]; n != nil {
+		if np := n.Plugins[p.v.PluginID]; np != nil {
+			pv.StageUnstage = np.StageUnstage
+		}
+	}
+	return pv
+}
+
+// policyRequest shows the policy every claim of the volume (sorted, so a
+// decision is a pure function of the volume), their allocations and nodes.
+func (p *pass) policyRequest() *abi.PolicyRequest {
+	req := &abi.PolicyRequest{NowUnixMs: p.now.UnixMilli(), Volume: p.volumeView()}
+	seenNode := make(map[string]bool)
+	for _, c := range p.sortedClaims() {
+		req.Claims = append(req.Claims, claimView(c))
+		req.Allocs = append(req.Allocs, p.allocView(c.AllocID))
+		if !seenNode[c.NodeID] {
+			seenNode[c.NodeID] = true
+			req.Nodes = append(req.Nodes, p.nodeView(c.NodeID, false))
+		}
+	}
+	return req
+}
