@@ -155,11 +155,18 @@ func (c *Client) retireLocked(endpoint string, cn *conn) *grpc.ClientConn {
 	return cn.cc
 }
 
-// release drops a call's reference and closes a retired connection when
-// its last call is done.
-func (c *Client) release(cn *conn) {
+// release drops a call's reference. unavailable retires the connection
+// first: gRPC reports a failed dial to the call before it updates the
+// channel state acquire checks, and a restarted driver must be used by the
+// very next call. A driver that itself answers Unavailable only costs one
+// reconnect.
+func (c *Client) release(endpoint string, cn *conn, unavailable bool) {
 	c.mu.Lock()
 	cn.refs--
+	if unavailable && c.conns[endpoint] == cn {
+		delete(c.conns, endpoint)
+		cn.retired = true
+	}
 	_, tracked := c.all[cn]
 	last := cn.retired && cn.refs == 0 && tracked
 	if last {
@@ -184,14 +191,13 @@ func (c *Client) invoke(ctx context.Context, endpoint, method string, f fields, 
 	if err != nil {
 		return fmt.Errorf("csi %s: %w", method, err)
 	}
-	defer c.release(cn)
-
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
 	defer cancel()
 	start := time.Now()
 	err = call(ctx, cn.cc)
 	d := time.Since(start)
 	code := status.Code(err)
+	c.release(endpoint, cn, code == codes.Unavailable)
 	if c.cfg.Metrics != nil {
 		c.cfg.Metrics.ObserveCall(method, code, d)
 	}

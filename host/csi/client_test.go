@@ -451,3 +451,30 @@ func TestClientClosed(t *testing.T) {
 		t.Fatalf("after Close: %v, want ErrClosed", err)
 	}
 }
+
+// A connection retired after an Unavailable answer stays open for the calls
+// still running on it, and the next call gets a fresh connection.
+func TestClientRetiredConnKeepsCallsInFlight(t *testing.T) {
+	srv := csitest.NewServer(t, csitest.Options{PublishUnpublish: true})
+	c := newClient(t, csi.Config{})
+	ctx := waitCtx(t)
+	unpublish := calls[csitest.ControllerUnpublish]
+	release := make(chan struct{})
+	srv.Script(csitest.ControllerUnpublish, csitest.Result{Block: release}, csitest.Result{Code: codes.Unavailable})
+
+	errc := make(chan error, 1)
+	go func() { errc <- unpublish(ctx, c, srv.Endpoint()) }()
+	if err := srv.WaitFor(ctx, func() bool { return srv.InFlight(csitest.ControllerUnpublish) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := unpublish(ctx, c, srv.Endpoint()); status.Code(err) != codes.Unavailable {
+		t.Fatalf("second call: %v, want Unavailable", err)
+	}
+	if err := unpublish(ctx, c, srv.Endpoint()); err != nil {
+		t.Fatalf("third call, on a fresh connection: %v", err)
+	}
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatalf("call in flight on the retired connection: %v", err)
+	}
+}
