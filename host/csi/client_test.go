@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/csi/csitest"
@@ -476,5 +477,77 @@ func TestClientRetiredConnKeepsCallsInFlight(t *testing.T) {
 	close(release)
 	if err := <-errc; err != nil {
 		t.Fatalf("call in flight on the retired connection: %v", err)
+	}
+}
+
+// oddPlugin answers what csitest never does: not ready, no controller
+// service, an empty node ID.
+type oddPlugin struct {
+	csipb.UnimplementedIdentityServer
+	csipb.UnimplementedNodeServer
+	ready bool
+}
+
+func (o oddPlugin) GetPluginInfo(context.Context, *csipb.GetPluginInfoRequest) (*csipb.GetPluginInfoResponse, error) {
+	return &csipb.GetPluginInfoResponse{Name: "odd", VendorVersion: "1"}, nil
+}
+
+func (o oddPlugin) Probe(context.Context, *csipb.ProbeRequest) (*csipb.ProbeResponse, error) {
+	return &csipb.ProbeResponse{Ready: wrapperspb.Bool(o.ready)}, nil
+}
+
+func (o oddPlugin) GetPluginCapabilities(context.Context, *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
+	return &csipb.GetPluginCapabilitiesResponse{}, nil // node-only plugin
+}
+
+func (o oddPlugin) NodeGetInfo(context.Context, *csipb.NodeGetInfoRequest) (*csipb.NodeGetInfoResponse, error) {
+	return &csipb.NodeGetInfoResponse{}, nil
+}
+
+func TestClientProbeRefusals(t *testing.T) {
+	serve := func(t *testing.T, p oddPlugin) string {
+		lis, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := grpc.NewServer()
+		csipb.RegisterIdentityServer(g, p)
+		csipb.RegisterNodeServer(g, p)
+		done := make(chan struct{})
+		go func() { defer close(done); _ = g.Serve(lis) }()
+		t.Cleanup(func() { g.Stop(); <-done })
+		return "tcp://" + lis.Addr().String()
+	}
+	tests := []struct {
+		name  string
+		ready bool
+		probe func(context.Context, *csi.Client, string) error
+		want  error
+	}{
+		{"controller not ready", false, func(ctx context.Context, c *csi.Client, ep string) error {
+			_, err := c.ProbeController(ctx, ep)
+			return err
+		}, csi.ErrNotReady},
+		{"node not ready", false, func(ctx context.Context, c *csi.Client, ep string) error {
+			_, err := c.ProbeNode(ctx, ep)
+			return err
+		}, csi.ErrNotReady},
+		{"no controller service", true, func(ctx context.Context, c *csi.Client, ep string) error {
+			_, err := c.ProbeController(ctx, ep)
+			return err
+		}, csi.ErrNoControllerService},
+		{"empty node id", true, func(ctx context.Context, c *csi.Client, ep string) error {
+			_, err := c.ProbeNode(ctx, ep)
+			return err
+		}, csi.ErrNoNodeID},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ep := serve(t, oddPlugin{ready: tt.ready})
+			err := tt.probe(waitCtx(t), newClient(t, csi.Config{}), ep)
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), ep) {
+				t.Fatalf("err = %v, want %v naming %s", err, tt.want, ep)
+			}
+		})
 	}
 }
