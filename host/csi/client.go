@@ -39,8 +39,11 @@ type Config struct {
 	CallTimeout time.Duration
 	// DialTimeout is how long one connection attempt may take.
 	DialTimeout time.Duration
-	Logger      hclog.Logger
-	Metrics     CallObserver
+	// Logger is the CSI subsystem's named logger, used as given
+	// (default: discard). Calls log at debug when failed, trace when OK.
+	Logger hclog.Logger
+	// Metrics, when set, observes every call that reached gRPC.
+	Metrics CallObserver
 }
 
 // Client talks to CSI plugins. It dials "unix:///path" and "tcp://host:port"
@@ -77,7 +80,7 @@ func New(cfg Config) *Client {
 	}
 	return &Client{
 		cfg:   cfg,
-		log:   cfg.Logger.Named("csi"),
+		log:   cfg.Logger,
 		conns: make(map[string]*conn),
 		all:   make(map[*conn]struct{}),
 	}
