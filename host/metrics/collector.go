@@ -1,0 +1,83 @@
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// claimStates are reported on every scrape, zeros included, so a dashboard
+// sees "no claims taken" rather than a missing series.
+var claimStates = []structs.ClaimState{
+	structs.ClaimTaken, structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree,
+}
+
+// stateCollector computes gauges from one snapshot per scrape, so nothing
+// has to keep counts in step with the store.
+type stateCollector struct {
+	snapshot func() Source
+
+	volumes   *prometheus.Desc
+	claims    *prometheus.Desc
+	failing   *prometheus.Desc
+	stuck     *prometheus.Desc
+	leftovers *prometheus.Desc
+}
+
+func newStateCollector(snapshot func() Source) *stateCollector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(Namespace, "", name), help, labels, nil)
+	}
+	return &stateCollector{
+		snapshot:  snapshot,
+		volumes:   d("volumes", "Registered volumes."),
+		claims:    d("claims", "Claims by release state.", "state"),
+		failing:   d("claims_failing", "Claims whose last release attempt failed (they carry a last error)."),
+		stuck:     d("volumes_stuck", "Volumes marked stuck: their claims cannot be released without an operator."),
+		leftovers: d("leftovers", "Attachments force-deregistration may have left behind."),
+	}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.volumes
+	ch <- c.claims
+	ch <- c.failing
+	ch <- c.stuck
+	ch <- c.leftovers
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	src := c.snapshot()
+	vols, err := src.Volumes()
+	if err != nil {
+		for _, d := range []*prometheus.Desc{c.volumes, c.claims, c.failing, c.stuck} {
+			ch <- prometheus.NewInvalidMetric(d, err)
+		}
+	} else {
+		byState := make(map[structs.ClaimState]int, len(claimStates))
+		var failing, stuck int
+		for _, v := range vols {
+			if v.Stuck != nil {
+				stuck++
+			}
+			for _, cl := range v.Claims {
+				byState[cl.State]++
+				if cl.LastError != nil {
+					failing++
+				}
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(c.volumes, prometheus.GaugeValue, float64(len(vols)))
+		for _, s := range claimStates {
+			ch <- prometheus.MustNewConstMetric(c.claims, prometheus.GaugeValue, float64(byState[s]), string(s))
+		}
+		ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, float64(failing))
+		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(stuck))
+	}
+	left, err := src.Leftovers()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.leftovers, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.leftovers, prometheus.GaugeValue, float64(len(left)))
+}

@@ -1,0 +1,189 @@
+// Package metrics owns volhost's Prometheus metrics: an own registry (no
+// global state, so tests and several servers in one process never clash),
+// gauges computed from a state snapshot at scrape time, and the counters and
+// histograms the CSI client, the volume watcher and (issue 4) the module
+// runtime report into. Stuck claims are visible here because the reference
+// system has no metric for them (ANCHORS "No metrics for stuck claims").
+//
+// Every method is safe on a nil *Metrics, so a component built without
+// metrics needs no checks.
+package metrics
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/codes"
+
+	"github.com/volhost/volhost/host/state"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Namespace prefixes every volhost metric.
+const Namespace = "volhost"
+
+// Source is what the scrape-time collector reads. *state.Snapshot satisfies
+// it (nil watch set).
+type Source interface {
+	Volumes() ([]*structs.Volume, error)
+	Leftovers() ([]*structs.Leftover, error)
+}
+
+// Metrics holds the registry and the instruments components report into.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	csiCalls      *prometheus.CounterVec
+	csiDuration   *prometheus.HistogramVec
+	released      prometheus.Counter
+	releaseFailed *prometheus.CounterVec
+	markedStuck   prometheus.Counter
+	autoForce     prometheus.Counter
+
+	moduleCalls    *prometheus.CounterVec
+	moduleFaults   *prometheus.CounterVec
+	moduleDuration *prometheus.HistogramVec
+}
+
+// New returns metrics whose gauges read store's current snapshot on scrape.
+func New(store *state.Store) *Metrics {
+	return NewWithSource(func() Source { return snapshotSource{store.Snapshot()} })
+}
+
+// NewWithSource is New over any source; snapshot is called once per scrape
+// so every gauge of a scrape reads one consistent view.
+func NewWithSource(snapshot func() Source) *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		csiCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "csi_calls_total",
+			Help: "CSI calls by method and gRPC code (the code is kept, never parsed from messages).",
+		}, []string{"method", "code"}),
+		csiDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "csi_call_duration_seconds",
+			Help: "CSI call latency by method.",
+			// From a local socket round trip to the 2 minute plugin deadline.
+			Buckets: []float64{.001, .005, .025, .1, .5, 1, 5, 15, 30, 60, 120},
+		}, []string{"method"}),
+		released: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "claims_released_total",
+			Help: "Claims that reached ready-to-free and were removed.",
+		}),
+		releaseFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "claim_release_failures_total",
+			Help: "Failed claim release attempts by step and code (gRPC code name, or module fault kind).",
+		}, []string{"step", "code"}),
+		markedStuck: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "volumes_marked_stuck_total",
+			Help: "Times a volume was marked stuck.",
+		}),
+		autoForce: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "auto_force_deregisters_total",
+			Help: "Stuck volumes force-deregistered by the automatic escape hatch.",
+		}),
+		moduleCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "module_calls_total",
+			Help: "Wasm module calls by module and kind (release-policy, csi-adapter).",
+		}, []string{"module", "kind"}),
+		moduleFaults: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "module_faults_total",
+			Help: "Wasm module faults by module and fault kind (trap, timeout, oom, abi, bad-output, open-circuit, unsafe).",
+		}, []string{"module", "fault"}),
+		moduleDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "module_decision_duration_seconds",
+			Help: "Wasm module decision latency by module and kind.",
+			// Microsecond calls up to a call timeout.
+			Buckets: []float64{1e-6, 5e-6, 25e-6, 1e-4, 5e-4, .0025, .01, .05, .25, 1},
+		}, []string{"module", "kind"}),
+	}
+	m.reg.MustRegister(
+		m.csiCalls, m.csiDuration, m.released, m.releaseFailed, m.markedStuck, m.autoForce,
+		m.moduleCalls, m.moduleFaults, m.moduleDuration,
+		newStateCollector(snapshot),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format (/v1/metrics).
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
+		// A failing snapshot read must not hide every other series.
+		ErrorHandling: promhttp.ContinueOnError,
+	})
+}
+
+// Registerer lets other components (the module runtime) register their own
+// collectors on the same registry.
+func (m *Metrics) Registerer() prometheus.Registerer { return m.reg }
+
+// Gatherer exposes the registry for tests and embedding.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+
+// ObserveCall records one CSI call: the CSI client calls it for every RPC
+// with the call's gRPC code (codes.OK on success).
+func (m *Metrics) ObserveCall(method string, code codes.Code, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.csiCalls.WithLabelValues(method, code.String()).Inc()
+	m.csiDuration.WithLabelValues(method).Observe(d.Seconds())
+}
+
+// ClaimReleased counts a claim removed at ready-to-free (watcher hook).
+func (m *Metrics) ClaimReleased() {
+	if m == nil {
+		return
+	}
+	m.released.Inc()
+}
+
+// ReleaseFailed counts a failed release attempt (watcher hook). step is the
+// claim error's step (node-unpublish, controller-unpublish, policy, ...);
+// code a gRPC code name or a module fault kind.
+func (m *Metrics) ReleaseFailed(step, code string) {
+	if m == nil {
+		return
+	}
+	m.releaseFailed.WithLabelValues(step, code).Inc()
+}
+
+// VolumeStuck counts a volume being marked stuck (watcher hook); the
+// current number of stuck volumes is the volhost_volumes_stuck gauge.
+func (m *Metrics) VolumeStuck() {
+	if m == nil {
+		return
+	}
+	m.markedStuck.Inc()
+}
+
+// AutoForceDeregistered counts an automatic escape-hatch deregistration.
+func (m *Metrics) AutoForceDeregistered() {
+	if m == nil {
+		return
+	}
+	m.autoForce.Inc()
+}
+
+// ModuleCall records one Wasm module call (issue 4): kind is the module
+// kind, fault "" on success or the fault kind.
+func (m *Metrics) ModuleCall(module, kind string, d time.Duration, fault string) {
+	if m == nil {
+		return
+	}
+	m.moduleCalls.WithLabelValues(module, kind).Inc()
+	m.moduleDuration.WithLabelValues(module, kind).Observe(d.Seconds())
+	if fault != "" {
+		m.moduleFaults.WithLabelValues(module, fault).Inc()
+	}
+}
+
+// snapshotSource reads a state snapshot without watching.
+type snapshotSource struct{ snap *state.Snapshot }
+
+func (s snapshotSource) Volumes() ([]*structs.Volume, error)     { return s.snap.Volumes(nil) }
+func (s snapshotSource) Leftovers() ([]*structs.Leftover, error) { return s.snap.Leftovers(nil) }
