@@ -262,8 +262,8 @@ func (c *Client) ProbeController(ctx context.Context, endpoint string) (*structs
 		Provider:           info.GetName(),
 		Version:            info.GetVendorVersion(),
 	}
-	for _, cap := range ccaps.GetCapabilities() {
-		switch cap.GetRpc().GetType() {
+	for _, cp := range ccaps.GetCapabilities() {
+		switch cp.GetRpc().GetType() {
 		case csipb.ControllerServiceCapability_RPC_PUBLISH_UNPUBLISH_VOLUME:
 			p.Capabilities.PublishUnpublish = true
 		case csipb.ControllerServiceCapability_RPC_CREATE_DELETE_VOLUME:
@@ -307,8 +307,8 @@ func (c *Client) ProbeNode(ctx context.Context, endpoint string) (*structs.NodeP
 		ExternalNodeID: info.GetNodeId(),
 		MaxVolumes:     info.GetMaxVolumesPerNode(),
 	}
-	for _, cap := range caps.GetCapabilities() {
-		if cap.GetRpc().GetType() == csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME {
+	for _, cp := range caps.GetCapabilities() {
+		if cp.GetRpc().GetType() == csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME {
 			np.StageUnstage = true
 		}
 	}
