@@ -547,3 +547,14 @@ func fmtCalls(calls []csiCall) string {
 	}
 	return s
 }
+
+// enable turns the watcher on and waits until its blocking query has caught
+// up with the store, so later writes are seen as changes.
+func (f *fixture) enable(t testing.TB) {
+	t.Helper()
+	f.store.mu.Lock()
+	idx := f.store.index
+	f.store.mu.Unlock()
+	f.w.SetEnabled(true)
+	waitFor(t, "watcher caught up with the store", func() bool { return f.w.feedIndex.Load() >= idx })
+}

@@ -265,7 +265,9 @@ func TestNodeDownSkipsNodeStep(t *testing.T) {
 			for i := range got {
 				got[i].Secrets = nil
 			}
-			if !slices.EqualFunc(got, tc.wantCalls, func(a, b csiCall) bool { return a.Method == b.Method && a.VolumeID == b.VolumeID && a.NodeID == b.NodeID && a.Endpoint == b.Endpoint }) {
+			if !slices.EqualFunc(got, tc.wantCalls, func(a, b csiCall) bool {
+				return a.Method == b.Method && a.VolumeID == b.VolumeID && a.NodeID == b.NodeID && a.Endpoint == b.Endpoint
+			}) {
 				t.Fatalf("calls = %s, want %s", fmtCalls(got), fmtCalls(tc.wantCalls))
 			}
 			if f.store.claim(ref("v1"), "a1") != nil {

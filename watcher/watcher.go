@@ -18,6 +18,7 @@ package watcher
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -61,6 +62,10 @@ type Watcher struct {
 	vols    map[structs.VolumeRef]*volState
 	pending refQueue
 	workers int
+
+	// feedIndex is the volumes-table index the loop has caught up with
+	// (observability and tests).
+	feedIndex atomic.Uint64
 }
 
 // volState is the bookkeeping of a volume the watcher has seen recently. It
@@ -165,6 +170,7 @@ func (w *Watcher) watchVolumes(ctx context.Context) {
 	w.logger.Debug("step-up assessment queued", "volumes", len(refs))
 
 	var index uint64
+	w.feedIndex.Store(0)
 	first := true
 	for {
 		var vols []*structs.Volume
@@ -200,6 +206,7 @@ func (w *Watcher) watchVolumes(ctx context.Context) {
 			w.enqueueLocked(ref)
 		}
 		w.mu.Unlock()
+		w.feedIndex.Store(index)
 		first = false
 	}
 }
