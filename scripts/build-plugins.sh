@@ -1,14 +1,46 @@
 #!/usr/bin/env bash
 # Builds every example module under examples/plugins/*/ that has a main.go
-# into OUT/NAME.wasm and copies its manifest to OUT/NAME.hcl.
+# into OUT/NAME.wasm (GOOS=wasip1 c-shared Go guest) and copies its manifest
+# NAME/NAME.hcl to OUT/NAME.hcl. A module folder may also hold
+# variants/VARIANT.hcl: each becomes OUT/VARIANT.wasm (the same bytes, so the
+# host's compilation cache compiles them once) + OUT/VARIANT.hcl, which is how
+# one faulty module serves several fault modes chosen by config.
+#
+# Usage: scripts/build-plugins.sh [OUT]   (run from the repository root)
+# Skips a module whose .wasm is newer than every .go file of the module, the
+# abi packages, go.mod and go.sum; FORCE=1 rebuilds everything.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 out=${1:-examples/plugins/build}
 mkdir -p "$out"
+export GOOS=wasip1 GOARCH=wasm
+# elapsed START: seconds since START (a date +%s.%N stamp), without bc.
+elapsed() { awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'; }
+total_start=$(date +%s.%N)
+built=0
 for dir in examples/plugins/*/; do
+  dir=${dir%/}
   name=$(basename "$dir")
   [ "$name" = build ] && continue
   [ -f "$dir/main.go" ] || continue
-  GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o "$out/$name.wasm" "./$dir"
-  [ -f "$dir/$name.hcl" ] && cp "$dir/$name.hcl" "$out/$name.hcl"
+  wasm="$out/$name.wasm"
+  newer=$(find "$dir" abi go.mod go.sum -name '*.go' -newer "$wasm" -o -name 'go.*' -newer "$wasm" 2>/dev/null | head -1 || true)
+  if [ "${FORCE:-}" = 1 ] || [ ! -f "$wasm" ] || [ -n "$newer" ]; then
+    start=$(date +%s.%N)
+    go build -buildmode=c-shared -trimpath -o "$wasm" "./$dir"
+    built=$((built + 1))
+    printf '%-20s %9d bytes  %5ss\n' "$name.wasm" "$(wc -c <"$wasm")" "$(elapsed "$start")"
+  fi
+  if [ -f "$dir/$name.hcl" ]; then
+    cp "$dir/$name.hcl" "$out/$name.hcl"
+  else
+    echo "warning: $dir has no manifest $name.hcl" >&2
+  fi
+  for v in "$dir"/variants/*.hcl; do
+    [ -f "$v" ] || continue
+    vname=$(basename "$v" .hcl)
+    cp "$wasm" "$out/$vname.wasm"
+    cp "$v" "$out/$vname.hcl"
+  done
 done
-echo "modules built in $out: $(ls "$out" | grep -c '\.wasm$')"
+printf 'modules in %s: %d (%d built, %ss)\n' "$out" "$(ls "$out" | grep -c '\.wasm$')" "$built" "$(elapsed "$total_start")"

@@ -36,6 +36,13 @@ type ConfigureFunc func(cfg map[string]string) (version string, err error)
 // AdaptFunc maps a claim onto a driver's CSI request fields (kind csi-adapter).
 type AdaptFunc func(req *abi.AdapterRequest) (*abi.AdapterResponse, error)
 
+// RawFunc handles an export's encoded request: it appends the encoded
+// response to out and returns it. It is for modules that bring their own
+// codec, and for the host's tests, which need a module that answers with
+// bytes that do not decode. The SDK still recovers its panics and encodes
+// its error as the response's Error.
+type RawFunc func(in, out []byte) ([]byte, error)
+
 // ClassifyFunc says what a driver's error means (kind csi-adapter).
 type ClassifyFunc func(req *abi.ClassifyRequest) (*abi.ClassifyResponse, error)
 
@@ -48,6 +55,8 @@ type Handlers struct {
 	Release   ReleaseFunc
 	Adapt     AdaptFunc
 	Classify  ClassifyFunc
+	// ReleaseRaw, when set, serves volhost_decide_release instead of Release.
+	ReleaseRaw RawFunc
 
 	moduleName string
 }
@@ -60,6 +69,10 @@ func HandleConfigure(f ConfigureFunc) { registered.Configure = f }
 
 // HandleRelease registers the release-policy handler. Call it from init.
 func HandleRelease(f ReleaseFunc) { registered.Release = f }
+
+// HandleReleaseRaw registers a release-policy handler that does its own
+// decoding and encoding; it takes precedence over HandleRelease.
+func HandleReleaseRaw(f RawFunc) { registered.ReleaseRaw = f }
 
 // HandleAdapt registers the CSI adapter's request mapping. Call it from init.
 func HandleAdapt(f AdaptFunc) { registered.Adapt = f }
@@ -111,6 +124,17 @@ func (h *Handlers) DispatchConfigure(in, out []byte) []byte {
 // DispatchRelease decodes a PolicyRequest from in, runs the release handler
 // and appends the encoded PolicyResponse to out.
 func (h *Handlers) DispatchRelease(in, out []byte) []byte {
+	if h.ReleaseRaw != nil {
+		res := out
+		err := protect(func() (err error) {
+			res, err = h.ReleaseRaw(in, out)
+			return err
+		})
+		if err != nil {
+			return (&abi.PolicyResponse{Error: err.Error()}).MarshalAppend(out)
+		}
+		return res
+	}
 	var resp *abi.PolicyResponse
 	err := protect(func() error {
 		if h.Release == nil {

@@ -65,6 +65,38 @@ func TestDispatchRelease(t *testing.T) {
 	}
 }
 
+func TestDispatchReleaseRaw(t *testing.T) {
+	tests := []struct {
+		name    string
+		raw     RawFunc
+		wantOut []byte // exact bytes after the "keep" prefix; nil: decode and check wantErr
+		wantErr string
+	}{
+		{"raw bytes pass through", func(in, out []byte) ([]byte, error) { return append(out, 0xff, 0x00), nil }, []byte{0xff, 0x00}, ""},
+		{"raw error encoded", func(in, out []byte) ([]byte, error) { return append(out, 1, 2, 3), errors.New("raw failed") }, nil, "raw failed"},
+		{"raw panic encoded", func(in, out []byte) ([]byte, error) { panic("raw boom") }, nil, "panic: raw boom"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &Handlers{ReleaseRaw: tc.raw, Release: releaseAll}
+			out := h.DispatchRelease(policyRequest(), []byte("keep"))
+			if string(out[:4]) != "keep" {
+				t.Fatal("prefix lost")
+			}
+			if tc.wantOut != nil {
+				if string(out[4:]) != string(tc.wantOut) {
+					t.Fatalf("out = %x, want %x", out[4:], tc.wantOut)
+				}
+				return
+			}
+			var resp abi.PolicyResponse
+			if err := resp.Unmarshal(out[4:]); err != nil || !strings.Contains(resp.Error, tc.wantErr) {
+				t.Fatalf("resp %+v err %v, want Error ~%q", resp, err, tc.wantErr)
+			}
+		})
+	}
+}
+
 func TestDispatchConfigure(t *testing.T) {
 	req := (&abi.ConfigureRequest{ModuleName: "grace-policy", Config: map[string]string{"grace": "30s"}}).MarshalAppend(nil)
 	tests := []struct {
@@ -140,7 +172,8 @@ func TestRegisterHelpers(t *testing.T) {
 	HandleConfigure(func(map[string]string) (string, error) { return "x", nil })
 	HandleAdapt(func(*abi.AdapterRequest) (*abi.AdapterResponse, error) { return &abi.AdapterResponse{}, nil })
 	HandleClassify(func(*abi.ClassifyRequest) (*abi.ClassifyResponse, error) { return &abi.ClassifyResponse{}, nil })
-	if registered.Release == nil || registered.Configure == nil || registered.Adapt == nil || registered.Classify == nil {
+	HandleReleaseRaw(func(in, out []byte) ([]byte, error) { return out, nil })
+	if registered.ReleaseRaw == nil || registered.Release == nil || registered.Configure == nil || registered.Adapt == nil || registered.Classify == nil {
 		t.Fatal("Handle* did not register")
 	}
 	registered.DispatchConfigure((&abi.ConfigureRequest{ModuleName: "m"}).MarshalAppend(nil), nil)

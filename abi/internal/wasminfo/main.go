@@ -28,6 +28,8 @@ import (
 func main() {
 	smoke := flag.Bool("smoke", false, "instantiate and call every export once")
 	cfg := flag.String("config", "", "comma-separated k=v passed to volhost_configure with -smoke")
+	flag.UintVar(&memoryPages, "pages", 256, "memory limit in 64 KiB pages with -smoke")
+	flag.DurationVar(&callTimeout, "timeout", time.Second, "per-call timeout with -smoke (close on context done)")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: wasminfo [-smoke] [-config k=v,...] MODULE.wasm")
@@ -38,6 +40,11 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+var (
+	memoryPages uint
+	callTimeout time.Duration
+)
 
 func sig(d api.FunctionDefinition) string {
 	names := func(ts []api.ValueType) string {
@@ -56,7 +63,8 @@ func run(path string, smoke bool, cfgFlag string) error {
 	if err != nil {
 		return err
 	}
-	rt := wazero.NewRuntime(ctx)
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().
+		WithMemoryLimitPages(uint32(memoryPages)).WithCloseOnContextDone(true))
 	defer rt.Close(ctx)
 	start := time.Now()
 	cm, err := rt.CompileModule(ctx, wasm)
@@ -109,7 +117,8 @@ func run(path string, smoke bool, cfgFlag string) error {
 	call := func(export string, req abi.Message, resp abi.Message) error {
 		f := mod.ExportedFunction(export)
 		if f == nil {
-			return fmt.Errorf("missing export %s", export)
+			fmt.Printf("%s: not exported\n", export)
+			return nil
 		}
 		in := req.MarshalAppend(nil)
 		p, err := mod.ExportedFunction(abi.ExportBuffer).Call(ctx, uint64(len(in)))
@@ -120,9 +129,11 @@ func run(path string, smoke bool, cfgFlag string) error {
 			return fmt.Errorf("buffer %d out of range", p[0])
 		}
 		start := time.Now()
-		r, err := f.Call(ctx, uint64(len(in)))
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
+		defer cancel()
+		r, err := f.Call(cctx, uint64(len(in)))
 		if err != nil {
-			return fmt.Errorf("%s: %w", export, err)
+			return fmt.Errorf("%s after %v: %w", export, time.Since(start), err)
 		}
 		el := time.Since(start)
 		ptr, n := abi.UnpackResult(r[0])
