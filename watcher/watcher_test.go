@@ -125,7 +125,7 @@ func TestGCWakesWatcher(t *testing.T) {
 		f := newFixture(t, Config{}, nil)
 		f.store.putAlloc("a1", testNode, structs.AllocRunning)
 		f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken)))
-		f.w.SetEnabled(true)
+		f.enable(t)
 		// Nothing is releasable, so the only clock waiter is the GC ticker.
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
