@@ -22,7 +22,9 @@ func TestApplyEveryWriteType(t *testing.T) {
 	}{
 		{
 			name: "plugin upsert keeps create index", typ: structs.PluginUpsertType,
-			req:    func(f *fixture) any { return &structs.PluginUpsertRequest{Plugin: &structs.Plugin{ID: "ebs", Version: "2.0.0"}} },
+			req: func(f *fixture) any {
+				return &structs.PluginUpsertRequest{Plugin: &structs.Plugin{ID: "ebs", Version: "2.0.0"}}
+			},
 			tables: []string{TablePlugins},
 			check: func(t *testing.T, f *fixture, _ any) {
 				p, _ := f.s.Snapshot().PluginByID(nil, "ebs")
@@ -130,7 +132,9 @@ func TestApplyEveryWriteType(t *testing.T) {
 		},
 		{
 			name: "volume deregister unclaimed", typ: structs.VolumeDeregisterType,
-			req:    func(f *fixture) any { return &structs.VolumeDeregisterRequest{Namespace: "default", VolumeID: "vol-ro"} },
+			req: func(f *fixture) any {
+				return &structs.VolumeDeregisterRequest{Namespace: "default", VolumeID: "vol-ro"}
+			},
 			tables: []string{TableVolumes},
 			check: func(t *testing.T, f *fixture, resp any) {
 				if f.volume("default", "vol-ro") != nil || resp != nil {
