@@ -1,6 +1,7 @@
 package plugins
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -59,14 +60,15 @@ func TestBreaker(t *testing.T) {
 
 func TestTailBuffer(t *testing.T) {
 	tests := []struct {
-		name   string
-		writes []int // sizes of successive writes of distinct letters
-		want   int
+		name        string
+		writes      []int // sizes of successive writes of distinct letters
+		wantLen     int
+		wantElision bool
 	}{
-		{"small", []int{10, 20}, 30},
-		{"exact", []int{outputLimit}, outputLimit},
-		{"one huge", []int{3 * outputLimit}, outputLimit},
-		{"overflow across writes", []int{outputLimit - 1, 100}, outputLimit},
+		{"small", []int{10, 20}, 30, false},
+		{"head and tail exactly", []int{headLimit + tailLimit}, headLimit + tailLimit, false},
+		{"one huge", []int{3 * outputLimit}, headLimit + tailLimit, true},
+		{"overflow across writes", []int{headLimit + tailLimit - 1, 100}, headLimit + tailLimit, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,15 +84,18 @@ func TestTailBuffer(t *testing.T) {
 					t.Fatalf("Write returned %d, want %d", got, n)
 				}
 			}
-			s := tb.String()
-			if len(s) != tt.want {
-				t.Fatalf("kept %d bytes, want %d", len(s), tt.want)
+			if tb.Len() != tt.wantLen {
+				t.Fatalf("kept %d bytes, want %d", tb.Len(), tt.wantLen)
 			}
-			if s[len(s)-1] != last {
-				t.Fatalf("last byte %q, want the most recent write's %q", s[len(s)-1], last)
+			s := tb.String()
+			if s[0] != 'a' || s[len(s)-1] != last {
+				t.Fatalf("output starts %q ends %q: want the first write's head and the last write's tail", s[0], s[len(s)-1])
+			}
+			if got := strings.Contains(s, elision); got != tt.wantElision {
+				t.Fatalf("elision marker present = %v, want %v", got, tt.wantElision)
 			}
 			tb.Reset()
-			if tb.Len() != 0 {
+			if tb.Len() != 0 || tb.String() != "" {
 				t.Fatal("Reset kept bytes")
 			}
 		})

@@ -54,6 +54,8 @@ type generation struct {
 	idle  chan *instance // instances waiting for a call
 
 	memPages atomic.Uint32 // memory size seen at the last check-in
+	created  atomic.Int64  // instances created, the canary included
+	recycled atomic.Int64  // instances discarded for max_calls or memory
 
 	mu       sync.Mutex
 	inflight int
@@ -174,7 +176,7 @@ func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*insta
 		WithStdout(out).
 		WithStderr(out))
 	if err != nil {
-		return nil, "", g.fault(ctx, ictx, err, out, "instantiate")
+		return nil, "", g.fault(ctx, ictx, err, out, nil, "instantiate")
 	}
 	inst := &instance{
 		mod:    mod,
@@ -194,14 +196,14 @@ func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*insta
 	if init := mod.ExportedFunction(abi.ExportInitialize); init != nil {
 		if _, err := init.Call(ictx); err != nil {
 			inst.close()
-			return nil, "", g.fault(ctx, ictx, err, out, abi.ExportInitialize)
+			return nil, "", g.fault(ctx, ictx, err, out, inst.mem, abi.ExportInitialize)
 		}
 	}
 	if checkVersion {
 		res, err := inst.fns[abi.ExportVersion].Call(ictx)
 		if err != nil {
 			inst.close()
-			return nil, "", g.fault(ctx, ictx, err, out, abi.ExportVersion)
+			return nil, "", g.fault(ctx, ictx, err, out, inst.mem, abi.ExportVersion)
 		}
 		if v := api.DecodeI32(res[0]); v != abi.Version {
 			inst.close()
@@ -219,6 +221,7 @@ func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*insta
 		inst.close()
 		return nil, "", fmt.Errorf("configure: %w", err)
 	}
+	g.created.Add(1)
 	return inst, resp.Version, nil
 }
 
@@ -316,6 +319,9 @@ func (g *generation) checkin(inst *instance, discard bool) {
 			g.log.Debug("recycling instance above memory threshold", "pages", pages, "threshold", g.recyclePages)
 			discard = true
 		}
+		if discard {
+			g.recycled.Add(1)
+		}
 	}
 	if discard {
 		inst.close()
@@ -356,15 +362,17 @@ func (g *generation) invokeOn(cctx, parent context.Context, inst *instance, expo
 	inst.out.Reset()
 	inst.stack[0] = api.EncodeU32(uint32(len(req)))
 	if err := inst.buffer.CallWithStack(cctx, inst.stack); err != nil {
-		return g.fault(parent, cctx, err, inst.out, abi.ExportBuffer)
+		return g.fault(parent, cctx, err, inst.out, inst.mem, abi.ExportBuffer)
 	}
 	ptr := api.DecodeU32(inst.stack[0])
-	if !inst.mem.Write(ptr, req) {
+	// Address 0 is how a guest says it has no buffer (ABI.md "Memory");
+	// writing there would corrupt the guest's own data.
+	if ptr == 0 || !inst.mem.Write(ptr, req) {
 		return g.abiFault(inst, fmt.Errorf("%s(%d) returned %#x: outside the guest's %d-byte memory", abi.ExportBuffer, len(req), ptr, inst.mem.Size()))
 	}
 	inst.stack[0] = api.EncodeU32(uint32(len(req)))
 	if err := inst.fns[export].CallWithStack(cctx, inst.stack); err != nil {
-		return g.fault(parent, cctx, err, inst.out, export)
+		return g.fault(parent, cctx, err, inst.out, inst.mem, export)
 	}
 	rptr, rlen := abi.UnpackResult(inst.stack[0])
 	if rlen > maxMessage {
@@ -397,7 +405,14 @@ func (g *generation) abiFault(inst *instance, err error) error {
 
 // fault maps a wazero call error to a FaultError. A cancelled caller is
 // not the module's fault: that returns the context's error, uncounted.
-func (g *generation) fault(parent, cctx context.Context, err error, out *tailBuffer, what string) error {
+//
+// wazero has no typed error for traps, so the kind is read from what is
+// typed (sys.ExitError's deadline code, the contexts) and from the guest's
+// state: Go's runtime reports a failed memory.grow only by throwing (an
+// `unreachable` trap after printing "fatal error: out of memory"), so a trap
+// with the guest's memory at the cap, or with that text in its output, is
+// an out-of-memory fault.
+func (g *generation) fault(parent, cctx context.Context, err error, out *tailBuffer, mem api.Memory, what string) error {
 	if parent.Err() != nil {
 		return fmt.Errorf("module %s: %s: %w", g.name, what, parent.Err())
 	}
@@ -406,15 +421,22 @@ func (g *generation) fault(parent, cctx context.Context, err error, out *tailBuf
 	var exit *sys.ExitError
 	switch {
 	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded,
-		cctx.Err() != nil && errors.Is(cctx.Err(), context.DeadlineExceeded):
+		errors.Is(cctx.Err(), context.DeadlineExceeded):
 		kind = FaultTimeout
-	// Go's runtime reports a failed memory.grow only as this fatal error
-	// text followed by proc_exit(2): the guest output is the one signal.
-	case strings.Contains(output, "out of memory"):
+	case mem != nil && g.nearCap(mem), strings.Contains(output, "out of memory"):
 		kind = FaultOOM
 	}
 	return &FaultError{Module: g.name, Version: g.version, Kind: kind,
 		Err: fmt.Errorf("%s: %w", what, err), Output: output}
+}
+
+// nearCap reports whether memory is within 1/8 of the manifest's cap: a Go
+// heap grows in steps of at least 4 MiB (64 pages) near the top, so a failed
+// grow leaves the memory short of the cap by less than one step.
+func (g *generation) nearCap(mem api.Memory) bool {
+	limit := g.man.Limits.MemoryPages
+	margin := max(limit/8, min(64, limit/2))
+	return mem.Size()/pageSize+margin >= limit
 }
 
 // bufPool recycles the host-side copies of guest responses.

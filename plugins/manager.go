@@ -283,7 +283,7 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, mod *module) {
 	if unchanged {
 		return
 	}
-	man, err := ParseManifest(hclPath, src)
+	man, err := ParseManifest(filepath.Base(hclPath), src)
 	if err != nil {
 		m.refuseLocked(mod, fp, err.Error())
 		return
