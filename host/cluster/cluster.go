@@ -1,0 +1,386 @@
+// Package cluster owns replication and leadership: every write to the
+// state store goes through hashicorp/raft, even on a single node, so the
+// store is always a deterministic function of the log.
+//
+// In dev mode the log, stable store, snapshots and transport are in memory;
+// with a data directory the log and stable store are raft-boltdb, snapshots
+// are files and the transport is TCP, so a restart rebuilds the state from
+// the last snapshot plus the log and loses nothing.
+//
+// Apply validates a request against the current state before writing it to
+// the log, so a refusal is an error to the caller and never a committed
+// entry (ANCHORS pain 10).
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/volhost/volhost/host/state"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Defaults.
+const (
+	DefaultApplyTimeout = 30 * time.Second
+	DefaultBindAddr     = "127.0.0.1:0"
+	DefaultNodeID       = "volhost-1"
+	snapshotsRetained   = 2
+)
+
+// Config configures a Cluster.
+type Config struct {
+	// Dev keeps the log, stable store and snapshots in memory with an
+	// in-memory transport; nothing survives the process.
+	Dev bool
+	// DataDir persists the log and stable store (raft-boltdb) and snapshots
+	// (files) under DataDir/raft, with a TCP transport.
+	DataDir string
+	// NodeID is the raft server ID (default DefaultNodeID). Keep it stable
+	// across restarts of one data directory.
+	NodeID string
+	// BindAddr is the TCP transport address with DataDir (default
+	// DefaultBindAddr).
+	BindAddr string
+	// Bootstrap bootstraps a single-node cluster when no state exists yet.
+	// Dev always bootstraps.
+	Bootstrap bool
+	// Logger is the parent logger; the cluster logs as "cluster" and raft as
+	// "raft".
+	Logger hclog.Logger
+	// ApplyTimeout bounds an Apply or Barrier when ctx has no earlier
+	// deadline (default DefaultApplyTimeout).
+	ApplyTimeout time.Duration
+	// SnapshotThreshold and SnapshotInterval override raft's automatic
+	// snapshot policy (zero keeps raft's defaults).
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	// Clock stamps log entries (the time the FSM applies them with).
+	Clock clockwork.Clock
+}
+
+// Cluster is a raft node applying commands to a state store.
+type Cluster struct {
+	cfg    Config
+	logger hclog.Logger
+	store  *state.Store
+	raft   *raft.Raft
+
+	closers []io.Closer // transport and bolt store, closed after raft
+
+	notifyCh chan bool
+	leaderCh chan bool
+	stopCh   chan struct{}
+	wg       sync.WaitGroup
+
+	mu       sync.Mutex
+	leader   bool
+	changeCh chan struct{} // closed and replaced on every leadership change
+
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// New starts a raft node over store. With DataDir and existing state, raft
+// restores the last snapshot into the store and replays the log after it
+// once it leads again (wait with WaitForLeader and Barrier).
+func New(cfg Config, store *state.Store) (*Cluster, error) {
+	if store == nil {
+		return nil, errors.New("cluster: nil state store")
+	}
+	if cfg.Dev == (cfg.DataDir != "") {
+		return nil, errors.New("cluster: set exactly one of Dev and DataDir")
+	}
+	if cfg.NodeID == "" {
+		cfg.NodeID = DefaultNodeID
+	}
+	if cfg.BindAddr == "" {
+		cfg.BindAddr = DefaultBindAddr
+	}
+	if cfg.ApplyTimeout <= 0 {
+		cfg.ApplyTimeout = DefaultApplyTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	c := &Cluster{
+		cfg:      cfg,
+		logger:   cfg.Logger.Named("cluster"),
+		store:    store,
+		notifyCh: make(chan bool, 8),
+		leaderCh: make(chan bool, 1),
+		stopCh:   make(chan struct{}),
+		changeCh: make(chan struct{}),
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = cfg.Logger.Named("raft")
+	rc.NotifyCh = c.notifyCh
+	// One voter needs no failure detection: short timeouts make a (re)start
+	// lead within a fraction of a second instead of seconds.
+	rc.HeartbeatTimeout = 200 * time.Millisecond
+	rc.ElectionTimeout = 200 * time.Millisecond
+	rc.LeaderLeaseTimeout = 100 * time.Millisecond
+	if cfg.SnapshotThreshold > 0 {
+		rc.SnapshotThreshold = cfg.SnapshotThreshold
+	}
+	if cfg.SnapshotInterval > 0 {
+		rc.SnapshotInterval = cfg.SnapshotInterval
+	}
+
+	var (
+		logs   raft.LogStore
+		stable raft.StableStore
+		snaps  raft.SnapshotStore
+		trans  raft.Transport
+	)
+	if cfg.Dev {
+		mem := raft.NewInmemStore()
+		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
+		_, t := raft.NewInmemTransport(raft.NewInmemAddr())
+		trans = t
+		c.closers = append(c.closers, t)
+	} else {
+		dir := filepath.Join(cfg.DataDir, "raft")
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("cluster: data dir: %w", err)
+		}
+		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+		if err != nil {
+			return nil, fmt.Errorf("cluster: open raft log %s: %w", dir, err)
+		}
+		c.closers = append(c.closers, bolt)
+		fss, err := raft.NewFileSnapshotStoreWithLogger(dir, snapshotsRetained, rc.Logger)
+		if err != nil {
+			c.closeAll()
+			return nil, fmt.Errorf("cluster: snapshot store: %w", err)
+		}
+		t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, nil, 3, 10*time.Second, rc.Logger)
+		if err != nil {
+			c.closeAll()
+			return nil, fmt.Errorf("cluster: transport on %s: %w", cfg.BindAddr, err)
+		}
+		c.closers = append([]io.Closer{t}, c.closers...)
+		logs, stable, snaps, trans = bolt, bolt, fss, t
+	}
+
+	if cfg.Dev || cfg.Bootstrap {
+		has, err := raft.HasExistingState(logs, stable, snaps)
+		if err != nil {
+			c.closeAll()
+			return nil, fmt.Errorf("cluster: read raft state: %w", err)
+		}
+		if !has {
+			conf := raft.Configuration{Servers: []raft.Server{{
+				Suffrage: raft.Voter, ID: rc.LocalID, Address: trans.LocalAddr(),
+			}}}
+			if err := raft.BootstrapCluster(rc, logs, stable, snaps, trans, conf); err != nil {
+				c.closeAll()
+				return nil, fmt.Errorf("cluster: bootstrap: %w", err)
+			}
+		}
+	}
+
+	r, err := raft.NewRaft(rc, &fsm{store: store, logger: c.logger}, logs, stable, snaps, trans)
+	if err != nil {
+		c.closeAll()
+		return nil, fmt.Errorf("cluster: start raft: %w", err)
+	}
+	c.raft = r
+	c.wg.Add(1)
+	go c.forwardLeadership()
+	return c, nil
+}
+
+// forwardLeadership drains raft's NotifyCh (raft blocks on it) into the
+// latest-value LeaderCh and the leadership flag WaitForLeader watches.
+func (c *Cluster) forwardLeadership() {
+	defer c.wg.Done()
+	for {
+		select {
+		case <-c.stopCh:
+			return
+		case v := <-c.notifyCh:
+			c.logger.Info("leadership changed", "leader", v)
+			select { // keep only the newest value: never block raft
+			case <-c.leaderCh:
+			default:
+			}
+			c.leaderCh <- v
+			c.mu.Lock()
+			c.leader = v
+			close(c.changeCh)
+			c.changeCh = make(chan struct{})
+			c.mu.Unlock()
+		}
+	}
+}
+
+// Store returns the state store this node applies to.
+func (c *Cluster) Store() *state.Store { return c.store }
+
+// LeaderCh delivers leadership changes (true: stepped up, false: stepped
+// down). It holds only the newest value, so a slow reader sees the current
+// state rather than a backlog, and raft never blocks on it.
+func (c *Cluster) LeaderCh() <-chan bool { return c.leaderCh }
+
+// IsLeader reports whether this node is the raft leader now.
+func (c *Cluster) IsLeader() bool { return c.raft.State() == raft.Leader }
+
+// Leader returns the current leader's address and ID ("" when unknown).
+func (c *Cluster) Leader() (addr, id string) {
+	a, i := c.raft.LeaderWithID()
+	return string(a), string(i)
+}
+
+// WaitForLeader blocks until this node leads or ctx ends.
+func (c *Cluster) WaitForLeader(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		leader, ch := c.leader, c.changeCh
+		c.mu.Unlock()
+		if leader && c.IsLeader() {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for leadership: %w", ctx.Err())
+		}
+	}
+}
+
+// timeout is the smaller of ApplyTimeout and the time left on ctx.
+func (c *Cluster) timeout(ctx context.Context) time.Duration {
+	t := c.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		if left := time.Until(dl); left < t {
+			t = left
+		}
+	}
+	return t
+}
+
+// raftErr maps raft's errors: anything meaning "this node cannot commit
+// now" wraps structs.ErrNoLeader so callers branch on it (503).
+func raftErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%s: %w: %w", op, structs.ErrNoLeader, err)
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// wait blocks until f resolves or ctx ends. The goroutine is bounded by the
+// future: raft resolves every future, at the latest on Shutdown.
+func wait(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Apply validates req against the current state, then commits it through
+// raft and returns the entry's index and the FSM's response. A refusal,
+// before the log or (after a race) at apply time, is the store's typed
+// error (errors.Is(err, structs.ErrConflict) works); not being the leader
+// fails fast with structs.ErrNoLeader. When ctx ends while waiting, the
+// outcome is unknown: the entry may still commit.
+func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (index uint64, resp any, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	if !c.IsLeader() {
+		return 0, nil, raftErr("apply", raft.ErrNotLeader)
+	}
+	if err := c.store.Snapshot().Validate(t, req); err != nil {
+		return 0, nil, err
+	}
+	data, err := encodeCommand(t, c.cfg.Clock.Now(), req)
+	if err != nil {
+		return 0, nil, err
+	}
+	f := c.raft.Apply(data, c.timeout(ctx))
+	if err := wait(ctx, f); err != nil {
+		if ctx.Err() != nil {
+			return 0, nil, fmt.Errorf("apply: %w", err)
+		}
+		return 0, nil, raftErr("apply", err)
+	}
+	res, ok := f.Response().(fsmResult)
+	if !ok {
+		return f.Index(), nil, fmt.Errorf("apply: unexpected FSM response %T", f.Response())
+	}
+	return f.Index(), res.resp, res.err
+}
+
+// Barrier blocks until every entry committed before it is applied to the
+// store (after a restart: the whole log).
+func (c *Cluster) Barrier(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return raftErr("barrier", wait(ctx, c.raft.Barrier(c.timeout(ctx))))
+}
+
+// Snapshot forces a raft snapshot now (tests use it to exercise restore).
+func (c *Cluster) Snapshot() error {
+	return raftErr("snapshot", c.raft.Snapshot().Error())
+}
+
+// LastIndex is the index of the last entry in this node's log.
+func (c *Cluster) LastIndex() uint64 { return c.raft.LastIndex() }
+
+// AppliedIndex is the index of the last entry applied to the store.
+func (c *Cluster) AppliedIndex() uint64 { return c.raft.AppliedIndex() }
+
+// Shutdown stops raft, the leadership forwarder, the transport and the log
+// store. It is safe to call more than once.
+func (c *Cluster) Shutdown() error {
+	c.shutdownOnce.Do(func() {
+		err := c.raft.Shutdown().Error()
+		close(c.stopCh)
+		c.wg.Wait()
+		if cerr := c.closeAll(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			c.shutdownErr = fmt.Errorf("cluster shutdown: %w", err)
+		}
+	})
+	return c.shutdownErr
+}
+
+func (c *Cluster) closeAll() error {
+	var errs []error
+	for _, cl := range c.closers {
+		if err := cl.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	c.closers = nil
+	return errors.Join(errs...)
+}

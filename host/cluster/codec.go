@@ -1,0 +1,93 @@
+package cluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// A command in the replicated log is one type byte followed by a JSON
+// envelope carrying the leader's clock reading and the request. The time
+// travels in the entry so applying it is deterministic: every replica, and
+// a replay after a restart, stamps events and defaults with the same time.
+// JSON round-trips every field of host/structs, time.Time included
+// (RFC 3339 with nanoseconds and the zone offset).
+type envelope struct {
+	Time time.Time       `json:"time"`
+	Req  json.RawMessage `json:"req"`
+}
+
+// newRequest returns a pointer to the request type of t. Message types are
+// persisted: this table only grows.
+func newRequest(t structs.MessageType) (any, error) {
+	switch t {
+	case structs.PluginUpsertType:
+		return &structs.PluginUpsertRequest{}, nil
+	case structs.NodeUpsertType:
+		return &structs.NodeUpsertRequest{}, nil
+	case structs.VolumeRegisterType:
+		return &structs.VolumeRegisterRequest{}, nil
+	case structs.VolumeDeregisterType:
+		return &structs.VolumeDeregisterRequest{}, nil
+	case structs.AllocUpsertType:
+		return &structs.AllocUpsertRequest{}, nil
+	case structs.VolumeClaimType:
+		return &structs.VolumeClaimRequest{}, nil
+	case structs.ClaimCheckpointType:
+		return &structs.ClaimCheckpointRequest{}, nil
+	case structs.VolumeStuckType:
+		return &structs.VolumeStuckRequest{}, nil
+	case structs.ClaimGCType:
+		return &structs.ClaimGCRequest{}, nil
+	case structs.LeftoversClearType:
+		return &structs.LeftoversClearRequest{}, nil
+	case structs.EventAppendType:
+		return &structs.EventAppendRequest{}, nil
+	case structs.NodeStatusUpdateType:
+		return &structs.NodeStatusUpdateRequest{}, nil
+	case structs.PluginDeregisterType:
+		return &structs.PluginDeregisterRequest{}, nil
+	case structs.NodeDeregisterType:
+		return &structs.NodeDeregisterRequest{}, nil
+	case structs.AllocDeleteType:
+		return &structs.AllocDeleteRequest{}, nil
+	case structs.VolumeClaimRemoveType:
+		return &structs.VolumeClaimRemoveRequest{}, nil
+	}
+	return nil, structs.Invalid("type", "unknown message type %d", t)
+}
+
+// encodeCommand renders a log entry.
+func encodeCommand(t structs.MessageType, now time.Time, req any) ([]byte, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode %d request: %w", t, err)
+	}
+	env, err := json.Marshal(envelope{Time: now.UTC(), Req: body})
+	if err != nil {
+		return nil, fmt.Errorf("encode %d envelope: %w", t, err)
+	}
+	return append([]byte{byte(t)}, env...), nil
+}
+
+// decodeCommand parses a log entry.
+func decodeCommand(data []byte) (structs.MessageType, time.Time, any, error) {
+	if len(data) < 2 {
+		return 0, time.Time{}, nil, fmt.Errorf("command of %d bytes is too short", len(data))
+	}
+	t := structs.MessageType(data[0])
+	req, err := newRequest(t)
+	if err != nil {
+		return t, time.Time{}, nil, err
+	}
+	var env envelope
+	if err := json.Unmarshal(data[1:], &env); err != nil {
+		return t, time.Time{}, nil, fmt.Errorf("decode %d envelope: %w", t, err)
+	}
+	if err := json.Unmarshal(env.Req, req); err != nil {
+		return t, time.Time{}, nil, fmt.Errorf("decode %d request: %w", t, err)
+	}
+	return t, env.Time, req, nil
+}
