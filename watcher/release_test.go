@@ -588,3 +588,48 @@ func TestAdapterOutcomes(t *testing.T) {
 		t.Fatalf("claim %s, want released (NotFound classified done)", c.State)
 	}
 }
+
+// recordingPolicy keeps the last request and delegates to DefaultPolicy.
+type recordingPolicy struct {
+	DefaultPolicy
+	last *abi.PolicyRequest
+}
+
+func (p *recordingPolicy) DecideRelease(ctx context.Context, req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
+	p.last = req
+	return p.DefaultPolicy.DecideRelease(ctx, req)
+}
+
+// TestPolicyRequestView: the policy sees the clock's time, "gone" for a
+// missing allocation or node, ages in milliseconds and the node plugin's
+// external ID; a gone allocation's claim is released, skipping the gone node.
+func TestPolicyRequestView(t *testing.T) {
+	pol := &recordingPolicy{}
+	f := newFixture(t, Config{}, testModules{policy: pol})
+	f.store.putNode(readyNode("n2"))
+	f.store.putAlloc("a1", testNode, structs.AllocComplete)
+	f.store.deleteAlloc("a1")
+	f.store.putAlloc("a2", "n2", structs.AllocRunning)
+	f.store.putVolume(newVolume("v1", newClaim("a1", "n9", structs.ClaimTaken), newClaim("a2", "n2", structs.ClaimTaken)))
+	f.clock.Advance(90 * time.Second)
+	if _, err := f.w.assess(context.Background(), ref("v1")); err != nil {
+		t.Fatal(err)
+	}
+	req := pol.last
+	if req == nil || req.NowUnixMs != t0.Add(90*time.Second).UnixMilli() || req.Volume.ExternalID != "vol-v1" {
+		t.Fatalf("request = %+v", req)
+	}
+	if len(req.Claims) != 2 || req.Claims[0].AllocID != "a1" || req.Allocs[0].ClientStatus != StatusGone || req.Allocs[1].ClientStatus != "running" {
+		t.Fatalf("claims/allocs = %+v / %+v", req.Claims, req.Allocs)
+	}
+	if len(req.Nodes) != 2 || req.Nodes[0].Status != StatusGone || req.Nodes[1].Status != "ready" ||
+		req.Nodes[1].LastSeenAgeMs != 90_000 || req.Nodes[1].ExternalID != "ext-n2" || req.Nodes[1].Meta != nil {
+		t.Fatalf("nodes = %+v", req.Nodes)
+	}
+	if f.store.claim(ref("v1"), "a1") != nil {
+		t.Fatal("claim of a gone allocation not released")
+	}
+	if n := f.csi.count(mNodeUnpublish); n != 0 {
+		t.Fatalf("%d node calls for a gone node", n)
+	}
+}

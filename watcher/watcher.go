@@ -207,6 +207,9 @@ func (w *Watcher) watchVolumes(ctx context.Context) {
 		}
 		w.mu.Unlock()
 		w.feedIndex.Store(index)
+		// Drop the batch before blocking again: the first one is the whole
+		// table, which must not stay reachable while the watcher idles.
+		vols, refs = nil, nil
 		first = false
 	}
 }
