@@ -30,7 +30,10 @@ func logger(t *testing.T) hclog.Logger {
 
 type testWriter struct{ t *testing.T }
 
-func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(bytes.TrimRight(p, "\n"))); return len(p), nil }
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}
 
 // start runs a cluster and waits until it leads with its log applied.
 func start(t *testing.T, cfg Config) (*Cluster, *state.Store) {
