@@ -41,6 +41,7 @@ type Metrics struct {
 	released      prometheus.Counter
 	releaseFailed *prometheus.CounterVec
 	markedStuck   prometheus.Counter
+	assessed      prometheus.Counter
 	autoForce     prometheus.Counter
 
 	moduleCalls    *prometheus.CounterVec
@@ -74,11 +75,15 @@ func NewWithSource(snapshot func() Source) *Metrics {
 		}),
 		releaseFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "claim_release_failures_total",
-			Help: "Failed claim release attempts by step and code (gRPC code name, or module fault kind).",
+			Help: "Failed claim release attempts by step and code (gRPC code name, module fault kind or error kind).",
 		}, []string{"step", "code"}),
 		markedStuck: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "volumes_marked_stuck_total",
 			Help: "Times a volume was marked stuck.",
+		}),
+		assessed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "volume_assessments_total",
+			Help: "Watcher passes over a volume.",
 		}),
 		autoForce: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "auto_force_deregisters_total",
@@ -100,7 +105,7 @@ func NewWithSource(snapshot func() Source) *Metrics {
 		}, []string{"module", "kind"}),
 	}
 	m.reg.MustRegister(
-		m.csiCalls, m.csiDuration, m.released, m.releaseFailed, m.markedStuck, m.autoForce,
+		m.csiCalls, m.csiDuration, m.released, m.releaseFailed, m.markedStuck, m.assessed, m.autoForce,
 		m.moduleCalls, m.moduleFaults, m.moduleDuration,
 		newStateCollector(snapshot),
 		collectors.NewGoCollector(),
@@ -134,31 +139,56 @@ func (m *Metrics) ObserveCall(method string, code codes.Code, d time.Duration) {
 	m.csiDuration.WithLabelValues(method).Observe(d.Seconds())
 }
 
-// ClaimReleased counts a claim removed at ready-to-free (watcher hook).
-func (m *Metrics) ClaimReleased() {
+// ClaimReleased counts a claim that reached ready-to-free and left its
+// volume. With AttemptFailed, VolumeStuck and VolumeAssessed it implements
+// watcher.Metrics; the volume and alloc are not labels (unbounded
+// cardinality), the events table carries them.
+func (m *Metrics) ClaimReleased(structs.VolumeRef, string) {
 	if m == nil {
 		return
 	}
 	m.released.Inc()
 }
 
-// ReleaseFailed counts a failed release attempt (watcher hook). step is the
-// claim error's step (node-unpublish, controller-unpublish, policy, ...);
-// code a gRPC code name or a module fault kind.
-func (m *Metrics) ReleaseFailed(step, code string) {
+// AttemptFailed counts a failed release step by the claim error's step and
+// code: the gRPC code name for a CSI error, the fault kind for a module
+// fault, else the error kind.
+func (m *Metrics) AttemptFailed(_ structs.VolumeRef, _ string, e *structs.ClaimError) {
 	if m == nil {
 		return
+	}
+	step, code := "unknown", "unknown"
+	if e != nil {
+		step = e.Step
+		switch {
+		case e.Kind == structs.ErrorModule && e.Fault != "":
+			code = e.Fault
+		case e.CodeName != "":
+			code = e.CodeName
+		case e.Kind == structs.ErrorCSI:
+			code = codes.Code(e.Code).String()
+		case e.Kind != "":
+			code = string(e.Kind)
+		}
 	}
 	m.releaseFailed.WithLabelValues(step, code).Inc()
 }
 
-// VolumeStuck counts a volume being marked stuck (watcher hook); the
-// current number of stuck volumes is the volhost_volumes_stuck gauge.
-func (m *Metrics) VolumeStuck() {
-	if m == nil {
+// VolumeStuck counts a volume being marked stuck (s != nil); clearing
+// (s == nil) is visible in the volhost_volumes_stuck gauge instead.
+func (m *Metrics) VolumeStuck(_ structs.VolumeRef, s *structs.Stuck) {
+	if m == nil || s == nil {
 		return
 	}
 	m.markedStuck.Inc()
+}
+
+// VolumeAssessed counts a finished watcher pass over a volume.
+func (m *Metrics) VolumeAssessed(structs.VolumeRef) {
+	if m == nil {
+		return
+	}
+	m.assessed.Inc()
 }
 
 // AutoForceDeregistered counts an automatic escape-hatch deregistration.

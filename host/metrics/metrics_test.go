@@ -13,7 +13,11 @@ import (
 	"github.com/volhost/volhost/host/metrics"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher"
 )
+
+// The watcher reports straight into Metrics.
+var _ watcher.Metrics = (*metrics.Metrics)(nil)
 
 func scrape(t *testing.T, m *metrics.Metrics) string {
 	t.Helper()
@@ -107,11 +111,16 @@ func TestCounters(t *testing.T) {
 	m.ObserveCall("ControllerUnpublishVolume", codes.Unavailable, 2*time.Second)
 	m.ObserveCall("ControllerUnpublishVolume", codes.Unavailable, time.Second)
 	m.ObserveCall("NodeUnpublishVolume", codes.DeadlineExceeded, 2*time.Minute)
-	m.ClaimReleased()
-	m.ClaimReleased()
-	m.ReleaseFailed("controller-unpublish", "Unavailable")
-	m.ReleaseFailed("policy", "timeout")
-	m.VolumeStuck()
+	ref := structs.VolumeRef{Namespace: "default", ID: "v1"}
+	m.ClaimReleased(ref, "a1")
+	m.ClaimReleased(ref, "a2")
+	m.AttemptFailed(ref, "a3", &structs.ClaimError{Kind: structs.ErrorCSI, Step: "controller-unpublish", Code: uint32(codes.Unavailable)})
+	m.AttemptFailed(ref, "a3", &structs.ClaimError{Kind: structs.ErrorCSI, Step: "controller-unpublish", Code: uint32(codes.Unavailable), CodeName: "Unavailable"})
+	m.AttemptFailed(ref, "a4", &structs.ClaimError{Kind: structs.ErrorModule, Step: "policy", Fault: "timeout", Module: "bad-policy"})
+	m.AttemptFailed(ref, "a5", &structs.ClaimError{Kind: structs.ErrorPrecondition, Step: "node-unpublish"})
+	m.VolumeStuck(ref, &structs.Stuck{Reason: "max attempts"})
+	m.VolumeStuck(ref, nil) // cleared: not counted
+	m.VolumeAssessed(ref)
 	m.AutoForceDeregistered()
 	m.ModuleCall("default-policy", "release-policy", 50*time.Microsecond, "")
 	m.ModuleCall("bad-policy", "release-policy", time.Second, "timeout")
@@ -126,7 +135,9 @@ func TestCounters(t *testing.T) {
 		`volhost_csi_call_duration_seconds_bucket{method="NodeUnpublishVolume",le="60"} 0`,
 		`volhost_csi_call_duration_seconds_bucket{method="NodeUnpublishVolume",le="120"} 1`,
 		"volhost_claims_released_total 2",
-		`volhost_claim_release_failures_total{code="Unavailable",step="controller-unpublish"} 1`,
+		`volhost_claim_release_failures_total{code="Unavailable",step="controller-unpublish"} 2`,
+		`volhost_claim_release_failures_total{code="precondition",step="node-unpublish"} 1`,
+		"volhost_volume_assessments_total 1",
 		`volhost_claim_release_failures_total{code="timeout",step="policy"} 1`,
 		"volhost_volumes_marked_stuck_total 1",
 		"volhost_auto_force_deregisters_total 1",
@@ -146,9 +157,10 @@ func TestCounters(t *testing.T) {
 func TestNilMetricsIsNoop(t *testing.T) {
 	var m *metrics.Metrics
 	m.ObserveCall("x", codes.OK, time.Second)
-	m.ClaimReleased()
-	m.ReleaseFailed("s", "c")
-	m.VolumeStuck()
+	m.ClaimReleased(structs.VolumeRef{}, "a")
+	m.AttemptFailed(structs.VolumeRef{}, "a", nil)
+	m.VolumeStuck(structs.VolumeRef{}, &structs.Stuck{})
+	m.VolumeAssessed(structs.VolumeRef{})
 	m.AutoForceDeregistered()
 	m.ModuleCall("m", "k", time.Second, "trap")
 }
@@ -160,7 +172,7 @@ func (failingSource) Leftovers() ([]*structs.Leftover, error) { return nil, nil 
 
 func TestSourceErrorKeepsOtherSeries(t *testing.T) {
 	m := metrics.NewWithSource(func() metrics.Source { return failingSource{} })
-	m.ClaimReleased()
+	m.ClaimReleased(structs.VolumeRef{}, "a")
 	rec := httptest.NewRecorder()
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/v1/metrics", nil))
 	got := rec.Body.String()
