@@ -371,3 +371,41 @@ func fill(v reflect.Value, now time.Time) {
 		v.SetUint(9)
 	}
 }
+
+// The watcher's writer goes through the log and keeps the store's typed
+// errors; a live allocation refuses the escape hatch.
+func TestClaimWriter(t *testing.T) {
+	c, s := start(t, Config{Dev: true})
+	loadBase(t, c)
+	mustApply(t, c, structs.VolumeClaimType, claimReq("vol-sw", "a1", "n1"))
+	w := c.ClaimWriter()
+	ctx := testCtx(t)
+	ref := &structs.VolumeDeregisterRequest{Namespace: "default", VolumeID: "vol-sw", Reason: "escape-hatch"}
+	if _, err := w.ForceDeregister(ctx, ref); !errors.Is(err, structs.ErrConflict) {
+		t.Fatalf("force with live alloc: %v", err)
+	}
+	idx, err := w.MarkStuck(ctx, &structs.VolumeStuckRequest{Namespace: "default", VolumeID: "vol-sw", Stuck: &structs.Stuck{Reason: "r"}})
+	if err != nil || idx == 0 {
+		t.Fatalf("mark stuck: %d %v", idx, err)
+	}
+	gcIdx, err := w.GCClaims(ctx, &structs.ClaimGCRequest{Volumes: []structs.VolumeRef{{Namespace: "default", ID: "vol-sw"}}})
+	if err != nil || gcIdx <= idx {
+		t.Fatalf("gc: %d %v", gcIdx, err)
+	}
+	mustApply(t, c, structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{
+		{ID: "a1", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocFailed}}})
+	v, _ := s.Snapshot().VolumeByID(nil, "default", "vol-sw")
+	cl := v.Claims["a1"].Copy()
+	cl.State = structs.ClaimNodeDetached
+	if _, err := w.CheckpointClaim(ctx, &structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: "vol-sw", Claim: cl}); err != nil {
+		t.Fatal(err)
+	}
+	ls, err := w.ForceDeregister(ctx, ref)
+	if err != nil || len(ls) != 1 || ls[0].State != structs.ClaimNodeDetached || ls[0].Reason != "escape-hatch" {
+		t.Fatalf("leftovers %+v, %v", ls, err)
+	}
+	evs, _ := s.Snapshot().Events(nil, 0)
+	if e := evs[len(evs)-1]; e.Type != structs.EventAutoForce {
+		t.Fatalf("last event %+v", e)
+	}
+}

@@ -1,0 +1,54 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// ClaimWriter commits the watcher's writes through the cluster, one log
+// entry per call. It implements the watcher's ClaimWriter interface.
+type ClaimWriter struct{ c *Cluster }
+
+// ClaimWriter returns the watcher's view of the replicated log.
+func (c *Cluster) ClaimWriter() ClaimWriter { return ClaimWriter{c: c} }
+
+// CheckpointClaim writes the whole claim; at ready-to-free the store removes
+// it from the volume in the same entry.
+func (w ClaimWriter) CheckpointClaim(ctx context.Context, req *structs.ClaimCheckpointRequest) (uint64, error) {
+	idx, _, err := w.c.Apply(ctx, structs.ClaimCheckpointType, req)
+	return idx, err
+}
+
+// MarkStuck marks (or, with a nil Stuck, clears) a volume as stuck.
+func (w ClaimWriter) MarkStuck(ctx context.Context, req *structs.VolumeStuckRequest) (uint64, error) {
+	idx, _, err := w.c.Apply(ctx, structs.VolumeStuckType, req)
+	return idx, err
+}
+
+// GCClaims writes the empty GC claim that bumps the volumes' indexes.
+func (w ClaimWriter) GCClaims(ctx context.Context, req *structs.ClaimGCRequest) (uint64, error) {
+	idx, _, err := w.c.Apply(ctx, structs.ClaimGCType, req)
+	return idx, err
+}
+
+// ForceDeregister drops a volume and its claims without CSI calls and
+// returns the leftovers recorded for them. The request is sent with Force
+// set whatever the caller passed: this path exists only for forcing.
+func (w ClaimWriter) ForceDeregister(ctx context.Context, req *structs.VolumeDeregisterRequest) ([]*structs.Leftover, error) {
+	if req == nil {
+		return nil, structs.Invalid("request", "is nil")
+	}
+	r := *req
+	r.Force = true
+	_, resp, err := w.c.Apply(ctx, structs.VolumeDeregisterType, &r)
+	if err != nil {
+		return nil, err
+	}
+	ls, ok := resp.([]*structs.Leftover)
+	if !ok {
+		return nil, fmt.Errorf("force deregister: unexpected response %T", resp)
+	}
+	return ls, nil
+}
