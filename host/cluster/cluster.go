@@ -216,6 +216,15 @@ func (c *Cluster) forwardLeadership() {
 		case <-c.stopCh:
 			return
 		case v := <-c.notifyCh:
+			if v {
+				// Report the step-up only once every entry of earlier terms
+				// is applied: after a restart or a leader change the store
+				// must hold the whole log before the watcher assesses it
+				// (ANCHORS: the first pass after step-up reaps everything).
+				if err := c.raft.Barrier(c.cfg.ApplyTimeout).Error(); err != nil {
+					c.logger.Warn("barrier after step-up failed", "error", err)
+				}
+			}
 			c.logger.Info("leadership changed", "leader", v)
 			select { // keep only the newest value: never block raft
 			case <-c.leaderCh:
@@ -235,8 +244,10 @@ func (c *Cluster) forwardLeadership() {
 func (c *Cluster) Store() *state.Store { return c.store }
 
 // LeaderCh delivers leadership changes (true: stepped up, false: stepped
-// down). It holds only the newest value, so a slow reader sees the current
-// state rather than a backlog, and raft never blocks on it.
+// down). A true is sent once the log of earlier terms is applied to the
+// store (a raft barrier), so the leader-only work that starts on it sees
+// the whole state. It holds only the newest value, so a slow reader sees
+// the current state rather than a backlog, and raft never blocks on it.
 func (c *Cluster) LeaderCh() <-chan bool { return c.leaderCh }
 
 // IsLeader reports whether this node is the raft leader now.
@@ -248,7 +259,8 @@ func (c *Cluster) Leader() (addr, id string) {
 	return string(a), string(i)
 }
 
-// WaitForLeader blocks until this node leads or ctx ends.
+// WaitForLeader blocks until this node leads, with the log of earlier terms
+// applied (see LeaderCh), or ctx ends.
 func (c *Cluster) WaitForLeader(ctx context.Context) error {
 	for {
 		c.mu.Lock()
