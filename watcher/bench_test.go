@@ -112,7 +112,11 @@ func BenchmarkStepUp(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
 		limit rate.Limit
-	}{{"unlimited", 0}} {
+	}{
+		{"unlimited", 0},
+		// The reference system's per-volume limiter (1/s, burst 3).
+		{"rate=1/s-burst=3", 1},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			var goroutines, heap, tracked float64
 			for range b.N {

@@ -24,6 +24,7 @@ const (
 	DefaultCSITimeout            = 2 * time.Minute
 	DefaultGCInterval            = 5 * time.Minute
 	DefaultGCThreshold           = 5 * time.Minute
+	DefaultAutoForceAfter        = 15 * time.Minute
 )
 
 // Config tunes the watcher. Zero values take the defaults above.
@@ -61,6 +62,12 @@ type Config struct {
 	// GCThreshold is how long a claim must have been releasable before the
 	// periodic GC bumps its volume.
 	GCThreshold time.Duration
+	// AutoForceDeregister is the opt-in automatic escape hatch: a volume
+	// stuck for AutoForceAfter whose allocations are all terminal or gone is
+	// force-deregistered (no CSI calls; the store records the leftover
+	// attachments). Off by default.
+	AutoForceDeregister bool
+	AutoForceAfter      time.Duration
 	// Clock is the time source; tests pass a clockwork fake.
 	Clock clockwork.Clock
 	// VolumeRateLimit, when > 0, limits passes per volume (VolumeRateBurst
@@ -115,6 +122,9 @@ func (c Config) withDefaults() Config {
 	if c.GCThreshold <= 0 {
 		c.GCThreshold = DefaultGCThreshold
 	}
+	if c.AutoForceAfter <= 0 {
+		c.AutoForceAfter = DefaultAutoForceAfter
+	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
 	}
@@ -139,6 +149,12 @@ type Metrics interface {
 	VolumeStuck(ref structs.VolumeRef, s *structs.Stuck)
 	// VolumeAssessed: a pass over the volume finished (whatever it did).
 	VolumeAssessed(ref structs.VolumeRef)
+}
+
+// AutoForceMetrics is optionally implemented by a Metrics to count
+// automatic force-deregistrations (escape hatch).
+type AutoForceMetrics interface {
+	AutoForceDeregistered()
 }
 
 // NopMetrics discards every event. Embed it to implement part of Metrics.

@@ -34,6 +34,7 @@ type fakeStore struct {
 	checkpoints []*structs.ClaimCheckpointRequest
 	stucks      []*structs.VolumeStuckRequest
 	gcs         []*structs.ClaimGCRequest
+	forced      []*structs.VolumeDeregisterRequest
 	failWrites  error
 	noRecord    bool // benchmarks: keep no history
 }
@@ -185,8 +186,22 @@ func (s *fakeStore) GCClaims(_ context.Context, req *structs.ClaimGCRequest) (ui
 	return s.bumpLocked(req.Volumes...), nil
 }
 
-func (s *fakeStore) ForceDeregister(context.Context, *structs.VolumeDeregisterRequest) ([]*structs.Leftover, error) {
-	return nil, nil
+func (s *fakeStore) ForceDeregister(_ context.Context, req *structs.VolumeDeregisterRequest) ([]*structs.Leftover, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ref := structs.VolumeRef{Namespace: req.Namespace, ID: req.VolumeID}
+	v := s.vols[ref]
+	if v == nil {
+		return nil, structs.NotFound("volume", req.VolumeID)
+	}
+	s.forced = append(s.forced, req)
+	var out []*structs.Leftover
+	for _, c := range v.Claims {
+		out = append(out, &structs.Leftover{Namespace: v.Namespace, VolumeID: v.ID, AllocID: c.AllocID, NodeID: c.NodeID, State: c.State, Reason: req.Reason})
+	}
+	delete(s.vols, ref)
+	s.bumpLocked(ref)
+	return out, nil
 }
 
 // Test setters. putVolume bumps the volume; putAlloc does not (the real

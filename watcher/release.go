@@ -113,6 +113,9 @@ func (w *Watcher) assess(ctx context.Context, ref structs.VolumeRef) (time.Time,
 	if err != nil || p == nil {
 		return time.Time{}, err
 	}
+	if done, err := p.escapeHatch(ctx); done || err != nil {
+		return time.Time{}, err
+	}
 	var due []*structs.Claim
 	for _, c := range p.sortedClaims() {
 		if p.releasable(c) && !c.NextAttempt.After(p.now) {
@@ -143,6 +146,35 @@ func (w *Watcher) assess(ctx context.Context, ref structs.VolumeRef) (time.Time,
 		return time.Time{}, err
 	}
 	return p.nextWake(), nil
+}
+
+// escapeHatch force-deregisters a volume stuck for AutoForceAfter whose
+// allocations are all terminal or gone (opt-in). The store answers with the
+// attachments left behind and keeps them as leftovers: the reference system
+// drops them silently (ANCHORS pain 5).
+func (p *pass) escapeHatch(ctx context.Context) (bool, error) {
+	cfg := p.w.cfg
+	s := p.v.Stuck
+	if !cfg.AutoForceDeregister || s == nil || p.now.Sub(s.Since) < cfg.AutoForceAfter {
+		return false, nil
+	}
+	for _, c := range p.claims {
+		if !p.releasable(c) {
+			return false, nil
+		}
+	}
+	leftovers, err := p.w.deps.Writer.ForceDeregister(ctx, &structs.VolumeDeregisterRequest{
+		Namespace: p.ref.Namespace, VolumeID: p.ref.ID, Force: true, Reason: "escape-hatch", Time: p.now,
+	})
+	if err != nil {
+		return false, fmt.Errorf("auto force-deregister %s/%s: %w", p.ref.Namespace, p.ref.ID, err)
+	}
+	if m, ok := p.w.metrics.(AutoForceMetrics); ok {
+		m.AutoForceDeregistered()
+	}
+	p.log.Warn("stuck volume force-deregistered by the escape hatch", "stuck_since", s.Since,
+		"reason", s.Reason, "leftovers", len(leftovers))
+	return true, nil
 }
 
 // releasable: the claim's allocation is terminal on its client, or gone.

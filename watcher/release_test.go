@@ -633,3 +633,60 @@ func TestPolicyRequestView(t *testing.T) {
 		t.Fatalf("%d node calls for a gone node", n)
 	}
 }
+
+// TestEscapeHatch: with the opt-in automatic escape hatch, a volume stuck
+// for AutoForceAfter whose allocations are all terminal is force-deregistered
+// once; never while an allocation is live, never when off.
+func TestEscapeHatch(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		on        bool
+		liveOther bool
+		want      bool
+	}{
+		{"on", true, false, true},
+		{"on-live-alloc", true, true, false},
+		{"off", false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Config{AutoForceDeregister: tc.on, AutoForceAfter: 15 * time.Minute}, nil)
+			f.store.putNode(readyNode("n2"))
+			f.store.putAlloc("a1", testNode, structs.AllocComplete)
+			f.store.putAlloc("a2", "n2", structs.AllocComplete)
+			if tc.liveOther {
+				f.store.putAlloc("a2", "n2", structs.AllocRunning)
+			}
+			f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimNodeDetached), newClaim("a2", "n2", structs.ClaimTaken)))
+			errs := make([]error, 40)
+			for i := range errs {
+				errs[i] = status.Error(codes.Unimplemented, "no")
+			}
+			f.csi.setScript(mCtlUnpublish, errs...)
+			ctx := context.Background()
+			for range 17 { // one pass a minute: stuck at once, 15 min later the hatch
+				if _, err := f.w.assess(ctx, ref("v1")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.w.assess(ctx, ref("v1")); err != nil { // a repeat pass must not double-act
+					t.Fatal(err)
+				}
+				f.clock.Advance(time.Minute)
+			}
+			f.store.mu.Lock()
+			forced := len(f.store.forced)
+			_, exists := f.store.vols[ref("v1")]
+			f.store.mu.Unlock()
+			if tc.want != (forced == 1) || forced > 1 || tc.want == exists {
+				t.Fatalf("force-deregistered %d times, volume exists=%v; want deregistered=%v", forced, exists, tc.want)
+			}
+			if tc.want {
+				f.store.mu.Lock()
+				req := f.store.forced[0]
+				f.store.mu.Unlock()
+				if !req.Force || req.Reason != "escape-hatch" || req.Time.Before(t0.Add(15*time.Minute)) {
+					t.Fatalf("request = %+v", req)
+				}
+			}
+		})
+	}
+}
