@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -191,5 +192,55 @@ func TestVolumesChangedSince(t *testing.T) {
 	vols, idx, err := f.s.VolumesChangedSince(ctx, r.idx)
 	if err != nil || idx != f.idx || len(vols) != 1 || vols[0].ID != "vol-ro" {
 		t.Fatalf("second call: %v at %d (%v)", vols, idx, err)
+	}
+}
+
+// Many feeds follow a stream of writes concurrently (run with -race): each
+// sees its index only grow, never misses the last write, and every volume
+// it is handed really moved past the index it asked from.
+func TestConcurrentFeedsFollowWrites(t *testing.T) {
+	f := newFixture(t)
+	const writes, readers = 50, 6
+	final := f.idx + writes
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, readers)
+	for r := 0; r < readers; r++ {
+		go func() {
+			var idx uint64
+			for idx < final {
+				vols, next, err := f.s.VolumesChangedSince(ctx, idx)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if next <= idx {
+					errs <- fmt.Errorf("index went from %d to %d", idx, next)
+					return
+				}
+				for _, v := range vols {
+					if v.ModifyIndex <= idx {
+						errs <- fmt.Errorf("volume %s at %d returned for since %d", v.ID, v.ModifyIndex, idx)
+						return
+					}
+				}
+				idx = next
+			}
+			errs <- nil
+		}()
+	}
+	ids := []string{"vol-sw", "vol-mw", "vol-ms", "vol-ro", "vol-snr"}
+	for i := 0; i < writes; i++ {
+		f.must(structs.ClaimGCType, &structs.ClaimGCRequest{Volumes: []structs.VolumeRef{{Namespace: "default", ID: ids[i%len(ids)]}}})
+	}
+	for r := 0; r < readers; r++ {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-ctx.Done():
+			t.Fatal("a feed never reached the last write")
+		}
 	}
 }
