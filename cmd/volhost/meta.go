@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/hashicorp/cli"
+
+	"github.com/volhost/volhost/host/api/client"
+)
+
+// Meta holds what every operator command shares: the UI, the environment
+// and the global flags (-address, and -json on reads).
+type Meta struct {
+	Ui  cli.Ui
+	Env func(string) string
+
+	address string
+	json    bool
+}
+
+// globalHelp is appended to every command's help.
+const globalHelp = `
+General Options:
+
+  -address=<addr>
+    The address of the volhost agent's HTTP API. Overrides the VOLHOST_ADDR
+    environment variable. Default: http://127.0.0.1:4747.
+`
+
+const jsonHelp = `
+  -json
+    Print the answer as JSON (the API's own format) instead of a table.
+`
+
+// flagSet returns a flag set carrying the global flags; read adds -json.
+// Parse errors are returned, never printed by the flag package.
+func (m *Meta) flagSet(name string, read bool) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	fs.StringVar(&m.address, "address", "", "")
+	if read {
+		fs.BoolVar(&m.json, "json", false, "")
+	}
+	return fs
+}
+
+// parse parses args and checks the number of positional arguments is
+// within [minArgs, maxArgs]; the error names what is wrong.
+func (m *Meta) parse(fs *flag.FlagSet, args []string, minArgs, maxArgs int, usage string) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, fmt.Errorf("%v (usage: volhost %s)", err, usage)
+	}
+	rest := fs.Args()
+	switch {
+	case len(rest) < minArgs:
+		return nil, fmt.Errorf("not enough arguments (usage: volhost %s)", usage)
+	case len(rest) > maxArgs:
+		return nil, fmt.Errorf("unexpected argument %q (usage: volhost %s; flags go before arguments)", rest[maxArgs], usage)
+	}
+	return rest, nil
+}
+
+// client returns an API client for -address, VOLHOST_ADDR or the default.
+func (m *Meta) client() (*client.Client, error) {
+	addr := m.address
+	if addr == "" && m.Env != nil {
+		addr = m.Env(client.EnvAddress)
+	}
+	return client.New(addr, nil)
+}
+
+// context is cancelled by an interrupt, so a long claim or blocking read
+// ends cleanly on Ctrl-C.
+func (m *Meta) context() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt)
+}
+
+// fail reports err as one line on stderr and returns exit code 1.
+func (m *Meta) fail(err error) int {
+	var ue *url.Error
+	msg := err.Error()
+	var ae *client.APIError
+	if !errors.As(err, &ae) && errors.As(err, &ue) {
+		// Transport failure: say which agent could not be reached.
+		msg = fmt.Sprintf("cannot reach the volhost agent at %s: %v", hostOf(ue.URL), ue.Err)
+	}
+	m.Ui.Error("Error: " + oneLine(msg))
+	return 1
+}
+
+func hostOf(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+// oneLine folds a message onto one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+// printJSON prints v as indented JSON.
+func (m *Meta) printJSON(v any) int {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return m.fail(fmt.Errorf("encode JSON: %w", err))
+	}
+	m.Ui.Output(string(b))
+	return 0
+}
+
+// table renders rows (the first is the header) in aligned columns.
+func table(rows [][]string) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	_ = tw.Flush()
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// kv renders "Key = value" lines, aligned.
+func kv(pairs [][2]string) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', 0)
+	for _, p := range pairs {
+		fmt.Fprintf(tw, "%s\t= %s\n", p[0], p[1])
+	}
+	_ = tw.Flush()
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func fmtTime(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+func helpText(usage, body string, read bool) string {
+	h := "Usage: volhost " + usage + "\n\n" + strings.TrimSpace(body) + "\n" + globalHelp
+	if read {
+		h += jsonHelp
+	}
+	return strings.TrimRight(h, "\n")
+}

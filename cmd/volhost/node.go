@@ -1,0 +1,169 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// NodeRegisterCommand is `volhost node register FILE`.
+type NodeRegisterCommand struct{ *Meta }
+
+func (c *NodeRegisterCommand) Synopsis() string { return "Register nodes from a spec file" }
+func (c *NodeRegisterCommand) Help() string {
+	return helpText("node register [options] FILE", `
+  Register (or update) the nodes described in FILE (HCL, or HCL's JSON
+  syntax), one or more node blocks:
+
+    node "node1" {
+      status   = "ready"               # optional: ready (default) or down
+      root_dir = "/var/lib/volhost"    # staging and target paths go under it
+      meta     = { rack = "r1" }       # optional
+
+      plugin "gce-pd" {                # one block per CSI node plugin
+        endpoint = "unix:///run/csi/gce-pd.sock"
+      }
+    }
+
+  The agent calls NodeGetInfo on each plugin endpoint and records the
+  external node ID and capabilities it reports.`, false)
+}
+
+func (c *NodeRegisterCommand) Run(args []string) int {
+	fs := c.flagSet("node register", false)
+	rest, err := c.parse(fs, args, 1, 1, "node register [options] FILE")
+	if err != nil {
+		return c.fail(err)
+	}
+	nodes, err := loadNodes(rest[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	for _, n := range nodes {
+		got, err := cl.RegisterNode(ctx, n)
+		if err != nil {
+			return c.fail(fmt.Errorf("node %q: %w", n.ID, err))
+		}
+		c.Ui.Output(fmt.Sprintf("Registered node %q (%s, %d plugin(s))", got.ID, got.Status, len(got.Plugins)))
+	}
+	return 0
+}
+
+// NodeStatusCommand is `volhost node status [ID]`.
+type NodeStatusCommand struct{ *Meta }
+
+func (c *NodeStatusCommand) Synopsis() string { return "Show nodes, or one node" }
+func (c *NodeStatusCommand) Help() string {
+	return helpText("node status [options] [ID]", `
+  Without ID, list the nodes. With ID, show the node and its CSI node
+  plugins (endpoint, external node ID, capabilities).`, true)
+}
+
+func (c *NodeStatusCommand) Run(args []string) int {
+	fs := c.flagSet("node status", true)
+	rest, err := c.parse(fs, args, 0, 1, "node status [options] [ID]")
+	if err != nil {
+		return c.fail(err)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	if len(rest) == 0 {
+		nodes, _, err := cl.Nodes(ctx, nil)
+		if err != nil {
+			return c.fail(err)
+		}
+		if c.json {
+			return c.printJSON(nodes)
+		}
+		if len(nodes) == 0 {
+			c.Ui.Output("No nodes")
+			return 0
+		}
+		rows := [][]string{{"ID", "Status", "Plugins", "Last Seen"}}
+		for _, n := range nodes {
+			rows = append(rows, []string{n.ID, string(n.Status), orDash(strings.Join(pluginIDs(n), ", ")), fmtTime(n.LastSeen)})
+		}
+		c.Ui.Output(table(rows))
+		return 0
+	}
+	n, _, err := cl.Node(ctx, rest[0], nil)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		return c.printJSON(n)
+	}
+	c.Ui.Output(kv([][2]string{
+		{"ID", n.ID},
+		{"Status", string(n.Status)},
+		{"Root Dir", orDash(n.RootDir)},
+		{"Last Seen", fmtTime(n.LastSeen)},
+	}))
+	c.Ui.Output("\nPlugins")
+	if len(n.Plugins) == 0 {
+		c.Ui.Output("No plugins")
+		return 0
+	}
+	rows := [][]string{{"Plugin ID", "Endpoint", "External Node ID", "Stage/Unstage", "Max Volumes"}}
+	for _, id := range pluginIDs(n) {
+		p := n.Plugins[id]
+		rows = append(rows, []string{id, p.Endpoint, orDash(p.ExternalNodeID), fmt.Sprint(p.StageUnstage), fmt.Sprint(p.MaxVolumes)})
+	}
+	c.Ui.Output(table(rows))
+	return 0
+}
+
+func pluginIDs(n *structs.Node) []string {
+	ids := make([]string, 0, len(n.Plugins))
+	for id := range n.Plugins {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// NodeSetStatusCommand is `volhost node set-status ID ready|down`.
+type NodeSetStatusCommand struct{ *Meta }
+
+func (c *NodeSetStatusCommand) Synopsis() string { return "Mark a node ready or down" }
+func (c *NodeSetStatusCommand) Help() string {
+	return helpText("node set-status [options] ID ready|down", `
+  Set a node's status. Claims on a down node skip the node release step
+  (the default policy), so their volumes are not held by a node that will
+  never answer.`, false)
+}
+
+func (c *NodeSetStatusCommand) Run(args []string) int {
+	fs := c.flagSet("node set-status", false)
+	rest, err := c.parse(fs, args, 2, 2, "node set-status [options] ID ready|down")
+	if err != nil {
+		return c.fail(err)
+	}
+	st := structs.NodeStatus(rest[1])
+	if !st.Valid() {
+		return c.fail(fmt.Errorf("status must be ready or down, got %q", rest[1]))
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	if _, err := cl.SetNodeStatus(ctx, rest[0], st); err != nil {
+		return c.fail(err)
+	}
+	c.Ui.Output(fmt.Sprintf("Node %q is now %s", rest[0], st))
+	return 0
+}

@@ -1,0 +1,385 @@
+// Package client is the Go client of volhost's HTTP API, used by the
+// operator CLI and by tests. Errors the server answers come back as
+// *APIError, which unwraps to the structs sentinel errors (ErrNotFound,
+// ErrConflict, ErrNoLeader) so callers branch with errors.Is, never on text.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/volhost/volhost/host/api"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// DefaultAddress is where the CLI looks for the agent.
+const DefaultAddress = "http://127.0.0.1:4747"
+
+// EnvAddress names the environment variable holding the agent address.
+const EnvAddress = "VOLHOST_ADDR"
+
+// maxErrorBody bounds how much of an error answer is read.
+const maxErrorBody = 64 << 10
+
+// Client talks to one volhost agent.
+type Client struct {
+	base *url.URL
+	hc   *http.Client
+}
+
+// New returns a client for address ("host:port" or an http(s) URL). hc may
+// be nil for http.DefaultClient.
+func New(address string, hc *http.Client) (*Client, error) {
+	if address == "" {
+		address = DefaultAddress
+	}
+	if !strings.Contains(address, "://") {
+		address = "http://" + address
+	}
+	u, err := url.Parse(address)
+	if err != nil {
+		return nil, fmt.Errorf("invalid address %q: %w", address, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("invalid address %q: scheme must be http or https", address)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("invalid address %q: no host", address)
+	}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &Client{base: u, hc: hc}, nil
+}
+
+// Address is the agent's base URL.
+func (c *Client) Address() string { return c.base.String() }
+
+// APIError is an error the server answered.
+type APIError struct {
+	StatusCode int
+	Message    string
+	Field      string // the offending field of a 400, when known
+	Code       string // the gRPC code name when a CSI plugin failed
+}
+
+func (e *APIError) Error() string {
+	return e.Message
+}
+
+// Unwrap maps the status back to the sentinel the server mapped from.
+func (e *APIError) Unwrap() error {
+	switch e.StatusCode {
+	case http.StatusNotFound:
+		return structs.ErrNotFound
+	case http.StatusConflict:
+		return structs.ErrConflict
+	case http.StatusServiceUnavailable:
+		return structs.ErrNoLeader
+	}
+	return nil
+}
+
+// QueryOptions are the blocking-query parameters of a read.
+type QueryOptions struct {
+	// Index blocks until the answer reflects an index above it (0: no blocking).
+	Index uint64
+	// Wait bounds the block (server default 5m, capped at 10m).
+	Wait time.Duration
+}
+
+// QueryMeta is what a read reports beside its answer.
+type QueryMeta struct {
+	// Index is the X-Volhost-Index of the answer; pass it back as
+	// QueryOptions.Index to wait for the next change.
+	Index uint64
+}
+
+// url joins the base URL and an already-escaped path (IDs go through
+// url.PathEscape, so an ID holding "/" stays one path segment).
+func (c *Client) url(escapedPath string, q url.Values) string {
+	u := *c.base
+	base := strings.TrimSuffix(u.Path, "/")
+	if p, err := url.PathUnescape(escapedPath); err == nil {
+		u.Path = base + p
+		u.RawPath = base + escapedPath
+	} else {
+		u.Path = base + escapedPath
+		u.RawPath = ""
+	}
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body, out any) (QueryMeta, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return QueryMeta{}, fmt.Errorf("encode request: %w", err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.url(path, q), rd)
+	if err != nil {
+		return QueryMeta{}, fmt.Errorf("build request: %w", err)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return QueryMeta{}, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	var meta QueryMeta
+	if v := resp.Header.Get(api.IndexHeader); v != "" {
+		meta.Index, _ = strconv.ParseUint(v, 10, 64)
+	}
+	if resp.StatusCode/100 != 2 {
+		return meta, decodeError(resp)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return meta, nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return meta, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return meta, nil
+}
+
+func decodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	var er api.ErrorResponse
+	if err := json.Unmarshal(b, &er); err != nil || er.Error == "" {
+		msg := strings.TrimSpace(string(b))
+		if msg == "" {
+			msg = resp.Status
+		}
+		return &APIError{StatusCode: resp.StatusCode, Message: msg}
+	}
+	return &APIError{StatusCode: resp.StatusCode, Message: er.Error, Field: er.Field, Code: er.Code}
+}
+
+func blocking(q url.Values, o *QueryOptions) url.Values {
+	if q == nil {
+		q = url.Values{}
+	}
+	if o != nil {
+		if o.Index > 0 {
+			q.Set("index", strconv.FormatUint(o.Index, 10))
+		}
+		if o.Wait > 0 {
+			q.Set("wait", o.Wait.String())
+		}
+	}
+	return q
+}
+
+func nsQuery(ns string) url.Values {
+	q := url.Values{}
+	if ns != "" {
+		q.Set("namespace", ns)
+	}
+	return q
+}
+
+func seg(id string) string { return url.PathEscape(id) }
+
+// Volumes lists volumes, optionally filtered by namespace and plugin ("" for all).
+func (c *Client) Volumes(ctx context.Context, namespace, pluginID string, o *QueryOptions) ([]*structs.Volume, QueryMeta, error) {
+	q := url.Values{}
+	if namespace != "" {
+		q.Set("namespace", namespace)
+	}
+	if pluginID != "" {
+		q.Set("plugin_id", pluginID)
+	}
+	var out []*structs.Volume
+	meta, err := c.do(ctx, http.MethodGet, "/v1/volumes", blocking(q, o), nil, &out)
+	return out, meta, err
+}
+
+// Volume reads one volume with its force-deregister check.
+func (c *Client) Volume(ctx context.Context, namespace, id string, o *QueryOptions) (*api.VolumeResponse, QueryMeta, error) {
+	var out api.VolumeResponse
+	meta, err := c.do(ctx, http.MethodGet, "/v1/volume/"+seg(id), blocking(nsQuery(namespace), o), nil, &out)
+	if err != nil {
+		return nil, meta, err
+	}
+	return &out, meta, nil
+}
+
+// RegisterVolumes registers volumes.
+func (c *Client) RegisterVolumes(ctx context.Context, vols []*structs.Volume) (uint64, error) {
+	var out api.IndexResponse
+	_, err := c.do(ctx, http.MethodPut, "/v1/volumes", nil, &structs.VolumeRegisterRequest{Volumes: vols}, &out)
+	return out.Index, err
+}
+
+// DeregisterVolume removes a volume; with force it answers the leftovers.
+func (c *Client) DeregisterVolume(ctx context.Context, namespace, id string, force bool) (*api.DeregisterResponse, error) {
+	q := nsQuery(namespace)
+	if force {
+		q.Set("force", "true")
+	}
+	var out api.DeregisterResponse
+	if _, err := c.do(ctx, http.MethodDelete, "/v1/volume/"+seg(id), q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ClaimVolume claims a volume for an allocation.
+func (c *Client) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*structs.Claim, error) {
+	var out structs.Claim
+	if _, err := c.do(ctx, http.MethodPut, "/v1/volume/"+seg(req.VolumeID)+"/claim", nsQuery(req.Namespace), req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DetachVolume releases a node's releasable claims on a volume now.
+func (c *Client) DetachVolume(ctx context.Context, namespace, id, nodeID string) (*structs.DetachResult, error) {
+	q := nsQuery(namespace)
+	q.Set("node", nodeID)
+	var out structs.DetachResult
+	if _, err := c.do(ctx, http.MethodPut, "/v1/volume/"+seg(id)+"/detach", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Leftovers lists attachments force-deregistration may have left behind.
+func (c *Client) Leftovers(ctx context.Context, o *QueryOptions) ([]*structs.Leftover, QueryMeta, error) {
+	var out []*structs.Leftover
+	meta, err := c.do(ctx, http.MethodGet, "/v1/volumes/leftovers", blocking(nil, o), nil, &out)
+	return out, meta, err
+}
+
+// ClearLeftovers forgets leftovers by ID, or all of them.
+func (c *Client) ClearLeftovers(ctx context.Context, ids []string, all bool) (uint64, error) {
+	var out api.IndexResponse
+	_, err := c.do(ctx, http.MethodDelete, "/v1/volumes/leftovers", nil, &structs.LeftoversClearRequest{IDs: ids, All: all}, &out)
+	return out.Index, err
+}
+
+// Nodes lists nodes.
+func (c *Client) Nodes(ctx context.Context, o *QueryOptions) ([]*structs.Node, QueryMeta, error) {
+	var out []*structs.Node
+	meta, err := c.do(ctx, http.MethodGet, "/v1/nodes", blocking(nil, o), nil, &out)
+	return out, meta, err
+}
+
+// Node reads one node.
+func (c *Client) Node(ctx context.Context, id string, o *QueryOptions) (*structs.Node, QueryMeta, error) {
+	var out structs.Node
+	meta, err := c.do(ctx, http.MethodGet, "/v1/node/"+seg(id), blocking(nil, o), nil, &out)
+	if err != nil {
+		return nil, meta, err
+	}
+	return &out, meta, nil
+}
+
+// RegisterNode registers a node; the server probes its plugin endpoints.
+func (c *Client) RegisterNode(ctx context.Context, n *structs.Node) (*structs.Node, error) {
+	var out structs.Node
+	if _, err := c.do(ctx, http.MethodPut, "/v1/nodes", nil, &structs.NodeUpsertRequest{Node: n}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// SetNodeStatus marks a node ready or down.
+func (c *Client) SetNodeStatus(ctx context.Context, id string, st structs.NodeStatus) (uint64, error) {
+	var out api.IndexResponse
+	_, err := c.do(ctx, http.MethodPut, "/v1/node/"+seg(id)+"/status", nil, &api.NodeStatusRequest{Status: st}, &out)
+	return out.Index, err
+}
+
+// Plugins lists CSI plugins.
+func (c *Client) Plugins(ctx context.Context, o *QueryOptions) ([]*structs.Plugin, QueryMeta, error) {
+	var out []*structs.Plugin
+	meta, err := c.do(ctx, http.MethodGet, "/v1/plugins", blocking(nil, o), nil, &out)
+	return out, meta, err
+}
+
+// Plugin reads one plugin.
+func (c *Client) Plugin(ctx context.Context, id string, o *QueryOptions) (*structs.Plugin, QueryMeta, error) {
+	var out structs.Plugin
+	meta, err := c.do(ctx, http.MethodGet, "/v1/plugin/"+seg(id), blocking(nil, o), nil, &out)
+	if err != nil {
+		return nil, meta, err
+	}
+	return &out, meta, nil
+}
+
+// RegisterPlugin registers a plugin; the server probes its controller.
+func (c *Client) RegisterPlugin(ctx context.Context, p *structs.Plugin) (*structs.Plugin, error) {
+	var out structs.Plugin
+	if _, err := c.do(ctx, http.MethodPut, "/v1/plugins", nil, &structs.PluginUpsertRequest{Plugin: p}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Allocs lists allocations, optionally on one node ("" for all).
+func (c *Client) Allocs(ctx context.Context, nodeID string, o *QueryOptions) ([]*structs.Alloc, QueryMeta, error) {
+	q := url.Values{}
+	if nodeID != "" {
+		q.Set("node_id", nodeID)
+	}
+	var out []*structs.Alloc
+	meta, err := c.do(ctx, http.MethodGet, "/v1/allocs", blocking(q, o), nil, &out)
+	return out, meta, err
+}
+
+// Alloc reads one allocation.
+func (c *Client) Alloc(ctx context.Context, id string, o *QueryOptions) (*structs.Alloc, QueryMeta, error) {
+	var out structs.Alloc
+	meta, err := c.do(ctx, http.MethodGet, "/v1/alloc/"+seg(id), blocking(nil, o), nil, &out)
+	if err != nil {
+		return nil, meta, err
+	}
+	return &out, meta, nil
+}
+
+// UpsertAllocs registers allocations or updates their client status.
+func (c *Client) UpsertAllocs(ctx context.Context, allocs []*structs.Alloc) (uint64, error) {
+	var out api.IndexResponse
+	_, err := c.do(ctx, http.MethodPut, "/v1/allocs", nil, &structs.AllocUpsertRequest{Allocs: allocs}, &out)
+	return out.Index, err
+}
+
+// Events lists events after index (all when 0); with o.Index set it waits
+// for new ones.
+func (c *Client) Events(ctx context.Context, o *QueryOptions) ([]*structs.Event, QueryMeta, error) {
+	var out []*structs.Event
+	meta, err := c.do(ctx, http.MethodGet, "/v1/events", blocking(nil, o), nil, &out)
+	return out, meta, err
+}
+
+// SystemGC runs the claim GC now and answers how many volumes it touched.
+func (c *Client) SystemGC(ctx context.Context) (int, error) {
+	var out api.GCResponse
+	_, err := c.do(ctx, http.MethodPut, "/v1/system/gc", nil, nil, &out)
+	return out.Volumes, err
+}
+
+// Leader reports the cluster leader.
+func (c *Client) Leader(ctx context.Context) (*api.LeaderResponse, error) {
+	var out api.LeaderResponse
+	if _, err := c.do(ctx, http.MethodGet, "/v1/status/leader", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
