@@ -138,8 +138,8 @@ func (c Config) withDefaults() Config {
 }
 
 // Metrics is the hook the host's Prometheus collector implements. Calls are
-// made synchronously from release passes: implementations must be cheap and
-// must not block.
+// made synchronously from concurrent release passes: implementations must be
+// safe for concurrent use, cheap, and must not block.
 type Metrics interface {
 	// ClaimReleased: a claim reached ready-to-free (and left the volume).
 	ClaimReleased(ref structs.VolumeRef, allocID string)

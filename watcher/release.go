@@ -505,6 +505,8 @@ func (p *pass) csiOutcome(ctx context.Context, c *structs.Claim, step string, er
 	}
 	code, msg := grpcCode(err)
 	ce := &structs.ClaimError{Kind: structs.ErrorCSI, Step: step, Code: uint32(code), CodeName: code.String(), Message: msg}
+	// VolumeID is the driver's (external) volume ID: the adapter speaks
+	// the driver's language.
 	cr, cerr := p.adapter.ClassifyError(ctx, &abi.ClassifyRequest{
 		Step:     step,
 		Code:     uint32(code),
@@ -795,6 +797,8 @@ func (p *pass) allocStatus(id string) string {
 	return StatusGone
 }
 
+// allocView: TerminalAgeMs counts from the allocation's last modification,
+// which is when it became terminal (the client's last status update).
 func (p *pass) allocView(id string) abi.AllocView {
 	av := abi.AllocView{ID: id, ClientStatus: p.allocStatus(id)}
 	if a := p.allocs[id]; a != nil && a.ClientStatus.Terminal() && !a.ModifyTime.IsZero() {
