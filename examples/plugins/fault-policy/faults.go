@@ -107,8 +107,12 @@ var sink [][]byte
 // garbage is written by ModeAllocate and dropped on the next call.
 var garbage []byte
 
-// spinCounter is written by ModeSpin so the loop has a visible effect.
-var spinCounter uint64
+// spin does not return: the full-period 64-bit LCG returns to 0 only after
+// 2^64 steps, and the loop condition reads it, so no compiler drops the loop.
+func spin() {
+	for n := uint64(1); n != 0; n = n*6364136223846793005 + 1442695040888963407 {
+	}
+}
 
 // decideRaw serves volhost_decide_release with the SDK's raw hook, because
 // ModeMalformed must answer bytes no encoder would produce.
@@ -135,9 +139,7 @@ func decideRaw(in, out []byte) ([]byte, error) {
 		}()
 		<-done
 	case ModeSpin:
-		for {
-			spinCounter++
-		}
+		spin()
 	case ModeOOM:
 		for {
 			sink = append(sink, make([]byte, 1<<20))
