@@ -160,7 +160,7 @@ func fmtTime(t time.Time) string {
 }
 
 func helpText(usage, body string, read bool) string {
-	h := "Usage: volhost " + usage + "\n\n" + strings.TrimSpace(body) + "\n" + globalHelp
+	h := "Usage: volhost " + usage + "\n\n" + strings.Trim(body, "\n") + "\n" + globalHelp
 	if read {
 		h += jsonHelp
 	}
