@@ -305,3 +305,25 @@ func TestRateLimit(t *testing.T) {
 	f.clock.Advance(time.Second)
 	waitFor(t, "second pass after the limiter's delay", func() bool { return f.metrics.get(ref("v1")) == 2 })
 }
+
+// TestStoreFailureRetried: a pass that fails on a log write (not the
+// claim's fault) is retried after a volume-level backoff on the clock.
+func TestStoreFailureRetried(t *testing.T) {
+	f := newFixture(t, Config{}, nil)
+	f.store.putAlloc("a1", testNode, structs.AllocComplete)
+	f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken)))
+	f.store.mu.Lock()
+	f.store.failWrites = structs.ErrNoLeader
+	f.store.mu.Unlock()
+	f.w.SetEnabled(true)
+	waitFor(t, "failed pass", func() bool { return f.csi.count(mNodeUnpublish) == 1 })
+	waitFor(t, "idle", f.w.idle)
+	if c := f.store.claim(ref("v1"), "a1"); c.State != structs.ClaimTaken || c.Attempts != 0 {
+		t.Fatalf("claim = %s attempts %d, want untouched", c.State, c.Attempts)
+	}
+	f.store.mu.Lock()
+	f.store.failWrites = nil
+	f.store.mu.Unlock()
+	f.clock.Advance(DefaultBackoffBase)
+	waitFor(t, "release after the retry", func() bool { return f.store.claim(ref("v1"), "a1") == nil })
+}
