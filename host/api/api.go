@@ -7,6 +7,29 @@
 // ?namespace= query parameter ("default" when omitted), the same scheme on
 // every volume route, so an ID never has to be told apart from a namespace
 // by its position in the path.
+//
+// Routes (JSON in and out; PUT and POST are the same on writes):
+//
+//	GET    /v1/volumes                  ?namespace= ?plugin_id=
+//	PUT    /v1/volumes                  {"volumes": [...]}            -> {"index"}
+//	GET    /v1/volume/ID                ?namespace=                   -> volume + force_deregister check
+//	DELETE /v1/volume/ID                ?namespace= ?force=true       -> {"leftovers", "index"}
+//	PUT    /v1/volume/ID/claim          ?namespace= ClaimRequest      -> Claim
+//	PUT    /v1/volume/ID/detach         ?namespace= ?node=N           -> DetachResult
+//	GET    /v1/volumes/leftovers
+//	DELETE /v1/volumes/leftovers        {"ids": [...]} | {"all": true} | ?id=..&id=.. | ?all=true
+//	GET    /v1/nodes, /v1/node/ID;      PUT /v1/nodes {"node": {...}}; PUT /v1/node/ID/status {"status"}
+//	GET    /v1/plugins, /v1/plugin/ID;  PUT /v1/plugins {"plugin": {...}}
+//	GET    /v1/allocs (?node_id=), /v1/alloc/ID; PUT /v1/allocs {"allocs": [...]}
+//	GET    /v1/events                   ?index=N: only events after N (and blocks until there are some)
+//	PUT    /v1/system/gc                -> {"volumes"}
+//	GET    /v1/status/leader            -> {"address", "is_leader"}; 503 while no leader is known
+//	GET    /v1/metrics                  Prometheus text format
+//
+// Every read is a blocking query: ?index=N&wait=D answers once the data
+// reflects an index above N, or after D (default 5m, capped at 10m); the
+// X-Volhost-Index header carries the index to pass back. Errors are
+// {"error", "field", "code"} with the status StatusFor gives.
 package api
 
 import (

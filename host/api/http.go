@@ -296,8 +296,13 @@ func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 					WriteError(rec, fmt.Errorf("internal error: %v", p))
 				}
 			}
-			s.log.Debug("request", "method", r.Method, "path", r.URL.Path,
-				"status", rec.status, "duration", time.Since(start))
+			if rec.status >= http.StatusInternalServerError {
+				s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path,
+					"status", rec.status, "duration", time.Since(start))
+			} else {
+				s.log.Debug("request", "method", r.Method, "path", r.URL.Path,
+					"status", rec.status, "duration", time.Since(start))
+			}
 		}()
 		if _, pattern := mux.Handler(r); pattern == "" {
 			s.noRoute(rec, r, mux)
