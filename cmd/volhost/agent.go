@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/volhost/volhost/host/agent"
+)
+
+const agentHelp = `Usage: volhost agent [options]
+
+  Runs a volhost server: the state store, the replicated log, the HTTP API
+  and, while this server leads, the volume watcher that releases claims.
+
+  volhost agent -dev                       in-memory single-node leader
+  volhost agent -data-dir /var/lib/volhost persistent single-node cluster
+
+Options:
+`
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+// runAgent parses the agent's flags and config files and runs it until
+// SIGINT or SIGTERM.
+func runAgent(args []string) int {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), agentHelp)
+		fs.PrintDefaults()
+	}
+	var (
+		configs stringList
+		flags   = &agent.Config{HTTP: &agent.HTTPConfig{}}
+	)
+	fs.Var(&configs, "config", "HCL config `file` (repeatable; later files win, flags win over files)")
+	fs.BoolVar(&flags.Dev, "dev", false, "keep all state in memory (single-node leader)")
+	fs.StringVar(&flags.DataDir, "data-dir", "", "`dir`ectory for the raft log and snapshots")
+	fs.StringVar(&flags.NodeID, "node-id", "", "this server's raft ID (default volhost-1)")
+	fs.StringVar(&flags.BindAddr, "bind", "", "raft transport `address` when -data-dir is set (default 127.0.0.1:4748)")
+	fs.StringVar(&flags.HTTP.Address, "http-addr", "", "HTTP API `address` (default 127.0.0.1:4747)")
+	fs.StringVar(&flags.ModuleDir, "module-dir", "", "`dir`ectory of Wasm policy and adapter modules")
+	fs.StringVar(&flags.LogLevel, "log-level", "", "trace, debug, info, warn or error (default info)")
+	fs.BoolVar(&flags.LogJSON, "log-json", false, "log as JSON lines")
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		return 1
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "Error: unexpected argument %q (see volhost agent -help)\n", fs.Arg(0))
+		return 1
+	}
+
+	cfg := agent.DefaultConfig()
+	for _, path := range configs {
+		c, err := agent.LoadConfigFile(path)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+			return 1
+		}
+		cfg.Merge(c)
+	}
+	cfg.Merge(flags)
+
+	a, err := agent.New(cfg, agent.Options{})
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := a.Run(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
+		return 1
+	}
+	return 0
+}

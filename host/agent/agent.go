@@ -1,0 +1,155 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/volhost/volhost/host/api"
+	"github.com/volhost/volhost/host/cluster"
+	"github.com/volhost/volhost/host/csi"
+	"github.com/volhost/volhost/host/metrics"
+	"github.com/volhost/volhost/host/server"
+	"github.com/volhost/volhost/host/state"
+	"github.com/volhost/volhost/watcher"
+)
+
+// Agent is one running volhost server.
+type Agent struct {
+	cfg    *Config
+	logger hclog.Logger
+	clock  clockwork.Clock
+
+	Store   *state.Store
+	Cluster *cluster.Cluster
+	CSI     *csi.Client
+	Metrics *metrics.Metrics
+	Server  *server.Server
+	Watcher *watcher.Watcher
+	API     *api.Server
+}
+
+// Options are the parts a test may replace.
+type Options struct {
+	Logger hclog.Logger
+	Clock  clockwork.Clock
+}
+
+// New builds an agent from a validated configuration. Nothing runs until Run.
+func New(cfg *Config, opts Options) (*Agent, error) {
+	d, err := cfg.Validate()
+	if err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.New(&hclog.LoggerOptions{
+			Name: "volhost", Level: hclog.LevelFromString(cfg.LogLevel), JSONFormat: cfg.LogJSON,
+		})
+	}
+	if opts.Clock == nil {
+		opts.Clock = clockwork.NewRealClock()
+	}
+	a := &Agent{cfg: cfg, logger: opts.Logger, clock: opts.Clock}
+
+	a.Store = state.NewStore()
+	a.Metrics = metrics.New(a.Store)
+	a.CSI = csi.New(csi.Config{CallTimeout: d.CSITimeout, Logger: a.logger.Named("csi"), Metrics: a.Metrics})
+	a.Cluster, err = cluster.New(cluster.Config{
+		Dev:       cfg.Dev,
+		DataDir:   cfg.DataDir,
+		NodeID:    cfg.NodeID,
+		BindAddr:  cfg.BindAddr,
+		Bootstrap: true,
+		Logger:    a.logger,
+	}, a.Store)
+	if err != nil {
+		a.CSI.Close()
+		return nil, fmt.Errorf("starting the replicated log: %w", err)
+	}
+	modules := watcher.NativeModules()
+	a.Server = server.New(server.Config{
+		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Modules: modules, Clock: a.clock, Logger: a.logger,
+	})
+	a.Watcher = watcher.New(watcher.Config{
+		MaxConcurrency:        cfg.Watcher.MaxConcurrency,
+		ControllerConcurrency: cfg.Watcher.ControllerConcurrency,
+		IdleTimeout:           d.IdleTimeout,
+		BackoffBase:           d.BackoffBase,
+		BackoffMax:            d.BackoffMax,
+		MaxAttempts:           cfg.Watcher.MaxAttempts,
+		StuckAfter:            d.StuckAfter,
+		CSITimeout:            d.CSITimeout,
+		GCInterval:            d.GCInterval,
+		GCThreshold:           d.GCThreshold,
+		AutoForceDeregister:   cfg.EscapeHatch.AutoForceDeregister,
+		AutoForceAfter:        d.EscapeAfter,
+		Clock:                 a.clock,
+		Metrics:               a.Metrics,
+	}, watcher.Deps{
+		Feed:       a.Store,
+		State:      a.Store.Reader(),
+		Writer:     a.Cluster.ClaimWriter(),
+		Node:       a.CSI,
+		Controller: a.CSI,
+		Modules:    modules,
+	}, a.logger.Named("watcher"))
+	a.Server.SetReleaser(a.Watcher)
+	a.API = api.NewServer(api.Config{
+		Addr: cfg.HTTP.Address, MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: a.logger.Named("http"),
+	}, a.Store, a.Server, a.Metrics.Handler())
+	return a, nil
+}
+
+// Run serves the API and follows leadership until ctx ends, then shuts
+// everything down in reverse order.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var wg sync.WaitGroup
+	apiErr := make(chan error, 1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		if err := a.API.Start(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			apiErr <- err
+			cancel()
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		a.followLeadership(ctx)
+	}()
+	a.logger.Info("volhost agent started", "http", a.cfg.HTTP.Address, "dev", a.cfg.Dev, "data_dir", a.cfg.DataDir)
+
+	<-ctx.Done()
+	wg.Wait()
+	a.Watcher.SetEnabled(false)
+	err := errors.Join(a.Cluster.Shutdown(), a.CSI.Close())
+	select {
+	case e := <-apiErr:
+		err = errors.Join(fmt.Errorf("http api: %w", e), err)
+	default:
+	}
+	return err
+}
+
+// followLeadership enables the watcher while this server leads. Only the
+// leader releases claims; a step-down cancels every in-flight CSI call.
+func (a *Agent) followLeadership(ctx context.Context) {
+	ch := a.Cluster.LeaderCh()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case leader := <-ch:
+			a.logger.Info("leadership changed", "leader", leader)
+			a.Watcher.SetEnabled(leader)
+		}
+	}
+}

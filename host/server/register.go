@@ -1,0 +1,156 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// RegisterPlugin probes the plugin's controller endpoint (when it has one)
+// for its identity and capabilities, then records it. A controller that does
+// not answer is refused: recording it would only defer the failure to the
+// first detach.
+func (s *Server) RegisterPlugin(ctx context.Context, p *structs.Plugin) (*structs.Plugin, error) {
+	if p == nil || p.ID == "" {
+		return nil, structs.Invalid("id", "plugin ID is required")
+	}
+	p = p.Copy()
+	if p.ControllerEndpoint != "" {
+		probed, err := s.csi.ProbeController(ctx, p.ControllerEndpoint)
+		if err != nil {
+			return nil, structs.Invalid("controller_endpoint", "probing %s: %v", p.ControllerEndpoint, err)
+		}
+		p.Provider, p.Version, p.Capabilities = probed.Provider, probed.Version, probed.Capabilities
+	}
+	if _, _, err := s.apply(ctx, structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: p}); err != nil {
+		return nil, err
+	}
+	return s.store.Snapshot().PluginByID(nil, p.ID)
+}
+
+// RegisterNode probes every CSI node plugin endpoint of the node for the
+// external node ID (NodeGetInfo) and staging capability, then records it.
+// The external node ID is learnt here, once, so a release never has to ask
+// a node that may be gone (ANCHORS pain 2: "missing external node ID").
+func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.Node, error) {
+	if n == nil || n.ID == "" {
+		return nil, structs.Invalid("id", "node ID is required")
+	}
+	n = n.Copy()
+	if n.Status == "" {
+		n.Status = structs.NodeReady
+	}
+	n.LastSeen = s.clock.Now()
+	for id, np := range n.Plugins {
+		if np == nil {
+			return nil, structs.Invalid(fmt.Sprintf("plugins.%s", id), "empty node plugin")
+		}
+		np.PluginID = id
+		if np.Endpoint == "" {
+			continue
+		}
+		probed, err := s.csi.ProbeNode(ctx, np.Endpoint)
+		if err != nil {
+			return nil, structs.Invalid(fmt.Sprintf("plugins.%s.endpoint", id), "probing %s: %v", np.Endpoint, err)
+		}
+		np.ExternalNodeID, np.StageUnstage, np.MaxVolumes = probed.ExternalNodeID, probed.StageUnstage, probed.MaxVolumes
+	}
+	if _, _, err := s.apply(ctx, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n}); err != nil {
+		return nil, err
+	}
+	return s.store.Snapshot().NodeByID(nil, n.ID)
+}
+
+// UpdateNodeStatus marks a node ready or down.
+func (s *Server) UpdateNodeStatus(ctx context.Context, id string, status structs.NodeStatus) (uint64, error) {
+	idx, _, err := s.apply(ctx, structs.NodeStatusUpdateType, &structs.NodeStatusUpdateRequest{
+		NodeID: id, Status: status, LastSeen: s.clock.Now(),
+	})
+	return idx, err
+}
+
+// RegisterVolumes records volumes.
+func (s *Server) RegisterVolumes(ctx context.Context, vols []*structs.Volume) (uint64, error) {
+	for i, v := range vols {
+		if v == nil {
+			return 0, structs.Invalid(fmt.Sprintf("volumes[%d]", i), "empty volume")
+		}
+		if v.Namespace == "" {
+			v.Namespace = "default"
+		}
+	}
+	idx, _, err := s.apply(ctx, structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: vols})
+	return idx, err
+}
+
+// DeregisterVolume removes a volume. Without force it is refused while the
+// volume has claims; with force it is refused while an allocation using it
+// is live, and otherwise drops the claims without CSI calls and answers with
+// the attachments that may be left behind (ANCHORS pain 5).
+func (s *Server) DeregisterVolume(ctx context.Context, ns, id string, force bool) ([]*structs.Leftover, uint64, error) {
+	if ns == "" {
+		ns = "default"
+	}
+	reason := "operator"
+	if force {
+		reason = "operator force"
+	}
+	idx, resp, err := s.apply(ctx, structs.VolumeDeregisterType, &structs.VolumeDeregisterRequest{
+		Namespace: ns, VolumeID: id, Force: force, Reason: reason, Time: s.clock.Now(),
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	leftovers, _ := resp.([]*structs.Leftover)
+	return leftovers, idx, nil
+}
+
+// UpsertAllocs records allocations or their new client status. An allocation
+// turning terminal bumps the volumes it claims, which wakes the watcher.
+func (s *Server) UpsertAllocs(ctx context.Context, allocs []*structs.Alloc) (uint64, error) {
+	now := s.clock.Now()
+	for i, a := range allocs {
+		if a == nil {
+			return 0, structs.Invalid(fmt.Sprintf("allocs[%d]", i), "empty allocation")
+		}
+		if a.Namespace == "" {
+			a.Namespace = "default"
+		}
+		a.ModifyTime = now
+	}
+	idx, _, err := s.apply(ctx, structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: allocs})
+	return idx, err
+}
+
+// ClearLeftovers forgets leftovers the operator has dealt with.
+func (s *Server) ClearLeftovers(ctx context.Context, ids []string, all bool) (uint64, error) {
+	idx, _, err := s.apply(ctx, structs.LeftoversClearType, &structs.LeftoversClearRequest{IDs: ids, All: all})
+	return idx, err
+}
+
+// DetachVolume runs the release steps for a node's releasable claims now.
+func (s *Server) DetachVolume(ctx context.Context, ns, id, nodeID string) (*structs.DetachResult, error) {
+	if ns == "" {
+		ns = "default"
+	}
+	if err := s.leaderOnly(); err != nil {
+		return nil, err
+	}
+	return s.release.Detach(ctx, ns, id, nodeID)
+}
+
+// SystemGC writes the GC claim for every volume with releasable claims.
+func (s *Server) SystemGC(ctx context.Context) (int, error) {
+	if err := s.leaderOnly(); err != nil {
+		return 0, err
+	}
+	return s.release.GC(ctx)
+}
+
+func (s *Server) leaderOnly() error {
+	if s.release == nil || !s.log.IsLeader() {
+		return fmt.Errorf("this server does not lead the cluster: %w", structs.ErrNoLeader)
+	}
+	return nil
+}
