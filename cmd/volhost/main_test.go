@@ -214,6 +214,8 @@ func TestErrors(t *testing.T) {
 		{"extra args", []string{"volume", "status", "a", "b"}, []string{`unexpected argument "b"`}},
 		{"bad flag", []string{"volume", "status", "-bogus"}, []string{"flag provided but not defined: -bogus"}},
 		{"claim no mode", []string{"volume", "claim", "-alloc", "a", "-node", "n", "vol1"}, []string{"-mode must be read or write"}},
+		{"claim bad access mode", []string{"volume", "claim", "-alloc", "web-1", "-node", "node1", "-mode", "write", "-access-mode", "rw", "vol1"}, []string{`-access-mode: unknown access mode "rw"`}},
+		{"claim mismatched attachment", []string{"volume", "claim", "-alloc", "web-1", "-node", "node1", "-mode", "write", "-attachment-mode", "block-device", "vol1"}, []string{"attachment_mode", "block-device"}},
 		{"claim no alloc", []string{"volume", "claim", "-node", "n", "-mode", "read", "vol1"}, []string{"-alloc is required"}},
 		{"claim unknown alloc", []string{"volume", "claim", "-alloc", "ghost", "-node", "node1", "-mode", "write", "vol1"}, []string{"ghost"}},
 		{"not found", []string{"volume", "status", "nope"}, []string{`volume "default/nope": not found`}},

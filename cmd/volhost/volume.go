@@ -238,6 +238,14 @@ func (c *VolumeClaimCommand) Help() string {
 
   -mode=read|write
     The claim mode (required).
+
+  -access-mode=<mode>
+    The CSI access mode of the claim (default: the volume's), one of
+    single-node-reader-only, single-node-writer, multi-node-reader-only,
+    multi-node-single-writer, multi-node-multi-writer.
+
+  -attachment-mode=file-system|block-device
+    How the volume is presented (default: the volume's).
 `+namespaceHelp, false)
 }
 
@@ -247,6 +255,8 @@ func (c *VolumeClaimCommand) Run(args []string) int {
 	alloc := fs.String("alloc", "", "")
 	node := fs.String("node", "", "")
 	mode := fs.String("mode", "", "")
+	access := fs.String("access-mode", "", "")
+	attach := fs.String("attachment-mode", "", "")
 	usage := "volume claim [options] -alloc ALLOC -node NODE -mode read|write ID"
 	rest, err := c.parse(fs, args, 1, 1, usage)
 	if err != nil {
@@ -259,6 +269,10 @@ func (c *VolumeClaimCommand) Run(args []string) int {
 		return c.fail(fmt.Errorf("-node is required (usage: volhost %s)", usage))
 	case !structs.ClaimMode(*mode).Valid():
 		return c.fail(fmt.Errorf("-mode must be read or write, got %q", *mode))
+	case *access != "" && !structs.AccessMode(*access).Valid():
+		return c.fail(fmt.Errorf("-access-mode: unknown access mode %q", *access))
+	case *attach != "" && !structs.AttachmentMode(*attach).Valid():
+		return c.fail(fmt.Errorf("-attachment-mode must be file-system or block-device, got %q", *attach))
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -267,7 +281,8 @@ func (c *VolumeClaimCommand) Run(args []string) int {
 	ctx, stop := c.context()
 	defer stop()
 	claim, err := cl.ClaimVolume(ctx, &structs.ClaimRequest{Namespace: *ns, VolumeID: rest[0],
-		AllocID: *alloc, NodeID: *node, Mode: structs.ClaimMode(*mode)})
+		AllocID: *alloc, NodeID: *node, Mode: structs.ClaimMode(*mode),
+		AccessMode: structs.AccessMode(*access), AttachmentMode: structs.AttachmentMode(*attach)})
 	if err != nil {
 		return c.fail(err)
 	}
