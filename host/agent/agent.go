@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
@@ -32,6 +32,9 @@ type Agent struct {
 	Server  *server.Server
 	Watcher *watcher.Watcher
 	API     *api.Server
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
 }
 
 // Options are the parts a test may replace.
@@ -97,7 +100,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		Node:       a.CSI,
 		Controller: a.CSI,
 		Modules:    modules,
-	}, a.logger.Named("watcher"))
+	}, a.logger)
 	a.Server.SetReleaser(a.Watcher)
 	a.API = api.NewServer(api.Config{
 		Addr: cfg.HTTP.Address, MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: a.logger.Named("http"),
@@ -105,38 +108,44 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	return a, nil
 }
 
-// Run serves the API and follows leadership until ctx ends, then shuts
-// everything down in reverse order.
+// Run starts the agent and serves until ctx ends, then shuts it down.
 func (a *Agent) Run(ctx context.Context) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	if err := a.Start(ctx); err != nil {
+		return errors.Join(err, a.Shutdown())
+	}
+	<-ctx.Done()
+	return a.Shutdown()
+}
 
-	var wg sync.WaitGroup
-	apiErr := make(chan error, 1)
-	wg.Add(2)
+// Start opens the HTTP listener and starts following leadership; it
+// returns once the API answers (HTTPAddr is valid).
+func (a *Agent) Start(ctx context.Context) error {
+	if err := a.API.Start(ctx); err != nil {
+		return err
+	}
+	ctx, a.stop = context.WithCancel(ctx)
+	a.wg.Add(1)
 	go func() {
-		defer wg.Done()
-		if err := a.API.Start(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			apiErr <- err
-			cancel()
-		}
-	}()
-	go func() {
-		defer wg.Done()
+		defer a.wg.Done()
 		a.followLeadership(ctx)
 	}()
-	a.logger.Info("volhost agent started", "http", a.cfg.HTTP.Address, "dev", a.cfg.Dev, "data_dir", a.cfg.DataDir)
+	a.logger.Info("volhost agent started", "http", a.API.Addr(), "dev", a.cfg.Dev, "data_dir", a.cfg.DataDir)
+	return nil
+}
 
-	<-ctx.Done()
-	wg.Wait()
-	a.Watcher.SetEnabled(false)
-	err := errors.Join(a.Cluster.Shutdown(), a.CSI.Close())
-	select {
-	case e := <-apiErr:
-		err = errors.Join(fmt.Errorf("http api: %w", e), err)
-	default:
+// HTTPAddr is the address the API listens on.
+func (a *Agent) HTTPAddr() string { return a.API.Addr() }
+
+// Shutdown stops the watcher, the API, the log and the CSI connections.
+func (a *Agent) Shutdown() error {
+	if a.stop != nil {
+		a.stop()
 	}
-	return err
+	a.wg.Wait()
+	a.Watcher.SetEnabled(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return errors.Join(a.API.Shutdown(ctx), a.Cluster.Shutdown(), a.CSI.Close())
 }
 
 // followLeadership enables the watcher while this server leads. Only the
