@@ -7,6 +7,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -24,12 +25,17 @@ func main() {
 // Run runs the CLI with args (without the program name), reading the
 // environment through env, and returns the exit code.
 func Run(args []string, env func(string) string, stdout, stderr io.Writer) int {
+	return run(context.Background(), args, env, stdout, stderr)
+}
+
+// run is Run under ctx: cancelling it ends a following command.
+func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "agent" {
 		// The agent owns its flags, -help included (agent.go).
 		return runAgent(args[1:])
 	}
 	ui := &cli.BasicUi{Writer: stdout, ErrorWriter: stderr}
-	meta := &Meta{Ui: ui, Env: env}
+	meta := &Meta{Ui: ui, Env: env, Ctx: ctx}
 	c := &cli.CLI{
 		Name:       "volhost",
 		Version:    Version,

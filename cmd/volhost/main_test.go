@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/volhost/volhost/host/api/apitest"
 	"github.com/volhost/volhost/host/structs"
@@ -284,5 +287,52 @@ func TestHelp(t *testing.T) {
 	r := e.run()
 	if r.code != 1 || !strings.Contains(r.stderr, "Available commands are") {
 		t.Errorf("no args: exit %d, stderr %q", r.code, r.stderr)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a command writing while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestEventsFollow(t *testing.T) {
+	e := newCLIEnv(t)
+	e.setup()
+	env := func(k string) string {
+		if k == "VOLHOST_ADDR" {
+			return e.addr
+		}
+		return ""
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"events", "-follow"}, env, &out, &errb) }()
+
+	deadline, stop := context.WithTimeout(context.Background(), time.Minute)
+	defer stop()
+	waitFor(t, deadline, "the header", func() (string, bool) { return "", strings.Contains(out.String(), "Index\tTime") })
+	// A claim records a claim-transition event, which the follower prints.
+	e.ok("volume", "claim", "-alloc", "web-1", "-node", "node1", "-mode", "write", "vol1")
+	waitFor(t, deadline, "the claim's event", func() (string, bool) {
+		return "", strings.Contains(out.String(), "claim-transition\tdefault/vol1\tweb-1")
+	})
+	cancel()
+	if code := <-done; code != 0 {
+		t.Errorf("follow ended with exit %d: %s", code, errb.String())
 	}
 }

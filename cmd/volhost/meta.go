@@ -24,6 +24,9 @@ import (
 type Meta struct {
 	Ui  cli.Ui
 	Env func(string) string
+	// Ctx is the parent of every request's context (Background when nil);
+	// tests cancel it to end a following command.
+	Ctx context.Context
 
 	address string
 	json    bool
@@ -84,7 +87,11 @@ func (m *Meta) client() (*client.Client, error) {
 // context is cancelled by an interrupt, so a long claim or blocking read
 // ends cleanly on Ctrl-C.
 func (m *Meta) context() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt)
+	parent := m.Ctx
+	if parent == nil {
+		parent = context.Background()
+	}
+	return signal.NotifyContext(parent, os.Interrupt)
 }
 
 // fail reports err as one line on stderr and returns exit code 1.

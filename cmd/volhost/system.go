@@ -1,10 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/volhost/volhost/host/api/client"
+	"github.com/volhost/volhost/host/structs"
 )
 
 // SystemGCCommand is `volhost system gc`.
@@ -47,12 +50,17 @@ func (c *EventsCommand) Help() string {
   forced deregistrations, module events), oldest first.
 
   -index=<n>
-    Only events after raft index n.`, true)
+    Only events after raft index n.
+
+  -follow
+    Keep printing new events as they are recorded (blocking queries on the
+    events table) until interrupted.`, true)
 }
 
 func (c *EventsCommand) Run(args []string) int {
 	fs := c.flagSet("events", true)
 	index := fs.Uint64("index", 0, "")
+	follow := fs.Bool("follow", false, "")
 	if _, err := c.parse(fs, args, 0, 0, "events [options]"); err != nil {
 		return c.fail(err)
 	}
@@ -64,18 +72,47 @@ func (c *EventsCommand) Run(args []string) int {
 	defer stop()
 	// Only the events after -index, answered now: -index filters here, it
 	// does not wait (Wait is tiny; the filter is the same parameter).
-	evs, _, err := cl.Events(ctx, &client.QueryOptions{Index: *index, Wait: 1})
+	evs, meta, err := cl.Events(ctx, &client.QueryOptions{Index: *index, Wait: 1})
 	if err != nil {
 		return c.fail(err)
 	}
-	if c.json {
-		return c.printJSON(evs)
-	}
-	if len(evs) == 0 {
-		c.Ui.Output("No events")
+	if !*follow {
+		if c.json {
+			return c.printJSON(evs)
+		}
+		if len(evs) == 0 {
+			c.Ui.Output("No events")
+			return 0
+		}
+		c.Ui.Output(table(append([][]string{eventHeader}, eventRows(evs)...)))
 		return 0
 	}
-	rows := [][]string{{"Index", "Time", "Type", "Volume", "Alloc", "Node", "Message"}}
+	// Follow: print what exists, then block for what comes next. Columns
+	// are fixed-width-free (tab separated) since rows arrive over time.
+	c.printEvents(evs, true)
+	last := max(*index, meta.Index)
+	for _, e := range evs {
+		last = max(last, e.Index)
+	}
+	for {
+		evs, _, err := cl.Events(ctx, &client.QueryOptions{Index: last, Wait: 5 * time.Minute})
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0 // interrupted: the normal way to stop following
+			}
+			return c.fail(err)
+		}
+		c.printEvents(evs, false)
+		for _, e := range evs {
+			last = max(last, e.Index)
+		}
+	}
+}
+
+var eventHeader = []string{"Index", "Time", "Type", "Volume", "Alloc", "Node", "Message"}
+
+func eventRows(evs []*structs.Event) [][]string {
+	rows := make([][]string, 0, len(evs))
 	for _, e := range evs {
 		vol := e.VolumeID
 		if vol != "" && e.Namespace != "" {
@@ -83,6 +120,24 @@ func (c *EventsCommand) Run(args []string) int {
 		}
 		rows = append(rows, []string{fmt.Sprint(e.Index), fmtTime(e.Time), e.Type, orDash(vol), orDash(e.AllocID), orDash(e.NodeID), oneLine(strings.TrimSpace(e.Message))})
 	}
-	c.Ui.Output(table(rows))
-	return 0
+	return rows
+}
+
+// printEvents prints followed events one per line (JSON lines with -json).
+func (c *EventsCommand) printEvents(evs []*structs.Event, header bool) {
+	if c.json {
+		for _, e := range evs {
+			b, err := json.Marshal(e)
+			if err == nil {
+				c.Ui.Output(string(b))
+			}
+		}
+		return
+	}
+	if header {
+		c.Ui.Output(strings.Join(eventHeader, "\t"))
+	}
+	for _, r := range eventRows(evs) {
+		c.Ui.Output(strings.Join(r, "\t"))
+	}
 }
