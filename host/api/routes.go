@@ -87,6 +87,13 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /v1/system/gc", s.systemGC)
 	m.HandleFunc("GET /v1/status/leader", s.leader)
 	m.HandleFunc("GET /v1/metrics", s.serveMetrics)
+
+	// An empty ID is a bad request naming the field, not an unknown route.
+	for prefix, field := range map[string]string{"volume": "volume_id", "node": "node_id", "plugin": "plugin_id", "alloc": "alloc_id"} {
+		m.HandleFunc("/v1/"+prefix+"/{$}", func(w http.ResponseWriter, _ *http.Request) {
+			WriteError(w, badRequest(field, "must not be empty"))
+		})
+	}
 }
 
 // read runs a blocking read: fn fills the answer and returns its index.
