@@ -292,6 +292,12 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, mod *module) {
 	g, err := loadGeneration(ctx, genDeps{cache: m.cache, log: m.log,
 		onOpen: func() { m.runtimes.Add(1) }, onClose: func() { m.runtimes.Add(-1) }}, mod.name, num, wasm, man)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Interrupted, not refused: the same files are tried again on
+			// the next reload.
+			m.log.Warn("module load interrupted", "module", mod.name, "error", err)
+			return
+		}
 		m.refuseLocked(mod, fp, err.Error())
 		return
 	}

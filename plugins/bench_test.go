@@ -1,0 +1,186 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/tetratelabs/wazero"
+
+	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/abi/defaultpolicy"
+)
+
+// Benchmarks for BENCHMARKS.md (issue 3). The policy benchmarks judge the
+// same volume with 8 claims: (a) the native default policy, (b) the same
+// logic as a Go guest through the volhost ABI with call_timeout enforced
+// (close-on-context-done). The Extism comparison (c) lives in the separate
+// module test/extism so the product never depends on Extism.
+//
+//	go test -run '^$' -bench . -benchmem ./plugins/
+
+func benchRequest() *abi.PolicyRequest { return volumeRequest(8) }
+
+// BenchmarkPolicyNative is (a): defaultpolicy.Decide called directly.
+func BenchmarkPolicyNative(b *testing.B) {
+	req := benchRequest()
+	b.ReportAllocs()
+	for b.Loop() {
+		resp := defaultpolicy.Decide(req)
+		if len(resp.Decisions) != 8 {
+			b.Fatal("wrong answer")
+		}
+	}
+}
+
+// BenchmarkPolicyWasm is (b): Manager.DecideRelease on default-policy.
+func BenchmarkPolicyWasm(b *testing.B) {
+	wasm := exampleWasm(b, "default-policy")
+	e := newEnv(b, func(dir string) {
+		writeModule(b, dir, "default-policy", wasm, manifest("release-policy", `limits {
+  call_timeout = "100ms"
+  pool_size    = 4
+}`))
+	}, nil)
+	req := benchRequest()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		resp, err := e.m.DecideRelease(ctx, "default-policy", req)
+		if err != nil || len(resp.Decisions) != 8 {
+			b.Fatalf("%v %v", resp, err)
+		}
+	}
+}
+
+// BenchmarkPolicyWasmParallel is (b) from GOMAXPROCS goroutines at once.
+func BenchmarkPolicyWasmParallel(b *testing.B) {
+	wasm := exampleWasm(b, "default-policy")
+	e := newEnv(b, func(dir string) {
+		writeModule(b, dir, "default-policy", wasm, manifest("release-policy", `limits {
+  call_timeout = "100ms"
+  pool_size    = 4
+}`))
+	}, nil)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		req := benchRequest()
+		for pb.Next() {
+			if _, err := e.m.DecideRelease(ctx, "default-policy", req); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkCompile compiles default-policy cold (an empty cache each time)
+// and from a warm on-disk cache.
+func BenchmarkCompile(b *testing.B) {
+	wasm := exampleWasm(b, "default-policy")
+	ctx := context.Background()
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig())
+			if _, err := rt.CompileModule(ctx, wasm); err != nil {
+				b.Fatal(err)
+			}
+			_ = rt.Close(ctx)
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		cache, err := wazero.NewCompilationCacheWithDir(cacheDir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cache.Close(ctx)
+		warm := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(cache))
+		if _, err := warm.CompileModule(ctx, wasm); err != nil {
+			b.Fatal(err)
+		}
+		_ = warm.Close(ctx)
+		// A fresh cache object over the same directory: what a restarted
+		// agent sees (the in-memory part of the cache is empty).
+		for b.Loop() {
+			c, _ := wazero.NewCompilationCacheWithDir(cacheDir)
+			rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig().WithCompilationCache(c))
+			if _, err := rt.CompileModule(ctx, wasm); err != nil {
+				b.Fatal(err)
+			}
+			_ = rt.Close(ctx)
+			_ = c.Close(ctx)
+		}
+	})
+}
+
+// servingGeneration loads default-policy and returns its generation.
+func servingGeneration(b *testing.B) (*testEnv, *generation) {
+	wasm := exampleWasm(b, "default-policy")
+	e := newEnv(b, func(dir string) {
+		writeModule(b, dir, "default-policy", wasm, manifest("release-policy", "limits {\n pool_size = 1\n}"))
+	}, nil)
+	return e, (*e.m.modules.Load())["default-policy"].cur.Load()
+}
+
+// BenchmarkInstantiate creates a pool instance: instantiate, _initialize,
+// configure.
+func BenchmarkInstantiate(b *testing.B) {
+	_, g := servingGeneration(b)
+	ctx := context.Background()
+	for b.Loop() {
+		inst, _, err := g.newInstance(ctx, false)
+		if err != nil {
+			b.Fatal(err)
+		}
+		inst.close()
+	}
+}
+
+// BenchmarkPoolCheckout takes and returns a pooled instance.
+func BenchmarkPoolCheckout(b *testing.B) {
+	_, g := servingGeneration(b)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		inst, err := g.checkout(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		inst.calls-- // keep max_calls from recycling it
+		g.checkin(inst, false)
+	}
+}
+
+// BenchmarkHotSwap measures file written -> new generation serving, through
+// Watch with a 1 ms debounce (the product default is 250 ms, added on top).
+func BenchmarkHotSwap(b *testing.B) {
+	wasm := exampleWasm(b, "default-policy")
+	e := newEnv(b, func(dir string) { writeModule(b, dir, "policy", wasm, goodManifest(0)) },
+		func(o *Options) { o.Clock = clockwork.NewRealClock(); o.Debounce = time.Millisecond })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.m.Watch(ctx) }()
+	defer func() { cancel(); <-done }()
+	for len(e.evCh) > 0 {
+		<-e.evCh
+	}
+	i := 0
+	for b.Loop() {
+		i++
+		writeAtomic(b, filepath.Join(e.dir, "policy.hcl"), goodManifest(i))
+		for ev := range e.evCh {
+			if ev.Kind == EventSwapped && ev.Version == fmt.Sprintf("1.0.%d", i) {
+				break
+			}
+			if ev.Kind == EventRefused {
+				b.Fatalf("refused: %s", ev.Reason)
+			}
+		}
+	}
+	_ = os.Remove
+}
