@@ -17,7 +17,10 @@ func TestCircuitBreakerOnModule(t *testing.T) {
 		_, err := e.m.DecideRelease(ctx, "fault-policy", faultRequest(mode))
 		return err
 	}
-	calls := func() uint64 { st, _ := e.m.StatusOf("fault-policy"); return st.Calls - st.Faults[string(FaultOpenCircuit)] }
+	calls := func() uint64 {
+		st, _ := e.m.StatusOf("fault-policy")
+		return st.Calls - st.Faults[string(FaultOpenCircuit)]
+	}
 
 	// Two faults, a success, then three faults: only the last run opens it.
 	steps := []struct {
