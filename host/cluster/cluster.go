@@ -10,6 +10,15 @@
 // Apply validates a request against the current state before writing it to
 // the log, so a refusal is an error to the caller and never a committed
 // entry (ANCHORS pain 10).
+//
+// With Server set the node is one voter of a multi-server cluster: servers
+// find each other through Join (the HTTP API forwards a join to the
+// leader, which adds the joiner as a voter), BootstrapExpect lets one seed
+// server wait for N-1 joiners and bootstrap all N at once, the cluster ID
+// and the members' HTTP addresses live in the replicated state (meta.go),
+// and a new leader of a multi-voter cluster reports its step-up only after
+// StepUpDelay, by which time a deposed leader has stepped down and
+// cancelled its CSI calls (RATIONALE.md "Cluster").
 package cluster
 
 import (
@@ -68,7 +77,36 @@ type Config struct {
 	SnapshotInterval  time.Duration
 	// Clock stamps log entries (the time the FSM applies them with).
 	Clock clockwork.Clock
+
+	// Server makes this node a voter of a multi-server cluster. It never
+	// bootstraps alone unless BootstrapExpect is 1: it waits to be joined
+	// (Join on the leader) or, with BootstrapExpect N > 1, collects N-1
+	// join requests and bootstraps all N as voters.
+	Server          bool
+	BootstrapExpect int
+	// HTTPAddr is this server's API address, recorded in the members map
+	// so followers can forward writes here while it leads (SetHTTPAddr
+	// sets it once the listener is open).
+	HTTPAddr string
+	// Transport replaces the transport New would create (tests connect
+	// in-memory transports to partition and heal servers). It is closed on
+	// Shutdown.
+	Transport raft.Transport
+	// Raft timings for Server mode (zero: raft's defaults of 1s, 1s and
+	// 500ms). A single node keeps its own short timings.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// StepUpDelay is how long a new leader of a multi-voter cluster waits
+	// after its barrier before reporting the step-up on LeaderCh (default
+	// 2*LeaderLeaseTimeout + DefaultCancelMargin). See stepUpDelay.
+	StepUpDelay time.Duration
 }
+
+// DefaultCancelMargin is the time a deposed leader gets, after its lease
+// expired, to cancel its in-flight CSI calls before the new leader may
+// start its own (part of the default StepUpDelay).
+const DefaultCancelMargin = time.Second
 
 // Cluster is a raft node applying commands to a state store.
 type Cluster struct {
@@ -84,9 +122,17 @@ type Cluster struct {
 	stopCh   chan struct{}
 	wg       sync.WaitGroup
 
-	mu       sync.Mutex
-	leader   bool
-	changeCh chan struct{} // closed and replaced on every leadership change
+	mu         sync.Mutex
+	leader     bool
+	changeCh   chan struct{} // closed and replaced on every leadership change
+	httpAddr   string
+	pending    map[string]JoinRequest // bootstrap-expect: joiners seen before bootstrap
+	booted     bool                   // bootstrap-expect: BootstrapCluster was called
+	onTransfer func(transferring bool)
+
+	meta        *meta
+	trans       raft.Transport
+	reconcileCh chan struct{}
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -125,6 +171,17 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		leaderCh: make(chan bool, 1),
 		stopCh:   make(chan struct{}),
 		changeCh: make(chan struct{}),
+		httpAddr: cfg.HTTPAddr,
+		pending:  map[string]JoinRequest{},
+		meta:     newMeta(),
+
+		reconcileCh: make(chan struct{}, 1),
+	}
+	if cfg.BootstrapExpect < 0 {
+		return nil, structs.Invalid("bootstrap_expect", "must not be negative, got %d", cfg.BootstrapExpect)
+	}
+	if cfg.BootstrapExpect > 0 && !cfg.Server {
+		return nil, structs.Invalid("bootstrap_expect", "needs server mode")
 	}
 
 	rc := raft.DefaultConfig()
@@ -136,6 +193,17 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	rc.HeartbeatTimeout = 200 * time.Millisecond
 	rc.ElectionTimeout = 200 * time.Millisecond
 	rc.LeaderLeaseTimeout = 100 * time.Millisecond
+	if cfg.Server {
+		// Several voters: failure detection matters, keep raft's defaults
+		// unless told otherwise.
+		d := raft.DefaultConfig()
+		rc.HeartbeatTimeout = orDuration(cfg.HeartbeatTimeout, d.HeartbeatTimeout)
+		rc.ElectionTimeout = orDuration(cfg.ElectionTimeout, d.ElectionTimeout)
+		rc.LeaderLeaseTimeout = orDuration(cfg.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
+	}
+	if c.cfg.StepUpDelay <= 0 {
+		c.cfg.StepUpDelay = 2*rc.LeaderLeaseTimeout + DefaultCancelMargin
+	}
 	if cfg.SnapshotThreshold > 0 {
 		rc.SnapshotThreshold = cfg.SnapshotThreshold
 	}
@@ -152,9 +220,14 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	if cfg.Dev {
 		mem := raft.NewInmemStore()
 		logs, stable, snaps = mem, mem, raft.NewInmemSnapshotStore()
-		_, t := raft.NewInmemTransport(raft.NewInmemAddr())
-		trans = t
-		c.closers = append(c.closers, t)
+		if cfg.Transport != nil {
+			trans = cfg.Transport
+		} else {
+			_, trans = raft.NewInmemTransport(raft.NewInmemAddr())
+		}
+		if cl, ok := trans.(io.Closer); ok {
+			c.closers = append(c.closers, cl)
+		}
 	} else {
 		dir := filepath.Join(cfg.DataDir, "raft")
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -170,16 +243,27 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 			c.closeAll()
 			return nil, fmt.Errorf("cluster: snapshot store: %w", err)
 		}
-		t, err := raft.NewTCPTransportWithLogger(cfg.BindAddr, nil, 3, 10*time.Second, rc.Logger)
-		if err != nil {
-			c.closeAll()
-			return nil, fmt.Errorf("cluster: transport on %s: %w", cfg.BindAddr, err)
+		var t raft.Transport = cfg.Transport
+		if t == nil {
+			t, err = raft.NewTCPTransportWithLogger(cfg.BindAddr, nil, 3, 10*time.Second, rc.Logger)
+			if err != nil {
+				c.closeAll()
+				return nil, fmt.Errorf("cluster: transport on %s: %w", cfg.BindAddr, err)
+			}
 		}
-		c.closers = append([]io.Closer{t}, c.closers...)
+		if cl, ok := t.(io.Closer); ok {
+			c.closers = append([]io.Closer{cl}, c.closers...)
+		}
 		logs, stable, snaps, trans = bolt, bolt, fss, t
 	}
+	c.trans = trans
 
-	if cfg.Dev || cfg.Bootstrap {
+	// Who bootstraps: a single node (dev, or -data-dir without -server)
+	// bootstraps itself; a server only with bootstrap_expect 1. A server
+	// with bootstrap_expect N > 1 bootstraps in Join once N-1 others asked;
+	// any other server waits to be added by the leader.
+	single := !cfg.Server && (cfg.Dev || cfg.Bootstrap)
+	if single || (cfg.Server && cfg.BootstrapExpect == 1) {
 		has, err := raft.HasExistingState(logs, stable, snaps)
 		if err != nil {
 			c.closeAll()
@@ -196,7 +280,16 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		}
 	}
 
-	r, err := raft.NewRaft(rc, &fsm{store: store, logger: c.logger}, logs, stable, snaps, trans)
+	has, err := raft.HasExistingState(logs, stable, snaps)
+	if err != nil {
+		c.closeAll()
+		return nil, fmt.Errorf("cluster: read raft state: %w", err)
+	}
+	// A restarted server is already part of its cluster: bootstrap_expect
+	// applies only to a fresh one.
+	c.booted = has
+
+	r, err := raft.NewRaft(rc, &fsm{store: store, meta: c.meta, logger: c.logger}, logs, stable, snaps, trans)
 	if err != nil {
 		c.closeAll()
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
@@ -215,6 +308,10 @@ func (c *Cluster) forwardLeadership() {
 		select {
 		case <-c.stopCh:
 			return
+		case <-c.reconcileCh:
+			if c.IsLeader() {
+				c.reconcileMeta()
+			}
 		case v := <-c.notifyCh:
 			if v {
 				// Report the step-up only once every entry of earlier terms
@@ -224,20 +321,80 @@ func (c *Cluster) forwardLeadership() {
 				if err := c.raft.Barrier(c.cfg.ApplyTimeout).Error(); err != nil {
 					c.logger.Warn("barrier after step-up failed", "error", err)
 				}
+				c.reconcileMeta()
+				if !c.waitStepUpDelay() {
+					return
+				}
+				if !c.IsLeader() {
+					// Lost it again while waiting: the false that raft
+					// queued comes next; never report a stale true.
+					continue
+				}
 			}
-			c.logger.Info("leadership changed", "leader", v)
-			select { // keep only the newest value: never block raft
-			case <-c.leaderCh:
-			default:
-			}
-			c.leaderCh <- v
-			c.mu.Lock()
-			c.leader = v
-			close(c.changeCh)
-			c.changeCh = make(chan struct{})
-			c.mu.Unlock()
+			c.report(v)
 		}
 	}
+}
+
+// report publishes a leadership value on LeaderCh and to WaitForLeader.
+func (c *Cluster) report(v bool) {
+	c.logger.Info("leadership changed", "leader", v)
+	select { // keep only the newest value: never block raft
+	case <-c.leaderCh:
+	default:
+	}
+	c.leaderCh <- v
+	c.mu.Lock()
+	c.leader = v
+	close(c.changeCh)
+	c.changeCh = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// waitStepUpDelay holds a new leader's step-up report in a cluster of
+// several voters. Raft elects a new leader only after the followers lost
+// contact with the old one, and the old leader steps down at the latest
+// 2*LeaderLeaseTimeout after it lost its quorum (raft checks its lease once
+// per LeaderLeaseTimeout), and its watcher then cancels every CSI call. So
+// after StepUpDelay (default 2*LeaderLeaseTimeout + DefaultCancelMargin)
+// no controller call of the old term is running (ANCHORS pain 8 and 9:
+// never two ControllerUnpublish calls for one volume at once). A single
+// voter has nobody to wait for. It returns false when the cluster stops.
+func (c *Cluster) waitStepUpDelay() bool {
+	if c.voters() <= 1 {
+		return true
+	}
+	c.logger.Info("leading: waiting out the previous leader's lease before starting leader work", "delay", c.cfg.StepUpDelay)
+	t := time.NewTimer(c.cfg.StepUpDelay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.stopCh:
+		return false
+	}
+}
+
+// voters counts the voters in the latest raft configuration.
+func (c *Cluster) voters() int {
+	f := c.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return 0
+	}
+	n := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			n++
+		}
+	}
+	return n
+}
+
+func orDuration(v, d time.Duration) time.Duration {
+	if v > 0 {
+		return v
+	}
+	return d
 }
 
 // Store returns the state store this node applies to.

@@ -12,6 +12,7 @@ import (
 // fsm applies committed log entries to the state store.
 type fsm struct {
 	store  *state.Store
+	meta   *meta
 	logger hclog.Logger
 }
 
@@ -28,6 +29,14 @@ type fsmResult struct {
 // leader validated it is refused here, atomically, and the refusal is the
 // apply response: never a panic, never partial state.
 func (f *fsm) Apply(l *raft.Log) any {
+	if len(l.Data) > 0 && isMetaType(l.Data[0]) {
+		// A cluster-owned command (cluster ID, members): not the store's.
+		err := f.meta.apply(l.Data[0], l.Data[1:])
+		if err != nil {
+			f.logger.Error("cluster log entry refused", "index", l.Index, "error", err)
+		}
+		return fsmResult{err: err}
+	}
 	t, at, req, err := decodeCommand(l.Data)
 	if err != nil {
 		f.logger.Error("undecodable log entry skipped", "index", l.Index, "error", err)
@@ -44,20 +53,38 @@ func (f *fsm) Apply(l *raft.Log) any {
 
 // Snapshot implements raft.FSM: it captures a memdb read view, which is
 // immutable, so Persist runs concurrently with later applies.
+// The cluster meta is copied now too: raft calls Snapshot on the FSM
+// goroutine, so both are taken at the same log index.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	return &fsmSnapshot{snap: f.store.Snapshot()}, nil
+	return &fsmSnapshot{snap: f.store.Snapshot(), header: f.meta.header()}, nil
 }
 
-// Restore implements raft.FSM.
+// Restore implements raft.FSM. The store is restored first and the meta
+// only once that succeeded, so a bad stream changes neither.
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	return f.store.Restore(rc)
+	h, body, err := readHeader(rc)
+	if err != nil {
+		return err
+	}
+	if err := f.store.Restore(body); err != nil {
+		return err
+	}
+	f.meta.restore(h)
+	return nil
 }
 
-type fsmSnapshot struct{ snap *state.Snapshot }
+type fsmSnapshot struct {
+	snap   *state.Snapshot
+	header snapshotHeader
+}
 
 // Persist implements raft.FSMSnapshot.
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if err := writeHeader(sink, s.header); err != nil {
+		_ = sink.Cancel()
+		return err
+	}
 	if err := s.snap.Persist(sink); err != nil {
 		_ = sink.Cancel()
 		return err

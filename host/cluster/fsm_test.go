@@ -16,7 +16,7 @@ import (
 // response, never a panic, and leaves the state untouched.
 func TestFSMApplyBadEntries(t *testing.T) {
 	s := state.NewStore()
-	f := &fsm{store: s, logger: hclog.NewNullLogger()}
+	f := &fsm{store: s, meta: newMeta(), logger: hclog.NewNullLogger()}
 	before, _ := s.Digest()
 	good, err := encodeCommand(structs.ClaimGCType, time.Now(), &structs.ClaimGCRequest{})
 	if err != nil {

@@ -1,0 +1,192 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+)
+
+// ProtocolVersion is the cluster protocol this binary speaks: the log
+// command set and the snapshot layout. A server only joins a cluster whose
+// leader speaks the same version, so no replica ever receives an entry it
+// cannot decode (which would make its state diverge).
+const ProtocolVersion = 1
+
+// Cluster-owned log commands. Their type byte lives above every
+// structs.MessageType (those count up from 1 and are far from 200), so the
+// FSM routes them without touching the state store. Persisted: append only.
+const (
+	clusterInitType  byte = 200 // set the cluster ID (once, at bootstrap)
+	memberUpsertType byte = 201 // record a server's HTTP address
+	memberRemoveType byte = 202 // forget a removed server
+)
+
+func isMetaType(t byte) bool { return t >= clusterInitType && t <= memberRemoveType }
+
+// Member is one server as the replicated state knows it: its raft ID and
+// addresses. The HTTP address is what a follower forwards writes to.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+	Version  int    `json:"version"`
+}
+
+// meta is the cluster's own replicated state: the cluster ID created at
+// bootstrap and the members map (raft ID -> addresses). It travels in
+// every raft snapshot next to the state store, so a restored or caught-up
+// server knows both.
+type meta struct {
+	mu      sync.RWMutex
+	id      string
+	members map[string]Member
+}
+
+func newMeta() *meta { return &meta{members: map[string]Member{}} }
+
+func (m *meta) clusterID() string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.id
+}
+
+func (m *meta) member(id string) (Member, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	mem, ok := m.members[id]
+	return mem, ok
+}
+
+func (m *meta) list() []Member {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]Member, 0, len(m.members))
+	for _, mem := range m.members {
+		out = append(out, mem)
+	}
+	slices.SortFunc(out, func(a, b Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// metaCommand is the body of a cluster-owned log command.
+type metaCommand struct {
+	ClusterID string  `json:"cluster_id,omitempty"`
+	Member    *Member `json:"member,omitempty"`
+	RemoveID  string  `json:"remove_id,omitempty"`
+}
+
+func encodeMeta(t byte, cmd metaCommand) ([]byte, error) {
+	b, err := json.Marshal(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("encode cluster command %d: %w", t, err)
+	}
+	return append([]byte{t}, b...), nil
+}
+
+// apply applies a cluster-owned command. The cluster ID is set once: a
+// second init (two racing bootstraps of one log cannot happen, but a
+// replayed entry can) keeps the first ID, so every replica agrees.
+func (m *meta) apply(t byte, data []byte) error {
+	var cmd metaCommand
+	if err := json.Unmarshal(data, &cmd); err != nil {
+		return fmt.Errorf("decode cluster command %d: %w", t, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch t {
+	case clusterInitType:
+		if m.id == "" {
+			m.id = cmd.ClusterID
+		}
+	case memberUpsertType:
+		if cmd.Member == nil || cmd.Member.ID == "" {
+			return errors.New("member upsert without a member ID")
+		}
+		m.members[cmd.Member.ID] = *cmd.Member
+	case memberRemoveType:
+		delete(m.members, cmd.RemoveID)
+	default:
+		return fmt.Errorf("unknown cluster command %d", t)
+	}
+	return nil
+}
+
+// snapshotHeader is the first line of a raft snapshot (and of `operator
+// snapshot save` files): the cluster meta, then the state store's own
+// Persist stream. Snapshots written before the header existed start with
+// the store's header and are still read.
+type snapshotHeader struct {
+	Version   int      `json:"volhost_cluster"`
+	ClusterID string   `json:"cluster_id"`
+	Members   []Member `json:"members"`
+}
+
+func (m *meta) header() snapshotHeader {
+	members := m.list()
+	return snapshotHeader{Version: ProtocolVersion, ClusterID: m.clusterID(), Members: members}
+}
+
+func writeHeader(w io.Writer, h snapshotHeader) error {
+	b, err := json.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("encode snapshot header: %w", err)
+	}
+	if _, err := w.Write(append(b, '\n')); err != nil {
+		return fmt.Errorf("write snapshot header: %w", err)
+	}
+	return nil
+}
+
+// readHeader splits a snapshot stream into its cluster header (nil for a
+// pre-header snapshot) and the state store stream that follows.
+func readHeader(r io.Reader) (*snapshotHeader, io.Reader, error) {
+	br := bufio.NewReader(r)
+	line, err := br.ReadBytes('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, nil, fmt.Errorf("read snapshot header: %w", err)
+	}
+	var probe map[string]json.RawMessage
+	if err := json.Unmarshal(bytes.TrimSpace(line), &probe); err != nil {
+		return nil, nil, fmt.Errorf("snapshot does not start with a JSON header: %w", err)
+	}
+	if _, ok := probe["volhost_cluster"]; !ok {
+		// A state store stream without the cluster header.
+		return nil, io.MultiReader(bytes.NewReader(line), br), nil
+	}
+	var h snapshotHeader
+	if err := json.Unmarshal(line, &h); err != nil {
+		return nil, nil, fmt.Errorf("decode snapshot header: %w", err)
+	}
+	if h.Version != ProtocolVersion {
+		return nil, nil, fmt.Errorf("snapshot is cluster protocol version %d, this server speaks %d", h.Version, ProtocolVersion)
+	}
+	return &h, br, nil
+}
+
+// restore replaces the meta with a snapshot header's (nil: empty).
+func (m *meta) restore(h *snapshotHeader) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.id = ""
+	m.members = map[string]Member{}
+	if h == nil {
+		return
+	}
+	m.id = h.ClusterID
+	for _, mem := range h.Members {
+		m.members[mem.ID] = mem
+	}
+}
