@@ -14,7 +14,9 @@ package abi
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -115,7 +117,8 @@ func appendMap(b []byte, num protowire.Number, m map[string]string) []byte {
 	if len(m) == 0 {
 		return b
 	}
-	keys := make([]string, 0, len(m))
+	var small [16]string // no allocation for the usual small map
+	keys := small[:0]
 	for k := range m {
 		keys = append(keys, k)
 	}
@@ -132,32 +135,47 @@ func appendMap(b []byte, num protowire.Number, m map[string]string) []byte {
 
 // ---- decoding helpers ----
 
-// walk calls field for every field of the message in b. field returns the
-// number of bytes of b (the value, after the tag) it consumed, or -1 when
-// the field is unknown, which walk then skips.
-func walk(b []byte, field func(num protowire.Number, typ protowire.Type, b []byte) (int, error)) error {
-	if len(b) > MaxMessageSize {
-		return fmt.Errorf("%d bytes exceeds the %d byte limit", len(b), MaxMessageSize)
+// The decoders below are plain loops with a switch per message and one-byte
+// fast paths for tags, lengths and varints: a Go wasm guest pays dearly for
+// calls (no indirect callbacks per field) and allocations (no per-field
+// copies), and it decodes every request (measured in ABI.md's numbers).
+
+// consumeTag is protowire.ConsumeTag with a fast path for field numbers
+// below 16 (one byte), which is every field of this ABI.
+func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
+	if len(b) > 0 && b[0] < 0x80 && b[0] >= 8 {
+		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
 	}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+	return protowire.ConsumeTag(b)
+}
+
+// consumeLen is protowire.ConsumeBytes with a fast path for lengths below 128.
+func consumeLen(b []byte) ([]byte, int) {
+	if len(b) > 0 && b[0] < 0x80 {
+		m := int(b[0])
+		if m+1 > len(b) {
+			return nil, -1 // truncated
 		}
-		b = b[n:]
-		m, err := field(num, typ, b)
-		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
-		}
-		if m < 0 {
-			m = protowire.ConsumeFieldValue(num, typ, b)
-			if m < 0 {
-				return fmt.Errorf("unknown field %d: %w", num, protowire.ParseError(m))
-			}
-		}
-		b = b[m:]
+		return b[1 : 1+m], 1 + m
 	}
-	return nil
+	return protowire.ConsumeBytes(b)
+}
+
+// skipField skips an unknown field's value (forward compatibility).
+func skipField(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+	n := protowire.ConsumeFieldValue(num, typ, b)
+	if n < 0 {
+		return 0, fmt.Errorf("unknown field: %w", protowire.ParseError(n))
+	}
+	return n, nil
+}
+
+// lenError reports a failed consumeLen or protowire call.
+func lenError(n int) error {
+	if n == -1 {
+		return io.ErrUnexpectedEOF
+	}
+	return protowire.ParseError(n)
 }
 
 func wantType(got, want protowire.Type) error {
@@ -167,21 +185,67 @@ func wantType(got, want protowire.Type) error {
 	return nil
 }
 
-func consumeString(typ protowire.Type, b []byte, dst *string) (int, error) {
-	if err := wantType(typ, protowire.BytesType); err != nil {
+// decoder carries one immutable copy of the input being decoded. String
+// fields are substrings of it, so decoding a message costs one string
+// allocation instead of one per field: a Go guest decodes every request, and
+// allocation in a wasm guest is slow. A decoded message therefore keeps its
+// whole input alive while any of its strings is referenced (at most
+// MaxMessageSize bytes).
+type decoder struct {
+	s    string
+	base []byte // read-only view of s; every b the decode walks is a subslice of it
+}
+
+func newDecoder(b []byte) (decoder, error) {
+	if len(b) > MaxMessageSize {
+		return decoder{}, fmt.Errorf("%d bytes exceeds the %d byte limit", len(b), MaxMessageSize)
+	}
+	s := string(b)
+	// base aliases s's bytes without a copy; the codec never writes through
+	// it, so s stays immutable as the language requires.
+	return decoder{s: s, base: unsafe.Slice(unsafe.StringData(s), len(s))}, nil
+}
+
+// str returns the substring of d.s that v, a subslice of d.base, covers.
+// Subslicing keeps the capacity's end fixed, so v starts at
+// cap(base)-cap(v).
+func (d decoder) str(v []byte) string {
+	i := cap(d.base) - cap(v)
+	return d.s[i : i+len(v)]
+}
+
+func (d decoder) consumeString(typ protowire.Type, b []byte, dst *string) (int, error) {
+	if typ != protowire.BytesType {
+		return 0, wantType(typ, protowire.BytesType)
+	}
+	v, n := consumeLen(b)
+	if n < 0 {
+		return 0, lenError(n)
+	}
+	*dst = d.str(v)
+	return n, nil
+}
+
+// consumeRepeatedString appends one item of a repeated string field.
+func (d decoder) consumeRepeatedString(typ protowire.Type, b []byte, dst *[]string) (int, error) {
+	if len(*dst) >= MaxRepeated {
+		return 0, fmt.Errorf("more than %d items", MaxRepeated)
+	}
+	var v string
+	n, err := d.consumeString(typ, b, &v)
+	if err != nil {
 		return 0, err
 	}
-	v, n := protowire.ConsumeString(b)
-	if n < 0 {
-		return 0, protowire.ParseError(n)
-	}
-	*dst = v
+	*dst = append(*dst, v)
 	return n, nil
 }
 
 func consumeVarint(typ protowire.Type, b []byte) (uint64, int, error) {
-	if err := wantType(typ, protowire.VarintType); err != nil {
-		return 0, 0, err
+	if typ != protowire.VarintType {
+		return 0, 0, wantType(typ, protowire.VarintType)
+	}
+	if len(b) > 0 && b[0] < 0x80 {
+		return uint64(b[0]), 1, nil
 	}
 	v, n := protowire.ConsumeVarint(b)
 	if n < 0 {
@@ -209,50 +273,96 @@ func consumeBool(typ protowire.Type, b []byte, dst *bool) (int, error) {
 }
 
 // consumeMessage decodes a length-delimited nested message with dec.
-func consumeMessage(typ protowire.Type, b []byte, dec func([]byte) error) (int, error) {
-	if err := wantType(typ, protowire.BytesType); err != nil {
-		return 0, err
+func (d decoder) consumeMessage(typ protowire.Type, b []byte, dec func(decoder, []byte) error) (int, error) {
+	if typ != protowire.BytesType {
+		return 0, wantType(typ, protowire.BytesType)
 	}
-	v, n := protowire.ConsumeBytes(b)
+	v, n := consumeLen(b)
 	if n < 0 {
-		return 0, protowire.ParseError(n)
+		return 0, lenError(n)
 	}
-	return n, dec(v)
+	return n, dec(d, v)
 }
 
 // consumeRepeated appends one decoded element to *s, enforcing MaxRepeated.
-func consumeRepeated[T any](typ protowire.Type, b []byte, s *[]T, dec func(*T, []byte) error) (int, error) {
+func consumeRepeated[T any](d decoder, typ protowire.Type, b []byte, s *[]T, dec func(*T, decoder, []byte) error) (int, error) {
 	if len(*s) >= MaxRepeated {
 		return 0, fmt.Errorf("more than %d items", MaxRepeated)
 	}
-	var v T
-	n, err := consumeMessage(typ, b, func(b []byte) error { return dec(&v, b) })
+	// Decode in place at the end of the slice: a local would escape to the
+	// heap through dec and cost an allocation per item.
+	var zero T
+	*s = append(*s, zero)
+	item := &(*s)[len(*s)-1]
+	n, err := d.consumeMessage(typ, b, func(d decoder, b []byte) error { return dec(item, d, b) })
 	if err != nil {
+		*s = (*s)[:len(*s)-1]
 		return 0, fmt.Errorf("item %d: %w", len(*s), err)
 	}
-	*s = append(*s, v)
 	return n, nil
 }
 
+// countFields counts the length-delimited occurrences of field numbers 1..15
+// at the top level of b, stopping at the first malformed tag. Decoders use
+// it to size repeated fields once instead of growing them.
+func countFields(b []byte) (counts [16]int) {
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return counts
+		}
+		b = b[n:]
+		m := protowire.ConsumeFieldValue(num, typ, b)
+		if m < 0 {
+			return counts
+		}
+		if typ == protowire.BytesType && num < 16 {
+			counts[num]++
+		}
+		b = b[m:]
+	}
+	return counts
+}
+
+// presize gives a nil repeated field room for n items (at most MaxRepeated).
+func presize[T any](s *[]T, n int) {
+	if *s == nil && n > 0 {
+		*s = make([]T, 0, min(n, MaxRepeated))
+	}
+}
+
 // consumeMapEntry decodes one map<string,string> entry into *m.
-func consumeMapEntry(typ protowire.Type, b []byte, m *map[string]string) (int, error) {
+func (d decoder) consumeMapEntry(typ protowire.Type, b []byte, m *map[string]string) (int, error) {
 	if len(*m) >= MaxRepeated {
 		return 0, fmt.Errorf("more than %d entries", MaxRepeated)
 	}
+	if typ != protowire.BytesType {
+		return 0, wantType(typ, protowire.BytesType)
+	}
+	e, n := consumeLen(b)
+	if n < 0 {
+		return 0, lenError(n)
+	}
 	var k, v string
-	n, err := consumeMessage(typ, b, func(b []byte) error {
-		return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
-			switch num {
-			case 1:
-				return consumeString(typ, b, &k)
-			case 2:
-				return consumeString(typ, b, &v)
-			}
-			return -1, nil
-		})
-	})
-	if err != nil {
-		return 0, fmt.Errorf("map entry: %w", err)
+	for len(e) > 0 {
+		num, typ, l := consumeTag(e)
+		if l < 0 {
+			return 0, fmt.Errorf("map entry: tag: %w", protowire.ParseError(l))
+		}
+		e = e[l:]
+		var err error
+		switch num {
+		case 1:
+			l, err = d.consumeString(typ, e, &k)
+		case 2:
+			l, err = d.consumeString(typ, e, &v)
+		default:
+			l, err = skipField(num, typ, e)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("map entry: field %d: %w", num, err)
+		}
+		e = e[l:]
 	}
 	if *m == nil {
 		*m = make(map[string]string)
@@ -261,17 +371,15 @@ func consumeMapEntry(typ protowire.Type, b []byte, m *map[string]string) (int, e
 	return n, nil
 }
 
-// unmarshal decodes b into a fresh T with dec and replaces *m only on
-// success, so a failed decode leaves *m untouched. Its error names the
-// message and wraps ErrMalformed.
-func unmarshal[T any](name string, m *T, b []byte, dec func(*T, []byte) error) error {
-	var v T
-	if err := dec(&v, b); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrMalformed, name, err)
-	}
-	*m = v
-	return nil
+// malformed names the message in a decoding error and wraps ErrMalformed.
+func malformed(name string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrMalformed, name, err)
 }
+
+// Each Unmarshal decodes into a fresh value with a direct call to merge and
+// replaces the message only on success, so a failed decode leaves it
+// untouched. (A generic helper taking merge as a func value would make the
+// value and the decoder escape: two allocations per message.)
 
 // ---- ConfigureRequest ----
 
@@ -283,19 +391,40 @@ func (m *ConfigureRequest) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *ConfigureRequest) Unmarshal(b []byte) error {
-	return unmarshal("ConfigureRequest", m, b, (*ConfigureRequest).merge)
+	d, err := newDecoder(b)
+	var v ConfigureRequest
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("ConfigureRequest", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *ConfigureRequest) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *ConfigureRequest) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeString(typ, b, &m.ModuleName)
+			n, err = d.consumeString(typ, b, &m.ModuleName)
 		case 2:
-			return consumeMapEntry(typ, b, &m.Config)
+			n, err = d.consumeMapEntry(typ, b, &m.Config)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- ConfigureResponse ----
@@ -308,19 +437,40 @@ func (m *ConfigureResponse) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *ConfigureResponse) Unmarshal(b []byte) error {
-	return unmarshal("ConfigureResponse", m, b, (*ConfigureResponse).merge)
+	d, err := newDecoder(b)
+	var v ConfigureResponse
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("ConfigureResponse", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *ConfigureResponse) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *ConfigureResponse) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeString(typ, b, &m.Version)
+			n, err = d.consumeString(typ, b, &m.Version)
 		case 15:
-			return consumeString(typ, b, &m.Error)
+			n, err = d.consumeString(typ, b, &m.Error)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- VolumeView ----
@@ -338,29 +488,50 @@ func (m *VolumeView) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *VolumeView) Unmarshal(b []byte) error {
-	return unmarshal("VolumeView", m, b, (*VolumeView).merge)
+	d, err := newDecoder(b)
+	var v VolumeView
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("VolumeView", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *VolumeView) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *VolumeView) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeString(typ, b, &m.Namespace)
+			n, err = d.consumeString(typ, b, &m.Namespace)
 		case 2:
-			return consumeString(typ, b, &m.ID)
+			n, err = d.consumeString(typ, b, &m.ID)
 		case 3:
-			return consumeString(typ, b, &m.PluginID)
+			n, err = d.consumeString(typ, b, &m.PluginID)
 		case 4:
-			return consumeString(typ, b, &m.AccessMode)
+			n, err = d.consumeString(typ, b, &m.AccessMode)
 		case 5:
-			return consumeString(typ, b, &m.AttachmentMode)
+			n, err = d.consumeString(typ, b, &m.AttachmentMode)
 		case 6:
-			return consumeString(typ, b, &m.ExternalID)
+			n, err = d.consumeString(typ, b, &m.ExternalID)
 		case 7:
-			return consumeMapEntry(typ, b, &m.Context)
+			n, err = d.consumeMapEntry(typ, b, &m.Context)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- ClaimView ----
@@ -381,35 +552,56 @@ func (m *ClaimView) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *ClaimView) Unmarshal(b []byte) error {
-	return unmarshal("ClaimView", m, b, (*ClaimView).merge)
+	d, err := newDecoder(b)
+	var v ClaimView
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("ClaimView", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *ClaimView) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *ClaimView) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeString(typ, b, &m.AllocID)
+			n, err = d.consumeString(typ, b, &m.AllocID)
 		case 2:
-			return consumeString(typ, b, &m.NodeID)
+			n, err = d.consumeString(typ, b, &m.NodeID)
 		case 3:
-			return consumeString(typ, b, &m.Mode)
+			n, err = d.consumeString(typ, b, &m.Mode)
 		case 4:
-			return consumeString(typ, b, &m.State)
+			n, err = d.consumeString(typ, b, &m.State)
 		case 5:
-			return consumeUint32(typ, b, &m.Attempts)
+			n, err = consumeUint32(typ, b, &m.Attempts)
 		case 6:
-			return consumeUint32(typ, b, &m.LastErrorCode)
+			n, err = consumeUint32(typ, b, &m.LastErrorCode)
 		case 7:
-			return consumeString(typ, b, &m.LastErrorKind)
+			n, err = d.consumeString(typ, b, &m.LastErrorKind)
 		case 8:
-			return consumeString(typ, b, &m.ExternalNodeID)
+			n, err = d.consumeString(typ, b, &m.ExternalNodeID)
 		case 9:
-			return consumeString(typ, b, &m.AccessMode)
+			n, err = d.consumeString(typ, b, &m.AccessMode)
 		case 10:
-			return consumeString(typ, b, &m.AttachmentMode)
+			n, err = d.consumeString(typ, b, &m.AttachmentMode)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- AllocView ----
@@ -423,21 +615,42 @@ func (m *AllocView) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *AllocView) Unmarshal(b []byte) error {
-	return unmarshal("AllocView", m, b, (*AllocView).merge)
+	d, err := newDecoder(b)
+	var v AllocView
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("AllocView", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *AllocView) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *AllocView) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeString(typ, b, &m.ID)
+			n, err = d.consumeString(typ, b, &m.ID)
 		case 2:
-			return consumeString(typ, b, &m.ClientStatus)
+			n, err = d.consumeString(typ, b, &m.ClientStatus)
 		case 3:
-			return consumeInt64(typ, b, &m.TerminalAgeMs)
+			n, err = consumeInt64(typ, b, &m.TerminalAgeMs)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- NodeView ----
@@ -453,25 +666,46 @@ func (m *NodeView) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *NodeView) Unmarshal(b []byte) error {
-	return unmarshal("NodeView", m, b, (*NodeView).merge)
+	d, err := newDecoder(b)
+	var v NodeView
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("NodeView", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *NodeView) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *NodeView) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeString(typ, b, &m.ID)
+			n, err = d.consumeString(typ, b, &m.ID)
 		case 2:
-			return consumeString(typ, b, &m.Status)
+			n, err = d.consumeString(typ, b, &m.Status)
 		case 3:
-			return consumeInt64(typ, b, &m.LastSeenAgeMs)
+			n, err = consumeInt64(typ, b, &m.LastSeenAgeMs)
 		case 4:
-			return consumeMapEntry(typ, b, &m.Meta)
+			n, err = d.consumeMapEntry(typ, b, &m.Meta)
 		case 5:
-			return consumeString(typ, b, &m.ExternalID)
+			n, err = d.consumeString(typ, b, &m.ExternalID)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- PolicyRequest ----
@@ -494,25 +728,50 @@ func (m *PolicyRequest) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *PolicyRequest) Unmarshal(b []byte) error {
-	return unmarshal("PolicyRequest", m, b, (*PolicyRequest).merge)
+	d, err := newDecoder(b)
+	var v PolicyRequest
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("PolicyRequest", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *PolicyRequest) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *PolicyRequest) merge(d decoder, b []byte) error {
+	c := countFields(b)
+	presize(&m.Claims, c[3])
+	presize(&m.Allocs, c[4])
+	presize(&m.Nodes, c[5])
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeInt64(typ, b, &m.NowUnixMs)
+			n, err = consumeInt64(typ, b, &m.NowUnixMs)
 		case 2:
-			return consumeMessage(typ, b, m.Volume.merge)
+			n, err = d.consumeMessage(typ, b, m.Volume.merge)
 		case 3:
-			return consumeRepeated(typ, b, &m.Claims, (*ClaimView).merge)
+			n, err = consumeRepeated(d, typ, b, &m.Claims, (*ClaimView).merge)
 		case 4:
-			return consumeRepeated(typ, b, &m.Allocs, (*AllocView).merge)
+			n, err = consumeRepeated(d, typ, b, &m.Allocs, (*AllocView).merge)
 		case 5:
-			return consumeRepeated(typ, b, &m.Nodes, (*NodeView).merge)
+			n, err = consumeRepeated(d, typ, b, &m.Nodes, (*NodeView).merge)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- Decision ----
@@ -527,23 +786,44 @@ func (m *Decision) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *Decision) Unmarshal(b []byte) error {
-	return unmarshal("Decision", m, b, (*Decision).merge)
+	d, err := newDecoder(b)
+	var v Decision
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("Decision", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *Decision) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *Decision) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeString(typ, b, &m.AllocID)
+			n, err = d.consumeString(typ, b, &m.AllocID)
 		case 2:
-			return consumeUint32(typ, b, (*uint32)(&m.Action))
+			n, err = consumeUint32(typ, b, (*uint32)(&m.Action))
 		case 3:
-			return consumeInt64(typ, b, &m.RetryAfterMs)
+			n, err = consumeInt64(typ, b, &m.RetryAfterMs)
 		case 4:
-			return consumeString(typ, b, &m.Reason)
+			n, err = d.consumeString(typ, b, &m.Reason)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- PolicyResponse ----
@@ -558,19 +838,41 @@ func (m *PolicyResponse) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *PolicyResponse) Unmarshal(b []byte) error {
-	return unmarshal("PolicyResponse", m, b, (*PolicyResponse).merge)
+	d, err := newDecoder(b)
+	var v PolicyResponse
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("PolicyResponse", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *PolicyResponse) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *PolicyResponse) merge(d decoder, b []byte) error {
+	presize(&m.Decisions, countFields(b)[1])
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeRepeated(typ, b, &m.Decisions, (*Decision).merge)
+			n, err = consumeRepeated(d, typ, b, &m.Decisions, (*Decision).merge)
 		case 15:
-			return consumeString(typ, b, &m.Error)
+			n, err = d.consumeString(typ, b, &m.Error)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- PluginView ----
@@ -585,23 +887,44 @@ func (m *PluginView) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *PluginView) Unmarshal(b []byte) error {
-	return unmarshal("PluginView", m, b, (*PluginView).merge)
+	d, err := newDecoder(b)
+	var v PluginView
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("PluginView", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *PluginView) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *PluginView) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeString(typ, b, &m.ID)
+			n, err = d.consumeString(typ, b, &m.ID)
 		case 2:
-			return consumeString(typ, b, &m.Provider)
+			n, err = d.consumeString(typ, b, &m.Provider)
 		case 3:
-			return consumeBool(typ, b, &m.PublishUnpublish)
+			n, err = consumeBool(typ, b, &m.PublishUnpublish)
 		case 4:
-			return consumeBool(typ, b, &m.StageUnstage)
+			n, err = consumeBool(typ, b, &m.StageUnstage)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- AdapterRequest ----
@@ -618,27 +941,48 @@ func (m *AdapterRequest) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *AdapterRequest) Unmarshal(b []byte) error {
-	return unmarshal("AdapterRequest", m, b, (*AdapterRequest).merge)
+	d, err := newDecoder(b)
+	var v AdapterRequest
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("AdapterRequest", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *AdapterRequest) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *AdapterRequest) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeString(typ, b, &m.Step)
+			n, err = d.consumeString(typ, b, &m.Step)
 		case 2:
-			return consumeMessage(typ, b, m.Claim.merge)
+			n, err = d.consumeMessage(typ, b, m.Claim.merge)
 		case 3:
-			return consumeMessage(typ, b, m.Volume.merge)
+			n, err = d.consumeMessage(typ, b, m.Volume.merge)
 		case 4:
-			return consumeMessage(typ, b, m.Node.merge)
+			n, err = d.consumeMessage(typ, b, m.Node.merge)
 		case 5:
-			return consumeMessage(typ, b, m.Plugin.merge)
+			n, err = d.consumeMessage(typ, b, m.Plugin.merge)
 		case 6:
-			return consumeInt64(typ, b, &m.NowUnixMs)
+			n, err = consumeInt64(typ, b, &m.NowUnixMs)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- AdapterResponse ----
@@ -658,34 +1002,46 @@ func (m *AdapterResponse) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *AdapterResponse) Unmarshal(b []byte) error {
-	return unmarshal("AdapterResponse", m, b, (*AdapterResponse).merge)
+	d, err := newDecoder(b)
+	var v AdapterResponse
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("AdapterResponse", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *AdapterResponse) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *AdapterResponse) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeString(typ, b, &m.VolumeID)
+			n, err = d.consumeString(typ, b, &m.VolumeID)
 		case 2:
-			return consumeString(typ, b, &m.NodeID)
+			n, err = d.consumeString(typ, b, &m.NodeID)
 		case 3:
-			if len(m.SecretKeys) >= MaxRepeated {
-				return 0, fmt.Errorf("more than %d items", MaxRepeated)
-			}
-			var s string
-			n, err := consumeString(typ, b, &s)
-			if err != nil {
-				return 0, err
-			}
-			m.SecretKeys = append(m.SecretKeys, s)
-			return n, nil
+			n, err = d.consumeRepeatedString(typ, b, &m.SecretKeys)
 		case 4:
-			return consumeMapEntry(typ, b, &m.VolumeContext)
+			n, err = d.consumeMapEntry(typ, b, &m.VolumeContext)
 		case 15:
-			return consumeString(typ, b, &m.Error)
+			n, err = d.consumeString(typ, b, &m.Error)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- ClassifyRequest ----
@@ -702,27 +1058,48 @@ func (m *ClassifyRequest) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *ClassifyRequest) Unmarshal(b []byte) error {
-	return unmarshal("ClassifyRequest", m, b, (*ClassifyRequest).merge)
+	d, err := newDecoder(b)
+	var v ClassifyRequest
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("ClassifyRequest", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *ClassifyRequest) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *ClassifyRequest) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeString(typ, b, &m.Step)
+			n, err = d.consumeString(typ, b, &m.Step)
 		case 2:
-			return consumeUint32(typ, b, &m.Code)
+			n, err = consumeUint32(typ, b, &m.Code)
 		case 3:
-			return consumeString(typ, b, &m.Message)
+			n, err = d.consumeString(typ, b, &m.Message)
 		case 4:
-			return consumeUint32(typ, b, &m.Attempts)
+			n, err = consumeUint32(typ, b, &m.Attempts)
 		case 5:
-			return consumeString(typ, b, &m.PluginID)
+			n, err = d.consumeString(typ, b, &m.PluginID)
 		case 6:
-			return consumeString(typ, b, &m.VolumeID)
+			n, err = d.consumeString(typ, b, &m.VolumeID)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }
 
 // ---- ClassifyResponse ----
@@ -737,21 +1114,42 @@ func (m *ClassifyResponse) MarshalAppend(b []byte) []byte {
 
 // Unmarshal replaces m with the message encoded in b.
 func (m *ClassifyResponse) Unmarshal(b []byte) error {
-	return unmarshal("ClassifyResponse", m, b, (*ClassifyResponse).merge)
+	d, err := newDecoder(b)
+	var v ClassifyResponse
+	if err == nil {
+		err = v.merge(d, d.base)
+	}
+	if err != nil {
+		return malformed("ClassifyResponse", err)
+	}
+	*m = v
+	return nil
 }
 
-func (m *ClassifyResponse) merge(b []byte) error {
-	return walk(b, func(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
+func (m *ClassifyResponse) merge(d decoder, b []byte) error {
+	for len(b) > 0 {
+		num, typ, n := consumeTag(b)
+		if n < 0 {
+			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		}
+		b = b[n:]
+		var err error
 		switch num {
 		case 1:
-			return consumeUint32(typ, b, (*uint32)(&m.Outcome))
+			n, err = consumeUint32(typ, b, (*uint32)(&m.Outcome))
 		case 2:
-			return consumeInt64(typ, b, &m.RetryAfterMs)
+			n, err = consumeInt64(typ, b, &m.RetryAfterMs)
 		case 3:
-			return consumeString(typ, b, &m.Reason)
+			n, err = d.consumeString(typ, b, &m.Reason)
 		case 15:
-			return consumeString(typ, b, &m.Error)
+			n, err = d.consumeString(typ, b, &m.Error)
+		default:
+			n, err = skipField(num, typ, b)
 		}
-		return -1, nil
-	})
+		if err != nil {
+			return fmt.Errorf("field %d: %w", num, err)
+		}
+		b = b[n:]
+	}
+	return nil
 }

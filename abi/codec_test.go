@@ -195,7 +195,7 @@ func TestMalformed(t *testing.T) {
 		{"too many secret keys", &AdapterResponse{}, tooManySecrets, "more than 10000 items"},
 		{"over size limit", &ConfigureResponse{}, make([]byte, MaxMessageSize+1), "exceeds"},
 		{"lone end group", &ClassifyResponse{}, []byte{0x0c}, "wire type 4"},
-		{"unknown lone end group", &ClassifyResponse{}, []byte{0x6c}, "unknown field 13"},
+		{"unknown lone end group", &ClassifyResponse{}, []byte{0x6c}, "field 13: unknown field"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -223,6 +223,31 @@ func TestFailedUnmarshalLeavesMessageUntouched(t *testing.T) {
 	}
 	if !reflect.DeepEqual(m, samplePolicyRequest()) {
 		t.Fatalf("failed Unmarshal changed the message: %+v", m)
+	}
+}
+
+// The guest SDK reuses its request buffer: decoded strings must not alias it.
+func TestDecodedStringsDoNotAliasInput(t *testing.T) {
+	in := samplePolicyRequest().MarshalAppend(nil)
+	var got PolicyRequest
+	if err := got.Unmarshal(in); err != nil {
+		t.Fatal(err)
+	}
+	for i := range in {
+		in[i] = 'X'
+	}
+	if !reflect.DeepEqual(&got, samplePolicyRequest()) {
+		t.Fatalf("overwriting the input changed the decoded message: %+v", got.Claims[0])
+	}
+}
+
+func TestRepeatedPresized(t *testing.T) {
+	var got PolicyRequest
+	if err := got.Unmarshal(samplePolicyRequest().MarshalAppend(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if cap(got.Claims) != 8 || cap(got.Allocs) != 8 || cap(got.Nodes) != 8 {
+		t.Fatalf("caps %d %d %d, want 8 each", cap(got.Claims), cap(got.Allocs), cap(got.Nodes))
 	}
 }
 

@@ -35,43 +35,79 @@ const (
 	ClaimTaken = "taken"
 )
 
-// Index gives a request's allocations and nodes by ID.
+// Index finds a request's allocations and nodes by ID. Small requests (the
+// usual case) are searched linearly; maps are built only above
+// indexThreshold items, because every allocation costs in a wasm guest.
 type Index struct {
-	Allocs map[string]*abi.AllocView
-	Nodes  map[string]*abi.NodeView
+	allocs   []abi.AllocView
+	nodes    []abi.NodeView
+	allocMap map[string]*abi.AllocView
+	nodeMap  map[string]*abi.NodeView
 }
 
-// NewIndex indexes req's allocations and nodes. Later duplicates win.
+const indexThreshold = 32
+
+// NewIndex indexes req's allocations and nodes. For duplicate IDs the last wins.
 func NewIndex(req *abi.PolicyRequest) Index {
-	ix := Index{
-		Allocs: make(map[string]*abi.AllocView, len(req.Allocs)),
-		Nodes:  make(map[string]*abi.NodeView, len(req.Nodes)),
+	ix := Index{allocs: req.Allocs, nodes: req.Nodes}
+	if len(req.Allocs) > indexThreshold {
+		ix.allocMap = make(map[string]*abi.AllocView, len(req.Allocs))
+		for i := range req.Allocs {
+			ix.allocMap[req.Allocs[i].ID] = &req.Allocs[i]
+		}
 	}
-	for i := range req.Allocs {
-		ix.Allocs[req.Allocs[i].ID] = &req.Allocs[i]
-	}
-	for i := range req.Nodes {
-		ix.Nodes[req.Nodes[i].ID] = &req.Nodes[i]
+	if len(req.Nodes) > indexThreshold {
+		ix.nodeMap = make(map[string]*abi.NodeView, len(req.Nodes))
+		for i := range req.Nodes {
+			ix.nodeMap[req.Nodes[i].ID] = &req.Nodes[i]
+		}
 	}
 	return ix
 }
 
-// AllocStatus is the claim's allocation status, AllocGone when the request
-// does not carry the allocation.
-func (ix Index) AllocStatus(c *abi.ClaimView) string {
-	if a, ok := ix.Allocs[c.AllocID]; ok && a.ClientStatus != "" {
-		return a.ClientStatus
+// Alloc returns the allocation with the given ID, or nil.
+func (ix Index) Alloc(id string) *abi.AllocView {
+	if ix.allocMap != nil {
+		return ix.allocMap[id]
 	}
-	if _, ok := ix.Allocs[c.AllocID]; ok {
+	for i := len(ix.allocs) - 1; i >= 0; i-- {
+		if ix.allocs[i].ID == id {
+			return &ix.allocs[i]
+		}
+	}
+	return nil
+}
+
+// Node returns the node with the given ID, or nil.
+func (ix Index) Node(id string) *abi.NodeView {
+	if ix.nodeMap != nil {
+		return ix.nodeMap[id]
+	}
+	for i := len(ix.nodes) - 1; i >= 0; i-- {
+		if ix.nodes[i].ID == id {
+			return &ix.nodes[i]
+		}
+	}
+	return nil
+}
+
+// AllocStatus is the claim's allocation status: AllocGone when the request
+// does not carry the allocation, "unknown" when it carries no status.
+func (ix Index) AllocStatus(c *abi.ClaimView) string {
+	a := ix.Alloc(c.AllocID)
+	switch {
+	case a == nil:
+		return AllocGone
+	case a.ClientStatus == "":
 		return "unknown"
 	}
-	return AllocGone
+	return a.ClientStatus
 }
 
 // NodeStatus is the claim's node status, NodeGone when the request does not
 // carry the node.
 func (ix Index) NodeStatus(c *abi.ClaimView) string {
-	if n, ok := ix.Nodes[c.NodeID]; ok {
+	if n := ix.Node(c.NodeID); n != nil {
 		return n.Status
 	}
 	return NodeGone
@@ -101,14 +137,48 @@ func Decide(req *abi.PolicyRequest) *abi.PolicyResponse {
 func (ix Index) DecideClaim(c *abi.ClaimView) abi.Decision {
 	status := ix.AllocStatus(c)
 	if !Terminal(status) {
-		return abi.Decision{AllocID: c.AllocID, Action: abi.ActionWait, Reason: "allocation " + status}
+		return abi.Decision{AllocID: c.AllocID, Action: abi.ActionWait, Reason: allocReason(status)}
 	}
 	if c.State == ClaimTaken {
 		switch node := ix.NodeStatus(c); node {
 		case NodeDown, NodeGone:
-			return abi.Decision{AllocID: c.AllocID, Action: abi.ActionReleaseSkipNode,
-				Reason: "allocation " + status + ", node " + node + ": skip node step"}
+			return abi.Decision{AllocID: c.AllocID, Action: abi.ActionReleaseSkipNode, Reason: skipReason(status, node)}
 		}
 	}
-	return abi.Decision{AllocID: c.AllocID, Action: abi.ActionRelease, Reason: "allocation " + status}
+	return abi.Decision{AllocID: c.AllocID, Action: abi.ActionRelease, Reason: allocReason(status)}
+}
+
+// allocReason is "allocation <status>", constant for the known statuses so
+// the common case does not allocate.
+func allocReason(status string) string {
+	switch status {
+	case AllocPending:
+		return "allocation pending"
+	case AllocRunning:
+		return "allocation running"
+	case AllocComplete:
+		return "allocation complete"
+	case AllocFailed:
+		return "allocation failed"
+	case AllocLost:
+		return "allocation lost"
+	case AllocGone:
+		return "allocation gone"
+	}
+	return "allocation " + status
+}
+
+// skipReason explains a release that skips the node step.
+func skipReason(status, node string) string {
+	if node == NodeDown {
+		switch status {
+		case AllocComplete:
+			return "allocation complete, node down: skip node step"
+		case AllocFailed:
+			return "allocation failed, node down: skip node step"
+		case AllocLost:
+			return "allocation lost, node down: skip node step"
+		}
+	}
+	return allocReason(status) + ", node " + node + ": skip node step"
 }

@@ -72,3 +72,47 @@ func TestDecideOnePerClaimInOrder(t *testing.T) {
 		t.Fatal("an empty request must give no decisions")
 	}
 }
+
+// Above indexThreshold the index switches to maps: the decisions must not change.
+func TestDecideLargeRequestMatchesSmall(t *testing.T) {
+	statuses := []string{AllocRunning, AllocComplete, AllocLost, AllocFailed, AllocPending, ""}
+	nodeStatus := []string{NodeReady, NodeDown, NodeGone}
+	req := &abi.PolicyRequest{}
+	for i := 0; i < 3*indexThreshold; i++ {
+		id := string(rune('A'+i%26)) + string(rune('a'+i/26))
+		req.Claims = append(req.Claims, abi.ClaimView{AllocID: id, NodeID: "n" + id, State: ClaimTaken})
+		if i%7 != 0 { // some allocations absent: gone
+			req.Allocs = append(req.Allocs, abi.AllocView{ID: id, ClientStatus: statuses[i%len(statuses)]})
+		}
+		if i%5 != 0 { // some nodes absent: gone
+			req.Nodes = append(req.Nodes, abi.NodeView{ID: "n" + id, Status: nodeStatus[i%len(nodeStatus)]})
+		}
+	}
+	big := Decide(req)
+	for i := range req.Claims {
+		small := &abi.PolicyRequest{Claims: req.Claims[i : i+1]}
+		if a := NewIndex(req).Alloc(req.Claims[i].AllocID); a != nil {
+			small.Allocs = []abi.AllocView{*a}
+		}
+		if n := NewIndex(req).Node(req.Claims[i].NodeID); n != nil {
+			small.Nodes = []abi.NodeView{*n}
+		}
+		if got := Decide(small).Decisions[0]; !reflect.DeepEqual(got, big.Decisions[i]) {
+			t.Fatalf("claim %d: small request %+v, large %+v", i, got, big.Decisions[i])
+		}
+	}
+}
+
+func BenchmarkDecide8(b *testing.B) {
+	req := &abi.PolicyRequest{}
+	for i := 0; i < 8; i++ {
+		id := string(rune('a' + i))
+		req.Claims = append(req.Claims, abi.ClaimView{AllocID: id, NodeID: "n" + id, State: ClaimTaken})
+		req.Allocs = append(req.Allocs, abi.AllocView{ID: id, ClientStatus: AllocComplete})
+		req.Nodes = append(req.Nodes, abi.NodeView{ID: "n" + id, Status: NodeReady})
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		Decide(req)
+	}
+}

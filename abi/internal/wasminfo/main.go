@@ -30,6 +30,7 @@ func main() {
 	cfg := flag.String("config", "", "comma-separated k=v passed to volhost_configure with -smoke")
 	flag.UintVar(&memoryPages, "pages", 256, "memory limit in 64 KiB pages with -smoke")
 	flag.DurationVar(&callTimeout, "timeout", time.Second, "per-call timeout with -smoke (close on context done)")
+	flag.IntVar(&repeat, "repeat", 0, "with -smoke: call volhost_decide_release this many more times and report time per call and memory")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: wasminfo [-smoke] [-config k=v,...] MODULE.wasm")
@@ -42,6 +43,7 @@ func main() {
 }
 
 var (
+	repeat      int
 	memoryPages uint
 	callTimeout time.Duration
 )
@@ -169,6 +171,26 @@ func run(path string, smoke bool, cfgFlag string) error {
 	}
 	if err := call(abi.ExportDecideRelease, preq, &abi.PolicyResponse{}); err != nil {
 		return err
+	}
+	if repeat > 0 {
+		in := preq.MarshalAppend(nil)
+		buf, decide := mod.ExportedFunction(abi.ExportBuffer), mod.ExportedFunction(abi.ExportDecideRelease)
+		start := time.Now()
+		maxMem := mod.Memory().Size()
+		for i := 0; i < repeat; i++ {
+			p, err := buf.Call(ctx, uint64(len(in)))
+			if err != nil {
+				return err
+			}
+			mod.Memory().Write(uint32(p[0]), in)
+			_, err = decide.Call(ctx, uint64(len(in)))
+			if err != nil {
+				return fmt.Errorf("call %d: %w", i, err)
+			}
+			maxMem = max(maxMem, mod.Memory().Size())
+		}
+		fmt.Printf("%d calls: %v per call, memory %d KiB (max %d KiB)\n", repeat,
+			time.Since(start)/time.Duration(repeat), mod.Memory().Size()>>10, maxMem>>10)
 	}
 	areq := &abi.AdapterRequest{
 		Step: "controller-unpublish", Claim: preq.Claims[1],

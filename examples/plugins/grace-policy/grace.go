@@ -71,7 +71,7 @@ func decide(req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
 				// The default decision already releases (skipping the node
 				// step when the claim is taken).
 			default:
-				if a := ix.Allocs[c.AllocID]; a != nil && status != defaultpolicy.AllocGone && a.TerminalAgeMs > 0 && a.TerminalAgeMs < graceMs {
+				if a := ix.Alloc(c.AllocID); a != nil && status != defaultpolicy.AllocGone && a.TerminalAgeMs > 0 && a.TerminalAgeMs < graceMs {
 					d = abi.Decision{
 						AllocID: c.AllocID, Action: abi.ActionWait, RetryAfterMs: graceMs - a.TerminalAgeMs,
 						Reason: fmt.Sprintf("allocation %s %v ago, grace %v", status, time.Duration(a.TerminalAgeMs)*time.Millisecond, grace),
