@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
+	"golang.org/x/time/rate"
 
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/cluster"
@@ -89,6 +90,8 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		CSITimeout:            d.CSITimeout,
 		GCInterval:            d.GCInterval,
 		GCThreshold:           d.GCThreshold,
+		VolumeRateLimit:       rate.Limit(cfg.Watcher.VolumeRateLimit),
+		VolumeRateBurst:       cfg.Watcher.VolumeRateBurst,
 		AutoForceDeregister:   cfg.EscapeHatch.AutoForceDeregister,
 		AutoForceAfter:        d.EscapeAfter,
 		Clock:                 a.clock,

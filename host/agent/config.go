@@ -48,6 +48,11 @@ type WatcherConfig struct {
 	CSITimeout            string `hcl:"csi_timeout,optional"`
 	GCInterval            string `hcl:"gc_interval,optional"`
 	GCThreshold           string `hcl:"gc_threshold,optional"`
+	// VolumeRateLimit, when > 0, caps release passes per volume per second
+	// with VolumeRateBurst: the reference system's setting (1/s, burst 3),
+	// kept for comparison runs such as `make bench`'s baseline.
+	VolumeRateLimit float64 `hcl:"volume_rate_limit,optional"`
+	VolumeRateBurst int     `hcl:"volume_rate_burst,optional"`
 }
 
 // EscapeHatchConfig is the opt-in automatic force-deregister of stuck volumes.
@@ -121,6 +126,10 @@ func (c *Config) Merge(o *Config) {
 		setString(&c.Watcher.CSITimeout, w.CSITimeout)
 		setString(&c.Watcher.GCInterval, w.GCInterval)
 		setString(&c.Watcher.GCThreshold, w.GCThreshold)
+		if w.VolumeRateLimit != 0 {
+			c.Watcher.VolumeRateLimit = w.VolumeRateLimit
+		}
+		setInt(&c.Watcher.VolumeRateBurst, w.VolumeRateBurst)
 	}
 	if e := o.EscapeHatch; e != nil {
 		c.EscapeHatch.AutoForceDeregister = c.EscapeHatch.AutoForceDeregister || e.AutoForceDeregister
@@ -163,6 +172,9 @@ func (c *Config) Validate() (Durations, error) {
 	}
 	if w.ControllerConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("watcher.controller_concurrency: must be at least 1, got %d", w.ControllerConcurrency))
+	}
+	if w.VolumeRateLimit < 0 || w.VolumeRateBurst < 0 {
+		errs = append(errs, fmt.Errorf("watcher.volume_rate_limit (%g) and volume_rate_burst (%d): must not be negative", w.VolumeRateLimit, w.VolumeRateBurst))
 	}
 	if w.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("watcher.max_attempts: must not be negative, got %d", w.MaxAttempts))

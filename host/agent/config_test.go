@@ -23,6 +23,9 @@ func TestLoadConfigFileMergesOverDefaults(t *testing.T) {
 	if cfg.Watcher.ControllerConcurrency != 4 || cfg.Watcher.MaxAttempts != 50 || d.StuckAfter != 30*time.Minute {
 		t.Errorf("watcher values not applied: %+v, stuck_after %s", cfg.Watcher, d.StuckAfter)
 	}
+	if cfg.Watcher.VolumeRateLimit != 1 || cfg.Watcher.VolumeRateBurst != 3 {
+		t.Errorf("volume rate limit not applied: %+v", cfg.Watcher)
+	}
 	if d.BackoffBase != time.Second || cfg.Watcher.MaxConcurrency != 16 {
 		t.Errorf("defaults lost: backoff_base %s max_concurrency %d", d.BackoffBase, cfg.Watcher.MaxConcurrency)
 	}
@@ -55,6 +58,7 @@ func TestValidateNamesEveryBadSetting(t *testing.T) {
 		{"negative duration", func(c *Config) { c.Dev = true; c.EscapeHatch.After = "-1m" }, []string{"escape_hatch.after", "positive"}},
 		{"zero concurrency", func(c *Config) { c.Dev = true; c.Watcher.ControllerConcurrency = -2 }, []string{"watcher.controller_concurrency"}},
 		{"base above max", func(c *Config) { c.Dev = true; c.Watcher.BackoffBase = "2m" }, []string{"backoff_base", "backoff_max"}},
+		{"negative rate limit", func(c *Config) { c.Dev = true; c.Watcher.VolumeRateLimit = -1 }, []string{"watcher.volume_rate_limit"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -10,6 +10,8 @@ watcher {
   controller_concurrency = 4
   stuck_after            = "30m"
   max_attempts           = 50
+  volume_rate_limit      = 1
+  volume_rate_burst      = 3
 }
 
 escape_hatch {
