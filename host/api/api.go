@@ -78,6 +78,7 @@ type Server struct {
 	metrics http.Handler
 	mux     *http.ServeMux
 	handler http.Handler
+	fwd     forwarder // multi-server forwarding (forward.go); zero: serve everything locally
 
 	// base is the parent of every request context; Shutdown cancels it so
 	// blocking queries end instead of holding the shutdown for minutes.
@@ -114,7 +115,7 @@ func New(cfg Config, store Store, backend Backend, metrics http.Handler) *Server
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.routes()
-	s.handler = s.wrap(s.mux)
+	s.handler = s.forwarding(s.wrap(s.mux))
 	return s
 }
 

@@ -1,0 +1,152 @@
+package api
+
+import (
+	"bytes"
+	"net/http"
+
+	"github.com/volhost/volhost/host/cluster"
+)
+
+// Operator routes (served once EnableCluster is called):
+//
+//	GET    /v1/status/peers                  -> ["raft address", ...] (this server's view)
+//	GET    /v1/operator/raft/configuration   -> {"cluster_id", "servers": [Peer...]}
+//	POST   /v1/operator/raft/join            cluster.JoinRequest -> cluster.JoinResponse
+//	DELETE /v1/operator/raft/peer?id=ID      -> {"removed"}
+//	PUT    /v1/operator/raft/transfer-leader ?id=ID (any voter when omitted) -> {"leader"}
+//	GET    /v1/operator/snapshot             -> the whole state (application/octet-stream)
+//	PUT    /v1/operator/snapshot             body: a saved snapshot; restored through raft on every server
+const (
+	joinPath = "/v1/operator/raft/join"
+	// maxSnapshotBytes bounds a restore upload (the normal body limit is
+	// for JSON requests, far smaller than a state).
+	maxSnapshotBytes = 1 << 30
+)
+
+// RaftConfigurationResponse answers GET /v1/operator/raft/configuration.
+type RaftConfigurationResponse struct {
+	ClusterID string         `json:"cluster_id"`
+	Servers   []cluster.Peer `json:"servers"`
+}
+
+// RemovePeerResponse answers DELETE /v1/operator/raft/peer.
+type RemovePeerResponse struct {
+	Removed string `json:"removed"`
+}
+
+// TransferLeaderResponse answers PUT /v1/operator/raft/transfer-leader.
+type TransferLeaderResponse struct {
+	// Leader is the raft ID asked for ("" when any voter was acceptable).
+	Leader string `json:"leader"`
+}
+
+func (s *Server) operatorRoutes() {
+	m := s.mux
+	m.HandleFunc("GET /v1/status/peers", s.statusPeers)
+	m.HandleFunc("GET /v1/operator/raft/configuration", s.raftConfiguration)
+	m.HandleFunc("POST "+joinPath, s.raftJoin)
+	m.HandleFunc("PUT "+joinPath, s.raftJoin)
+	m.HandleFunc("DELETE /v1/operator/raft/peer", s.raftRemovePeer)
+	m.HandleFunc("PUT /v1/operator/raft/transfer-leader", s.raftTransfer)
+	m.HandleFunc("POST /v1/operator/raft/transfer-leader", s.raftTransfer)
+	m.HandleFunc("GET /v1/operator/snapshot", s.snapshotSave)
+	m.HandleFunc("PUT /v1/operator/snapshot", s.snapshotRestore)
+	m.HandleFunc("POST /v1/operator/snapshot", s.snapshotRestore)
+}
+
+func (s *Server) statusPeers(w http.ResponseWriter, _ *http.Request) {
+	peers, err := s.fwd.op.Peers()
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	out := make([]string, 0, len(peers))
+	for _, p := range peers {
+		out = append(out, p.RaftAddr)
+	}
+	setStaleness(w, s.fwd.op)
+	WriteJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) raftConfiguration(w http.ResponseWriter, _ *http.Request) {
+	peers, err := s.fwd.op.Peers()
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	if peers == nil {
+		peers = []cluster.Peer{}
+	}
+	WriteJSON(w, http.StatusOK, RaftConfigurationResponse{ClusterID: s.fwd.op.ID(), Servers: peers})
+}
+
+func (s *Server) raftJoin(w http.ResponseWriter, r *http.Request) {
+	var req cluster.JoinRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		WriteError(w, err)
+		return
+	}
+	resp, err := s.fwd.op.Join(r.Context(), req)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	code := http.StatusOK
+	if resp.Pending {
+		code = http.StatusAccepted
+	}
+	WriteJSON(w, code, resp)
+}
+
+func (s *Server) raftRemovePeer(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	if err := ValidateID("id", id); err != nil {
+		WriteError(w, err)
+		return
+	}
+	if err := s.fwd.op.RemovePeer(r.Context(), id); err != nil {
+		WriteError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, RemovePeerResponse{Removed: id})
+}
+
+func (s *Server) raftTransfer(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	if id != "" {
+		if err := ValidateID("id", id); err != nil {
+			WriteError(w, err)
+			return
+		}
+	}
+	if err := s.fwd.op.TransferLeadership(r.Context(), id); err != nil {
+		WriteError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, TransferLeaderResponse{Leader: id})
+}
+
+// snapshotSave buffers the snapshot before answering, so a failure is an
+// error status rather than a truncated 200.
+func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
+	var buf bytes.Buffer
+	if err := s.fwd.op.SaveSnapshot(r.Context(), &buf); err != nil {
+		WriteError(w, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	setStaleness(w, s.fwd.op)
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(buf.Bytes())
+}
+
+func (s *Server) snapshotRestore(w http.ResponseWriter, r *http.Request) {
+	body := http.MaxBytesReader(w, r.Body, maxSnapshotBytes)
+	if err := s.fwd.op.RestoreSnapshot(r.Context(), body); err != nil {
+		WriteError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, struct {
+		Restored bool `json:"restored"`
+	}{true})
+}
