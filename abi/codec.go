@@ -67,6 +67,10 @@ func appendString(b []byte, num protowire.Number, v string) []byte {
 	if v == "" {
 		return b
 	}
+	if num < 16 && len(v) < 0x80 { // one-byte tag and length: no varint calls
+		b = append(b, byte(num)<<3|byte(protowire.BytesType), byte(len(v)))
+		return append(b, v...)
+	}
 	b = protowire.AppendTag(b, num, protowire.BytesType)
 	return protowire.AppendString(b, v)
 }
@@ -74,6 +78,9 @@ func appendString(b []byte, num protowire.Number, v string) []byte {
 func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
+	}
+	if num < 16 && v < 0x80 {
+		return append(b, byte(num)<<3|byte(protowire.VarintType), byte(v))
 	}
 	b = protowire.AppendTag(b, num, protowire.VarintType)
 	return protowire.AppendVarint(b, v)
@@ -140,14 +147,7 @@ func appendMap(b []byte, num protowire.Number, m map[string]string) []byte {
 // calls (no indirect callbacks per field) and allocations (no per-field
 // copies), and it decodes every request (measured in ABI.md's numbers).
 
-// consumeTag is protowire.ConsumeTag with a fast path for field numbers
-// below 16 (one byte), which is every field of this ABI.
-func consumeTag(b []byte) (protowire.Number, protowire.Type, int) {
-	if len(b) > 0 && b[0] < 0x80 && b[0] >= 8 {
-		return protowire.Number(b[0] >> 3), protowire.Type(b[0] & 7), 1
-	}
-	return protowire.ConsumeTag(b)
-}
+func tagError(n int) error { return fmt.Errorf("tag: %w", protowire.ParseError(n)) }
 
 // consumeLen is protowire.ConsumeBytes with a fast path for lengths below 128.
 func consumeLen(b []byte) ([]byte, int) {
@@ -218,9 +218,19 @@ func (d decoder) consumeString(typ protowire.Type, b []byte, dst *string) (int, 
 	if typ != protowire.BytesType {
 		return 0, wantType(typ, protowire.BytesType)
 	}
-	v, n := consumeLen(b)
+	// consumeLen and str by hand: one call per string field, not three.
+	if len(b) > 0 && b[0] < 0x80 {
+		m := int(b[0])
+		if m >= len(b) {
+			return 0, io.ErrUnexpectedEOF
+		}
+		i := cap(d.base) - cap(b) + 1
+		*dst = d.s[i : i+m]
+		return 1 + m, nil
+	}
+	v, n := protowire.ConsumeBytes(b)
 	if n < 0 {
-		return 0, lenError(n)
+		return 0, protowire.ParseError(n)
 	}
 	*dst = d.str(v)
 	return n, nil
@@ -345,7 +355,7 @@ func (d decoder) consumeMapEntry(typ protowire.Type, b []byte, m *map[string]str
 	}
 	var k, v string
 	for len(e) > 0 {
-		num, typ, l := consumeTag(e)
+		num, typ, l := protowire.ConsumeTag(e)
 		if l < 0 {
 			return 0, fmt.Errorf("map entry: tag: %w", protowire.ParseError(l))
 		}
@@ -405,9 +415,14 @@ func (m *ConfigureRequest) Unmarshal(b []byte) error {
 
 func (m *ConfigureRequest) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -451,9 +466,14 @@ func (m *ConfigureResponse) Unmarshal(b []byte) error {
 
 func (m *ConfigureResponse) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -502,9 +522,14 @@ func (m *VolumeView) Unmarshal(b []byte) error {
 
 func (m *VolumeView) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -566,9 +591,14 @@ func (m *ClaimView) Unmarshal(b []byte) error {
 
 func (m *ClaimView) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -629,9 +659,14 @@ func (m *AllocView) Unmarshal(b []byte) error {
 
 func (m *AllocView) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -680,9 +715,14 @@ func (m *NodeView) Unmarshal(b []byte) error {
 
 func (m *NodeView) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -746,9 +786,14 @@ func (m *PolicyRequest) merge(d decoder, b []byte) error {
 	presize(&m.Allocs, c[4])
 	presize(&m.Nodes, c[5])
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -800,9 +845,14 @@ func (m *Decision) Unmarshal(b []byte) error {
 
 func (m *Decision) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -853,9 +903,14 @@ func (m *PolicyResponse) Unmarshal(b []byte) error {
 func (m *PolicyResponse) merge(d decoder, b []byte) error {
 	presize(&m.Decisions, countFields(b)[1])
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -901,9 +956,14 @@ func (m *PluginView) Unmarshal(b []byte) error {
 
 func (m *PluginView) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -955,9 +1015,14 @@ func (m *AdapterRequest) Unmarshal(b []byte) error {
 
 func (m *AdapterRequest) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -1016,9 +1081,14 @@ func (m *AdapterResponse) Unmarshal(b []byte) error {
 
 func (m *AdapterResponse) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -1072,9 +1142,14 @@ func (m *ClassifyRequest) Unmarshal(b []byte) error {
 
 func (m *ClassifyRequest) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
@@ -1128,9 +1203,14 @@ func (m *ClassifyResponse) Unmarshal(b []byte) error {
 
 func (m *ClassifyResponse) merge(d decoder, b []byte) error {
 	for len(b) > 0 {
-		num, typ, n := consumeTag(b)
-		if n < 0 {
-			return fmt.Errorf("tag: %w", protowire.ParseError(n))
+		// One-byte tags (fields 1..15) decoded inline: a call per field is
+		// costly in a wasm guest.
+		c := b[0]
+		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
+		if c-8 >= 0x78 {
+			if num, typ, n = protowire.ConsumeTag(b); n < 0 {
+				return tagError(n)
+			}
 		}
 		b = b[n:]
 		var err error
