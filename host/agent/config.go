@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2/hclsimple"
@@ -26,6 +27,7 @@ type Config struct {
 	ModuleDir string `hcl:"module_dir,optional"`
 
 	HTTP        *HTTPConfig        `hcl:"http,block"`
+	Server      *ServerConfig      `hcl:"server,block"`
 	Watcher     *WatcherConfig     `hcl:"watcher,block"`
 	EscapeHatch *EscapeHatchConfig `hcl:"escape_hatch,block"`
 }
@@ -34,6 +36,17 @@ type Config struct {
 type HTTPConfig struct {
 	Address      string `hcl:"address,optional"`
 	MaxBodyBytes int64  `hcl:"max_body_bytes,optional"`
+}
+
+// ServerConfig makes the agent one server of a multi-server raft cluster
+// (issue 5). Exactly one server (the seed) sets bootstrap_expect = N; the
+// others set join to any server's HTTP address. See RATIONALE.md "Cluster".
+type ServerConfig struct {
+	Enabled         bool     `hcl:"enabled,optional"`
+	BootstrapExpect int      `hcl:"bootstrap_expect,optional"`
+	Join            []string `hcl:"join,optional"`
+	// RetryMaxInterval caps the retry-join backoff (Go duration).
+	RetryMaxInterval string `hcl:"retry_max_interval,optional"`
 }
 
 // WatcherConfig tunes claim release. Durations are Go duration strings.
@@ -68,6 +81,7 @@ func DefaultConfig() *Config {
 		BindAddr: "127.0.0.1:4748",
 		LogLevel: "info",
 		HTTP:     &HTTPConfig{Address: "127.0.0.1:4747", MaxBodyBytes: 1 << 20},
+		Server:   &ServerConfig{RetryMaxInterval: "30s"},
 		Watcher: &WatcherConfig{
 			MaxConcurrency:        16,
 			ControllerConcurrency: 1,
@@ -115,6 +129,17 @@ func (c *Config) Merge(o *Config) {
 			c.HTTP.MaxBodyBytes = o.HTTP.MaxBodyBytes
 		}
 	}
+	if sv := o.Server; sv != nil {
+		if c.Server == nil {
+			c.Server = &ServerConfig{}
+		}
+		c.Server.Enabled = c.Server.Enabled || sv.Enabled
+		setInt(&c.Server.BootstrapExpect, sv.BootstrapExpect)
+		if len(sv.Join) > 0 {
+			c.Server.Join = append([]string(nil), sv.Join...)
+		}
+		setString(&c.Server.RetryMaxInterval, sv.RetryMaxInterval)
+	}
 	if w := o.Watcher; w != nil {
 		setInt(&c.Watcher.MaxConcurrency, w.MaxConcurrency)
 		setInt(&c.Watcher.ControllerConcurrency, w.ControllerConcurrency)
@@ -140,6 +165,7 @@ func (c *Config) Merge(o *Config) {
 // Durations are the parsed duration settings.
 type Durations struct {
 	IdleTimeout, BackoffBase, BackoffMax, StuckAfter, CSITimeout, GCInterval, GCThreshold, EscapeAfter time.Duration
+	RetryMaxInterval                                                                                   time.Duration
 }
 
 // Validate checks the merged configuration and parses its durations; the
@@ -187,6 +213,28 @@ func (c *Config) Validate() (Durations, error) {
 	}
 	if !c.Dev && c.DataDir == "" {
 		errs = append(errs, errors.New("set -dev (in memory) or -data-dir DIR (persistent)"))
+	}
+	if sv := c.Server; sv != nil {
+		if sv.RetryMaxInterval != "" {
+			parse("server.retry_max_interval", sv.RetryMaxInterval, &d.RetryMaxInterval)
+		}
+		switch {
+		case sv.BootstrapExpect < 0:
+			errs = append(errs, fmt.Errorf("server.bootstrap_expect: must not be negative, got %d", sv.BootstrapExpect))
+		case !sv.Enabled && (sv.BootstrapExpect > 0 || len(sv.Join) > 0):
+			errs = append(errs, errors.New("server.bootstrap_expect and server.join need server mode (-server or server { enabled = true })"))
+		case sv.Enabled && c.Dev:
+			errs = append(errs, errors.New("server mode needs -data-dir: -dev keeps one in-memory node that no other server can reach"))
+		case sv.Enabled && sv.BootstrapExpect > 1 && len(sv.Join) > 0:
+			errs = append(errs, errors.New("server.bootstrap_expect > 1 and server.join are exclusive: the seed waits for the others to join it; set join on the others"))
+		case sv.Enabled && sv.BootstrapExpect == 0 && len(sv.Join) == 0:
+			errs = append(errs, errors.New("server mode needs -bootstrap-expect N (on the seed server) or -join ADDR (on the others)"))
+		}
+		for i, j := range sv.Join {
+			if strings.TrimSpace(j) == "" {
+				errs = append(errs, fmt.Errorf("server.join[%d]: empty address", i))
+			}
+		}
 	}
 	if c.HTTP.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("http.max_body_bytes: must be positive, got %d", c.HTTP.MaxBodyBytes))
