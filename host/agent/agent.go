@@ -36,12 +36,17 @@ type Agent struct {
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
+
+	retryJoinMax time.Duration
 }
 
 // Options are the parts a test may replace.
 type Options struct {
 	Logger hclog.Logger
 	Clock  clockwork.Clock
+	// TuneCluster adjusts the replicated log's configuration before it
+	// starts (tests: faster raft timings).
+	TuneCluster func(*cluster.Config)
 }
 
 // New builds an agent from a validated configuration. Nothing runs until Run.
@@ -63,14 +68,24 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	a.Store = state.NewStore()
 	a.Metrics = metrics.New(a.Store)
 	a.CSI = csi.New(csi.Config{CallTimeout: d.CSITimeout, Logger: a.logger.Named("csi"), Metrics: a.Metrics})
-	a.Cluster, err = cluster.New(cluster.Config{
+	cc := cluster.Config{
 		Dev:       cfg.Dev,
 		DataDir:   cfg.DataDir,
 		NodeID:    cfg.NodeID,
 		BindAddr:  cfg.BindAddr,
 		Bootstrap: true,
 		Logger:    a.logger,
-	}, a.Store)
+	}
+	if sv := cfg.Server; sv != nil && sv.Enabled {
+		// A server of a multi-server cluster (issue 5): it bootstraps only
+		// as the bootstrap_expect seed, otherwise it waits to be joined.
+		cc.Server, cc.Bootstrap, cc.BootstrapExpect = true, false, sv.BootstrapExpect
+		a.retryJoinMax = d.RetryMaxInterval
+	}
+	if opts.TuneCluster != nil {
+		opts.TuneCluster(&cc)
+	}
+	a.Cluster, err = cluster.New(cc, a.Store)
 	if err != nil {
 		a.CSI.Close()
 		return nil, fmt.Errorf("starting the replicated log: %w", err)
@@ -108,6 +123,12 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	a.API = api.NewServer(api.Config{
 		Addr: cfg.HTTP.Address, MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: a.logger.Named("http"),
 	}, a.Store, a.Server, a.Metrics.Handler())
+	// Forwarding to the leader and the operator routes (a single node
+	// always leads, so it only gains the operator routes).
+	a.API.EnableCluster(a.Cluster)
+	// A graceful leadership transfer stops this server's watcher (and
+	// waits for its CSI calls) before leadership moves (issue 5).
+	a.Cluster.OnTransfer(func(transferring bool) { a.Watcher.SetEnabled(!transferring) })
 	return a, nil
 }
 
@@ -126,12 +147,24 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := a.API.Start(ctx); err != nil {
 		return err
 	}
+	// Followers forward writes to the leader's API address, which the
+	// members map learns from here (and from the join request).
+	a.Cluster.SetHTTPAddr(a.API.Addr())
 	ctx, a.stop = context.WithCancel(ctx)
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
 		a.followLeadership(ctx)
 	}()
+	if sv := a.cfg.Server; sv != nil && sv.Enabled && len(sv.Join) > 0 {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			if err := a.Cluster.RetryJoin(ctx, sv.Join, a.retryJoinMax, nil); err != nil && ctx.Err() == nil {
+				a.logger.Error("could not join the cluster", "join", sv.Join, "error", err)
+			}
+		}()
+	}
 	a.logger.Info("volhost agent started", "http", a.API.Addr(), "dev", a.cfg.Dev, "data_dir", a.cfg.DataDir)
 	return nil
 }
