@@ -116,3 +116,59 @@ func BenchmarkDecide8(b *testing.B) {
 		Decide(req)
 	}
 }
+
+// TestCorpusInvariants checks the default policy over the whole corpus
+// against its rules, stated independently of the implementation.
+func TestCorpusInvariants(t *testing.T) {
+	corpus := Corpus()
+	if len(corpus) < 150 {
+		t.Fatalf("corpus has %d requests, want the full cross product", len(corpus))
+	}
+	for ri, req := range corpus {
+		resp := Decide(req)
+		if len(resp.Decisions) != len(req.Claims) || resp.Error != "" {
+			t.Fatalf("request %d: %d decisions for %d claims (error %q)", ri, len(resp.Decisions), len(req.Claims), resp.Error)
+		}
+		for i, d := range resp.Decisions {
+			c := req.Claims[i]
+			var alloc *abi.AllocView
+			for j := range req.Allocs {
+				if req.Allocs[j].ID == c.AllocID {
+					alloc = &req.Allocs[j]
+				}
+			}
+			nodeDown := true
+			for _, n := range req.Nodes {
+				if n.ID == c.NodeID {
+					nodeDown = n.Status == NodeDown || n.Status == NodeGone
+				}
+			}
+			terminal := alloc == nil || map[string]bool{"complete": true, "failed": true, "lost": true, "gone": true}[alloc.ClientStatus]
+			var want abi.Action
+			switch {
+			case !terminal:
+				want = abi.ActionWait
+			case c.State == ClaimTaken && nodeDown:
+				want = abi.ActionReleaseSkipNode
+			default:
+				want = abi.ActionRelease
+			}
+			if d.AllocID != c.AllocID || d.Action != want || d.RetryAfterMs != 0 || d.Reason == "" {
+				t.Fatalf("request %d claim %+v (alloc %+v): decision %+v, want action %d", ri, c, alloc, d, want)
+			}
+		}
+	}
+}
+
+// The corpus survives the wire: what the host encodes is what a guest decodes.
+func TestCorpusRoundTrips(t *testing.T) {
+	for i, req := range Corpus() {
+		var got abi.PolicyRequest
+		if err := got.Unmarshal(req.MarshalAppend(nil)); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		if !reflect.DeepEqual(Decide(&got), Decide(req)) {
+			t.Fatalf("request %d: decisions differ after a round trip", i)
+		}
+	}
+}
