@@ -20,6 +20,11 @@ const agentHelp = `Usage: volhost agent [options]
   volhost agent -dev                       in-memory single-node leader
   volhost agent -data-dir /var/lib/volhost persistent single-node cluster
 
+  A three-server cluster: the seed waits for two others to join it.
+  volhost agent -server -data-dir D1 -node-id s1 -bind 10.0.0.1:4748 -bootstrap-expect 3
+  volhost agent -server -data-dir D2 -node-id s2 -bind 10.0.0.2:4748 -join 10.0.0.1:4747
+  volhost agent -server -data-dir D3 -node-id s3 -bind 10.0.0.3:4748 -join 10.0.0.1:4747
+
 Options:
 `
 
@@ -39,7 +44,8 @@ func runAgent(args []string) int {
 	}
 	var (
 		configs stringList
-		flags   = &agent.Config{HTTP: &agent.HTTPConfig{}}
+		flags   = &agent.Config{HTTP: &agent.HTTPConfig{}, Server: &agent.ServerConfig{}}
+		joins   stringList
 	)
 	fs.Var(&configs, "config", "HCL config `file` (repeatable; later files win, flags win over files)")
 	fs.BoolVar(&flags.Dev, "dev", false, "keep all state in memory (single-node leader)")
@@ -50,12 +56,16 @@ func runAgent(args []string) int {
 	fs.StringVar(&flags.ModuleDir, "module-dir", "", "`dir`ectory of Wasm policy and adapter modules")
 	fs.StringVar(&flags.LogLevel, "log-level", "", "trace, debug, info, warn or error (default info)")
 	fs.BoolVar(&flags.LogJSON, "log-json", false, "log as JSON lines")
+	fs.BoolVar(&flags.Server.Enabled, "server", false, "run as one server of a multi-server cluster (needs -data-dir)")
+	fs.IntVar(&flags.Server.BootstrapExpect, "bootstrap-expect", 0, "on the seed server: bootstrap once `N` servers (itself included) asked to join")
+	fs.Var(&joins, "join", "HTTP API `address` of a server to join (repeatable; retried with backoff)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
 		}
 		return 1
 	}
+	flags.Server.Join = joins
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "Error: unexpected argument %q (see volhost agent -help)\n", fs.Arg(0))
 		return 1
