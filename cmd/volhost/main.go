@@ -93,6 +93,15 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"system":    cmd(&groupCommand{Meta: m, name: "system", synopsis: "System maintenance"}),
 		"system gc": cmd(&SystemGCCommand{Meta: m}),
 		"events":    cmd(&EventsCommand{Meta: m}),
+
+		"operator":                      cmd(&groupCommand{Meta: m, name: "operator", synopsis: "Cluster operations: raft peers and leadership, snapshots"}),
+		"operator raft":                 cmd(&groupCommand{Meta: m, name: "operator raft", synopsis: "Inspect and change the raft peer set"}),
+		"operator raft list-peers":      cmd(&RaftListPeersCommand{Meta: m}),
+		"operator raft remove-peer":     cmd(&RaftRemovePeerCommand{Meta: m}),
+		"operator raft transfer-leader": cmd(&RaftTransferLeaderCommand{Meta: m}),
+		"operator snapshot":             cmd(&groupCommand{Meta: m, name: "operator snapshot", synopsis: "Save and restore the whole cluster state"}),
+		"operator snapshot save":        cmd(&SnapshotSaveCommand{Meta: m}),
+		"operator snapshot restore":     cmd(&SnapshotRestoreCommand{Meta: m}),
 	}
 }
 

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/volhost/volhost/host/api"
+	"github.com/volhost/volhost/host/api/client"
+)
+
+// operatorDo sends one request to the agent's API and returns the answer.
+// Errors the agent answers come back as *client.APIError, so fail() prints
+// them like every other command's.
+func (m *Meta) operatorDo(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Response, error) {
+	cl, err := m.client()
+	if err != nil {
+		return nil, err
+	}
+	u, err := url.Parse(cl.Address())
+	if err != nil {
+		return nil, err
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + path
+	u.RawQuery = q.Encode()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
+		var er api.ErrorResponse
+		if json.Unmarshal(raw, &er) != nil || er.Error == "" {
+			er.Error = strings.TrimSpace(string(raw))
+			if er.Error == "" {
+				er.Error = resp.Status
+			}
+		}
+		return nil, &client.APIError{StatusCode: resp.StatusCode, Message: er.Error, Field: er.Field, Code: er.Code}
+	}
+	return resp, nil
+}
+
+// operatorJSON runs operatorDo and decodes a JSON answer into out.
+func (m *Meta) operatorJSON(ctx context.Context, method, path string, q url.Values, out any) error {
+	resp, err := m.operatorDo(ctx, method, path, q, nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// RaftListPeersCommand is `volhost operator raft list-peers`.
+type RaftListPeersCommand struct{ *Meta }
+
+func (c *RaftListPeersCommand) Synopsis() string {
+	return "List the raft peers (servers) of the cluster"
+}
+func (c *RaftListPeersCommand) Help() string {
+	return helpText("operator raft list-peers [options]", `
+  List the servers of the raft configuration: ID, raft address, HTTP API
+  address, whether it leads and whether it votes. Answered by the leader
+  unless -stale is given, in which case the server at -address answers from
+  its own view (useful when the cluster has no leader).
+
+  -stale
+    Answer from the contacted server's own view.`, true)
+}
+
+func (c *RaftListPeersCommand) Run(args []string) int {
+	fs := c.flagSet("operator raft list-peers", true)
+	stale := fs.Bool("stale", false, "")
+	if _, err := c.parse(fs, args, 0, 0, "operator raft list-peers [options]"); err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	q := url.Values{}
+	if *stale {
+		q.Set("stale", "true")
+	}
+	var out api.RaftConfigurationResponse
+	if err := c.operatorJSON(ctx, http.MethodGet, "/v1/operator/raft/configuration", q, &out); err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		return c.printJSON(out)
+	}
+	rows := [][]string{{"ID", "Raft Address", "HTTP Address", "State", "Voter"}}
+	for _, p := range out.Servers {
+		st := "follower"
+		if p.Leader {
+			st = "leader"
+		}
+		rows = append(rows, []string{p.ID, p.RaftAddr, orDash(p.HTTPAddr), st, strconv.FormatBool(p.Voter)})
+	}
+	c.Ui.Output(table(rows))
+	return 0
+}
+
+// RaftRemovePeerCommand is `volhost operator raft remove-peer ID`.
+type RaftRemovePeerCommand struct{ *Meta }
+
+func (c *RaftRemovePeerCommand) Synopsis() string { return "Remove a server from the raft peers" }
+func (c *RaftRemovePeerCommand) Help() string {
+	return helpText("operator raft remove-peer [options] <server-id>", `
+  Remove a server (by raft ID, see list-peers) from the cluster, e.g. one
+  that died for good, so it no longer counts towards the quorum.`, false)
+}
+
+func (c *RaftRemovePeerCommand) Run(args []string) int {
+	fs := c.flagSet("operator raft remove-peer", false)
+	rest, err := c.parse(fs, args, 1, 1, "operator raft remove-peer [options] <server-id>")
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	var out api.RemovePeerResponse
+	if err := c.operatorJSON(ctx, http.MethodDelete, "/v1/operator/raft/peer", url.Values{"id": {rest[0]}}, &out); err != nil {
+		return c.fail(err)
+	}
+	c.Ui.Output(fmt.Sprintf("Removed peer %s", out.Removed))
+	return 0
+}
+
+// RaftTransferLeaderCommand is `volhost operator raft transfer-leader`.
+type RaftTransferLeaderCommand struct{ *Meta }
+
+func (c *RaftTransferLeaderCommand) Synopsis() string { return "Hand leadership to another server" }
+func (c *RaftTransferLeaderCommand) Help() string {
+	return helpText("operator raft transfer-leader [options]", `
+  Gracefully hand leadership to another voter. The current leader stops its
+  volume watcher (cancelling and waiting for its CSI calls) before it lets
+  go, so the new leader's releases never overlap the old one's.
+
+  -peer-id=<id>
+    The server to hand leadership to (default: any voter raft picks).`, false)
+}
+
+func (c *RaftTransferLeaderCommand) Run(args []string) int {
+	fs := c.flagSet("operator raft transfer-leader", false)
+	id := fs.String("peer-id", "", "")
+	if _, err := c.parse(fs, args, 0, 0, "operator raft transfer-leader [options]"); err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	q := url.Values{}
+	if *id != "" {
+		q.Set("id", *id)
+	}
+	var out api.TransferLeaderResponse
+	if err := c.operatorJSON(ctx, http.MethodPut, "/v1/operator/raft/transfer-leader", q, &out); err != nil {
+		return c.fail(err)
+	}
+	if out.Leader != "" {
+		c.Ui.Output(fmt.Sprintf("Leadership transferred to %s", out.Leader))
+	} else {
+		c.Ui.Output("Leadership transferred")
+	}
+	return 0
+}
+
+// SnapshotSaveCommand is `volhost operator snapshot save FILE`.
+type SnapshotSaveCommand struct{ *Meta }
+
+func (c *SnapshotSaveCommand) Synopsis() string { return "Save the whole cluster state to a file" }
+func (c *SnapshotSaveCommand) Help() string {
+	return helpText("operator snapshot save [options] <file>", `
+  Save the whole replicated state (volumes, claims, allocations, nodes,
+  plugins, leftovers, events, and the cluster header) to a file, as the
+  leader sees it. The file is written aside and renamed into place, so a
+  failure never leaves a truncated snapshot under the name.`, false)
+}
+
+func (c *SnapshotSaveCommand) Run(args []string) int {
+	fs := c.flagSet("operator snapshot save", false)
+	rest, err := c.parse(fs, args, 1, 1, "operator snapshot save [options] <file>")
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	resp, err := c.operatorDo(ctx, http.MethodGet, "/v1/operator/snapshot", nil, nil)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer resp.Body.Close()
+	path := rest[0]
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
+		return c.fail(err)
+	}
+	n, err := io.Copy(tmp, resp.Body)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		_ = os.Remove(tmp.Name())
+		return c.fail(fmt.Errorf("saving the snapshot to %s: %w", path, err))
+	}
+	c.Ui.Output(fmt.Sprintf("Saved snapshot to %s (%d bytes)", path, n))
+	return 0
+}
+
+// SnapshotRestoreCommand is `volhost operator snapshot restore FILE`.
+type SnapshotRestoreCommand struct{ *Meta }
+
+func (c *SnapshotRestoreCommand) Synopsis() string {
+	return "Replace the whole cluster state from a file"
+}
+func (c *SnapshotRestoreCommand) Help() string {
+	return helpText("operator snapshot restore [options] <file>", `
+  Replace the whole state of the cluster with a snapshot saved by
+  "operator snapshot save". The leader checks the file completely first (a
+  bad file changes nothing), then restores it through raft, so every server
+  gets it. The cluster keeps its own ID and servers.`, false)
+}
+
+func (c *SnapshotRestoreCommand) Run(args []string) int {
+	fs := c.flagSet("operator snapshot restore", false)
+	rest, err := c.parse(fs, args, 1, 1, "operator snapshot restore [options] <file>")
+	if err != nil {
+		return c.fail(err)
+	}
+	raw, err := os.ReadFile(rest[0])
+	if err != nil {
+		return c.fail(fmt.Errorf("reading the snapshot: %w", err))
+	}
+	ctx, stop := c.context()
+	defer stop()
+	resp, err := c.operatorDo(ctx, http.MethodPut, "/v1/operator/snapshot", nil, bytes.NewReader(raw))
+	if err != nil {
+		return c.fail(err)
+	}
+	_ = resp.Body.Close()
+	c.Ui.Output(fmt.Sprintf("Restored snapshot from %s", rest[0]))
+	return 0
+}
