@@ -6,8 +6,9 @@ package abi
 // (fields in number order, zero scalars and empty messages omitted, map
 // entries sorted by key) so equal messages encode to equal bytes.
 //
-// Decoding follows proto3 merge rules (a repeated singular field overwrites,
-// repeated and map fields accumulate), skips unknown fields so an older peer
+// Decoding follows proto3 merge rules (a singular field seen twice: the last
+// scalar wins and nested messages merge; repeated and map fields
+// accumulate, the last map key wins), skips unknown fields so an older peer
 // reads a newer message, and rejects malformed or oversized input with an
 // error wrapping ErrMalformed; it never panics on any input.
 

@@ -32,19 +32,22 @@ func exportBuffer(size int32) int32 {
 		return 0 // no buffer: the host treats address 0 as an ABI violation
 	}
 	if cap(in) < int(size) || cap(in) == 0 {
-		in = make([]byte, max(int(size), 1024))
+		// Grow geometrically so slowly growing requests do not reallocate
+		// every call; the old buffer is garbage once the host has written
+		// the new request here.
+		in = make([]byte, max(int(size), 2*cap(in), 1024))
 	}
 	in = in[:cap(in)]
 	return int32(uintptr(unsafe.Pointer(&in[0])))
 }
 
-// request returns the n request bytes the host wrote into in, or nil when n
-// does not fit (the decoder then reports an empty request).
-func request(n int32) []byte {
+// request returns the n request bytes the host wrote into in; ok is false
+// when n does not fit the buffer (the host broke the protocol).
+func request(n int32) (b []byte, ok bool) {
 	if n < 0 || int(n) > len(in) {
-		return nil
+		return nil, false
 	}
-	return in[:n]
+	return in[:n], true
 }
 
 // result packs out for the host and lets the scheduler run: a c-shared Go
@@ -59,25 +62,41 @@ func result() int64 {
 
 //go:wasmexport volhost_configure
 func exportConfigure(n int32) int64 {
-	out = registered.DispatchConfigure(request(n), out[:0])
+	if req, ok := request(n); ok {
+		out = registered.DispatchConfigure(req, out[:0])
+	} else {
+		out = errorResponse(abi.ExportConfigure, lengthError(n, len(in)), out[:0])
+	}
 	return result()
 }
 
 //go:wasmexport volhost_decide_release
 func exportDecideRelease(n int32) int64 {
-	out = registered.DispatchRelease(request(n), out[:0])
+	if req, ok := request(n); ok {
+		out = registered.DispatchRelease(req, out[:0])
+	} else {
+		out = errorResponse(abi.ExportDecideRelease, lengthError(n, len(in)), out[:0])
+	}
 	return result()
 }
 
 //go:wasmexport volhost_adapt_request
 func exportAdaptRequest(n int32) int64 {
-	out = registered.DispatchAdapt(request(n), out[:0])
+	if req, ok := request(n); ok {
+		out = registered.DispatchAdapt(req, out[:0])
+	} else {
+		out = errorResponse(abi.ExportAdaptRequest, lengthError(n, len(in)), out[:0])
+	}
 	return result()
 }
 
 //go:wasmexport volhost_classify_error
 func exportClassifyError(n int32) int64 {
-	out = registered.DispatchClassify(request(n), out[:0])
+	if req, ok := request(n); ok {
+		out = registered.DispatchClassify(req, out[:0])
+	} else {
+		out = errorResponse(abi.ExportClassifyError, lengthError(n, len(in)), out[:0])
+	}
 	return result()
 }
 

@@ -216,6 +216,28 @@ func (h *Handlers) DispatchClassify(in, out []byte) []byte {
 	return resp.MarshalAppend(out)
 }
 
+// lengthError describes a request length that does not fit the buffer.
+func lengthError(n int32, bufLen int) error {
+	return fmt.Errorf("request length %d does not fit the %d-byte buffer from volhost_buffer", n, bufLen)
+}
+
+// errorResponse appends to out the encoded response type of export with
+// Error set to err, for failures found before any handler runs.
+func errorResponse(export string, err error, out []byte) []byte {
+	msg := err.Error()
+	switch export {
+	case abi.ExportConfigure:
+		return (&abi.ConfigureResponse{Error: msg}).MarshalAppend(out)
+	case abi.ExportDecideRelease:
+		return (&abi.PolicyResponse{Error: msg}).MarshalAppend(out)
+	case abi.ExportAdaptRequest:
+		return (&abi.AdapterResponse{Error: msg}).MarshalAppend(out)
+	case abi.ExportClassifyError:
+		return (&abi.ClassifyResponse{Error: msg}).MarshalAppend(out)
+	}
+	return out
+}
+
 // Logf formats a line and logs it at level (abi.LogTrace..abi.LogError).
 func Logf(level int32, format string, args ...any) {
 	if !Enabled(level) {

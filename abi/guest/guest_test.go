@@ -2,6 +2,7 @@ package guest
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -179,5 +180,29 @@ func TestRegisterHelpers(t *testing.T) {
 	registered.DispatchConfigure((&abi.ConfigureRequest{ModuleName: "m"}).MarshalAppend(nil), nil)
 	if ModuleName() != "m" {
 		t.Fatalf("ModuleName = %q", ModuleName())
+	}
+}
+
+func TestErrorResponse(t *testing.T) {
+	err := lengthError(4096, 1024)
+	tests := []struct {
+		export string
+		msg    abi.Message
+	}{
+		{abi.ExportConfigure, &abi.ConfigureResponse{}},
+		{abi.ExportDecideRelease, &abi.PolicyResponse{}},
+		{abi.ExportAdaptRequest, &abi.AdapterResponse{}},
+		{abi.ExportClassifyError, &abi.ClassifyResponse{}},
+	}
+	for _, tc := range tests {
+		if err := tc.msg.Unmarshal(errorResponse(tc.export, err, nil)); err != nil {
+			t.Fatalf("%s: %v", tc.export, err)
+		}
+		if got := reflect.ValueOf(tc.msg).Elem().FieldByName("Error").String(); !strings.Contains(got, "request length 4096 does not fit the 1024-byte buffer") {
+			t.Fatalf("%s: Error = %q", tc.export, got)
+		}
+	}
+	if out := errorResponse("volhost_unknown", err, []byte("x")); string(out) != "x" {
+		t.Fatalf("unknown export appended %q", out)
 	}
 }
