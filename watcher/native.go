@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/abi/defaultpolicy"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -49,49 +50,12 @@ func (DefaultPolicy) ModuleName() string { return NativePolicyName }
 // ModuleVersion implements Named.
 func (DefaultPolicy) ModuleVersion() string { return NativeVersion }
 
-// DecideRelease implements Policy.
+// DecideRelease implements Policy. The rules live in abi/defaultpolicy,
+// which the default-policy example module compiles too, so the native and
+// Wasm defaults cannot drift; the differential test checks the Wasm path
+// (codec, SDK, runtime) decides identically.
 func (DefaultPolicy) DecideRelease(_ context.Context, req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
-	allocs := make(map[string]string, len(req.Allocs))
-	for _, a := range req.Allocs {
-		allocs[a.ID] = a.ClientStatus
-	}
-	nodes := make(map[string]string, len(req.Nodes))
-	for _, n := range req.Nodes {
-		nodes[n.ID] = n.Status
-	}
-	resp := &abi.PolicyResponse{Decisions: make([]abi.Decision, 0, len(req.Claims))}
-	for _, c := range req.Claims {
-		status, ok := allocs[c.AllocID]
-		if !ok {
-			status = StatusGone
-		}
-		d := abi.Decision{AllocID: c.AllocID}
-		switch {
-		case status == string(structs.AllocPending) || status == string(structs.AllocRunning):
-			d.Action = abi.ActionWait
-			d.Reason = "allocation " + status
-		case c.State == string(structs.ClaimTaken) && nodeUnreachable(nodes, c.NodeID):
-			d.Action = abi.ActionReleaseSkipNode
-			d.Reason = "allocation " + status + ", node " + nodeStatus(nodes, c.NodeID)
-		default:
-			d.Action = abi.ActionRelease
-			d.Reason = "allocation " + status
-		}
-		resp.Decisions = append(resp.Decisions, d)
-	}
-	return resp, nil
-}
-
-func nodeStatus(nodes map[string]string, id string) string {
-	if s, ok := nodes[id]; ok {
-		return s
-	}
-	return StatusGone
-}
-
-func nodeUnreachable(nodes map[string]string, id string) bool {
-	s := nodeStatus(nodes, id)
-	return s == string(structs.NodeDown) || s == StatusGone
+	return defaultpolicy.Decide(req), nil
 }
 
 // SpecAdapter is the built-in CSI adapter: it maps claims onto requests the

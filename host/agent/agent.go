@@ -17,6 +17,7 @@ import (
 	"github.com/volhost/volhost/host/metrics"
 	"github.com/volhost/volhost/host/server"
 	"github.com/volhost/volhost/host/state"
+	"github.com/volhost/volhost/plugins"
 	"github.com/volhost/volhost/watcher"
 )
 
@@ -33,8 +34,11 @@ type Agent struct {
 	Server  *server.Server
 	Watcher *watcher.Watcher
 	API     *api.Server
+	// Modules is the Wasm module runtime; nil without a module directory.
+	Modules *plugins.Manager
 
-	stop context.CancelFunc
+	moduleEvents *moduleEvents
+	stop         context.CancelFunc
 	wg   sync.WaitGroup
 
 	retryJoinMax time.Duration
@@ -90,7 +94,11 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		a.CSI.Close()
 		return nil, fmt.Errorf("starting the replicated log: %w", err)
 	}
-	modules := watcher.NativeModules()
+	modules, err := a.loadModules()
+	if err != nil {
+		a.CSI.Close()
+		return nil, errors.Join(err, a.Cluster.Shutdown())
+	}
 	a.Server = server.New(server.Config{
 		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Modules: modules, Clock: a.clock, Logger: a.logger,
 	})
@@ -126,6 +134,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	// Forwarding to the leader and the operator routes (a single node
 	// always leads, so it only gains the operator routes).
 	a.API.EnableCluster(a.Cluster)
+	a.API.EnableModules(a)
 	// A graceful leadership transfer stops this server's watcher (and
 	// waits for its CSI calls) before leadership moves (issue 5).
 	a.Cluster.OnTransfer(func(transferring bool) { a.Watcher.SetEnabled(!transferring) })
@@ -156,6 +165,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		defer a.wg.Done()
 		a.followLeadership(ctx)
 	}()
+	a.startModules(ctx)
 	if sv := a.cfg.Server; sv != nil && sv.Enabled && len(sv.Join) > 0 {
 		a.wg.Add(1)
 		go func() {
@@ -181,7 +191,7 @@ func (a *Agent) Shutdown() error {
 	a.Watcher.SetEnabled(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return errors.Join(a.API.Shutdown(ctx), a.Cluster.Shutdown(), a.CSI.Close())
+	return errors.Join(a.API.Shutdown(ctx), a.closeModules(ctx), a.Cluster.Shutdown(), a.CSI.Close())
 }
 
 // followLeadership enables the watcher while this server leads. Only the
@@ -195,6 +205,9 @@ func (a *Agent) followLeadership(ctx context.Context) {
 		case leader := <-ch:
 			a.logger.Info("leadership changed", "leader", leader)
 			a.Watcher.SetEnabled(leader)
+			if leader {
+				a.moduleEvents.flush()
+			}
 		}
 	}
 }

@@ -25,6 +25,10 @@ type Config struct {
 	LogLevel  string `hcl:"log_level,optional"`
 	LogJSON   bool   `hcl:"log_json,optional"`
 	ModuleDir string `hcl:"module_dir,optional"`
+	// ModuleCacheDir is wazero's on-disk compilation cache (default: under
+	// data_dir, else the user's cache directory), so a restart does not
+	// recompile every module.
+	ModuleCacheDir string `hcl:"module_cache_dir,optional"`
 
 	HTTP        *HTTPConfig        `hcl:"http,block"`
 	Server      *ServerConfig      `hcl:"server,block"`
@@ -123,6 +127,7 @@ func (c *Config) Merge(o *Config) {
 	setString(&c.BindAddr, o.BindAddr)
 	setString(&c.LogLevel, o.LogLevel)
 	setString(&c.ModuleDir, o.ModuleDir)
+	setString(&c.ModuleCacheDir, o.ModuleCacheDir)
 	if o.HTTP != nil {
 		setString(&c.HTTP.Address, o.HTTP.Address)
 		if o.HTTP.MaxBodyBytes != 0 {

@@ -77,10 +77,12 @@ func (s *Server) EnableCluster(op ClusterOperator) {
 }
 
 // servedLocally lists the routes every server answers itself, whoever
-// leads: its own view of leadership and peers, and its own metrics.
+// leads: its own view of leadership and peers, its metrics and its modules.
 func servedLocally(r *http.Request) bool {
 	p := r.URL.Path
-	return strings.HasPrefix(p, "/v1/status/") || p == "/v1/metrics"
+	// Modules are loaded from each server's own directory.
+	return strings.HasPrefix(p, "/v1/status/") || p == "/v1/metrics" ||
+		strings.HasPrefix(p, "/v1/module")
 }
 
 // forwarding sends a request to the leader when this server should not

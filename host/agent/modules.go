@@ -1,0 +1,196 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/host/api"
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/plugins"
+	"github.com/volhost/volhost/watcher"
+)
+
+var _ api.ModuleBackend = (*Agent)(nil)
+
+// loadModules starts the Wasm module runtime over the module directory and
+// returns what serves each volume: the matching module, else the native
+// default policy and spec adapter. A broken module is refused and visible
+// in `module status`; it never stops the agent.
+func (a *Agent) loadModules() (watcher.Modules, error) {
+	a.moduleEvents = &moduleEvents{a: a, kick: make(chan struct{}, 1)}
+	if a.cfg.ModuleDir == "" {
+		return watcher.NativeModules(), nil
+	}
+	m, err := plugins.NewManager(context.Background(), plugins.Options{
+		Dir:      a.cfg.ModuleDir,
+		CacheDir: a.moduleCacheDir(),
+		Logger:   a.logger,
+		Clock:    a.clock,
+		OnEvent:  a.moduleEvents.add,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("module directory %s: %w", a.cfg.ModuleDir, err)
+	}
+	a.Modules = m
+	return watcher.WasmModules(m, a.Metrics), nil
+}
+
+// moduleCacheDir picks wazero's compilation cache: the configured one, the
+// shared one tests and `make` use, or one under the data directory or the
+// user's cache directory.
+func (a *Agent) moduleCacheDir() string {
+	if a.cfg.ModuleCacheDir != "" {
+		return a.cfg.ModuleCacheDir
+	}
+	if env := os.Getenv("VOLHOST_WAZERO_CACHE"); env != "" {
+		return env
+	}
+	if a.cfg.DataDir != "" {
+		return filepath.Join(a.cfg.DataDir, "module-cache")
+	}
+	if dir, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(dir, "volhost", "module-cache")
+	}
+	return ""
+}
+
+// startModules watches the module directory until ctx ends.
+func (a *Agent) startModules(ctx context.Context) {
+	if a.Modules == nil {
+		return
+	}
+	a.wg.Add(2)
+	go func() {
+		defer a.wg.Done()
+		if err := a.Modules.Watch(ctx); err != nil && ctx.Err() == nil {
+			a.logger.Error("watching the module directory stopped; use `volhost module reload`", "dir", a.cfg.ModuleDir, "error", err)
+		}
+	}()
+	go func() {
+		defer a.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.moduleEvents.kick:
+				a.moduleEvents.flush()
+			}
+		}
+	}()
+}
+
+func (a *Agent) closeModules(ctx context.Context) error {
+	if a.Modules == nil {
+		return nil
+	}
+	return a.Modules.Close(ctx)
+}
+
+// ReloadModules rescans the module directory now (`volhost module reload`, SIGHUP).
+func (a *Agent) ReloadModules(ctx context.Context) ([]plugins.Status, error) {
+	if a.Modules == nil {
+		return nil, structs.Conflict("no module directory is configured (start the agent with -module-dir)")
+	}
+	return a.Modules.Reload(ctx)
+}
+
+// ModuleStatuses lists every module this server knows.
+func (a *Agent) ModuleStatuses() ([]plugins.Status, error) {
+	if a.Modules == nil {
+		return nil, nil
+	}
+	return a.Modules.Status(), nil
+}
+
+// ModuleInfo is one module's status and what it serves now.
+func (a *Agent) ModuleInfo(name string) (*api.ModuleInfo, error) {
+	if a.Modules == nil {
+		return nil, structs.NotFound("module", name)
+	}
+	st, ok := a.Modules.StatusOf(name)
+	if !ok {
+		return nil, structs.NotFound("module", name)
+	}
+	info := &api.ModuleInfo{Status: st}
+	vols, err := a.Store.Snapshot().Volumes(nil)
+	if err != nil {
+		return nil, err
+	}
+	plugins := map[string]bool{}
+	kind := abi.Kind(st.Kind)
+	for _, v := range vols {
+		served, ok := a.Modules.Match(kind, targetOf(v))
+		if ok && served == name {
+			info.ServedVolumes = append(info.ServedVolumes, structs.VolumeRef{Namespace: v.Namespace, ID: v.ID})
+			plugins[v.PluginID] = true
+		}
+	}
+	for p := range plugins {
+		info.ServedPlugins = append(info.ServedPlugins, p)
+	}
+	sort.Strings(info.ServedPlugins)
+	return info, nil
+}
+
+func targetOf(v *structs.Volume) plugins.Target {
+	return plugins.Target{Namespace: v.Namespace, VolumeID: v.ID, PluginID: v.PluginID}
+}
+
+// moduleEvents carries module lifecycle events (loaded, swapped, refused,
+// circuit opened or closed) into the replicated events table. The runtime
+// reports them synchronously and must not block, and only the leader can
+// write, so they queue here (bounded) until this server leads: the events
+// of the first load happen before the first election.
+type moduleEvents struct {
+	a       *Agent
+	kick    chan struct{} // wakes the agent's flushing goroutine
+	mu      sync.Mutex
+	pending []*structs.Event
+}
+
+const maxPendingModuleEvents = 256
+
+func (e *moduleEvents) add(ev plugins.Event) {
+	e.a.logger.Info("module event", "module", ev.Module, "event", ev.Kind, "generation", ev.Generation,
+		"version", ev.Version, "reason", ev.Reason)
+	msg := fmt.Sprintf("module %s %s (generation %d, version %s)", ev.Module, ev.Kind, ev.Generation, ev.Version)
+	if ev.Reason != "" {
+		msg += ": " + ev.Reason
+	}
+	e.mu.Lock()
+	if len(e.pending) < maxPendingModuleEvents {
+		e.pending = append(e.pending, &structs.Event{
+			Time: ev.Time, Type: structs.EventModule, Module: ev.Module, Message: msg,
+			Fields: map[string]string{"event": string(ev.Kind), "version": ev.Version, "generation": fmt.Sprint(ev.Generation)},
+		})
+	}
+	e.mu.Unlock()
+	// Flushed off the caller's goroutine: a reload or a breaker trip must
+	// not wait for the log.
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// flush writes the queued events when this server leads.
+func (e *moduleEvents) flush() {
+	if e == nil || e.a.Cluster == nil || !e.a.Cluster.IsLeader() {
+		return
+	}
+	e.mu.Lock()
+	batch := e.pending
+	e.pending = nil
+	e.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	if _, _, err := e.a.Cluster.Apply(context.Background(), structs.EventAppendType, &structs.EventAppendRequest{Events: batch}); err != nil {
+		e.a.logger.Warn("could not record module events", "count", len(batch), "error", err)
+	}
+}

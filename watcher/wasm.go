@@ -1,0 +1,121 @@
+package watcher
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/plugins"
+)
+
+// ModuleRuntime is the part of the Wasm module runtime (*plugins.Manager)
+// the watcher calls. A module is looked up by name at every call, so a hot
+// swap takes effect at the next pass without the watcher knowing.
+type ModuleRuntime interface {
+	Match(kind abi.Kind, t plugins.Target) (string, bool)
+	StatusOf(name string) (plugins.Status, bool)
+	DecideRelease(ctx context.Context, module string, req *abi.PolicyRequest) (*abi.PolicyResponse, error)
+	AdaptRequest(ctx context.Context, module string, req *abi.AdapterRequest) (*abi.AdapterResponse, error)
+	ClassifyError(ctx context.Context, module string, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error)
+}
+
+// ModuleObserver records each module call (Prometheus in the agent).
+type ModuleObserver interface {
+	ModuleCall(module, kind string, d time.Duration, fault string)
+}
+
+// WasmModules serves each volume with the module whose manifest selects it
+// (volume selector, then plugin ID, then a default module) and falls back
+// to the native implementations when none does.
+func WasmModules(rt ModuleRuntime, obs ModuleObserver) Modules {
+	return &wasmModules{rt: rt, obs: obs, native: NativeModules()}
+}
+
+type wasmModules struct {
+	rt     ModuleRuntime
+	obs    ModuleObserver
+	native Modules
+}
+
+func target(v *structs.Volume) plugins.Target {
+	return plugins.Target{Namespace: v.Namespace, VolumeID: v.ID, PluginID: v.PluginID}
+}
+
+// PolicyFor implements Modules.
+func (m *wasmModules) PolicyFor(v *structs.Volume) Policy {
+	if name, ok := m.rt.Match(abi.KindReleasePolicy, target(v)); ok {
+		return &wasmModule{m: m, name: name, kind: abi.KindReleasePolicy}
+	}
+	return m.native.PolicyFor(v)
+}
+
+// AdapterFor implements Modules.
+func (m *wasmModules) AdapterFor(v *structs.Volume) Adapter {
+	if name, ok := m.rt.Match(abi.KindCSIAdapter, target(v)); ok {
+		return &wasmModule{m: m, name: name, kind: abi.KindCSIAdapter}
+	}
+	return m.native.AdapterFor(v)
+}
+
+// wasmModule is one module, called by name. It implements Policy or
+// Adapter (by kind) and Named, so faults the host finds in its answers
+// (an unsafe release, a stranger's claim) name the module and version.
+type wasmModule struct {
+	m    *wasmModules
+	name string
+	kind abi.Kind
+}
+
+var (
+	_ Policy  = (*wasmModule)(nil)
+	_ Adapter = (*wasmModule)(nil)
+	_ Named   = (*wasmModule)(nil)
+)
+
+// ModuleName implements Named.
+func (w *wasmModule) ModuleName() string { return w.name }
+
+// ModuleVersion implements Named: the serving generation's version.
+func (w *wasmModule) ModuleVersion() string {
+	if st, ok := w.m.rt.StatusOf(w.name); ok {
+		return st.Version
+	}
+	return ""
+}
+
+// observe records a call's latency and, for a failed call, its fault kind.
+// err points at the call's named result, read when the deferred call runs.
+func (w *wasmModule) observe(start time.Time, errp *error) {
+	if w.m.obs == nil {
+		return
+	}
+	fault := ""
+	if err := *errp; err != nil {
+		fault = "error"
+		var mf ModuleFault
+		if errors.As(err, &mf) {
+			fault = mf.FaultKind()
+		}
+	}
+	w.m.obs.ModuleCall(w.name, string(w.kind), time.Since(start), fault)
+}
+
+// DecideRelease implements Policy.
+func (w *wasmModule) DecideRelease(ctx context.Context, req *abi.PolicyRequest) (resp *abi.PolicyResponse, err error) {
+	defer w.observe(time.Now(), &err)
+	return w.m.rt.DecideRelease(ctx, w.name, req)
+}
+
+// AdaptRequest implements Adapter.
+func (w *wasmModule) AdaptRequest(ctx context.Context, req *abi.AdapterRequest) (resp *abi.AdapterResponse, err error) {
+	defer w.observe(time.Now(), &err)
+	return w.m.rt.AdaptRequest(ctx, w.name, req)
+}
+
+// ClassifyError implements Adapter.
+func (w *wasmModule) ClassifyError(ctx context.Context, req *abi.ClassifyRequest) (resp *abi.ClassifyResponse, err error) {
+	defer w.observe(time.Now(), &err)
+	return w.m.rt.ClassifyError(ctx, w.name, req)
+}
