@@ -39,7 +39,7 @@ type Agent struct {
 
 	moduleEvents *moduleEvents
 	stop         context.CancelFunc
-	wg   sync.WaitGroup
+	wg           sync.WaitGroup
 
 	retryJoinMax time.Duration
 }
