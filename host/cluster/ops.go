@@ -263,6 +263,11 @@ func (c *Cluster) Join(ctx context.Context, req JoinRequest) (JoinResponse, erro
 // bootstrap_expect seed accepts joins, by collecting them.
 func (c *Cluster) joinSeed(req JoinRequest) (JoinResponse, error) {
 	c.mu.Lock()
+	if c.cfg.BootstrapExpect > 1 && c.booted && !c.KnownLeader() {
+		// Bootstrapped, first election still running: ask again soon.
+		c.mu.Unlock()
+		return JoinResponse{Pending: true}, nil
+	}
 	if c.cfg.BootstrapExpect <= 1 || c.booted {
 		c.mu.Unlock()
 		return JoinResponse{}, fmt.Errorf("join: %w (this server is not the leader)", structs.ErrNoLeader)

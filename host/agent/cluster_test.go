@@ -1,0 +1,368 @@
+package agent
+
+// Multi-server tests (issue 5): three agents in one process, joined over
+// their HTTP APIs, raft over connected in-memory transports (so a test can
+// partition a server), state in data dirs, one scripted CSI plugin shared
+// by all of them.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/volhost/volhost/host/api/client"
+	"github.com/volhost/volhost/host/cluster"
+	"github.com/volhost/volhost/host/csi/csitest"
+	"github.com/volhost/volhost/host/structs"
+)
+
+type clusterAgent struct {
+	id    string
+	a     *Agent
+	c     *client.Client
+	trans *raft.InmemTransport
+	down  bool
+}
+
+type agentCluster struct {
+	t      *testing.T
+	agents []*clusterAgent
+}
+
+// startAgentCluster starts n server agents: s1 is the bootstrap_expect
+// seed, the others join it through its HTTP API (retry-join).
+func startAgentCluster(t *testing.T, n int) *agentCluster {
+	t.Helper()
+	ac := &agentCluster{t: t}
+	var seed string
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprintf("s%d", i)
+		_, trans := raft.NewInmemTransport(raft.ServerAddress("raft-" + id))
+		for _, o := range ac.agents {
+			o.trans.Connect(trans.LocalAddr(), trans)
+			trans.Connect(o.trans.LocalAddr(), o.trans)
+		}
+		cfg := DefaultConfig()
+		cfg.DataDir = t.TempDir()
+		cfg.NodeID = id
+		cfg.HTTP.Address = "127.0.0.1:0"
+		cfg.Watcher.BackoffBase = "10ms"
+		cfg.Watcher.BackoffMax = "50ms"
+		cfg.Watcher.CSITimeout = "30s"
+		cfg.Server = &ServerConfig{Enabled: true, RetryMaxInterval: "200ms"}
+		if i == 1 {
+			cfg.Server.BootstrapExpect = n
+		} else {
+			cfg.Server.Join = []string{seed}
+		}
+		a, err := New(cfg, Options{
+			Logger: hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: hclog.DefaultOutput}),
+			TuneCluster: func(cc *cluster.Config) {
+				cc.Transport = trans
+				cc.HeartbeatTimeout = 300 * time.Millisecond
+				cc.ElectionTimeout = 300 * time.Millisecond
+				cc.LeaderLeaseTimeout = 150 * time.Millisecond
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		ca := &clusterAgent{id: id, a: a, trans: trans}
+		t.Cleanup(func() {
+			if !ca.down {
+				_ = a.Shutdown()
+			}
+		})
+		if ca.c, err = client.New("http://"+a.HTTPAddr(), nil); err != nil {
+			t.Fatal(err)
+		}
+		if i == 1 {
+			seed = a.HTTPAddr()
+		}
+		ac.agents = append(ac.agents, ca)
+	}
+	l := ac.leader()
+	ac.waitFor("all servers in the raft configuration with HTTP addresses", func() bool {
+		return len(l.a.Cluster.Members()) == n
+	})
+	return ac
+}
+
+func (ac *agentCluster) waitFor(what string, cond func() bool) {
+	ac.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			ac.t.Fatalf("timed out waiting for %s", what)
+		case <-tick.C:
+		}
+	}
+}
+
+func (ac *agentCluster) live() []*clusterAgent {
+	var out []*clusterAgent
+	for _, a := range ac.agents {
+		if !a.down {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// leader waits until one of the given agents leads with its watcher on.
+func (ac *agentCluster) leader(among ...*clusterAgent) *clusterAgent {
+	ac.t.Helper()
+	if len(among) == 0 {
+		among = ac.live()
+	}
+	var l *clusterAgent
+	ac.waitFor("a leader with its watcher enabled", func() bool {
+		for _, a := range among {
+			if a.a.Cluster.IsLeader() && a.a.Watcher.Enabled() {
+				l = a
+				return true
+			}
+		}
+		return false
+	})
+	return l
+}
+
+func (ac *agentCluster) follower(l *clusterAgent) *clusterAgent {
+	for _, a := range ac.live() {
+		if a != l {
+			return a
+		}
+	}
+	ac.t.Fatal("no follower")
+	return nil
+}
+
+// claimsLeft counts the claims still on volumes in a's store.
+func claimsLeft(t *testing.T, a *Agent) int {
+	vols, err := a.Store.Snapshot().Volumes(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, v := range vols {
+		n += len(v.Claims)
+	}
+	return n
+}
+
+// setupVolumes registers the plugin, a node, n single-writer volumes
+// (disk-i) and running allocations (web-i), and claims each volume, all
+// through c (a follower's API: every write is forwarded to the leader).
+func setupVolumes(t *testing.T, c *client.Client, drv *csitest.Server, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := c.RegisterPlugin(ctx, &structs.Plugin{ID: "csi", ControllerEndpoint: drv.Endpoint()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.RegisterNode(ctx, &structs.Node{ID: "node1", RootDir: t.TempDir(), Plugins: map[string]*structs.NodePlugin{
+		"csi": {Endpoint: drv.Endpoint()},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	var vols []*structs.Volume
+	var allocs []*structs.Alloc
+	for i := range n {
+		vols = append(vols, &structs.Volume{
+			ID: fmt.Sprintf("vol-%d", i), ExternalID: fmt.Sprintf("disk-%d", i), PluginID: "csi",
+			AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem,
+		})
+		allocs = append(allocs, &structs.Alloc{ID: fmt.Sprintf("web-%d", i), NodeID: "node1", ClientStatus: structs.AllocRunning})
+	}
+	if _, err := c.RegisterVolumes(ctx, vols); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpsertAllocs(ctx, allocs); err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := c.ClaimVolume(ctx, &structs.ClaimRequest{
+			VolumeID: fmt.Sprintf("vol-%d", i), AllocID: fmt.Sprintf("web-%d", i), NodeID: "node1", Mode: structs.ClaimWrite,
+		}); err != nil {
+			t.Fatalf("claim %d: %v", i, err)
+		}
+	}
+}
+
+// finishAllocs marks web-0..n-1 complete, which starts every release.
+func finishAllocs(t *testing.T, c *client.Client, n int) {
+	t.Helper()
+	var allocs []*structs.Alloc
+	for i := range n {
+		allocs = append(allocs, &structs.Alloc{ID: fmt.Sprintf("web-%d", i), NodeID: "node1", ClientStatus: structs.AllocComplete})
+	}
+	if _, err := c.UpsertAllocs(context.Background(), allocs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Kill the leader in the middle of 200 releases: a new leader resumes,
+// every claim ends ready-to-free and is removed exactly once, and
+// ControllerUnpublish never ran twice at once for one volume.
+func TestClusterFailoverMidRelease(t *testing.T) {
+	const n = 200
+	drv := csitest.NewServer(t, csitest.Options{NodeID: "ext-node1", PublishUnpublish: true, StageUnstage: true})
+	ac := startAgentCluster(t, 3)
+	old := ac.leader()
+	setupVolumes(t, ac.follower(old).c, drv, n)
+
+	// The old leader completes 80 controller detaches, then hangs on the
+	// 81st until it dies (its shutdown cancels the call).
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	script := make([]csitest.Result, 80)
+	drv.Script(csitest.ControllerUnpublish, append(script, csitest.Result{Block: hang})...)
+	start := time.Now()
+	finishAllocs(t, ac.follower(old).c, n)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := drv.WaitFor(ctx, func() bool {
+		return len(drv.Calls(csitest.ControllerUnpublish)) == 81 && drv.InFlight(csitest.ControllerUnpublish) == 1
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if left := claimsLeft(t, old.a); left == 0 || left == n {
+		t.Fatalf("%d claims left at the kill: not in the middle", left)
+	}
+	killed := time.Now()
+	if err := old.a.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	old.down = true
+
+	nl := ac.leader()
+	ac.waitFor("every claim released by the new leader", func() bool { return claimsLeft(t, nl.a) == 0 })
+	t.Logf("%d releases in %v; failover from leader kill to all released: %v", n, time.Since(start).Round(time.Millisecond), time.Since(killed).Round(time.Millisecond))
+
+	// Every survivor holds the same state.
+	f := ac.follower(nl)
+	ac.waitFor("the follower to converge", func() bool {
+		d1, _ := nl.a.Store.Digest()
+		d2, _ := f.a.Store.Digest()
+		return d1 == d2
+	})
+
+	// Each claim reached ready-to-free and was removed exactly once.
+	evs, err := nl.a.Store.Snapshot().Events(nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	freed := map[string]int{}
+	for _, e := range evs {
+		if e.Type == structs.EventClaimTransition && e.Fields["state"] == string(structs.ClaimReadyToFree) {
+			freed[e.AllocID]++
+		}
+	}
+	perClaim := map[int]int{} // unpublish calls -> claims
+	for i := range n {
+		alloc, disk := fmt.Sprintf("web-%d", i), fmt.Sprintf("disk-%d", i)
+		if freed[alloc] != 1 {
+			t.Errorf("claim %s removed %d times", alloc, freed[alloc])
+		}
+		if m := drv.MaxInFlight(csitest.ControllerUnpublish, disk); m != 1 {
+			t.Errorf("volume %s: %d ControllerUnpublish calls at once", disk, m)
+		}
+		if drv.Attached(disk, "ext-node1") {
+			t.Errorf("volume %s still attached", disk)
+		}
+		calls := 0
+		for _, c := range drv.Calls(csitest.ControllerUnpublish) {
+			if c.VolumeID == disk {
+				calls++
+			}
+		}
+		perClaim[calls]++
+	}
+	keys := make([]int, 0, len(perClaim))
+	for k := range perClaim {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		t.Logf("claims with %d ControllerUnpublish call(s): %d", k, perClaim[k])
+	}
+	if perClaim[0] != 0 {
+		t.Errorf("%d claims were freed without a ControllerUnpublish", perClaim[0])
+	}
+}
+
+// Partition the leader while its ControllerUnpublish hangs: it steps down,
+// its watcher stops and cancels the call, the majority's new leader waits
+// out the old lease before its own controller call (never two at once for
+// the volume), writes to the old leader fail fast with 503, and after
+// healing the old leader holds the majority's state.
+func TestClusterPartitionedLeaderStopsWatcher(t *testing.T) {
+	drv := csitest.NewServer(t, csitest.Options{NodeID: "ext-node1", PublishUnpublish: true, StageUnstage: true})
+	ac := startAgentCluster(t, 3)
+	old := ac.leader()
+	setupVolumes(t, ac.follower(old).c, drv, 1)
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	drv.Script(csitest.ControllerUnpublish, csitest.Result{Block: hang})
+	finishAllocs(t, old.c, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := drv.WaitFor(ctx, func() bool { return drv.InFlight(csitest.ControllerUnpublish) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+
+	// Partition: the old leader hears nobody and nobody hears it.
+	old.trans.DisconnectAll()
+	var majority []*clusterAgent
+	for _, a := range ac.agents {
+		if a != old {
+			a.trans.Disconnect(old.trans.LocalAddr())
+			majority = append(majority, a)
+		}
+	}
+	ac.waitFor("the old leader's watcher to stop", func() bool { return !old.a.Watcher.Enabled() })
+	nl := ac.leader(majority...)
+	ac.waitFor("the release to finish on the new leader", func() bool { return claimsLeft(t, nl.a) == 0 })
+	if m := drv.MaxInFlight(csitest.ControllerUnpublish, "disk-0"); m != 1 {
+		t.Fatalf("%d ControllerUnpublish calls ran at once across the failover", m)
+	}
+	calls := drv.Calls(csitest.ControllerUnpublish)
+	if len(calls) != 2 || calls[0].Code.String() != "Canceled" || !calls[1].Start.After(calls[0].End) {
+		t.Fatalf("unpublish calls %+v: want the old leader's cancelled call, then the new leader's", calls)
+	}
+	t.Logf("old leader's call cancelled %v before the new leader's started", calls[1].Start.Sub(calls[0].End).Round(time.Millisecond))
+
+	// The partitioned server takes no writes: 503 at once, not a hang.
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	_, err := old.c.SetNodeStatus(wctx, "node1", structs.NodeDown)
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("write on the partitioned old leader: %v", err)
+	}
+
+	for _, a := range majority {
+		a.trans.Connect(old.trans.LocalAddr(), old.trans)
+		old.trans.Connect(a.trans.LocalAddr(), a.trans)
+	}
+	ac.waitFor("the old leader to catch up", func() bool {
+		d1, _ := nl.a.Store.Digest()
+		d2, _ := old.a.Store.Digest()
+		return d1 == d2 && claimsLeft(t, old.a) == 0
+	})
+}
