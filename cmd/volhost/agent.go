@@ -89,9 +89,28 @@ func runAgent(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go reloadOnHangup(ctx, a)
 	if err := a.Run(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "Error: %v\n", err)
 		return 1
 	}
 	return 0
+}
+
+// reloadOnHangup reloads the module directory on every SIGHUP until ctx
+// ends, the way operators expect a daemon to re-read what it serves.
+func reloadOnHangup(ctx context.Context, a *agent.Agent) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			if _, err := a.ReloadModules(ctx); err != nil {
+				fmt.Fprintf(os.Stderr, "module reload on SIGHUP: %v\n", err)
+			}
+		}
+	}
 }

@@ -81,6 +81,11 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"node status":     cmd(&NodeStatusCommand{Meta: m}),
 		"node set-status": cmd(&NodeSetStatusCommand{Meta: m}),
 
+		"module":        cmd(&groupCommand{Meta: m, name: "module", synopsis: "Inspect and reload the agent's Wasm modules"}),
+		"module list":   cmd(&ModuleListCommand{Meta: m}),
+		"module status": cmd(&ModuleStatusCommand{Meta: m}),
+		"module reload": cmd(&ModuleReloadCommand{Meta: m}),
+
 		"plugin":          cmd(&groupCommand{Meta: m, name: "plugin", synopsis: "Register and inspect CSI plugins"}),
 		"plugin register": cmd(&PluginRegisterCommand{Meta: m}),
 		"plugin status":   cmd(&PluginStatusCommand{Meta: m}),

@@ -42,7 +42,7 @@ func (s *Server) EnableModules(b ModuleBackend) {
 		}
 		WriteJSON(w, http.StatusOK, ModulesResponse{Modules: nonNil(st)})
 	})
-	s.mux.HandleFunc("GET /v1/module/{name}", func(w http.ResponseWriter, r *http.Request) {
+	s.mux.HandleFunc("GET /v1/module/{id}", func(w http.ResponseWriter, r *http.Request) {
 		name, err := pathID(r, "module")
 		if err != nil {
 			WriteError(w, err)

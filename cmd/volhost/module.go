@@ -1,0 +1,161 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/volhost/volhost/plugins"
+)
+
+// ModuleListCommand is `volhost module list`.
+type ModuleListCommand struct{ *Meta }
+
+func (c *ModuleListCommand) Synopsis() string { return "List the agent's Wasm modules" }
+func (c *ModuleListCommand) Help() string {
+	return helpText("module list [options]", `
+  List the release-policy and CSI-adapter modules loaded from the agent's
+  module directory, with their state (serving, refused, open-circuit,
+  retired), version, generation and call counts. Modules are loaded by each
+  server from its own directory: this asks the agent at -address.`, true)
+}
+
+func (c *ModuleListCommand) Run(args []string) int {
+	fs := c.flagSet("module list", true)
+	if _, err := c.parse(fs, args, 0, 0, "module list [options]"); err != nil {
+		return c.fail(err)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	mods, err := cl.Modules(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		return c.printJSON(mods)
+	}
+	c.Ui.Output(moduleTable(mods))
+	return 0
+}
+
+func moduleTable(mods []plugins.Status) string {
+	if len(mods) == 0 {
+		return "No modules (start the agent with -module-dir to load some)"
+	}
+	rows := [][]string{{"Name", "Kind", "State", "Version", "Generation", "Calls", "Faults", "Refusal"}}
+	for _, m := range mods {
+		rows = append(rows, []string{m.Name, m.Kind, m.State, orDash(m.Version), fmt.Sprint(m.Generation),
+			fmt.Sprint(m.Calls), faultSummary(m.Faults), orDash(oneLine(m.Refusal))})
+	}
+	return table(rows)
+}
+
+func faultSummary(f map[string]uint64) string {
+	if len(f) == 0 {
+		return "-"
+	}
+	kinds := make([]string, 0, len(f))
+	for k := range f {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds)
+	parts := make([]string, 0, len(kinds))
+	for _, k := range kinds {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, f[k]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// ModuleStatusCommand is `volhost module status NAME`.
+type ModuleStatusCommand struct{ *Meta }
+
+func (c *ModuleStatusCommand) Synopsis() string { return "Show one Wasm module in detail" }
+func (c *ModuleStatusCommand) Help() string {
+	return helpText("module status [options] NAME", `
+  Show a module's runtime status (state, why a new version was refused,
+  calls, faults by kind, latency percentiles, pool, memory) and which
+  registered volumes and CSI plugins it serves now.`, true)
+}
+
+func (c *ModuleStatusCommand) Run(args []string) int {
+	fs := c.flagSet("module status", true)
+	rest, err := c.parse(fs, args, 1, 1, "module status [options] NAME")
+	if err != nil {
+		return c.fail(err)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	info, err := cl.Module(ctx, rest[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	if c.json {
+		return c.printJSON(info)
+	}
+	vols := make([]string, 0, len(info.ServedVolumes))
+	for _, v := range info.ServedVolumes {
+		vols = append(vols, v.Namespace+"/"+v.ID)
+	}
+	selectors := append(append([]string(nil), info.PluginIDs...), info.Volumes...)
+	if info.Default {
+		selectors = append(selectors, "default")
+	}
+	c.Ui.Output(kv([][2]string{
+		{"Name", info.Name},
+		{"Kind", info.Kind},
+		{"State", info.State},
+		{"Refusal", orDash(oneLine(info.Refusal))},
+		{"Version", orDash(info.Version)},
+		{"SHA256", orDash(info.SHA256)},
+		{"Generation", fmt.Sprint(info.Generation)},
+		{"Selects", orDash(strings.Join(selectors, ", "))},
+		{"Serves Volumes", orDash(strings.Join(vols, ", "))},
+		{"Serves Plugins", orDash(strings.Join(info.ServedPlugins, ", "))},
+		{"Calls", fmt.Sprint(info.Calls)},
+		{"Faults", faultSummary(info.Faults)},
+		{"Latency p50/p99", fmt.Sprintf("%s / %s", info.P50.Round(time.Microsecond), info.P99.Round(time.Microsecond))},
+		{"Pool (idle/size)", fmt.Sprintf("%d/%d", info.PoolIdle, info.PoolSize)},
+		{"Memory Pages", fmt.Sprintf("%d of %d", info.MemoryPages, info.MemoryLimitPages)},
+	}))
+	return 0
+}
+
+// ModuleReloadCommand is `volhost module reload`.
+type ModuleReloadCommand struct{ *Meta }
+
+func (c *ModuleReloadCommand) Synopsis() string { return "Reload the agent's module directory now" }
+func (c *ModuleReloadCommand) Help() string {
+	return helpText("module reload [options]", `
+  Rescan the agent's module directory now (the agent also watches it and
+  reloads on SIGHUP). A changed module is compiled and validated beside the
+  serving one and swapped in only when valid; a refused version leaves the
+  last good one serving, with the reason shown here and in module status.`, false)
+}
+
+func (c *ModuleReloadCommand) Run(args []string) int {
+	fs := c.flagSet("module reload", false)
+	if _, err := c.parse(fs, args, 0, 0, "module reload [options]"); err != nil {
+		return c.fail(err)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	mods, err := cl.ReloadModules(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	c.Ui.Output(moduleTable(mods))
+	return 0
+}
