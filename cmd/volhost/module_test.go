@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/volhost/volhost/host/agent"
+	"github.com/volhost/volhost/plugins/pluginstest"
+)
+
+// moduleAgent runs a dev agent with moduleDir ("" for none) and returns a
+// CLI pointed at it.
+func moduleAgent(t *testing.T, moduleDir string) *cliEnv {
+	t.Helper()
+	cfg := agent.DefaultConfig()
+	cfg.Dev = true
+	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg.ModuleDir = moduleDir
+	cfg.ModuleCacheDir = pluginstest.CacheDir(t)
+	a, err := agent.New(cfg, agent.Options{Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown() })
+	return &cliEnv{t: t, addr: "http://" + a.HTTPAddr()}
+}
+
+const defaultPolicyManifest = `kind = "release-policy"
+version = "1.0.0"
+default = true
+limits {
+  pool_size = 1
+}
+`
+
+func TestModuleCommands(t *testing.T) {
+	dir := t.TempDir()
+	good := pluginstest.Wasm(t, "default-policy")
+	pluginstest.Install(t, dir, "policy", good, defaultPolicyManifest)
+	pluginstest.Install(t, dir, "other", pluginstest.Wasm(t, "fault-version"), `kind = "release-policy"
+volumes = ["batch/*"]
+`)
+	e := moduleAgent(t, dir)
+
+	list := e.ok("module", "list")
+	contains(t, "module list", list, "policy", "serving", "other", "refused", "module speaks ABI v99, host speaks v1")
+	contains(t, "module status", e.ok("module", "status", "policy"), "State            = serving", "Selects          = default")
+	contains(t, "module list -json", e.ok("module", "list", "-json"), `"refused"`)
+
+	if r := e.run("module", "status", "nope"); r.code != 1 || r.stderr != "Error: module \"nope\": not found\n" {
+		t.Errorf("status of an unknown module: exit %d, stderr %q", r.code, r.stderr)
+	}
+
+	// Fix the refused module and reload by hand: it serves.
+	pluginstest.Install(t, dir, "other", good, `kind = "release-policy"
+volumes = ["batch/*"]
+`)
+	reloaded := e.ok("module", "reload")
+	for _, line := range strings.Split(reloaded, "\n") {
+		if strings.HasPrefix(line, "other ") && !strings.Contains(line, "serving") {
+			t.Errorf("after reload: %q, want the fixed module serving", line)
+		}
+	}
+}
+
+func TestModuleReloadWithoutModuleDir(t *testing.T) {
+	e := moduleAgent(t, "")
+	r := e.run("module", "reload")
+	if r.code != 1 || !strings.Contains(r.stderr, "no module directory is configured") {
+		t.Errorf("reload without -module-dir: exit %d, stderr %q", r.code, r.stderr)
+	}
+	contains(t, "module list", e.ok("module", "list"), "No modules")
+}
