@@ -366,3 +366,50 @@ func TestClusterPartitionedLeaderStopsWatcher(t *testing.T) {
 		return d1 == d2 && claimsLeft(t, old.a) == 0
 	})
 }
+
+// A graceful transfer (volhost operator raft transfer-leader, sent to a
+// follower and forwarded) stops the old leader's watcher, cancelling its
+// hanging ControllerUnpublish, before leadership moves; the new leader
+// finishes the release, and the two calls never overlap.
+func TestClusterTransferLeaderStopsWatcherFirst(t *testing.T) {
+	drv := csitest.NewServer(t, csitest.Options{NodeID: "ext-node1", PublishUnpublish: true, StageUnstage: true})
+	ac := startAgentCluster(t, 3)
+	old := ac.leader()
+	f := ac.follower(old)
+	setupVolumes(t, f.c, drv, 1)
+	hang := make(chan struct{})
+	t.Cleanup(func() { close(hang) })
+	drv.Script(csitest.ControllerUnpublish, csitest.Result{Block: hang})
+	finishAllocs(t, f.c, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := drv.WaitFor(ctx, func() bool { return drv.InFlight(csitest.ControllerUnpublish) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, "http://"+f.a.HTTPAddr()+"/v1/operator/raft/transfer-leader?id="+f.id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("transfer-leader: %s", resp.Status)
+	}
+	// By the time the transfer answered, the old watcher was stopped and
+	// its call had returned.
+	if old.a.Watcher.Enabled() {
+		t.Fatal("old leader's watcher still enabled after the transfer")
+	}
+	if nl := ac.leader(); nl != f {
+		t.Fatalf("leader is %s, want %s", nl.id, f.id)
+	}
+	ac.waitFor("the release to finish on the new leader", func() bool { return claimsLeft(t, f.a) == 0 })
+	calls := drv.Calls(csitest.ControllerUnpublish)
+	if m := drv.MaxInFlight(csitest.ControllerUnpublish, "disk-0"); m != 1 || len(calls) != 2 || !calls[1].Start.After(calls[0].End) {
+		t.Fatalf("max in flight %d, calls %+v", m, calls)
+	}
+}
