@@ -1,0 +1,275 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/plugins"
+)
+
+// Wasm modules in the watcher's tests come from examples/plugins, built once
+// per test binary (Go's build cache makes a rebuild about a second) and
+// compiled by wazero through the on-disk cache every package shares
+// (VOLHOST_WAZERO_CACHE, as plugins/main_test.go): compiling a module under
+// -race costs ~19 s cold and ~0.4 s cached, so the tests here use only
+// default-policy, fault-policy (one module for every runtime fault: the
+// variants are the same bytes) and, in benchmarks, gcepd-adapter.
+
+var (
+	exampleRoot  string // the repository root
+	exampleBuilt string // where built examples go
+	wasmCache    string // wazero's compilation cache
+	exampleMu    sync.Mutex
+	exampleErr   = map[string]error{}
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runWatcherTests(m))
+}
+
+func runWatcherTests(m *testing.M) int {
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	exampleRoot = filepath.Dir(wd)
+	exampleBuilt, err = os.MkdirTemp("", "volhost-watcher-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(exampleBuilt)
+	wasmCache = os.Getenv("VOLHOST_WAZERO_CACHE")
+	if wasmCache == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		wasmCache = filepath.Join(base, "volhost", "wazero-v1.12.0")
+	}
+	if err := os.MkdirAll(wasmCache, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// exampleWasm returns examples/plugins/NAME built as a wasip1 c-shared
+// module, building it on first use.
+func exampleWasm(tb testing.TB, name string) []byte {
+	tb.Helper()
+	out := filepath.Join(exampleBuilt, name+".wasm")
+	exampleMu.Lock()
+	err, done := exampleErr[name]
+	if !done {
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./examples/plugins/"+name)
+		cmd.Dir = exampleRoot
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		if b, cerr := cmd.CombinedOutput(); cerr != nil {
+			err = fmt.Errorf("building example %s: %v\n%s", name, cerr, b)
+		}
+		exampleErr[name] = err
+	}
+	exampleMu.Unlock()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// moduleFile is one module to install: NAME.wasm built from example, with
+// manifest as NAME.hcl.
+type moduleFile struct {
+	name, example, manifest string
+}
+
+// policyManifest renders a release-policy manifest. The call timeout is
+// generous (the machine is shared and -race slows guests) except for modules
+// expected to time out.
+func policyManifest(selectors, extra string) string {
+	return policyManifestTimeout(selectors, extra, "5s")
+}
+
+func policyManifestTimeout(selectors, extra, timeout string) string {
+	return fmt.Sprintf(`kind = "release-policy"
+version = "1.0.0"
+%s
+limits {
+  memory_pages = 256
+  call_timeout = %q
+  pool_size    = 2
+  max_calls    = 10000
+}
+%s
+`, selectors, timeout, extra)
+}
+
+// newWasmManager installs files in a fresh directory and loads them; every
+// file must load (a refusal here is a broken example, not a test subject).
+func newWasmManager(tb testing.TB, clock clockwork.Clock, files ...moduleFile) *plugins.Manager {
+	tb.Helper()
+	dir := tb.TempDir()
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.name+".wasm"), exampleWasm(tb, f.example), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, f.name+".hcl"), []byte(f.manifest), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	m, err := plugins.NewManager(ctx, plugins.Options{
+		Dir: dir, CacheDir: wasmCache, Clock: clock,
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error}),
+	})
+	if err != nil {
+		tb.Fatalf("NewManager: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := m.Close(ctx); err != nil {
+			tb.Errorf("closing the module manager: %v", err)
+		}
+	})
+	for _, st := range m.Status() {
+		if st.State != plugins.StateServing {
+			tb.Fatalf("module %s is %s: %s", st.Name, st.State, st.Refusal)
+		}
+	}
+	return m
+}
+
+// recordingObserver records module calls (the agent's metrics hook).
+type recordingObserver struct {
+	mu     sync.Mutex
+	calls  map[string]int // module/kind
+	faults map[string]int // module/fault
+}
+
+func newRecordingObserver() *recordingObserver {
+	return &recordingObserver{calls: map[string]int{}, faults: map[string]int{}}
+}
+
+func (o *recordingObserver) ModuleCall(module, kind string, _ time.Duration, fault string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.calls[module+"/"+kind]++
+	if fault != "" {
+		o.faults[module+"/"+fault]++
+	}
+}
+
+func (o *recordingObserver) count(m map[string]int, key string) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return m[key]
+}
+
+// TestWasmModulesFaultIsolation runs the watcher over real Wasm modules: the
+// default-policy module serves every volume no other module selects, and
+// fault-policy, one manifest per runtime fault, serves one volume each. The
+// healthy volume is released through Wasm; each faulty volume's claim is not
+// released (fail closed: no CSI call for it), its last error names the
+// module, its version and the fault kind, it backs off, and after
+// max_attempts the volume is stuck with that fault. Passes are driven by
+// hand (assess) on the fake clock, so attempts are counted exactly.
+func TestWasmModulesFaultIsolation(t *testing.T) {
+	faults := []struct {
+		mode, fault string
+	}{
+		{"panic", string(plugins.FaultGuestError)},
+		{"trap", string(plugins.FaultTrap)},
+		{"spin", string(plugins.FaultTimeout)},
+		{"oom", string(plugins.FaultOOM)},
+		{"malformed", string(plugins.FaultBadOutput)},
+		{"stranger", string(plugins.FaultBadOutput)},
+	}
+	files := []moduleFile{{name: "default-policy", example: "default-policy",
+		manifest: policyManifest(`default = true`, "")}}
+	for _, f := range faults {
+		timeout := "5s"
+		if f.mode == "spin" {
+			timeout = "200ms"
+		}
+		files = append(files, moduleFile{name: "fault-" + f.mode, example: "fault-policy",
+			manifest: policyManifestTimeout(fmt.Sprintf(`volumes = ["default/bad-%s"]`, f.mode), fmt.Sprintf(`config = { mode = %q }`, f.mode), timeout)})
+	}
+	const maxAttempts = 3
+	fx := newFixture(t, Config{MaxAttempts: maxAttempts, StuckAfter: time.Hour}, nil)
+	m := newWasmManager(t, fx.clock, files...)
+	obs := newRecordingObserver()
+	fx.w.mods = WasmModules(m, obs) // the manager needs the fixture's clock; nothing runs yet
+
+	vols := []string{"good"}
+	for _, f := range faults {
+		vols = append(vols, "bad-"+f.mode)
+	}
+	for _, id := range vols {
+		fx.store.putAlloc("a-"+id, testNode, structs.AllocComplete)
+		fx.store.putVolume(newVolume(id, newClaim("a-"+id, testNode, structs.ClaimTaken)))
+	}
+	ctx := context.Background()
+	for attempt := 1; attempt <= maxAttempts; attempt++ {
+		for _, id := range vols {
+			if _, err := fx.w.assess(ctx, ref(id)); err != nil {
+				t.Fatalf("pass %d over %s: %v", attempt, id, err)
+			}
+		}
+		fx.clock.Advance(DefaultBackoffMax) // every backoff is due again
+	}
+
+	if c := fx.store.claim(ref("good"), "a-good"); c != nil {
+		t.Fatalf("healthy volume's claim not released: %+v", c)
+	}
+	if n := obs.count(obs.calls, "default-policy/release-policy"); n != 1 {
+		t.Fatalf("default-policy module called %d times for the healthy volume, want 1 (calls %v)", n, obs.calls)
+	}
+	for _, c := range fx.csi.callList() {
+		if c.VolumeID != "vol-good" {
+			t.Fatalf("CSI call for a volume whose policy faulted: %+v", c)
+		}
+	}
+	for _, f := range faults {
+		t.Run(f.mode, func(t *testing.T) {
+			id, mod := "bad-"+f.mode, "fault-"+f.mode
+			c := fx.store.claim(ref(id), "a-"+id)
+			if c == nil {
+				t.Fatal("claim released although its policy faulted")
+			}
+			e := c.LastError
+			if c.State != structs.ClaimTaken || c.Attempts != maxAttempts || e == nil {
+				t.Fatalf("claim = %+v, want taken after %d failed attempts", c, maxAttempts)
+			}
+			if e.Kind != structs.ErrorModule || e.Step != StepPolicy || e.Module != mod || e.ModuleVersion != "1.0.0" || e.Fault != f.fault {
+				t.Fatalf("last error = %+v, want module %s 1.0.0 fault %s", e, mod, f.fault)
+			}
+			if !c.NextAttempt.After(e.Time) {
+				t.Fatalf("next attempt %v: no backoff after a fault", c.NextAttempt)
+			}
+			s := fx.store.stuck(ref(id))
+			if s == nil || s.Reason != ReasonMaxAttempts || s.Module != mod || s.Fault != f.fault || s.Attempts != maxAttempts {
+				t.Fatalf("stuck = %+v, want max attempts with module %s fault %s", s, mod, f.fault)
+			}
+			if n := obs.count(obs.faults, mod+"/"+f.fault); n != maxAttempts {
+				t.Fatalf("observer saw %d %s faults for %s, want %d", n, f.fault, mod, maxAttempts)
+			}
+		})
+	}
+}
