@@ -1,0 +1,216 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The JSON shapes of the volhost HTTP API that the tests read. They are
+// declared here, not imported, so this module never requires the product
+// module (whose dependency versions would then mix with the driver's).
+
+// Claim is a volume claim as the API shows it.
+type Claim struct {
+	AllocID        string      `json:"alloc_id"`
+	NodeID         string      `json:"node_id"`
+	Mode           string      `json:"mode"`
+	State          string      `json:"state"`
+	ExternalNodeID string      `json:"external_node_id"`
+	Attempts       int         `json:"attempts"`
+	LastError      *ClaimError `json:"last_error"`
+	SkipNodeStep   bool        `json:"skip_node_step"`
+}
+
+// ClaimError is a claim's last release error.
+type ClaimError struct {
+	Kind     string `json:"kind"`
+	Step     string `json:"step"`
+	Code     uint32 `json:"code"`
+	CodeName string `json:"code_name"`
+	Message  string `json:"message"`
+}
+
+// Stuck says why a volume cannot be released without an operator.
+type Stuck struct {
+	Reason   string `json:"reason"`
+	AllocID  string `json:"alloc_id"`
+	NodeID   string `json:"node_id"`
+	Code     uint32 `json:"code"`
+	CodeName string `json:"code_name"`
+	Attempts int    `json:"attempts"`
+}
+
+// Volume is GET /v1/volume/ID.
+type Volume struct {
+	ID              string            `json:"id"`
+	ExternalID      string            `json:"external_id"`
+	Claims          map[string]*Claim `json:"claims"`
+	Stuck           *Stuck            `json:"stuck"`
+	ForceDeregister struct {
+		Allowed bool `json:"allowed"`
+	} `json:"force_deregister"`
+}
+
+// Leftover is one entry of GET /v1/volumes/leftovers.
+type Leftover struct {
+	ID             string `json:"id"`
+	VolumeID       string `json:"volume_id"`
+	ExternalID     string `json:"external_id"`
+	AllocID        string `json:"alloc_id"`
+	NodeID         string `json:"node_id"`
+	ExternalNodeID string `json:"external_node_id"`
+	State          string `json:"state"`
+}
+
+// VolumeSpec is a volume to register.
+type VolumeSpec struct {
+	ID             string `json:"id"`
+	Namespace      string `json:"namespace"`
+	ExternalID     string `json:"external_id"`
+	PluginID       string `json:"plugin_id"`
+	AccessMode     string `json:"access_mode"`
+	AttachmentMode string `json:"attachment_mode"`
+	FSType         string `json:"fs_type,omitempty"`
+}
+
+// AllocSpec is an allocation to upsert.
+type AllocSpec struct {
+	ID           string `json:"id"`
+	Namespace    string `json:"namespace"`
+	NodeID       string `json:"node_id"`
+	JobID        string `json:"job_id,omitempty"`
+	ClientStatus string `json:"client_status"`
+}
+
+// ClaimRequest is PUT /v1/volume/ID/claim.
+type ClaimRequest struct {
+	Namespace string `json:"namespace"`
+	VolumeID  string `json:"volume_id"`
+	AllocID   string `json:"alloc_id"`
+	NodeID    string `json:"node_id"`
+	Mode      string `json:"mode"`
+}
+
+// API is a small client for the volhost HTTP API.
+type API struct {
+	base string
+	hc   *http.Client
+}
+
+// NewAPI returns a client for the agent at base (http://host:port).
+func NewAPI(base string) *API {
+	return &API{base: base, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}}
+}
+
+// HTTPError is a non-2xx answer.
+type HTTPError struct {
+	Status int
+	Body   string
+}
+
+func (e *HTTPError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.Status, e.Body) }
+
+func (a *API) do(ctx context.Context, method, path string, body, out any) (uint64, error) {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		b, _ := io.ReadAll(resp.Body)
+		return 0, &HTTPError{Status: resp.StatusCode, Body: strings.TrimSpace(string(b))}
+	}
+	idx, _ := strconv.ParseUint(resp.Header.Get("X-Volhost-Index"), 10, 64)
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return idx, fmt.Errorf("%s %s: decoding: %w", method, path, err)
+		}
+	}
+	return idx, nil
+}
+
+// Leader reports whether the agent leads.
+func (a *API) Leader(ctx context.Context) (bool, error) {
+	var r struct {
+		IsLeader bool `json:"is_leader"`
+	}
+	_, err := a.do(ctx, http.MethodGet, "/v1/status/leader", nil, &r)
+	return r.IsLeader, err
+}
+
+// Volume reads a volume; with index > 0 it blocks until the volume changes
+// past index or wait passes (a blocking query).
+func (a *API) Volume(ctx context.Context, id string, index uint64, wait time.Duration) (*Volume, uint64, error) {
+	q := url.Values{}
+	if index > 0 {
+		q.Set("index", strconv.FormatUint(index, 10))
+		q.Set("wait", wait.String())
+	}
+	var v Volume
+	idx, err := a.do(ctx, http.MethodGet, "/v1/volume/"+url.PathEscape(id)+"?"+q.Encode(), nil, &v)
+	return &v, idx, err
+}
+
+// RegisterVolumes registers volumes in one write.
+func (a *API) RegisterVolumes(ctx context.Context, vols []VolumeSpec) error {
+	_, err := a.do(ctx, http.MethodPut, "/v1/volumes", map[string]any{"volumes": vols}, nil)
+	return err
+}
+
+// UpsertAllocs writes allocations in one write.
+func (a *API) UpsertAllocs(ctx context.Context, allocs []AllocSpec) error {
+	_, err := a.do(ctx, http.MethodPut, "/v1/allocs", map[string]any{"allocs": allocs}, nil)
+	return err
+}
+
+// Claim claims a volume (publishing it through the driver).
+func (a *API) Claim(ctx context.Context, r ClaimRequest) error {
+	_, err := a.do(ctx, http.MethodPut, "/v1/volume/"+url.PathEscape(r.VolumeID)+"/claim", r, nil)
+	return err
+}
+
+// Leftovers lists what force-deregistered volumes may have left attached.
+func (a *API) Leftovers(ctx context.Context) ([]Leftover, error) {
+	var l []Leftover
+	_, err := a.do(ctx, http.MethodGet, "/v1/volumes/leftovers", nil, &l)
+	return l, err
+}
+
+// WaitVolume blocks (blocking queries, no sleeps) until cond holds for the
+// volume or ctx ends; it returns the last volume read.
+func (a *API) WaitVolume(ctx context.Context, id string, cond func(*Volume) bool) (*Volume, error) {
+	var index uint64
+	for {
+		v, idx, err := a.Volume(ctx, id, index, 10*time.Second)
+		if err != nil {
+			return v, err
+		}
+		if cond(v) {
+			return v, nil
+		}
+		if ctx.Err() != nil {
+			return v, ctx.Err()
+		}
+		index = idx
+	}
+}

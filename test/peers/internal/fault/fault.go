@@ -1,0 +1,231 @@
+// Package fault owns the fault injection and call recording shared by the
+// driver programs: a gRPC unary interceptor that records every CSI call in
+// arrival order and, when a fault is armed for its method, answers with a
+// gRPC code, hangs, or both. Faults are what a real driver cannot be made to
+// show on demand (DESIGN "Real CSI drivers for tests").
+package fault
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Rule is one armed fault for a CSI method (the short name, e.g.
+// "ControllerUnpublishVolume").
+type Rule struct {
+	Method string `json:"method"`
+	// Code is the gRPC code name answered ("Unavailable", "DeadlineExceeded",
+	// ...); empty means the call proceeds to the driver after any Hang.
+	Code string `json:"code,omitempty"`
+	// Count is how many of the next calls the rule applies to; 0 or less
+	// means every call until cleared.
+	Count int `json:"count,omitempty"`
+	// Hang delays the call this long (or until the caller gives up, since
+	// the gRPC context carries the caller's deadline).
+	Hang string `json:"hang,omitempty"`
+
+	code codes.Code
+	hang time.Duration
+}
+
+// Parse checks a rule and resolves its code and duration.
+func (r *Rule) Parse() error {
+	if r.Method == "" {
+		return fmt.Errorf("fault rule: method is required")
+	}
+	if r.Code != "" {
+		var c codes.Code
+		if err := c.UnmarshalJSON([]byte(`"` + codeName(r.Code) + `"`)); err != nil {
+			return fmt.Errorf("fault rule for %s: unknown gRPC code %q", r.Method, r.Code)
+		}
+		r.code = c
+	}
+	if r.Hang != "" {
+		d, err := time.ParseDuration(r.Hang)
+		if err != nil || d < 0 {
+			return fmt.Errorf("fault rule for %s: bad hang %q", r.Method, r.Hang)
+		}
+		r.hang = d
+	}
+	if r.Code == "" && r.Hang == "" {
+		return fmt.Errorf("fault rule for %s: set code, hang or both", r.Method)
+	}
+	return nil
+}
+
+// codeName maps CamelCase names to the UPPER_SNAKE names codes.Code parses.
+func codeName(s string) string {
+	m := map[string]string{
+		"OK": "OK", "Canceled": "CANCELLED", "Unknown": "UNKNOWN", "InvalidArgument": "INVALID_ARGUMENT",
+		"DeadlineExceeded": "DEADLINE_EXCEEDED", "NotFound": "NOT_FOUND", "AlreadyExists": "ALREADY_EXISTS",
+		"PermissionDenied": "PERMISSION_DENIED", "ResourceExhausted": "RESOURCE_EXHAUSTED",
+		"FailedPrecondition": "FAILED_PRECONDITION", "Aborted": "ABORTED", "OutOfRange": "OUT_OF_RANGE",
+		"Unimplemented": "UNIMPLEMENTED", "Internal": "INTERNAL", "Unavailable": "UNAVAILABLE",
+		"DataLoss": "DATA_LOSS", "Unauthenticated": "UNAUTHENTICATED",
+	}
+	if n, ok := m[s]; ok {
+		return n
+	}
+	return s
+}
+
+// Call is one recorded CSI call.
+type Call struct {
+	Method   string `json:"method"`
+	VolumeID string `json:"volume_id,omitempty"`
+	NodeID   string `json:"node_id,omitempty"`
+	// Service names which socket answered ("controller" or a node name).
+	Service string `json:"service,omitempty"`
+	// Code is the gRPC code the call ended with.
+	Code string `json:"code"`
+	// Injected says the answer came from a fault rule, not the driver.
+	Injected bool `json:"injected,omitempty"`
+}
+
+// Injector records calls and applies armed rules. The zero value is not
+// usable; use New.
+type Injector struct {
+	mu    sync.Mutex
+	rules []*Rule
+	calls []Call
+	// started counts calls that entered the interceptor, so a test can see
+	// a hanging call before it returns.
+	started []Call
+	// unblock is closed by Clear: hanging calls then go on at once, so a
+	// test decides when a hang ends instead of guessing a duration.
+	unblock chan struct{}
+}
+
+// New returns an Injector with no rules.
+func New() *Injector { return &Injector{unblock: make(chan struct{})} }
+
+// Arm adds rules after checking all of them; a bad rule arms none.
+func (in *Injector) Arm(rules ...Rule) error {
+	parsed := make([]*Rule, 0, len(rules))
+	for i := range rules {
+		r := rules[i]
+		if err := r.Parse(); err != nil {
+			return err
+		}
+		parsed = append(parsed, &r)
+	}
+	in.mu.Lock()
+	in.rules = append(in.rules, parsed...)
+	in.mu.Unlock()
+	return nil
+}
+
+// Clear removes every rule and ends every hang in progress.
+func (in *Injector) Clear() {
+	in.mu.Lock()
+	in.rules = nil
+	close(in.unblock)
+	in.unblock = make(chan struct{})
+	in.mu.Unlock()
+}
+
+// Calls returns the finished calls in completion order, and the calls that
+// started (in arrival order).
+func (in *Injector) Calls() (done, started []Call) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]Call(nil), in.calls...), append([]Call(nil), in.started...)
+}
+
+// ResetCalls forgets the recorded calls.
+func (in *Injector) ResetCalls() {
+	in.mu.Lock()
+	in.calls, in.started = nil, nil
+	in.mu.Unlock()
+}
+
+// takeLocked returns the first rule for method and consumes one use of it.
+func (in *Injector) takeLocked(method string) *Rule {
+	for i, r := range in.rules {
+		if r.Method != method {
+			continue
+		}
+		if r.Count > 0 {
+			r.Count--
+			if r.Count == 0 {
+				in.rules = append(in.rules[:i], in.rules[i+1:]...)
+			}
+		}
+		return r
+	}
+	return nil
+}
+
+type volumeGetter interface {
+	GetVolumeId() string
+}
+type nodeGetter interface {
+	GetNodeId() string
+}
+
+// Interceptor returns a unary server interceptor that records calls under
+// the service name and applies the armed rules.
+func (in *Injector) Interceptor(service string) grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		return in.Apply(ctx, service, path.Base(info.FullMethod), req, func(ctx context.Context) (any, error) {
+			return handler(ctx, req)
+		})
+	}
+}
+
+// Apply records one call of method and runs it through the armed rules: a
+// rule's hang first (cut short by the caller's deadline), then its code, or
+// handler when the rule sets no code or the code is OK. A scripted error
+// sequence is a series of Count 1 rules for one method, taken in order.
+func (in *Injector) Apply(ctx context.Context, service, method string, req any, handler func(context.Context) (any, error)) (any, error) {
+	c := Call{Method: method, Service: service}
+	if v, ok := req.(volumeGetter); ok {
+		c.VolumeID = v.GetVolumeId()
+	}
+	if n, ok := req.(nodeGetter); ok {
+		c.NodeID = n.GetNodeId()
+	}
+	in.mu.Lock()
+	in.started = append(in.started, c)
+	rule := in.takeLocked(c.Method)
+	var r Rule
+	if rule != nil {
+		r = *rule
+	}
+	unblock := in.unblock
+	in.mu.Unlock()
+
+	var resp any
+	var err error
+	if rule != nil && r.hang > 0 {
+		t := time.NewTimer(r.hang)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		case <-unblock:
+		}
+		t.Stop()
+	}
+	switch {
+	case rule != nil && r.Code != "" && r.code != codes.OK:
+		err = status.Errorf(r.code, "injected fault for %s", c.Method)
+		c.Injected = true
+	case ctx.Err() != nil:
+		err = status.FromContextError(ctx.Err()).Err()
+		c.Injected = true
+	default:
+		resp, err = handler(ctx)
+	}
+	c.Code = status.Code(err).String()
+	in.mu.Lock()
+	in.calls = append(in.calls, c)
+	in.mu.Unlock()
+	return resp, err
+}
