@@ -32,13 +32,13 @@ type clusterAgent struct {
 }
 
 type agentCluster struct {
-	t      *testing.T
+	t      testing.TB
 	agents []*clusterAgent
 }
 
 // startAgentCluster starts n server agents: s1 is the bootstrap_expect
 // seed, the others join it through its HTTP API (retry-join).
-func startAgentCluster(t *testing.T, n int) *agentCluster {
+func startAgentCluster(t testing.TB, n int) *agentCluster {
 	t.Helper()
 	ac := &agentCluster{t: t}
 	var seed string
@@ -153,7 +153,7 @@ func (ac *agentCluster) follower(l *clusterAgent) *clusterAgent {
 }
 
 // claimsLeft counts the claims still on volumes in a's store.
-func claimsLeft(t *testing.T, a *Agent) int {
+func claimsLeft(t testing.TB, a *Agent) int {
 	vols, err := a.Store.Snapshot().Volumes(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func claimsLeft(t *testing.T, a *Agent) int {
 // setupVolumes registers the plugin, a node, n single-writer volumes
 // (disk-i) and running allocations (web-i), and claims each volume, all
 // through c (a follower's API: every write is forwarded to the leader).
-func setupVolumes(t *testing.T, c *client.Client, drv *csitest.Server, n int) {
+func setupVolumes(t testing.TB, c *client.Client, drv *csitest.Server, n int) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := c.RegisterPlugin(ctx, &structs.Plugin{ID: "csi", ControllerEndpoint: drv.Endpoint()}); err != nil {
@@ -204,7 +204,7 @@ func setupVolumes(t *testing.T, c *client.Client, drv *csitest.Server, n int) {
 }
 
 // finishAllocs marks web-0..n-1 complete, which starts every release.
-func finishAllocs(t *testing.T, c *client.Client, n int) {
+func finishAllocs(t testing.TB, c *client.Client, n int) {
 	t.Helper()
 	var allocs []*structs.Alloc
 	for i := range n {
@@ -412,4 +412,42 @@ func TestClusterTransferLeaderStopsWatcherFirst(t *testing.T) {
 	if m := drv.MaxInFlight(csitest.ControllerUnpublish, "disk-0"); m != 1 || len(calls) != 2 || !calls[1].Start.After(calls[0].End) {
 		t.Fatalf("max in flight %d, calls %+v", m, calls)
 	}
+}
+
+// BenchmarkFailover measures the failover time from killing the leader (in
+// the middle of a controller detach) to the first release completed by the
+// new leader: election, the step-up barrier, StepUpDelay (2 x 150ms lease
+// + 1s cancel margin) and the resumed release. Raft timings: heartbeat and
+// election 300ms, lease 150ms. Run with -benchtime=3x.
+func BenchmarkFailover(b *testing.B) {
+	var total time.Duration
+	for range b.N {
+		b.StopTimer()
+		drv := csitest.NewServer(b, csitest.Options{NodeID: "ext-node1", PublishUnpublish: true, StageUnstage: true})
+		ac := startAgentCluster(b, 3)
+		old := ac.leader()
+		setupVolumes(b, ac.follower(old).c, drv, 1)
+		hang := make(chan struct{})
+		drv.Script(csitest.ControllerUnpublish, csitest.Result{Block: hang})
+		finishAllocs(b, old.c, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		if err := drv.WaitFor(ctx, func() bool { return drv.InFlight(csitest.ControllerUnpublish) == 1 }); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		killed := time.Now()
+		_ = old.a.Shutdown()
+		old.down = true
+		nl := ac.leader()
+		ac.waitFor("the release on the new leader", func() bool { return claimsLeft(b, nl.a) == 0 })
+		total += time.Since(killed)
+		b.StopTimer()
+		cancel()
+		close(hang)
+		for _, a := range ac.live() {
+			_ = a.a.Shutdown()
+			a.down = true
+		}
+	}
+	b.ReportMetric(total.Seconds()/float64(b.N), "s/failover")
 }

@@ -18,17 +18,17 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func logger(t *testing.T) hclog.Logger {
+func logger(t testing.TB) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: t.Name(), Level: hclog.Warn, Output: testWriter{t}})
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(string(bytes.TrimRight(p, "\n")))
@@ -84,7 +84,7 @@ type baseData struct {
 }
 
 // loadBase applies testdata/base.json through the cluster.
-func loadBase(t *testing.T, c *Cluster) {
+func loadBase(t testing.TB, c *Cluster) {
 	t.Helper()
 	raw, err := os.ReadFile("testdata/base.json")
 	if err != nil {
@@ -104,7 +104,7 @@ func loadBase(t *testing.T, c *Cluster) {
 	mustApply(t, c, structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: b.Volumes})
 }
 
-func mustApply(t *testing.T, c *Cluster, typ structs.MessageType, req any) (uint64, any) {
+func mustApply(t testing.TB, c *Cluster, typ structs.MessageType, req any) (uint64, any) {
 	t.Helper()
 	idx, resp, err := c.Apply(testCtx(t), typ, req)
 	if err != nil {
@@ -113,7 +113,7 @@ func mustApply(t *testing.T, c *Cluster, typ structs.MessageType, req any) (uint
 	return idx, resp
 }
 
-func digest(t *testing.T, s *state.Store) string {
+func digest(t testing.TB, s *state.Store) string {
 	t.Helper()
 	d, err := s.Digest()
 	if err != nil {

@@ -35,7 +35,7 @@ type node struct {
 
 // tcluster is a set of servers whose transports are connected.
 type tcluster struct {
-	t     *testing.T
+	t     testing.TB
 	nodes []*node
 }
 
@@ -77,7 +77,7 @@ func (tc *tcluster) newNode(id, dir string, expect int) *node {
 
 // newCluster starts n servers: the first bootstraps alone, the others join
 // it through Join, as the HTTP join route does.
-func newCluster(t *testing.T, n int, dirs ...string) *tcluster {
+func newCluster(t testing.TB, n int, dirs ...string) *tcluster {
 	t.Helper()
 	tc := &tcluster{t: t}
 	dir := func(i int) string {
@@ -101,7 +101,7 @@ func newCluster(t *testing.T, n int, dirs ...string) *tcluster {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	ctx := testCtx(t)
 	tick := time.NewTicker(10 * time.Millisecond)
