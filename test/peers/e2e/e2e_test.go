@@ -35,7 +35,8 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-const plugin = "gce-pd"
+// defaultPlugin is the plugin ID the tests register the driver under.
+const defaultPlugin = "gce-pd"
 
 // defaultWatcher is the agent's watcher block for the tests: quick retries
 // so a test with transient faults ends in seconds.
@@ -50,17 +51,23 @@ watcher {
 // env is one test's world: a GCE PD driver process, a volhost agent process,
 // and helpers that go through the CLI.
 type env struct {
-	t     *testing.T
-	ctx   context.Context
-	dir   string
-	drv   *GCEPD
-	agent *Agent
+	t      *testing.T
+	ctx    context.Context
+	dir    string
+	drv    *GCEPD
+	agent  *Agent
+	plugin string
 }
 
 type envOptions struct {
 	nodes   []string
 	disks   int
 	watcher string // HCL watcher block; defaultWatcher when empty
+	plugin  string // plugin ID; defaultPlugin when empty
+	// nodeMeta, when set, registers the nodes without a node endpoint and
+	// with this metadata (the adapter module then names them).
+	nodeMeta  map[string]string
+	agentArgs []string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -75,6 +82,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 	}
 	if o.watcher == "" {
 		o.watcher = defaultWatcher
+	}
+	if o.plugin == "" {
+		o.plugin = defaultPlugin
 	}
 	dir := t.TempDir()
 	// Unix socket paths are limited to ~100 bytes; t.TempDir can be longer.
@@ -96,7 +106,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Logf("gcepd log tail:\n%s", drv.Tail(6000))
 		}
 	})
-	agent, err := StartAgent(ctx, dir, bins.Volhost, "log_level = \"debug\"\n"+o.watcher)
+	agent, err := StartAgent(ctx, dir, bins.Volhost, "log_level = \"debug\"\n"+o.watcher, o.agentArgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +116,8 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Logf("agent log tail:\n%s", agent.Tail(8000))
 		}
 	})
-	e := &env{t: t, ctx: ctx, dir: dir, drv: drv, agent: agent}
-	e.registerPluginAndNodes(o.nodes)
+	e := &env{t: t, ctx: ctx, dir: dir, drv: drv, agent: agent, plugin: o.plugin}
+	e.registerPluginAndNodes(o.nodes, o.nodeMeta)
 	return e
 }
 
@@ -133,15 +143,30 @@ func (e *env) spec(name, body string) string {
 	return p
 }
 
-func (e *env) registerPluginAndNodes(nodes []string) {
+func (e *env) registerPluginAndNodes(nodes []string, meta map[string]string) {
 	e.t.Helper()
 	out := e.cli(0, "plugin", "register", e.spec("plugin.hcl", fmt.Sprintf(`
 plugin %q {
   controller_endpoint = %q
 }
-`, plugin, Endpoint(e.drv.Controller))))
+`, e.plugin, Endpoint(e.drv.Controller))))
 	mustContain(e.t, "plugin register", out, "controller publish/unpublish: true")
 	for _, n := range nodes {
+		if meta != nil {
+			var kv []string
+			for k, v := range meta {
+				kv = append(kv, fmt.Sprintf("%q = %q", k, strings.ReplaceAll(v, "{node}", n)))
+			}
+			slices.Sort(kv)
+			e.cli(0, "node", "register", e.spec(n+".hcl", fmt.Sprintf(`
+node %q {
+  status   = "ready"
+  root_dir = %q
+  meta     = { %s }
+}
+`, n, filepath.Join(e.dir, "root-"+n), strings.Join(kv, ", "))))
+			continue
+		}
 		e.cli(0, "node", "register", e.spec(n+".hcl", fmt.Sprintf(`
 node %q {
   status   = "ready"
@@ -150,7 +175,7 @@ node %q {
     endpoint = %q
   }
 }
-`, n, filepath.Join(e.dir, "root-"+n), plugin, Endpoint(e.drv.Nodes[n]))))
+`, n, filepath.Join(e.dir, "root-"+n), e.plugin, Endpoint(e.drv.Nodes[n]))))
 		// NodeGetInfo on the real driver gave the node its GCE instance ID.
 		mustContain(e.t, "node status", e.cli(0, "node", "status", n), e.drv.NodeID(n))
 	}
@@ -168,7 +193,7 @@ volume %q {
   attachment_mode = "file-system"
   fs_type         = "ext4"
 }
-`, vol, e.drv.VolumeID(disk), plugin)))
+`, vol, e.drv.VolumeID(disk), e.plugin)))
 	e.cli(0, "alloc", "register", e.spec(alloc+".hcl", fmt.Sprintf(`
 alloc %q {
   node_id       = %q
@@ -494,5 +519,58 @@ watcher {
 	}
 	if e.attached("disk-1", "node1") {
 		t.Fatal("disk-1 still attached after detach")
+	}
+}
+
+// TestWasmAdapterNodeIDs: with the gcepd-adapter Wasm module loaded (built
+// by make plugins), a node registered with only GCE metadata and no node
+// endpoint gets the external node ID from the module, and the real driver
+// accepts it: ControllerPublish attaches the disk to that instance, and the
+// release detaches it. Without the module the claim is refused for want of
+// a node ID.
+func TestWasmAdapterNodeIDs(t *testing.T) {
+	build := os.Getenv("VOLHOST_E2E_PLUGIN_BUILD")
+	if build == "" {
+		peers, err := goOutput(context.Background(), "", "list", "-m", "-f", "{{.Dir}}", "github.com/volhost/volhost/test/peers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		build = filepath.Join(peers, "..", "..", "examples", "plugins", "build")
+	}
+	modDir := t.TempDir()
+	for _, f := range []string{"gcepd-adapter.wasm", "gcepd-adapter.hcl"} {
+		b, err := os.ReadFile(filepath.Join(build, f))
+		if err != nil {
+			t.Fatalf("the gcepd-adapter module is not built (make plugins): %v", err)
+		}
+		if err := os.WriteFile(filepath.Join(modDir, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	meta := map[string]string{"gce.project": "test-project", "gce.zone": "us-central1-a", "gce.instance": "{node}"}
+	e := newEnv(t, envOptions{plugin: "gcepd", nodeMeta: meta, agentArgs: []string{"-module-dir", modDir}})
+	mustContain(t, "module list", e.cli(0, "module", "list"), "gcepd-adapter")
+
+	e.claim("vol1", "disk-1", "web-1", "node1")
+	r, err := e.drv.Control.Calls(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var publishNode string
+	for _, c := range r.Calls {
+		if c.Method == "ControllerPublishVolume" && c.Code == "OK" {
+			publishNode = c.NodeID
+		}
+	}
+	if publishNode != e.drv.NodeID("node1") {
+		t.Fatalf("ControllerPublish node ID = %q, want %q (from the module)", publishNode, e.drv.NodeID("node1"))
+	}
+	if !e.attached("disk-1", "node1") {
+		t.Fatal("disk-1 not attached to node1")
+	}
+	e.cli(0, "alloc", "update", "-status", "complete", "web-1")
+	e.waitReleased("vol1")
+	if e.attached("disk-1", "node1") {
+		t.Fatal("disk-1 still attached after the release")
 	}
 }
