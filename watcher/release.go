@@ -798,11 +798,14 @@ func (p *pass) allocStatus(id string) string {
 }
 
 // allocView: TerminalAgeMs counts from the allocation's last modification,
-// which is when it became terminal (the client's last status update).
+// which is when it became terminal (the client's last status update). It is
+// at least 1 ms: 0 means "not terminal or unknown" on the wire, and a policy
+// must not read an allocation that ended this millisecond as one of unknown
+// age (grace-policy releases those at once; issue 4 grace test).
 func (p *pass) allocView(id string) abi.AllocView {
 	av := abi.AllocView{ID: id, ClientStatus: p.allocStatus(id)}
 	if a := p.allocs[id]; a != nil && a.ClientStatus.Terminal() && !a.ModifyTime.IsZero() {
-		av.TerminalAgeMs = max(p.now.Sub(a.ModifyTime).Milliseconds(), 0)
+		av.TerminalAgeMs = max(p.now.Sub(a.ModifyTime).Milliseconds(), 1)
 	}
 	return av
 }

@@ -273,3 +273,34 @@ func TestWasmModulesFaultIsolation(t *testing.T) {
 		})
 	}
 }
+
+// TestTerminalAgeNeverZero: an allocation that ended this very millisecond
+// is sent with TerminalAgeMs 1, not 0 (the wire's "not terminal or
+// unknown"), or an age-based policy such as grace-policy skips its grace
+// whenever the watcher is faster than a millisecond (it is, on a fake clock).
+func TestTerminalAgeNeverZero(t *testing.T) {
+	fx := newFixture(t, Config{}, nil)
+	fx.store.putAlloc("a1", testNode, structs.AllocComplete) // ModifyTime t0 == now
+	fx.store.putAlloc("a2", testNode, structs.AllocComplete)
+	fx.store.putAlloc("a3", testNode, structs.AllocRunning)
+	fx.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken),
+		newClaim("a2", testNode, structs.ClaimTaken), newClaim("a3", testNode, structs.ClaimTaken)))
+	p, err := fx.w.load(ref("v1"))
+	if err != nil || p == nil {
+		t.Fatalf("load: %v", err)
+	}
+	for _, tc := range []struct {
+		advance time.Duration
+		alloc   string
+		want    int64
+	}{
+		{0, "a1", 1},
+		{0, "a3", 0}, // running: no age
+		{1500 * time.Millisecond, "a2", 1500},
+	} {
+		p.now = p.now.Add(tc.advance)
+		if got := p.allocView(tc.alloc).TerminalAgeMs; got != tc.want {
+			t.Fatalf("%s after %v: TerminalAgeMs = %d, want %d", tc.alloc, tc.advance, got, tc.want)
+		}
+	}
+}
