@@ -42,7 +42,7 @@ func BenchmarkPolicyWasm(b *testing.B) {
 	wasm := exampleWasm(b, "default-policy")
 	e := newEnv(b, func(dir string) {
 		writeModule(b, dir, "default-policy", wasm, manifest("release-policy", `limits {
-  call_timeout = "100ms"
+  call_timeout = "1s"
   pool_size    = 4
 }`))
 	}, nil)
@@ -62,7 +62,7 @@ func BenchmarkPolicyWasmParallel(b *testing.B) {
 	wasm := exampleWasm(b, "default-policy")
 	e := newEnv(b, func(dir string) {
 		writeModule(b, dir, "default-policy", wasm, manifest("release-policy", `limits {
-  call_timeout = "100ms"
+  call_timeout = "1s"
   pool_size    = 4
 }`))
 	}, nil)
@@ -164,8 +164,11 @@ func BenchmarkHotSwap(b *testing.B) {
 		func(o *Options) { o.Clock = clockwork.NewRealClock(); o.Debounce = time.Millisecond })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	ready := make(chan struct{})
+	e.m.watchReady = func() { close(ready) }
 	go func() { done <- e.m.Watch(ctx) }()
 	defer func() { cancel(); <-done }()
+	<-ready
 	for len(e.evCh) > 0 {
 		<-e.evCh
 	}

@@ -145,6 +145,9 @@ type Manager struct {
 
 	retiredMu sync.Mutex
 	retired   []*generation // waiting to drain; Close waits for them
+
+	// watchReady, if set (tests), is called once Watch sees the directory.
+	watchReady func()
 }
 
 // NewManager creates a Manager and loads every module in opts.Dir. A broken

@@ -141,7 +141,10 @@ func TestWatchSwapsAndRetires(t *testing.T) {
 	e := newEnv(t, func(dir string) { writeModule(t, dir, "policy", good, goodManifest(0)) }, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	watchDone := make(chan error, 1)
+	ready := make(chan struct{})
+	e.m.watchReady = func() { close(ready) }
 	go func() { watchDone <- e.m.Watch(ctx) }()
+	<-ready // a change before the watch is set up would go unseen
 	defer func() {
 		cancel()
 		if err := <-watchDone; err != nil {

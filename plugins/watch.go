@@ -24,6 +24,9 @@ func (m *Manager) Watch(ctx context.Context) error {
 	if err := w.Add(m.opts.Dir); err != nil {
 		return fmt.Errorf("plugins: watch %s: %w", m.opts.Dir, err)
 	}
+	if m.watchReady != nil {
+		m.watchReady()
+	}
 	var (
 		timer  clockwork.Timer
 		timerC <-chan time.Time
