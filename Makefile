@@ -25,6 +25,24 @@ lint:
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
 
+# End-to-end: the real volhost binary against real CSI drivers (test/peers, a
+# separate module: the GCE PD driver with its fake cloud, the csi-test mock).
+# The first build of the GCE PD driver takes minutes; later runs reuse the
+# Go build cache.
+E2E_BIN := $(CURDIR)/bin/e2e
+e2e: plugins
+	$(GO) build -o $(E2E_BIN)/volhost ./cmd/volhost
+	cd test/peers && $(GO) build -o $(E2E_BIN)/ ./cmd/gcepd ./cmd/mockcsi
+	cd test/peers && $(GO) vet ./...
+	cd test/peers && $(GO) test -race -count=1 ./internal/... ./cmd/mockcsi
+	cd test/peers && VOLHOST_E2E_BIN_DIR=$(E2E_BIN) VOLHOST_E2E_PLUGIN_BUILD=$(CURDIR)/$(PLUGIN_BUILD) \
+		$(GO) test -count=1 -timeout 30m ./e2e/...
+
+# Benchmarks of every package and the end-to-end release benchmarks; writes
+# BENCHMARKS.md and BENCHMARKS-release.png (scripts/bench.sh).
+bench: build plugins
+	@bash scripts/bench.sh
+
 run: build plugins
 	./bin/volhost agent -dev -module-dir $(PLUGIN_BUILD)
 
