@@ -676,11 +676,20 @@ func (p *pass) fail(ctx context.Context, c *structs.Claim, e *structs.ClaimError
 	}); err != nil {
 		return fmt.Errorf("mark volume %s/%s stuck: %w", p.ref.Namespace, p.ref.ID, err)
 	}
-	p.v.Stuck = s
+	p.setStuck(s)
 	p.w.metrics.VolumeStuck(p.ref, s)
 	p.log.Warn("volume stuck", "reason", reason, "alloc", c.AllocID, "node", c.NodeID,
 		"error", e.Error(), "attempts", c.Attempts)
 	return nil
+}
+
+// setStuck records the mark this pass wrote on its own shallow copy of the
+// volume: p.v may be the state store's object, shared with readers (the
+// API encoding it), and must never be written in place.
+func (p *pass) setStuck(s *structs.Stuck) {
+	v := *p.v
+	v.Stuck = s
+	p.v = &v
 }
 
 // clearStuck lifts the stuck mark once no remaining claim is failing.
@@ -698,7 +707,7 @@ func (p *pass) clearStuck(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("clear stuck volume %s/%s: %w", p.ref.Namespace, p.ref.ID, err)
 	}
-	p.v.Stuck = nil
+	p.setStuck(nil)
 	p.w.metrics.VolumeStuck(p.ref, nil)
 	p.log.Info("volume no longer stuck")
 	return nil

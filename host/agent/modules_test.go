@@ -1,0 +1,494 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/volhost/volhost/host/api/client"
+	"github.com/volhost/volhost/host/csi/csitest"
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/plugins"
+	"github.com/volhost/volhost/watcher"
+)
+
+// The agent's Wasm module tests (issue 4): one process, the agent with
+// -module-dir over example modules, scripted CSI drivers, and a fake clock
+// that drives the watcher's backoffs, the escape hatch's "after", the
+// grace period and the module runtime's breaker and debounce (the directory
+// watch never fires unless the clock moves, so reloads here are explicit).
+//
+// Modules are built once per test binary from examples/plugins and compiled
+// through the wazero cache every package shares (VOLHOST_WAZERO_CACHE, as
+// plugins/main_test.go): only default-policy, fault-policy (every runtime
+// fault; the variants are its bytes), fault-version and grace-policy.
+
+var (
+	repoRoot     string
+	exampleBuilt string
+	wasmCache    string
+	exampleMu    sync.Mutex
+	exampleErr   = map[string]error{}
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runAgentTests(m))
+}
+
+func runAgentTests(m *testing.M) int {
+	wd, err := os.Getwd()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	repoRoot = filepath.Dir(filepath.Dir(wd))
+	exampleBuilt, err = os.MkdirTemp("", "volhost-agent-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(exampleBuilt)
+	wasmCache = os.Getenv("VOLHOST_WAZERO_CACHE")
+	if wasmCache == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			base = os.TempDir()
+		}
+		wasmCache = filepath.Join(base, "volhost", "wazero-v1.12.0")
+	}
+	if err := os.MkdirAll(wasmCache, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+// exampleWasm returns examples/plugins/NAME built as a wasip1 c-shared
+// module, building it on first use.
+func exampleWasm(tb testing.TB, name string) []byte {
+	tb.Helper()
+	out := filepath.Join(exampleBuilt, name+".wasm")
+	exampleMu.Lock()
+	err, done := exampleErr[name]
+	if !done {
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./examples/plugins/"+name)
+		cmd.Dir = repoRoot
+		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
+		if b, cerr := cmd.CombinedOutput(); cerr != nil {
+			err = fmt.Errorf("building example %s: %v\n%s", name, cerr, b)
+		}
+		exampleErr[name] = err
+	}
+	exampleMu.Unlock()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// installModule writes dir/NAME.wasm (example's bytes) and dir/NAME.hcl
+// (testdata/manifest), each by rename like a deploy tool would.
+func installModule(tb testing.TB, dir, name, example, manifest string) {
+	tb.Helper()
+	src, err := os.ReadFile(filepath.Join("testdata", manifest))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for file, b := range map[string][]byte{name + ".wasm": exampleWasm(tb, example), name + ".hcl": src} {
+		tmp := filepath.Join(dir, ".tmp-"+file)
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, file)); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
+// moduleEnv is an agent serving a module directory on a fake clock.
+type moduleEnv struct {
+	a     *Agent
+	c     *client.Client
+	clock *clockwork.FakeClock
+	dir   string
+}
+
+var moduleT0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+
+// newModuleAgent starts a dev agent over dir (already filled), with a 1 s
+// backoff, three attempts before a volume is stuck, and tweak applied.
+func newModuleAgent(t *testing.T, dir string, tweak func(*Config)) *moduleEnv {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Dev = true
+	cfg.BindAddr = "127.0.0.1:0"
+	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg.ModuleDir = dir
+	cfg.ModuleCacheDir = wasmCache
+	cfg.Watcher.BackoffBase = "1s"
+	cfg.Watcher.BackoffMax = "1s"
+	cfg.Watcher.MaxAttempts = 3
+	if tweak != nil {
+		tweak(cfg)
+	}
+	e := &moduleEnv{clock: clockwork.NewFakeClockAt(moduleT0), dir: dir}
+	a, err := New(cfg, Options{Clock: e.clock,
+		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: hclog.DefaultOutput})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.a = a
+	t.Cleanup(func() {
+		if err := a.Shutdown(); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+	})
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.Cluster.WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e.c, err = client.New("http://"+a.HTTPAddr(), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range a.Modules.Status() {
+		if st.State != plugins.StateServing {
+			t.Fatalf("module %s is %s: %s", st.Name, st.State, st.Refusal)
+		}
+	}
+	return e
+}
+
+// waitVolumes follows the default namespace's volumes with blocking queries
+// until cond holds, calling step (e.g. a clock advance) after every answer
+// that does not satisfy it. The query's short wait bounds how long a step
+// that changes nothing takes to be retried; it decides no outcome.
+func (e *moduleEnv) waitVolumes(t *testing.T, what string, cond func(map[string]*structs.Volume) bool, step func()) map[string]*structs.Volume {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var index uint64
+	for {
+		vols, meta, err := e.c.Volumes(ctx, "default", "", &client.QueryOptions{Index: index, Wait: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+		byID := make(map[string]*structs.Volume, len(vols))
+		for _, v := range vols {
+			byID[v.ID] = v
+		}
+		if cond(byID) {
+			return byID
+		}
+		index = meta.Index
+		if step != nil {
+			step()
+		}
+	}
+}
+
+// setupPlugins registers a CSI plugin per driver on node1 (which runs every
+// plugin's node service).
+func setupPlugins(t *testing.T, c *client.Client, drivers map[string]*csitest.Server) {
+	t.Helper()
+	ctx := context.Background()
+	nps := map[string]*structs.NodePlugin{}
+	for id, drv := range drivers {
+		if _, err := c.RegisterPlugin(ctx, &structs.Plugin{ID: id, ControllerEndpoint: drv.Endpoint()}); err != nil {
+			t.Fatal(err)
+		}
+		nps[id] = &structs.NodePlugin{Endpoint: drv.Endpoint()}
+	}
+	if _, err := c.RegisterNode(ctx, &structs.Node{ID: "node1", RootDir: t.TempDir(), Plugins: nps}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// claimVolumes registers volumes (ID -> plugin), a running allocation
+// a-ID for each, and claims each volume for its allocation (publishing it),
+// with a few requests in flight at once.
+func claimVolumes(t *testing.T, c *client.Client, vols map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	var regs []*structs.Volume
+	var allocs []*structs.Alloc
+	for id, plugin := range vols {
+		regs = append(regs, &structs.Volume{ID: id, ExternalID: "disk-" + id, PluginID: plugin,
+			AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem})
+		allocs = append(allocs, &structs.Alloc{ID: "a-" + id, NodeID: "node1", ClientStatus: structs.AllocRunning})
+	}
+	if _, err := c.RegisterVolumes(ctx, regs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.UpsertAllocs(ctx, allocs); err != nil {
+		t.Fatal(err)
+	}
+	ids := make(chan string)
+	errs := make(chan error, len(vols))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range ids {
+				if _, err := c.ClaimVolume(ctx, &structs.ClaimRequest{VolumeID: id, AllocID: "a-" + id, NodeID: "node1", Mode: structs.ClaimWrite}); err != nil {
+					errs <- fmt.Errorf("claim %s: %w", id, err)
+				}
+			}
+		}()
+	}
+	for id := range vols {
+		ids <- id
+	}
+	close(ids)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}
+
+// endAllocs marks the volumes' allocations complete.
+func endAllocs(t *testing.T, c *client.Client, ids ...string) {
+	t.Helper()
+	var allocs []*structs.Alloc
+	for _, id := range ids {
+		allocs = append(allocs, &structs.Alloc{ID: "a-" + id, NodeID: "node1", ClientStatus: structs.AllocComplete})
+	}
+	if _, err := c.UpsertAllocs(context.Background(), allocs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// unpublished counts ControllerUnpublish calls per driver volume ID.
+func unpublished(drv *csitest.Server) map[string]int {
+	out := map[string]int{}
+	for _, c := range drv.Calls(csitest.ControllerUnpublish) {
+		out[c.VolumeID]++
+	}
+	return out
+}
+
+// faultCases are the faulty example modules and the fault kind each must
+// leave in the claim's last error and the stuck mark.
+var faultCases = []struct {
+	mode  string
+	fault plugins.FaultKind
+}{
+	{"panic", plugins.FaultGuestError},
+	{"trap", plugins.FaultTrap},
+	{"spin", plugins.FaultTimeout},
+	{"oom", plugins.FaultOOM},
+	{"malformed", plugins.FaultBadOutput},
+	{"stranger", plugins.FaultBadOutput},
+}
+
+// TestModuleFaultsIsolated: with each faulty module installed for one volume
+// of plugin "bad" (volume selectors) and the default-policy module serving
+// the rest, plugin "good"'s volumes are released normally, before and after
+// the bad ones fail; each bad volume is never released (no CSI call), and is
+// stuck after max_attempts with its module, version and fault kind in the
+// stuck mark and the claim's last error. With the escape hatch on, the
+// stuck volumes are force-deregistered once stuck for `after`, leaving
+// leftovers and an auto-force-deregister event; with it off they stay
+// stuck and `volume deregister -force` by hand succeeds.
+func TestModuleFaultsIsolated(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		hatch bool
+	}{
+		{"escape-hatch-on", true},
+		{"escape-hatch-off", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			installModule(t, dir, "default-policy", "default-policy", "modules-faults/default-policy.hcl")
+			for _, f := range faultCases {
+				installModule(t, dir, "fault-"+f.mode, "fault-policy", "modules-faults/fault-"+f.mode+".hcl")
+			}
+			const after = 15 * time.Minute
+			e := newModuleAgent(t, dir, func(cfg *Config) {
+				cfg.EscapeHatch.AutoForceDeregister = tc.hatch
+				cfg.EscapeHatch.After = after.String()
+			})
+			good := csitest.NewServer(t, csitest.Options{NodeID: "ext-node1", PublishUnpublish: true, StageUnstage: true})
+			bad := csitest.NewServer(t, csitest.Options{NodeID: "ext-node1", PublishUnpublish: true, StageUnstage: true})
+			setupPlugins(t, e.c, map[string]*csitest.Server{"good": good, "bad": bad})
+			vols := map[string]string{"good-1": "good", "good-2": "good", "good-3": "good"}
+			var badIDs []string
+			for _, f := range faultCases {
+				vols["bad-"+f.mode] = "bad"
+				badIDs = append(badIDs, "bad-"+f.mode)
+			}
+			claimVolumes(t, e.c, vols)
+			for id, info := range map[string]string{"good-1": "default-policy", "bad-trap": "fault-trap"} {
+				mi, err := e.a.ModuleInfo(info)
+				if err != nil {
+					t.Fatal(err)
+				}
+				found := false
+				for _, r := range mi.ServedVolumes {
+					found = found || r.ID == id
+				}
+				if !found {
+					t.Fatalf("module %s does not report serving %s: %+v", info, id, mi.ServedVolumes)
+				}
+			}
+
+			// Every allocation ends at once: the good volumes are released
+			// without the clock moving (no retry needed), whatever the bad
+			// modules do meanwhile.
+			endAllocs(t, e.c, append([]string{"good-1", "good-2"}, badIDs...)...)
+			e.waitVolumes(t, "good volumes released", func(v map[string]*structs.Volume) bool {
+				return len(v["good-1"].Claims) == 0 && len(v["good-2"].Claims) == 0
+			}, nil)
+
+			// The bad volumes fail each attempt; each clock step lets one
+			// more backoff expire, until every one is stuck.
+			step := func() { e.clock.Advance(2 * time.Second) }
+			vs := e.waitVolumes(t, "bad volumes stuck", func(v map[string]*structs.Volume) bool {
+				for _, id := range badIDs {
+					if v[id] == nil || v[id].Stuck == nil {
+						return false
+					}
+				}
+				return true
+			}, step)
+			for _, f := range faultCases {
+				id, mod := "bad-"+f.mode, "fault-"+f.mode
+				v := vs[id]
+				s, c := v.Stuck, v.Claims["a-"+id]
+				if s.Reason != watcher.ReasonMaxAttempts || s.Module != mod || s.Fault != string(f.fault) || s.Attempts != 3 || s.AllocID != "a-"+id {
+					t.Errorf("%s: stuck = %+v, want max attempts, module %s, fault %s, 3 attempts", id, s, mod, f.fault)
+				}
+				if c == nil || c.State != structs.ClaimTaken || c.LastError == nil {
+					t.Fatalf("%s: claim = %+v, want taken with a last error", id, c)
+				}
+				le := c.LastError
+				// Past threshold faults the breaker opens (fail fast, still a
+				// fault of this module); the first three are the module's own.
+				if le.Kind != structs.ErrorModule || le.Module != mod || le.ModuleVersion != "1.0.0" ||
+					(le.Fault != string(f.fault) && le.Fault != string(plugins.FaultOpenCircuit)) {
+					t.Errorf("%s: last error = %+v, want module %s 1.0.0 fault %s", id, le, mod, f.fault)
+				}
+			}
+			if n := len(bad.Calls(csitest.ControllerUnpublish)) + len(bad.Calls(csitest.NodeUnpublish)); n != 0 {
+				t.Fatalf("%d release calls reached the bad plugin's driver: a faulted decision released a claim", n)
+			}
+
+			// The watcher still serves everyone else.
+			endAllocs(t, e.c, "good-3")
+			e.waitVolumes(t, "good-3 released after the faults", func(v map[string]*structs.Volume) bool {
+				return len(v["good-3"].Claims) == 0
+			}, nil)
+			if got := unpublished(good); got["disk-good-1"] != 1 || got["disk-good-2"] != 1 || got["disk-good-3"] != 1 {
+				t.Fatalf("good driver's controller unpublish calls = %v, want one per volume", got)
+			}
+
+			// Stuck for longer than `after`.
+			e.clock.Advance(after + time.Minute)
+			ctx := context.Background()
+			if tc.hatch {
+				e.waitVolumes(t, "stuck volumes force-deregistered", func(v map[string]*structs.Volume) bool {
+					for _, id := range badIDs {
+						if v[id] != nil {
+							return false
+						}
+					}
+					return true
+				}, step)
+				leftovers, _, err := e.c.Leftovers(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := map[string]*structs.Leftover{}
+				for _, l := range leftovers {
+					got[l.VolumeID] = l
+				}
+				for _, id := range badIDs {
+					l := got[id]
+					if l == nil || l.AllocID != "a-"+id || l.PluginID != "bad" || l.State != structs.ClaimTaken || l.ExternalID != "disk-"+id || l.Reason != "escape-hatch" {
+						t.Errorf("%s: leftover = %+v, want the taken claim of a-%s by the escape hatch", id, l, id)
+					}
+				}
+				events, _, err := e.c.Events(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				auto := map[string]bool{}
+				for _, ev := range events {
+					if ev.Type == structs.EventAutoForce {
+						auto[ev.VolumeID] = true
+					}
+				}
+				for _, id := range badIDs {
+					if !auto[id] {
+						t.Errorf("no %s event for %s", structs.EventAutoForce, id)
+					}
+				}
+				return
+			}
+
+			// Off: the volumes stay stuck however long; a pass after the
+			// advance (the next failed attempt) proves the watcher looked.
+			before := vs
+			e.waitVolumes(t, "another attempt on every bad volume", func(v map[string]*structs.Volume) bool {
+				for _, id := range badIDs {
+					if v[id] == nil {
+						t.Fatalf("%s deregistered with the escape hatch off", id)
+					}
+					if v[id].Claims["a-"+id].Attempts <= before[id].Claims["a-"+id].Attempts {
+						return false
+					}
+				}
+				return true
+			}, step)
+			for _, id := range badIDs {
+				resp, _, err := e.c.Volume(ctx, "default", id, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.Volume.Stuck == nil {
+					t.Fatalf("%s no longer stuck", id)
+				}
+				dr, err := e.c.DeregisterVolume(ctx, "default", id, true)
+				if err != nil {
+					t.Fatalf("force deregister %s by hand: %v", id, err)
+				}
+				if len(dr.Leftovers) != 1 || dr.Leftovers[0].AllocID != "a-"+id {
+					t.Fatalf("force deregister %s: leftovers = %+v", id, dr.Leftovers)
+				}
+			}
+			e.waitVolumes(t, "bad volumes gone", func(v map[string]*structs.Volume) bool {
+				for _, id := range badIDs {
+					if v[id] != nil {
+						return false
+					}
+				}
+				return true
+			}, nil)
+			if leftovers, _, err := e.c.Leftovers(ctx, nil); err != nil || len(leftovers) != len(badIDs) {
+				t.Fatalf("leftovers = %d (%v), want %d", len(leftovers), err, len(badIDs))
+			}
+			if strings.Contains(fmt.Sprint(e.a.Modules.Status()), "retired") {
+				t.Fatal("a module retired during the test")
+			}
+		})
+	}
+}

@@ -1,0 +1,11 @@
+# fault-policy in mode trap, for the "bad" plugin's volume bad-trap only.
+kind    = "release-policy"
+version = "1.0.0"
+volumes = ["default/bad-trap"]
+limits {
+  memory_pages = 256
+  call_timeout = "5s"
+  pool_size    = 2
+  max_calls    = 10000
+}
+config = { mode = "trap" }
