@@ -17,7 +17,7 @@ import (
 //	GET    /v1/operator/snapshot             -> the whole state (application/octet-stream)
 //	PUT    /v1/operator/snapshot             body: a saved snapshot; restored through raft on every server
 const (
-	joinPath = "/v1/operator/raft/join"
+	joinPath = cluster.JoinPath
 	// maxSnapshotBytes bounds a restore upload (the normal body limit is
 	// for JSON requests, far smaller than a state).
 	maxSnapshotBytes = 1 << 30
