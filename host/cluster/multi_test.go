@@ -289,10 +289,14 @@ func TestJoinRefused(t *testing.T) {
 	}{
 		{"other cluster", func(r *JoinRequest) { r.ClusterID = "another-cluster" }, true, ""},
 		{"other version", func(r *JoinRequest) { r.Version = ProtocolVersion + 1 }, true, ""},
-		{"own ID", func(r *JoinRequest) { r.ID = "s1" }, true, ""},
+		{"own ID at another address", func(r *JoinRequest) { r.ID = "s1" }, true, ""},
 		{"no ID", func(r *JoinRequest) { r.ID = "" }, false, "id"},
 		{"no raft address", func(r *JoinRequest) { r.RaftAddr = "" }, false, "raft_addr"},
 		{"address of another server", func(r *JoinRequest) { r.RaftAddr = "raft-s1" }, false, ""},
+	}
+	// A server whose retry-join reaches itself (it leads now) is told yes.
+	if resp, err := l.c.Join(testCtx(t), l.c.Self()); err != nil || resp.Leader != "s1" {
+		t.Fatalf("join of the leader itself: %+v %v", resp, err)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -226,6 +226,14 @@ func (c *Cluster) Join(ctx context.Context, req JoinRequest) (JoinResponse, erro
 	if err := c.validateJoin(req); err != nil {
 		return JoinResponse{}, err
 	}
+	if req.ID == c.cfg.NodeID && req.RaftAddr == c.RaftAddr() {
+		// This server asking itself: a restarted server's retry-join that
+		// reached the cluster through itself, now the leader or a member.
+		if c.IsLeader() {
+			return JoinResponse{ClusterID: c.ID(), Leader: c.cfg.NodeID}, nil
+		}
+		return JoinResponse{}, fmt.Errorf("join: %w (this server is not the leader)", structs.ErrNoLeader)
+	}
 	if req.ID == c.cfg.NodeID {
 		return JoinResponse{}, fmt.Errorf("%w: %w: server ID %s is this server's own ID (give every server its own -node-id)",
 			ErrJoinRefused, structs.ErrConflict, req.ID)
