@@ -420,11 +420,13 @@ func (g *generation) fault(parent, cctx context.Context, err error, out *tailBuf
 	kind := FaultTrap
 	var exit *sys.ExitError
 	switch {
+	// Out of memory first: a Go guest dying of it can spend long enough
+	// printing its goroutine dump to also hit the deadline.
+	case mem != nil && g.nearCap(mem), strings.Contains(output, "out of memory"):
+		kind = FaultOOM
 	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded,
 		errors.Is(cctx.Err(), context.DeadlineExceeded):
 		kind = FaultTimeout
-	case mem != nil && g.nearCap(mem), strings.Contains(output, "out of memory"):
-		kind = FaultOOM
 	}
 	return &FaultError{Module: g.name, Version: g.version, Kind: kind,
 		Err: fmt.Errorf("%s: %w", what, err), Output: output}
