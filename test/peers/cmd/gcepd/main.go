@@ -10,7 +10,7 @@
 //
 //	POST /fault      {"method":"ControllerUnpublishVolume","code":"Unavailable","count":2,"hang":"5s"}
 //	POST /fault      {"detach_errors":-1}   fail detaches in the fake cloud (-1: all, N: the next N, 0: none)
-//	DELETE /fault    clear every rule and armed detach error
+//	DELETE /fault    clear every rule and armed detach error, and end every hang in progress
 //	GET /calls       {"calls":[...finished, in completion order], "started":[...in arrival order]}
 //	DELETE /calls    forget the recorded calls
 //	GET /attached?disk=D&node=N   {"attached":true|false} from the fake cloud
