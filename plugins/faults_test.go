@@ -11,7 +11,10 @@ import (
 	"github.com/volhost/volhost/abi"
 )
 
-const faultCallTimeout = time.Second
+// faultCallTimeout leaves a Go guest dying of out-of-memory time to print
+// its fatal error under -race on a loaded machine: every loop iteration of
+// its allocator exits to the host for the close-on-context-done check.
+const faultCallTimeout = 3 * time.Second
 
 // faultRequest asks fault-policy to misbehave in mode for this one request
 // (examples/plugins/fault-policy: volume context key "fault.mode").
@@ -28,7 +31,7 @@ func TestFaultIsolation(t *testing.T) {
 	e := newEnv(t, func(dir string) {
 		writeModule(t, dir, "fault-policy", faulty, manifest("release-policy", `limits {
   memory_pages = 128
-  call_timeout = "1s"
+  call_timeout = "3s"
   pool_size    = 2
 }`))
 		writeModule(t, dir, "default-policy", healthy, manifest("release-policy", policyManifest))
