@@ -492,3 +492,259 @@ func TestModuleFaultsIsolated(t *testing.T) {
 		})
 	}
 }
+
+// lastSeq is the highest call sequence number the driver has recorded.
+func lastSeq(drv *csitest.Server) int {
+	n := 0
+	for _, c := range drv.AllCalls() {
+		n = max(n, c.Seq)
+	}
+	return n
+}
+
+// moduleStatus reads a module's status through the API (`module status`).
+func (e *moduleEnv) moduleStatus(t *testing.T, name string) plugins.Status {
+	t.Helper()
+	mi, err := e.c.Module(context.Background(), name)
+	if err != nil {
+		t.Fatalf("module status %s: %v", name, err)
+	}
+	return mi.Status
+}
+
+// moduleEventKinds lists the recorded module events of a module.
+func (e *moduleEnv) moduleEventKinds(t *testing.T, module string) []string {
+	t.Helper()
+	events, _, err := e.c.Events(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ev := range events {
+		if ev.Type == structs.EventModule && ev.Module == module {
+			out = append(out, ev.Fields["event"])
+		}
+	}
+	return out
+}
+
+// waitCond polls cond (state with no blocking query: module statistics,
+// recorded events) until it holds or a deadline passes.
+func waitCond(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		<-time.After(2 * time.Millisecond)
+	}
+}
+
+// TestModuleHotSwapWhileReleasing: 1,000 claims are released in ten waves
+// while the policy module is replaced good -> bad -> good. The bad version
+// (ABI version 99) is refused with its reason in `module status` while the
+// good one keeps serving; the second good version is swapped in. No call is
+// lost (every claim ends released, each volume detached exactly once), none
+// is released against policy (no release call for a volume before its
+// allocation ended; the volumes whose allocations run are never touched),
+// and no release attempt fails across the swaps.
+func TestModuleHotSwapWhileReleasing(t *testing.T) {
+	const releases, waves, live = 1000, 10, 20
+	dir := t.TempDir()
+	installModule(t, dir, "policy", "default-policy", "modules-swap/policy-good.hcl")
+	// The driver takes concurrent controller calls (the default of one
+	// at a time per plugin would make this a test of the driver's speed).
+	e := newModuleAgent(t, dir, func(cfg *Config) { cfg.Watcher.ControllerConcurrency = 16 })
+	drv := csitest.NewServer(t, csitest.Options{NodeID: "ext-node1", PublishUnpublish: true, StageUnstage: true})
+	setupPlugins(t, e.c, map[string]*csitest.Server{"csi": drv})
+	vols := map[string]string{}
+	var ids []string
+	for i := range releases {
+		id := fmt.Sprintf("r-%04d", i)
+		vols[id] = "csi"
+		ids = append(ids, id)
+	}
+	for i := range live {
+		vols[fmt.Sprintf("live-%02d", i)] = "csi"
+	}
+	start := time.Now()
+	claimVolumes(t, e.c, vols)
+	t.Logf("phase: claimed %v", time.Since(start))
+	ctx := context.Background()
+
+	// seqBefore[id]: the driver's last call before id's allocation ended;
+	// any release call for id must come after it.
+	seqBefore := map[string]int{}
+	per := releases / waves
+	for w := range waves {
+		switch w {
+		case 3: // bad: refused, the serving generation stays
+			installModule(t, dir, "policy", "fault-version", "modules-swap/policy-bad.hcl")
+			if _, err := e.c.ReloadModules(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st := e.moduleStatus(t, "policy")
+			if st.State != plugins.StateServing || st.Generation != 1 || st.Version != "1.0.0" ||
+				!strings.Contains(st.Refusal, "99") {
+				t.Fatalf("after the bad version: status = %+v, want generation 1 (1.0.0) serving and a refusal naming ABI version 99", st)
+			}
+		case 7: // good again: swapped in
+			installModule(t, dir, "policy", "default-policy", "modules-swap/policy-good2.hcl")
+			if _, err := e.c.ReloadModules(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st := e.moduleStatus(t, "policy")
+			if st.State != plugins.StateServing || st.Generation != 2 || st.Version != "3.0.0" || st.Refusal != "" {
+				t.Fatalf("after the good version: status = %+v, want generation 2 (3.0.0) serving, no refusal", st)
+			}
+		}
+		batch := ids[w*per : (w+1)*per]
+		seq := lastSeq(drv)
+		for _, id := range batch {
+			seqBefore["disk-"+id] = seq
+		}
+		endAllocs(t, e.c, batch...)
+	}
+
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if err := drv.WaitFor(waitCtx, func() bool { return len(drv.Calls(csitest.ControllerUnpublish)) >= releases }); err != nil {
+		t.Fatalf("controller unpublish calls: %d of %d: %v", len(drv.Calls(csitest.ControllerUnpublish)), releases, err)
+	}
+	t.Logf("phase: detached %v", time.Since(start))
+	vs := e.waitVolumes(t, "every claim released", func(v map[string]*structs.Volume) bool {
+		for _, id := range ids {
+			if len(v[id].Claims) != 0 {
+				return false
+			}
+		}
+		return true
+	}, nil)
+	for id, v := range vs {
+		if strings.HasPrefix(id, "live-") {
+			if c := v.Claims["a-"+id]; c == nil || c.State != structs.ClaimTaken || c.Attempts != 0 {
+				t.Errorf("%s: claim of a running allocation = %+v, want taken and never attempted", id, c)
+			}
+		}
+	}
+	detached := unpublished(drv)
+	for _, id := range ids {
+		if detached["disk-"+id] != 1 {
+			t.Errorf("%s detached %d times, want once", id, detached["disk-"+id])
+		}
+	}
+	for _, c := range drv.AllCalls() {
+		switch c.Method {
+		case csitest.NodeUnpublish, csitest.NodeUnstage, csitest.ControllerUnpublish:
+			before, ok := seqBefore[c.VolumeID]
+			if !ok {
+				t.Errorf("release call %s for %s, whose allocation runs", c.Method, c.VolumeID)
+			} else if c.Seq <= before {
+				t.Errorf("release call %s (#%d) for %s before its allocation ended (#%d)", c.Method, c.Seq, c.VolumeID, before)
+			}
+		}
+	}
+	st := e.moduleStatus(t, "policy")
+	if st.Calls < releases || len(st.Faults) != 0 {
+		t.Fatalf("policy module: %d calls, faults %v; want >= %d calls (every release decided by Wasm), no faults", st.Calls, st.Faults, releases)
+	}
+	events, _, err := e.c.Events(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events {
+		if ev.Type == structs.EventClaimFailed || ev.Type == structs.EventVolumeStuck {
+			t.Fatalf("release attempt failed across the swaps: %+v", ev)
+		}
+	}
+	t.Logf("phase: checked %v", time.Since(start))
+	waitCond(t, "module events recorded", func() bool {
+		return strings.Join(e.moduleEventKinds(t, "policy"), ",") == "loaded,refused,swapped"
+	})
+	t.Logf("phase: events %v", time.Since(start))
+}
+
+// releaseEvent reports whether a claim of the volume has been recorded
+// released (a claim-transition event to ready-to-free).
+func releaseEvent(t *testing.T, e *moduleEnv, volume string) bool {
+	t.Helper()
+	events, _, err := e.c.Events(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range events {
+		if ev.Type == structs.EventClaimTransition && ev.VolumeID == volume && strings.Contains(ev.Message, "released") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestModuleSwapToGracePolicy: under the default-policy module a claim is
+// released as soon as its allocation ends; after the module is swapped to
+// grace-policy (grace = "30s") the next one waits: the policy is asked and
+// the claim stays taken at 29 s, with no release event, and is released
+// (claim removed, release event recorded) once 30 s have passed.
+func TestModuleSwapToGracePolicy(t *testing.T) {
+	dir := t.TempDir()
+	installModule(t, dir, "policy", "default-policy", "modules-swap/policy-good.hcl")
+	e := newModuleAgent(t, dir, nil)
+	drv := csitest.NewServer(t, csitest.Options{NodeID: "ext-node1", PublishUnpublish: true, StageUnstage: true})
+	setupPlugins(t, e.c, map[string]*csitest.Server{"csi": drv})
+	claimVolumes(t, e.c, map[string]string{"g-1": "csi", "g-2": "csi"})
+	ctx := context.Background()
+
+	// Default policy: released with the clock standing still.
+	start := time.Now()
+	endAllocs(t, e.c, "g-1")
+	e.waitVolumes(t, "g-1 released at once", func(v map[string]*structs.Volume) bool { return len(v["g-1"].Claims) == 0 }, nil)
+	if !releaseEvent(t, e, "g-1") {
+		t.Fatal("no release event for g-1")
+	}
+	t.Logf("phase: g-1 released %v", time.Since(start))
+
+	installModule(t, dir, "policy", "grace-policy", "modules-swap/policy-grace.hcl")
+	if _, err := e.c.ReloadModules(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.moduleStatus(t, "policy"); st.Generation != 2 || st.Version != "4.0.0" {
+		t.Fatalf("after the swap: status = %+v, want generation 2 (4.0.0)", st)
+	}
+	t.Logf("phase: swapped %v", time.Since(start))
+	calls := e.moduleStatus(t, "policy").Calls
+	endAllocs(t, e.c, "g-2")
+	asked := func(what string) {
+		t.Helper()
+		waitCond(t, what, func() bool { return e.moduleStatus(t, "policy").Calls > calls })
+		calls = e.moduleStatus(t, "policy").Calls
+		vs := e.waitVolumes(t, "g-2", func(map[string]*structs.Volume) bool { return true }, nil)
+		if c := vs["g-2"].Claims["a-g-2"]; c == nil || c.State != structs.ClaimTaken || c.Attempts != 0 {
+			t.Fatalf("%s: claim = %+v, want taken, waiting without a failed attempt", what, c)
+		}
+		if n := unpublished(drv)["disk-g-2"] + len(drv.Calls(csitest.NodeUnpublish)) - 1; n != 0 {
+			t.Fatalf("%s: release calls for g-2 during its grace", what)
+		}
+		if releaseEvent(t, e, "g-2") {
+			t.Fatalf("%s: a release event for g-2 during its grace", what)
+		}
+		t.Logf("phase: %s %v", what, time.Since(start))
+	}
+	asked("grace-policy asked when the allocation ended")
+	e.clock.Advance(29 * time.Second)
+	if _, err := e.c.SystemGC(ctx); err != nil { // a pass at 29 s
+		t.Fatal(err)
+	}
+	asked("grace-policy asked again at 29 s")
+	e.clock.Advance(2 * time.Second) // the wait's wake-up at 30 s fires
+	e.waitVolumes(t, "g-2 released after its grace", func(v map[string]*structs.Volume) bool { return len(v["g-2"].Claims) == 0 }, nil)
+
+	if !releaseEvent(t, e, "g-2") {
+		t.Fatal("no release event for g-2 after its grace")
+	}
+	t.Logf("phase: released after grace %v", time.Since(start))
+	waitCond(t, "swap event recorded", func() bool {
+		return strings.Join(e.moduleEventKinds(t, "policy"), ",") == "loaded,swapped"
+	})
+	t.Logf("phase: events %v", time.Since(start))
+}
