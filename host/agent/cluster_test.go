@@ -23,6 +23,32 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
+// Raft timings of the agent cluster tests: short enough for a quick
+// failover, long enough that a loaded 2-core machine under -race does not
+// hold elections in the middle of the setup.
+const (
+	testHeartbeat = 500 * time.Millisecond
+	testLease     = 250 * time.Millisecond
+)
+
+// retryNoLeader runs a write again while the cluster answers 503 "no
+// cluster leader" (a leadership change under load), as a client should;
+// any other outcome is returned.
+func retryNoLeader(t testing.TB, write func() error) error {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		err := write()
+		var ae *client.APIError
+		if !errors.As(err, &ae) || ae.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			return err
+		}
+		t.Logf("retrying after %v", err)
+		backoff := time.NewTimer(50 * time.Millisecond) // a client's retry backoff
+		<-backoff.C
+	}
+}
+
 type clusterAgent struct {
 	id    string
 	a     *Agent
@@ -66,9 +92,9 @@ func startAgentCluster(t testing.TB, n int) *agentCluster {
 			Logger: hclog.New(&hclog.LoggerOptions{Name: id, Level: hclog.Warn, Output: hclog.DefaultOutput}),
 			TuneCluster: func(cc *cluster.Config) {
 				cc.Transport = trans
-				cc.HeartbeatTimeout = 300 * time.Millisecond
-				cc.ElectionTimeout = 300 * time.Millisecond
-				cc.LeaderLeaseTimeout = 150 * time.Millisecond
+				cc.HeartbeatTimeout = testHeartbeat
+				cc.ElectionTimeout = testHeartbeat
+				cc.LeaderLeaseTimeout = testLease
 			},
 		})
 		if err != nil {
@@ -171,12 +197,19 @@ func claimsLeft(t testing.TB, a *Agent) int {
 func setupVolumes(t testing.TB, c *client.Client, drv *csitest.Server, n int) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := c.RegisterPlugin(ctx, &structs.Plugin{ID: "csi", ControllerEndpoint: drv.Endpoint()}); err != nil {
+	if err := retryNoLeader(t, func() error {
+		_, err := c.RegisterPlugin(ctx, &structs.Plugin{ID: "csi", ControllerEndpoint: drv.Endpoint()})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.RegisterNode(ctx, &structs.Node{ID: "node1", RootDir: t.TempDir(), Plugins: map[string]*structs.NodePlugin{
-		"csi": {Endpoint: drv.Endpoint()},
-	}}); err != nil {
+	root := t.TempDir()
+	if err := retryNoLeader(t, func() error {
+		_, err := c.RegisterNode(ctx, &structs.Node{ID: "node1", RootDir: root, Plugins: map[string]*structs.NodePlugin{
+			"csi": {Endpoint: drv.Endpoint()},
+		}})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	var vols []*structs.Volume
@@ -188,16 +221,20 @@ func setupVolumes(t testing.TB, c *client.Client, drv *csitest.Server, n int) {
 		})
 		allocs = append(allocs, &structs.Alloc{ID: fmt.Sprintf("web-%d", i), NodeID: "node1", ClientStatus: structs.AllocRunning})
 	}
-	if _, err := c.RegisterVolumes(ctx, vols); err != nil {
+	if err := retryNoLeader(t, func() error { _, err := c.RegisterVolumes(ctx, vols); return err }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.UpsertAllocs(ctx, allocs); err != nil {
+	if err := retryNoLeader(t, func() error { _, err := c.UpsertAllocs(ctx, allocs); return err }); err != nil {
 		t.Fatal(err)
 	}
 	for i := range n {
-		if _, err := c.ClaimVolume(ctx, &structs.ClaimRequest{
-			VolumeID: fmt.Sprintf("vol-%d", i), AllocID: fmt.Sprintf("web-%d", i), NodeID: "node1", Mode: structs.ClaimWrite,
-		}); err != nil {
+		err := retryNoLeader(t, func() error {
+			_, err := c.ClaimVolume(ctx, &structs.ClaimRequest{
+				VolumeID: fmt.Sprintf("vol-%d", i), AllocID: fmt.Sprintf("web-%d", i), NodeID: "node1", Mode: structs.ClaimWrite,
+			})
+			return err
+		})
+		if err != nil {
 			t.Fatalf("claim %d: %v", i, err)
 		}
 	}
@@ -210,7 +247,7 @@ func finishAllocs(t testing.TB, c *client.Client, n int) {
 	for i := range n {
 		allocs = append(allocs, &structs.Alloc{ID: fmt.Sprintf("web-%d", i), NodeID: "node1", ClientStatus: structs.AllocComplete})
 	}
-	if _, err := c.UpsertAllocs(context.Background(), allocs); err != nil {
+	if err := retryNoLeader(t, func() error { _, err := c.UpsertAllocs(context.Background(), allocs); return err }); err != nil {
 		t.Fatal(err)
 	}
 }
