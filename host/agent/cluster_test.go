@@ -453,9 +453,9 @@ func TestClusterTransferLeaderStopsWatcherFirst(t *testing.T) {
 
 // BenchmarkFailover measures the failover time from killing the leader (in
 // the middle of a controller detach) to the first release completed by the
-// new leader: election, the step-up barrier, StepUpDelay (2 x 150ms lease
+// new leader: election, the step-up barrier, StepUpDelay (2 x 250ms lease
 // + 1s cancel margin) and the resumed release. Raft timings: heartbeat and
-// election 300ms, lease 150ms. Run with -benchtime=3x.
+// election 500ms, lease 250ms. Run with -benchtime=3x.
 func BenchmarkFailover(b *testing.B) {
 	var total time.Duration
 	for range b.N {
