@@ -7,7 +7,7 @@
 # section as it is; writes BENCHMARKS-release.png. Raw outputs go to bin/bench/.
 #
 # Environment: BENCHTIME (default 200ms) for micro-benchmarks; CLAIMS (1000)
-# and NODES (10) for the end-to-end runs; SKIP_GO=1 or SKIP_E2E=1 to run a part.
+# NODES (10) and ROUNDS (3) for the end-to-end runs; SKIP_GO=1 or SKIP_E2E=1 to run a part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -16,39 +16,50 @@ mkdir -p "$out"
 benchtime=${BENCHTIME:-200ms}
 claims=${CLAIMS:-1000}
 nodes=${NODES:-10}
+rounds=${ROUNDS:-3}
 started=$(date -u +%Y-%m-%dT%H:%MZ)
 t0=$(date +%s)
 
 # Benchmarks whose one op is a whole scenario (with untimed setup) run a
 # fixed number of times; the rest for $benchtime.
-fixed_count() {
+benchtime_of() {
   case "$1" in
-    ./watcher) echo 1x ;;
-    ./host/agent) echo 3x ;;
-    ./host/cluster) echo 2000x ;;
+    BenchmarkStepUp) echo 1x ;;
+    BenchmarkFailover) echo 3x ;;
+    BenchmarkClaimTransitions) echo 2000x ;;
     *) echo "$benchtime" ;;
   esac
 }
 
+# run_benchmarks DIR PKG: every Benchmark of PKG (run from DIR), grouped by
+# benchtime, appended raw to go-bench.txt.
+run_benchmarks() {
+  local dir=$1 pkg=$2 names bt group
+  names=$(cd "$dir" && go test -list '^Benchmark' "$pkg" 2>/dev/null | grep '^Benchmark' || true)
+  [ -n "$names" ] || return 0
+  for bt in $(for n in $names; do benchtime_of "$n"; done | sort -u); do
+    group=$(for n in $names; do if [ "$(benchtime_of "$n")" = "$bt" ]; then echo "$n"; fi; done | paste -sd'|')
+    echo "== (cd $dir && go test -run '^\$' -bench '^($group)\$' -benchmem -benchtime $bt $pkg)" | tee -a "$out/go-bench.txt"
+    (cd "$dir" && go test -run '^$' -bench "^($group)\$" -benchmem -benchtime "$bt" -timeout 15m "$pkg" 2>&1) |
+      tee -a "$out/go-bench.txt" | grep -E '^(Benchmark|ok|FAIL|---)' || true
+  done
+}
+
 if [ "${SKIP_GO:-}" != 1 ]; then
   : >"$out/go-bench.txt"
-  # Every package of the product module with a Benchmark function.
+  # Every package of the product module with a Benchmark function, then the
+  # separate modules that have benchmarks (test/peers has none of its own).
   for pkg in $(grep -rl --include='*_test.go' '^func Benchmark' . | grep -v '^./test/' | xargs -n1 dirname | sort -u); do
-    bt=$(fixed_count "$pkg")
-    echo "== go test -run '^\$' -bench . -benchmem -benchtime $bt $pkg" | tee -a "$out/go-bench.txt"
-    go test -run '^$' -bench . -benchmem -benchtime "$bt" -timeout 15m "$pkg" 2>&1 | tee -a "$out/go-bench.txt" | grep -E '^(Benchmark|ok|FAIL|---)' || true
+    run_benchmarks . "$pkg"
   done
-  # Separate modules with benchmarks (test/peers has none of its own).
   for mod in test/extism; do
-    [ -f "$mod/go.mod" ] || continue
-    echo "== (cd $mod && go test -run '^\$' -bench . -benchmem -benchtime $benchtime ./...)" | tee -a "$out/go-bench.txt"
-    (cd "$mod" && go test -run '^$' -bench . -benchmem -benchtime "$benchtime" -timeout 15m ./... 2>&1) | tee -a "$out/go-bench.txt" | grep -E '^(Benchmark|ok|FAIL|---)' || true
+    if [ -f "$mod/go.mod" ]; then run_benchmarks "$mod" ./...; fi
   done
 fi
 t1=$(date +%s)
 
 if [ "${SKIP_E2E:-}" != 1 ]; then
-  (cd test/peers && go run ./cmd/releasebench -claims "$claims" -nodes "$nodes" \
+  (cd test/peers && go run ./cmd/releasebench -claims "$claims" -nodes "$nodes" -rounds "$rounds" \
     -plugin-build "$root/examples/plugins/build" -out "$out")
   cp "$out/release.png" BENCHMARKS-release.png
 fi
@@ -81,7 +92,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ 
   echo "| machine | $(uname -sm), $(nproc) CPUs, $cpu |"
   echo "| Go | $(go version | cut -d' ' -f3-) |"
   echo "| load average at start | $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) |"
-  echo "| command | \`make bench\` (BENCHTIME=$benchtime CLAIMS=$claims NODES=$nodes) |"
+  echo "| command | \`make bench\` (BENCHTIME=$benchtime CLAIMS=$claims NODES=$nodes ROUNDS=$rounds) |"
 } >"$out/machine.md"
 replace_section machine "Machine and command (make bench)" "$out/machine.md"
 
@@ -89,7 +100,7 @@ if [ -f "$out/release.md" ] && [ "${SKIP_E2E:-}" != 1 ]; then
   {
     echo '```sh'
     echo "make build plugins"
-    echo "cd test/peers && go run ./cmd/releasebench -claims $claims -nodes $nodes -plugin-build ../../examples/plugins/build -out ../../bin/bench"
+    echo "cd test/peers && go run ./cmd/releasebench -claims $claims -nodes $nodes -rounds $rounds -plugin-build ../../examples/plugins/build -out ../../bin/bench"
     echo '```'
     echo
     cat "$out/release.md"
@@ -106,7 +117,7 @@ if [ -s "$out/go-bench.txt" ] && [ "${SKIP_GO:-}" != 1 ]; then
     echo "fake), with goroutines and watcher heap measured once idle again:"
     echo
     echo '```sh'
-    echo "go test -run '^\$' -bench BenchmarkStepUp -benchmem -benchtime 1x ./watcher"
+    echo "go test -run '^\$' -bench '^BenchmarkStepUp\$' -benchmem -benchtime 1x ./watcher"
     echo '```'
     echo
     echo "| variant | step-up to all assessed (s) | goroutines while idle | watcher heap (MB) | tracked volumes |"

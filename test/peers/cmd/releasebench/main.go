@@ -13,6 +13,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -52,6 +53,9 @@ type Result struct {
 	P99ms         float64 `json:"p99_ms"`
 	MaxMs         float64 `json:"max_ms"`
 	ControllerRPC int     `json:"controller_unpublish_calls"`
+	// Rounds holds the throughput of every round; the other numbers are
+	// those of the median round (by throughput).
+	Rounds []float64 `json:"rounds_claims_per_sec"`
 }
 
 func main() {
@@ -68,6 +72,7 @@ func run() error {
 		out         = flag.String("out", ".", "directory for release.json, release.md and release.png")
 		pluginBuild = flag.String("plugin-build", "", "directory of built example modules (make plugins); empty: no Wasm scenario")
 		only        = flag.String("only", "", "comma-separated scenario names to run (default all)")
+		rounds      = flag.Int("rounds", 3, "rounds; each runs every scenario once, in turn, so machine noise spreads over all of them")
 	)
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -91,18 +96,31 @@ func run() error {
 	if *pluginBuild != "" {
 		scenarios = append(scenarios, Scenario{Name: "wasm cc=16", ControllerConcurrency: 16, Wasm: true})
 	}
-	var results []Result
+	var picked []Scenario
 	for _, s := range scenarios {
-		if *only != "" && !slices.Contains(strings.Split(*only, ","), s.Name) {
-			continue
+		if *only == "" || slices.Contains(strings.Split(*only, ","), s.Name) {
+			picked = append(picked, s)
 		}
-		fmt.Fprintf(os.Stderr, "releasebench: %s: %d claims over %d nodes\n", s.Name, *claims, *nodes)
-		r, err := measure(ctx, bins, s, *claims, *nodes, *pluginBuild)
-		if err != nil {
-			return fmt.Errorf("%s: %w", s.Name, err)
+	}
+	runs := make([][]Result, len(picked))
+	for round := 1; round <= *rounds; round++ {
+		for i, s := range picked {
+			fmt.Fprintf(os.Stderr, "releasebench: round %d/%d: %s: %d claims over %d nodes\n", round, *rounds, s.Name, *claims, *nodes)
+			r, err := measure(ctx, bins, s, *claims, *nodes, *pluginBuild)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.Name, err)
+			}
+			fmt.Fprintf(os.Stderr, "releasebench: %s: %.1f claims/s, p50 %.0fms p99 %.0fms\n", s.Name, r.ClaimsPerSec, r.P50ms, r.P99ms)
+			runs[i] = append(runs[i], r)
 		}
-		fmt.Fprintf(os.Stderr, "releasebench: %s: %.1f claims/s, p50 %.0fms p99 %.0fms\n", s.Name, r.ClaimsPerSec, r.P50ms, r.P99ms)
-		results = append(results, r)
+	}
+	results := make([]Result, len(picked))
+	for i, rs := range runs {
+		slices.SortFunc(rs, func(a, b Result) int { return cmp.Compare(a.ClaimsPerSec, b.ClaimsPerSec) })
+		results[i] = rs[len(rs)/2]
+		for _, r := range rs {
+			results[i].Rounds = append(results[i].Rounds, r.ClaimsPerSec)
+		}
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
@@ -111,7 +129,7 @@ func run() error {
 	if err := os.WriteFile(filepath.Join(*out, "release.json"), b, 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(*out, "release.md"), []byte(markdown(results, *claims, *nodes)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(*out, "release.md"), []byte(markdown(results, *claims, *nodes, *rounds)), 0o644); err != nil {
 		return err
 	}
 	return plotResults(results, filepath.Join(*out, "release.png"))
@@ -358,12 +376,13 @@ func followRemovals(ctx context.Context, addr string, since uint64, n int) (map[
 	return removed, nil
 }
 
-func markdown(rs []Result, claims, nodes int) string {
+func markdown(rs []Result, claims, nodes, rounds int) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d claims over %d nodes per scenario, each with a fresh `volhost agent -dev` and a fresh GCE PD driver (`test/peers/cmd/gcepd`, fake cloud). ", claims, nodes)
+	fmt.Fprintf(&b, "%d claims over %d nodes per scenario, each run with a fresh `volhost agent -dev` and a fresh GCE PD driver (`test/peers/cmd/gcepd`, fake cloud); ", claims, nodes)
+	fmt.Fprintf(&b, "%d rounds, each running every scenario once in turn; the row is the median round by throughput, and the last column lists every round. ", rounds)
 	b.WriteString("Latency: allocation marked complete → the event that removes the claim (server timestamps). Throughput: claims / time to the last removal.\n\n")
-	b.WriteString("| scenario | controller concurrency | per-volume limit | claims/s | p50 ms | p90 ms | p99 ms | max ms | ControllerUnpublish calls |\n")
-	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("| scenario | controller concurrency | per-volume limit | claims/s | p50 ms | p90 ms | p99 ms | max ms | ControllerUnpublish calls | claims/s by round |\n")
+	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
 	var base, native16, wasm16 *Result
 	for i := range rs {
 		r := &rs[i]
@@ -371,8 +390,12 @@ func markdown(rs []Result, claims, nodes int) string {
 		if r.VolumeRateLimit > 0 {
 			limit = fmt.Sprintf("%g/s burst %d", r.VolumeRateLimit, r.VolumeRateBurst)
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %.1f | %.0f | %.0f | %.0f | %.0f | %d |\n", r.Name, r.ControllerConcurrency, limit,
-			r.ClaimsPerSec, r.P50ms, r.P90ms, r.P99ms, r.MaxMs, r.ControllerRPC)
+		var byRound []string
+		for _, x := range r.Rounds {
+			byRound = append(byRound, fmt.Sprintf("%.0f", x))
+		}
+		fmt.Fprintf(&b, "| %s | %d | %s | %.1f | %.0f | %.0f | %.0f | %.0f | %d | %s |\n", r.Name, r.ControllerConcurrency, limit,
+			r.ClaimsPerSec, r.P50ms, r.P90ms, r.P99ms, r.MaxMs, r.ControllerRPC, strings.Join(byRound, ", "))
 		switch {
 		case r.VolumeRateLimit > 0:
 			base = r
