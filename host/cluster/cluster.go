@@ -75,6 +75,10 @@ type Config struct {
 	// snapshot policy (zero keeps raft's defaults).
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
+	// TrailingLogs is how many log entries a snapshot leaves behind for
+	// slow followers (zero keeps raft's 10240); a follower further behind
+	// catches up from the snapshot.
+	TrailingLogs uint64
 	// Clock stamps log entries (the time the FSM applies them with).
 	Clock clockwork.Clock
 
@@ -209,6 +213,9 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	}
 	if cfg.SnapshotInterval > 0 {
 		rc.SnapshotInterval = cfg.SnapshotInterval
+	}
+	if cfg.TrailingLogs > 0 {
+		rc.TrailingLogs = cfg.TrailingLogs
 	}
 
 	var (

@@ -57,8 +57,22 @@ func serverConfig(id string, dir string, trans raft.Transport, expect int) Confi
 // newNode starts one server; dir "" keeps it in memory.
 func (tc *tcluster) newNode(id, dir string, expect int) *node {
 	tc.t.Helper()
+	return tc.start(id, dir, expect, nil)
+}
+
+// newNodeWith starts an in-memory server with a changed configuration.
+func (tc *tcluster) newNodeWith(id string, expect int, mod func(*Config)) *node {
+	tc.t.Helper()
+	return tc.start(id, "", expect, mod)
+}
+
+func (tc *tcluster) start(id, dir string, expect int, mod func(*Config)) *node {
+	tc.t.Helper()
 	_, trans := raft.NewInmemTransport(raft.ServerAddress("raft-" + id))
 	cfg := serverConfig(id, dir, trans, expect)
+	if mod != nil {
+		mod(&cfg)
+	}
 	cfg.Logger = logger(tc.t)
 	s := state.NewStore()
 	c, err := New(cfg, s)
@@ -543,6 +557,37 @@ func TestRemovePeer(t *testing.T) {
 	for _, m := range l.c.Members() {
 		if m.ID == victim.id {
 			t.Fatal("removed server still in the members map")
+		}
+	}
+}
+
+// A server joining after the log was compacted catches up from a snapshot
+// (InstallSnapshot): it gets the state and the cluster header (ID and
+// members) that travel in it.
+func TestJoinAfterCompactionCatchesUpFromSnapshot(t *testing.T) {
+	tc := &tcluster{t: t}
+	first := tc.newNodeWith("s1", 1, func(c *Config) { c.TrailingLogs = 1 })
+	if err := first.c.WaitForLeader(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	loadBase(t, first.c)
+	mustApply(t, first.c, structs.VolumeClaimType, claimReq("vol-sw", "a1", "n1"))
+	if err := first.c.Snapshot(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"s2", "s3"} {
+		n := tc.newNode(id, "", 0)
+		if _, err := first.c.Join(testCtx(t), n.c.Self()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tc.waitConverged()
+	for _, n := range tc.nodes {
+		if len(n.c.Members()) != 3 || n.c.ID() == "" {
+			t.Fatalf("%s: members %+v cluster %q", n.id, n.c.Members(), n.c.ID())
+		}
+		if n != first && n.c.raft.Stats()["last_snapshot_index"] == "0" {
+			t.Fatalf("%s caught up without a snapshot", n.id)
 		}
 	}
 }
