@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -62,6 +63,9 @@ type Config struct {
 	// BindAddr is the TCP transport address with DataDir (default
 	// DefaultBindAddr).
 	BindAddr string
+	// AdvertiseAddr is the raft address other servers reach this one at,
+	// needed when BindAddr is unspecified (0.0.0.0:4748).
+	AdvertiseAddr string
 	// Bootstrap bootstraps a single-node cluster when no state exists yet.
 	// Dev always bootstraps.
 	Bootstrap bool
@@ -252,7 +256,14 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		}
 		var t raft.Transport = cfg.Transport
 		if t == nil {
-			t, err = raft.NewTCPTransportWithLogger(cfg.BindAddr, nil, 3, 10*time.Second, rc.Logger)
+			var adv net.Addr
+			if cfg.AdvertiseAddr != "" {
+				if adv, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr); err != nil {
+					c.closeAll()
+					return nil, structs.Invalid("advertise_raft", "%q: %v", cfg.AdvertiseAddr, err)
+				}
+			}
+			t, err = raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, 3, 10*time.Second, rc.Logger)
 			if err != nil {
 				c.closeAll()
 				return nil, fmt.Errorf("cluster: transport on %s: %w", cfg.BindAddr, err)
