@@ -7,6 +7,7 @@ package agent
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -51,6 +52,11 @@ type ServerConfig struct {
 	Join            []string `hcl:"join,optional"`
 	// RetryMaxInterval caps the retry-join backoff (Go duration).
 	RetryMaxInterval string `hcl:"retry_max_interval,optional"`
+	// AdvertiseRaft and AdvertiseHTTP are the addresses other servers
+	// reach this one at, when bind_addr or http.address listen on all
+	// interfaces (0.0.0.0).
+	AdvertiseRaft string `hcl:"advertise_raft,optional"`
+	AdvertiseHTTP string `hcl:"advertise_http,optional"`
 }
 
 // WatcherConfig tunes claim release. Durations are Go duration strings.
@@ -144,6 +150,8 @@ func (c *Config) Merge(o *Config) {
 			c.Server.Join = append([]string(nil), sv.Join...)
 		}
 		setString(&c.Server.RetryMaxInterval, sv.RetryMaxInterval)
+		setString(&c.Server.AdvertiseRaft, sv.AdvertiseRaft)
+		setString(&c.Server.AdvertiseHTTP, sv.AdvertiseHTTP)
 	}
 	if w := o.Watcher; w != nil {
 		setInt(&c.Watcher.MaxConcurrency, w.MaxConcurrency)
@@ -235,6 +243,12 @@ func (c *Config) Validate() (Durations, error) {
 		case sv.Enabled && sv.BootstrapExpect == 0 && len(sv.Join) == 0:
 			errs = append(errs, errors.New("server mode needs -bootstrap-expect N (on the seed server) or -join ADDR (on the others)"))
 		}
+		if sv.Enabled && sv.AdvertiseRaft == "" && unspecifiedHost(c.BindAddr) {
+			errs = append(errs, fmt.Errorf("bind_addr %q listens on all interfaces: set server.advertise_raft (-advertise-raft) to the address other servers reach this one at", c.BindAddr))
+		}
+		if sv.Enabled && sv.AdvertiseHTTP == "" && unspecifiedHost(c.HTTP.Address) {
+			errs = append(errs, fmt.Errorf("http.address %q listens on all interfaces: set server.advertise_http (-advertise-http) to the address other servers forward requests to", c.HTTP.Address))
+		}
 		for i, j := range sv.Join {
 			if strings.TrimSpace(j) == "" {
 				errs = append(errs, fmt.Errorf("server.join[%d]: empty address", i))
@@ -245,6 +259,17 @@ func (c *Config) Validate() (Durations, error) {
 		errs = append(errs, fmt.Errorf("http.max_body_bytes: must be positive, got %d", c.HTTP.MaxBodyBytes))
 	}
 	return d, errors.Join(errs...)
+}
+
+// unspecifiedHost reports whether addr listens on every interface, which
+// is no address another server can dial.
+func unspecifiedHost(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return host == "" || (ip != nil && ip.IsUnspecified())
 }
 
 func setString(dst *string, v string) {
