@@ -84,6 +84,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		// A server of a multi-server cluster (issue 5): it bootstraps only
 		// as the bootstrap_expect seed, otherwise it waits to be joined.
 		cc.Server, cc.Bootstrap, cc.BootstrapExpect = true, false, sv.BootstrapExpect
+		cc.AdvertiseAddr = sv.AdvertiseRaft
 		a.retryJoinMax = d.RetryMaxInterval
 	}
 	if opts.TuneCluster != nil {
@@ -158,7 +159,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	// Followers forward writes to the leader's API address, which the
 	// members map learns from here (and from the join request).
-	a.Cluster.SetHTTPAddr(a.API.Addr())
+	httpAddr := a.API.Addr()
+	if sv := a.cfg.Server; sv != nil && sv.AdvertiseHTTP != "" {
+		httpAddr = sv.AdvertiseHTTP
+	}
+	a.Cluster.SetHTTPAddr(httpAddr)
 	ctx, a.stop = context.WithCancel(ctx)
 	a.wg.Add(1)
 	go func() {
