@@ -59,6 +59,8 @@ func runAgent(args []string) int {
 	fs.BoolVar(&flags.Server.Enabled, "server", false, "run as one server of a multi-server cluster (needs -data-dir)")
 	fs.IntVar(&flags.Server.BootstrapExpect, "bootstrap-expect", 0, "on the seed server: bootstrap once `N` servers (itself included) asked to join")
 	fs.Var(&joins, "join", "HTTP API `address` of a server to join (repeatable; retried with backoff)")
+	fs.StringVar(&flags.Server.AdvertiseRaft, "advertise-raft", "", "raft `address` other servers reach this one at (when -bind is 0.0.0.0)")
+	fs.StringVar(&flags.Server.AdvertiseHTTP, "advertise-http", "", "API `address` other servers forward to (when -http-addr is 0.0.0.0)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
