@@ -46,6 +46,18 @@ func TestServerBlockValidation(t *testing.T) {
 		}, "exclusive"},
 		{"server with neither", func(c *Config) { c.DataDir = "/d"; c.Server.Enabled = true }, "-bootstrap-expect N"},
 		{"empty join address", func(c *Config) { c.DataDir = "/d"; c.Server.Enabled = true; c.Server.Join = []string{" "} }, "server.join[0]"},
+		{"unadvertisable raft bind", func(c *Config) {
+			c.DataDir = "/d"
+			c.Server.Enabled = true
+			c.Server.BootstrapExpect = 1
+			c.BindAddr = "0.0.0.0:4748"
+		}, "server.advertise_raft"},
+		{"unadvertisable http address", func(c *Config) {
+			c.DataDir = "/d"
+			c.Server.Enabled = true
+			c.Server.BootstrapExpect = 1
+			c.HTTP.Address = ":4747"
+		}, "server.advertise_http"},
 		{"bad retry interval", func(c *Config) {
 			c.DataDir = "/d"
 			c.Server.Enabled = true
@@ -69,5 +81,10 @@ func TestServerBlockValidation(t *testing.T) {
 	ok.Server.BootstrapExpect = 3
 	if _, err := ok.Validate(); err != nil {
 		t.Fatalf("seed config refused: %v", err)
+	}
+	ok.BindAddr, ok.HTTP.Address = "0.0.0.0:4748", "0.0.0.0:4747"
+	ok.Server.AdvertiseRaft, ok.Server.AdvertiseHTTP = "10.0.0.1:4748", "10.0.0.1:4747"
+	if _, err := ok.Validate(); err != nil {
+		t.Fatalf("advertised config refused: %v", err)
 	}
 }
