@@ -1,7 +1,11 @@
 package cluster
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +66,63 @@ func TestOperationsAfterShutdown(t *testing.T) {
 	}
 	if c.IsLeader() {
 		t.Fatal("leader after shutdown")
+	}
+}
+
+type nopCloser struct{ io.Reader }
+
+func (nopCloser) Close() error { return nil }
+
+// The FSM restores snapshots with the cluster header, and those written
+// before the header existed (a bare state store stream); a header of an
+// unknown protocol version is refused and changes nothing.
+func TestFSMRestoreSnapshotFormats(t *testing.T) {
+	src := state.NewStore()
+	if _, err := src.ApplyAt(1, time.Now(), structs.NodeUpsertType, &structs.NodeUpsertRequest{
+		Node: &structs.Node{ID: "n1", Status: structs.NodeReady}}); err != nil {
+		t.Fatal(err)
+	}
+	var bare bytes.Buffer
+	if err := src.Persist(&bare); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := src.Digest()
+	hdr := func(version int) string {
+		b, _ := json.Marshal(snapshotHeader{Version: version, ClusterID: "c-1", Members: []Member{{ID: "s1", HTTPAddr: "h1"}}})
+		return string(b) + "\n"
+	}
+	tests := []struct {
+		name      string
+		stream    string
+		ok        bool
+		clusterID string
+	}{
+		{"bare store stream", bare.String(), true, ""},
+		{"with cluster header", hdr(ProtocolVersion) + bare.String(), true, "c-1"},
+		{"unknown protocol version", hdr(ProtocolVersion+1) + bare.String(), false, "old"},
+		{"header only", hdr(ProtocolVersion), false, "old"},
+		{"garbage", "garbage\n", false, "old"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := state.NewStore()
+			m := newMeta()
+			m.restore(&snapshotHeader{ClusterID: "old"})
+			f := &fsm{store: s, meta: m, logger: hclog.NewNullLogger()}
+			before, _ := s.Digest()
+			err := f.Restore(nopCloser{strings.NewReader(tc.stream)})
+			if (err == nil) != tc.ok {
+				t.Fatalf("restore: %v", err)
+			}
+			got, _ := s.Digest()
+			switch {
+			case tc.ok && got != want:
+				t.Fatal("state not restored")
+			case !tc.ok && got != before:
+				t.Fatal("a refused snapshot changed the state")
+			case m.clusterID() != tc.clusterID:
+				t.Fatalf("cluster ID %q, want %q", m.clusterID(), tc.clusterID)
+			}
+		})
 	}
 }
