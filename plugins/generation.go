@@ -378,7 +378,11 @@ func (g *generation) invokeOn(cctx, parent context.Context, inst *instance, expo
 	if rlen > maxMessage {
 		return g.abiFault(inst, fmt.Errorf("%s returned a %d-byte result, over the %d-byte limit", export, rlen, maxMessage))
 	}
-	view, ok := inst.mem.Read(rptr, rlen)
+	var view []byte
+	ok := true
+	if rlen > 0 { // ABI.md: with len 0 the response is empty and ptr is ignored
+		view, ok = inst.mem.Read(rptr, rlen)
+	}
 	if !ok {
 		return g.abiFault(inst, fmt.Errorf("%s returned [%#x, +%d): outside the guest's %d-byte memory", export, rptr, rlen, inst.mem.Size()))
 	}

@@ -68,19 +68,22 @@ func run(m *testing.M) int {
 
 // volumeRequest is a volume with 8 claims in the states the default policy
 // distinguishes (the same shape as plugins' benchmark).
-func volumeRequest() *abi.PolicyRequest {
+func volumeRequest() *abi.PolicyRequest { return volumeRequestN(8) }
+
+// volumeRequestN is a volume with n claims.
+func volumeRequestN(n int) *abi.PolicyRequest {
 	statuses := []string{"complete", "running", "failed", "lost", "pending", "gone"}
 	nodes := []string{"ready", "down", "gone"}
 	req := &abi.PolicyRequest{
 		NowUnixMs: 1_750_000_000_000,
 		Volume:    abi.VolumeView{Namespace: "default", ID: "web-data", PluginID: "gcepd", AccessMode: "single-node-writer", AttachmentMode: "file-system"},
 	}
-	for i := 0; i < 8; i++ {
+	for i := 0; i < n; i++ {
 		alloc := fmt.Sprintf("alloc-%d", i)
 		req.Claims = append(req.Claims, abi.ClaimView{AllocID: alloc, NodeID: fmt.Sprintf("node-%d", i%3), Mode: "write", State: "taken", Attempts: uint32(i % 2)})
 		req.Allocs = append(req.Allocs, abi.AllocView{ID: alloc, ClientStatus: statuses[i%len(statuses)], TerminalAgeMs: int64(i) * 1000})
 	}
-	for i := 0; i < 3; i++ {
+	for i := 0; i < 3 && i < n; i++ {
 		req.Nodes = append(req.Nodes, abi.NodeView{ID: fmt.Sprintf("node-%d", i), Status: nodes[i], LastSeenAgeMs: int64(i) * 60_000})
 	}
 	return req
@@ -98,7 +101,13 @@ func BenchmarkNative(b *testing.B) {
 }
 
 // (b) volhost: plugins.Manager, default-policy Go guest, call_timeout 1s.
-func BenchmarkVolhost(b *testing.B) {
+func BenchmarkVolhost(b *testing.B) { benchVolhost(b, volumeRequest()) }
+
+// BenchmarkVolhostEmpty is (b) on a volume without claims: the fixed cost
+// of a call (host overhead, guest entry, codec framing).
+func BenchmarkVolhostEmpty(b *testing.B) { benchVolhost(b, volumeRequestN(0)) }
+
+func benchVolhost(b *testing.B, req *abi.PolicyRequest) {
 	dir := b.TempDir()
 	wasm, err := os.ReadFile(filepath.Join(buildDir, "default-policy.wasm"))
 	if err != nil {
@@ -120,11 +129,10 @@ func BenchmarkVolhost(b *testing.B) {
 	if st, _ := m.StatusOf("policy"); st.State != plugins.StateServing {
 		b.Fatalf("module not serving: %+v", st)
 	}
-	req := volumeRequest()
 	b.ReportAllocs()
 	for b.Loop() {
 		resp, err := m.DecideRelease(ctx, "policy", req)
-		if err != nil || len(resp.Decisions) != 8 {
+		if err != nil || len(resp.Decisions) != len(req.Claims) {
 			b.Fatalf("%v %v", resp, err)
 		}
 	}
@@ -153,10 +161,15 @@ func newExtismPlugin(b *testing.B) *extism.Plugin {
 	return p
 }
 
-// (c) Extism Go SDK, Go PDK guest, same codec and logic, timeout_ms 100.
-func BenchmarkExtism(b *testing.B) {
+// (c) Extism Go SDK, Go PDK guest, same codec and logic, timeout_ms 1000.
+func BenchmarkExtism(b *testing.B) { benchExtism(b, volumeRequest()) }
+
+// BenchmarkExtismEmpty is (c) on a volume without claims.
+func BenchmarkExtismEmpty(b *testing.B) { benchExtism(b, volumeRequestN(0)) }
+
+func benchExtism(b *testing.B, req *abi.PolicyRequest) {
 	p := newExtismPlugin(b)
-	in := volumeRequest().MarshalAppend(nil)
+	in := req.MarshalAppend(nil)
 	b.ReportAllocs()
 	for b.Loop() {
 		rc, out, err := p.Call("decide", in)
@@ -164,7 +177,7 @@ func BenchmarkExtism(b *testing.B) {
 			b.Fatalf("rc %d: %v", rc, err)
 		}
 		var resp abi.PolicyResponse
-		if err := resp.Unmarshal(out); err != nil || len(resp.Decisions) != 8 {
+		if err := resp.Unmarshal(out); err != nil || len(resp.Decisions) != len(req.Claims) {
 			b.Fatalf("%v %v", resp, err)
 		}
 	}
