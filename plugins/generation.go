@@ -94,6 +94,9 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	if man.SHA256 != "" && man.SHA256 != sha {
 		return nil, fmt.Errorf("sha256 of %s.wasm is %s, manifest pins %s", name, sha, man.SHA256)
 	}
+	if err := precheckImports(wasm); err != nil {
+		return nil, err
+	}
 	cfg := wazero.NewRuntimeConfig().
 		WithMemoryLimitPages(man.Limits.MemoryPages).
 		WithCloseOnContextDone(true)

@@ -1,0 +1,88 @@
+package plugins
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/volhost/volhost/abi"
+)
+
+// TestAdapterModule drives the csi-adapter path end to end with the GCE PD
+// adapter example: request mapping and error classification.
+func TestAdapterModule(t *testing.T) {
+	wasm := exampleWasm(t, "gcepd-adapter")
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "gcepd-adapter", wasm, manifest("csi-adapter", `plugin_ids = ["gcepd"]
+limits {
+  call_timeout = "5s"
+}`))
+	}, nil)
+	ctx := context.Background()
+	if name, ok := e.m.Match(abi.KindCSIAdapter, Target{Namespace: "default", VolumeID: "db", PluginID: "gcepd"}); !ok || name != "gcepd-adapter" {
+		t.Fatalf("Match = %q, %v", name, ok)
+	}
+	resp, err := e.m.AdaptRequest(ctx, "gcepd-adapter", &abi.AdapterRequest{
+		Step:   "controller-unpublish",
+		Claim:  abi.ClaimView{AllocID: "a1", NodeID: "n1", Mode: "write", State: "node-detached"},
+		Volume: abi.VolumeView{Namespace: "default", ID: "db", PluginID: "gcepd", ExternalID: "projects/p/zones/z/disks/db"},
+		Node: abi.NodeView{ID: "n1", Status: "ready",
+			Meta: map[string]string{"gce.project": "p", "gce.zone": "z", "gce.instance": "vm-1"}},
+		Plugin: abi.PluginView{ID: "gcepd", PublishUnpublish: true},
+	})
+	if err != nil {
+		t.Fatalf("AdaptRequest: %v", err)
+	}
+	if resp.VolumeID != "projects/p/zones/z/disks/db" || resp.NodeID != "projects/p/zones/z/instances/vm-1" {
+		t.Fatalf("AdaptRequest = %+v", resp)
+	}
+	tests := []struct {
+		code uint32
+		want abi.Outcome
+	}{
+		{5, abi.OutcomeDone},   // NotFound at unpublish: nothing attached
+		{10, abi.OutcomeRetry}, // Aborted: an operation is pending
+		{12, abi.OutcomeFatal}, // Unimplemented: never retry
+	}
+	for _, tt := range tests {
+		got, err := e.m.ClassifyError(ctx, "gcepd-adapter", &abi.ClassifyRequest{
+			Step: "controller-unpublish", Code: tt.code, Message: "x", PluginID: "gcepd", VolumeID: "db"})
+		if err != nil {
+			t.Fatalf("ClassifyError(%d): %v", tt.code, err)
+		}
+		if got.Outcome != tt.want {
+			t.Errorf("ClassifyError(%d) = %v, want %v", tt.code, got.Outcome, tt.want)
+		}
+	}
+	// A guest error (no external ID) is a typed fault carrying the reason.
+	_, err = e.m.AdaptRequest(ctx, "gcepd-adapter", &abi.AdapterRequest{Step: "controller-unpublish",
+		Volume: abi.VolumeView{Namespace: "default", ID: "db"}})
+	if fe := assertFault(t, err, FaultGuestError); !strings.Contains(fe.Error(), "external ID") {
+		t.Errorf("guest error %q does not say why", fe)
+	}
+}
+
+// TestLoadTimeRefusals covers the modules that must never serve: a wrong
+// ABI version and a forbidden import, each refused with a message naming
+// what is wrong.
+func TestLoadTimeRefusals(t *testing.T) {
+	version := exampleWasm(t, "fault-version")
+	imports := exampleWasm(t, "fault-import")
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "fault-version", version, manifest("release-policy", ""))
+		writeModule(t, dir, "fault-import", imports, manifest("release-policy", ""))
+	}, nil)
+	tests := []struct{ name, want string }{
+		{"fault-version", "module speaks ABI v99, host speaks v1"},
+		{"fault-import", "imports env.forbidden"},
+	}
+	for _, tt := range tests {
+		st, _ := e.m.StatusOf(tt.name)
+		if st.State != StateRefused || !strings.Contains(st.Refusal, tt.want) {
+			t.Errorf("%s: state %s refusal %q, want refused with %q", tt.name, st.State, st.Refusal, tt.want)
+		}
+	}
+	if n := e.m.runtimes.Load(); n != 0 {
+		t.Errorf("%d runtimes left open by refused modules", n)
+	}
+}
