@@ -454,6 +454,12 @@ func (m *Manager) Match(kind abi.Kind, t Target) (string, bool) {
 // DecideRelease asks a release-policy module to judge a volume's claims.
 // The answer is validated: only claims of req, one decision each, known
 // actions; anything else is a FaultBadOutput.
+//
+// Errors: a *FaultError for anything the module (or its absence, or its
+// open circuit) caused; the caller's own ctx error, wrapped, when ctx ends
+// first (not counted against the module). It blocks while all pool_size
+// instances are busy, until one is free or ctx ends. The same holds for
+// AdaptRequest and ClassifyError.
 func (m *Manager) DecideRelease(ctx context.Context, module string, req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
 	resp := new(abi.PolicyResponse)
 	if _, err := m.call(ctx, module, abi.KindReleasePolicy, abi.ExportDecideRelease, req, policyDecoder(req, resp)); err != nil {
