@@ -13,4 +13,19 @@
 // One wazero runtime is created per module generation, because wazero's
 // memory cap is per runtime (DESIGN "Wasm modules"), and it is closed once the
 // generation is replaced and its last in-flight call has returned.
+//
+// Use from the agent and the watcher:
+//
+//	m, err := plugins.NewManager(ctx, plugins.Options{Dir: dir, CacheDir: cache, Logger: log})
+//	go m.Watch(ctx) // hot swap; m.Reload(ctx) on SIGHUP or `volhost module reload`
+//	if name, ok := m.Match(abi.KindReleasePolicy, plugins.Target{Namespace: ns, VolumeID: id, PluginID: p}); ok {
+//		resp, err := m.DecideRelease(ctx, name, req) // err: *FaultError (a watcher.ModuleFault) or ctx's
+//	}
+//	defer m.Close(ctx)
+//
+// Timeouts use wazero's close-on-context-done, which checks for close at
+// every loop header of the guest; Go's wasm backend puts a dispatch loop in
+// every function, so a Go guest's calls cost roughly ten times more than
+// without timeouts. That is the price of being able to stop a spinning
+// module, and it is why the per-call work of a guest should stay small.
 package plugins

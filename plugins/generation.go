@@ -163,8 +163,8 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 }
 
 // newInstance instantiates the compiled module, runs _initialize, checks
-// the ABI version and configures it. check reports the guest's own version
-// string (from ConfigureResponse).
+// the ABI version (for the canary) and configures it. It also returns the
+// guest's own version string (from ConfigureResponse).
 func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*instance, string, error) {
 	out := &tailBuffer{}
 	timeout := max(minInitTimeout, 10*g.man.Limits.CallTimeout)
