@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -13,78 +12,22 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
+
+	"github.com/volhost/volhost/plugins/pluginstest"
 )
 
-// Test modules come from examples/plugins, built once per test binary into
-// a temporary directory (Go's build cache makes a rebuild ~1 s), and are
-// compiled by wazero through one on-disk cache shared by every package and
-// run (DESIGN "Testing notes": ~19 s cold under -race, ~0.4 s cached).
+// Test modules come from examples/plugins, built once per test binary by
+// pluginstest, and are compiled by wazero through the one on-disk cache
+// shared by every package and run (DESIGN "Testing notes": ~19 s cold under
+// -race, ~0.4 s cached).
 
-var (
-	repoRoot   string
-	builtDir   string
-	cacheDir   string
-	buildMu    sync.Mutex
-	buildState = map[string]error{}
-)
+// cacheDir is the shared compilation cache.
+var cacheDir = pluginstest.CacheDir()
 
-func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
-}
-
-func runTests(m *testing.M) int {
-	wd, err := os.Getwd()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	repoRoot = filepath.Dir(wd)
-	builtDir, err = os.MkdirTemp("", "volhost-plugins-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(builtDir)
-	cacheDir = os.Getenv("VOLHOST_WAZERO_CACHE")
-	if cacheDir == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
-		cacheDir = filepath.Join(base, "volhost", "wazero-v1.12.0")
-	}
-	if err := os.MkdirAll(cacheDir, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
-
-// exampleWasm returns the bytes of examples/plugins/NAME built as a wasip1
-// c-shared module, building it on first use.
+// exampleWasm returns examples/plugins/NAME built as a wasip1 c-shared module.
 func exampleWasm(t testing.TB, name string) []byte {
 	t.Helper()
-	out := filepath.Join(builtDir, name+".wasm")
-	buildMu.Lock()
-	err, done := buildState[name]
-	if !done {
-		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./examples/plugins/"+name)
-		cmd.Dir = repoRoot
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-		if b, cerr := cmd.CombinedOutput(); cerr != nil {
-			err = fmt.Errorf("building example %s: %v\n%s", name, cerr, b)
-		}
-		buildState[name] = err
-	}
-	buildMu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return pluginstest.Wasm(t, name)
 }
 
 // manifest renders a test manifest.

@@ -89,24 +89,28 @@ const (
 
 // Status describes one module.
 type Status struct {
-	Name, Kind, Version, SHA256 string
+	Name    string `json:"name"`
+	Kind    string `json:"kind"`
+	Version string `json:"version"`
+	SHA256  string `json:"sha256"`
 	// Generation counts the generations that have served under this name.
-	Generation uint64
+	Generation uint64 `json:"generation"`
 	// State is serving, refused, open-circuit or retired.
-	State string
+	State string `json:"state"`
 	// Refusal is why the last candidate was refused ("" if it was not).
-	Refusal string
-	Calls   uint64
+	Refusal string `json:"refusal,omitempty"`
+	Calls   uint64 `json:"calls"`
 	// Faults counts failed calls by FaultKind.
-	Faults           map[string]uint64
-	P50, P99         time.Duration
-	PoolSize         int
-	PoolIdle         int
-	MemoryPages      uint32 // an instance's memory at its last check-in
-	MemoryLimitPages uint32 // the manifest's cap
-	PluginIDs        []string
-	Volumes          []string
-	Default          bool
+	Faults           map[string]uint64 `json:"faults,omitempty"`
+	P50              time.Duration     `json:"p50_ns"`
+	P99              time.Duration     `json:"p99_ns"`
+	PoolSize         int               `json:"pool_size"`
+	PoolIdle         int               `json:"pool_idle"`
+	MemoryPages      uint32            `json:"memory_pages"`       // an instance's memory at its last check-in
+	MemoryLimitPages uint32            `json:"memory_limit_pages"` // the manifest's cap
+	PluginIDs        []string          `json:"plugin_ids,omitempty"`
+	Volumes          []string          `json:"volumes,omitempty"`
+	Default          bool              `json:"default"`
 }
 
 // Target is what a module is chosen for.

@@ -19,7 +19,7 @@ func moduleAgent(t *testing.T, moduleDir string) *cliEnv {
 	cfg.Dev = true
 	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.ModuleDir = moduleDir
-	cfg.ModuleCacheDir = pluginstest.CacheDir(t)
+	cfg.ModuleCacheDir = pluginstest.CacheDir()
 	a, err := agent.New(cfg, agent.Options{Logger: hclog.NewNullLogger()})
 	if err != nil {
 		t.Fatal(err)
