@@ -3,9 +3,6 @@ package watcher
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,82 +12,15 @@ import (
 
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
+	"github.com/volhost/volhost/plugins/pluginstest"
 )
 
-// Wasm modules in the watcher's tests come from examples/plugins, built once
-// per test binary (Go's build cache makes a rebuild about a second) and
-// compiled by wazero through the on-disk cache every package shares
-// (VOLHOST_WAZERO_CACHE, as plugins/main_test.go): compiling a module under
-// -race costs ~19 s cold and ~0.4 s cached, so the tests here use only
-// default-policy, fault-policy (one module for every runtime fault: the
-// variants are the same bytes) and, in benchmarks, gcepd-adapter.
-
-var (
-	exampleRoot  string // the repository root
-	exampleBuilt string // where built examples go
-	wasmCache    string // wazero's compilation cache
-	exampleMu    sync.Mutex
-	exampleErr   = map[string]error{}
-)
-
-func TestMain(m *testing.M) {
-	os.Exit(runWatcherTests(m))
-}
-
-func runWatcherTests(m *testing.M) int {
-	wd, err := os.Getwd()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	exampleRoot = filepath.Dir(wd)
-	exampleBuilt, err = os.MkdirTemp("", "volhost-watcher-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(exampleBuilt)
-	wasmCache = os.Getenv("VOLHOST_WAZERO_CACHE")
-	if wasmCache == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
-		wasmCache = filepath.Join(base, "volhost", "wazero-v1.12.0")
-	}
-	if err := os.MkdirAll(wasmCache, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
-
-// exampleWasm returns examples/plugins/NAME built as a wasip1 c-shared
-// module, building it on first use.
-func exampleWasm(tb testing.TB, name string) []byte {
-	tb.Helper()
-	out := filepath.Join(exampleBuilt, name+".wasm")
-	exampleMu.Lock()
-	err, done := exampleErr[name]
-	if !done {
-		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./examples/plugins/"+name)
-		cmd.Dir = exampleRoot
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-		if b, cerr := cmd.CombinedOutput(); cerr != nil {
-			err = fmt.Errorf("building example %s: %v\n%s", name, cerr, b)
-		}
-		exampleErr[name] = err
-	}
-	exampleMu.Unlock()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
-}
+// Wasm modules in the watcher's tests come from examples/plugins, built
+// once per test binary and compiled through the wazero cache every package
+// shares (plugins/pluginstest): compiling a module under -race costs ~19 s
+// cold and ~0.4 s cached, so the tests here use only default-policy,
+// fault-policy (one module for every runtime fault: the variants are the
+// same bytes) and, in benchmarks, gcepd-adapter.
 
 // moduleFile is one module to install: NAME.wasm built from example, with
 // manifest as NAME.hcl.
@@ -125,17 +55,12 @@ func newWasmManager(tb testing.TB, clock clockwork.Clock, files ...moduleFile) *
 	tb.Helper()
 	dir := tb.TempDir()
 	for _, f := range files {
-		if err := os.WriteFile(filepath.Join(dir, f.name+".wasm"), exampleWasm(tb, f.example), 0o644); err != nil {
-			tb.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, f.name+".hcl"), []byte(f.manifest), 0o644); err != nil {
-			tb.Fatal(err)
-		}
+		pluginstest.Install(tb, dir, f.name, pluginstest.Wasm(tb, f.example), f.manifest)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	m, err := plugins.NewManager(ctx, plugins.Options{
-		Dir: dir, CacheDir: wasmCache, Clock: clock,
+		Dir: dir, CacheDir: pluginstest.CacheDir(), Clock: clock,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error}),
 	})
 	if err != nil {
