@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
+	"github.com/volhost/volhost/plugins/pluginstest"
 	"github.com/volhost/volhost/watcher"
 )
 
@@ -28,76 +28,9 @@ import (
 // watch never fires unless the clock moves, so reloads here are explicit).
 //
 // Modules are built once per test binary from examples/plugins and compiled
-// through the wazero cache every package shares (VOLHOST_WAZERO_CACHE, as
-// plugins/main_test.go): only default-policy, fault-policy (every runtime
-// fault; the variants are its bytes), fault-version and grace-policy.
-
-var (
-	repoRoot     string
-	exampleBuilt string
-	wasmCache    string
-	exampleMu    sync.Mutex
-	exampleErr   = map[string]error{}
-)
-
-func TestMain(m *testing.M) {
-	os.Exit(runAgentTests(m))
-}
-
-func runAgentTests(m *testing.M) int {
-	wd, err := os.Getwd()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	repoRoot = filepath.Dir(filepath.Dir(wd))
-	exampleBuilt, err = os.MkdirTemp("", "volhost-agent-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer os.RemoveAll(exampleBuilt)
-	wasmCache = os.Getenv("VOLHOST_WAZERO_CACHE")
-	if wasmCache == "" {
-		base, err := os.UserCacheDir()
-		if err != nil {
-			base = os.TempDir()
-		}
-		wasmCache = filepath.Join(base, "volhost", "wazero-v1.12.0")
-	}
-	if err := os.MkdirAll(wasmCache, 0o755); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
-
-// exampleWasm returns examples/plugins/NAME built as a wasip1 c-shared
-// module, building it on first use.
-func exampleWasm(tb testing.TB, name string) []byte {
-	tb.Helper()
-	out := filepath.Join(exampleBuilt, name+".wasm")
-	exampleMu.Lock()
-	err, done := exampleErr[name]
-	if !done {
-		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./examples/plugins/"+name)
-		cmd.Dir = repoRoot
-		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
-		if b, cerr := cmd.CombinedOutput(); cerr != nil {
-			err = fmt.Errorf("building example %s: %v\n%s", name, cerr, b)
-		}
-		exampleErr[name] = err
-	}
-	exampleMu.Unlock()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	b, err := os.ReadFile(out)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
-}
+// through the wazero cache every package shares (plugins/pluginstest): only
+// default-policy, fault-policy (every runtime fault; the variants are its
+// bytes), fault-version and grace-policy.
 
 // installModule writes dir/NAME.wasm (example's bytes) and dir/NAME.hcl
 // (testdata/manifest), each by rename like a deploy tool would.
@@ -107,15 +40,7 @@ func installModule(tb testing.TB, dir, name, example, manifest string) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	for file, b := range map[string][]byte{name + ".wasm": exampleWasm(tb, example), name + ".hcl": src} {
-		tmp := filepath.Join(dir, ".tmp-"+file)
-		if err := os.WriteFile(tmp, b, 0o644); err != nil {
-			tb.Fatal(err)
-		}
-		if err := os.Rename(tmp, filepath.Join(dir, file)); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	pluginstest.Install(tb, dir, name, pluginstest.Wasm(tb, example), string(src))
 }
 
 // moduleEnv is an agent serving a module directory on a fake clock.
@@ -137,7 +62,7 @@ func newModuleAgent(t *testing.T, dir string, tweak func(*Config)) *moduleEnv {
 	cfg.BindAddr = "127.0.0.1:0"
 	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.ModuleDir = dir
-	cfg.ModuleCacheDir = wasmCache
+	cfg.ModuleCacheDir = pluginstest.CacheDir()
 	cfg.Watcher.BackoffBase = "1s"
 	cfg.Watcher.BackoffMax = "1s"
 	cfg.Watcher.MaxAttempts = 3
