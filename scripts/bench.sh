@@ -7,7 +7,8 @@
 # section as it is; writes BENCHMARKS-release.png. Raw outputs go to bin/bench/.
 #
 # Environment: BENCHTIME (default 200ms) for micro-benchmarks; CLAIMS (1000)
-# NODES (10) and ROUNDS (3) for the end-to-end runs; SKIP_GO=1 or SKIP_E2E=1 to run a part.
+# NODES (10), ROUNDS (3) and LATENCY (25ms, added to each ControllerUnpublish)
+# for the end-to-end runs; SKIP_GO=1 or SKIP_E2E=1 to run a part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -17,6 +18,7 @@ benchtime=${BENCHTIME:-200ms}
 claims=${CLAIMS:-1000}
 nodes=${NODES:-10}
 rounds=${ROUNDS:-3}
+latency=${LATENCY:-25ms}
 started=$(date -u +%Y-%m-%dT%H:%MZ)
 t0=$(date +%s)
 
@@ -59,7 +61,7 @@ fi
 t1=$(date +%s)
 
 if [ "${SKIP_E2E:-}" != 1 ]; then
-  (cd test/peers && go run ./cmd/releasebench -claims "$claims" -nodes "$nodes" -rounds "$rounds" \
+  (cd test/peers && go run ./cmd/releasebench -claims "$claims" -nodes "$nodes" -rounds "$rounds" -controller-latency "$latency" \
     -plugin-build "$root/examples/plugins/build" -out "$out")
   cp "$out/release.png" BENCHMARKS-release.png
 fi
@@ -92,7 +94,7 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ 
   echo "| machine | $(uname -sm), $(nproc) CPUs, $cpu |"
   echo "| Go | $(go version | cut -d' ' -f3-) |"
   echo "| load average at start | $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) |"
-  echo "| command | \`make bench\` (BENCHTIME=$benchtime CLAIMS=$claims NODES=$nodes ROUNDS=$rounds) |"
+  echo "| command | \`make bench\` (BENCHTIME=$benchtime CLAIMS=$claims NODES=$nodes ROUNDS=$rounds LATENCY=$latency) |"
 } >"$out/machine.md"
 replace_section machine "Machine and command (make bench)" "$out/machine.md"
 
@@ -100,7 +102,7 @@ if [ -f "$out/release.md" ] && [ "${SKIP_E2E:-}" != 1 ]; then
   {
     echo '```sh'
     echo "make build plugins"
-    echo "cd test/peers && go run ./cmd/releasebench -claims $claims -nodes $nodes -rounds $rounds -plugin-build ../../examples/plugins/build -out ../../bin/bench"
+    echo "cd test/peers && go run ./cmd/releasebench -claims $claims -nodes $nodes -rounds $rounds -controller-latency $latency -plugin-build ../../examples/plugins/build -out ../../bin/bench"
     echo '```'
     echo
     cat "$out/release.md"

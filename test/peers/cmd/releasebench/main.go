@@ -5,6 +5,9 @@
 // to the volhost event that removes the claim (server timestamps, read from
 // the events API); throughput is claims / time to the last removal.
 //
+// Every ControllerUnpublish is delayed by -controller-latency (25ms) through
+// the driver's fault interceptor, standing in for a cloud detach call.
+//
 // Scenarios: controller concurrency 1, 4 and 16 with the native policy and
 // adapter; the reference-system-like baseline (controller concurrency 1 and
 // a per-volume limit of 1 pass/s, burst 3); and, when the example modules
@@ -31,6 +34,7 @@ import (
 	"time"
 
 	"github.com/volhost/volhost/test/peers/e2e"
+	"github.com/volhost/volhost/test/peers/internal/fault"
 )
 
 // Scenario is one measured configuration.
@@ -73,6 +77,7 @@ func run() error {
 		pluginBuild = flag.String("plugin-build", "", "directory of built example modules (make plugins); empty: no Wasm scenario")
 		only        = flag.String("only", "", "comma-separated scenario names to run (default all)")
 		rounds      = flag.Int("rounds", 3, "rounds; each runs every scenario once, in turn, so machine noise spreads over all of them")
+		latency     = flag.Duration("controller-latency", 25*time.Millisecond, "added to every ControllerUnpublish (a gRPC hang before the real driver runs): the fake cloud answers in microseconds, a real detach takes far longer")
 	)
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
@@ -106,7 +111,7 @@ func run() error {
 	for round := 1; round <= *rounds; round++ {
 		for i, s := range picked {
 			fmt.Fprintf(os.Stderr, "releasebench: round %d/%d: %s: %d claims over %d nodes\n", round, *rounds, s.Name, *claims, *nodes)
-			r, err := measure(ctx, bins, s, *claims, *nodes, *pluginBuild)
+			r, err := measure(ctx, bins, s, *claims, *nodes, *pluginBuild, *latency)
 			if err != nil {
 				return fmt.Errorf("%s: %w", s.Name, err)
 			}
@@ -129,13 +134,13 @@ func run() error {
 	if err := os.WriteFile(filepath.Join(*out, "release.json"), b, 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(*out, "release.md"), []byte(markdown(results, *claims, *nodes, *rounds)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(*out, "release.md"), []byte(markdown(results, *claims, *nodes, *rounds, *latency)), 0o644); err != nil {
 		return err
 	}
 	return plotResults(results, filepath.Join(*out, "release.png"))
 }
 
-func measure(ctx context.Context, bins e2e.Bins, s Scenario, n, nnodes int, pluginBuild string) (Result, error) {
+func measure(ctx context.Context, bins e2e.Bins, s Scenario, n, nnodes int, pluginBuild string, latency time.Duration) (Result, error) {
 	dir, err := os.MkdirTemp("", "vh-bench")
 	if err != nil {
 		return Result{}, err
@@ -224,6 +229,11 @@ watcher {
 	}
 	if err := drv.Control.ResetCalls(ctx); err != nil {
 		return Result{}, err
+	}
+	if latency > 0 {
+		if err := drv.Control.Fault(ctx, fault.Rule{Method: "ControllerUnpublishVolume", Hang: latency.String()}); err != nil {
+			return Result{}, err
+		}
 	}
 
 	// Follow the events from here on, then end every allocation in one write.
@@ -376,9 +386,12 @@ func followRemovals(ctx context.Context, addr string, since uint64, n int) (map[
 	return removed, nil
 }
 
-func markdown(rs []Result, claims, nodes, rounds int) string {
+func markdown(rs []Result, claims, nodes, rounds int, latency time.Duration) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d claims over %d nodes per scenario, each run with a fresh `volhost agent -dev` and a fresh GCE PD driver (`test/peers/cmd/gcepd`, fake cloud); ", claims, nodes)
+	if latency > 0 {
+		fmt.Fprintf(&b, "every ControllerUnpublish waits %s before the real driver runs it (the fake cloud answers in microseconds, a real cloud detach takes far longer, and controller concurrency is about overlapping those waits); ", latency)
+	}
 	fmt.Fprintf(&b, "%d rounds, each running every scenario once in turn; the row is the median round by throughput, and the last column lists every round. ", rounds)
 	b.WriteString("Latency: allocation marked complete → the event that removes the claim (server timestamps). Throughput: claims / time to the last removal.\n\n")
 	b.WriteString("| scenario | controller concurrency | per-volume limit | claims/s | p50 ms | p90 ms | p99 ms | max ms | ControllerUnpublish calls | claims/s by round |\n")
