@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -227,5 +228,50 @@ func TestTerminalAgeNeverZero(t *testing.T) {
 		if got := p.allocView(tc.alloc).TerminalAgeMs; got != tc.want {
 			t.Fatalf("%s after %v: TerminalAgeMs = %d, want %d", tc.alloc, tc.advance, got, tc.want)
 		}
+	}
+}
+
+// sharedVolumeReader hands out the same volume object on every read, as the
+// real state store does (its objects are shared with API readers).
+type sharedVolumeReader struct {
+	*fakeStore
+	v *structs.Volume
+}
+
+func (r sharedVolumeReader) Volume(string, string) (*structs.Volume, error) { return r.v, nil }
+
+// TestPassNeverWritesStoreObjects: a pass that marks a volume stuck (here
+// for a module fault) and one that clears the mark write only through the
+// log, never into the volume object the store handed out (found as a data
+// race between the watcher and the API encoding that object).
+func TestPassNeverWritesStoreObjects(t *testing.T) {
+	fx := newFixture(t, Config{MaxAttempts: 1}, testModules{policy: &scriptPolicy{err: fakeFault{}}})
+	fx.store.putAlloc("a1", testNode, structs.AllocComplete)
+	v := newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken))
+	fx.store.putVolume(v)
+	shared := v.Copy()
+	before := shared.Copy()
+	fx.w.deps.State = sharedVolumeReader{fx.store, shared}
+	if _, err := fx.w.assess(context.Background(), ref("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if len(fx.store.stuckCalls()) != 1 {
+		t.Fatalf("MarkStuck calls = %d, want 1", len(fx.store.stuckCalls()))
+	}
+	if !reflect.DeepEqual(shared, before) {
+		t.Fatalf("the pass wrote into the store's volume object:\nbefore %+v\nafter  %+v", before, shared)
+	}
+	// Clearing: the shared object carries the mark, the claim is gone.
+	shared.Stuck = &structs.Stuck{Reason: ReasonMaxAttempts, Since: t0}
+	shared.Claims = map[string]*structs.Claim{}
+	before = shared.Copy()
+	if _, err := fx.w.assess(context.Background(), ref("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if calls := fx.store.stuckCalls(); len(calls) != 2 || calls[1].Stuck != nil {
+		t.Fatalf("MarkStuck calls = %+v, want a clearing one", calls)
+	}
+	if !reflect.DeepEqual(shared, before) {
+		t.Fatalf("clearing the mark wrote into the store's volume object: %+v", shared)
 	}
 }
