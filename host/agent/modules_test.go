@@ -3,8 +3,11 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -152,6 +155,30 @@ func advanceToNextAttempts(clock *clockwork.FakeClock, vols map[string]*structs.
 	if latest.After(now) {
 		clock.Advance(latest.Sub(now))
 	}
+}
+
+// metric reads one series' value from GET /v1/metrics (0 when absent).
+func (e *moduleEnv) metric(t *testing.T, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + e.a.HTTPAddr() + "/v1/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if rest, ok := strings.CutPrefix(line, series+" "); ok {
+			v, err := strconv.ParseFloat(rest, 64)
+			if err != nil {
+				t.Fatalf("metric %s: %v", line, err)
+			}
+			return v
+		}
+	}
+	return 0
 }
 
 // setupPlugins registers a CSI plugin per driver on node1 (which runs every
@@ -341,6 +368,16 @@ func TestModuleFaultsIsolated(t *testing.T) {
 					t.Errorf("%s: last error = %+v, want module %s 1.0.0 fault %s", id, le, mod, f.fault)
 				}
 			}
+			// Metrics: each module's faults by kind, and the stuck marks.
+			for _, f := range faultCases {
+				series := fmt.Sprintf(`volhost_module_faults_total{fault=%q,module="fault-%s"}`, f.fault, f.mode)
+				if n := e.metric(t, series); n < 3 {
+					t.Errorf("%s = %v, want >= 3", series, n)
+				}
+			}
+			if n := e.metric(t, "volhost_volumes_marked_stuck_total"); n < float64(len(badIDs)) {
+				t.Errorf("volumes_marked_stuck_total = %v, want >= %d", n, len(badIDs))
+			}
 			if n := len(bad.Calls(csitest.ControllerUnpublish)) + len(bad.Calls(csitest.NodeUnpublish)); n != 0 {
 				t.Fatalf("%d release calls reached the bad plugin's driver: a faulted decision released a claim", n)
 			}
@@ -407,6 +444,9 @@ func TestModuleFaultsIsolated(t *testing.T) {
 					if l == nil || l.AllocID != "a-"+id || l.PluginID != "bad" || l.State != structs.ClaimTaken || l.ExternalID != "disk-"+id || l.Reason != "escape-hatch" {
 						t.Errorf("%s: leftover = %+v, want the taken claim of a-%s by the escape hatch", id, l, id)
 					}
+				}
+				if n := e.metric(t, "volhost_auto_force_deregisters_total"); n != float64(len(badIDs)) {
+					t.Errorf("auto_force_deregisters_total = %v, want %d", n, len(badIDs))
 				}
 				events, _, err := e.c.Events(ctx, nil)
 				if err != nil {
