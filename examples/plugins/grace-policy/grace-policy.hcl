@@ -7,7 +7,7 @@ volumes    = ["batch/*"]
 default    = false
 limits {
   memory_pages = 256
-  call_timeout = "100ms"
+  call_timeout = "1s"  # a Go guest may run a GC inside one call: leave headroom
   pool_size    = 4
   max_calls    = 10000
 }
