@@ -410,36 +410,11 @@ func (s *Server) clearLeftovers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
-	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
-		nodes, err := rd.Nodes(ws)
-		if err != nil {
-			return nil, 0, err
-		}
-		if nodes == nil {
-			nodes = []*structs.Node{}
-		}
-		idx, err := rd.Index(tableNodes)
-		return nodes, idx, err
-	})
+	listAll(s, w, r, tableNodes, Reader.Nodes)
 }
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "node_id")
-	if err != nil {
-		WriteError(w, err)
-		return
-	}
-	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
-		n, err := rd.NodeByID(ws, id)
-		if err == nil && n == nil {
-			err = structs.NotFound("node", id)
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		idx, err := rd.Index(tableNodes)
-		return n, idx, err
-	})
+	getOne(s, w, r, "node", tableNodes, Reader.NodeByID)
 }
 
 func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
@@ -485,36 +460,11 @@ func (s *Server) nodeStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request) {
-	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
-		ps, err := rd.Plugins(ws)
-		if err != nil {
-			return nil, 0, err
-		}
-		if ps == nil {
-			ps = []*structs.Plugin{}
-		}
-		idx, err := rd.Index(tablePlugins)
-		return ps, idx, err
-	})
+	listAll(s, w, r, tablePlugins, Reader.Plugins)
 }
 
 func (s *Server) getPlugin(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "plugin_id")
-	if err != nil {
-		WriteError(w, err)
-		return
-	}
-	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
-		p, err := rd.PluginByID(ws, id)
-		if err == nil && p == nil {
-			err = structs.NotFound("plugin", id)
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		idx, err := rd.Index(tablePlugins)
-		return p, idx, err
-	})
+	getOne(s, w, r, "plugin", tablePlugins, Reader.PluginByID)
 }
 
 func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) {
@@ -565,22 +515,7 @@ func (s *Server) listAllocs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getAlloc(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "alloc_id")
-	if err != nil {
-		WriteError(w, err)
-		return
-	}
-	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
-		a, err := rd.AllocByID(ws, id)
-		if err == nil && a == nil {
-			err = structs.NotFound("alloc", id)
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		idx, err := rd.Index(tableAllocs)
-		return a, idx, err
-	})
+	getOne(s, w, r, "alloc", tableAllocs, Reader.AllocByID)
 }
 
 func (s *Server) upsertAllocs(w http.ResponseWriter, r *http.Request) {
@@ -654,4 +589,41 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metrics.ServeHTTP(w, r)
+}
+
+// getOne answers GET /v1/<what>/{id}: the object from table, or 404.
+func getOne[T any](s *Server, w http.ResponseWriter, r *http.Request, what, table string,
+	get func(Reader, memdb.WatchSet, string) (*T, error)) {
+	id, err := pathID(r, what+"_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		obj, err := get(rd, ws, id)
+		if err == nil && obj == nil {
+			err = structs.NotFound(what, id)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		idx, err := rd.Index(table)
+		return obj, idx, err
+	})
+}
+
+// listAll answers a list route with every object of table ([] when empty).
+func listAll[T any](s *Server, w http.ResponseWriter, r *http.Request, table string,
+	list func(Reader, memdb.WatchSet) ([]*T, error)) {
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		objs, err := list(rd, ws)
+		if err != nil {
+			return nil, 0, err
+		}
+		if objs == nil {
+			objs = []*T{}
+		}
+		idx, err := rd.Index(table)
+		return objs, idx, err
+	})
 }
