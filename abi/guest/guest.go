@@ -135,83 +135,60 @@ func (h *Handlers) DispatchRelease(in, out []byte) []byte {
 		}
 		return res
 	}
-	var resp *abi.PolicyResponse
-	err := protect(func() error {
-		if h.Release == nil {
-			return errNoHandler
-		}
-		var req abi.PolicyRequest
-		if err := req.Unmarshal(in); err != nil {
-			return err
-		}
-		r, err := h.Release(&req)
-		if err != nil {
-			return err
-		}
-		if r == nil {
-			return errors.New("handler returned no response")
-		}
-		resp = r
-		return nil
+	return dispatch(in, out, h.Release, func(msg string) *abi.PolicyResponse {
+		return &abi.PolicyResponse{Error: msg}
 	})
-	if err != nil {
-		resp = &abi.PolicyResponse{Error: err.Error()}
-	}
-	return resp.MarshalAppend(out)
 }
 
 // DispatchAdapt decodes an AdapterRequest from in, runs the adapt handler and
 // appends the encoded AdapterResponse to out.
 func (h *Handlers) DispatchAdapt(in, out []byte) []byte {
-	var resp *abi.AdapterResponse
-	err := protect(func() error {
-		if h.Adapt == nil {
-			return errNoHandler
-		}
-		var req abi.AdapterRequest
-		if err := req.Unmarshal(in); err != nil {
-			return err
-		}
-		r, err := h.Adapt(&req)
-		if err != nil {
-			return err
-		}
-		if r == nil {
-			return errors.New("handler returned no response")
-		}
-		resp = r
-		return nil
+	return dispatch(in, out, h.Adapt, func(msg string) *abi.AdapterResponse {
+		return &abi.AdapterResponse{Error: msg}
 	})
-	if err != nil {
-		resp = &abi.AdapterResponse{Error: err.Error()}
-	}
-	return resp.MarshalAppend(out)
 }
 
 // DispatchClassify decodes a ClassifyRequest from in, runs the classify
 // handler and appends the encoded ClassifyResponse to out.
 func (h *Handlers) DispatchClassify(in, out []byte) []byte {
-	var resp *abi.ClassifyResponse
+	return dispatch(in, out, h.Classify, func(msg string) *abi.ClassifyResponse {
+		return &abi.ClassifyResponse{Error: msg}
+	})
+}
+
+// dispatch decodes a request from in, runs handle under protect and appends
+// the encoded response to out. Any failure (no handler, a malformed request,
+// a handler error or panic, a nil response) becomes a response whose Error
+// says so, built by failed.
+func dispatch[Req any, PReq interface {
+	*Req
+	Unmarshal([]byte) error
+}, Resp interface {
+	comparable
+	MarshalAppend([]byte) []byte
+}](in, out []byte, handle func(PReq) (Resp, error), failed func(string) Resp) []byte {
+	var resp Resp
 	err := protect(func() error {
-		if h.Classify == nil {
+		if handle == nil {
 			return errNoHandler
 		}
-		var req abi.ClassifyRequest
+		req := PReq(new(Req))
 		if err := req.Unmarshal(in); err != nil {
 			return err
 		}
-		r, err := h.Classify(&req)
+		r, err := handle(req)
 		if err != nil {
 			return err
 		}
-		if r == nil {
+		var none Resp
+		if r == none {
 			return errors.New("handler returned no response")
 		}
 		resp = r
 		return nil
 	})
 	if err != nil {
-		resp = &abi.ClassifyResponse{Error: err.Error()}
+		resp = failed(err.Error())
 	}
 	return resp.MarshalAppend(out)
 }
