@@ -21,6 +21,7 @@ const (
 	StepNodeUnpublish       = "node-unpublish"
 	StepNodeUnstage         = "node-unstage"
 	StepControllerUnpublish = "controller-unpublish"
+	StepControllerPublish   = "controller-publish" // the claim path's adapter view
 	StepPolicy              = "policy"
 	StepAdapter             = "adapter"
 )
@@ -557,9 +558,16 @@ func grpcCode(err error) (codes.Code, string) {
 	return codes.Unknown, err.Error()
 }
 
-// adapt asks the adapter for a step's request fields.
-func (p *pass) adapt(ctx context.Context, c *structs.Claim, step string) (*abi.AdapterResponse, *structs.ClaimError) {
-	req := &abi.AdapterRequest{
+// AdapterRequest is the adapter's view of claim c of volume v at step, as
+// the watcher sends it at release; the claim path builds its publish
+// requests from the same view. node or plugin may be nil (gone).
+func AdapterRequest(step string, v *structs.Volume, c *structs.Claim, node *structs.Node, plugin *structs.Plugin, now time.Time) *abi.AdapterRequest {
+	p := &pass{v: v, plugin: plugin, nodes: map[string]*structs.Node{c.NodeID: node}, now: now}
+	return p.adapterRequest(step, c)
+}
+
+func (p *pass) adapterRequest(step string, c *structs.Claim) *abi.AdapterRequest {
+	return &abi.AdapterRequest{
 		Step:      step,
 		Claim:     claimView(c),
 		Volume:    p.volumeView(),
@@ -567,7 +575,11 @@ func (p *pass) adapt(ctx context.Context, c *structs.Claim, step string) (*abi.A
 		Plugin:    p.pluginView(c.NodeID),
 		NowUnixMs: p.now.UnixMilli(),
 	}
-	resp, err := p.adapter.AdaptRequest(ctx, req)
+}
+
+// adapt asks the adapter for a step's request fields.
+func (p *pass) adapt(ctx context.Context, c *structs.Claim, step string) (*abi.AdapterResponse, *structs.ClaimError) {
+	resp, err := p.adapter.AdaptRequest(ctx, p.adapterRequest(step, c))
 	if err == nil && resp == nil {
 		err = errors.New("adapter returned no response")
 	}

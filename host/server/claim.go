@@ -10,6 +10,7 @@ import (
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher"
 )
 
 // ClaimVolume publishes a volume for an allocation and records the claim.
@@ -95,7 +96,7 @@ type publisher struct {
 
 func (p *publisher) publish(ctx context.Context) error {
 	np := p.node.Plugins[p.plugin.ID]
-	adapted, err := p.adapt(ctx, np)
+	adapted, err := p.adapt(ctx)
 	if err != nil {
 		return err
 	}
@@ -191,27 +192,13 @@ func (p *publisher) rollback(ctx context.Context) {
 	}
 }
 
-func (p *publisher) adapt(ctx context.Context, np *structs.NodePlugin) (*abi.AdapterResponse, error) {
+func (p *publisher) adapt(ctx context.Context) (*abi.AdapterResponse, error) {
 	adapter := p.s.modules.AdapterFor(p.vol)
-	req := &abi.AdapterRequest{
-		Step: "controller-publish",
-		Claim: abi.ClaimView{
-			AllocID: p.claim.AllocID, NodeID: p.claim.NodeID, Mode: string(p.claim.Mode), State: string(p.claim.State),
-			AccessMode: string(p.claim.AccessMode), AttachmentMode: string(p.claim.AttachmentMode),
-		},
-		Volume: abi.VolumeView{
-			Namespace: p.vol.Namespace, ID: p.vol.ID, PluginID: p.vol.PluginID, AccessMode: string(p.vol.AccessMode),
-			AttachmentMode: string(p.vol.AttachmentMode), ExternalID: p.vol.ExternalID, Context: p.vol.Context,
-		},
-		Node:      abi.NodeView{ID: p.node.ID, Status: string(p.node.Status), Meta: p.node.Meta},
-		Plugin:    abi.PluginView{ID: p.plugin.ID, Provider: p.plugin.Provider, PublishUnpublish: p.plugin.Capabilities.PublishUnpublish},
-		NowUnixMs: p.s.clock.Now().UnixMilli(),
-	}
-	if np != nil {
-		req.Node.ExternalID = np.ExternalNodeID
-		req.Plugin.StageUnstage = np.StageUnstage
-	}
+	req := watcher.AdapterRequest(watcher.StepControllerPublish, p.vol, p.claim, p.node, p.plugin, p.s.clock.Now())
 	resp, err := adapter.AdaptRequest(ctx, req)
+	if err == nil && (resp == nil || resp.VolumeID == "") {
+		err = errors.New("adapter answered no volume ID")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, err)
 	}
