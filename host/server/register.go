@@ -23,7 +23,7 @@ func (s *Server) RegisterPlugin(ctx context.Context, p *structs.Plugin) (*struct
 		}
 		p.Provider, p.Version, p.Capabilities = probed.Provider, probed.Version, probed.Capabilities
 	}
-	if _, _, err := s.apply(ctx, structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: p}); err != nil {
+	if _, _, err := s.log.Apply(ctx, structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: p}); err != nil {
 		return nil, err
 	}
 	return s.store.Snapshot().PluginByID(nil, p.ID)
@@ -56,7 +56,7 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 		}
 		np.ExternalNodeID, np.StageUnstage, np.MaxVolumes = probed.ExternalNodeID, probed.StageUnstage, probed.MaxVolumes
 	}
-	if _, _, err := s.apply(ctx, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n}); err != nil {
+	if _, _, err := s.log.Apply(ctx, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n}); err != nil {
 		return nil, err
 	}
 	return s.store.Snapshot().NodeByID(nil, n.ID)
@@ -64,7 +64,7 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 
 // UpdateNodeStatus marks a node ready or down.
 func (s *Server) UpdateNodeStatus(ctx context.Context, id string, status structs.NodeStatus) (uint64, error) {
-	idx, _, err := s.apply(ctx, structs.NodeStatusUpdateType, &structs.NodeStatusUpdateRequest{
+	idx, _, err := s.log.Apply(ctx, structs.NodeStatusUpdateType, &structs.NodeStatusUpdateRequest{
 		NodeID: id, Status: status, LastSeen: s.clock.Now(),
 	})
 	return idx, err
@@ -80,7 +80,7 @@ func (s *Server) RegisterVolumes(ctx context.Context, vols []*structs.Volume) (u
 			v.Namespace = "default"
 		}
 	}
-	idx, _, err := s.apply(ctx, structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: vols})
+	idx, _, err := s.log.Apply(ctx, structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: vols})
 	return idx, err
 }
 
@@ -96,7 +96,7 @@ func (s *Server) DeregisterVolume(ctx context.Context, ns, id string, force bool
 	if force {
 		reason = "operator force"
 	}
-	idx, resp, err := s.apply(ctx, structs.VolumeDeregisterType, &structs.VolumeDeregisterRequest{
+	idx, resp, err := s.log.Apply(ctx, structs.VolumeDeregisterType, &structs.VolumeDeregisterRequest{
 		Namespace: ns, VolumeID: id, Force: force, Reason: reason, Time: s.clock.Now(),
 	})
 	if err != nil {
@@ -119,13 +119,13 @@ func (s *Server) UpsertAllocs(ctx context.Context, allocs []*structs.Alloc) (uin
 		}
 		a.ModifyTime = now
 	}
-	idx, _, err := s.apply(ctx, structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: allocs})
+	idx, _, err := s.log.Apply(ctx, structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: allocs})
 	return idx, err
 }
 
 // ClearLeftovers forgets leftovers the operator has dealt with.
 func (s *Server) ClearLeftovers(ctx context.Context, ids []string, all bool) (uint64, error) {
-	idx, _, err := s.apply(ctx, structs.LeftoversClearType, &structs.LeftoversClearRequest{IDs: ids, All: all})
+	idx, _, err := s.log.Apply(ctx, structs.LeftoversClearType, &structs.LeftoversClearRequest{IDs: ids, All: all})
 	return idx, err
 }
 

@@ -19,7 +19,10 @@ import (
 	"github.com/volhost/volhost/watcher"
 )
 
-// Log is the replicated log the server writes through (host/cluster).
+// Log is the replicated log the server writes through (host/cluster). Its
+// Apply validates a request against a snapshot before appending it (a
+// refusal is never committed) and the store validates again inside the
+// applying transaction, so two racing writers cannot commit an invalid state.
 type Log interface {
 	Apply(ctx context.Context, t structs.MessageType, req any) (uint64, any, error)
 	IsLeader() bool
@@ -80,13 +83,6 @@ func New(cfg Config) *Server {
 // SetReleaser gives the server the watcher that runs detach and GC.
 func (s *Server) SetReleaser(r releaser) { s.release = r }
 
-// apply writes req through the log. The log validates it against a
-// snapshot before appending (a refusal is never committed) and the store
-// validates again inside the applying transaction, so two racing writers
-// still cannot commit an invalid state.
-func (s *Server) apply(ctx context.Context, t structs.MessageType, req any) (uint64, any, error) {
-	return s.log.Apply(ctx, t, req)
-}
 
 // Leader reports the leader's address and whether this server leads.
 func (s *Server) Leader() (string, bool) {
