@@ -83,7 +83,6 @@ func New(cfg Config) *Server {
 // SetReleaser gives the server the watcher that runs detach and GC.
 func (s *Server) SetReleaser(r releaser) { s.release = r }
 
-
 // Leader reports the leader's address and whether this server leads.
 func (s *Server) Leader() (string, bool) {
 	addr, _ := s.log.Leader()
