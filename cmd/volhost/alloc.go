@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
+	"github.com/volhost/volhost/host/api/client"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -26,28 +28,15 @@ func (c *AllocRegisterCommand) Help() string {
 }
 
 func (c *AllocRegisterCommand) Run(args []string) int {
-	fs := c.flagSet("alloc register", false)
-	rest, err := c.parse(fs, args, 1, 1, "alloc register [options] FILE")
-	if err != nil {
-		return c.fail(err)
-	}
-	allocs, err := loadAllocs(rest[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
-	defer stop()
-	if _, err := cl.UpsertAllocs(ctx, allocs); err != nil {
-		return c.fail(err)
-	}
-	for _, a := range allocs {
-		c.Ui.Output(fmt.Sprintf("Registered allocation %q on node %q (%s)", a.ID, a.NodeID, a.ClientStatus))
-	}
-	return 0
+	return registerFile(c.Meta, "alloc", args, loadAllocs, func(ctx context.Context, cl *client.Client, allocs []*structs.Alloc) error {
+		if _, err := cl.UpsertAllocs(ctx, allocs); err != nil {
+			return err
+		}
+		for _, a := range allocs {
+			c.Ui.Output(fmt.Sprintf("Registered allocation %q on node %q (%s)", a.ID, a.NodeID, a.ClientStatus))
+		}
+		return nil
+	})
 }
 
 // AllocUpdateCommand is `volhost alloc update -status S ID`.

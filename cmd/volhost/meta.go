@@ -173,3 +173,29 @@ func helpText(usage, body string, read bool) string {
 	}
 	return strings.TrimRight(h, "\n")
 }
+
+// registerFile runs `volhost KIND register FILE`: it loads the spec file with
+// load, connects, and hands the objects to send, which registers them and
+// prints what it did. Every failure is one line and exit code 1.
+func registerFile[T any](m *Meta, kind string, args []string, load func(string) ([]T, error),
+	send func(context.Context, *client.Client, []T) error) int {
+	fs := m.flagSet(kind+" register", false)
+	rest, err := m.parse(fs, args, 1, 1, kind+" register [options] FILE")
+	if err != nil {
+		return m.fail(err)
+	}
+	objs, err := load(rest[0])
+	if err != nil {
+		return m.fail(err)
+	}
+	cl, err := m.client()
+	if err != nil {
+		return m.fail(err)
+	}
+	ctx, stop := m.context()
+	defer stop()
+	if err := send(ctx, cl, objs); err != nil {
+		return m.fail(err)
+	}
+	return 0
+}

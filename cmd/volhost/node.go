@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
 
+	"github.com/volhost/volhost/host/api/client"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -32,29 +34,16 @@ func (c *NodeRegisterCommand) Help() string {
 }
 
 func (c *NodeRegisterCommand) Run(args []string) int {
-	fs := c.flagSet("node register", false)
-	rest, err := c.parse(fs, args, 1, 1, "node register [options] FILE")
-	if err != nil {
-		return c.fail(err)
-	}
-	nodes, err := loadNodes(rest[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
-	defer stop()
-	for _, n := range nodes {
-		got, err := cl.RegisterNode(ctx, n)
-		if err != nil {
-			return c.fail(fmt.Errorf("node %q: %w", n.ID, err))
+	return registerFile(c.Meta, "node", args, loadNodes, func(ctx context.Context, cl *client.Client, nodes []*structs.Node) error {
+		for _, n := range nodes {
+			got, err := cl.RegisterNode(ctx, n)
+			if err != nil {
+				return fmt.Errorf("node %q: %w", n.ID, err)
+			}
+			c.Ui.Output(fmt.Sprintf("Registered node %q (%s, %d plugin(s))", got.ID, got.Status, len(got.Plugins)))
 		}
-		c.Ui.Output(fmt.Sprintf("Registered node %q (%s, %d plugin(s))", got.ID, got.Status, len(got.Plugins)))
-	}
-	return 0
+		return nil
+	})
 }
 
 // NodeStatusCommand is `volhost node status [ID]`.

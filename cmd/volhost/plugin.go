@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
+
+	"github.com/volhost/volhost/host/api/client"
+	"github.com/volhost/volhost/host/structs"
 )
 
 // PluginRegisterCommand is `volhost plugin register FILE`.
@@ -22,29 +26,16 @@ func (c *PluginRegisterCommand) Help() string {
 }
 
 func (c *PluginRegisterCommand) Run(args []string) int {
-	fs := c.flagSet("plugin register", false)
-	rest, err := c.parse(fs, args, 1, 1, "plugin register [options] FILE")
-	if err != nil {
-		return c.fail(err)
-	}
-	plugins, err := loadPlugins(rest[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
-	defer stop()
-	for _, p := range plugins {
-		got, err := cl.RegisterPlugin(ctx, p)
-		if err != nil {
-			return c.fail(fmt.Errorf("plugin %q: %w", p.ID, err))
+	return registerFile(c.Meta, "plugin", args, loadPlugins, func(ctx context.Context, cl *client.Client, plugins []*structs.Plugin) error {
+		for _, p := range plugins {
+			got, err := cl.RegisterPlugin(ctx, p)
+			if err != nil {
+				return fmt.Errorf("plugin %q: %w", p.ID, err)
+			}
+			c.Ui.Output(fmt.Sprintf("Registered plugin %q (controller publish/unpublish: %v)", got.ID, got.Capabilities.PublishUnpublish))
 		}
-		c.Ui.Output(fmt.Sprintf("Registered plugin %q (controller publish/unpublish: %v)", got.ID, got.Capabilities.PublishUnpublish))
-	}
-	return 0
+		return nil
+	})
 }
 
 // PluginStatusCommand is `volhost plugin status [ID]`.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/volhost/volhost/host/api"
+	"github.com/volhost/volhost/host/api/client"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -46,30 +48,17 @@ func (c *VolumeRegisterCommand) Help() string {
 }
 
 func (c *VolumeRegisterCommand) Run(args []string) int {
-	fs := c.flagSet("volume register", false)
-	rest, err := c.parse(fs, args, 1, 1, "volume register [options] FILE")
-	if err != nil {
-		return c.fail(err)
-	}
-	vols, err := loadVolumes(rest[0])
-	if err != nil {
-		return c.fail(err)
-	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
-	defer stop()
-	idx, err := cl.RegisterVolumes(ctx, vols)
-	if err != nil {
-		return c.fail(err)
-	}
-	for _, v := range vols {
-		c.Ui.Output(fmt.Sprintf("Registered volume %q in namespace %q", v.ID, v.Namespace))
-	}
-	c.Ui.Output(fmt.Sprintf("Index: %d", idx))
-	return 0
+	return registerFile(c.Meta, "volume", args, loadVolumes, func(ctx context.Context, cl *client.Client, vols []*structs.Volume) error {
+		idx, err := cl.RegisterVolumes(ctx, vols)
+		if err != nil {
+			return err
+		}
+		for _, v := range vols {
+			c.Ui.Output(fmt.Sprintf("Registered volume %q in namespace %q", v.ID, v.Namespace))
+		}
+		c.Ui.Output(fmt.Sprintf("Index: %d", idx))
+		return nil
+	})
 }
 
 // VolumeStatusCommand is `volhost volume status [ID]`.
