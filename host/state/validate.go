@@ -1,6 +1,8 @@
 package state
 
 import (
+	memdb "github.com/hashicorp/go-memdb"
+
 	"fmt"
 	"sort"
 	"strings"
@@ -166,12 +168,9 @@ func validatePluginDeregister(snap *Snapshot, r *structs.PluginDeregisterRequest
 	if err := validID("plugin_id", r.PluginID); err != nil {
 		return err
 	}
-	p, err := snap.PluginByID(nil, r.PluginID)
+	_, err := mustExist(snap.PluginByID, "plugin", r.PluginID)
 	if err != nil {
 		return err
-	}
-	if p == nil {
-		return structs.NotFound("plugin", r.PluginID)
 	}
 	vols, err := snap.VolumesByPlugin(nil, r.PluginID)
 	if err != nil {
@@ -223,12 +222,9 @@ func validateNodeUpsert(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 		if np.MaxVolumes < 0 {
 			return structs.Invalid(f+".max_volumes", "must not be negative")
 		}
-		p, err := snap.PluginByID(nil, k)
+		_, err := mustExist(snap.PluginByID, "plugin", k)
 		if err != nil {
 			return err
-		}
-		if p == nil {
-			return structs.NotFound("plugin", k)
 		}
 	}
 	return nil
@@ -241,12 +237,9 @@ func validateNodeStatus(snap *Snapshot, r *structs.NodeStatusUpdateRequest) erro
 	if !r.Status.Valid() {
 		return structs.Invalid("status", "unknown status %q (want %q or %q)", r.Status, structs.NodeReady, structs.NodeDown)
 	}
-	n, err := snap.NodeByID(nil, r.NodeID)
+	_, err := mustExist(snap.NodeByID, "node", r.NodeID)
 	if err != nil {
 		return err
-	}
-	if n == nil {
-		return structs.NotFound("node", r.NodeID)
 	}
 	return nil
 }
@@ -255,12 +248,9 @@ func validateNodeDeregister(snap *Snapshot, r *structs.NodeDeregisterRequest) er
 	if err := validID("node_id", r.NodeID); err != nil {
 		return err
 	}
-	n, err := snap.NodeByID(nil, r.NodeID)
+	_, err := mustExist(snap.NodeByID, "node", r.NodeID)
 	if err != nil {
 		return err
-	}
-	if n == nil {
-		return structs.NotFound("node", r.NodeID)
 	}
 	// A claim's alloc always runs on the claim's node (checked at claim), so
 	// "no live alloc here" also means "no live claim here". Claims of
@@ -321,12 +311,9 @@ func validateVolumeRegister(snap *Snapshot, r *structs.VolumeRegisterRequest) er
 		if v.Stuck != nil {
 			return structs.Invalid(f+".stuck", "cannot be set on registration")
 		}
-		p, err := snap.PluginByID(nil, v.PluginID)
+		_, err := mustExist(snap.PluginByID, "plugin", v.PluginID)
 		if err != nil {
 			return err
-		}
-		if p == nil {
-			return structs.NotFound("plugin", v.PluginID)
 		}
 		old, err := snap.VolumeByID(nil, v.Namespace, v.ID)
 		if err != nil {
@@ -449,12 +436,8 @@ func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
 			}
 			continue // its node may have been deregistered since
 		}
-		n, err := snap.NodeByID(nil, a.NodeID)
-		if err != nil {
+		if _, err := mustExist(snap.NodeByID, "node", a.NodeID); err != nil {
 			return err
-		}
-		if n == nil {
-			return structs.NotFound("node", a.NodeID)
 		}
 	}
 	return nil
@@ -474,12 +457,9 @@ func validateAllocDelete(snap *Snapshot, r *structs.AllocDeleteRequest) error {
 			return structs.Invalid(f, "allocation %q appears twice in the request", id)
 		}
 		seen[id] = true
-		a, err := snap.AllocByID(nil, id)
+		a, err := mustExist(snap.AllocByID, "allocation", id)
 		if err != nil {
 			return err
-		}
-		if a == nil {
-			return structs.NotFound("allocation", id)
 		}
 		// A gone allocation counts as done for release, so deleting a live
 		// one would let its claims be released under it.
@@ -546,12 +526,9 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if c.Mode == structs.ClaimWrite && v.AccessMode.MaxWriters() == 0 {
 		return structs.Invalid("claim.mode", "volume %q is %s: write claims are not allowed", name, v.AccessMode)
 	}
-	a, err := snap.AllocByID(nil, c.AllocID)
+	a, err := mustExist(snap.AllocByID, "allocation", c.AllocID)
 	if err != nil {
 		return err
-	}
-	if a == nil {
-		return structs.NotFound("allocation", c.AllocID)
 	}
 	if a.NodeID != c.NodeID {
 		return structs.Invalid("claim.node_id", "allocation %q runs on node %q, not %q", a.ID, a.NodeID, c.NodeID)
@@ -559,12 +536,9 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if a.Namespace != "" && a.Namespace != v.Namespace {
 		return structs.Invalid("claim.alloc_id", "allocation %q is in namespace %q, volume %q in %q", a.ID, a.Namespace, v.ID, v.Namespace)
 	}
-	n, err := snap.NodeByID(nil, c.NodeID)
+	n, err := mustExist(snap.NodeByID, "node", c.NodeID)
 	if err != nil {
 		return err
-	}
-	if n == nil {
-		return structs.NotFound("node", c.NodeID)
 	}
 	if a.ClientStatus.Terminal() {
 		return structs.Conflict("allocation %q is %s and cannot claim a volume", a.ID, a.ClientStatus)
@@ -730,4 +704,14 @@ func validateEvents(_ *Snapshot, r *structs.EventAppendRequest) error {
 		}
 	}
 	return nil
+}
+
+// mustExist returns the object get finds by id, or a NotFound error naming
+// what is missing.
+func mustExist[T any](get func(memdb.WatchSet, string) (*T, error), what, id string) (*T, error) {
+	obj, err := get(nil, id)
+	if err == nil && obj == nil {
+		err = structs.NotFound(what, id)
+	}
+	return obj, err
 }
