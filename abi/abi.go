@@ -46,6 +46,18 @@ const (
 	HostLogLevel = "log_level"
 )
 
+// The CSI steps an AdapterRequest names, and that a csi-adapter may list in
+// ConfigureResponse.AdaptSteps.
+const (
+	StepNodeUnpublish       = "node-unpublish"
+	StepNodeUnstage         = "node-unstage"
+	StepControllerUnpublish = "controller-unpublish"
+	StepControllerPublish   = "controller-publish"
+)
+
+// AdapterSteps lists every step an AdapterRequest may carry.
+var AdapterSteps = []string{StepNodeUnpublish, StepNodeUnstage, StepControllerUnpublish, StepControllerPublish}
+
 // Log levels for HostLog, as go-hclog numbers them.
 const (
 	LogTrace int32 = 1

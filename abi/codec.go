@@ -76,6 +76,15 @@ func appendString(b []byte, num protowire.Number, v string) []byte {
 	return protowire.AppendString(b, v)
 }
 
+// appendRepeatedString keeps empty items: their count is part of the value.
+func appendRepeatedString(b []byte, num protowire.Number, vs []string) []byte {
+	for _, v := range vs {
+		b = protowire.AppendTag(b, num, protowire.BytesType)
+		b = protowire.AppendString(b, v)
+	}
+	return b
+}
+
 func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
@@ -448,6 +457,7 @@ func (m *ConfigureRequest) merge(d decoder, b []byte) error {
 // MarshalAppend appends the encoding of m to b.
 func (m *ConfigureResponse) MarshalAppend(b []byte) []byte {
 	b = appendString(b, 1, m.Version)
+	b = appendRepeatedString(b, 2, m.AdaptSteps)
 	return appendString(b, 15, m.Error)
 }
 
@@ -481,6 +491,8 @@ func (m *ConfigureResponse) merge(d decoder, b []byte) error {
 		switch num {
 		case 1:
 			n, err = d.consumeString(typ, b, &m.Version)
+		case 2:
+			n, err = d.consumeRepeatedString(typ, b, &m.AdaptSteps)
 		case 15:
 			n, err = d.consumeString(typ, b, &m.Error)
 		default:
@@ -1057,11 +1069,7 @@ func (m *AdapterRequest) merge(d decoder, b []byte) error {
 func (m *AdapterResponse) MarshalAppend(b []byte) []byte {
 	b = appendString(b, 1, m.VolumeID)
 	b = appendString(b, 2, m.NodeID)
-	for _, k := range m.SecretKeys {
-		// Repeated strings keep empty items: their count is part of the value.
-		b = protowire.AppendTag(b, 3, protowire.BytesType)
-		b = protowire.AppendString(b, k)
-	}
+	b = appendRepeatedString(b, 3, m.SecretKeys)
 	b = appendMap(b, 4, m.VolumeContext)
 	return appendString(b, 15, m.Error)
 }

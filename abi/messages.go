@@ -18,7 +18,12 @@ type ConfigureRequest struct {
 // ConfigureResponse acknowledges a ConfigureRequest.
 type ConfigureResponse struct {
 	Version string // field 1: the module's own version string, shown in status and logs
-	Error   string // field 15
+	// AdaptSteps (field 2, csi-adapter only) names the steps whose CSI
+	// requests volhost_adapt_request changes; for any other step the host
+	// builds the CSI spec's default request without calling the module.
+	// Empty means every step (ABI.md section 4).
+	AdaptSteps []string
+	Error      string // field 15
 }
 
 // VolumeView is the part of a volume a module sees.
@@ -108,7 +113,7 @@ type PluginView struct {
 
 // AdapterRequest asks a CSI adapter how a claim maps onto a driver's requests.
 type AdapterRequest struct {
-	Step      string     // 1: node-unpublish | node-unstage | controller-unpublish | controller-publish | node-stage | node-publish
+	Step      string     // 1: one of AdapterSteps
 	Claim     ClaimView  // 2
 	Volume    VolumeView // 3
 	Node      NodeView   // 4

@@ -15,7 +15,7 @@ import (
 // each field number and wire type the codec writes.
 func full() map[string]Message {
 	s := samples()
-	s["ConfigureResponse"] = &ConfigureResponse{Version: "1", Error: "e"}
+	s["ConfigureResponse"] = &ConfigureResponse{Version: "1", AdaptSteps: []string{"a", "b"}, Error: "e"}
 	s["PolicyResponse"] = &PolicyResponse{Decisions: []Decision{{AllocID: "a", Action: ActionWait, RetryAfterMs: 1, Reason: "r"}}, Error: "e"}
 	s["AdapterResponse"] = &AdapterResponse{VolumeID: "v", NodeID: "n", SecretKeys: []string{"k"}, VolumeContext: map[string]string{"a": "b"}, Error: "e"}
 	s["ClassifyResponse"] = &ClassifyResponse{Outcome: OutcomeRetry, RetryAfterMs: 1, Reason: "r", Error: "e"}

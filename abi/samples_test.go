@@ -66,7 +66,7 @@ func sampleAdapterResponse() *AdapterResponse {
 func samples() map[string]Message {
 	return map[string]Message{
 		"ConfigureRequest":  &ConfigureRequest{ModuleName: "grace-policy", Config: map[string]string{"grace": "30s", "": "empty key"}},
-		"ConfigureResponse": &ConfigureResponse{Version: "1.0.0", Error: "bad grace"},
+		"ConfigureResponse": &ConfigureResponse{Version: "1.0.0", AdaptSteps: []string{"controller-publish", "controller-unpublish"}, Error: "bad grace"},
 		"PolicyRequest":     samplePolicyRequest(),
 		"PolicyResponse":    samplePolicyResponse(),
 		"AdapterRequest":    sampleAdapterRequest(),

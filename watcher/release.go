@@ -18,10 +18,10 @@ import (
 
 // Step names, as they appear in ClaimError.Step and AdapterRequest.Step.
 const (
-	StepNodeUnpublish       = "node-unpublish"
-	StepNodeUnstage         = "node-unstage"
-	StepControllerUnpublish = "controller-unpublish"
-	StepControllerPublish   = "controller-publish" // the claim path's adapter view
+	StepNodeUnpublish       = abi.StepNodeUnpublish
+	StepNodeUnstage         = abi.StepNodeUnstage
+	StepControllerUnpublish = abi.StepControllerUnpublish
+	StepControllerPublish   = abi.StepControllerPublish // the claim path's adapter view
 	StepPolicy              = "policy"
 	StepAdapter             = "adapter"
 )

@@ -55,6 +55,8 @@ type Handlers struct {
 	Release   ReleaseFunc
 	Adapt     AdaptFunc
 	Classify  ClassifyFunc
+	// AdaptSteps is sent in the configure response (see AdaptSteps).
+	AdaptSteps []string
 	// ReleaseRaw, when set, serves volhost_decide_release instead of Release.
 	ReleaseRaw RawFunc
 
@@ -80,6 +82,13 @@ func HandleAdapt(f AdaptFunc) { registered.Adapt = f }
 // HandleClassify registers the CSI adapter's error classification. Call it from init.
 func HandleClassify(f ClassifyFunc) { registered.Classify = f }
 
+// AdaptSteps declares the only steps (abi.AdapterSteps) whose CSI requests
+// the adapt handler changes. The host then builds every other step's request
+// itself, as the CSI spec's default, and skips the call: one Wasm call
+// fewer per release for each step left out. Without it the host asks the
+// module for every step. Call it from init.
+func AdaptSteps(steps ...string) { registered.AdaptSteps = steps }
+
 // ModuleName is the name the host gave this module in its configure call
 // (the manifest's file name), or "" before configure.
 func ModuleName() string { return registered.moduleName }
@@ -101,7 +110,7 @@ func protect(f func() error) (err error) {
 // DispatchConfigure decodes a ConfigureRequest from in, runs the configure
 // handler and appends the encoded ConfigureResponse to out.
 func (h *Handlers) DispatchConfigure(in, out []byte) []byte {
-	var resp abi.ConfigureResponse
+	resp := abi.ConfigureResponse{AdaptSteps: h.AdaptSteps}
 	err := protect(func() error {
 		var req abi.ConfigureRequest
 		if err := req.Unmarshal(in); err != nil {

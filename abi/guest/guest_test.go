@@ -3,6 +3,7 @@ package guest
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,6 +128,22 @@ func TestDispatchConfigure(t *testing.T) {
 				t.Fatalf("module name %q not recorded", h.moduleName)
 			}
 		})
+	}
+}
+
+// An adapter's declared steps reach the host in every configure response,
+// whatever the configure handler answers.
+func TestDispatchConfigureAdaptSteps(t *testing.T) {
+	req := (&abi.ConfigureRequest{ModuleName: "gcepd-adapter"}).MarshalAppend(nil)
+	for _, steps := range [][]string{nil, {abi.StepControllerUnpublish}, {abi.StepControllerPublish, abi.StepControllerUnpublish}} {
+		h := &Handlers{AdaptSteps: steps, Configure: func(map[string]string) (string, error) { return "1.0.0", nil }}
+		var resp abi.ConfigureResponse
+		if err := resp.Unmarshal(h.DispatchConfigure(req, nil)); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(resp.AdaptSteps, steps) || resp.Version != "1.0.0" {
+			t.Fatalf("declared %q, response %+v", steps, resp)
+		}
 	}
 }
 
