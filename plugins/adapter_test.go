@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,5 +85,56 @@ func TestLoadTimeRefusals(t *testing.T) {
 	}
 	if n := e.m.runtimes.Load(); n != 0 {
 		t.Errorf("%d runtimes left open by refused modules", n)
+	}
+}
+
+// An adapter's declared steps (ConfigureResponse.adapt_steps) are shown in
+// its status and decide which steps the host asks it about.
+func TestAdaptSteps(t *testing.T) {
+	wasm := exampleWasm(t, "gcepd-adapter")
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "gcepd-adapter", wasm, manifest("csi-adapter", `plugin_ids = ["gcepd"]`))
+	}, nil)
+	st, ok := e.m.StatusOf("gcepd-adapter")
+	if want := []string{abi.StepControllerPublish, abi.StepControllerUnpublish}; !ok || !slices.Equal(st.AdaptSteps, want) {
+		t.Fatalf("status adapt steps %q, want %q", st.AdaptSteps, want)
+	}
+	for step, want := range map[string]bool{
+		abi.StepControllerUnpublish: true, abi.StepControllerPublish: true,
+		abi.StepNodeUnpublish: false, abi.StepNodeUnstage: false,
+	} {
+		if got := e.m.AdaptsStep("gcepd-adapter", step); got != want {
+			t.Errorf("AdaptsStep(%s) = %v, want %v", step, got, want)
+		}
+	}
+	// Unknown modules are asked (and fail with their own fault): fail closed.
+	if !e.m.AdaptsStep("no-such-module", abi.StepNodeUnpublish) {
+		t.Error("AdaptsStep of an unknown module is false")
+	}
+}
+
+func TestCheckAdaptSteps(t *testing.T) {
+	tests := []struct {
+		name    string
+		kind    abi.Kind
+		steps   []string
+		want    []string
+		wantErr string
+	}{
+		{"none: every step", abi.KindCSIAdapter, nil, nil, ""},
+		{"known steps", abi.KindCSIAdapter, []string{"controller-unpublish"}, []string{"controller-unpublish"}, ""},
+		{"misspelt step refused", abi.KindCSIAdapter, []string{"controller-unpublish", "node-unpublsh"}, nil, `unknown step "node-unpublsh"`},
+		{"policy may not declare", abi.KindReleasePolicy, []string{"node-unpublish"}, nil, "declared by a release-policy module"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := checkAdaptSteps(tc.kind, tc.steps)
+			if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("err %v, want ~%q", err, tc.wantErr)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("steps %q, want %q", got, tc.want)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,6 +47,9 @@ type generation struct {
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
 	cfgReq   []byte // encoded ConfigureRequest, sent once per instance
+	// adaptSteps are the steps a csi-adapter declared it changes (from the
+	// canary's configure response); nil means every step.
+	adaptSteps []string
 	// recyclePages: an instance whose memory grew past this is discarded
 	// after its call, so a leaking guest is reset before it hits the cap.
 	recyclePages uint32
@@ -99,7 +103,8 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	}
 	cfg := wazero.NewRuntimeConfig().
 		WithMemoryLimitPages(man.Limits.MemoryPages).
-		WithCloseOnContextDone(true)
+		WithCloseOnContextDone(true).
+		WithMemoryCapacityFromMax(true)
 	if d.cache != nil {
 		cfg = cfg.WithCompilationCache(d.cache)
 	}
@@ -143,12 +148,16 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	}
 	g.cfgReq = (&abi.ConfigureRequest{ModuleName: name, Config: man.Config}).MarshalAppend(nil)
 
-	canary, guestVersion, err := g.newInstance(ctx, true)
+	canary, conf, err := g.newInstance(ctx, true)
 	if err != nil {
 		return nil, err
 	}
+	if g.adaptSteps, err = checkAdaptSteps(man.Kind, conf.AdaptSteps); err != nil {
+		canary.close()
+		return nil, err
+	}
 	if g.version == "" {
-		g.version = guestVersion
+		g.version = conf.Version
 		g.log = d.log.Named(name).With("module", name, "module_version", g.version)
 	}
 	if err := g.selfTest(ctx, canary); err != nil {
@@ -164,8 +173,8 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 
 // newInstance instantiates the compiled module, runs _initialize, checks
 // the ABI version (for the canary) and configures it. It also returns the
-// guest's own version string (from ConfigureResponse).
-func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*instance, string, error) {
+// guest's ConfigureResponse (its own version string, its adapt steps).
+func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*instance, *abi.ConfigureResponse, error) {
 	out := &tailBuffer{}
 	timeout := max(minInitTimeout, 10*g.man.Limits.CallTimeout)
 	ictx, cancel := context.WithTimeout(ctx, timeout)
@@ -179,7 +188,7 @@ func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*insta
 		WithStdout(out).
 		WithStderr(out))
 	if err != nil {
-		return nil, "", g.fault(ctx, ictx, err, out, nil, "instantiate")
+		return nil, nil, g.fault(ctx, ictx, err, out, nil, "instantiate")
 	}
 	inst := &instance{
 		mod:    mod,
@@ -194,23 +203,23 @@ func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*insta
 	}
 	if inst.mem == nil {
 		inst.close()
-		return nil, "", &FaultError{Module: g.name, Version: g.version, Kind: FaultABI, Err: errors.New("module has no memory")}
+		return nil, nil, &FaultError{Module: g.name, Version: g.version, Kind: FaultABI, Err: errors.New("module has no memory")}
 	}
 	if init := mod.ExportedFunction(abi.ExportInitialize); init != nil {
 		if _, err := init.Call(ictx); err != nil {
 			inst.close()
-			return nil, "", g.fault(ctx, ictx, err, out, inst.mem, abi.ExportInitialize)
+			return nil, nil, g.fault(ctx, ictx, err, out, inst.mem, abi.ExportInitialize)
 		}
 	}
 	if checkVersion {
 		res, err := inst.fns[abi.ExportVersion].Call(ictx)
 		if err != nil {
 			inst.close()
-			return nil, "", g.fault(ctx, ictx, err, out, inst.mem, abi.ExportVersion)
+			return nil, nil, g.fault(ctx, ictx, err, out, inst.mem, abi.ExportVersion)
 		}
 		if v := api.DecodeI32(res[0]); v != abi.Version {
 			inst.close()
-			return nil, "", fmt.Errorf("module speaks ABI v%d, host speaks v%d", v, abi.Version)
+			return nil, nil, fmt.Errorf("module speaks ABI v%d, host speaks v%d", v, abi.Version)
 		}
 	}
 	var resp abi.ConfigureResponse
@@ -222,10 +231,32 @@ func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*insta
 	})
 	if err != nil {
 		inst.close()
-		return nil, "", fmt.Errorf("configure: %w", err)
+		return nil, nil, fmt.Errorf("configure: %w", err)
 	}
 	g.created.Add(1)
-	return inst, resp.Version, nil
+	return inst, &resp, nil
+}
+
+// checkAdaptSteps validates the steps a module declared in its configure
+// response: a misspelt step would otherwise silently never reach the module.
+func checkAdaptSteps(kind abi.Kind, steps []string) ([]string, error) {
+	if len(steps) == 0 {
+		return nil, nil
+	}
+	if kind != abi.KindCSIAdapter {
+		return nil, fmt.Errorf("configure: adapt_steps %q declared by a %s module; only a %s adapts steps", steps, kind, abi.KindCSIAdapter)
+	}
+	for _, s := range steps {
+		if !slices.Contains(abi.AdapterSteps, s) {
+			return nil, fmt.Errorf("configure: adapt_steps names unknown step %q (known: %s)", s, strings.Join(abi.AdapterSteps, ", "))
+		}
+	}
+	return slices.Clone(steps), nil
+}
+
+// adapts reports whether volhost_adapt_request is asked for step.
+func (g *generation) adapts(step string) bool {
+	return g.adaptSteps == nil || slices.Contains(g.adaptSteps, step)
 }
 
 func (inst *instance) close() {

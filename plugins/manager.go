@@ -111,6 +111,8 @@ type Status struct {
 	PluginIDs        []string          `json:"plugin_ids,omitempty"`
 	Volumes          []string          `json:"volumes,omitempty"`
 	Default          bool              `json:"default"`
+	// AdaptSteps are the steps a csi-adapter asked to adapt; empty: all.
+	AdaptSteps []string `json:"adapt_steps,omitempty"`
 }
 
 // Target is what a module is chosen for.
@@ -482,6 +484,20 @@ func (m *Manager) AdaptRequest(ctx context.Context, module string, req *abi.Adap
 	return resp, nil
 }
 
+// AdaptsStep reports whether the csi-adapter module wants to be asked about
+// step: false only when its serving generation declared adapt_steps without
+// it, and the caller then builds the CSI spec's default request itself. An
+// unknown or not-serving module answers true, so the call is made and fails
+// with its own fault (fail closed).
+func (m *Manager) AdaptsStep(module, step string) bool {
+	mod := (*m.modules.Load())[module]
+	if mod == nil {
+		return true
+	}
+	g := mod.cur.Load()
+	return g == nil || g.adapts(step)
+}
+
 // ClassifyError asks a csi-adapter module what a driver's error means.
 func (m *Manager) ClassifyError(ctx context.Context, module string, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
 	resp := new(abi.ClassifyResponse)
@@ -597,6 +613,7 @@ func (mod *module) status() Status {
 		s.PoolSize, s.PoolIdle = g.man.Limits.PoolSize, len(g.idle)
 		s.MemoryPages, s.MemoryLimitPages = g.memPages.Load(), g.man.Limits.MemoryPages
 		s.PluginIDs, s.Volumes, s.Default = slices.Clone(g.man.PluginIDs), slices.Clone(g.man.Volumes), g.man.Default
+		s.AdaptSteps = slices.Clone(g.adaptSteps)
 		if s.State == StateServing && mod.breaker.isOpen() {
 			s.State = StateOpenCircuit
 		}

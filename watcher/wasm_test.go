@@ -275,3 +275,48 @@ func TestPassNeverWritesStoreObjects(t *testing.T) {
 		t.Fatalf("clearing the mark wrote into the store's volume object: %+v", shared)
 	}
 }
+
+// TestWasmAdapterDeclaredSteps: gcepd-adapter declares that it adapts only
+// the controller steps (adapt_steps), so a release asks it once, for
+// ControllerUnpublish (whose node ID it rewrites), and builds NodeUnpublish
+// and NodeUnstage as the spec's default without a Wasm call.
+func TestWasmAdapterDeclaredSteps(t *testing.T) {
+	fx := newFixture(t, Config{}, nil)
+	m := newWasmManager(t, fx.clock, moduleFile{name: "gcepd-adapter", example: "gcepd-adapter",
+		manifest: fmt.Sprintf(`kind = "csi-adapter"
+version = "1.0.0"
+plugin_ids = [%q]
+limits {
+  call_timeout = "5s"
+}`, testPlugin)})
+	obs := newRecordingObserver()
+	fx.w.mods = WasmModules(m, obs)
+	node := readyNode(testNode)
+	node.Meta = map[string]string{"gce.project": "p", "gce.zone": "z"}
+	fx.store.putNode(node)
+	fx.store.putAlloc("a1", testNode, structs.AllocComplete)
+	fx.store.putVolume(newVolume("db", newClaim("a1", testNode, structs.ClaimTaken)))
+
+	if _, err := fx.w.assess(context.Background(), ref("db")); err != nil {
+		t.Fatal(err)
+	}
+	if c := fx.store.claim(ref("db"), "a1"); c != nil {
+		t.Fatalf("claim not released: %+v (calls %s)", c, fmtCalls(fx.csi.callList()))
+	}
+	if n := obs.count(obs.calls, "gcepd-adapter/csi-adapter"); n != 1 {
+		t.Fatalf("adapter called %d times for one release, want 1 (the controller step)", n)
+	}
+	var methods []string
+	for _, c := range fx.csi.callList() {
+		methods = append(methods, c.Method)
+		if c.VolumeID != "vol-db" {
+			t.Errorf("%s got volume ID %q, want the external ID", c.Method, c.VolumeID)
+		}
+		if c.Method == "ControllerUnpublishVolume" && c.NodeID != "projects/p/zones/z/instances/"+testNode {
+			t.Errorf("ControllerUnpublish node ID %q: not the adapter's", c.NodeID)
+		}
+	}
+	if want := []string{"NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"}; !reflect.DeepEqual(methods, want) {
+		t.Fatalf("CSI calls %v, want %v", methods, want)
+	}
+}

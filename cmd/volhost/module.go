@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/plugins"
 )
 
@@ -109,6 +110,15 @@ func (c *ModuleStatusCommand) Run(args []string) int {
 	if info.Default {
 		selectors = append(selectors, "default")
 	}
+	// An adapter is asked only about the steps it declared (ABI.md section
+	// 4); saying which tells an operator why a step never reaches it.
+	adapts := "-"
+	if info.Kind == string(abi.KindCSIAdapter) {
+		adapts = "every step"
+		if len(info.AdaptSteps) > 0 {
+			adapts = strings.Join(info.AdaptSteps, ", ")
+		}
+	}
 	c.Ui.Output(kv([][2]string{
 		{"Name", info.Name},
 		{"Kind", info.Kind},
@@ -120,6 +130,7 @@ func (c *ModuleStatusCommand) Run(args []string) int {
 		{"Selects", orDash(strings.Join(selectors, ", "))},
 		{"Serves Volumes", orDash(strings.Join(vols, ", "))},
 		{"Serves Plugins", orDash(strings.Join(info.ServedPlugins, ", "))},
+		{"Adapts Steps", adapts},
 		{"Calls", fmt.Sprint(info.Calls)},
 		{"Faults", faultSummary(info.Faults)},
 		{"Latency p50/p99", fmt.Sprintf("%s / %s", info.P50.Round(time.Microsecond), info.P99.Round(time.Microsecond))},

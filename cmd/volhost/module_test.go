@@ -46,11 +46,16 @@ func TestModuleCommands(t *testing.T) {
 	pluginstest.Install(t, dir, "other", pluginstest.Wasm(t, "fault-version"), `kind = "release-policy"
 volumes = ["batch/*"]
 `)
+	pluginstest.Install(t, dir, "gcepd-adapter", pluginstest.Wasm(t, "gcepd-adapter"), `kind = "csi-adapter"
+plugin_ids = ["gcepd"]
+`)
 	e := moduleAgent(t, dir)
 
 	list := e.ok("module", "list")
 	contains(t, "module list", list, "policy", "serving", "other", "refused", "module speaks ABI v99, host speaks v1")
-	contains(t, "module status", e.ok("module", "status", "policy"), "State            = serving", "Selects          = default")
+	contains(t, "module status", e.ok("module", "status", "policy"), "State            = serving", "Selects          = default", "Adapts Steps     = -")
+	contains(t, "module status", e.ok("module", "status", "gcepd-adapter"), "Adapts Steps     = controller-publish, controller-unpublish")
+	contains(t, "module status -json", e.ok("module", "status", "-json", "gcepd-adapter"), `"adapt_steps": [`)
 	contains(t, "module list -json", e.ok("module", "list", "-json"), `"refused"`)
 
 	if r := e.run("module", "status", "nope"); r.code != 1 || r.stderr != "Error: module \"nope\": not found\n" {

@@ -72,6 +72,13 @@ func configure(cfg map[string]string) (string, error) {
 // plugin reported (NodeGetInfo), then the one recorded on the claim, which
 // survives the node being gone (ANCHORS pain 2: "missing external node ID").
 // The driver rejects an empty node ID, so no ID is an error, not a guess.
+// adaptSteps are the steps whose CSI requests this adapter changes: only the
+// controller calls carry a node ID, and the driver wants its own
+// projects/P/zones/Z/instances/N form there. NodeUnpublish and NodeUnstage
+// carry the volume ID alone, which is the spec's default (the external ID),
+// so the host builds those without a Wasm call (ABI.md section 4).
+var adaptSteps = []string{abi.StepControllerPublish, abi.StepControllerUnpublish}
+
 func adapt(req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
 	if req.Volume.ExternalID == "" {
 		return nil, fmt.Errorf("volume %s/%s has no external ID", req.Volume.Namespace, req.Volume.ID)

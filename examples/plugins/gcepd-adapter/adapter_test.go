@@ -2,6 +2,7 @@ package main
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -100,5 +101,38 @@ func TestConfigure(t *testing.T) {
 	}
 	if _, err := configure(map[string]string{"zone": "z"}); err == nil || !strings.Contains(err.Error(), `"zone"`) {
 		t.Fatalf("configure with a key: %v", err)
+	}
+}
+
+// The steps left out of adaptSteps must be ones where this adapter's answer
+// is the spec's default for every field the step's CSI request carries
+// (NodeUnpublish and NodeUnstage take only the volume ID): the host skips
+// the call for them, so anything else this adapter did there would be lost.
+func TestAdaptStepsCoverEveryChange(t *testing.T) {
+	req := abi.AdapterRequest{
+		Volume: abi.VolumeView{Namespace: "default", ID: "web", ExternalID: "projects/p/zones/z/disks/web", Context: map[string]string{"k": "v"}},
+		Node:   abi.NodeView{ID: "n1", Meta: map[string]string{MetaProject: "p", MetaZone: "z"}, ExternalID: "other"},
+		Claim:  abi.ClaimView{NodeID: "n1"},
+	}
+	for _, step := range abi.AdapterSteps {
+		req.Step = step
+		resp, err := adapt(&req)
+		if err != nil {
+			t.Fatalf("%s: %v", step, err)
+		}
+		declared := slices.Contains(adaptSteps, step)
+		switch {
+		case declared && resp.NodeID != "projects/p/zones/z/instances/n1":
+			t.Errorf("%s is declared but its node ID is %q", step, resp.NodeID)
+		case !declared && !strings.HasPrefix(step, "node-"):
+			t.Errorf("%s is left to the host but is not a node step", step)
+		case !declared && resp.VolumeID != req.Volume.ExternalID:
+			t.Errorf("%s is left to the host, whose volume ID would be %q, but the adapter answers %q", step, req.Volume.ExternalID, resp.VolumeID)
+		}
+	}
+	for _, s := range adaptSteps {
+		if !slices.Contains(abi.AdapterSteps, s) {
+			t.Errorf("adaptSteps names %q, not an abi.AdapterSteps step", s)
+		}
 	}
 }

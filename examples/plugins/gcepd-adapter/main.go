@@ -11,5 +11,6 @@ func main() {}
 func init() {
 	guest.HandleConfigure(configure)
 	guest.HandleAdapt(adapt)
+	guest.AdaptSteps(adaptSteps...)
 	guest.HandleClassify(classify)
 }
