@@ -52,3 +52,47 @@ limits {
 		t.Fatalf("memory grew from %d to %d pages over %d calls (cap %d)", early, st.MemoryPages, n, capPages)
 	}
 }
+
+// TestGuestMemoryReserved: an instance's linear memory is allocated at its
+// cap when the instance is created, so the guest's memory.grow never copies
+// it (reserveMemory). The buffer's address stays put while the guest's heap
+// grows; with wazero's default (grow by append) it moves.
+func TestGuestMemoryReserved(t *testing.T) {
+	faulty := exampleWasm(t, "fault-policy")
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "alloc", faulty, manifest("release-policy", `config = { alloc_kib = "1024" }
+limits {
+  memory_pages = 256
+  call_timeout = "5s"
+  pool_size    = 1
+}`))
+	}, nil)
+	g := (*e.m.modules.Load())["alloc"].cur.Load()
+	base := func() (*byte, uint32) {
+		inst := <-g.idle
+		defer func() { g.idle <- inst }()
+		b, ok := inst.mem.Read(0, 1)
+		if !ok {
+			t.Fatal("memory has no first byte")
+		}
+		return &b[0], inst.mem.Size() / pageSize
+	}
+	addr, pages := base()
+	ctx := context.Background()
+	req := faultRequest("allocate")
+	for i := 0; i < 50; i++ {
+		if _, err := e.m.DecideRelease(ctx, "alloc", req); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	addr2, pages2 := base()
+	if pages2 <= pages {
+		t.Fatalf("memory did not grow (%d pages): the test no longer exercises memory.grow", pages2)
+	}
+	if addr2 != addr {
+		t.Fatalf("memory moved when it grew from %d to %d pages: it was not reserved at its cap", pages, pages2)
+	}
+	if reserveMemory(maxReservedPages+1) || !reserveMemory(DefaultMemoryPages) {
+		t.Fatal("reserveMemory: the default cap must be reserved, a cap above maxReservedPages not")
+	}
+}
