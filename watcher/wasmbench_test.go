@@ -178,8 +178,9 @@ func measure(b *testing.B, sides []side, unit string, scale float64, run func(Mo
 }
 
 // BenchmarkWasmVsNativeReleaseThroughput: claims fully released per second
-// (three CSI calls, three checkpoints, one policy decision and three
-// adapter calls each; no CSI error to classify), by CSI latency and
+// (three CSI calls, three checkpoints, one policy decision and, in
+// wasm-both, one adapter call each: gcepd-adapter declares only the
+// controller steps; no CSI error to classify), by CSI latency and
 // controller concurrency: no latency (the watcher's own cost, CPU-bound),
 // 1 ms per call with 16 controller calls at once, and 10 ms with the
 // default of one controller call per plugin (a fast real driver; cloud
@@ -204,8 +205,8 @@ func BenchmarkWasmVsNativeReleaseThroughput(b *testing.B) {
 
 // BenchmarkWasmVsNativeStepUp: leader step-up over 100,000 volumes of which
 // 10,000 hold a releasable claim, until every releasable volume is assessed
-// and released (one policy call per releasable volume, three adapter calls
-// per release; the others' claims are not due and ask no module).
+// and released (one policy call per releasable volume, one adapter call per
+// release in wasm-both; the others' claims are not due and ask no module).
 func BenchmarkWasmVsNativeStepUp(b *testing.B) {
 	sides := benchSides(b)
 	const total, releasable = 100_000, 10_000
