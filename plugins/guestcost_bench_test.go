@@ -1,0 +1,291 @@
+package plugins
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
+
+	"github.com/volhost/volhost/abi"
+)
+
+// Per-call cost of a Go guest (issue 4). A host that enforces call_timeout
+// runs wazero with close-on-context-done, which makes every wasm loop header
+// exit to Go (~100-150 ns); the Go wasm backend puts a loop at the entry of
+// every non-leaf function and one per `for` loop, so a Go guest's per-call
+// cost tracks the number of guest function calls and loop iterations it
+// executes. These benchmarks call the example modules through the real host
+// path (Manager, call_timeout enforced) with the shapes the watcher sends,
+// and report beside ns/op the median call (p50-ns) and the guest function
+// calls per call (guest-calls/op, counted with a wazero FunctionListener on
+// a separate runtime, volhost_buffer included): the number to drive down.
+//
+//	go test -run '^$' -bench GuestCost -benchtime 2000x ./plugins/
+//
+// With VOLHOST_GUESTCOST_BASELINE=DIR, DIR/default-policy.wasm and
+// DIR/gcepd-adapter.wasm (for example built from an older commit) are
+// measured in the same run as "baseline", beside "current", so a before and
+// after comparison shares the machine's load.
+
+// guestCostModule is one module measured by BenchmarkGuestCost.
+type guestCostModule struct {
+	name string // example module name
+	kind string
+	call func(ctx context.Context, m *Manager, module string) error
+	// export and req drive the call counter directly through wazero.
+	export string
+	req    []byte
+}
+
+// adapterUnpublishRequest is what the watcher sends the GCE PD adapter for
+// ControllerUnpublishVolume: node meta gce.project and gce.zone set, so the
+// adapter builds the node ID from them (examples/plugins/gcepd-adapter).
+func adapterUnpublishRequest() *abi.AdapterRequest {
+	return &abi.AdapterRequest{
+		Step:  "controller-unpublish",
+		Claim: abi.ClaimView{AllocID: "alloc-0", NodeID: "node-0", Mode: "write", State: "node-detached", AccessMode: "single-node-writer", AttachmentMode: "file-system"},
+		Volume: abi.VolumeView{Namespace: "default", ID: "web-data", PluginID: "gcepd", AccessMode: "single-node-writer",
+			AttachmentMode: "file-system", ExternalID: "projects/p/zones/us-central1-a/disks/web-data"},
+		Node: abi.NodeView{ID: "node-0", Status: "ready", Meta: map[string]string{
+			"gce.project": "p", "gce.zone": "us-central1-a"}},
+		Plugin:    abi.PluginView{ID: "gcepd", Provider: "pd.csi.storage.gke.io", PublishUnpublish: true},
+		NowUnixMs: 1_750_000_000_000,
+	}
+}
+
+func guestCostModules() []guestCostModule {
+	policy := func(n int) guestCostModule {
+		req := volumeRequest(n)
+		return guestCostModule{
+			name: "default-policy", kind: "release-policy",
+			call: func(ctx context.Context, m *Manager, module string) error {
+				resp, err := m.DecideRelease(ctx, module, req)
+				if err == nil && len(resp.Decisions) != n {
+					err = fmt.Errorf("%d decisions, want %d", len(resp.Decisions), n)
+				}
+				return err
+			},
+			export: abi.ExportDecideRelease, req: req.MarshalAppend(nil),
+		}
+	}
+	adapt := adapterUnpublishRequest()
+	return []guestCostModule{
+		policy(1),
+		policy(8),
+		{
+			name: "gcepd-adapter", kind: "csi-adapter",
+			call: func(ctx context.Context, m *Manager, module string) error {
+				resp, err := m.AdaptRequest(ctx, module, adapt)
+				if err == nil && resp.NodeID != "projects/p/zones/us-central1-a/instances/node-0" {
+					err = fmt.Errorf("node ID %q", resp.NodeID)
+				}
+				return err
+			},
+			export: abi.ExportAdaptRequest, req: adapt.MarshalAppend(nil),
+		},
+	}
+}
+
+// BenchmarkGuestCost measures one decision through a Go guest: the default
+// policy on a 1-claim and an 8-claim request, and the GCE PD adapter on a
+// controller-unpublish request.
+func BenchmarkGuestCost(b *testing.B) {
+	variants := []struct {
+		name string
+		wasm func(tb testing.TB, module string) []byte
+	}{{"current", exampleWasm}}
+	if dir := os.Getenv("VOLHOST_GUESTCOST_BASELINE"); dir != "" {
+		variants = append(variants, struct {
+			name string
+			wasm func(tb testing.TB, module string) []byte
+		}{"baseline", func(tb testing.TB, module string) []byte {
+			w, err := os.ReadFile(filepath.Join(dir, module+".wasm"))
+			if err != nil {
+				tb.Fatal(err)
+			}
+			return w
+		}})
+	}
+	for _, mod := range guestCostModules() {
+		shape := mod.name
+		if mod.kind == "release-policy" {
+			shape = fmt.Sprintf("%s/%dclaims", mod.name, countClaims(b, mod.req))
+		}
+		for _, v := range variants {
+			b.Run(shape+"/"+v.name, func(b *testing.B) {
+				wasm := v.wasm(b, mod.name)
+				e := newEnv(b, func(dir string) {
+					writeModule(b, dir, mod.name, wasm, manifest(mod.kind, `limits {
+  call_timeout = "1s"
+  pool_size    = 1
+  max_calls    = 100000000
+}`))
+				}, nil)
+				ctx := context.Background()
+				for range 100 { // warm the instance: its first calls grow the heap
+					if err := mod.call(ctx, e.m, mod.name); err != nil {
+						b.Fatal(err)
+					}
+				}
+				durs := make([]time.Duration, 0, 1<<16)
+				b.ReportAllocs()
+				b.ResetTimer()
+				for b.Loop() {
+					start := time.Now()
+					if err := mod.call(ctx, e.m, mod.name); err != nil {
+						b.Fatal(err)
+					}
+					if len(durs) < cap(durs) {
+						durs = append(durs, time.Since(start))
+					}
+				}
+				b.StopTimer()
+				slices.Sort(durs)
+				if len(durs) > 0 {
+					b.ReportMetric(float64(durs[len(durs)/2].Nanoseconds()), "p50-ns")
+				}
+				b.ReportMetric(guestCalls(b, wasm, mod.export, mod.req).PerCall(), "guest-calls/op")
+			})
+		}
+	}
+}
+
+// TestGuestCallCounts logs the guest function calls per call of each
+// benchmark shape, with the functions called most (run with -v). It is
+// skipped with -short and under -race: counting compiles the modules again
+// with a listener, uncached.
+func TestGuestCallCounts(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("compiles the modules uncached; run without -short and -race")
+	}
+	for _, mod := range guestCostModules() {
+		c := guestCalls(t, exampleWasm(t, mod.name), mod.export, mod.req)
+		if c.Total == 0 {
+			t.Fatalf("%s %s: no guest calls counted", mod.name, mod.export)
+		}
+		t.Logf("%s %s (%d request bytes): %.1f guest function calls per call", mod.name, mod.export, len(mod.req), c.PerCall())
+		for _, f := range c.Top(25) {
+			t.Logf("%6.2f %s", f.Calls, f.Name)
+		}
+	}
+}
+
+func countClaims(tb testing.TB, req []byte) int {
+	var r abi.PolicyRequest
+	if err := r.Unmarshal(req); err != nil {
+		tb.Fatal(err)
+	}
+	return len(r.Claims)
+}
+
+// callCount is the guest function calls made over Calls export calls.
+type callCount struct {
+	Calls int
+	Total int
+	By    map[string]int
+}
+
+// PerCall is the mean guest function calls of one export call.
+func (c callCount) PerCall() float64 { return float64(c.Total) / float64(c.Calls) }
+
+type funcCalls struct {
+	Name  string
+	Calls float64 // per export call
+}
+
+// Top returns the n functions called most, most first.
+func (c callCount) Top(n int) []funcCalls {
+	all := make([]funcCalls, 0, len(c.By))
+	for k, v := range c.By {
+		all = append(all, funcCalls{k, float64(v) / float64(c.Calls)})
+	}
+	sort.Slice(all, func(i, j int) bool {
+		if all[i].Calls != all[j].Calls {
+			return all[i].Calls > all[j].Calls
+		}
+		return all[i].Name < all[j].Name
+	})
+	return all[:min(n, len(all))]
+}
+
+// callCounter is a FunctionListener counting guest function entries while on.
+type callCounter struct {
+	on     bool
+	counts map[string]int
+}
+
+func (c *callCounter) Before(_ context.Context, _ api.Module, def api.FunctionDefinition, _ []uint64, _ experimental.StackIterator) {
+	if c.on {
+		c.counts[def.DebugName()]++
+	}
+}
+
+func (*callCounter) After(context.Context, api.Module, api.FunctionDefinition, []uint64) {}
+
+func (*callCounter) Abort(context.Context, api.Module, api.FunctionDefinition, error) {}
+
+var (
+	countedMu sync.Mutex
+	counted   = map[string]callCount{}
+)
+
+// guestCalls counts the guest functions entered per call of export with
+// req (and of volhost_buffer before it, which the host calls first), as the
+// mean over countedCalls calls after warmupCalls on the same instance: the
+// steady state, including the SDK's occasional yields and GC cycles, not the
+// first calls' heap growth. Results are memoised per module, export and
+// request.
+func guestCalls(tb testing.TB, wasm []byte, export string, req []byte) callCount {
+	tb.Helper()
+	key := fmt.Sprintf("%x/%s/%x", sha256.Sum256(wasm), export, req)
+	countedMu.Lock()
+	defer countedMu.Unlock()
+	if c, ok := counted[key]; ok {
+		return c
+	}
+	cl := &callCounter{counts: map[string]int{}}
+	ctx := experimental.WithFunctionListenerFactory(context.Background(),
+		experimental.FunctionListenerFactoryFunc(func(api.FunctionDefinition) experimental.FunctionListener { return cl }))
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig())
+	defer rt.Close(ctx)
+	if err := instantiateHostModules(ctx, rt, hclog.NewNullLogger()); err != nil {
+		tb.Fatal(err)
+	}
+	mod, err := rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStartFunctions("_initialize"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	call := func(name string, args ...uint64) uint64 {
+		r, err := mod.ExportedFunction(name).Call(ctx, args...)
+		if err != nil {
+			tb.Fatalf("%s: %v", name, err)
+		}
+		return r[0]
+	}
+	const warmupCalls, countedCalls = 500, 512
+	for i := range warmupCalls + countedCalls {
+		cl.on = i >= warmupCalls
+		at := uint32(call(abi.ExportBuffer, uint64(len(req))))
+		if !mod.Memory().Write(at, req) {
+			tb.Fatal("request does not fit guest memory")
+		}
+		call(export, uint64(len(req)))
+	}
+	c := callCount{Calls: countedCalls, By: cl.counts}
+	for _, v := range cl.counts {
+		c.Total += v
+	}
+	counted[key] = c
+	return c
+}
