@@ -15,7 +15,6 @@ package abi
 import (
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"unsafe"
 
@@ -64,10 +63,20 @@ var (
 
 // ---- encoding helpers ----
 
+// The encoders below skip zero fields inline (appendString and appendVarint
+// are small enough to be inlined) and write nested messages through
+// openNested and closeNested instead of a callback, so a Go guest encoding
+// its response makes one call per non-empty field and per nested message
+// (see "decoding helpers" for why calls matter).
+
 func appendString(b []byte, num protowire.Number, v string) []byte {
 	if v == "" {
 		return b
 	}
+	return appendStringField(b, num, v)
+}
+
+func appendStringField(b []byte, num protowire.Number, v string) []byte {
 	if num < 16 && len(v) < 0x80 { // one-byte tag and length: no varint calls
 		b = append(b, byte(num)<<3|byte(protowire.BytesType), byte(len(v)))
 		return append(b, v...)
@@ -89,6 +98,10 @@ func appendVarint(b []byte, num protowire.Number, v uint64) []byte {
 	if v == 0 {
 		return b
 	}
+	return appendVarintField(b, num, v)
+}
+
+func appendVarintField(b []byte, num protowire.Number, v uint64) []byte {
 	if num < 16 && v < 0x80 {
 		return append(b, byte(num)<<3|byte(protowire.VarintType), byte(v))
 	}
@@ -100,32 +113,46 @@ func appendBool(b []byte, num protowire.Number, v bool) []byte {
 	if !v {
 		return b
 	}
-	return appendVarint(b, num, 1)
+	return appendVarintField(b, num, 1)
 }
 
-// appendNested appends field num holding the message enc writes. It reserves
-// one length byte and moves the body when the length needs more, which
-// avoids a separate size pass or a temporary buffer. With omitEmpty an empty
-// body drops the whole field (proto3: absent equals default).
-func appendNested(b []byte, num protowire.Number, omitEmpty bool, enc func([]byte) []byte) []byte {
-	start := len(b)
-	b = protowire.AppendTag(b, num, protowire.BytesType)
-	lenPos := len(b)
-	b = append(b, 0)
-	b = enc(b)
-	n := len(b) - lenPos - 1
-	if n == 0 && omitEmpty {
-		return b[:start]
+// openNested starts field num (1..15, a one-byte tag, as every message and
+// map field of volhost.proto has) with a one-byte length placeholder; the
+// body follows and closeNested(b, len(b) after openNested) sets the length.
+// Reserving one byte and moving the body when the length needs more avoids a
+// separate size pass or a temporary buffer.
+func openNested(b []byte, num protowire.Number) []byte {
+	return append(b, byte(num)<<3|byte(protowire.BytesType), 0)
+}
+
+// closeNested sets the length of the field whose body starts at start.
+func closeNested(b []byte, start int) []byte {
+	if n := len(b) - start; n < 0x80 {
+		b[start-1] = byte(n)
+	} else {
+		b = moveNested(b, start)
 	}
-	if n < 0x80 {
-		b[lenPos] = byte(n)
-		return b
-	}
+	return b
+}
+
+// moveNested makes room for a length of more than one byte before the body
+// at start and writes it.
+func moveNested(b []byte, start int) []byte {
+	n := len(b) - start
 	sz := protowire.SizeVarint(uint64(n))
 	b = append(b, make([]byte, sz-1)...)
-	copy(b[lenPos+sz:], b[lenPos+1:lenPos+1+n])
-	protowire.AppendVarint(b[lenPos:lenPos], uint64(n))
+	copy(b[start-1+sz:], b[start:start+n])
+	protowire.AppendVarint(b[start-1:start-1], uint64(n))
 	return b
+}
+
+// closeNestedOmitEmpty is closeNested for a singular message field, which
+// is dropped when its body is empty (proto3: absent equals default).
+func closeNestedOmitEmpty(b []byte, start int) []byte {
+	if len(b) == start {
+		return b[:start-2]
+	}
+	return closeNested(b, start)
 }
 
 // appendMap encodes a map<string,string> as repeated entries {1: key, 2: value}
@@ -141,37 +168,58 @@ func appendMap(b []byte, num protowire.Number, m map[string]string) []byte {
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		v := m[k]
-		b = appendNested(b, num, false, func(b []byte) []byte {
-			b = appendString(b, 1, k)
-			return appendString(b, 2, v)
-		})
+		b = openNested(b, num)
+		start := len(b)
+		b = appendString(b, 1, k)
+		b = appendString(b, 2, m[k])
+		b = closeNested(b, start)
 	}
 	return b
 }
 
 // ---- decoding helpers ----
 
-// The decoders below are plain loops with a switch per message and one-byte
-// fast paths for tags, lengths and varints: a Go wasm guest pays dearly for
-// calls (no indirect callbacks per field) and allocations (no per-field
-// copies), and it decodes every request (measured in ABI.md's numbers).
+// A Go guest decodes every request, and under a host's call timeout every
+// guest function call and loop iteration it executes costs an exit from the
+// wasm code (~100-150 ns: wazero checks for termination at each loop
+// header, and Go's wasm backend puts a loop at the entry of every non-leaf
+// function; ABI.md section 12). So each merge below is one loop over the
+// fields that decodes the tag and the value inline when they fit one byte
+// (fields 1..15, lengths and varints under 128: the common case) and stores
+// scalar and string fields with setters small enough to be inlined (no
+// calls, errors as sentinels that fieldError spells out). A nested message
+// costs one call (its merge), a map entry one, nothing else does unless it
+// is long or malformed.
+
+var (
+	errWantBytes  = errors.New("want bytes")  // replaced by wantType in fieldError
+	errWantVarint = errors.New("want varint") // replaced by wantType in fieldError
+	errTooMany    = fmt.Errorf("more than %d items", MaxRepeated)
+)
 
 func tagError(n int) error { return fmt.Errorf("tag: %w", protowire.ParseError(n)) }
 
-// consumeLen is protowire.ConsumeBytes with a fast path for lengths below 128.
-func consumeLen(b []byte) ([]byte, int) {
-	if len(b) > 0 && b[0] < 0x80 {
-		m := int(b[0])
-		if m+1 > len(b) {
-			return nil, -1 // truncated
-		}
-		return b[1 : 1+m], 1 + m
-	}
-	return protowire.ConsumeBytes(b)
+// valueError reports a value protowire could not parse (n < 0).
+func valueError(num protowire.Number, n int) error {
+	return fmt.Errorf("field %d: %w", num, protowire.ParseError(n))
 }
 
-// skipField skips an unknown field's value (forward compatibility).
+// fieldError names the field in a decoding error, spelling out a setter's
+// wire type sentinel.
+func fieldError(num protowire.Number, typ protowire.Type, err error) error {
+	switch err {
+	case errWantBytes:
+		err = wantType(typ, protowire.BytesType)
+	case errWantVarint:
+		err = wantType(typ, protowire.VarintType)
+	}
+	return fmt.Errorf("field %d: %w", num, err)
+}
+
+func itemError(i int, err error) error { return fmt.Errorf("item %d: %w", i, err) }
+
+// skipField skips an unknown field's value (forward compatibility) of a wire
+// type other than bytes and varint, which the merge loops skip themselves.
 func skipField(num protowire.Number, typ protowire.Type, b []byte) (int, error) {
 	n := protowire.ConsumeFieldValue(num, typ, b)
 	if n < 0 {
@@ -180,19 +228,8 @@ func skipField(num protowire.Number, typ protowire.Type, b []byte) (int, error) 
 	return n, nil
 }
 
-// lenError reports a failed consumeLen or protowire call.
-func lenError(n int) error {
-	if n == -1 {
-		return io.ErrUnexpectedEOF
-	}
-	return protowire.ParseError(n)
-}
-
 func wantType(got, want protowire.Type) error {
-	if got != want {
-		return fmt.Errorf("wire type %d, want %d", got, want)
-	}
-	return nil
+	return fmt.Errorf("wire type %d, want %d", got, want)
 }
 
 // decoder carries one immutable copy of the input being decoded. String
@@ -219,114 +256,92 @@ func newDecoder(b []byte) (decoder, error) {
 // str returns the substring of d.s that v, a subslice of d.base, covers.
 // Subslicing keeps the capacity's end fixed, so v starts at
 // cap(base)-cap(v).
-func (d decoder) str(v []byte) string {
+func (d *decoder) str(v []byte) string {
 	i := cap(d.base) - cap(v)
 	return d.s[i : i+len(v)]
 }
 
-func (d decoder) consumeString(typ protowire.Type, b []byte, dst *string) (int, error) {
+// setString stores a string field's value v.
+func (d *decoder) setString(typ protowire.Type, v []byte, dst *string) error {
 	if typ != protowire.BytesType {
-		return 0, wantType(typ, protowire.BytesType)
-	}
-	// consumeLen and str by hand: one call per string field, not three.
-	if len(b) > 0 && b[0] < 0x80 {
-		m := int(b[0])
-		if m >= len(b) {
-			return 0, io.ErrUnexpectedEOF
-		}
-		i := cap(d.base) - cap(b) + 1
-		*dst = d.s[i : i+m]
-		return 1 + m, nil
-	}
-	v, n := protowire.ConsumeBytes(b)
-	if n < 0 {
-		return 0, protowire.ParseError(n)
+		return errWantBytes
 	}
 	*dst = d.str(v)
-	return n, nil
+	return nil
 }
 
-// consumeRepeatedString appends one item of a repeated string field.
-func (d decoder) consumeRepeatedString(typ protowire.Type, b []byte, dst *[]string) (int, error) {
+// addString appends one item of a repeated string field.
+func (d *decoder) addString(typ protowire.Type, v []byte, dst *[]string) error {
 	if len(*dst) >= MaxRepeated {
-		return 0, fmt.Errorf("more than %d items", MaxRepeated)
+		return errTooMany
 	}
-	var v string
-	n, err := d.consumeString(typ, b, &v)
-	if err != nil {
-		return 0, err
+	var s string
+	if err := d.setString(typ, v, &s); err != nil {
+		return err
 	}
-	*dst = append(*dst, v)
-	return n, nil
+	*dst = append(*dst, s)
+	return nil
 }
 
-func consumeVarint(typ protowire.Type, b []byte) (uint64, int, error) {
+func setUint32(typ protowire.Type, x uint64, dst *uint32) error {
 	if typ != protowire.VarintType {
-		return 0, 0, wantType(typ, protowire.VarintType)
+		return errWantVarint
 	}
-	if len(b) > 0 && b[0] < 0x80 {
-		return uint64(b[0]), 1, nil
+	*dst = uint32(x) // proto3 uint32/enum semantics: truncate to 32 bits
+	return nil
+}
+
+func setInt64(typ protowire.Type, x uint64, dst *int64) error {
+	if typ != protowire.VarintType {
+		return errWantVarint
 	}
-	v, n := protowire.ConsumeVarint(b)
-	if n < 0 {
-		return 0, 0, protowire.ParseError(n)
+	*dst = int64(x)
+	return nil
+}
+
+func setBool(typ protowire.Type, x uint64, dst *bool) error {
+	if typ != protowire.VarintType {
+		return errWantVarint
 	}
-	return v, n, nil
+	*dst = x != 0
+	return nil
 }
 
-func consumeUint32(typ protowire.Type, b []byte, dst *uint32) (int, error) {
-	v, n, err := consumeVarint(typ, b)
-	*dst = uint32(v) // proto3 uint32/enum semantics: truncate to 32 bits
-	return n, err
-}
-
-func consumeInt64(typ protowire.Type, b []byte, dst *int64) (int, error) {
-	v, n, err := consumeVarint(typ, b)
-	*dst = int64(v)
-	return n, err
-}
-
-func consumeBool(typ protowire.Type, b []byte, dst *bool) (int, error) {
-	v, n, err := consumeVarint(typ, b)
-	*dst = v != 0
-	return n, err
-}
-
-// consumeMessage decodes a length-delimited nested message with dec.
-func (d decoder) consumeMessage(typ protowire.Type, b []byte, dec func(decoder, []byte) error) (int, error) {
+func wantBytes(typ protowire.Type) error {
 	if typ != protowire.BytesType {
-		return 0, wantType(typ, protowire.BytesType)
+		return errWantBytes
 	}
-	v, n := consumeLen(b)
-	if n < 0 {
-		return 0, lenError(n)
-	}
-	return n, dec(d, v)
+	return nil
 }
 
-// consumeRepeated appends one decoded element to *s, enforcing MaxRepeated.
-func consumeRepeated[T any](d decoder, typ protowire.Type, b []byte, s *[]T, dec func(*T, decoder, []byte) error) (int, error) {
-	if len(*s) >= MaxRepeated {
-		return 0, fmt.Errorf("more than %d items", MaxRepeated)
+// checkItem is the check before decoding item n of a repeated message field.
+func checkItem(typ protowire.Type, n int) error {
+	if n >= MaxRepeated {
+		return errTooMany
 	}
-	// Decode in place at the end of the slice: a local would escape to the
-	// heap through dec and cost an allocation per item.
-	var zero T
-	*s = append(*s, zero)
-	item := &(*s)[len(*s)-1]
-	n, err := d.consumeMessage(typ, b, func(d decoder, b []byte) error { return dec(item, d, b) })
-	if err != nil {
-		*s = (*s)[:len(*s)-1]
-		return 0, fmt.Errorf("item %d: %w", len(*s), err)
-	}
-	return n, nil
+	return wantBytes(typ)
 }
 
 // countFields counts the length-delimited occurrences of field numbers 1..15
 // at the top level of b, stopping at the first malformed tag. Decoders use
-// it to size repeated fields once instead of growing them.
+// it to size repeated fields once instead of growing them (growing the
+// claims, allocations and nodes of an 8-claim request costs more guest
+// calls than this loop). One-byte tags, lengths and varints are skipped
+// inline.
 func countFields(b []byte) (counts [16]int) {
-	for len(b) > 0 {
+	for len(b) > 1 {
+		c, l := b[0], b[1]
+		if c-8 < 0x78 && l < 0x80 {
+			switch protowire.Type(c & 7) {
+			case protowire.BytesType:
+				counts[c>>3]++
+				b = b[min(2+int(l), len(b)):]
+				continue
+			case protowire.VarintType:
+				b = b[2:]
+				continue
+			}
+		}
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
 			return counts
@@ -351,44 +366,52 @@ func presize[T any](s *[]T, n int) {
 	}
 }
 
-// consumeMapEntry decodes one map<string,string> entry into *m.
-func (d decoder) consumeMapEntry(typ protowire.Type, b []byte, m *map[string]string) (int, error) {
+// addMapEntry decodes one map<string,string> entry, v, into *m.
+func (d *decoder) addMapEntry(typ protowire.Type, v []byte, m *map[string]string) error {
 	if len(*m) >= MaxRepeated {
-		return 0, fmt.Errorf("more than %d entries", MaxRepeated)
+		return fmt.Errorf("more than %d entries", MaxRepeated)
 	}
 	if typ != protowire.BytesType {
-		return 0, wantType(typ, protowire.BytesType)
+		return errWantBytes
 	}
-	e, n := consumeLen(b)
-	if n < 0 {
-		return 0, lenError(n)
-	}
-	var k, v string
-	for len(e) > 0 {
-		num, typ, l := protowire.ConsumeTag(e)
-		if l < 0 {
-			return 0, fmt.Errorf("map entry: tag: %w", protowire.ParseError(l))
+	var k, val string
+	for len(v) > 0 {
+		num, typ, l := protowire.Number(v[0]>>3), protowire.Type(v[0]&7), 1
+		if v[0]-8 >= 0x78 {
+			if num, typ, l = protowire.ConsumeTag(v); l < 0 {
+				return fmt.Errorf("map entry: tag: %w", protowire.ParseError(l))
+			}
 		}
-		e = e[l:]
+		v = v[l:]
 		var err error
 		switch num {
-		case 1:
-			l, err = d.consumeString(typ, e, &k)
-		case 2:
-			l, err = d.consumeString(typ, e, &v)
+		case 1, 2:
+			var s []byte
+			if typ != protowire.BytesType {
+				err = wantType(typ, protowire.BytesType)
+			} else if len(v) > 0 && v[0] < 0x80 && int(v[0]) < len(v) {
+				s, l = v[1:1+v[0]], 1+int(v[0])
+			} else if s, l = protowire.ConsumeBytes(v); l < 0 {
+				err = protowire.ParseError(l)
+			}
+			if err == nil && num == 1 {
+				k = d.str(s)
+			} else if err == nil {
+				val = d.str(s)
+			}
 		default:
-			l, err = skipField(num, typ, e)
+			l, err = skipField(num, typ, v)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("map entry: field %d: %w", num, err)
+			return fmt.Errorf("map entry: field %d: %w", num, err)
 		}
-		e = e[l:]
+		v = v[l:]
 	}
 	if *m == nil {
 		*m = make(map[string]string)
 	}
-	(*m)[k] = v
-	return n, nil
+	(*m)[k] = val
+	return nil
 }
 
 // malformed names the message in a decoding error and wraps ErrMalformed.
@@ -414,7 +437,7 @@ func (m *ConfigureRequest) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v ConfigureRequest
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("ConfigureRequest", err)
@@ -423,10 +446,10 @@ func (m *ConfigureRequest) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *ConfigureRequest) merge(d decoder, b []byte) error {
+func (m *ConfigureRequest) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -435,17 +458,34 @@ func (m *ConfigureRequest) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				n = 1
+			} else if _, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = d.consumeString(typ, b, &m.ModuleName)
+			err = d.setString(typ, v, &m.ModuleName)
 		case 2:
-			n, err = d.consumeMapEntry(typ, b, &m.Config)
+			err = d.addMapEntry(typ, v, &m.Config)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -466,7 +506,7 @@ func (m *ConfigureResponse) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v ConfigureResponse
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("ConfigureResponse", err)
@@ -475,10 +515,10 @@ func (m *ConfigureResponse) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *ConfigureResponse) merge(d decoder, b []byte) error {
+func (m *ConfigureResponse) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -487,19 +527,36 @@ func (m *ConfigureResponse) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				n = 1
+			} else if _, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = d.consumeString(typ, b, &m.Version)
+			err = d.setString(typ, v, &m.Version)
 		case 2:
-			n, err = d.consumeRepeatedString(typ, b, &m.AdaptSteps)
+			err = d.addString(typ, v, &m.AdaptSteps)
 		case 15:
-			n, err = d.consumeString(typ, b, &m.Error)
+			err = d.setString(typ, v, &m.Error)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -524,7 +581,7 @@ func (m *VolumeView) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v VolumeView
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("VolumeView", err)
@@ -533,10 +590,10 @@ func (m *VolumeView) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *VolumeView) merge(d decoder, b []byte) error {
+func (m *VolumeView) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -545,27 +602,44 @@ func (m *VolumeView) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				n = 1
+			} else if _, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = d.consumeString(typ, b, &m.Namespace)
+			err = d.setString(typ, v, &m.Namespace)
 		case 2:
-			n, err = d.consumeString(typ, b, &m.ID)
+			err = d.setString(typ, v, &m.ID)
 		case 3:
-			n, err = d.consumeString(typ, b, &m.PluginID)
+			err = d.setString(typ, v, &m.PluginID)
 		case 4:
-			n, err = d.consumeString(typ, b, &m.AccessMode)
+			err = d.setString(typ, v, &m.AccessMode)
 		case 5:
-			n, err = d.consumeString(typ, b, &m.AttachmentMode)
+			err = d.setString(typ, v, &m.AttachmentMode)
 		case 6:
-			n, err = d.consumeString(typ, b, &m.ExternalID)
+			err = d.setString(typ, v, &m.ExternalID)
 		case 7:
-			n, err = d.consumeMapEntry(typ, b, &m.Context)
+			err = d.addMapEntry(typ, v, &m.Context)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -593,7 +667,7 @@ func (m *ClaimView) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v ClaimView
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("ClaimView", err)
@@ -602,10 +676,10 @@ func (m *ClaimView) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *ClaimView) merge(d decoder, b []byte) error {
+func (m *ClaimView) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -614,33 +688,51 @@ func (m *ClaimView) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				x, n = uint64(b[0]), 1
+			} else if x, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = d.consumeString(typ, b, &m.AllocID)
+			err = d.setString(typ, v, &m.AllocID)
 		case 2:
-			n, err = d.consumeString(typ, b, &m.NodeID)
+			err = d.setString(typ, v, &m.NodeID)
 		case 3:
-			n, err = d.consumeString(typ, b, &m.Mode)
+			err = d.setString(typ, v, &m.Mode)
 		case 4:
-			n, err = d.consumeString(typ, b, &m.State)
+			err = d.setString(typ, v, &m.State)
 		case 5:
-			n, err = consumeUint32(typ, b, &m.Attempts)
+			err = setUint32(typ, x, &m.Attempts)
 		case 6:
-			n, err = consumeUint32(typ, b, &m.LastErrorCode)
+			err = setUint32(typ, x, &m.LastErrorCode)
 		case 7:
-			n, err = d.consumeString(typ, b, &m.LastErrorKind)
+			err = d.setString(typ, v, &m.LastErrorKind)
 		case 8:
-			n, err = d.consumeString(typ, b, &m.ExternalNodeID)
+			err = d.setString(typ, v, &m.ExternalNodeID)
 		case 9:
-			n, err = d.consumeString(typ, b, &m.AccessMode)
+			err = d.setString(typ, v, &m.AccessMode)
 		case 10:
-			n, err = d.consumeString(typ, b, &m.AttachmentMode)
+			err = d.setString(typ, v, &m.AttachmentMode)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -661,7 +753,7 @@ func (m *AllocView) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v AllocView
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("AllocView", err)
@@ -670,10 +762,10 @@ func (m *AllocView) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *AllocView) merge(d decoder, b []byte) error {
+func (m *AllocView) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -682,19 +774,37 @@ func (m *AllocView) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				x, n = uint64(b[0]), 1
+			} else if x, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = d.consumeString(typ, b, &m.ID)
+			err = d.setString(typ, v, &m.ID)
 		case 2:
-			n, err = d.consumeString(typ, b, &m.ClientStatus)
+			err = d.setString(typ, v, &m.ClientStatus)
 		case 3:
-			n, err = consumeInt64(typ, b, &m.TerminalAgeMs)
+			err = setInt64(typ, x, &m.TerminalAgeMs)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -717,7 +827,7 @@ func (m *NodeView) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v NodeView
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("NodeView", err)
@@ -726,10 +836,10 @@ func (m *NodeView) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *NodeView) merge(d decoder, b []byte) error {
+func (m *NodeView) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -738,23 +848,41 @@ func (m *NodeView) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				x, n = uint64(b[0]), 1
+			} else if x, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = d.consumeString(typ, b, &m.ID)
+			err = d.setString(typ, v, &m.ID)
 		case 2:
-			n, err = d.consumeString(typ, b, &m.Status)
+			err = d.setString(typ, v, &m.Status)
 		case 3:
-			n, err = consumeInt64(typ, b, &m.LastSeenAgeMs)
+			err = setInt64(typ, x, &m.LastSeenAgeMs)
 		case 4:
-			n, err = d.consumeMapEntry(typ, b, &m.Meta)
+			err = d.addMapEntry(typ, v, &m.Meta)
 		case 5:
-			n, err = d.consumeString(typ, b, &m.ExternalID)
+			err = d.setString(typ, v, &m.ExternalID)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -766,15 +894,23 @@ func (m *NodeView) merge(d decoder, b []byte) error {
 // MarshalAppend appends the encoding of m to b.
 func (m *PolicyRequest) MarshalAppend(b []byte) []byte {
 	b = appendVarint(b, 1, uint64(m.NowUnixMs))
-	b = appendNested(b, 2, true, m.Volume.MarshalAppend)
+	b = openNested(b, 2)
+	start := len(b)
+	b = closeNestedOmitEmpty(m.Volume.MarshalAppend(b), start)
 	for i := range m.Claims {
-		b = appendNested(b, 3, false, m.Claims[i].MarshalAppend)
+		b = openNested(b, 3)
+		start := len(b)
+		b = closeNested(m.Claims[i].MarshalAppend(b), start)
 	}
 	for i := range m.Allocs {
-		b = appendNested(b, 4, false, m.Allocs[i].MarshalAppend)
+		b = openNested(b, 4)
+		start := len(b)
+		b = closeNested(m.Allocs[i].MarshalAppend(b), start)
 	}
 	for i := range m.Nodes {
-		b = appendNested(b, 5, false, m.Nodes[i].MarshalAppend)
+		b = openNested(b, 5)
+		start := len(b)
+		b = closeNested(m.Nodes[i].MarshalAppend(b), start)
 	}
 	return b
 }
@@ -784,7 +920,7 @@ func (m *PolicyRequest) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v PolicyRequest
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("PolicyRequest", err)
@@ -793,14 +929,14 @@ func (m *PolicyRequest) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *PolicyRequest) merge(d decoder, b []byte) error {
+func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 	c := countFields(b)
 	presize(&m.Claims, c[3])
 	presize(&m.Allocs, c[4])
 	presize(&m.Nodes, c[5])
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -809,23 +945,58 @@ func (m *PolicyRequest) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				x, n = uint64(b[0]), 1
+			} else if x, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = consumeInt64(typ, b, &m.NowUnixMs)
+			err = setInt64(typ, x, &m.NowUnixMs)
 		case 2:
-			n, err = d.consumeMessage(typ, b, m.Volume.merge)
+			if err = wantBytes(typ); err == nil {
+				err = m.Volume.merge(d, v)
+			}
 		case 3:
-			n, err = consumeRepeated(d, typ, b, &m.Claims, (*ClaimView).merge)
+			if err = checkItem(typ, len(m.Claims)); err == nil {
+				m.Claims = append(m.Claims, ClaimView{})
+				if err = m.Claims[len(m.Claims)-1].merge(d, v); err != nil {
+					err = itemError(len(m.Claims)-1, err)
+				}
+			}
 		case 4:
-			n, err = consumeRepeated(d, typ, b, &m.Allocs, (*AllocView).merge)
+			if err = checkItem(typ, len(m.Allocs)); err == nil {
+				m.Allocs = append(m.Allocs, AllocView{})
+				if err = m.Allocs[len(m.Allocs)-1].merge(d, v); err != nil {
+					err = itemError(len(m.Allocs)-1, err)
+				}
+			}
 		case 5:
-			n, err = consumeRepeated(d, typ, b, &m.Nodes, (*NodeView).merge)
+			if err = checkItem(typ, len(m.Nodes)); err == nil {
+				m.Nodes = append(m.Nodes, NodeView{})
+				if err = m.Nodes[len(m.Nodes)-1].merge(d, v); err != nil {
+					err = itemError(len(m.Nodes)-1, err)
+				}
+			}
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -847,7 +1018,7 @@ func (m *Decision) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v Decision
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("Decision", err)
@@ -856,10 +1027,10 @@ func (m *Decision) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *Decision) merge(d decoder, b []byte) error {
+func (m *Decision) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -868,21 +1039,39 @@ func (m *Decision) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				x, n = uint64(b[0]), 1
+			} else if x, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = d.consumeString(typ, b, &m.AllocID)
+			err = d.setString(typ, v, &m.AllocID)
 		case 2:
-			n, err = consumeUint32(typ, b, (*uint32)(&m.Action))
+			err = setUint32(typ, x, (*uint32)(&m.Action))
 		case 3:
-			n, err = consumeInt64(typ, b, &m.RetryAfterMs)
+			err = setInt64(typ, x, &m.RetryAfterMs)
 		case 4:
-			n, err = d.consumeString(typ, b, &m.Reason)
+			err = d.setString(typ, v, &m.Reason)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -894,7 +1083,16 @@ func (m *Decision) merge(d decoder, b []byte) error {
 // MarshalAppend appends the encoding of m to b.
 func (m *PolicyResponse) MarshalAppend(b []byte) []byte {
 	for i := range m.Decisions {
-		b = appendNested(b, 1, false, m.Decisions[i].MarshalAppend)
+		b = openNested(b, 1)
+		start := len(b)
+		b = m.Decisions[i].MarshalAppend(b)
+		// closeNested by hand: a guest encodes a decision per claim, and
+		// closeNested is just over the inlining budget.
+		if n := len(b) - start; n < 0x80 {
+			b[start-1] = byte(n)
+		} else {
+			b = moveNested(b, start)
+		}
 	}
 	return appendString(b, 15, m.Error)
 }
@@ -904,7 +1102,7 @@ func (m *PolicyResponse) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v PolicyResponse
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("PolicyResponse", err)
@@ -913,11 +1111,11 @@ func (m *PolicyResponse) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *PolicyResponse) merge(d decoder, b []byte) error {
+func (m *PolicyResponse) merge(d *decoder, b []byte) error {
 	presize(&m.Decisions, countFields(b)[1])
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -926,17 +1124,39 @@ func (m *PolicyResponse) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				n = 1
+			} else if _, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = consumeRepeated(d, typ, b, &m.Decisions, (*Decision).merge)
+			if err = checkItem(typ, len(m.Decisions)); err == nil {
+				m.Decisions = append(m.Decisions, Decision{})
+				if err = m.Decisions[len(m.Decisions)-1].merge(d, v); err != nil {
+					err = itemError(len(m.Decisions)-1, err)
+				}
+			}
 		case 15:
-			n, err = d.consumeString(typ, b, &m.Error)
+			err = d.setString(typ, v, &m.Error)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -958,7 +1178,7 @@ func (m *PluginView) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v PluginView
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("PluginView", err)
@@ -967,10 +1187,10 @@ func (m *PluginView) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *PluginView) merge(d decoder, b []byte) error {
+func (m *PluginView) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -979,21 +1199,39 @@ func (m *PluginView) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				x, n = uint64(b[0]), 1
+			} else if x, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = d.consumeString(typ, b, &m.ID)
+			err = d.setString(typ, v, &m.ID)
 		case 2:
-			n, err = d.consumeString(typ, b, &m.Provider)
+			err = d.setString(typ, v, &m.Provider)
 		case 3:
-			n, err = consumeBool(typ, b, &m.PublishUnpublish)
+			err = setBool(typ, x, &m.PublishUnpublish)
 		case 4:
-			n, err = consumeBool(typ, b, &m.StageUnstage)
+			err = setBool(typ, x, &m.StageUnstage)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -1005,10 +1243,18 @@ func (m *PluginView) merge(d decoder, b []byte) error {
 // MarshalAppend appends the encoding of m to b.
 func (m *AdapterRequest) MarshalAppend(b []byte) []byte {
 	b = appendString(b, 1, m.Step)
-	b = appendNested(b, 2, true, m.Claim.MarshalAppend)
-	b = appendNested(b, 3, true, m.Volume.MarshalAppend)
-	b = appendNested(b, 4, true, m.Node.MarshalAppend)
-	b = appendNested(b, 5, true, m.Plugin.MarshalAppend)
+	b = openNested(b, 2)
+	start := len(b)
+	b = closeNestedOmitEmpty(m.Claim.MarshalAppend(b), start)
+	b = openNested(b, 3)
+	start = len(b)
+	b = closeNestedOmitEmpty(m.Volume.MarshalAppend(b), start)
+	b = openNested(b, 4)
+	start = len(b)
+	b = closeNestedOmitEmpty(m.Node.MarshalAppend(b), start)
+	b = openNested(b, 5)
+	start = len(b)
+	b = closeNestedOmitEmpty(m.Plugin.MarshalAppend(b), start)
 	return appendVarint(b, 6, uint64(m.NowUnixMs))
 }
 
@@ -1017,7 +1263,7 @@ func (m *AdapterRequest) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v AdapterRequest
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("AdapterRequest", err)
@@ -1026,10 +1272,10 @@ func (m *AdapterRequest) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *AdapterRequest) merge(d decoder, b []byte) error {
+func (m *AdapterRequest) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1038,25 +1284,51 @@ func (m *AdapterRequest) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				x, n = uint64(b[0]), 1
+			} else if x, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = d.consumeString(typ, b, &m.Step)
+			err = d.setString(typ, v, &m.Step)
 		case 2:
-			n, err = d.consumeMessage(typ, b, m.Claim.merge)
+			if err = wantBytes(typ); err == nil {
+				err = m.Claim.merge(d, v)
+			}
 		case 3:
-			n, err = d.consumeMessage(typ, b, m.Volume.merge)
+			if err = wantBytes(typ); err == nil {
+				err = m.Volume.merge(d, v)
+			}
 		case 4:
-			n, err = d.consumeMessage(typ, b, m.Node.merge)
+			if err = wantBytes(typ); err == nil {
+				err = m.Node.merge(d, v)
+			}
 		case 5:
-			n, err = d.consumeMessage(typ, b, m.Plugin.merge)
+			if err = wantBytes(typ); err == nil {
+				err = m.Plugin.merge(d, v)
+			}
 		case 6:
-			n, err = consumeInt64(typ, b, &m.NowUnixMs)
+			err = setInt64(typ, x, &m.NowUnixMs)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -1079,7 +1351,7 @@ func (m *AdapterResponse) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v AdapterResponse
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("AdapterResponse", err)
@@ -1088,10 +1360,10 @@ func (m *AdapterResponse) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *AdapterResponse) merge(d decoder, b []byte) error {
+func (m *AdapterResponse) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1100,23 +1372,40 @@ func (m *AdapterResponse) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				n = 1
+			} else if _, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = d.consumeString(typ, b, &m.VolumeID)
+			err = d.setString(typ, v, &m.VolumeID)
 		case 2:
-			n, err = d.consumeString(typ, b, &m.NodeID)
+			err = d.setString(typ, v, &m.NodeID)
 		case 3:
-			n, err = d.consumeRepeatedString(typ, b, &m.SecretKeys)
+			err = d.addString(typ, v, &m.SecretKeys)
 		case 4:
-			n, err = d.consumeMapEntry(typ, b, &m.VolumeContext)
+			err = d.addMapEntry(typ, v, &m.VolumeContext)
 		case 15:
-			n, err = d.consumeString(typ, b, &m.Error)
+			err = d.setString(typ, v, &m.Error)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -1140,7 +1429,7 @@ func (m *ClassifyRequest) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v ClassifyRequest
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("ClassifyRequest", err)
@@ -1149,10 +1438,10 @@ func (m *ClassifyRequest) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *ClassifyRequest) merge(d decoder, b []byte) error {
+func (m *ClassifyRequest) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1161,25 +1450,43 @@ func (m *ClassifyRequest) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				x, n = uint64(b[0]), 1
+			} else if x, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = d.consumeString(typ, b, &m.Step)
+			err = d.setString(typ, v, &m.Step)
 		case 2:
-			n, err = consumeUint32(typ, b, &m.Code)
+			err = setUint32(typ, x, &m.Code)
 		case 3:
-			n, err = d.consumeString(typ, b, &m.Message)
+			err = d.setString(typ, v, &m.Message)
 		case 4:
-			n, err = consumeUint32(typ, b, &m.Attempts)
+			err = setUint32(typ, x, &m.Attempts)
 		case 5:
-			n, err = d.consumeString(typ, b, &m.PluginID)
+			err = d.setString(typ, v, &m.PluginID)
 		case 6:
-			n, err = d.consumeString(typ, b, &m.VolumeID)
+			err = d.setString(typ, v, &m.VolumeID)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}
@@ -1201,7 +1508,7 @@ func (m *ClassifyResponse) Unmarshal(b []byte) error {
 	d, err := newDecoder(b)
 	var v ClassifyResponse
 	if err == nil {
-		err = v.merge(d, d.base)
+		err = v.merge(&d, d.base)
 	}
 	if err != nil {
 		return malformed("ClassifyResponse", err)
@@ -1210,10 +1517,10 @@ func (m *ClassifyResponse) Unmarshal(b []byte) error {
 	return nil
 }
 
-func (m *ClassifyResponse) merge(d decoder, b []byte) error {
+func (m *ClassifyResponse) merge(d *decoder, b []byte) error {
 	for len(b) > 0 {
-		// One-byte tags (fields 1..15) decoded inline: a call per field is
-		// costly in a wasm guest.
+		// The tag and the value, inline for one-byte tags (fields 1..15),
+		// lengths and varints (see "decoding helpers").
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1222,21 +1529,39 @@ func (m *ClassifyResponse) merge(d decoder, b []byte) error {
 			}
 		}
 		b = b[n:]
+		var v []byte
+		var x uint64
+		switch typ {
+		case protowire.BytesType:
+			if len(b) > 0 && b[0] < 0x80 && int(b[0]) < len(b) {
+				v, n = b[1:1+b[0]], 1+int(b[0])
+			} else if v, n = protowire.ConsumeBytes(b); n < 0 {
+				return valueError(num, n)
+			}
+		case protowire.VarintType:
+			if len(b) > 0 && b[0] < 0x80 {
+				x, n = uint64(b[0]), 1
+			} else if x, n = protowire.ConsumeVarint(b); n < 0 {
+				return valueError(num, n)
+			}
+		}
 		var err error
 		switch num {
 		case 1:
-			n, err = consumeUint32(typ, b, (*uint32)(&m.Outcome))
+			err = setUint32(typ, x, (*uint32)(&m.Outcome))
 		case 2:
-			n, err = consumeInt64(typ, b, &m.RetryAfterMs)
+			err = setInt64(typ, x, &m.RetryAfterMs)
 		case 3:
-			n, err = d.consumeString(typ, b, &m.Reason)
+			err = d.setString(typ, v, &m.Reason)
 		case 15:
-			n, err = d.consumeString(typ, b, &m.Error)
+			err = d.setString(typ, v, &m.Error)
 		default:
-			n, err = skipField(num, typ, b)
+			if typ != protowire.BytesType && typ != protowire.VarintType {
+				n, err = skipField(num, typ, b)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("field %d: %w", num, err)
+			return fieldError(num, typ, err)
 		}
 		b = b[n:]
 	}

@@ -71,7 +71,7 @@ func (ix Index) Alloc(id string) *abi.AllocView {
 		return ix.allocMap[id]
 	}
 	for i := len(ix.allocs) - 1; i >= 0; i-- {
-		if ix.allocs[i].ID == id {
+		if sameID(ix.allocs[i].ID, id) {
 			return &ix.allocs[i]
 		}
 	}
@@ -84,11 +84,19 @@ func (ix Index) Node(id string) *abi.NodeView {
 		return ix.nodeMap[id]
 	}
 	for i := len(ix.nodes) - 1; i >= 0; i-- {
-		if ix.nodes[i].ID == id {
+		if sameID(ix.nodes[i].ID, id) {
 			return &ix.nodes[i]
 		}
 	}
 	return nil
+}
+
+// sameID is a == b with the last bytes compared inline first: the IDs of one
+// request usually differ there (alloc-1, alloc-2) or anywhere (UUIDs), and
+// in a wasm guest == on strings of equal length is a runtime call, which
+// costs more than the comparison (ABI.md section 12).
+func sameID(a, b string) bool {
+	return len(a) == len(b) && (len(a) == 0 || a[len(a)-1] == b[len(a)-1]) && a == b
 }
 
 // AllocStatus is the claim's allocation status: AllocGone when the request
@@ -115,13 +123,7 @@ func (ix Index) NodeStatus(c *abi.ClaimView) string {
 
 // Terminal reports whether an allocation status means its workload no longer
 // runs, so its claims may be released.
-func Terminal(status string) bool {
-	switch status {
-	case AllocComplete, AllocFailed, AllocLost, AllocGone:
-		return true
-	}
-	return false
-}
+func Terminal(status string) bool { return kindOf(status).terminal() }
 
 // Decide is the default policy: one decision per claim, in claim order.
 func Decide(req *abi.PolicyRequest) *abi.PolicyResponse {
@@ -136,49 +138,115 @@ func Decide(req *abi.PolicyRequest) *abi.PolicyResponse {
 // DecideClaim is the default decision for one claim.
 func (ix Index) DecideClaim(c *abi.ClaimView) abi.Decision {
 	status := ix.AllocStatus(c)
-	if !Terminal(status) {
-		return abi.Decision{AllocID: c.AllocID, Action: abi.ActionWait, Reason: allocReason(status)}
+	k := kindOf(status)
+	if !k.terminal() {
+		return abi.Decision{AllocID: c.AllocID, Action: abi.ActionWait, Reason: k.reason(status)}
 	}
 	if c.State == ClaimTaken {
 		switch node := ix.NodeStatus(c); node {
 		case NodeDown, NodeGone:
-			return abi.Decision{AllocID: c.AllocID, Action: abi.ActionReleaseSkipNode, Reason: skipReason(status, node)}
+			return abi.Decision{AllocID: c.AllocID, Action: abi.ActionReleaseSkipNode, Reason: k.skipReason(status, node)}
 		}
 	}
-	return abi.Decision{AllocID: c.AllocID, Action: abi.ActionRelease, Reason: allocReason(status)}
+	return abi.Decision{AllocID: c.AllocID, Action: abi.ActionRelease, Reason: k.reason(status)}
 }
 
-// allocReason is "allocation <status>", constant for the known statuses so
-// the common case does not allocate.
-func allocReason(status string) string {
-	switch status {
-	case AllocPending:
-		return "allocation pending"
-	case AllocRunning:
-		return "allocation running"
-	case AllocComplete:
-		return "allocation complete"
-	case AllocFailed:
-		return "allocation failed"
-	case AllocLost:
-		return "allocation lost"
-	case AllocGone:
-		return "allocation gone"
+// allocKind is an allocation status classified once per claim, so the
+// decision and its reason cost at most one string comparison (a call in a
+// wasm guest) and no allocation for the known statuses.
+type allocKind uint8
+
+const (
+	kindOther allocKind = iota // a status this version does not know
+	kindPending
+	kindRunning
+	kindComplete
+	kindFailed
+	kindLost
+	kindGone
+)
+
+// kindOf classifies status: the first byte picks the one candidate.
+func kindOf(status string) allocKind {
+	if status == "" {
+		return kindOther
+	}
+	switch status[0] {
+	case 'p':
+		if status == AllocPending {
+			return kindPending
+		}
+	case 'r':
+		if status == AllocRunning {
+			return kindRunning
+		}
+	case 'c':
+		if status == AllocComplete {
+			return kindComplete
+		}
+	case 'f':
+		if status == AllocFailed {
+			return kindFailed
+		}
+	case 'l':
+		if status == AllocLost {
+			return kindLost
+		}
+	case 'g':
+		if status == AllocGone {
+			return kindGone
+		}
+	}
+	return kindOther
+}
+
+func (k allocKind) terminal() bool { return k >= kindComplete }
+
+var (
+	// allocReasons is "allocation <status>" for the known statuses.
+	allocReasons = [...]string{
+		kindPending:  "allocation pending",
+		kindRunning:  "allocation running",
+		kindComplete: "allocation complete",
+		kindFailed:   "allocation failed",
+		kindLost:     "allocation lost",
+		kindGone:     "allocation gone",
+	}
+	// skipReasons[node down?] is skipReason's text for the terminal statuses.
+	skipReasons = [2][len(allocReasons)]string{
+		{
+			kindComplete: "allocation complete, node gone: skip node step",
+			kindFailed:   "allocation failed, node gone: skip node step",
+			kindLost:     "allocation lost, node gone: skip node step",
+			kindGone:     "allocation gone, node gone: skip node step",
+		},
+		{
+			kindComplete: "allocation complete, node down: skip node step",
+			kindFailed:   "allocation failed, node down: skip node step",
+			kindLost:     "allocation lost, node down: skip node step",
+			kindGone:     "allocation gone, node down: skip node step",
+		},
+	}
+)
+
+// reason is "allocation <status>", constant for the known statuses so the
+// common case does not allocate.
+func (k allocKind) reason(status string) string {
+	if r := allocReasons[k]; r != "" {
+		return r
 	}
 	return "allocation " + status
 }
 
-// skipReason explains a release that skips the node step.
-func skipReason(status, node string) string {
+// skipReason explains a release that skips the node step (node is
+// NodeDown or NodeGone).
+func (k allocKind) skipReason(status, node string) string {
+	down := 0
 	if node == NodeDown {
-		switch status {
-		case AllocComplete:
-			return "allocation complete, node down: skip node step"
-		case AllocFailed:
-			return "allocation failed, node down: skip node step"
-		case AllocLost:
-			return "allocation lost, node down: skip node step"
-		}
+		down = 1
 	}
-	return allocReason(status) + ", node " + node + ": skip node step"
+	if r := skipReasons[down][k]; r != "" {
+		return r
+	}
+	return k.reason(status) + ", node " + node + ": skip node step"
 }
