@@ -78,15 +78,27 @@ func appendString(b []byte, num protowire.Number, v string) []byte {
 
 func appendStringField(b []byte, num protowire.Number, v string) []byte {
 	if num < 16 && len(v) < 0x80 { // one-byte tag and length: no varint calls
-		b = append(b, byte(num)<<3|byte(protowire.BytesType), byte(len(v)))
-		return append(b, v...)
+		return appendShortString(b, num, v)
 	}
 	b = protowire.AppendTag(b, num, protowire.BytesType)
 	return protowire.AppendString(b, v)
 }
 
+// appendShortString appends string field num (1..15) holding v, which is
+// shorter than 128 bytes: one-byte tag and length.
+func appendShortString(b []byte, num protowire.Number, v string) []byte {
+	return append(append(b, byte(num)<<3|byte(protowire.BytesType), byte(len(v))), v...)
+}
+
 // appendRepeatedString keeps empty items: their count is part of the value.
 func appendRepeatedString(b []byte, num protowire.Number, vs []string) []byte {
+	if len(vs) == 0 { // inline: the usual case
+		return b
+	}
+	return appendStrings(b, num, vs)
+}
+
+func appendStrings(b []byte, num protowire.Number, vs []string) []byte {
 	for _, v := range vs {
 		b = protowire.AppendTag(b, num, protowire.BytesType)
 		b = protowire.AppendString(b, v)
@@ -158,9 +170,13 @@ func closeNestedOmitEmpty(b []byte, start int) []byte {
 // appendMap encodes a map<string,string> as repeated entries {1: key, 2: value}
 // sorted by key.
 func appendMap(b []byte, num protowire.Number, m map[string]string) []byte {
-	if len(m) == 0 {
+	if len(m) == 0 { // inline: the usual case
 		return b
 	}
+	return appendMapEntries(b, num, m)
+}
+
+func appendMapEntries(b []byte, num protowire.Number, m map[string]string) []byte {
 	var small [16]string // no allocation for the usual small map
 	keys := small[:0]
 	for k := range m {
@@ -1007,6 +1023,19 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 
 // MarshalAppend appends the encoding of m to b.
 func (m *Decision) MarshalAppend(b []byte) []byte {
+	if len(m.AllocID) < 0x80 && len(m.Reason) < 0x80 && m.Action < 0x80 && m.RetryAfterMs == 0 {
+		// The usual decision without a call: a guest encodes one per claim.
+		if m.AllocID != "" {
+			b = appendShortString(b, 1, m.AllocID)
+		}
+		if m.Action != 0 {
+			b = append(b, 2<<3|byte(protowire.VarintType), byte(m.Action))
+		}
+		if m.Reason != "" {
+			b = appendShortString(b, 4, m.Reason)
+		}
+		return b
+	}
 	b = appendString(b, 1, m.AllocID)
 	b = appendVarint(b, 2, uint64(m.Action))
 	b = appendVarint(b, 3, uint64(m.RetryAfterMs))

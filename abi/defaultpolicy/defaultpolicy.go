@@ -101,8 +101,16 @@ func sameID(a, b string) bool {
 
 // AllocStatus is the claim's allocation status: AllocGone when the request
 // does not carry the allocation, "unknown" when it carries no status.
-func (ix Index) AllocStatus(c *abi.ClaimView) string {
-	a := ix.Alloc(c.AllocID)
+func (ix Index) AllocStatus(c *abi.ClaimView) string { return allocStatus(ix.Alloc(c.AllocID)) }
+
+// NodeStatus is the claim's node status, NodeGone when the request does not
+// carry the node.
+func (ix Index) NodeStatus(c *abi.ClaimView) string { return nodeStatus(ix.Node(c.NodeID)) }
+
+// allocStatus and nodeStatus are AllocStatus and NodeStatus of a looked-up
+// view, small enough to be inlined into DecideClaim with the lookup (the
+// methods are not: a call per claim in a wasm guest).
+func allocStatus(a *abi.AllocView) string {
 	switch {
 	case a == nil:
 		return AllocGone
@@ -112,13 +120,11 @@ func (ix Index) AllocStatus(c *abi.ClaimView) string {
 	return a.ClientStatus
 }
 
-// NodeStatus is the claim's node status, NodeGone when the request does not
-// carry the node.
-func (ix Index) NodeStatus(c *abi.ClaimView) string {
-	if n := ix.Node(c.NodeID); n != nil {
-		return n.Status
+func nodeStatus(n *abi.NodeView) string {
+	if n == nil {
+		return NodeGone
 	}
-	return NodeGone
+	return n.Status
 }
 
 // Terminal reports whether an allocation status means its workload no longer
@@ -137,13 +143,13 @@ func Decide(req *abi.PolicyRequest) *abi.PolicyResponse {
 
 // DecideClaim is the default decision for one claim.
 func (ix Index) DecideClaim(c *abi.ClaimView) abi.Decision {
-	status := ix.AllocStatus(c)
+	status := allocStatus(ix.Alloc(c.AllocID))
 	k := kindOf(status)
 	if !k.terminal() {
 		return abi.Decision{AllocID: c.AllocID, Action: abi.ActionWait, Reason: k.reason(status)}
 	}
 	if c.State == ClaimTaken {
-		switch node := ix.NodeStatus(c); node {
+		switch node := nodeStatus(ix.Node(c.NodeID)); node {
 		case NodeDown, NodeGone:
 			return abi.Decision{AllocID: c.AllocID, Action: abi.ActionReleaseSkipNode, Reason: k.skipReason(status, node)}
 		}
