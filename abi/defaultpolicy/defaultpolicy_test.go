@@ -73,6 +73,80 @@ func TestDecideOnePerClaimInOrder(t *testing.T) {
 	}
 }
 
+// Decide looks first at the claim's own position when the allocation IDs
+// are known distinct; duplicates must still resolve to the last allocation
+// with the ID, as DecideClaim's scan does.
+func TestDecideLastAllocationWins(t *testing.T) {
+	claims := func(ids ...string) (cs []abi.ClaimView) {
+		for _, id := range ids {
+			cs = append(cs, abi.ClaimView{AllocID: id, NodeID: "n1", State: ClaimTaken})
+		}
+		return cs
+	}
+	tests := []struct {
+		name   string
+		claims []abi.ClaimView
+		allocs []abi.AllocView
+		want   []abi.Action
+	}{
+		{"aligned distinct", claims("a", "b"),
+			[]abi.AllocView{{ID: "a", ClientStatus: AllocRunning}, {ID: "b", ClientStatus: AllocComplete}},
+			[]abi.Action{abi.ActionWait, abi.ActionRelease}},
+		{"duplicate at the claim's position", claims("a", "b"),
+			[]abi.AllocView{{ID: "a", ClientStatus: AllocRunning}, {ID: "b", ClientStatus: AllocRunning}, {ID: "a", ClientStatus: AllocComplete}},
+			[]abi.Action{abi.ActionRelease, abi.ActionWait}},
+		{"same ID twice, aligned", claims("a", "a"),
+			[]abi.AllocView{{ID: "a", ClientStatus: AllocComplete}, {ID: "a", ClientStatus: AllocRunning}},
+			[]abi.Action{abi.ActionWait, abi.ActionWait}},
+		{"other order", claims("a", "b"),
+			[]abi.AllocView{{ID: "b", ClientStatus: AllocRunning}, {ID: "a", ClientStatus: AllocComplete}},
+			[]abi.Action{abi.ActionRelease, abi.ActionWait}},
+		{"fewer allocations than claims", claims("a", "b", "c"),
+			[]abi.AllocView{{ID: "a", ClientStatus: AllocRunning}, {ID: "c", ClientStatus: AllocRunning}},
+			[]abi.Action{abi.ActionWait, abi.ActionRelease, abi.ActionWait}},
+		{"empty ID", claims("", "b"),
+			[]abi.AllocView{{ID: "", ClientStatus: AllocRunning}, {ID: "b", ClientStatus: AllocRunning}},
+			[]abi.Action{abi.ActionWait, abi.ActionWait}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &abi.PolicyRequest{Claims: tc.claims, Allocs: tc.allocs, Nodes: []abi.NodeView{{ID: "n1", Status: NodeReady}}}
+			got := Decide(req)
+			ix := NewIndex(req)
+			for i := range req.Claims {
+				if d := got.Decisions[i]; d.Action != tc.want[i] || !reflect.DeepEqual(d, ix.DecideClaim(&req.Claims[i])) {
+					t.Errorf("claim %d: Decide %+v, DecideClaim %+v, want action %v", i, d, ix.DecideClaim(&req.Claims[i]), tc.want[i])
+				}
+			}
+		})
+	}
+}
+
+func TestDistinctIDs(t *testing.T) {
+	views := func(ids ...string) (vs []abi.AllocView) {
+		for _, id := range ids {
+			vs = append(vs, abi.AllocView{ID: id})
+		}
+		return vs
+	}
+	tests := []struct {
+		name   string
+		allocs []abi.AllocView
+		want   bool
+	}{
+		{"none", nil, true},
+		{"numbered", views("alloc-0", "alloc-1", "alloc-2", "alloc-3", "alloc-4", "alloc-5", "alloc-6", "alloc-7"), true},
+		{"uuids", views("5f1c2b7e-8a41-4c55-9d1e-0c7a3e2f9b10", "a3d9e6f2-1b7c-4e8a-b5d4-7f2e9c1a6b83"), true},
+		{"duplicate", views("alloc-0", "alloc-1", "alloc-0"), false},
+		{"empty ID", views("", "a"), false},
+	}
+	for _, tc := range tests {
+		if got := distinctIDs(tc.allocs); got != tc.want {
+			t.Errorf("%s: distinctIDs = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 // Above indexThreshold the index switches to maps: the decisions must not change.
 func TestDecideLargeRequestMatchesSmall(t *testing.T) {
 	statuses := []string{AllocRunning, AllocComplete, AllocLost, AllocFailed, AllocPending, ""}
