@@ -6,7 +6,6 @@ package guest
 
 import (
 	"runtime"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/volhost/volhost/abi"
@@ -51,57 +50,14 @@ func request(n int32) (b []byte, ok bool) {
 	return in[:n], true
 }
 
-// Yielding (ABI.md section 11). A c-shared Go guest runs its garbage
-// collector's background work (mark workers, sweeper) and other goroutines
-// only when an export yields, and without that a guest allocating large
-// objects runs out of memory. But runtime.Gosched() costs about 40 guest
-// function calls (~4 us under a host's call timeout), more than a small
-// decision itself, so the SDK yields
-//   - after every call while the guest allocates fast: for the busyWindow
-//     calls after each completed GC cycle, and
-//   - after every yieldEvery-th call otherwise.
-//
-// Measured (ABI.md section 12): 256 KiB of garbage per call needs a yield
-// after nearly every call (every 2nd or 4th call already lets memory creep,
-// every 16th runs out of memory within 2,000 calls); such a guest completes
-// a GC cycle every ~15 calls, so it stays in the busy window. A guest
-// making a few KiB per call (the default policy) completes one every
-// ~1,000 calls and mostly yields every 16th call.
-const (
-	yieldEvery = 16
-	busyWindow = 64
-)
-
-var (
-	calls    uint64        // calls served, counted by result
-	lastGC   uint64        // calls when a completed GC cycle was last seen
-	seenGC   uint64        // gcCycles at that time
-	gcCycles atomic.Uint64 // GC cycles the probe has seen complete
-)
-
-// gcProbe is an object nothing references: its cleanup runs once a GC cycle
-// has found it unreachable, which counts the cycle and arms a new probe. A
-// cycle count read this way costs one atomic load per call, where
-// runtime/metrics costs about as much as the yield itself. (A weak pointer
-// cannot serve: reading it during marking keeps its object alive.)
-type gcProbe struct{ _ *byte } // has a pointer, so never a tiny allocation
-
-func armGCProbe() {
-	runtime.AddCleanup(new(gcProbe), func(struct{}) {
-		gcCycles.Add(1)
-		armGCProbe()
-	}, struct{}{})
-}
+// yield decides after each call whether the export yields (yield.go).
+var yield yieldRule
 
 func init() { armGCProbe() }
 
 // result packs out for the host and, by the rule above, lets the scheduler run.
 func result() int64 {
-	calls++
-	if n := gcCycles.Load(); n != seenGC {
-		seenGC, lastGC = n, calls
-	}
-	if calls-lastGC < busyWindow || calls%yieldEvery == 0 {
+	if yield.after(gcCycles.Load()) {
 		runtime.Gosched()
 	}
 	if len(out) == 0 {

@@ -11,8 +11,11 @@
 // request buffer, decodes the request with the hand-written codec, runs the
 // handler inside recover (a panic becomes a response whose Error is
 // "panic: ...", not a trap), encodes the response into its own buffer and
-// calls runtime.Gosched() before returning, without which the guest's GC
-// never finishes and memory grows without bound (DESIGN "Wasm modules").
+// yields to the Go scheduler (runtime.Gosched) before returning after every
+// 16th call, and after every call while the guest allocates fast (yield.go):
+// without yields a guest allocating large objects runs out of memory
+// (DESIGN "Wasm modules"), and a yield after every call costs more than a
+// small decision.
 //
 // Off wasm the package still compiles (Log is a no-op) and the dispatch
 // layer, Handlers, is plain bytes in, bytes out, so it and every handler are
