@@ -610,7 +610,7 @@ func (mod *module) status() Status {
 	mod.mu.Unlock()
 	if g := mod.cur.Load(); g != nil {
 		s.Kind, s.Version, s.SHA256 = string(g.man.Kind), g.version, g.sha
-		s.PoolSize, s.PoolIdle = g.man.Limits.PoolSize, len(g.idle)
+		s.PoolSize, s.PoolIdle = g.man.Limits.PoolSize, g.idleCount()
 		s.MemoryPages, s.MemoryLimitPages = g.memPages.Load(), g.man.Limits.MemoryPages
 		s.PluginIDs, s.Volumes, s.Default = slices.Clone(g.man.PluginIDs), slices.Clone(g.man.Volumes), g.man.Default
 		s.AdaptSteps = slices.Clone(g.adaptSteps)

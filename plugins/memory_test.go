@@ -69,8 +69,8 @@ limits {
 	}, nil)
 	g := (*e.m.modules.Load())["alloc"].cur.Load()
 	base := func() (*byte, uint32) {
-		inst := <-g.idle
-		defer func() { g.idle <- inst }()
+		inst := g.takeIdle()
+		defer g.putIdle(inst)
 		b, ok := inst.mem.Read(0, 1)
 		if !ok {
 			t.Fatal("memory has no first byte")
