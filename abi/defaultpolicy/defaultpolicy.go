@@ -89,7 +89,7 @@ func (ix Index) Alloc(id string) *abi.AllocView {
 		return ix.allocMap[id]
 	}
 	for i := len(ix.allocs) - 1; i >= 0; i-- {
-		if sameID(ix.allocs[i].ID, id) {
+		if a := ix.allocs[i].ID; likelySameID(a, id) && equal(a, id) {
 			return &ix.allocs[i]
 		}
 	}
@@ -123,19 +123,21 @@ func (ix Index) Node(id string) *abi.NodeView {
 		return ix.nodeMap[id]
 	}
 	for i := len(ix.nodes) - 1; i >= 0; i-- {
-		if sameID(ix.nodes[i].ID, id) {
+		if n := ix.nodes[i].ID; likelySameID(n, id) && equal(n, id) {
 			return &ix.nodes[i]
 		}
 	}
 	return nil
 }
 
-// sameID is a == b with the last bytes compared inline first: the IDs of one
-// request usually differ there (alloc-1, alloc-2) or anywhere (UUIDs), and
-// in a wasm guest == on strings of equal length is a runtime call, which
-// costs more than the comparison (ABI.md section 12).
-func sameID(a, b string) bool {
-	return len(a) == len(b) && (len(a) == 0 || a[len(a)-1] == b[len(a)-1]) && a == b
+// sameID is a == b. Its inline part compares lengths and last bytes (the
+// IDs of one request usually differ there, alloc-1 and alloc-2, or
+// anywhere, UUIDs); only a likely match calls equal (see equal for why not
+// ==). It is written out at each lookup so the lookups stay inlinable.
+func sameID(a, b string) bool { return likelySameID(a, b) && equal(a, b) }
+
+func likelySameID(a, b string) bool {
+	return len(a) == len(b) && (len(a) == 0 || a[len(a)-1] == b[len(a)-1])
 }
 
 // AllocStatus is the claim's allocation status: AllocGone when the request
@@ -230,15 +232,15 @@ func kindOf(status string) allocKind {
 	}
 	switch status[0] {
 	case 'p':
-		if status == AllocPending {
+		if equal(status, AllocPending) {
 			return kindPending
 		}
 	case 'r':
-		if status == AllocRunning {
+		if equal(status, AllocRunning) {
 			return kindRunning
 		}
 	case 'c':
-		if status == AllocComplete {
+		if equal(status, AllocComplete) {
 			return kindComplete
 		}
 	case 'f':
