@@ -338,6 +338,36 @@ func checkItem(typ protowire.Type, n int) error {
 	return wantBytes(typ)
 }
 
+// The merges below start with a fast path for the common encoding: the
+// known fields in number order (as every encoder writes them), each with a
+// one-byte tag and, for strings and messages, a one-byte length, decoded by
+// straight-line code, one step per field. In a Go wasm guest every jump
+// within a function goes through the function's dispatch loop, so under a
+// host's call timeout each taken branch costs an exit (ABI.md section 12),
+// and the general loop below takes about ten per field; the fast path takes
+// one or two. It only consumes from the front of b, exactly as the loop
+// would, and stops at the first field it does not expect: the loop takes
+// the rest, so what is decoded never depends on which path ran.
+
+// shortBytes returns the value of the bytes field with the one-byte tag
+// at the front of b when its length is one byte, and the bytes it takes
+// (n == 0: not there).
+func shortBytes(b []byte, tag byte) (v []byte, n int) {
+	if len(b) > 1 && b[0] == tag && b[1] < 0x80 && int(b[1]) <= len(b)-2 {
+		n = 2 + int(b[1])
+		return b[2:n], n
+	}
+	return nil, 0
+}
+
+// shortVarint is shortBytes for a varint field with a one-byte value.
+func shortVarint(b []byte, tag byte) (x uint64, n int) {
+	if len(b) > 1 && b[0] == tag && b[1] < 0x80 {
+		return uint64(b[1]), 2
+	}
+	return 0, 0
+}
+
 // countFields counts the length-delimited occurrences of field numbers 1..15
 // at the top level of b, stopping at the first malformed tag. Decoders use
 // it to size repeated fields once instead of growing them (growing the
@@ -463,6 +493,11 @@ func (m *ConfigureRequest) Unmarshal(b []byte) error {
 }
 
 func (m *ConfigureRequest) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if v, n := shortBytes(b, 1<<3|2); n > 0 {
+		m.ModuleName = d.str(v)
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -532,6 +567,15 @@ func (m *ConfigureResponse) Unmarshal(b []byte) error {
 }
 
 func (m *ConfigureResponse) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if v, n := shortBytes(b, 1<<3|2); n > 0 {
+		m.Version = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 15<<3|2); n > 0 {
+		m.Error = d.str(v)
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -607,6 +651,31 @@ func (m *VolumeView) Unmarshal(b []byte) error {
 }
 
 func (m *VolumeView) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if v, n := shortBytes(b, 1<<3|2); n > 0 {
+		m.Namespace = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 2<<3|2); n > 0 {
+		m.ID = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 3<<3|2); n > 0 {
+		m.PluginID = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 4<<3|2); n > 0 {
+		m.AccessMode = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 5<<3|2); n > 0 {
+		m.AttachmentMode = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 6<<3|2); n > 0 {
+		m.ExternalID = d.str(v)
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -693,6 +762,47 @@ func (m *ClaimView) Unmarshal(b []byte) error {
 }
 
 func (m *ClaimView) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if v, n := shortBytes(b, 1<<3|2); n > 0 {
+		m.AllocID = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 2<<3|2); n > 0 {
+		m.NodeID = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 3<<3|2); n > 0 {
+		m.Mode = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 4<<3|2); n > 0 {
+		m.State = d.str(v)
+		b = b[n:]
+	}
+	if x, n := shortVarint(b, 5<<3); n > 0 {
+		m.Attempts = uint32(x)
+		b = b[n:]
+	}
+	if x, n := shortVarint(b, 6<<3); n > 0 {
+		m.LastErrorCode = uint32(x)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 7<<3|2); n > 0 {
+		m.LastErrorKind = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 8<<3|2); n > 0 {
+		m.ExternalNodeID = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 9<<3|2); n > 0 {
+		m.AccessMode = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 10<<3|2); n > 0 {
+		m.AttachmentMode = d.str(v)
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -779,6 +889,21 @@ func (m *AllocView) Unmarshal(b []byte) error {
 }
 
 func (m *AllocView) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if v, n := shortBytes(b, 1<<3|2); n > 0 {
+		m.ID = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 2<<3|2); n > 0 {
+		m.ClientStatus = d.str(v)
+		b = b[n:]
+	}
+	if len(b) > 1 && b[0] == 3<<3 { // a time or age in ms: several bytes
+		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
+			m.TerminalAgeMs = int64(x)
+			b = b[1+n:]
+		}
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -853,6 +978,25 @@ func (m *NodeView) Unmarshal(b []byte) error {
 }
 
 func (m *NodeView) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if v, n := shortBytes(b, 1<<3|2); n > 0 {
+		m.ID = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 2<<3|2); n > 0 {
+		m.Status = d.str(v)
+		b = b[n:]
+	}
+	if len(b) > 1 && b[0] == 3<<3 { // a time or age in ms: several bytes
+		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
+			m.LastSeenAgeMs = int64(x)
+			b = b[1+n:]
+		}
+	}
+	if v, n := shortBytes(b, 5<<3|2); n > 0 {
+		m.ExternalID = d.str(v)
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -950,6 +1094,52 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 	presize(&m.Claims, c[3])
 	presize(&m.Allocs, c[4])
 	presize(&m.Nodes, c[5])
+	// Fast path: see "decoding helpers".
+	if len(b) > 1 && b[0] == 1<<3 { // a time or age in ms: several bytes
+		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
+			m.NowUnixMs = int64(x)
+			b = b[1+n:]
+		}
+	}
+	if v, n := shortBytes(b, 2<<3|2); n > 0 {
+		if err := m.Volume.merge(d, v); err != nil {
+			return fieldError(2, protowire.BytesType, err)
+		}
+		b = b[n:]
+	}
+	for len(m.Claims) < MaxRepeated {
+		v, n := shortBytes(b, 3<<3|2)
+		if n == 0 {
+			break
+		}
+		m.Claims = append(m.Claims, ClaimView{})
+		if err := m.Claims[len(m.Claims)-1].merge(d, v); err != nil {
+			return fieldError(3, protowire.BytesType, itemError(len(m.Claims)-1, err))
+		}
+		b = b[n:]
+	}
+	for len(m.Allocs) < MaxRepeated {
+		v, n := shortBytes(b, 4<<3|2)
+		if n == 0 {
+			break
+		}
+		m.Allocs = append(m.Allocs, AllocView{})
+		if err := m.Allocs[len(m.Allocs)-1].merge(d, v); err != nil {
+			return fieldError(4, protowire.BytesType, itemError(len(m.Allocs)-1, err))
+		}
+		b = b[n:]
+	}
+	for len(m.Nodes) < MaxRepeated {
+		v, n := shortBytes(b, 5<<3|2)
+		if n == 0 {
+			break
+		}
+		m.Nodes = append(m.Nodes, NodeView{})
+		if err := m.Nodes[len(m.Nodes)-1].merge(d, v); err != nil {
+			return fieldError(5, protowire.BytesType, itemError(len(m.Nodes)-1, err))
+		}
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -1057,6 +1247,25 @@ func (m *Decision) Unmarshal(b []byte) error {
 }
 
 func (m *Decision) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if v, n := shortBytes(b, 1<<3|2); n > 0 {
+		m.AllocID = d.str(v)
+		b = b[n:]
+	}
+	if x, n := shortVarint(b, 2<<3); n > 0 {
+		m.Action = Action(uint32(x))
+		b = b[n:]
+	}
+	if len(b) > 1 && b[0] == 3<<3 { // a time or age in ms: several bytes
+		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
+			m.RetryAfterMs = int64(x)
+			b = b[1+n:]
+		}
+	}
+	if v, n := shortBytes(b, 4<<3|2); n > 0 {
+		m.Reason = d.str(v)
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -1142,6 +1351,22 @@ func (m *PolicyResponse) Unmarshal(b []byte) error {
 
 func (m *PolicyResponse) merge(d *decoder, b []byte) error {
 	presize(&m.Decisions, countFields(b)[1])
+	// Fast path: see "decoding helpers".
+	for len(m.Decisions) < MaxRepeated {
+		v, n := shortBytes(b, 1<<3|2)
+		if n == 0 {
+			break
+		}
+		m.Decisions = append(m.Decisions, Decision{})
+		if err := m.Decisions[len(m.Decisions)-1].merge(d, v); err != nil {
+			return fieldError(1, protowire.BytesType, itemError(len(m.Decisions)-1, err))
+		}
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 15<<3|2); n > 0 {
+		m.Error = d.str(v)
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -1217,6 +1442,23 @@ func (m *PluginView) Unmarshal(b []byte) error {
 }
 
 func (m *PluginView) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if v, n := shortBytes(b, 1<<3|2); n > 0 {
+		m.ID = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 2<<3|2); n > 0 {
+		m.Provider = d.str(v)
+		b = b[n:]
+	}
+	if x, n := shortVarint(b, 3<<3); n > 0 {
+		m.PublishUnpublish = x != 0
+		b = b[n:]
+	}
+	if x, n := shortVarint(b, 4<<3); n > 0 {
+		m.StageUnstage = x != 0
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -1302,6 +1544,41 @@ func (m *AdapterRequest) Unmarshal(b []byte) error {
 }
 
 func (m *AdapterRequest) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if v, n := shortBytes(b, 1<<3|2); n > 0 {
+		m.Step = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 2<<3|2); n > 0 {
+		if err := m.Claim.merge(d, v); err != nil {
+			return fieldError(2, protowire.BytesType, err)
+		}
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 3<<3|2); n > 0 {
+		if err := m.Volume.merge(d, v); err != nil {
+			return fieldError(3, protowire.BytesType, err)
+		}
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 4<<3|2); n > 0 {
+		if err := m.Node.merge(d, v); err != nil {
+			return fieldError(4, protowire.BytesType, err)
+		}
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 5<<3|2); n > 0 {
+		if err := m.Plugin.merge(d, v); err != nil {
+			return fieldError(5, protowire.BytesType, err)
+		}
+		b = b[n:]
+	}
+	if len(b) > 1 && b[0] == 6<<3 { // a time or age in ms: several bytes
+		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
+			m.NowUnixMs = int64(x)
+			b = b[1+n:]
+		}
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -1390,6 +1667,19 @@ func (m *AdapterResponse) Unmarshal(b []byte) error {
 }
 
 func (m *AdapterResponse) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if v, n := shortBytes(b, 1<<3|2); n > 0 {
+		m.VolumeID = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 2<<3|2); n > 0 {
+		m.NodeID = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 15<<3|2); n > 0 {
+		m.Error = d.str(v)
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -1468,6 +1758,31 @@ func (m *ClassifyRequest) Unmarshal(b []byte) error {
 }
 
 func (m *ClassifyRequest) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if v, n := shortBytes(b, 1<<3|2); n > 0 {
+		m.Step = d.str(v)
+		b = b[n:]
+	}
+	if x, n := shortVarint(b, 2<<3); n > 0 {
+		m.Code = uint32(x)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 3<<3|2); n > 0 {
+		m.Message = d.str(v)
+		b = b[n:]
+	}
+	if x, n := shortVarint(b, 4<<3); n > 0 {
+		m.Attempts = uint32(x)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 5<<3|2); n > 0 {
+		m.PluginID = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 6<<3|2); n > 0 {
+		m.VolumeID = d.str(v)
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
@@ -1547,6 +1862,25 @@ func (m *ClassifyResponse) Unmarshal(b []byte) error {
 }
 
 func (m *ClassifyResponse) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if x, n := shortVarint(b, 1<<3); n > 0 {
+		m.Outcome = Outcome(uint32(x))
+		b = b[n:]
+	}
+	if len(b) > 1 && b[0] == 2<<3 { // a time or age in ms: several bytes
+		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
+			m.RetryAfterMs = int64(x)
+			b = b[1+n:]
+		}
+	}
+	if v, n := shortBytes(b, 3<<3|2); n > 0 {
+		m.Reason = d.str(v)
+		b = b[n:]
+	}
+	if v, n := shortBytes(b, 15<<3|2); n > 0 {
+		m.Error = d.str(v)
+		b = b[n:]
+	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
 		// lengths and varints (see "decoding helpers").
