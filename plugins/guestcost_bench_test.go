@@ -16,22 +16,28 @@ import (
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
 	"github.com/tetratelabs/wazero/experimental"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/volhost/volhost/abi"
 )
 
 // Per-call cost of a Go guest (issue 4). A host that enforces call_timeout
 // runs wazero with close-on-context-done, which makes every wasm loop header
-// exit to Go (~100-150 ns); the Go wasm backend puts a loop at the entry of
-// every non-leaf function and one per `for` loop, so a Go guest's per-call
-// cost tracks the number of guest function calls and loop iterations it
-// executes. These benchmarks call the example modules through the real host
-// path (Manager, call_timeout enforced) with the shapes the watcher sends,
-// and report beside ns/op the median call (p50-ns) and the guest function
-// calls per call (guest-calls/op, counted with a wazero FunctionListener on
-// a separate runtime, volhost_buffer included): the number to drive down.
+// exit to Go to check the context. Go's wasm backend puts a loop at the
+// entry of every non-leaf function and makes every jump within a function
+// (a taken branch, a loop's back edge) through that loop, so a Go guest's
+// per-call cost tracks the loop headers it executes. These benchmarks call
+// the example modules through the real host path (Manager, call_timeout
+// enforced) with the shapes the watcher sends, and report beside ns/op the
+// median call (p50-ns), the guest function calls per call (guest-calls/op,
+// counted with a wazero FunctionListener) and the loop headers per call
+// (guest-loops/op, counted by a rewritten copy of the module: countLoops),
+// the number to drive down. Both counts are means over 4,096 calls on a
+// separate runtime, volhost_buffer included, so they include the SDK's
+// occasional yields and the guest GC's share.
 //
 //	go test -run '^$' -bench GuestCost -benchtime 2000x ./plugins/
+//	go test -run TestGuestCallCounts -v ./plugins/   # the functions called most
 //
 // With VOLHOST_GUESTCOST_BASELINE=DIR, DIR/default-policy.wasm and
 // DIR/gcepd-adapter.wasm (for example built from an older commit) are
@@ -156,15 +162,17 @@ func BenchmarkGuestCost(b *testing.B) {
 					b.ReportMetric(float64(durs[len(durs)/2].Nanoseconds()), "p50-ns")
 				}
 				b.ReportMetric(guestCalls(b, wasm, mod.export, mod.req).PerCall(), "guest-calls/op")
+				b.ReportMetric(guestLoops(b, wasm, mod.export, mod.req), "guest-loops/op")
 			})
 		}
 	}
 }
 
-// TestGuestCallCounts logs the guest function calls per call of each
-// benchmark shape, with the functions called most (run with -v). It is
-// skipped with -short and under -race: counting compiles the modules again
-// with a listener, uncached.
+// TestGuestCallCounts logs the guest function calls and loop headers per
+// call of each benchmark shape, with the functions called most (run with
+// -v), and checks the loop counter counts at least one header per call. It
+// is skipped with -short and under -race: counting compiles the modules
+// again, uncached.
 func TestGuestCallCounts(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("compiles the modules uncached; run without -short and -race")
@@ -174,7 +182,11 @@ func TestGuestCallCounts(t *testing.T) {
 		if c.Total == 0 {
 			t.Fatalf("%s %s: no guest calls counted", mod.name, mod.export)
 		}
-		t.Logf("%s %s (%d request bytes): %.1f guest function calls per call", mod.name, mod.export, len(mod.req), c.PerCall())
+		loops := guestLoops(t, exampleWasm(t, mod.name), mod.export, mod.req)
+		if loops < c.PerCall() {
+			t.Fatalf("%s: %.1f loop headers per call, fewer than its %.1f calls: the loop counter is broken", mod.name, loops, c.PerCall())
+		}
+		t.Logf("%s %s (%d request bytes): %.1f guest function calls and %.1f loop headers per call", mod.name, mod.export, len(mod.req), c.PerCall(), loops)
 		for _, f := range c.Top(25) {
 			t.Logf("%6.2f %s", f.Calls, f.Name)
 		}
@@ -245,7 +257,7 @@ var (
 // mean over countedCalls calls after warmupCalls on the same instance: the
 // steady state, including the SDK's occasional yields and GC cycles, not the
 // first calls' heap growth. Results are memoised per module, export and
-// request.
+// request: counting compiles the module again, uncached.
 func guestCalls(tb testing.TB, wasm []byte, export string, req []byte) callCount {
 	tb.Helper()
 	key := fmt.Sprintf("%x/%s/%x", sha256.Sum256(wasm), export, req)
@@ -273,7 +285,7 @@ func guestCalls(tb testing.TB, wasm []byte, export string, req []byte) callCount
 		}
 		return r[0]
 	}
-	const warmupCalls, countedCalls = 500, 512
+	const warmupCalls, countedCalls = 500, 4096
 	for i := range warmupCalls + countedCalls {
 		cl.on = i >= warmupCalls
 		at := uint32(call(abi.ExportBuffer, uint64(len(req))))
@@ -330,5 +342,250 @@ limits {
 	t.Logf("%d calls of 256 KiB garbage: memory %d pages after 500 calls, %d at the end (cap %d)", n, early, st.MemoryPages, capPages)
 	if st.MemoryPages > early+16 { // 1 MiB: the heap grows in steps of 16 pages or more
 		t.Fatalf("memory grew from %d to %d pages over %d calls (cap %d)", early, st.MemoryPages, n, capPages)
+	}
+}
+
+// guestLoops counts the wasm loop headers executed per call of export with
+// req, as the mean over countedCalls calls after warmupCalls: under
+// close-on-context-done wazero exits to Go at every loop header, and a Go
+// guest enters one at every non-leaf function entry and at every jump
+// within a function (Go's wasm backend jumps through a dispatch loop), so
+// this is the count of those exits, the guest's per-call cost. The module
+// is rewritten by countLoops to count them in an exported global.
+func guestLoops(tb testing.TB, wasm []byte, export string, req []byte) float64 {
+	tb.Helper()
+	counted, err := countLoops(wasm)
+	if err != nil {
+		tb.Fatalf("instrumenting the module: %v", err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig())
+	defer rt.Close(ctx)
+	if err := instantiateHostModules(ctx, rt, hclog.NewNullLogger()); err != nil {
+		tb.Fatal(err)
+	}
+	mod, err := rt.InstantiateWithConfig(ctx, counted, wazero.NewModuleConfig().WithStartFunctions("_initialize"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	const warmupCalls, countedCalls = 500, 4096
+	var before uint64
+	for i := range warmupCalls + countedCalls {
+		if i == warmupCalls {
+			before = mod.ExportedGlobal(loopsGlobal).Get()
+		}
+		r, err := mod.ExportedFunction(abi.ExportBuffer).Call(ctx, uint64(len(req)))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !mod.Memory().Write(uint32(r[0]), req) {
+			tb.Fatal("request does not fit guest memory")
+		}
+		if _, err := mod.ExportedFunction(export).Call(ctx, uint64(len(req))); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return float64(mod.ExportedGlobal(loopsGlobal).Get()-before) / countedCalls
+}
+
+// loopsGlobal is the exported global countLoops adds.
+const loopsGlobal = "volhost_test_loops"
+
+// countLoops returns wasm with a mutable i64 global, exported as
+// loopsGlobal, that every loop header increments. It decodes just enough
+// of the binary format to find the loop instructions: the import, global,
+// export and code sections, and each instruction's immediates (the MVP,
+// sign-extension, saturating-conversion and bulk-memory opcodes a Go
+// module uses).
+func countLoops(wasm []byte) ([]byte, error) {
+	if len(wasm) < 8 || string(wasm[:8]) != "\x00asm\x01\x00\x00\x00" {
+		return nil, fmt.Errorf("not a wasm v1 module")
+	}
+	type section struct {
+		id   byte
+		data []byte
+	}
+	var secs []section
+	for i := 8; i < len(wasm); {
+		id := wasm[i]
+		size, n := protowire.ConsumeVarint(wasm[i+1:])
+		if n < 0 || i+1+n+int(size) > len(wasm) {
+			return nil, fmt.Errorf("section at %d: bad size", i)
+		}
+		start := i + 1 + n
+		secs = append(secs, section{id, wasm[start : start+int(size)]})
+		i = start + int(size)
+	}
+	r := &loopRewriter{}
+	// The new global's index: imported globals, then the module's own.
+	var global uint64
+	for _, s := range secs {
+		r.b, r.i = s.data, 0
+		switch s.id {
+		case 2: // imports: module, name, kind, description
+			for n := r.u(); n > 0; n-- {
+				r.skipName()
+				r.skipName()
+				switch kind := r.byte(); kind {
+				case 0:
+					r.u()
+				case 1:
+					r.byte()
+					r.limits()
+				case 2:
+					r.limits()
+				case 3:
+					r.byte()
+					r.byte()
+					global++
+				}
+			}
+		case 6:
+			global += r.u()
+		}
+	}
+	inc := protowire.AppendVarint([]byte{0x23}, global) // global.get
+	inc = append(inc, 0x42, 0x01, 0x7c, 0x24)           // i64.const 1, i64.add, global.set
+	inc = protowire.AppendVarint(inc, global)           //
+	newGlobal := []byte{0x7e, 0x01, 0x42, 0x00, 0x0b}   // mut i64 = i64.const 0
+	export := append(protowire.AppendVarint(nil, uint64(len(loopsGlobal))), loopsGlobal...)
+	export = protowire.AppendVarint(append(export, 0x03), global) // kind global
+	out := append([]byte(nil), wasm[:8]...)
+	for _, s := range secs {
+		data := s.data
+		r.b, r.i = data, 0
+		switch s.id {
+		case 6, 7: // globals, exports: one more
+			n := r.u()
+			add := newGlobal
+			if s.id == 7 {
+				add = export
+			}
+			data = append(append(protowire.AppendVarint(nil, n+1), data[r.i:]...), add...)
+		case 10: // code
+			n := r.u()
+			data = protowire.AppendVarint(nil, n)
+			for ; n > 0; n-- {
+				size := int(r.u())
+				end := r.i + size
+				start := r.i
+				for locals := r.u(); locals > 0; locals-- {
+					r.u()
+					r.byte()
+				}
+				body := append([]byte(nil), r.b[start:r.i]...)
+				for r.i < end {
+					op, at := r.byte(), r.i-1
+					r.immediates(op)
+					body = append(body, r.b[at:r.i]...)
+					if op == 0x03 { // loop
+						body = append(body, inc...)
+					}
+				}
+				if r.err != nil {
+					return nil, r.err
+				}
+				data = append(protowire.AppendVarint(data, uint64(len(body))), body...)
+			}
+		}
+		if r.err != nil {
+			return nil, fmt.Errorf("section %d: %w", s.id, r.err)
+		}
+		out = append(protowire.AppendVarint(append(out, s.id), uint64(len(data))), data...)
+	}
+	return out, nil
+}
+
+// loopRewriter reads LEB128 numbers and instruction immediates from b at i.
+type loopRewriter struct {
+	b   []byte
+	i   int
+	err error
+}
+
+func (r *loopRewriter) byte() byte {
+	if r.i >= len(r.b) {
+		r.err = fmt.Errorf("truncated at %d", r.i)
+		return 0
+	}
+	r.i++
+	return r.b[r.i-1]
+}
+
+func (r *loopRewriter) u() uint64 { // unsigned LEB128
+	v, n := protowire.ConsumeVarint(r.b[min(r.i, len(r.b)):])
+	if n < 0 {
+		r.err = fmt.Errorf("bad LEB128 at %d", r.i)
+		return 0
+	}
+	r.i += n
+	return v
+}
+
+func (r *loopRewriter) s() { // signed LEB128: same bytes, value unused
+	for r.err == nil && r.byte()&0x80 != 0 {
+	}
+}
+
+func (r *loopRewriter) skipName() { r.i += int(r.u()) }
+
+func (r *loopRewriter) limits() {
+	if r.byte()&1 != 0 {
+		r.u()
+	}
+	r.u()
+}
+
+func (r *loopRewriter) immediates(op byte) {
+	switch {
+	case op == 0x02 || op == 0x03 || op == 0x04: // block, loop, if: block type
+		switch t := r.b[min(r.i, len(r.b)-1)]; {
+		case t == 0x40 || t >= 0x6f && t <= 0x7f:
+			r.i++
+		default:
+			r.s() // type index
+		}
+	case op == 0x0c || op == 0x0d || op == 0x10 || op >= 0x20 && op <= 0x24 || op == 0xd2:
+		r.u() // label, function, local or global index
+	case op == 0x0e: // br_table
+		for n := r.u() + 1; n > 0 && r.err == nil; n-- {
+			r.u()
+		}
+	case op == 0x11: // call_indirect
+		r.u()
+		r.u()
+	case op >= 0x28 && op <= 0x3e: // loads and stores: align, offset
+		r.u()
+		r.u()
+	case op == 0x3f || op == 0x40 || op == 0xd0: // memory.size, memory.grow, ref.null
+		r.i++
+	case op == 0x41 || op == 0x42: // i32.const, i64.const
+		r.s()
+	case op == 0x43:
+		r.i += 4
+	case op == 0x44:
+		r.i += 8
+	case op == 0x1c: // select with types
+		r.i += int(r.u())
+	case op == 0xfc:
+		switch sub := r.u(); {
+		case sub <= 7: // saturating conversions
+		case sub == 8: // memory.init
+			r.u()
+			r.i++
+		case sub == 9 || sub == 13 || sub >= 15 && sub <= 17:
+			r.u()
+		case sub == 10: // memory.copy
+			r.i += 2
+		case sub == 11: // memory.fill
+			r.i++
+		case sub == 12 || sub == 14:
+			r.u()
+			r.u()
+		default:
+			r.err = fmt.Errorf("opcode 0xfc %d at %d", sub, r.i)
+		}
+	case op == 0xfd:
+		r.err = fmt.Errorf("SIMD opcode at %d", r.i)
 	}
 }
