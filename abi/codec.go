@@ -497,6 +497,9 @@ func (m *ConfigureRequest) merge(d *decoder, b []byte) error {
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.ModuleName = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
@@ -571,10 +574,16 @@ func (m *ConfigureResponse) merge(d *decoder, b []byte) error {
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.Version = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 15<<3|2); n > 0 {
 		m.Error = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
@@ -655,26 +664,44 @@ func (m *VolumeView) merge(d *decoder, b []byte) error {
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.Namespace = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.ID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 3<<3|2); n > 0 {
 		m.PluginID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 4<<3|2); n > 0 {
 		m.AccessMode = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 5<<3|2); n > 0 {
 		m.AttachmentMode = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 6<<3|2); n > 0 {
 		m.ExternalID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
@@ -766,42 +793,72 @@ func (m *ClaimView) merge(d *decoder, b []byte) error {
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.AllocID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.NodeID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 3<<3|2); n > 0 {
 		m.Mode = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 4<<3|2); n > 0 {
 		m.State = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if x, n := shortVarint(b, 5<<3); n > 0 {
 		m.Attempts = uint32(x)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if x, n := shortVarint(b, 6<<3); n > 0 {
 		m.LastErrorCode = uint32(x)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 7<<3|2); n > 0 {
 		m.LastErrorKind = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 8<<3|2); n > 0 {
 		m.ExternalNodeID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 9<<3|2); n > 0 {
 		m.AccessMode = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 10<<3|2); n > 0 {
 		m.AttachmentMode = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
@@ -893,15 +950,24 @@ func (m *AllocView) merge(d *decoder, b []byte) error {
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.ID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.ClientStatus = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if len(b) > 1 && b[0] == 3<<3 { // a time or age in ms: several bytes
 		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
 			m.TerminalAgeMs = int64(x)
 			b = b[1+n:]
+			if len(b) == 0 {
+				return nil
+			}
 		}
 	}
 	for len(b) > 0 {
@@ -982,20 +1048,32 @@ func (m *NodeView) merge(d *decoder, b []byte) error {
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.ID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.Status = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if len(b) > 1 && b[0] == 3<<3 { // a time or age in ms: several bytes
 		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
 			m.LastSeenAgeMs = int64(x)
 			b = b[1+n:]
+			if len(b) == 0 {
+				return nil
+			}
 		}
 	}
 	if v, n := shortBytes(b, 5<<3|2); n > 0 {
 		m.ExternalID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
@@ -1091,14 +1169,36 @@ func (m *PolicyRequest) Unmarshal(b []byte) error {
 
 func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 	c := countFields(b)
-	presize(&m.Claims, c[3])
-	presize(&m.Allocs, c[4])
-	presize(&m.Nodes, c[5])
+	if c[3]|c[4]|c[5] == 1 && m.Claims == nil && m.Allocs == nil && m.Nodes == nil {
+		// The usual request, one claim: one allocation for the three
+		// repeated fields (each allocation costs a Go guest ~20 exits).
+		one := new(struct {
+			claims [1]ClaimView
+			allocs [1]AllocView
+			nodes  [1]NodeView
+		})
+		if c[3] > 0 {
+			m.Claims = one.claims[:0:1]
+		}
+		if c[4] > 0 {
+			m.Allocs = one.allocs[:0:1]
+		}
+		if c[5] > 0 {
+			m.Nodes = one.nodes[:0:1]
+		}
+	} else {
+		presize(&m.Claims, c[3])
+		presize(&m.Allocs, c[4])
+		presize(&m.Nodes, c[5])
+	}
 	// Fast path: see "decoding helpers".
 	if len(b) > 1 && b[0] == 1<<3 { // a time or age in ms: several bytes
 		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
 			m.NowUnixMs = int64(x)
 			b = b[1+n:]
+			if len(b) == 0 {
+				return nil
+			}
 		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
@@ -1106,6 +1206,9 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			return fieldError(2, protowire.BytesType, err)
 		}
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(m.Claims) < MaxRepeated {
 		v, n := shortBytes(b, 3<<3|2)
@@ -1117,6 +1220,9 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			return fieldError(3, protowire.BytesType, itemError(len(m.Claims)-1, err))
 		}
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(m.Allocs) < MaxRepeated {
 		v, n := shortBytes(b, 4<<3|2)
@@ -1128,6 +1234,9 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			return fieldError(4, protowire.BytesType, itemError(len(m.Allocs)-1, err))
 		}
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(m.Nodes) < MaxRepeated {
 		v, n := shortBytes(b, 5<<3|2)
@@ -1139,6 +1248,9 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			return fieldError(5, protowire.BytesType, itemError(len(m.Nodes)-1, err))
 		}
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
@@ -1251,20 +1363,32 @@ func (m *Decision) merge(d *decoder, b []byte) error {
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.AllocID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if x, n := shortVarint(b, 2<<3); n > 0 {
 		m.Action = Action(uint32(x))
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if len(b) > 1 && b[0] == 3<<3 { // a time or age in ms: several bytes
 		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
 			m.RetryAfterMs = int64(x)
 			b = b[1+n:]
+			if len(b) == 0 {
+				return nil
+			}
 		}
 	}
 	if v, n := shortBytes(b, 4<<3|2); n > 0 {
 		m.Reason = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
@@ -1362,10 +1486,16 @@ func (m *PolicyResponse) merge(d *decoder, b []byte) error {
 			return fieldError(1, protowire.BytesType, itemError(len(m.Decisions)-1, err))
 		}
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 15<<3|2); n > 0 {
 		m.Error = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
@@ -1446,18 +1576,30 @@ func (m *PluginView) merge(d *decoder, b []byte) error {
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.ID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.Provider = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if x, n := shortVarint(b, 3<<3); n > 0 {
 		m.PublishUnpublish = x != 0
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if x, n := shortVarint(b, 4<<3); n > 0 {
 		m.StageUnstage = x != 0
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
@@ -1548,35 +1690,53 @@ func (m *AdapterRequest) merge(d *decoder, b []byte) error {
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.Step = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		if err := m.Claim.merge(d, v); err != nil {
 			return fieldError(2, protowire.BytesType, err)
 		}
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 3<<3|2); n > 0 {
 		if err := m.Volume.merge(d, v); err != nil {
 			return fieldError(3, protowire.BytesType, err)
 		}
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 4<<3|2); n > 0 {
 		if err := m.Node.merge(d, v); err != nil {
 			return fieldError(4, protowire.BytesType, err)
 		}
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 5<<3|2); n > 0 {
 		if err := m.Plugin.merge(d, v); err != nil {
 			return fieldError(5, protowire.BytesType, err)
 		}
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if len(b) > 1 && b[0] == 6<<3 { // a time or age in ms: several bytes
 		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
 			m.NowUnixMs = int64(x)
 			b = b[1+n:]
+			if len(b) == 0 {
+				return nil
+			}
 		}
 	}
 	for len(b) > 0 {
@@ -1671,14 +1831,23 @@ func (m *AdapterResponse) merge(d *decoder, b []byte) error {
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.VolumeID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.NodeID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 15<<3|2); n > 0 {
 		m.Error = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
@@ -1762,26 +1931,44 @@ func (m *ClassifyRequest) merge(d *decoder, b []byte) error {
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.Step = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if x, n := shortVarint(b, 2<<3); n > 0 {
 		m.Code = uint32(x)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 3<<3|2); n > 0 {
 		m.Message = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if x, n := shortVarint(b, 4<<3); n > 0 {
 		m.Attempts = uint32(x)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 5<<3|2); n > 0 {
 		m.PluginID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 6<<3|2); n > 0 {
 		m.VolumeID = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),
@@ -1866,20 +2053,32 @@ func (m *ClassifyResponse) merge(d *decoder, b []byte) error {
 	if x, n := shortVarint(b, 1<<3); n > 0 {
 		m.Outcome = Outcome(uint32(x))
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if len(b) > 1 && b[0] == 2<<3 { // a time or age in ms: several bytes
 		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
 			m.RetryAfterMs = int64(x)
 			b = b[1+n:]
+			if len(b) == 0 {
+				return nil
+			}
 		}
 	}
 	if v, n := shortBytes(b, 3<<3|2); n > 0 {
 		m.Reason = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	if v, n := shortBytes(b, 15<<3|2); n > 0 {
 		m.Error = d.str(v)
 		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
 	}
 	for len(b) > 0 {
 		// The tag and the value, inline for one-byte tags (fields 1..15),

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -242,12 +243,41 @@ func TestDecodedStringsDoNotAliasInput(t *testing.T) {
 }
 
 func TestRepeatedPresized(t *testing.T) {
-	var got PolicyRequest
-	if err := got.Unmarshal(samplePolicyRequest().MarshalAppend(nil)); err != nil {
-		t.Fatal(err)
+	one := &PolicyRequest{Claims: []ClaimView{{AllocID: "a"}}, Allocs: []AllocView{{ID: "a"}}, Nodes: []NodeView{{ID: "n"}}}
+	noNodes := &PolicyRequest{Claims: []ClaimView{{AllocID: "a"}}, Allocs: []AllocView{{ID: "a"}}}
+	tests := []struct {
+		name string
+		in   *PolicyRequest
+		caps [3]int // claims, allocs, nodes; -1: nil
+	}{
+		{"eight claims", samplePolicyRequest(), [3]int{8, 8, 8}},
+		{"one claim: one shared allocation", one, [3]int{1, 1, 1}},
+		{"one claim, no nodes", noNodes, [3]int{1, 1, -1}},
+		{"empty", &PolicyRequest{NowUnixMs: 1}, [3]int{-1, -1, -1}},
 	}
-	if cap(got.Claims) != 8 || cap(got.Allocs) != 8 || cap(got.Nodes) != 8 {
-		t.Fatalf("caps %d %d %d, want 8 each", cap(got.Claims), cap(got.Allocs), cap(got.Nodes))
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got PolicyRequest
+			if err := got.Unmarshal(tc.in.MarshalAppend(nil)); err != nil {
+				t.Fatal(err)
+			}
+			capOf := func(isNil bool, c int) int {
+				if isNil {
+					return -1
+				}
+				return c
+			}
+			caps := [3]int{capOf(got.Claims == nil, cap(got.Claims)), capOf(got.Allocs == nil, cap(got.Allocs)), capOf(got.Nodes == nil, cap(got.Nodes))}
+			if caps != tc.caps {
+				t.Fatalf("caps %v, want %v", caps, tc.caps)
+			}
+			// A handler growing one repeated field must not overwrite another.
+			allocs := slices.Clone(got.Allocs)
+			got.Claims = append(got.Claims, ClaimView{AllocID: "new"}, ClaimView{AllocID: "new2"})
+			if !reflect.DeepEqual(got.Allocs, allocs) {
+				t.Fatalf("appending claims changed allocs to %+v", got.Allocs)
+			}
+		})
 	}
 }
 
