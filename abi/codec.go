@@ -420,6 +420,16 @@ func (d *decoder) addMapEntry(typ protowire.Type, v []byte, m *map[string]string
 	if typ != protowire.BytesType {
 		return errWantBytes
 	}
+	if *m == nil {
+		*m = make(map[string]string)
+	}
+	// Fast path (see "decoding helpers"): key then value, nothing else.
+	if kv, kn := shortBytes(v, 1<<3|2); kn > 0 {
+		if vv, vn := shortBytes(v[kn:], 2<<3|2); vn > 0 && kn+vn == len(v) {
+			(*m)[d.str(kv)] = d.str(vv)
+			return nil
+		}
+	}
 	var k, val string
 	for len(v) > 0 {
 		num, typ, l := protowire.Number(v[0]>>3), protowire.Type(v[0]&7), 1
@@ -452,9 +462,6 @@ func (d *decoder) addMapEntry(typ protowire.Type, v []byte, m *map[string]string
 			return fmt.Errorf("map entry: field %d: %w", num, err)
 		}
 		v = v[l:]
-	}
-	if *m == nil {
-		*m = make(map[string]string)
 	}
 	(*m)[k] = val
 	return nil
@@ -496,6 +503,19 @@ func (m *ConfigureRequest) merge(d *decoder, b []byte) error {
 	// Fast path: see "decoding helpers".
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.ModuleName = d.str(v)
+		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
+	}
+	for {
+		v, n := shortBytes(b, 2<<3|2)
+		if n == 0 {
+			break
+		}
+		if err := d.addMapEntry(protowire.BytesType, v, &m.Config); err != nil {
+			return fieldError(2, protowire.BytesType, err)
+		}
 		b = b[n:]
 		if len(b) == 0 {
 			return nil
@@ -698,6 +718,19 @@ func (m *VolumeView) merge(d *decoder, b []byte) error {
 	}
 	if v, n := shortBytes(b, 6<<3|2); n > 0 {
 		m.ExternalID = d.str(v)
+		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
+	}
+	for {
+		v, n := shortBytes(b, 7<<3|2)
+		if n == 0 {
+			break
+		}
+		if err := d.addMapEntry(protowire.BytesType, v, &m.Context); err != nil {
+			return fieldError(7, protowire.BytesType, err)
+		}
 		b = b[n:]
 		if len(b) == 0 {
 			return nil
@@ -1066,6 +1099,19 @@ func (m *NodeView) merge(d *decoder, b []byte) error {
 			if len(b) == 0 {
 				return nil
 			}
+		}
+	}
+	for {
+		v, n := shortBytes(b, 4<<3|2)
+		if n == 0 {
+			break
+		}
+		if err := d.addMapEntry(protowire.BytesType, v, &m.Meta); err != nil {
+			return fieldError(4, protowire.BytesType, err)
+		}
+		b = b[n:]
+		if len(b) == 0 {
+			return nil
 		}
 	}
 	if v, n := shortBytes(b, 5<<3|2); n > 0 {
@@ -1837,6 +1883,19 @@ func (m *AdapterResponse) merge(d *decoder, b []byte) error {
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.NodeID = d.str(v)
+		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
+	}
+	for {
+		v, n := shortBytes(b, 4<<3|2)
+		if n == 0 {
+			break
+		}
+		if err := d.addMapEntry(protowire.BytesType, v, &m.VolumeContext); err != nil {
+			return fieldError(4, protowire.BytesType, err)
+		}
 		b = b[n:]
 		if len(b) == 0 {
 			return nil

@@ -9,6 +9,8 @@ import (
 	"reflect"
 	"strconv"
 	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // The seed corpus lives in testdata/fuzz/FuzzX/ (plain `go test` runs every
@@ -36,6 +38,57 @@ func fuzzRoundTrip(t *testing.T, newMsg func() Message, in []byte) {
 	if b2 := m2.MarshalAppend(nil); !bytes.Equal(b1, b2) {
 		t.Fatalf("encoding not stable:\n%x\n%x", b1, b2)
 	}
+	// The decoders' fast path (fields in order) and their general loop must
+	// agree: an unknown field at the front of every message body sends the
+	// whole decode through the loop.
+	name := reflect.TypeOf(m1).Elem().Name()
+	for _, in := range [][]byte{append([]byte{unknownField, 0}, in...), withUnknownFields(name, b1)} {
+		m3 := newMsg()
+		if err := m3.Unmarshal(in); err != nil {
+			t.Fatalf("with unknown fields: %v\n%x", err, in)
+		}
+		if !reflect.DeepEqual(m1, m3) {
+			t.Fatalf("fast path and loop differ:\n%+v\n%+v", m1, m3)
+		}
+	}
+}
+
+// unknownField is the tag of field 14, varint: no message has a field 14.
+const unknownField = 14 << 3
+
+// nestedFields names each message's message-typed fields ("entry": a map
+// field, whose entries are messages) for withUnknownFields.
+var nestedFields = map[string]map[protowire.Number]string{
+	"ConfigureRequest": {2: "entry"},
+	"VolumeView":       {7: "entry"},
+	"NodeView":         {4: "entry"},
+	"PolicyRequest":    {2: "VolumeView", 3: "ClaimView", 4: "AllocView", 5: "NodeView"},
+	"PolicyResponse":   {1: "Decision"},
+	"AdapterRequest":   {2: "ClaimView", 3: "VolumeView", 4: "NodeView", 5: "PluginView"},
+	"AdapterResponse":  {4: "entry"},
+}
+
+// withUnknownFields returns b, a valid encoding of message name, with an
+// unknown varint field 14 = 0 at the front of its body and of every nested
+// message's and map entry's body.
+func withUnknownFields(name string, b []byte) []byte {
+	out := []byte{unknownField, 0}
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		m := protowire.ConsumeFieldValue(num, typ, b[n:])
+		if n < 0 || m < 0 {
+			panic("withUnknownFields: invalid encoding")
+		}
+		if sub, ok := nestedFields[name][num]; ok && typ == protowire.BytesType {
+			body, _ := protowire.ConsumeBytes(b[n:])
+			out = protowire.AppendTag(out, num, typ)
+			out = protowire.AppendBytes(out, withUnknownFields(sub, body))
+		} else {
+			out = append(out, b[:n+m]...)
+		}
+		b = b[n+m:]
+	}
+	return out
 }
 
 func FuzzConfigureRequest(f *testing.F) {
