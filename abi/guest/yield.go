@@ -18,10 +18,10 @@ import (
 // Measured (ABI.md section 12): 256 KiB of garbage per call needs a yield
 // after nearly every call (every 2nd or 4th call already lets memory creep,
 // every 16th runs out of memory within 2,000 calls); such a guest completes
-// a GC cycle every ~15 calls, so it stays in the busy window. Up to 64 KiB
-// per call never needed a yield at all, and a guest making a few KiB per
-// call (the default policy) completes a cycle every ~1,000 calls and mostly
-// yields every 16th call.
+// a GC cycle every ~15 calls, so it stays in the busy window. Up to 32 KiB
+// per call (small objects) never needed a yield at all, and a guest making
+// a few KiB per call (the default policy) completes a cycle every ~1,300
+// calls and mostly yields every 16th call.
 const (
 	yieldEvery = 16
 	busyWindow = 64
