@@ -1214,6 +1214,26 @@ func (m *PolicyRequest) Unmarshal(b []byte) error {
 }
 
 func (m *PolicyRequest) merge(d *decoder, b []byte) error {
+	// Fast path: see "decoding helpers".
+	if len(b) > 1 && b[0] == 1<<3 { // a time or age in ms: several bytes
+		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
+			m.NowUnixMs = int64(x)
+			b = b[1+n:]
+			if len(b) == 0 {
+				return nil
+			}
+		}
+	}
+	if v, n := shortBytes(b, 2<<3|2); n > 0 {
+		if err := m.Volume.merge(d, v); err != nil {
+			return fieldError(2, protowire.BytesType, err)
+		}
+		b = b[n:]
+		if len(b) == 0 {
+			return nil
+		}
+	}
+	// Size the repeated fields once, counting what the singular fields left.
 	c := countFields(b)
 	if c[3]|c[4]|c[5] == 1 && m.Claims == nil && m.Allocs == nil && m.Nodes == nil {
 		// The usual request, one claim: one allocation for the three
@@ -1236,25 +1256,6 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 		presize(&m.Claims, c[3])
 		presize(&m.Allocs, c[4])
 		presize(&m.Nodes, c[5])
-	}
-	// Fast path: see "decoding helpers".
-	if len(b) > 1 && b[0] == 1<<3 { // a time or age in ms: several bytes
-		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
-			m.NowUnixMs = int64(x)
-			b = b[1+n:]
-			if len(b) == 0 {
-				return nil
-			}
-		}
-	}
-	if v, n := shortBytes(b, 2<<3|2); n > 0 {
-		if err := m.Volume.merge(d, v); err != nil {
-			return fieldError(2, protowire.BytesType, err)
-		}
-		b = b[n:]
-		if len(b) == 0 {
-			return nil
-		}
 	}
 	for len(m.Claims) < MaxRepeated {
 		v, n := shortBytes(b, 3<<3|2)
