@@ -1372,18 +1372,14 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 
 // MarshalAppend appends the encoding of m to b.
 func (m *Decision) MarshalAppend(b []byte) []byte {
-	if len(m.AllocID) < 0x80 && len(m.Reason) < 0x80 && m.Action < 0x80 && m.RetryAfterMs == 0 {
-		// The usual decision without a call: a guest encodes one per claim.
-		if m.AllocID != "" {
-			b = appendShortString(b, 1, m.AllocID)
-		}
-		if m.Action != 0 {
-			b = append(b, 2<<3|byte(protowire.VarintType), byte(m.Action))
-		}
-		if m.Reason != "" {
-			b = appendShortString(b, 4, m.Reason)
-		}
-		return b
+	if n, r := len(m.AllocID), len(m.Reason); uint(n-1) < 0x7f && uint(r-1) < 0x7f && m.Action-1 < 0x7f && m.RetryAfterMs == 0 {
+		// The usual decision (ID, action and reason set and short, no
+		// delay) without a call or a branch per field: a guest encodes
+		// one per claim.
+		b = append(b, 1<<3|byte(protowire.BytesType), byte(n))
+		b = append(b, m.AllocID...)
+		b = append(b, 2<<3|byte(protowire.VarintType), byte(m.Action), 4<<3|byte(protowire.BytesType), byte(r))
+		return append(b, m.Reason...)
 	}
 	b = appendString(b, 1, m.AllocID)
 	b = appendVarint(b, 2, uint64(m.Action))

@@ -51,6 +51,11 @@ func TestGoldenEncoding(t *testing.T) {
 		{"zero policy request is empty", &PolicyRequest{}, ""},
 		// 0a 01 'a' | 10 02 | 18 ac02 (300) | 22 01 'r'
 		{"decision", &Decision{AllocID: "a", Action: ActionWait, RetryAfterMs: 300, Reason: "r"}, "0a016110021" + "8ac0222" + "0172"},
+		// the usual decision (no delay) takes the fast path; partial ones do not
+		{"decision without delay", &Decision{AllocID: "a", Action: ActionRelease, Reason: "r"}, "0a0161" + "1001" + "220172"},
+		{"decision without action", &Decision{AllocID: "a", Reason: "r"}, "0a0161" + "220172"},
+		{"decision without ID", &Decision{Action: ActionRelease, Reason: "r"}, "1001" + "220172"},
+		{"decision with a long reason", &Decision{AllocID: "a", Action: ActionRelease, Reason: strings.Repeat("r", 200)}, "0a0161" + "1001" + "22c801" + strings.Repeat("72", 200)},
 		// 1 byte error at field 15: tag 15<<3|2 = 0x7a
 		{"error field 15", &PolicyResponse{Error: "x"}, "7a0178"},
 		// negative int64 is a 10-byte two's complement varint (proto int64)

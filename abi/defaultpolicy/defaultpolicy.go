@@ -130,12 +130,10 @@ func (ix Index) Node(id string) *abi.NodeView {
 	return nil
 }
 
-// sameID is a == b. Its inline part compares lengths and last bytes (the
-// IDs of one request usually differ there, alloc-1 and alloc-2, or
-// anywhere, UUIDs); only a likely match calls equal (see equal for why not
-// ==). It is written out at each lookup so the lookups stay inlinable.
-func sameID(a, b string) bool { return likelySameID(a, b) && equal(a, b) }
-
+// likelySameID is the inline part of comparing two IDs: lengths and last
+// bytes (the IDs of one request usually differ there, alloc-1 and alloc-2,
+// or anywhere, UUIDs). Only a likely match calls equal (see equal for why
+// not ==).
 func likelySameID(a, b string) bool {
 	return len(a) == len(b) && (len(a) == 0 || a[len(a)-1] == b[len(a)-1])
 }
@@ -191,7 +189,7 @@ func Decide(req *abi.PolicyRequest) *abi.PolicyResponse {
 	for i := range req.Claims {
 		c := &req.Claims[i]
 		var a *abi.AllocView
-		if ix.allocsDistinct && i < len(ix.allocs) && sameID(ix.allocs[i].ID, c.AllocID) {
+		if ix.allocsDistinct && i < len(ix.allocs) && likelySameID(ix.allocs[i].ID, c.AllocID) && equal(ix.allocs[i].ID, c.AllocID) {
 			a = &ix.allocs[i] // the usual request: no scan (see allocsDistinct)
 		} else {
 			a = ix.Alloc(c.AllocID)
