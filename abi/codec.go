@@ -345,9 +345,11 @@ func checkItem(typ protowire.Type, n int) error {
 // within a function goes through the function's dispatch loop, so under a
 // host's call timeout each taken branch costs an exit (ABI.md section 12),
 // and the general loop below takes about ten per field; the fast path takes
-// one or two. It only consumes from the front of b, exactly as the loop
-// would, and stops at the first field it does not expect: the loop takes
-// the rest, so what is decoded never depends on which path ran.
+// one or two, and ends the message (goto done) once its bytes are used up.
+// It only consumes from the front of b, exactly as the loop would, passing
+// over the fields it expects that are absent; the loop takes whatever is
+// left, so what is decoded never depends on which path ran (the fuzz
+// targets check that the two agree).
 
 // shortBytes returns the value of the bytes field with the one-byte tag
 // at the front of b when its length is one byte, and the bytes it takes
@@ -500,12 +502,12 @@ func (m *ConfigureRequest) Unmarshal(b []byte) error {
 }
 
 func (m *ConfigureRequest) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.ModuleName = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for {
@@ -518,12 +520,12 @@ func (m *ConfigureRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -563,6 +565,7 @@ func (m *ConfigureRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -590,24 +593,24 @@ func (m *ConfigureResponse) Unmarshal(b []byte) error {
 }
 
 func (m *ConfigureResponse) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.Version = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 15<<3|2); n > 0 {
 		m.Error = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -649,6 +652,7 @@ func (m *ConfigureResponse) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -680,47 +684,47 @@ func (m *VolumeView) Unmarshal(b []byte) error {
 }
 
 func (m *VolumeView) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.Namespace = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.ID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 3<<3|2); n > 0 {
 		m.PluginID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 4<<3|2); n > 0 {
 		m.AccessMode = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 5<<3|2); n > 0 {
 		m.AttachmentMode = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 6<<3|2); n > 0 {
 		m.ExternalID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for {
@@ -733,12 +737,12 @@ func (m *VolumeView) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -788,6 +792,7 @@ func (m *VolumeView) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -822,80 +827,80 @@ func (m *ClaimView) Unmarshal(b []byte) error {
 }
 
 func (m *ClaimView) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.AllocID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.NodeID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 3<<3|2); n > 0 {
 		m.Mode = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 4<<3|2); n > 0 {
 		m.State = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if x, n := shortVarint(b, 5<<3); n > 0 {
 		m.Attempts = uint32(x)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if x, n := shortVarint(b, 6<<3); n > 0 {
 		m.LastErrorCode = uint32(x)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 7<<3|2); n > 0 {
 		m.LastErrorKind = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 8<<3|2); n > 0 {
 		m.ExternalNodeID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 9<<3|2); n > 0 {
 		m.AccessMode = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 10<<3|2); n > 0 {
 		m.AttachmentMode = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -952,6 +957,7 @@ func (m *ClaimView) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -979,19 +985,19 @@ func (m *AllocView) Unmarshal(b []byte) error {
 }
 
 func (m *AllocView) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.ID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.ClientStatus = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if len(b) > 1 && b[0] == 3<<3 { // a time or age in ms: several bytes
@@ -999,13 +1005,13 @@ func (m *AllocView) merge(d *decoder, b []byte) error {
 			m.TerminalAgeMs = int64(x)
 			b = b[1+n:]
 			if len(b) == 0 {
-				return nil
+				goto done
 			}
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1048,6 +1054,7 @@ func (m *AllocView) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -1077,19 +1084,19 @@ func (m *NodeView) Unmarshal(b []byte) error {
 }
 
 func (m *NodeView) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.ID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.Status = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if len(b) > 1 && b[0] == 3<<3 { // a time or age in ms: several bytes
@@ -1097,7 +1104,7 @@ func (m *NodeView) merge(d *decoder, b []byte) error {
 			m.LastSeenAgeMs = int64(x)
 			b = b[1+n:]
 			if len(b) == 0 {
-				return nil
+				goto done
 			}
 		}
 	}
@@ -1111,19 +1118,19 @@ func (m *NodeView) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 5<<3|2); n > 0 {
 		m.ExternalID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1170,6 +1177,7 @@ func (m *NodeView) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -1214,13 +1222,13 @@ func (m *PolicyRequest) Unmarshal(b []byte) error {
 }
 
 func (m *PolicyRequest) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if len(b) > 1 && b[0] == 1<<3 { // a time or age in ms: several bytes
 		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
 			m.NowUnixMs = int64(x)
 			b = b[1+n:]
 			if len(b) == 0 {
-				return nil
+				goto done
 			}
 		}
 	}
@@ -1230,33 +1238,10 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
-	// Size the repeated fields once, counting what the singular fields left.
-	c := countFields(b)
-	if c[3]|c[4]|c[5] == 1 && m.Claims == nil && m.Allocs == nil && m.Nodes == nil {
-		// The usual request, one claim: one allocation for the three
-		// repeated fields (each allocation costs a Go guest ~20 exits).
-		one := new(struct {
-			claims [1]ClaimView
-			allocs [1]AllocView
-			nodes  [1]NodeView
-		})
-		if c[3] > 0 {
-			m.Claims = one.claims[:0:1]
-		}
-		if c[4] > 0 {
-			m.Allocs = one.allocs[:0:1]
-		}
-		if c[5] > 0 {
-			m.Nodes = one.nodes[:0:1]
-		}
-	} else {
-		presize(&m.Claims, c[3])
-		presize(&m.Allocs, c[4])
-		presize(&m.Nodes, c[5])
-	}
+	m.presize(b)
 	for len(m.Claims) < MaxRepeated {
 		v, n := shortBytes(b, 3<<3|2)
 		if n == 0 {
@@ -1268,7 +1253,7 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(m.Allocs) < MaxRepeated {
@@ -1282,7 +1267,7 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(m.Nodes) < MaxRepeated {
@@ -1296,12 +1281,12 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1365,7 +1350,36 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
+}
+
+// presize sizes the repeated fields once for the items in b (what the
+// singular fields left), instead of growing them. The usual request, one
+// claim, gets one allocation for all three: each allocation costs a Go guest
+// about 20 exits (ABI.md section 12).
+func (m *PolicyRequest) presize(b []byte) {
+	c := countFields(b)
+	if c[3]|c[4]|c[5] != 1 || m.Claims != nil || m.Allocs != nil || m.Nodes != nil {
+		presize(&m.Claims, c[3])
+		presize(&m.Allocs, c[4])
+		presize(&m.Nodes, c[5])
+		return
+	}
+	one := new(struct {
+		claims [1]ClaimView
+		allocs [1]AllocView
+		nodes  [1]NodeView
+	})
+	if c[3] > 0 {
+		m.Claims = one.claims[:0:1]
+	}
+	if c[4] > 0 {
+		m.Allocs = one.allocs[:0:1]
+	}
+	if c[5] > 0 {
+		m.Nodes = one.nodes[:0:1]
+	}
 }
 
 // ---- Decision ----
@@ -1402,19 +1416,19 @@ func (m *Decision) Unmarshal(b []byte) error {
 }
 
 func (m *Decision) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.AllocID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if x, n := shortVarint(b, 2<<3); n > 0 {
 		m.Action = Action(uint32(x))
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if len(b) > 1 && b[0] == 3<<3 { // a time or age in ms: several bytes
@@ -1422,7 +1436,7 @@ func (m *Decision) merge(d *decoder, b []byte) error {
 			m.RetryAfterMs = int64(x)
 			b = b[1+n:]
 			if len(b) == 0 {
-				return nil
+				goto done
 			}
 		}
 	}
@@ -1430,12 +1444,12 @@ func (m *Decision) merge(d *decoder, b []byte) error {
 		m.Reason = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1480,6 +1494,7 @@ func (m *Decision) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -1518,7 +1533,7 @@ func (m *PolicyResponse) Unmarshal(b []byte) error {
 
 func (m *PolicyResponse) merge(d *decoder, b []byte) error {
 	presize(&m.Decisions, countFields(b)[1])
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	for len(m.Decisions) < MaxRepeated {
 		v, n := shortBytes(b, 1<<3|2)
 		if n == 0 {
@@ -1530,19 +1545,19 @@ func (m *PolicyResponse) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 15<<3|2); n > 0 {
 		m.Error = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1587,6 +1602,7 @@ func (m *PolicyResponse) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -1615,38 +1631,38 @@ func (m *PluginView) Unmarshal(b []byte) error {
 }
 
 func (m *PluginView) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.ID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.Provider = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if x, n := shortVarint(b, 3<<3); n > 0 {
 		m.PublishUnpublish = x != 0
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if x, n := shortVarint(b, 4<<3); n > 0 {
 		m.StageUnstage = x != 0
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1691,6 +1707,7 @@ func (m *PluginView) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -1729,12 +1746,12 @@ func (m *AdapterRequest) Unmarshal(b []byte) error {
 }
 
 func (m *AdapterRequest) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.Step = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
@@ -1743,7 +1760,7 @@ func (m *AdapterRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 3<<3|2); n > 0 {
@@ -1752,7 +1769,7 @@ func (m *AdapterRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 4<<3|2); n > 0 {
@@ -1761,7 +1778,7 @@ func (m *AdapterRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 5<<3|2); n > 0 {
@@ -1770,7 +1787,7 @@ func (m *AdapterRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if len(b) > 1 && b[0] == 6<<3 { // a time or age in ms: several bytes
@@ -1778,13 +1795,13 @@ func (m *AdapterRequest) merge(d *decoder, b []byte) error {
 			m.NowUnixMs = int64(x)
 			b = b[1+n:]
 			if len(b) == 0 {
-				return nil
+				goto done
 			}
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1841,6 +1858,7 @@ func (m *AdapterRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -1870,19 +1888,19 @@ func (m *AdapterResponse) Unmarshal(b []byte) error {
 }
 
 func (m *AdapterResponse) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.VolumeID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 2<<3|2); n > 0 {
 		m.NodeID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for {
@@ -1895,19 +1913,19 @@ func (m *AdapterResponse) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 15<<3|2); n > 0 {
 		m.Error = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -1953,6 +1971,7 @@ func (m *AdapterResponse) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -1983,52 +2002,52 @@ func (m *ClassifyRequest) Unmarshal(b []byte) error {
 }
 
 func (m *ClassifyRequest) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if v, n := shortBytes(b, 1<<3|2); n > 0 {
 		m.Step = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if x, n := shortVarint(b, 2<<3); n > 0 {
 		m.Code = uint32(x)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 3<<3|2); n > 0 {
 		m.Message = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if x, n := shortVarint(b, 4<<3); n > 0 {
 		m.Attempts = uint32(x)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 5<<3|2); n > 0 {
 		m.PluginID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 6<<3|2); n > 0 {
 		m.VolumeID = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -2077,6 +2096,7 @@ func (m *ClassifyRequest) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
 
@@ -2105,12 +2125,12 @@ func (m *ClassifyResponse) Unmarshal(b []byte) error {
 }
 
 func (m *ClassifyResponse) merge(d *decoder, b []byte) error {
-	// Fast path: see "decoding helpers".
+	// Fast path (see "decoding helpers"): the fields in number order.
 	if x, n := shortVarint(b, 1<<3); n > 0 {
 		m.Outcome = Outcome(uint32(x))
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if len(b) > 1 && b[0] == 2<<3 { // a time or age in ms: several bytes
@@ -2118,7 +2138,7 @@ func (m *ClassifyResponse) merge(d *decoder, b []byte) error {
 			m.RetryAfterMs = int64(x)
 			b = b[1+n:]
 			if len(b) == 0 {
-				return nil
+				goto done
 			}
 		}
 	}
@@ -2126,19 +2146,19 @@ func (m *ClassifyResponse) merge(d *decoder, b []byte) error {
 		m.Reason = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	if v, n := shortBytes(b, 15<<3|2); n > 0 {
 		m.Error = d.str(v)
 		b = b[n:]
 		if len(b) == 0 {
-			return nil
+			goto done
 		}
 	}
 	for len(b) > 0 {
-		// The tag and the value, inline for one-byte tags (fields 1..15),
-		// lengths and varints (see "decoding helpers").
+		// The general loop, for what the fast path left: the tag and the
+		// value, inline for one-byte tags, lengths and varints.
 		c := b[0]
 		num, typ, n := protowire.Number(c>>3), protowire.Type(c&7), 1
 		if c-8 >= 0x78 {
@@ -2183,5 +2203,6 @@ func (m *ClassifyResponse) merge(d *decoder, b []byte) error {
 		}
 		b = b[n:]
 	}
+done:
 	return nil
 }
