@@ -84,8 +84,10 @@ func adapt(req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
 		return nil, fmt.Errorf("volume %s/%s has no external ID", req.Volume.Namespace, req.Volume.ID)
 	}
 	nodeID := ""
+	// Each lookup is read once: a map lookup costs a Go guest a loop per
+	// key byte, and every loop is a wazero exit under a call timeout.
 	meta := req.Node.Meta
-	if meta[MetaProject] != "" && meta[MetaZone] != "" {
+	if project, zone := meta[MetaProject], meta[MetaZone]; project != "" && zone != "" {
 		instance := meta[MetaInstance]
 		if instance == "" {
 			instance = req.Node.ID
@@ -94,7 +96,7 @@ func adapt(req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
 			instance = req.Claim.NodeID
 		}
 		if instance != "" {
-			nodeID = "projects/" + meta[MetaProject] + "/zones/" + meta[MetaZone] + "/instances/" + instance
+			nodeID = "projects/" + project + "/zones/" + zone + "/instances/" + instance
 		}
 	}
 	if nodeID == "" {
