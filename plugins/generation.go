@@ -54,7 +54,7 @@ type generation struct {
 	// after its call, so a leaking guest is reset before it hits the cap.
 	recyclePages uint32
 
-	slots chan struct{}  // one token per live, checked-out instance
+	slots chan struct{} // one token per live, checked-out instance
 	// idle holds the instances waiting for a call, used last-in first-out:
 	// the instance that just answered is hot in the CPU caches, and under
 	// light load a few instances serve every call instead of all of them in
