@@ -29,6 +29,7 @@ benchtime_of() {
     BenchmarkStepUp) echo 1x ;;
     BenchmarkFailover) echo 3x ;;
     BenchmarkClaimTransitions) echo 2000x ;;
+    BenchmarkAgentRelease) echo 2x ;;
     *) echo "$benchtime" ;;
   esac
 }

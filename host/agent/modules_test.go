@@ -183,7 +183,7 @@ func (e *moduleEnv) metric(t *testing.T, series string) float64 {
 
 // setupPlugins registers a CSI plugin per driver on node1 (which runs every
 // plugin's node service).
-func setupPlugins(t *testing.T, c *client.Client, drivers map[string]*csitest.Server) {
+func setupPlugins(t testing.TB, c *client.Client, drivers map[string]*csitest.Server) {
 	t.Helper()
 	ctx := context.Background()
 	nps := map[string]*structs.NodePlugin{}
@@ -201,7 +201,7 @@ func setupPlugins(t *testing.T, c *client.Client, drivers map[string]*csitest.Se
 // claimVolumes registers volumes (ID -> plugin), a running allocation
 // a-ID for each, and claims each volume for its allocation (publishing it),
 // with a few requests in flight at once.
-func claimVolumes(t *testing.T, c *client.Client, vols map[string]string) {
+func claimVolumes(t testing.TB, c *client.Client, vols map[string]string) {
 	t.Helper()
 	ctx := context.Background()
 	var regs []*structs.Volume
@@ -243,7 +243,7 @@ func claimVolumes(t *testing.T, c *client.Client, vols map[string]string) {
 }
 
 // endAllocs marks the volumes' allocations complete.
-func endAllocs(t *testing.T, c *client.Client, ids ...string) {
+func endAllocs(t testing.TB, c *client.Client, ids ...string) {
 	t.Helper()
 	var allocs []*structs.Alloc
 	for _, id := range ids {

@@ -1,0 +1,7 @@
+kind    = "release-policy"
+version = "1.0.0"
+default = true
+limits {
+  call_timeout = "1s"
+  pool_size    = 4
+}
