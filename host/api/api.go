@@ -89,6 +89,43 @@ type Server struct {
 	srv  *http.Server
 	addr string
 	done chan struct{}
+
+	conns connStates // what each open connection is doing, for Shutdown
+}
+
+// connStates tracks the state of every open connection (http.Server's
+// ConnState hook), so Shutdown can tell requests still running from
+// connections that never sent one.
+type connStates struct {
+	mu sync.Mutex
+	m  map[net.Conn]http.ConnState
+}
+
+func (c *connStates) track(conn net.Conn, st http.ConnState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[net.Conn]http.ConnState)
+	}
+	switch st {
+	case http.StateClosed, http.StateHijacked:
+		delete(c.m, conn)
+	default:
+		c.m[conn] = st
+	}
+}
+
+// active counts connections with a request in progress.
+func (c *connStates) active() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, st := range c.m {
+		if st == http.StateActive {
+			n++
+		}
+	}
+	return n
 }
 
 // New returns a Server reading from store, writing through backend and
@@ -184,6 +221,7 @@ func (s *Server) newHTTPServer(l net.Listener) *http.Server {
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return s.base },
+		ConnState:         s.conns.track,
 		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	return s.srv
@@ -204,11 +242,40 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if srv == nil {
 		return nil
 	}
-	if err := srv.Shutdown(ctx); err != nil {
-		return fmt.Errorf("api: shutdown: %w", err)
+	// srv.Shutdown waits for every connection to be idle, and net/http
+	// counts a connection that has not sent a request yet as busy for its
+	// first 5 s. A client's transport leaves such connections behind when it
+	// dials one and then reuses another that became idle, which made a
+	// shutdown take 5 s and use up the deadline its caller shares with the
+	// module runtime. So once no request is running, close the rest.
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(ctx) }()
+	tick := time.NewTicker(shutdownPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err == nil {
+				return nil
+			}
+			busy := s.conns.active()
+			closeErr := srv.Close()
+			if busy == 0 {
+				return closeErr
+			}
+			return fmt.Errorf("api: shutdown: %d requests still running: %w", busy, err)
+		case <-tick.C:
+			if s.conns.active() == 0 {
+				closeErr := srv.Close()
+				<-done // returns now that every connection is closed
+				return closeErr
+			}
+		}
 	}
-	return nil
 }
+
+// shutdownPoll is how often Shutdown checks whether requests still run.
+const shutdownPoll = 20 * time.Millisecond
 
 // Addr is the address the server listens on ("" before Start or Serve).
 func (s *Server) Addr() string {

@@ -439,6 +439,39 @@ func TestShutdownEndsBlockingQuery(t *testing.T) {
 	}
 }
 
+// A connection that never sent a request does not hold Shutdown: net/http
+// counts it as busy for its first 5 s, which used to spend the whole
+// deadline an agent's shutdown shares with its module runtime (a flaky
+// "api: shutdown: context deadline exceeded" in the agent tests).
+func TestShutdownIgnoresConnectionsWithoutRequests(t *testing.T) {
+	f := newFixture(t, api.Config{Addr: "127.0.0.1:0"})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- f.srv.Serve(l) }()
+	// One request completes, so the server is up; then a bare connection.
+	if r := doCtx(t, context.Background(), "http://"+l.Addr().String(), "GET", "/v1/status/leader", ""); r.status != 200 {
+		t.Fatalf("status %d", r.status)
+	}
+	bare, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	// Shorter than net/http's 5 s grace for new connections: without the
+	// fix this deadline always passes first.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := f.srv.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown with a connection that sent nothing: %v", err)
+	}
+	if err := <-served; err != nil {
+		t.Errorf("serve: %v", err)
+	}
+}
+
 func TestStartStopsWithContext(t *testing.T) {
 	f := newFixture(t, api.Config{Addr: "127.0.0.1:0"})
 	ctx, cancel := context.WithCancel(context.Background())
