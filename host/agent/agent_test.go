@@ -16,28 +16,42 @@ import (
 // testAgent starts an agent on a free port; dataDir "" runs it in dev mode.
 func testAgent(t *testing.T, dataDir string) (*Agent, *client.Client) {
 	t.Helper()
-	cfg := DefaultConfig()
+	cfg := localConfig()
 	cfg.Dev = dataDir == ""
 	cfg.DataDir = dataDir
-	cfg.BindAddr = "127.0.0.1:0"
-	cfg.HTTP.Address = "127.0.0.1:0"
 	cfg.Watcher.BackoffBase = "10ms"
 	cfg.Watcher.BackoffMax = "50ms"
-	a, err := New(cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: hclog.DefaultOutput})})
+	return startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: hclog.DefaultOutput})})
+}
+
+// localConfig is a dev agent's configuration on free loopback ports.
+func localConfig() *Config {
+	cfg := DefaultConfig()
+	cfg.Dev = true
+	cfg.BindAddr = "127.0.0.1:0"
+	cfg.HTTP.Address = "127.0.0.1:0"
+	return cfg
+}
+
+// startAgent creates and starts an agent, waits until it leads and returns
+// it with a client of its API. The caller owns its shutdown.
+func startAgent(tb testing.TB, cfg *Config, opts Options) (*Agent, *client.Client) {
+	tb.Helper()
+	a, err := New(cfg, opts)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	if err := a.Cluster.WaitForLeader(ctx); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	c, err := client.New("http://"+a.HTTPAddr(), nil)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return a, c
 }

@@ -60,10 +60,7 @@ var moduleT0 = time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
 // backoff, three attempts before a volume is stuck, and tweak applied.
 func newModuleAgent(t *testing.T, dir string, tweak func(*Config)) *moduleEnv {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.Dev = true
-	cfg.BindAddr = "127.0.0.1:0"
-	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg := localConfig()
 	cfg.ModuleDir = dir
 	cfg.ModuleCacheDir = pluginstest.CacheDir()
 	cfg.Watcher.BackoffBase = "1s"
@@ -73,29 +70,14 @@ func newModuleAgent(t *testing.T, dir string, tweak func(*Config)) *moduleEnv {
 		tweak(cfg)
 	}
 	e := &moduleEnv{clock: clockwork.NewFakeClockAt(moduleT0), dir: dir}
-	a, err := New(cfg, Options{Clock: e.clock,
+	e.a, e.c = startAgent(t, cfg, Options{Clock: e.clock,
 		Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: hclog.DefaultOutput})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.a = a
 	t.Cleanup(func() {
-		if err := a.Shutdown(); err != nil {
+		if err := e.a.Shutdown(); err != nil {
 			t.Errorf("shutdown: %v", err)
 		}
 	})
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := a.Cluster.WaitForLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if e.c, err = client.New("http://"+a.HTTPAddr(), nil); err != nil {
-		t.Fatal(err)
-	}
-	for _, st := range a.Modules.Status() {
+	for _, st := range e.a.Modules.Status() {
 		if st.State != plugins.StateServing {
 			t.Fatalf("module %s is %s: %s", st.Name, st.State, st.Refusal)
 		}

@@ -65,34 +65,16 @@ type benchAgent struct {
 
 func newBenchAgent(b *testing.B, name, moduleDir string, ctl int) *benchAgent {
 	b.Helper()
-	cfg := DefaultConfig()
-	cfg.Dev = true
-	cfg.BindAddr = "127.0.0.1:0"
-	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg := localConfig()
 	cfg.Watcher.ControllerConcurrency = ctl
 	if moduleDir != "" {
 		cfg.ModuleDir = moduleDir
 		cfg.ModuleCacheDir = pluginstest.CacheDir()
 	}
-	a, err := New(cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: hclog.DefaultOutput})})
-	if err != nil {
-		b.Fatal(err)
-	}
+	a, c := startAgent(b, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: hclog.DefaultOutput})})
 	b.Cleanup(func() { _ = a.Shutdown() })
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := a.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	if err := a.Cluster.WaitForLeader(ctx); err != nil {
-		b.Fatal(err)
-	}
 	if moduleDir != "" && len(a.Modules.Status()) != 2 {
 		b.Fatalf("%s agent serves %d modules, want default-policy and gcepd-adapter", name, len(a.Modules.Status()))
-	}
-	c, err := client.New("http://"+a.HTTPAddr(), nil)
-	if err != nil {
-		b.Fatal(err)
 	}
 	drv := csitest.NewServer(b, csitest.Options{PublishUnpublish: true, StageUnstage: true})
 	setupPlugins(b, c, map[string]*csitest.Server{"gcepd": drv})
