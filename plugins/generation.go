@@ -99,9 +99,9 @@ const maxReservedPages = 1024
 // reserveMemory reports whether an instance's linear memory is allocated at
 // its cap when it is created. wazero otherwise grows it with append, copying
 // the whole memory on each memory.grow; a Go guest grows its heap a page at
-// a time for thousands of calls, and those copies cost more CPU than the
-// calls themselves (17% of a release benchmark) and stalled single calls
-// for up to 80 ms. Reserving is cheap, as the Go runtime hands out large
+// a time for thousands of calls, and those copies made a young instance's
+// calls 1.4x as costly on average and its worst call 10x slower
+// (BenchmarkYoungInstance). Reserving is cheap, as the Go runtime hands out large
 // allocations as untouched zero pages, but it is capped so a manifest asking
 // for 4 GiB does not reserve that per pooled instance.
 func reserveMemory(pages uint32) bool { return pages <= maxReservedPages }
