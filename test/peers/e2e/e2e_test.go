@@ -442,11 +442,17 @@ func TestDriverRestartMidRelease(t *testing.T) {
 	}
 	e.cli(1, "volume", "deregister", "vol1") // still in use
 
-	if err := e.drv.Restart(e.ctx); err != nil {
+	// The restarted driver holds ControllerUnpublish until the attachment is
+	// checked: the watcher's retry would otherwise detach the disk first.
+	hold := fault.Rule{Method: "ControllerUnpublishVolume", Hang: "10m"}
+	if err := e.drv.Restart(e.ctx, hold); err != nil {
 		t.Fatal(err)
 	}
 	if !e.attached("disk-3", "node1") {
 		t.Fatal("the restarted driver lost the attachment (state file)")
+	}
+	if err := e.drv.Control.ClearFaults(e.ctx); err != nil {
+		t.Fatal(err)
 	}
 	e.waitReleased("vol1")
 	if !slices.Contains(e.calls(), "controller:ControllerUnpublishVolume:OK") {

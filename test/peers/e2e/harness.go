@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -380,8 +381,8 @@ func StartGCEPD(ctx context.Context, sockDir, logDir, bin string, o GCEPDOptions
 	return g, nil
 }
 
-func (g *GCEPD) start(ctx context.Context) error {
-	p, err := Start(g.dir, "gcepd", g.bin, g.args...)
+func (g *GCEPD) start(ctx context.Context, extra ...string) error {
+	p, err := Start(g.dir, "gcepd", g.bin, append(slices.Clone(g.args), extra...)...)
 	if err != nil {
 		return err
 	}
@@ -404,8 +405,20 @@ func (g *GCEPD) start(ctx context.Context) error {
 }
 
 // Restart starts the driver again with the same flags (and state file),
-// after a Kill or Stop.
-func (g *GCEPD) Restart(ctx context.Context) error { return g.start(ctx) }
+// after a Kill or Stop, with rules armed before it serves its first call: a
+// caller retrying against the restarted driver would race a rule armed
+// through Control afterwards.
+func (g *GCEPD) Restart(ctx context.Context, rules ...fault.Rule) error {
+	var extra []string
+	for _, r := range rules {
+		b, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		extra = append(extra, "-fault", string(b))
+	}
+	return g.start(ctx, extra...)
+}
 
 // NodeID is the external node ID the driver reports for an instance.
 func (g *GCEPD) NodeID(instance string) string {

@@ -16,10 +16,15 @@
 //	GET /attached?disk=D&node=N   {"attached":true|false} from the fake cloud
 //
 // With -state, attachments survive a kill and restart of the process.
+// -fault arms a rule (the JSON of POST /fault) before the first call is
+// served, so a restarted driver can hold a method from its first request:
+// a rule armed over the control socket after start-up races the caller's
+// retry.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -61,20 +66,21 @@ func main() {
 
 func run() error {
 	var (
-		project                 = flag.String("project", "test-project", "GCE project of the fake cloud")
-		zone                    = flag.String("zone", "us-central1-a", "zone of every instance and disk")
-		controller              = flag.String("controller", "", "unix socket path for the controller (and identity) service; empty: none")
-		controlSock             = flag.String("control", "", "unix socket path for the HTTP control endpoint; empty: none")
-		stateFile               = flag.String("state", "", "file that keeps fake-cloud attachments across restarts")
-		ndisks                  = flag.Int("disks", 0, "create N disks named disk-0 .. disk-N-1")
-		backoffMin              = flag.Duration("backoff-initial", 200*time.Millisecond, "the driver's own error backoff, first step")
-		backoffMax              = flag.Duration("backoff-max", 5*time.Second, "the driver's own error backoff, ceiling")
-		verbosity               = flag.String("v", "0", "klog verbosity of the driver")
-		nodes, instances, disks listFlag
+		project                         = flag.String("project", "test-project", "GCE project of the fake cloud")
+		zone                            = flag.String("zone", "us-central1-a", "zone of every instance and disk")
+		controller                      = flag.String("controller", "", "unix socket path for the controller (and identity) service; empty: none")
+		controlSock                     = flag.String("control", "", "unix socket path for the HTTP control endpoint; empty: none")
+		stateFile                       = flag.String("state", "", "file that keeps fake-cloud attachments across restarts")
+		ndisks                          = flag.Int("disks", 0, "create N disks named disk-0 .. disk-N-1")
+		backoffMin                      = flag.Duration("backoff-initial", 200*time.Millisecond, "the driver's own error backoff, first step")
+		backoffMax                      = flag.Duration("backoff-max", 5*time.Second, "the driver's own error backoff, ceiling")
+		verbosity                       = flag.String("v", "0", "klog verbosity of the driver")
+		nodes, instances, disks, faults listFlag
 	)
 	flag.Var(&nodes, "node", "NAME=SOCKET: serve a node service for instance NAME on SOCKET (repeatable)")
 	flag.Var(&instances, "instance", "create instance NAME in the fake cloud (repeatable; -node names are created too)")
 	flag.Var(&disks, "disk", "create disk NAME in the fake cloud (repeatable)")
+	flag.Var(&faults, "fault", `arm a fault rule before serving, as JSON: {"method":"ControllerUnpublishVolume","hang":"10m"} (repeatable)`)
 	flag.Parse()
 
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -104,6 +110,15 @@ func run() error {
 		return err
 	}
 	inj := fault.New()
+	for _, f := range faults {
+		var r fault.Rule
+		if err := json.Unmarshal([]byte(f), &r); err != nil {
+			return fmt.Errorf("-fault %s: %w", f, err)
+		}
+		if err := inj.Arm(r); err != nil {
+			return fmt.Errorf("-fault %s: %w", f, err)
+		}
+	}
 
 	gd := driver.GetGCEDriver()
 	ids := driver.NewIdentityServer(gd)
