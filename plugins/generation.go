@@ -18,6 +18,7 @@ import (
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/plugins/internal/wasmbin"
 )
 
 const (
@@ -46,6 +47,10 @@ type generation struct {
 	log      hclog.Logger
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
+	// preempt: the module was instrumented (wasmbin.Preempt), so a call is
+	// stopped by setting its instance's flag; false means the runtime uses
+	// wazero's close-on-context-done instead.
+	preempt bool
 	cfgReq   []byte // encoded ConfigureRequest, sent once per instance
 	// adaptSteps are the steps a csi-adapter declared it changes (from the
 	// canary's configure response); nil means every step.
@@ -83,6 +88,15 @@ type instance struct {
 	out    *tailBuffer
 	stack  []uint64
 	calls  int
+
+	// flag is the instrumented module's preempt global (nil without
+	// instrumentation). Setting it non-zero makes the running call trap at
+	// its next function entry or loop header. armed says a call is running
+	// that a late interrupt may still stop; flagMu orders the interrupting
+	// goroutine against the call's end.
+	flag   api.MutableGlobal
+	flagMu sync.Mutex
+	armed  bool
 }
 
 // genDeps is what a generation needs from its manager.
@@ -119,13 +133,6 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	if err := precheckImports(wasm); err != nil {
 		return nil, err
 	}
-	cfg := wazero.NewRuntimeConfig().
-		WithMemoryLimitPages(man.Limits.MemoryPages).
-		WithCloseOnContextDone(true).
-		WithMemoryCapacityFromMax(reserveMemory(man.Limits.MemoryPages))
-	if d.cache != nil {
-		cfg = cfg.WithCompilationCache(d.cache)
-	}
 	g := &generation{
 		name:    name,
 		num:     num,
@@ -140,28 +147,19 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 		recyclePages: man.Limits.MemoryPages - man.Limits.MemoryPages/4,
 	}
 	g.log = d.log.Named(name).With("module", name, "module_version", man.Version)
-	g.rt = wazero.NewRuntimeWithConfig(ctx, cfg)
-	if d.onOpen != nil {
-		d.onOpen()
-	}
 	ok := false
 	defer func() {
-		if !ok {
+		if !ok && g.rt != nil {
 			g.retire()
 		}
 	}()
-	if err := instantiateHostModules(ctx, g.rt, g.log); err != nil {
+	if err := g.compile(ctx, d, wasm); err != nil {
 		return nil, err
 	}
-	compiled, err := g.rt.CompileModule(ctx, wasm)
-	if err != nil {
-		return nil, fmt.Errorf("compile %s.wasm: %w", name, err)
-	}
-	g.compiled = compiled
-	if err := validateImports(compiled); err != nil {
+	if err := validateImports(g.compiled); err != nil {
 		return nil, err
 	}
-	if err := validateExports(compiled, man.Kind); err != nil {
+	if err := validateExports(g.compiled, man.Kind); err != nil {
 		return nil, err
 	}
 	g.cfgReq = (&abi.ConfigureRequest{ModuleName: name, Config: man.Config}).MarshalAppend(nil)
@@ -187,6 +185,56 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	g.putIdle(canary)
 	ok = true
 	return g, nil
+}
+
+// compile compiles the module into the generation's new runtime,
+// instrumented with wasmbin.Preempt when the instrumenter can read it. A
+// module it cannot read, or whose instrumented copy does not compile, is
+// compiled as it is into a runtime with wazero's close-on-context-done:
+// slower calls, the same guarantee that a call stops at its deadline. The
+// instrumenter's limits must never cost a module its load.
+func (g *generation) compile(ctx context.Context, d genDeps, wasm []byte) error {
+	instrumented, err := wasmbin.Instrument(wasm, wasmbin.Preempt)
+	if err == nil {
+		g.preempt = true
+		if err = g.compileIn(ctx, d, instrumented); err == nil {
+			return nil
+		}
+		g.log.Warn("the instrumented module does not compile; using wazero's close-on-context-done", "error", err)
+		g.closeRuntimeOnly()
+	} else {
+		g.log.Debug("module not instrumented; using wazero's close-on-context-done", "reason", err)
+	}
+	g.preempt = false
+	if err := g.compileIn(ctx, d, wasm); err != nil {
+		return fmt.Errorf("compile %s.wasm: %w", g.name, err)
+	}
+	return nil
+}
+
+// compileIn creates the generation's runtime (close-on-context-done unless
+// g.preempt) with the host modules, and compiles code into it.
+func (g *generation) compileIn(ctx context.Context, d genDeps, code []byte) error {
+	cfg := wazero.NewRuntimeConfig().
+		WithMemoryLimitPages(g.man.Limits.MemoryPages).
+		WithCloseOnContextDone(!g.preempt).
+		WithMemoryCapacityFromMax(reserveMemory(g.man.Limits.MemoryPages))
+	if d.cache != nil {
+		cfg = cfg.WithCompilationCache(d.cache)
+	}
+	g.rt = wazero.NewRuntimeWithConfig(ctx, cfg)
+	if d.onOpen != nil {
+		d.onOpen()
+	}
+	if err := instantiateHostModules(ctx, g.rt, g.log); err != nil {
+		return err
+	}
+	compiled, err := g.rt.CompileModule(ctx, code)
+	if err != nil {
+		return err
+	}
+	g.compiled = compiled
+	return nil
 }
 
 // newInstance instantiates the compiled module, runs _initialize, checks
@@ -219,19 +267,26 @@ func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*insta
 	for name := range requiredExports(g.man.Kind) {
 		inst.fns[name] = mod.ExportedFunction(name)
 	}
+	if g.preempt {
+		inst.flag, _ = mod.ExportedGlobal(wasmbin.PreemptExport).(api.MutableGlobal)
+		if inst.flag == nil { // Instrument adds it: this is the host's bug
+			inst.close()
+			return nil, nil, fmt.Errorf("instrumented module exports no mutable %s", wasmbin.PreemptExport)
+		}
+	}
 	if inst.mem == nil {
 		inst.close()
 		return nil, nil, &FaultError{Module: g.name, Version: g.version, Kind: FaultABI, Err: errors.New("module has no memory")}
 	}
 	if init := mod.ExportedFunction(abi.ExportInitialize); init != nil {
-		if _, err := init.Call(ictx); err != nil {
+		if err := inst.run(ictx, init, nil); err != nil {
 			inst.close()
 			return nil, nil, g.fault(ctx, ictx, err, out, inst.mem, abi.ExportInitialize)
 		}
 	}
 	if checkVersion {
-		res, err := inst.fns[abi.ExportVersion].Call(ictx)
-		if err != nil {
+		res := make([]uint64, 1)
+		if err := inst.run(ictx, inst.fns[abi.ExportVersion], res); err != nil {
 			inst.close()
 			return nil, nil, g.fault(ctx, ictx, err, out, inst.mem, abi.ExportVersion)
 		}
@@ -275,6 +330,45 @@ func checkAdaptSteps(kind abi.Kind, steps []string) ([]string, error) {
 // adapts reports whether volhost_adapt_request is asked for step.
 func (g *generation) adapts(step string) bool {
 	return g.adaptSteps == nil || slices.Contains(g.adaptSteps, step)
+}
+
+// run calls fn on the instance with stack (params in, results out), bounded
+// by ctx. An instrumented instance is stopped by its flag, set from
+// context.AfterFunc once ctx is done; the runtime of one that is not
+// instrumented closes it on ctx's end itself (close-on-context-done).
+func (inst *instance) run(ctx context.Context, fn api.Function, stack []uint64) error {
+	if inst.flag == nil {
+		return fn.CallWithStack(ctx, stack)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	inst.flagMu.Lock()
+	inst.armed = true
+	inst.flagMu.Unlock()
+	stop := context.AfterFunc(ctx, inst.interrupt)
+	err := fn.CallWithStack(ctx, stack)
+	stop()
+	// An interrupt that lost the race with the call's end must not stop the
+	// instance's next call: disarm, and clear the flag if it was set.
+	inst.flagMu.Lock()
+	inst.armed = false
+	if inst.flag.Get() != 0 {
+		inst.flag.Set(0)
+	}
+	inst.flagMu.Unlock()
+	return err
+}
+
+// interrupt stops the instance's running call at its next function entry
+// or loop header. The guest only reads the flag; the write is ordered with
+// run's reset by flagMu.
+func (inst *instance) interrupt() {
+	inst.flagMu.Lock()
+	if inst.armed {
+		inst.flag.Set(1)
+	}
+	inst.flagMu.Unlock()
 }
 
 func (inst *instance) close() {
@@ -323,11 +417,16 @@ func (g *generation) retire() {
 }
 
 func (g *generation) closeRuntime() {
-	// Closing the runtime closes every instance, WASI and the host module.
+	g.closeRuntimeOnly()
+	close(g.done)
+}
+
+// closeRuntimeOnly closes the wazero runtime, which closes every instance,
+// WASI and the host module, and reports it to the manager.
+func (g *generation) closeRuntimeOnly() {
 	if err := g.rt.Close(context.Background()); err != nil {
 		g.log.Warn("closing runtime", "generation", g.num, "error", err)
 	}
-	close(g.done)
 	if g.onClose != nil {
 		g.onClose()
 	}
@@ -440,7 +539,7 @@ func (g *generation) call(ctx context.Context, export string, req []byte, decode
 func (g *generation) invokeOn(cctx, parent context.Context, inst *instance, export string, req []byte, decode func([]byte) (string, error)) error {
 	inst.out.Reset()
 	inst.stack[0] = api.EncodeU32(uint32(len(req)))
-	if err := inst.buffer.CallWithStack(cctx, inst.stack); err != nil {
+	if err := inst.run(cctx, inst.buffer, inst.stack); err != nil {
 		return g.fault(parent, cctx, err, inst.out, inst.mem, abi.ExportBuffer)
 	}
 	ptr := api.DecodeU32(inst.stack[0])
@@ -450,7 +549,7 @@ func (g *generation) invokeOn(cctx, parent context.Context, inst *instance, expo
 		return g.abiFault(inst, fmt.Errorf("%s(%d) returned %#x: outside the guest's %d-byte memory", abi.ExportBuffer, len(req), ptr, inst.mem.Size()))
 	}
 	inst.stack[0] = api.EncodeU32(uint32(len(req)))
-	if err := inst.fns[export].CallWithStack(cctx, inst.stack); err != nil {
+	if err := inst.run(cctx, inst.fns[export], inst.stack); err != nil {
 		return g.fault(parent, cctx, err, inst.out, inst.mem, export)
 	}
 	rptr, rlen := abi.UnpackResult(inst.stack[0])

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/plugins/internal/wasmbin"
 )
 
 // Per-call cost of a Go guest (issue 4). A host that enforces call_timeout
@@ -392,200 +393,14 @@ func guestLoops(tb testing.TB, wasm []byte, export string, req []byte) float64 {
 const loopsGlobal = "volhost_test_loops"
 
 // countLoops returns wasm with a mutable i64 global, exported as
-// loopsGlobal, that every loop header increments. It decodes just enough
-// of the binary format to find the loop instructions: the import, global,
-// export and code sections, and each instruction's immediates (the MVP,
-// sign-extension, saturating-conversion and bulk-memory opcodes a Go
-// module uses).
+// loopsGlobal, that every loop header increments.
 func countLoops(wasm []byte) ([]byte, error) {
-	if len(wasm) < 8 || string(wasm[:8]) != "\x00asm\x01\x00\x00\x00" {
-		return nil, fmt.Errorf("not a wasm v1 module")
-	}
-	type section struct {
-		id   byte
-		data []byte
-	}
-	var secs []section
-	for i := 8; i < len(wasm); {
-		id := wasm[i]
-		size, n := protowire.ConsumeVarint(wasm[i+1:])
-		if n < 0 || i+1+n+int(size) > len(wasm) {
-			return nil, fmt.Errorf("section at %d: bad size", i)
-		}
-		start := i + 1 + n
-		secs = append(secs, section{id, wasm[start : start+int(size)]})
-		i = start + int(size)
-	}
-	r := &loopRewriter{}
-	// The new global's index: imported globals, then the module's own.
-	var global uint64
-	for _, s := range secs {
-		r.b, r.i = s.data, 0
-		switch s.id {
-		case 2: // imports: module, name, kind, description
-			for n := r.u(); n > 0; n-- {
-				r.skipName()
-				r.skipName()
-				switch kind := r.byte(); kind {
-				case 0:
-					r.u()
-				case 1:
-					r.byte()
-					r.limits()
-				case 2:
-					r.limits()
-				case 3:
-					r.byte()
-					r.byte()
-					global++
-				}
-			}
-		case 6:
-			global += r.u()
-		}
-	}
-	inc := protowire.AppendVarint([]byte{0x23}, global) // global.get
-	inc = append(inc, 0x42, 0x01, 0x7c, 0x24)           // i64.const 1, i64.add, global.set
-	inc = protowire.AppendVarint(inc, global)           //
-	newGlobal := []byte{0x7e, 0x01, 0x42, 0x00, 0x0b}   // mut i64 = i64.const 0
-	export := append(protowire.AppendVarint(nil, uint64(len(loopsGlobal))), loopsGlobal...)
-	export = protowire.AppendVarint(append(export, 0x03), global) // kind global
-	out := append([]byte(nil), wasm[:8]...)
-	for _, s := range secs {
-		data := s.data
-		r.b, r.i = data, 0
-		switch s.id {
-		case 6, 7: // globals, exports: one more
-			n := r.u()
-			add := newGlobal
-			if s.id == 7 {
-				add = export
-			}
-			data = append(append(protowire.AppendVarint(nil, n+1), data[r.i:]...), add...)
-		case 10: // code
-			n := r.u()
-			data = protowire.AppendVarint(nil, n)
-			for ; n > 0; n-- {
-				size := int(r.u())
-				end := r.i + size
-				start := r.i
-				for locals := r.u(); locals > 0; locals-- {
-					r.u()
-					r.byte()
-				}
-				body := append([]byte(nil), r.b[start:r.i]...)
-				for r.i < end {
-					op, at := r.byte(), r.i-1
-					r.immediates(op)
-					body = append(body, r.b[at:r.i]...)
-					if op == 0x03 { // loop
-						body = append(body, inc...)
-					}
-				}
-				if r.err != nil {
-					return nil, r.err
-				}
-				data = append(protowire.AppendVarint(data, uint64(len(body))), body...)
-			}
-		}
-		if r.err != nil {
-			return nil, fmt.Errorf("section %d: %w", s.id, r.err)
-		}
-		out = append(protowire.AppendVarint(append(out, s.id), uint64(len(data))), data...)
-	}
-	return out, nil
-}
-
-// loopRewriter reads LEB128 numbers and instruction immediates from b at i.
-type loopRewriter struct {
-	b   []byte
-	i   int
-	err error
-}
-
-func (r *loopRewriter) byte() byte {
-	if r.i >= len(r.b) {
-		r.err = fmt.Errorf("truncated at %d", r.i)
-		return 0
-	}
-	r.i++
-	return r.b[r.i-1]
-}
-
-func (r *loopRewriter) u() uint64 { // unsigned LEB128
-	v, n := protowire.ConsumeVarint(r.b[min(r.i, len(r.b)):])
-	if n < 0 {
-		r.err = fmt.Errorf("bad LEB128 at %d", r.i)
-		return 0
-	}
-	r.i += n
-	return v
-}
-
-func (r *loopRewriter) s() { // signed LEB128: same bytes, value unused
-	for r.err == nil && r.byte()&0x80 != 0 {
-	}
-}
-
-func (r *loopRewriter) skipName() { r.i += int(r.u()) }
-
-func (r *loopRewriter) limits() {
-	if r.byte()&1 != 0 {
-		r.u()
-	}
-	r.u()
-}
-
-func (r *loopRewriter) immediates(op byte) {
-	switch {
-	case op == 0x02 || op == 0x03 || op == 0x04: // block, loop, if: block type
-		switch t := r.b[min(r.i, len(r.b)-1)]; {
-		case t == 0x40 || t >= 0x6f && t <= 0x7f:
-			r.i++
-		default:
-			r.s() // type index
-		}
-	case op == 0x0c || op == 0x0d || op == 0x10 || op >= 0x20 && op <= 0x24 || op == 0xd2:
-		r.u() // label, function, local or global index
-	case op == 0x0e: // br_table
-		for n := r.u() + 1; n > 0 && r.err == nil; n-- {
-			r.u()
-		}
-	case op == 0x11: // call_indirect
-		r.u()
-		r.u()
-	case op >= 0x28 && op <= 0x3e: // loads and stores: align, offset
-		r.u()
-		r.u()
-	case op == 0x3f || op == 0x40 || op == 0xd0: // memory.size, memory.grow, ref.null
-		r.i++
-	case op == 0x41 || op == 0x42: // i32.const, i64.const
-		r.s()
-	case op == 0x43:
-		r.i += 4
-	case op == 0x44:
-		r.i += 8
-	case op == 0x1c: // select with types
-		r.i += int(r.u())
-	case op == 0xfc:
-		switch sub := r.u(); {
-		case sub <= 7: // saturating conversions
-		case sub == 8: // memory.init
-			r.u()
-			r.i++
-		case sub == 9 || sub == 13 || sub >= 15 && sub <= 17:
-			r.u()
-		case sub == 10: // memory.copy
-			r.i += 2
-		case sub == 11: // memory.fill
-			r.i++
-		case sub == 12 || sub == 14:
-			r.u()
-			r.u()
-		default:
-			r.err = fmt.Errorf("opcode 0xfc %d at %d", sub, r.i)
-		}
-	case op == 0xfd:
-		r.err = fmt.Errorf("SIMD opcode at %d", r.i)
-	}
+	return wasmbin.Instrument(wasm, wasmbin.Probe{
+		Globals: []wasmbin.Global{{Type: 0x7e, Export: loopsGlobal}},
+		Code: func(global uint32) []byte {
+			inc := protowire.AppendVarint([]byte{0x23}, uint64(global)) // global.get
+			inc = append(inc, 0x42, 0x01, 0x7c, 0x24)                   // i64.const 1, i64.add, global.set
+			return protowire.AppendVarint(inc, uint64(global))
+		},
+	})
 }

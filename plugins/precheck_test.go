@@ -3,9 +3,11 @@ package plugins
 import (
 	"strings"
 	"testing"
+
+	"github.com/volhost/volhost/plugins/internal/wasmbin"
 )
 
-func TestReadImportNames(t *testing.T) {
+func TestImportNames(t *testing.T) {
 	// A hand-assembled module: imports volhost.log (func), env.mem (memory
 	// with max) and wasi_snapshot_preview1.fd_write (func).
 	imp := func(mod, name string, desc ...byte) []byte {
@@ -20,7 +22,7 @@ func TestReadImportNames(t *testing.T) {
 	mod := append([]byte("\x00asm\x01\x00\x00\x00"), 0x00, 2, 1, 'x') // a custom section first
 	mod = append(append(mod, 0x02, byte(len(body))), body...)
 
-	got, err := readImportNames(mod)
+	got, err := wasmbin.ImportNames(mod)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +40,7 @@ func TestReadImportNames(t *testing.T) {
 	}
 	// Truncations are never a panic, and leave the verdict to the compiler.
 	for i := 0; i < len(mod); i++ {
-		_, _ = readImportNames(mod[:i])
+		_, _ = wasmbin.ImportNames(mod[:i])
 		if i < len(mod)-len(body) && precheckImports(mod[:i]) != nil {
 			t.Fatalf("truncated at %d: precheck refused instead of leaving it to the compiler", i)
 		}

@@ -1,0 +1,418 @@
+package wasmbin
+
+import "fmt"
+
+// Probe is code Instrument inserts at every loop header, and optionally at
+// every function entry, together with the new mutable globals it uses.
+type Probe struct {
+	// Globals are appended to the module's, in order.
+	Globals []Global
+	// Code returns the instructions to insert, given the index of the first
+	// new global (the others follow it). They must leave the operand stack
+	// as they found it: a loop's parameters are on it at the header.
+	Code func(first uint32) []byte
+	// FunctionEntry inserts Code at the start of every function body too.
+	FunctionEntry bool
+	// UsesMemory: Code uses memory 0, so a module without one is
+	// ErrUnsupported.
+	UsesMemory bool
+}
+
+// Global is a mutable global a Probe adds.
+type Global struct {
+	// Type is 0x7f (i32) or 0x7e (i64).
+	Type byte
+	// Init is the initial value.
+	Init int32
+	// Export, if set, is the name the global is exported under so the host
+	// can read or set it; a module that already exports it is refused.
+	Export string
+}
+
+// PreemptExport is the export name of Preempt's stop flag.
+const PreemptExport = "volhost.preempt"
+
+// PreemptInterval is how many probes a Preempt-instrumented guest passes
+// between two entries into the Go runtime.
+const PreemptInterval = 64
+
+// Preempt is the probe that makes a running call stoppable without
+// wazero's close-on-context-done, which calls into Go at every loop header
+// (RATIONALE "Call timeouts: the guest counts, the host flags"). At every
+// function entry and loop header the guest counts down a budget; every
+// PreemptInterval probes it enters Go with `memory.grow 0` and then checks
+// an i32 flag, exported as PreemptExport, trapping (`unreachable`) once the
+// host has set it non-zero.
+//
+// Both halves matter. Compiled wasm is not preemptible by the Go
+// scheduler: a guest that never entered Go would hold its thread through a
+// garbage collector's stop-the-world, and with it every goroutine,
+// including the timer that was to stop it. And every unbounded execution
+// passes a probe: a loop's back edge enters its header, and recursion, tail
+// calls included, enters a function.
+var Preempt = Probe{
+	Globals: []Global{
+		{Type: 0x7f, Export: PreemptExport},     // the flag, set by the host
+		{Type: 0x7f, Init: PreemptInterval - 1}, // the budget, the guest's own
+	},
+	FunctionEntry: true,
+	UsesMemory:    true,
+	Code: func(flag uint32) []byte {
+		budget := flag + 1
+		b := appendU32([]byte{0x23}, budget)        // global.get budget
+		b = append(b, 0x45, 0x04, 0x40)             // i32.eqz; if
+		b = append(b, 0x41, 0x00, 0x40, 0x00, 0x1a) // memory.grow 0 pages (enters Go); drop
+		b = appendU32(append(b, 0x23), flag)        // global.get flag
+		b = append(b, 0x04, 0x40, 0x00, 0x0b)       // if: unreachable; end
+		b = append(b, 0x41)                         // i32.const interval
+		b = appendS32(b, PreemptInterval)           //
+		b = appendU32(append(b, 0x24), budget)      // global.set budget
+		b = append(b, 0x0b)                         // end
+		b = appendU32(append(b, 0x23), budget)      // global.get budget
+		b = append(b, 0x41, 0x01, 0x6b)             // i32.const 1; i32.sub
+		return appendU32(append(b, 0x24), budget)   // global.set budget
+	},
+}
+
+// Instrument returns a copy of wasm with p inserted. Function, type and
+// existing global indices are unchanged: the global is appended after the
+// module's own. It returns ErrFormat for bytes it cannot parse and
+// ErrUnsupported (wrapped, naming the opcode) for an instruction it does
+// not decode; wasm itself is never modified.
+func Instrument(wasm []byte, p Probe) ([]byte, error) {
+	secs, err := sections(wasm)
+	if err != nil {
+		return nil, err
+	}
+	first, err := nextGlobalIndex(secs, p)
+	if err != nil {
+		return nil, err
+	}
+	code := p.Code(first)
+	var newGlobals, newExports [][]byte
+	for i, g := range p.Globals {
+		entry := []byte{g.Type, 0x01} // mutable
+		switch g.Type {
+		case 0x7f:
+			entry = append(appendS32(append(entry, 0x41), g.Init), 0x0b) // i32.const; end
+		case 0x7e:
+			entry = append(appendS32(append(entry, 0x42), g.Init), 0x0b) // i64.const; end
+		default:
+			return nil, fmt.Errorf("probe global type %#x: only i32 and i64", g.Type)
+		}
+		newGlobals = append(newGlobals, entry)
+		if g.Export != "" {
+			exp := append(appendU32(nil, uint32(len(g.Export))), g.Export...)
+			newExports = append(newExports, appendU32(append(exp, 0x03), first+uint32(i))) // kind global
+		}
+	}
+
+	secs = ensureSection(secs, secGlobal)
+	secs = ensureSection(secs, secExport)
+	out := append([]byte(nil), header...)
+	for _, s := range secs {
+		data := s.data
+		switch s.id {
+		case secGlobal:
+			data, err = appendEntries(data, newGlobals)
+		case secExport:
+			data, err = appendEntries(data, newExports)
+		case secCode:
+			data, err = instrumentCode(data, code, p.FunctionEntry)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("section %d: %w", s.id, err)
+		}
+		out = append(appendU32(append(out, s.id), uint32(len(data))), data...)
+	}
+	return out, nil
+}
+
+// nextGlobalIndex is the index a global appended to the module gets:
+// imported globals come first in the index space, then the module's own.
+// It also refuses a module that exports one of p's names already, or has
+// no memory when p uses one.
+func nextGlobalIndex(secs []section, p Probe) (uint32, error) {
+	var n uint32
+	memories := 0
+	for _, s := range secs {
+		switch s.id {
+		case secImport:
+			err := eachImport(s.data, func(_, _ string, kind byte) {
+				switch kind {
+				case 0x02:
+					memories++
+				case 0x03:
+					n++
+				}
+			})
+			if err != nil {
+				return 0, err
+			}
+		case secMemory:
+			r := reader{b: s.data}
+			memories += int(r.u32())
+			if r.err != nil {
+				return 0, r.err
+			}
+		case secGlobal:
+			r := reader{b: s.data}
+			n += r.u32()
+			if r.err != nil {
+				return 0, r.err
+			}
+		case secExport:
+			r := reader{b: s.data}
+			for range r.u32() {
+				name := r.name()
+				for _, g := range p.Globals {
+					if g.Export != "" && g.Export == name && r.err == nil {
+						return 0, fmt.Errorf("module exports %q, a name the host reserves", name)
+					}
+				}
+				r.byte()
+				r.u32()
+				if r.err != nil {
+					return 0, r.err
+				}
+			}
+		}
+	}
+	if p.UsesMemory && memories == 0 {
+		return 0, fmt.Errorf("%w: the probe needs a memory and the module has none", ErrUnsupported)
+	}
+	return n, nil
+}
+
+// ensureSection inserts an empty (zero-entry) section id where the spec's
+// order puts it, unless the module has one.
+func ensureSection(secs []section, id byte) []section {
+	at := len(secs)
+	for i, s := range secs {
+		if s.id == id {
+			return secs
+		}
+		if s.id != secCustom && sectionOrder[s.id] > sectionOrder[id] && at == len(secs) {
+			at = i
+		}
+	}
+	out := make([]section, 0, len(secs)+1)
+	out = append(out, secs[:at]...)
+	out = append(out, section{id, []byte{0}})
+	return append(out, secs[at:]...)
+}
+
+// appendEntries adds entries to a vector section: the new count, the old
+// entries, the new ones.
+func appendEntries(data []byte, entries [][]byte) ([]byte, error) {
+	r := reader{b: data}
+	n := r.u32()
+	if r.err != nil {
+		return nil, r.err
+	}
+	out := appendU32(nil, n+uint32(len(entries)))
+	out = append(out, data[r.off:]...)
+	for _, e := range entries {
+		out = append(out, e...)
+	}
+	return out, nil
+}
+
+// instrumentCode rewrites every function body of the code section.
+func instrumentCode(data, code []byte, atEntry bool) ([]byte, error) {
+	r := reader{b: data}
+	n := r.u32()
+	out := appendU32(make([]byte, 0, len(data)+len(data)/8), n)
+	var body []byte
+	for range n {
+		size := int(r.u32())
+		start := r.off
+		r.skip(size)
+		if r.err != nil {
+			return nil, r.err
+		}
+		var err error
+		body, err = instrumentBody(body[:0], r.b[start:r.off], code, atEntry)
+		if err != nil {
+			return nil, err
+		}
+		out = append(appendU32(out, uint32(len(body))), body...)
+	}
+	if r.off != len(r.b) {
+		return nil, ErrFormat
+	}
+	return out, nil
+}
+
+// instrumentBody appends to out one function body (local declarations,
+// then instructions) with code after each loop's block type.
+func instrumentBody(out, fn, code []byte, atEntry bool) ([]byte, error) {
+	r := reader{b: fn}
+	for range r.u32() { // local declarations: count, type
+		r.u32()
+		r.byte()
+		if r.err != nil {
+			return nil, r.err
+		}
+	}
+	out = append(out, fn[:r.off]...)
+	if atEntry {
+		out = append(out, code...)
+	}
+	for r.off < len(fn) {
+		at := r.off
+		op := r.instruction()
+		if r.err != nil {
+			return nil, fmt.Errorf("instruction at %d: %w", at, r.err)
+		}
+		out = append(out, fn[at:r.off]...)
+		if op == 0x03 { // loop
+			out = append(out, code...)
+		}
+	}
+	return out, nil
+}
+
+// instruction reads one instruction and its immediates, returning the
+// opcode. It knows the MVP, sign extension, saturating conversions, bulk
+// memory, reference types, multi-memory, tail calls, SIMD and atomics
+// encodings, which cover what wazero compiles; anything else (exception
+// handling, GC, typed function references) is ErrUnsupported.
+func (r *reader) instruction() byte {
+	op := r.byte()
+	switch {
+	case op <= 0x01, op == 0x05, op == 0x0b, op == 0x0f, op == 0x1a, op == 0x1b,
+		op >= 0x45 && op <= 0xc4, op == 0xd1:
+		// no immediates
+	case op >= 0x02 && op <= 0x04: // block, loop, if
+		r.blockType()
+	case op == 0x0c, op == 0x0d, op == 0x10, op == 0x12, op >= 0x20 && op <= 0x26, op == 0xd2:
+		r.u32() // label, function, local, global or table index
+	case op == 0x0e: // br_table: labels, default
+		n := r.u32()
+		if int(n) > len(r.b) {
+			r.fail(ErrFormat)
+		}
+		for i := uint32(0); i <= n && r.err == nil; i++ {
+			r.u32()
+		}
+	case op == 0x11, op == 0x13: // call_indirect, return_call_indirect
+		r.u32()
+		r.u32()
+	case op == 0x1c: // select with types
+		r.skip(int(r.u32()))
+	case op >= 0x28 && op <= 0x3e:
+		r.memarg()
+	case op == 0x3f, op == 0x40: // memory.size, memory.grow: memory index
+		r.u32()
+	case op == 0x41:
+		r.signed(5)
+	case op == 0x42:
+		r.signed(10)
+	case op == 0x43:
+		r.skip(4)
+	case op == 0x44:
+		r.skip(8)
+	case op == 0xd0: // ref.null: heap type
+		r.refType()
+	case op == 0xfc:
+		r.miscImmediates(r.u32())
+	case op == 0xfd:
+		r.simdImmediates(r.u32())
+	case op == 0xfe:
+		if r.u32() == 0x03 { // atomic.fence
+			r.byte()
+		} else {
+			r.memarg()
+		}
+	default:
+		r.fail(fmt.Errorf("%w: opcode %#x", ErrUnsupported, op))
+	}
+	return op
+}
+
+func (r *reader) blockType() {
+	if r.off >= len(r.b) {
+		r.fail(ErrFormat)
+		return
+	}
+	switch t := r.b[r.off]; {
+	case t == 0x40, t >= 0x6f && t <= 0x7f:
+		r.off++
+	case t&0xc0 == 0x40: // a negative one-byte s33 that is no value type
+		r.fail(fmt.Errorf("%w: block type %#x", ErrUnsupported, t))
+	default:
+		r.signed(5) // type index (s33)
+	}
+}
+
+func (r *reader) refType() {
+	if t := r.byte(); t != 0x70 && t != 0x6f && r.err == nil {
+		r.fail(fmt.Errorf("%w: reference type %#x", ErrUnsupported, t))
+	}
+}
+
+// memarg: alignment, then (multi-memory, alignment bit 6) a memory index,
+// then the offset.
+func (r *reader) memarg() {
+	if r.u32()&0x40 != 0 {
+		r.u32()
+	}
+	r.u64()
+}
+
+// miscImmediates reads the 0xfc prefix's: saturating conversions, bulk
+// memory and table operations.
+func (r *reader) miscImmediates(sub uint32) {
+	switch {
+	case sub <= 7: // trunc_sat
+	case sub == 8: // memory.init: data index, memory index
+		r.u32()
+		r.u32()
+	case sub == 9, sub == 11, sub == 13, sub >= 15 && sub <= 17:
+		r.u32() // data.drop, memory.fill, elem.drop, table.grow/size/fill
+	case sub == 10, sub == 12, sub == 14: // memory.copy, table.init, table.copy
+		r.u32()
+		r.u32()
+	default:
+		r.fail(fmt.Errorf("%w: opcode 0xfc %d", ErrUnsupported, sub))
+	}
+}
+
+// simdImmediates reads the 0xfd prefix's (fixed-width SIMD).
+func (r *reader) simdImmediates(sub uint32) {
+	switch {
+	case sub <= 11, sub == 92, sub == 93: // loads and stores
+		r.memarg()
+	case sub == 12, sub == 13: // v128.const, i8x16.shuffle
+		r.skip(16)
+	case sub >= 21 && sub <= 34: // extract and replace lane
+		r.byte()
+	case sub >= 84 && sub <= 91: // load and store lane
+		r.memarg()
+		r.byte()
+	case sub <= 275: // no immediates
+	default:
+		r.fail(fmt.Errorf("%w: opcode 0xfd %d", ErrUnsupported, sub))
+	}
+}
+
+// appendS32 appends v as a signed LEB128.
+func appendS32(b []byte, v int32) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v == 0 && c&0x40 == 0 || v == -1 && c&0x40 != 0 {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+func appendU32(b []byte, v uint32) []byte {
+	for v >= 0x80 {
+		b = append(b, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(b, byte(v))
+}

@@ -1,0 +1,260 @@
+package wasmbin
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tetratelabs/wazero"
+	"github.com/tetratelabs/wazero/api"
+)
+
+// Hand-assembled test modules. vec prefixes a count; sec frames a section.
+func vec(items ...[]byte) []byte {
+	out := appendU32(nil, uint32(len(items)))
+	for _, it := range items {
+		out = append(out, it...)
+	}
+	return out
+}
+
+func sec(id byte, data []byte) []byte {
+	return append(appendU32([]byte{id}, uint32(len(data))), data...)
+}
+
+func name(s string) []byte { return append(appendU32(nil, uint32(len(s))), s...) }
+
+func body(locals []byte, code ...byte) []byte {
+	b := append(append([]byte(nil), locals...), code...)
+	return append(appendU32(nil, uint32(len(b))), b...)
+}
+
+func module(sections ...[]byte) []byte {
+	return append([]byte(header), bytes.Join(sections, nil)...)
+}
+
+// testModule imports env.started (function 0) and exports three functions;
+// it has no global section: Instrument must create one.
+//
+//	spin()        calls started, then loops forever
+//	fan(n i32)    calls started, then itself twice with n-1 until n is 0:
+//	              2^n calls and no loop
+//	count(n i32) -> i32   a loop with a block parameter, returning 3n
+func testModule() []byte {
+	types := sec(1, vec(
+		[]byte{0x60, 0x00, 0x00},             // 0: () -> ()
+		[]byte{0x60, 0x01, 0x7f, 0x00},       // 1: (i32) -> ()
+		[]byte{0x60, 0x01, 0x7f, 0x01, 0x7f}, // 2: (i32) -> (i32)
+	))
+	imports := sec(2, vec(append(append(name("env"), name("started")...), 0x00, 0)))
+	funcs := sec(3, vec([]byte{0}, []byte{1}, []byte{2}))
+	memory := sec(5, vec([]byte{0x00, 0x01})) // one page, no maximum
+	exports := sec(7, vec(
+		append(name("spin"), 0x00, 1),
+		append(name("fan"), 0x00, 2),
+		append(name("count"), 0x00, 3),
+	))
+	code := sec(10, vec(
+		body([]byte{0}, 0x10, 0x00, 0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b),
+		body([]byte{0},
+			0x10, 0x00, // started()
+			0x20, 0x00, 0x04, 0x40, // local.get 0; if
+			0x20, 0x00, 0x41, 0x01, 0x6b, 0x10, 0x02, // fan(n-1)
+			0x20, 0x00, 0x41, 0x01, 0x6b, 0x10, 0x02, // fan(n-1)
+			0x0b, 0x0b),
+		body([]byte{1, 2, 0x7f}, // locals 1 (tmp) and 2 (sum), i32
+			0x20, 0x00, // local.get 0
+			0x03, 0x02, // loop (type 2): the counter is the loop's parameter
+			0x20, 0x02, 0x41, 0x03, 0x6a, 0x21, 0x02, // sum += 3
+			0x41, 0x01, 0x6b, 0x22, 0x01, // n-1, local.tee 1
+			0x20, 0x01, 0x0d, 0x00, // br_if 0 with n-1 as the parameter
+			0x0b,       // end loop: n-1 (0) left
+			0x1a,       // drop
+			0x20, 0x02, // local.get 2
+			0x0b),
+	))
+	return module(types, imports, funcs, memory, exports, code)
+}
+
+// instantiate runs wasm (a testModule) in a runtime without
+// close-on-context-done; env.started sends on the returned channel, without
+// blocking.
+func instantiate(t *testing.T, wasm []byte) (api.Module, <-chan struct{}) {
+	t.Helper()
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	started := make(chan struct{}, 1)
+	_, err := rt.NewHostModuleBuilder("env").NewFunctionBuilder().WithFunc(func() {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+	}).Export("started").Instantiate(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := rt.Instantiate(ctx, wasm)
+	if err != nil {
+		t.Fatalf("instantiate: %v", err)
+	}
+	return mod, started
+}
+
+func TestPreemptStopsLoopsAndRecursion(t *testing.T) {
+	wasm, err := Instrument(testModule(), Preempt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, started := instantiate(t, wasm)
+	flag, ok := mod.ExportedGlobal(PreemptExport).(api.MutableGlobal)
+	if !ok {
+		t.Fatalf("no mutable %s export", PreemptExport)
+	}
+	ctx := context.Background()
+
+	// The semantics are kept while the flag is clear.
+	res, err := mod.ExportedFunction("count").Call(ctx, 7)
+	if err != nil || res[0] != 21 {
+		t.Fatalf("count(7) = %v, %v; want 21", res, err)
+	}
+	if _, err := mod.ExportedFunction("fan").Call(ctx, 4); err != nil {
+		t.Fatalf("fan(4): %v", err)
+	}
+	<-started
+
+	// A spinning loop and a 2^60-call recursion are stopped by the flag.
+	for _, fn := range []struct {
+		name string
+		arg  []uint64
+	}{{"spin", nil}, {"fan", []uint64{60}}} {
+		t.Run(fn.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := mod.ExportedFunction(fn.name).Call(ctx, fn.arg...)
+				done <- err
+			}()
+			// A garbage collection while the guest runs completes: its
+			// stop-the-world needs the guest's thread to enter Go, which
+			// compiled wasm does only at a call out (a hang here ends with
+			// the test binary's timeout). Then the flag, set from another
+			// goroutine once the call runs, as the host's interrupt does,
+			// ends the call with the unreachable trap.
+			<-started
+			runtime.GC()
+			flag.Set(1)
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "unreachable") {
+					t.Fatalf("err = %v, want the unreachable trap", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the flag did not stop the call")
+			}
+			flag.Set(0)
+		})
+	}
+}
+
+func TestInstrumentKeepsIndicesAndSections(t *testing.T) {
+	// A module with an imported global and its own global and export
+	// sections: the new global comes after both, existing indices stay.
+	types := sec(1, vec([]byte{0x60, 0x00, 0x01, 0x7f}))
+	imports := sec(2, vec(append(append(name("env"), name("g")...), 0x03, 0x7f, 0x00)))
+	funcs := sec(3, vec([]byte{0}))
+	memory := sec(5, vec([]byte{0x00, 0x01}))
+	globals := sec(6, vec([]byte{0x7f, 0x00, 0x41, 0x05, 0x0b}))
+	exports := sec(7, vec(append(name("sum"), 0x00, 0)))
+	custom := sec(0, append(name("note"), 'x'))
+	code := sec(10, vec(body([]byte{0}, 0x23, 0x00, 0x23, 0x01, 0x6a, 0x0b))) // g0 + g1
+	wasm, err := Instrument(module(types, imports, custom, funcs, memory, globals, exports, code), Preempt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	env := module(sec(6, vec([]byte{0x7f, 0x00, 0x41, 0x02, 0x0b})), sec(7, vec(append(name("g"), 0x03, 0))))
+	if _, err := rt.InstantiateWithConfig(ctx, env, wazero.NewModuleConfig().WithName("env")); err != nil {
+		t.Fatal(err)
+	}
+	mod, err := rt.Instantiate(ctx, wasm)
+	if err != nil {
+		t.Fatalf("instantiate: %v", err)
+	}
+	res, err := mod.ExportedFunction("sum").Call(ctx)
+	if err != nil || res[0] != 7 {
+		t.Fatalf("sum() = %v, %v; want 7", res, err)
+	}
+	if mod.ExportedGlobal(PreemptExport) == nil {
+		t.Fatal("no preempt export")
+	}
+}
+
+func TestInstrumentRefuses(t *testing.T) {
+	types := sec(1, vec([]byte{0x60, 0x00, 0x00}))
+	funcs := sec(3, vec([]byte{0}))
+	memory := sec(5, vec([]byte{0x00, 0x01}))
+	for _, tc := range []struct {
+		name    string
+		wasm    []byte
+		want    error
+		message string
+	}{
+		{"not wasm", []byte("hello world"), ErrFormat, ""},
+		{"truncated section", append([]byte(header), 10, 50, 1), ErrFormat, ""},
+		{"reserved export", module(types, funcs, memory,
+			sec(7, vec(append(name(PreemptExport), 0x00, 0))),
+			sec(10, vec(body([]byte{0}, 0x0b)))), nil, "reserves"},
+		{"exception handling", module(types, funcs, memory,
+			sec(10, vec(body([]byte{0}, 0x06, 0x40, 0x0b, 0x0b)))), ErrUnsupported, "0x6"},
+		{"no memory", module(types, funcs,
+			sec(10, vec(body([]byte{0}, 0x0b)))), ErrUnsupported, "memory"},
+		{"truncated body", module(types, funcs, memory,
+			sec(10, vec(body([]byte{0}, 0x41)))), ErrFormat, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Instrument(tc.wasm, Preempt)
+			if err == nil {
+				t.Fatal("instrumented")
+			}
+			if tc.want != nil && !errors.Is(err, tc.want) {
+				t.Fatalf("err = %v, want %v", err, tc.want)
+			}
+			if !strings.Contains(err.Error(), tc.message) {
+				t.Fatalf("err = %v, want it to mention %q", err, tc.message)
+			}
+		})
+	}
+}
+
+// FuzzInstrument: Instrument never panics, and whatever it accepts from a
+// module wazero compiles, wazero compiles too.
+func FuzzInstrument(f *testing.F) {
+	f.Add(testModule())
+	f.Add(module(sec(1, vec([]byte{0x60, 0x00, 0x00})), sec(3, vec([]byte{0})), sec(5, vec([]byte{0x00, 0x01})),
+		sec(10, vec(body([]byte{0}, 0x02, 0x40, 0x03, 0x40, 0x0c, 0x01, 0x0b, 0x0b, 0x0b)))))
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	f.Fuzz(func(t *testing.T, wasm []byte) {
+		out, err := Instrument(wasm, Preempt)
+		if err != nil {
+			return
+		}
+		c, err := rt.CompileModule(ctx, wasm)
+		if err != nil {
+			return // not valid to begin with
+		}
+		_ = c.Close(ctx)
+		c, err = rt.CompileModule(ctx, out)
+		if err != nil {
+			t.Fatalf("the original compiles, the instrumented copy does not: %v", err)
+		}
+		_ = c.Close(ctx)
+	})
+}
