@@ -51,7 +51,7 @@ type generation struct {
 	// stopped by setting its instance's flag; false means the runtime uses
 	// wazero's close-on-context-done instead.
 	preempt bool
-	cfgReq   []byte // encoded ConfigureRequest, sent once per instance
+	cfgReq  []byte // encoded ConfigureRequest, sent once per instance
 	// adaptSteps are the steps a csi-adapter declared it changes (from the
 	// canary's configure response); nil means every step.
 	adaptSteps []string
