@@ -2,6 +2,8 @@ package plugins
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,7 +26,23 @@ func faultRequest(mode string) *abi.PolicyRequest {
 	return req
 }
 
+// TestFaultIsolation runs under both ways of stopping a call: the module
+// instrumented (the host's own) and wazero's close-on-context-done (its
+// fallback for a module it cannot instrument).
 func TestFaultIsolation(t *testing.T) {
+	for _, tc := range []struct {
+		timeouts   string
+		instrument bool
+	}{{TimeoutsFlag, true}, {TimeoutsCloseOnDone, false}} {
+		t.Run(tc.timeouts, func(t *testing.T) {
+			instrumentModules = tc.instrument
+			defer func() { instrumentModules = true }()
+			testFaultIsolation(t, tc.timeouts)
+		})
+	}
+}
+
+func testFaultIsolation(t *testing.T, timeouts string) {
 	faulty := exampleWasm(t, "fault-policy")
 	healthy := exampleWasm(t, "default-policy")
 	const memPages = 128
@@ -127,5 +145,56 @@ func TestFaultIsolation(t *testing.T) {
 	}
 	if st.State != StateServing {
 		t.Errorf("state %s after isolated faults, want serving", st.State)
+	}
+	if st.Timeouts != timeouts {
+		t.Errorf("status timeouts %q, want %q", st.Timeouts, timeouts)
+	}
+}
+
+// TestCallerCancelStopsCall: a caller giving up (the watcher losing
+// leadership, the agent shutting down) stops a running call at once, long
+// before its call_timeout, under both ways of stopping one. The result is
+// the caller's error, not a module fault, and the pool recovers.
+func TestCallerCancelStopsCall(t *testing.T) {
+	for _, instrument := range []bool{true, false} {
+		t.Run(fmt.Sprint("instrument=", instrument), func(t *testing.T) {
+			instrumentModules = instrument
+			defer func() { instrumentModules = true }()
+			e := newEnv(t, func(dir string) {
+				writeModule(t, dir, "fault-policy", exampleWasm(t, "fault-policy"), manifest("release-policy", `limits {
+  call_timeout = "10m"
+  pool_size    = 1
+}`))
+			}, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() {
+				_, err := e.m.DecideRelease(ctx, "fault-policy", faultRequest("spin"))
+				done <- err
+			}()
+			// The pool's one instance is checked out: the call is running.
+			waitFor(t, "the spinning call to start", func() bool {
+				st, _ := e.m.StatusOf("fault-policy")
+				return st.PoolIdle == 0
+			})
+			cancel()
+			select {
+			case err := <-done:
+				if !errors.Is(err, context.Canceled) {
+					t.Fatalf("err = %v, want the caller's context.Canceled", err)
+				}
+				var fe *FaultError
+				if errors.As(err, &fe) {
+					t.Fatalf("the caller's cancellation counted as a module fault: %v", err)
+				}
+			case <-time.After(time.Minute):
+				t.Fatal("cancelling the caller did not stop the call (its call_timeout is 10m)")
+			}
+			resp, err := e.m.DecideRelease(context.Background(), "fault-policy", faultRequest("ok"))
+			if err != nil || len(resp.Decisions) != 3 {
+				t.Fatalf("the next call: %v, %v", resp, err)
+			}
+		})
 	}
 }

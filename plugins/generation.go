@@ -187,6 +187,9 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	return g, nil
 }
 
+// instrumentModules is false only in benchmarks that measure the fallback.
+var instrumentModules = true
+
 // compile compiles the module into the generation's new runtime,
 // instrumented with wasmbin.Preempt when the instrumenter can read it. A
 // module it cannot read, or whose instrumented copy does not compile, is
@@ -195,6 +198,9 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 // instrumenter's limits must never cost a module its load.
 func (g *generation) compile(ctx context.Context, d genDeps, wasm []byte) error {
 	instrumented, err := wasmbin.Instrument(wasm, wasmbin.Preempt)
+	if !instrumentModules {
+		err = errors.New("instrumentation off (benchmark)")
+	}
 	if err == nil {
 		g.preempt = true
 		if err = g.compileIn(ctx, d, instrumented); err == nil {

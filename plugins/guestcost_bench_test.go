@@ -106,23 +106,25 @@ func guestCostModules() []guestCostModule {
 
 // BenchmarkGuestCost measures one decision through a Go guest: the default
 // policy on a 1-claim and an 8-claim request, and the GCE PD adapter on a
-// controller-unpublish request.
+// controller-unpublish request. "current" is the host as it runs, with the
+// module instrumented (wasmbin.Preempt); "close-on-context-done" is the
+// same module bounded by wazero's own mechanism instead, the host's
+// fallback for a module it cannot instrument.
 func BenchmarkGuestCost(b *testing.B) {
-	variants := []struct {
-		name string
-		wasm func(tb testing.TB, module string) []byte
-	}{{"current", exampleWasm}}
+	type variant struct {
+		name       string
+		wasm       func(tb testing.TB, module string) []byte
+		instrument bool
+	}
+	variants := []variant{{"current", exampleWasm, true}, {"close-on-context-done", exampleWasm, false}}
 	if dir := os.Getenv("VOLHOST_GUESTCOST_BASELINE"); dir != "" {
-		variants = append(variants, struct {
-			name string
-			wasm func(tb testing.TB, module string) []byte
-		}{"baseline", func(tb testing.TB, module string) []byte {
+		variants = append(variants, variant{"baseline", func(tb testing.TB, module string) []byte {
 			w, err := os.ReadFile(filepath.Join(dir, module+".wasm"))
 			if err != nil {
 				tb.Fatal(err)
 			}
 			return w
-		}})
+		}, true})
 	}
 	for _, mod := range guestCostModules() {
 		shape := mod.name
@@ -131,6 +133,8 @@ func BenchmarkGuestCost(b *testing.B) {
 		}
 		for _, v := range variants {
 			b.Run(shape+"/"+v.name, func(b *testing.B) {
+				instrumentModules = v.instrument
+				defer func() { instrumentModules = true }()
 				wasm := v.wasm(b, mod.name)
 				e := newEnv(b, func(dir string) {
 					writeModule(b, dir, mod.name, wasm, manifest(mod.kind, `limits {

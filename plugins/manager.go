@@ -113,7 +113,18 @@ type Status struct {
 	Default          bool              `json:"default"`
 	// AdaptSteps are the steps a csi-adapter asked to adapt; empty: all.
 	AdaptSteps []string `json:"adapt_steps,omitempty"`
+	// Timeouts is how a call is stopped at its call_timeout: TimeoutsFlag
+	// (the module is instrumented; the fast way) or TimeoutsCloseOnDone
+	// (wazero's close-on-context-done, for a module the host could not
+	// instrument: calls cost about three times as much).
+	Timeouts string `json:"timeouts,omitempty"`
 }
+
+// The values of Status.Timeouts.
+const (
+	TimeoutsFlag        = "instrumented"
+	TimeoutsCloseOnDone = "close-on-context-done"
+)
 
 // Target is what a module is chosen for.
 type Target struct {
@@ -614,6 +625,10 @@ func (mod *module) status() Status {
 		s.MemoryPages, s.MemoryLimitPages = g.memPages.Load(), g.man.Limits.MemoryPages
 		s.PluginIDs, s.Volumes, s.Default = slices.Clone(g.man.PluginIDs), slices.Clone(g.man.Volumes), g.man.Default
 		s.AdaptSteps = slices.Clone(g.adaptSteps)
+		s.Timeouts = TimeoutsCloseOnDone
+		if g.preempt {
+			s.Timeouts = TimeoutsFlag
+		}
 		if s.State == StateServing && mod.breaker.isOpen() {
 			s.State = StateOpenCircuit
 		}
