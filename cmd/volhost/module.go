@@ -80,7 +80,12 @@ func (c *ModuleStatusCommand) Help() string {
 	return helpText("module status [options] NAME", `
   Show a module's runtime status (state, why a new version was refused,
   calls, faults by kind, latency percentiles, pool, memory) and which
-  registered volumes and CSI plugins it serves now.`, true)
+  registered volumes and CSI plugins it serves now.
+
+  Timeouts says how a call is stopped at its call_timeout: "instrumented"
+  (the host added a cheap check to the module at load) or
+  "close-on-context-done" (wazero's own, for a module the host could not
+  instrument; its calls cost about three times as much).`, true)
 }
 
 func (c *ModuleStatusCommand) Run(args []string) int {
@@ -131,6 +136,7 @@ func (c *ModuleStatusCommand) Run(args []string) int {
 		{"Serves Volumes", orDash(strings.Join(vols, ", "))},
 		{"Serves Plugins", orDash(strings.Join(info.ServedPlugins, ", "))},
 		{"Adapts Steps", adapts},
+		{"Timeouts", orDash(info.Timeouts)},
 		{"Calls", fmt.Sprint(info.Calls)},
 		{"Faults", faultSummary(info.Faults)},
 		{"Latency p50/p99", fmt.Sprintf("%s / %s", info.P50.Round(time.Microsecond), info.P99.Round(time.Microsecond))},

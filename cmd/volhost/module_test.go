@@ -53,7 +53,7 @@ plugin_ids = ["gcepd"]
 
 	list := e.ok("module", "list")
 	contains(t, "module list", list, "policy", "serving", "other", "refused", "module speaks ABI v99, host speaks v1")
-	contains(t, "module status", e.ok("module", "status", "policy"), "State            = serving", "Selects          = default", "Adapts Steps     = -")
+	contains(t, "module status", e.ok("module", "status", "policy"), "State            = serving", "Selects          = default", "Adapts Steps     = -", "Timeouts         = instrumented")
 	contains(t, "module status", e.ok("module", "status", "gcepd-adapter"), "Adapts Steps     = controller-publish, controller-unpublish")
 	contains(t, "module status -json", e.ok("module", "status", "-json", "gcepd-adapter"), `"adapt_steps": [`)
 	contains(t, "module list -json", e.ok("module", "list", "-json"), `"refused"`)
