@@ -23,9 +23,12 @@
 //	}
 //	defer m.Close(ctx)
 //
-// Timeouts use wazero's close-on-context-done, which checks for close at
-// every loop header of the guest; Go's wasm backend puts a dispatch loop in
-// every function, so a Go guest's calls cost roughly ten times more than
-// without timeouts. That is the price of being able to stop a spinning
-// module, and it is why the per-call work of a guest should stay small.
+// A call is stopped at its call_timeout (or when its caller gives up) by a
+// flag the host sets and the guest checks: each module is instrumented at
+// load (internal/wasmbin) so every function entry and loop header counts
+// down a budget, enters Go every 64 probes, and traps once the flag is set.
+// A module the instrumenter cannot read runs under wazero's
+// close-on-context-done instead, which exits to Go at every loop header and
+// makes a Go guest's calls about three times as costly (RATIONALE.md "Call
+// timeouts: the guest counts, the host flags").
 package plugins

@@ -165,6 +165,8 @@ func BenchmarkGuestCost(b *testing.B) {
 				slices.Sort(durs)
 				if len(durs) > 0 {
 					b.ReportMetric(float64(durs[len(durs)/2].Nanoseconds()), "p50-ns")
+					b.ReportMetric(float64(durs[len(durs)*9/10].Nanoseconds()), "p90-ns")
+					b.ReportMetric(float64(durs[len(durs)*99/100].Nanoseconds()), "p99-ns")
 				}
 				b.ReportMetric(guestCalls(b, wasm, mod.export, mod.req).PerCall(), "guest-calls/op")
 				b.ReportMetric(guestLoops(b, wasm, mod.export, mod.req), "guest-loops/op")

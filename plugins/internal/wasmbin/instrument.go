@@ -149,6 +149,10 @@ func nextGlobalIndex(secs []section, p Probe) (uint32, error) {
 			if err != nil {
 				return 0, err
 			}
+		case secStart:
+			// A start function runs inside instantiation, before the host
+			// can reach the flag to stop it.
+			return 0, fmt.Errorf("%w: a start section", ErrUnsupported)
 		case secMemory:
 			r := reader{b: s.data}
 			memories += int(r.u32())

@@ -212,6 +212,8 @@ func TestInstrumentRefuses(t *testing.T) {
 			sec(10, vec(body([]byte{0}, 0x0b)))), nil, "reserves"},
 		{"exception handling", module(types, funcs, memory,
 			sec(10, vec(body([]byte{0}, 0x06, 0x40, 0x0b, 0x0b)))), ErrUnsupported, "0x6"},
+		{"start section", module(types, funcs, memory, sec(8, []byte{0}),
+			sec(10, vec(body([]byte{0}, 0x0b)))), ErrUnsupported, "start"},
 		{"no memory", module(types, funcs,
 			sec(10, vec(body([]byte{0}, 0x0b)))), ErrUnsupported, "memory"},
 		{"truncated body", module(types, funcs, memory,

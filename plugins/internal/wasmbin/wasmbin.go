@@ -32,6 +32,7 @@ const (
 	secMemory    = 5
 	secGlobal    = 6
 	secExport    = 7
+	secStart     = 8
 	secCode      = 10
 	secDataCount = 12
 	secTag       = 13
