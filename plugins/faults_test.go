@@ -35,8 +35,9 @@ func TestFaultIsolation(t *testing.T) {
 		instrument bool
 	}{{TimeoutsFlag, true}, {TimeoutsCloseOnDone, false}} {
 		t.Run(tc.timeouts, func(t *testing.T) {
-			instrumentModules = tc.instrument
-			defer func() { instrumentModules = true }()
+			if !tc.instrument {
+				defer noInstrument()()
+			}
 			testFaultIsolation(t, tc.timeouts)
 		})
 	}
@@ -158,8 +159,9 @@ func testFaultIsolation(t *testing.T, timeouts string) {
 func TestCallerCancelStopsCall(t *testing.T) {
 	for _, instrument := range []bool{true, false} {
 		t.Run(fmt.Sprint("instrument=", instrument), func(t *testing.T) {
-			instrumentModules = instrument
-			defer func() { instrumentModules = true }()
+			if !instrument {
+				defer noInstrument()()
+			}
 			e := newEnv(t, func(dir string) {
 				writeModule(t, dir, "fault-policy", exampleWasm(t, "fault-policy"), manifest("release-policy", `limits {
   call_timeout = "10m"
@@ -196,5 +198,27 @@ func TestCallerCancelStopsCall(t *testing.T) {
 				t.Fatalf("the next call: %v, %v", resp, err)
 			}
 		})
+	}
+}
+
+// TestInstrumenterFallback: an instrumented copy that does not compile (a
+// bug in the instrumenter) must not cost the module its load: it runs under
+// close-on-context-done instead, and its calls still work.
+func TestInstrumenterFallback(t *testing.T) {
+	saved := instrument
+	defer func() { instrument = saved }()
+	instrument = func(wasm []byte) ([]byte, error) {
+		return append([]byte("\x00asm\x01\x00\x00\x00"), 0x0a, 0x01, 0x05), nil // a code section promising 5 bodies
+	}
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "default-policy", exampleWasm(t, "default-policy"), manifest("release-policy", policyManifest))
+	}, nil)
+	st, ok := e.m.StatusOf("default-policy")
+	if !ok || st.State != StateServing || st.Timeouts != TimeoutsCloseOnDone {
+		t.Fatalf("status %+v, want serving under %s", st, TimeoutsCloseOnDone)
+	}
+	resp, err := e.m.DecideRelease(context.Background(), "default-policy", volumeRequest(3))
+	if err != nil || len(resp.Decisions) != 3 {
+		t.Fatalf("call: %v, %v", resp, err)
 	}
 }

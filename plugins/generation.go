@@ -187,8 +187,9 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	return g, nil
 }
 
-// instrumentModules is false only in benchmarks that measure the fallback.
-var instrumentModules = true
+// instrument is wasmbin.Instrument with the Preempt probe; tests replace it
+// to exercise the fallback.
+var instrument = func(wasm []byte) ([]byte, error) { return wasmbin.Instrument(wasm, wasmbin.Preempt) }
 
 // compile compiles the module into the generation's new runtime,
 // instrumented with wasmbin.Preempt when the instrumenter can read it. A
@@ -197,22 +198,24 @@ var instrumentModules = true
 // slower calls, the same guarantee that a call stops at its deadline. The
 // instrumenter's limits must never cost a module its load.
 func (g *generation) compile(ctx context.Context, d genDeps, wasm []byte) error {
-	instrumented, err := wasmbin.Instrument(wasm, wasmbin.Preempt)
-	if !instrumentModules {
-		err = errors.New("instrumentation off (benchmark)")
-	}
-	if err == nil {
+	instrumented, err := instrument(wasm)
+	if err != nil {
+		g.log.Debug("module not instrumented; using wazero's close-on-context-done", "reason", err)
+	} else {
 		g.preempt = true
-		if err = g.compileIn(ctx, d, instrumented); err == nil {
+		ierr := g.compileIn(ctx, d, instrumented)
+		if ierr == nil {
 			return nil
 		}
-		g.log.Warn("the instrumented module does not compile; using wazero's close-on-context-done", "error", err)
 		g.closeRuntimeOnly()
-	} else {
-		g.log.Debug("module not instrumented; using wazero's close-on-context-done", "reason", err)
+		defer func() {
+			if err == nil { // the module is fine: the instrumenter is at fault
+				g.log.Warn("the instrumented copy of the module does not compile; using wazero's close-on-context-done", "error", ierr)
+			}
+		}()
 	}
 	g.preempt = false
-	if err := g.compileIn(ctx, d, wasm); err != nil {
+	if err = g.compileIn(ctx, d, wasm); err != nil {
 		return fmt.Errorf("compile %s.wasm: %w", g.name, err)
 	}
 	return nil

@@ -133,8 +133,9 @@ func BenchmarkGuestCost(b *testing.B) {
 		}
 		for _, v := range variants {
 			b.Run(shape+"/"+v.name, func(b *testing.B) {
-				instrumentModules = v.instrument
-				defer func() { instrumentModules = true }()
+				if !v.instrument {
+					defer noInstrument()()
+				}
 				wasm := v.wasm(b, mod.name)
 				e := newEnv(b, func(dir string) {
 					writeModule(b, dir, mod.name, wasm, manifest(mod.kind, `limits {
@@ -430,8 +431,9 @@ func BenchmarkGuestCostCold(b *testing.B) {
 				name = TimeoutsCloseOnDone
 			}
 			b.Run(shape+"/"+name, func(b *testing.B) {
-				instrumentModules = instrument
-				defer func() { instrumentModules = true }()
+				if !instrument {
+					defer noInstrument()()
+				}
 				wasm := exampleWasm(b, mod.name)
 				e := newEnv(b, func(dir string) {
 					writeModule(b, dir, mod.name, wasm, manifest(mod.kind, `limits {

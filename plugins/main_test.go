@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -148,3 +149,13 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 
 // runtimeYield lets other goroutines run while a test spins on a counter.
 func runtimeYield() { runtime.Gosched() }
+
+// noInstrument makes the host load modules as they are, under wazero's
+// close-on-context-done (its fallback for a module it cannot instrument),
+// until the returned function restores it. Tests using it must not run in
+// parallel with others.
+func noInstrument() (restore func()) {
+	saved := instrument
+	instrument = func([]byte) ([]byte, error) { return nil, errors.New("instrumentation off (test)") }
+	return func() { instrument = saved }
+}
