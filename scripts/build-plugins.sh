@@ -9,6 +9,14 @@
 # Usage: scripts/build-plugins.sh [OUT]   (run from the repository root)
 # Skips a module whose .wasm is newer than every .go file of the module, the
 # abi packages, go.mod and go.sum; FORCE=1 rebuilds everything.
+#
+# Folders with assembly/index.ts instead are AssemblyScript guests
+# (abi/guest-as): built with the SDK's pinned compiler and options
+# (abi/guest-as/asconfig.json) into OUT/NAME.wasm, after `npm ci` in
+# abi/guest-as when its node_modules is missing or older than its
+# package-lock.json. They are skipped when the .wasm is newer than every
+# .ts file of the module and the SDK, asconfig.json and package-lock.json.
+# npm or compiler failures stop the script (set -e).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-examples/plugins/build}
@@ -42,5 +50,36 @@ for dir in examples/plugins/*/; do
     cp "$wasm" "$out/$vname.wasm"
     cp "$v" "$out/$vname.hcl"
   done
+done
+sdk=abi/guest-as
+asc_ready=
+for dir in examples/plugins/*/; do
+  dir=${dir%/}
+  name=$(basename "$dir")
+  [ -f "$dir/assembly/index.ts" ] || continue
+  wasm="$out/$name.wasm"
+  newer=$(find "$dir/assembly" "$sdk/assembly" "$sdk/asconfig.json" "$sdk/package-lock.json" -newer "$wasm" \( -name '*.ts' -o -name '*.json' \) 2>/dev/null | head -1 || true)
+  if [ "${FORCE:-}" = 1 ] || [ ! -f "$wasm" ] || [ -n "$newer" ]; then
+    if [ -z "$asc_ready" ]; then
+      if [ ! -d "$sdk/node_modules" ] || [ "$sdk/package-lock.json" -nt "$sdk/node_modules" ]; then
+        command -v npm >/dev/null || { echo "build-plugins: npm not found (needed for $dir)" >&2; exit 1; }
+        echo "npm ci in $sdk" >&2
+        (cd "$sdk" && npm ci --no-audit --no-fund >&2)
+        touch "$sdk/node_modules"
+      fi
+      asc_ready=1
+    fi
+    start=$(date +%s.%N)
+    # GOOS and GOARCH above are for go build only.
+    env -u GOOS -u GOARCH "$sdk/node_modules/.bin/asc" "$dir/assembly/index.ts" --config "$sdk/asconfig.json" -o "$wasm.tmp"
+    mv "$wasm.tmp" "$wasm"
+    built=$((built + 1))
+    printf '%-20s %9d bytes  %5ss\n' "$name.wasm" "$(wc -c <"$wasm")" "$(elapsed "$start")"
+  fi
+  if [ -f "$dir/$name.hcl" ]; then
+    cp "$dir/$name.hcl" "$out/$name.hcl"
+  else
+    echo "warning: $dir has no manifest $name.hcl" >&2
+  fi
 done
 printf 'modules in %s: %d (%d built, %ss)\n' "$out" "$(ls "$out" | grep -c '\.wasm$')" "$built" "$(elapsed "$total_start")"

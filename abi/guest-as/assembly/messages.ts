@@ -1,0 +1,633 @@
+// The ABI v1 wire messages (abi/volhost.proto) as views in the call arena,
+// with their decoders (requests) and encoders (responses).
+//
+// A view is an @unmanaged class placed in the arena: no header, no GC.
+// String fields are Bytes into the request buffer (zero copy); repeated
+// message fields are Vecs of view addresses (use the typed accessors, e.g.
+// PolicyRequest.claim(i)); maps are Vecs of key, value pairs (mapGet).
+// Decoding follows proto3 merge rules like abi/codec.go: a singular message
+// field seen twice merges, the last scalar wins, repeated and map fields
+// accumulate.
+
+import { Bytes, bytesEqual, eq } from "./bytes";
+import { allocZero, MAX_MESSAGE_SIZE, MAX_REPEATED } from "./mem";
+import {
+  decodeError, enter, fail, leave, LEN, putMap, putStr, putStrAlways, putTag, putU64, putVarint,
+  readLen, readStart, readTag, readVarint, rp, sizeLenField, sizeMap, sizeStr, sizeU64, skipValue,
+  VARINT, Vec, wantType,
+} from "./wire";
+
+// ---- enums ----
+
+/** Action of a Decision (volhost.proto enum Action). */
+export const ACTION_UNSPECIFIED: i32 = 0;
+export const ACTION_RELEASE: i32 = 1;
+export const ACTION_WAIT: i32 = 2;
+export const ACTION_RELEASE_SKIP_NODE: i32 = 3;
+
+/** Outcome of a ClassifyResponse (volhost.proto enum Outcome). */
+export const OUTCOME_UNSPECIFIED: i32 = 0;
+export const OUTCOME_DONE: i32 = 1;
+export const OUTCOME_RETRY: i32 = 2;
+export const OUTCOME_FATAL: i32 = 3;
+
+// ---- maps ----
+
+/** Number of entries of map m on the wire (a repeated key counts each time). */
+export function mapSize(m: Vec): i32 { return m.len >> 1; }
+/** Key of entry i of map m. */
+export function mapKey(m: Vec, i: i32): Bytes { return m.at(i << 1); }
+/** Value of entry i of map m. */
+export function mapValue(m: Vec, i: i32): Bytes { return m.at((i << 1) + 1); }
+
+/** The value of key (an ASCII literal) in map m, "" when absent; the last entry wins. */
+export function mapGet(m: Vec, key: string): Bytes {
+  for (let i = mapSize(m) - 1; i >= 0; i--) {
+    if (eq(mapKey(m, i), key)) return mapValue(m, i);
+  }
+  return 0;
+}
+
+/** The value of key in map m, "" when absent; the last entry wins. */
+export function mapGetBytes(m: Vec, key: Bytes): Bytes {
+  for (let i = mapSize(m) - 1; i >= 0; i--) {
+    if (bytesEqual(mapKey(m, i), key)) return mapValue(m, i);
+  }
+  return 0;
+}
+
+function newVec(): Vec { return changetype<Vec>(allocZero(offsetof<Vec>())); }
+
+// ---- decoding helpers ----
+
+// str reads string field num of wire type typ, keeping old on error.
+function str(end: usize, num: u32, typ: u32, old: Bytes): Bytes {
+  if (!wantType(num, typ, LEN)) return old;
+  return readLen(end, num);
+}
+
+// varint reads varint field num of wire type typ.
+function varint(end: usize, num: u32, typ: u32): u64 {
+  if (!wantType(num, typ, VARINT)) return 0;
+  return readVarint(end, num);
+}
+
+// item checks that repeated field num may take one more item.
+function item(v: Vec, num: u32): bool {
+  if (v.len < MAX_REPEATED) return true;
+  fail(num, "more than 10000 items");
+  return false;
+}
+
+// mapEntry decodes one map<string,string> entry of field num into m.
+function mapEntry(m: Vec, end: usize, num: u32, typ: u32): void {
+  if (!wantType(num, typ, LEN)) return;
+  if ((m.len >> 1) >= MAX_REPEATED) { fail(num, "more than 10000 entries"); return; }
+  const body = readLen(end, num);
+  if (decodeError != 0) return;
+  const e = rp;
+  rp = e - <usize><u32>body;
+  let k: Bytes = 0, v: Bytes = 0;
+  enter(num, -1);
+  while (rp < e && decodeError == 0) {
+    const tag = readTag(e);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    if (f == 1) k = str(e, f, t, k);
+    else if (f == 2) v = str(e, f, t, v);
+    else skipValue(e, f, t);
+  }
+  leave();
+  rp = e;
+  m.push(k);
+  m.push(v);
+}
+
+// body reads the length of message field num, leaves rp at the start of
+// its body and returns the body's end (0: error).
+function body(end: usize, num: u32, typ: u32): usize {
+  if (!wantType(num, typ, LEN)) return 0;
+  const b = readLen(end, num);
+  if (decodeError != 0) return 0;
+  const e = rp;
+  rp = e - <usize><u32>b;
+  return e;
+}
+
+// ---- ConfigureRequest / ConfigureResponse ----
+
+/** volhost_configure's request. */
+@unmanaged
+export class ConfigureRequest {
+  /** The manifest's file name without .hcl. */
+  moduleName: Bytes;
+  /** The manifest's config block: use mapSize, mapKey, mapValue, mapGet. */
+  config: Vec;
+}
+
+/** volhost_configure's response. */
+@unmanaged
+export class ConfigureResponse {
+  /** The module's own version, shown in status and logs. */
+  version: Bytes;
+  /** csi-adapter only: the steps whose requests volhost_adapt_request changes (Bytes items). */
+  adaptSteps: Vec;
+  /** Non-empty: configuration refused. */
+  error: Bytes;
+}
+
+export function decodeConfigureRequest(p: usize, n: i32): ConfigureRequest {
+  const m = changetype<ConfigureRequest>(allocZero(offsetof<ConfigureRequest>()));
+  m.config = newVec();
+  if (!start("ConfigureRequest", p, n)) return m;
+  const end = p + <usize>n;
+  while (rp < end && decodeError == 0) {
+    const tag = readTag(end);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    switch (f) {
+      case 1: m.moduleName = str(end, f, t, m.moduleName); break;
+      case 2: mapEntry(m.config, end, f, t); break;
+      default: skipValue(end, f, t);
+    }
+  }
+  return m;
+}
+
+export function newConfigureResponse(): ConfigureResponse {
+  const m = changetype<ConfigureResponse>(allocZero(offsetof<ConfigureResponse>()));
+  m.adaptSteps = newVec();
+  return m;
+}
+
+export function sizeConfigureResponse(m: ConfigureResponse): i32 {
+  let s = sizeStr(m.version) + sizeStr(m.error);
+  for (let i = 0; i < m.adaptSteps.len; i++) s += sizeLenField(blenOf(m.adaptSteps.at(i)));
+  return s;
+}
+
+export function putConfigureResponse(m: ConfigureResponse): void {
+  putStr(1, m.version);
+  for (let i = 0; i < m.adaptSteps.len; i++) putStrAlways(2, m.adaptSteps.at(i));
+  putStr(15, m.error);
+}
+
+// blenOf: a Bytes' length (re-exported helper name to keep imports small).
+function blenOf(b: Bytes): i32 { return <i32><u32>b; }
+
+// start begins decoding a top-level message of n bytes at p.
+function start(name: string, p: usize, n: i32): bool {
+  readStart(name, p);
+  if (n > MAX_MESSAGE_SIZE) {
+    fail(0, "too large", <u64>n);
+    return false;
+  }
+  return true;
+}
+
+// ---- views ----
+
+/** The volume a request is about. */
+@unmanaged
+export class VolumeView {
+  namespace: Bytes;
+  id: Bytes;
+  pluginId: Bytes;
+  accessMode: Bytes;
+  attachmentMode: Bytes;
+  /** The driver's volume ID. */
+  externalId: Bytes;
+  /** map<string,string>: mapGet etc. */
+  context: Vec;
+}
+
+function newVolumeView(): VolumeView {
+  const m = changetype<VolumeView>(allocZero(offsetof<VolumeView>()));
+  m.context = newVec();
+  return m;
+}
+
+function mergeVolumeView(m: VolumeView, end: usize): void {
+  while (rp < end && decodeError == 0) {
+    const tag = readTag(end);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    switch (f) {
+      case 1: m.namespace = str(end, f, t, m.namespace); break;
+      case 2: m.id = str(end, f, t, m.id); break;
+      case 3: m.pluginId = str(end, f, t, m.pluginId); break;
+      case 4: m.accessMode = str(end, f, t, m.accessMode); break;
+      case 5: m.attachmentMode = str(end, f, t, m.attachmentMode); break;
+      case 6: m.externalId = str(end, f, t, m.externalId); break;
+      case 7: mapEntry(m.context, end, f, t); break;
+      default: skipValue(end, f, t);
+    }
+  }
+}
+
+/** One claim on the volume. */
+@unmanaged
+export class ClaimView {
+  allocId: Bytes;
+  nodeId: Bytes;
+  /** read | write */
+  mode: Bytes;
+  /** taken | node-detached | controller-detached | ready-to-free */
+  state: Bytes;
+  attempts: u32;
+  /** gRPC code of the last CSI error, 0 for none. */
+  lastErrorCode: u32;
+  lastErrorKind: Bytes;
+  externalNodeId: Bytes;
+  accessMode: Bytes;
+  attachmentMode: Bytes;
+}
+
+function mergeClaimView(m: ClaimView, end: usize): void {
+  while (rp < end && decodeError == 0) {
+    const tag = readTag(end);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    switch (f) {
+      case 1: m.allocId = str(end, f, t, m.allocId); break;
+      case 2: m.nodeId = str(end, f, t, m.nodeId); break;
+      case 3: m.mode = str(end, f, t, m.mode); break;
+      case 4: m.state = str(end, f, t, m.state); break;
+      case 5: m.attempts = <u32>varint(end, f, t); break;
+      case 6: m.lastErrorCode = <u32>varint(end, f, t); break;
+      case 7: m.lastErrorKind = str(end, f, t, m.lastErrorKind); break;
+      case 8: m.externalNodeId = str(end, f, t, m.externalNodeId); break;
+      case 9: m.accessMode = str(end, f, t, m.accessMode); break;
+      case 10: m.attachmentMode = str(end, f, t, m.attachmentMode); break;
+      default: skipValue(end, f, t);
+    }
+  }
+}
+
+/** An allocation holding a claim. */
+@unmanaged
+export class AllocView {
+  id: Bytes;
+  /** pending | running | complete | failed | lost | gone */
+  clientStatus: Bytes;
+  /** ms since the allocation became terminal; 0: not terminal or unknown. */
+  terminalAgeMs: i64;
+}
+
+function mergeAllocView(m: AllocView, end: usize): void {
+  while (rp < end && decodeError == 0) {
+    const tag = readTag(end);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    switch (f) {
+      case 1: m.id = str(end, f, t, m.id); break;
+      case 2: m.clientStatus = str(end, f, t, m.clientStatus); break;
+      case 3: m.terminalAgeMs = <i64>varint(end, f, t); break;
+      default: skipValue(end, f, t);
+    }
+  }
+}
+
+/** A node a claim is on. */
+@unmanaged
+export class NodeView {
+  id: Bytes;
+  /** ready | down | gone */
+  status: Bytes;
+  lastSeenAgeMs: i64;
+  /** map<string,string>, adapter requests only. */
+  meta: Vec;
+  /** NodeGetInfo's node ID for the volume's plugin. */
+  externalId: Bytes;
+}
+
+function newNodeView(): NodeView {
+  const m = changetype<NodeView>(allocZero(offsetof<NodeView>()));
+  m.meta = newVec();
+  return m;
+}
+
+function mergeNodeView(m: NodeView, end: usize): void {
+  while (rp < end && decodeError == 0) {
+    const tag = readTag(end);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    switch (f) {
+      case 1: m.id = str(end, f, t, m.id); break;
+      case 2: m.status = str(end, f, t, m.status); break;
+      case 3: m.lastSeenAgeMs = <i64>varint(end, f, t); break;
+      case 4: mapEntry(m.meta, end, f, t); break;
+      case 5: m.externalId = str(end, f, t, m.externalId); break;
+      default: skipValue(end, f, t);
+    }
+  }
+}
+
+/** The CSI plugin serving the volume. */
+@unmanaged
+export class PluginView {
+  id: Bytes;
+  provider: Bytes;
+  publishUnpublish: bool;
+  stageUnstage: bool;
+}
+
+function mergePluginView(m: PluginView, end: usize): void {
+  while (rp < end && decodeError == 0) {
+    const tag = readTag(end);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    switch (f) {
+      case 1: m.id = str(end, f, t, m.id); break;
+      case 2: m.provider = str(end, f, t, m.provider); break;
+      case 3: m.publishUnpublish = varint(end, f, t) != 0; break;
+      case 4: m.stageUnstage = varint(end, f, t) != 0; break;
+      default: skipValue(end, f, t);
+    }
+  }
+}
+
+// ---- PolicyRequest / PolicyResponse ----
+
+/** volhost_decide_release's request. */
+@unmanaged
+export class PolicyRequest {
+  nowUnixMs: i64;
+  volume: VolumeView;
+  claims: Vec;
+  allocs: Vec;
+  nodes: Vec;
+
+  /** Number of claims. */
+  // @ts-ignore: decorator
+  @inline get claimCount(): i32 { return this.claims.len; }
+  /** Claim i. */
+  // @ts-ignore: decorator
+  @inline claim(i: i32): ClaimView { return changetype<ClaimView>(<usize>this.claims.at(i)); }
+  /** Number of allocations. */
+  // @ts-ignore: decorator
+  @inline get allocCount(): i32 { return this.allocs.len; }
+  /** Allocation i. */
+  // @ts-ignore: decorator
+  @inline alloc(i: i32): AllocView { return changetype<AllocView>(<usize>this.allocs.at(i)); }
+  /** Number of nodes. */
+  // @ts-ignore: decorator
+  @inline get nodeCount(): i32 { return this.nodes.len; }
+  /** Node i. */
+  // @ts-ignore: decorator
+  @inline node(i: i32): NodeView { return changetype<NodeView>(<usize>this.nodes.at(i)); }
+}
+
+export function decodePolicyRequest(p: usize, n: i32): PolicyRequest {
+  const m = changetype<PolicyRequest>(allocZero(offsetof<PolicyRequest>()));
+  m.volume = newVolumeView();
+  m.claims = newVec();
+  m.allocs = newVec();
+  m.nodes = newVec();
+  if (!start("PolicyRequest", p, n)) return m;
+  const end = p + <usize>n;
+  while (rp < end && decodeError == 0) {
+    const tag = readTag(end);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    switch (f) {
+      case 1: m.nowUnixMs = <i64>varint(end, f, t); break;
+      case 2: {
+        const e = body(end, f, t);
+        if (e == 0) break;
+        enter(f, -1);
+        mergeVolumeView(m.volume, e);
+        leave();
+        break;
+      }
+      case 3: {
+        if (!item(m.claims, f)) break;
+        const e = body(end, f, t);
+        if (e == 0) break;
+        const c = changetype<ClaimView>(allocZero(offsetof<ClaimView>()));
+        enter(f, m.claims.len);
+        mergeClaimView(c, e);
+        leave();
+        m.claims.push(<u64>changetype<usize>(c));
+        break;
+      }
+      case 4: {
+        if (!item(m.allocs, f)) break;
+        const e = body(end, f, t);
+        if (e == 0) break;
+        const a = changetype<AllocView>(allocZero(offsetof<AllocView>()));
+        enter(f, m.allocs.len);
+        mergeAllocView(a, e);
+        leave();
+        m.allocs.push(<u64>changetype<usize>(a));
+        break;
+      }
+      case 5: {
+        if (!item(m.nodes, f)) break;
+        const e = body(end, f, t);
+        if (e == 0) break;
+        const nd = newNodeView();
+        enter(f, m.nodes.len);
+        mergeNodeView(nd, e);
+        leave();
+        m.nodes.push(<u64>changetype<usize>(nd));
+        break;
+      }
+      default: skipValue(end, f, t);
+    }
+  }
+  return m;
+}
+
+/** One claim's decision. */
+@unmanaged
+export class Decision {
+  allocId: Bytes;
+  action: i32;
+  retryAfterMs: i64;
+  reason: Bytes;
+}
+
+/** volhost_decide_release's response. */
+@unmanaged
+export class PolicyResponse {
+  decisions: Vec;
+  error: Bytes;
+
+  /** Appends a decision and returns it (filled by the caller). */
+  add(allocId: Bytes, action: i32, retryAfterMs: i64, reason: Bytes): Decision {
+    const d = changetype<Decision>(allocZero(offsetof<Decision>()));
+    d.allocId = allocId;
+    d.action = action;
+    d.retryAfterMs = retryAfterMs;
+    d.reason = reason;
+    this.decisions.push(<u64>changetype<usize>(d));
+    return d;
+  }
+  /** Decision i. */
+  // @ts-ignore: decorator
+  @inline decision(i: i32): Decision { return changetype<Decision>(<usize>this.decisions.at(i)); }
+}
+
+export function newPolicyResponse(): PolicyResponse {
+  const m = changetype<PolicyResponse>(allocZero(offsetof<PolicyResponse>()));
+  m.decisions = newVec();
+  return m;
+}
+
+function sizeDecision(d: Decision): i32 {
+  return sizeStr(d.allocId) + sizeU64(<u64><u32>d.action) + sizeU64(<u64>d.retryAfterMs) + sizeStr(d.reason);
+}
+
+export function sizePolicyResponse(m: PolicyResponse): i32 {
+  let s = sizeStr(m.error);
+  for (let i = 0; i < m.decisions.len; i++) s += sizeLenField(sizeDecision(m.decision(i)));
+  return s;
+}
+
+export function putPolicyResponse(m: PolicyResponse): void {
+  for (let i = 0; i < m.decisions.len; i++) {
+    const d = m.decision(i);
+    putTag(1, LEN);
+    putVarint(<u64>sizeDecision(d));
+    putStr(1, d.allocId);
+    putU64(2, <u64><u32>d.action);
+    putU64(3, <u64>d.retryAfterMs);
+    putStr(4, d.reason);
+  }
+  putStr(15, m.error);
+}
+
+// ---- AdapterRequest / AdapterResponse ----
+
+/** volhost_adapt_request's request. */
+@unmanaged
+export class AdapterRequest {
+  /** node-unpublish | node-unstage | controller-unpublish | controller-publish | node-stage | node-publish */
+  step: Bytes;
+  claim: ClaimView;
+  volume: VolumeView;
+  node: NodeView;
+  plugin: PluginView;
+  nowUnixMs: i64;
+}
+
+export function decodeAdapterRequest(p: usize, n: i32): AdapterRequest {
+  const m = changetype<AdapterRequest>(allocZero(offsetof<AdapterRequest>()));
+  m.claim = changetype<ClaimView>(allocZero(offsetof<ClaimView>()));
+  m.volume = newVolumeView();
+  m.node = newNodeView();
+  m.plugin = changetype<PluginView>(allocZero(offsetof<PluginView>()));
+  if (!start("AdapterRequest", p, n)) return m;
+  const end = p + <usize>n;
+  while (rp < end && decodeError == 0) {
+    const tag = readTag(end);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    let e: usize = 0;
+    switch (f) {
+      case 1: m.step = str(end, f, t, m.step); break;
+      case 2: if ((e = body(end, f, t)) != 0) { enter(f, -1); mergeClaimView(m.claim, e); leave(); } break;
+      case 3: if ((e = body(end, f, t)) != 0) { enter(f, -1); mergeVolumeView(m.volume, e); leave(); } break;
+      case 4: if ((e = body(end, f, t)) != 0) { enter(f, -1); mergeNodeView(m.node, e); leave(); } break;
+      case 5: if ((e = body(end, f, t)) != 0) { enter(f, -1); mergePluginView(m.plugin, e); leave(); } break;
+      case 6: m.nowUnixMs = <i64>varint(end, f, t); break;
+      default: skipValue(end, f, t);
+    }
+  }
+  return m;
+}
+
+/** volhost_adapt_request's response. */
+@unmanaged
+export class AdapterResponse {
+  volumeId: Bytes;
+  /** The host refuses an empty one. */
+  nodeId: Bytes;
+  /** Bytes items: secret keys the host fills in. */
+  secretKeys: Vec;
+  /** map<string,string>: push key, value pairs (or assign a request's map). */
+  volumeContext: Vec;
+  error: Bytes;
+}
+
+export function newAdapterResponse(): AdapterResponse {
+  const m = changetype<AdapterResponse>(allocZero(offsetof<AdapterResponse>()));
+  m.secretKeys = newVec();
+  m.volumeContext = newVec();
+  return m;
+}
+
+export function sizeAdapterResponse(m: AdapterResponse): i32 {
+  let s = sizeStr(m.volumeId) + sizeStr(m.nodeId) + sizeMap(m.volumeContext) + sizeStr(m.error);
+  for (let i = 0; i < m.secretKeys.len; i++) s += sizeLenField(blenOf(m.secretKeys.at(i)));
+  return s;
+}
+
+export function putAdapterResponse(m: AdapterResponse): void {
+  putStr(1, m.volumeId);
+  putStr(2, m.nodeId);
+  for (let i = 0; i < m.secretKeys.len; i++) putStrAlways(3, m.secretKeys.at(i));
+  putMap(4, m.volumeContext);
+  putStr(15, m.error);
+}
+
+// ---- ClassifyRequest / ClassifyResponse ----
+
+/** volhost_classify_error's request. */
+@unmanaged
+export class ClassifyRequest {
+  step: Bytes;
+  /** gRPC status code. */
+  code: u32;
+  message: Bytes;
+  attempts: u32;
+  pluginId: Bytes;
+  volumeId: Bytes;
+}
+
+export function decodeClassifyRequest(p: usize, n: i32): ClassifyRequest {
+  const m = changetype<ClassifyRequest>(allocZero(offsetof<ClassifyRequest>()));
+  if (!start("ClassifyRequest", p, n)) return m;
+  const end = p + <usize>n;
+  while (rp < end && decodeError == 0) {
+    const tag = readTag(end);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    switch (f) {
+      case 1: m.step = str(end, f, t, m.step); break;
+      case 2: m.code = <u32>varint(end, f, t); break;
+      case 3: m.message = str(end, f, t, m.message); break;
+      case 4: m.attempts = <u32>varint(end, f, t); break;
+      case 5: m.pluginId = str(end, f, t, m.pluginId); break;
+      case 6: m.volumeId = str(end, f, t, m.volumeId); break;
+      default: skipValue(end, f, t);
+    }
+  }
+  return m;
+}
+
+/** volhost_classify_error's response. */
+@unmanaged
+export class ClassifyResponse {
+  outcome: i32;
+  /** 0 on OUTCOME_RETRY: the host's backoff decides. */
+  retryAfterMs: i64;
+  reason: Bytes;
+  error: Bytes;
+}
+
+export function newClassifyResponse(): ClassifyResponse {
+  return changetype<ClassifyResponse>(allocZero(offsetof<ClassifyResponse>()));
+}
+
+export function sizeClassifyResponse(m: ClassifyResponse): i32 {
+  return sizeU64(<u64><u32>m.outcome) + sizeU64(<u64>m.retryAfterMs) + sizeStr(m.reason) + sizeStr(m.error);
+}
+
+export function putClassifyResponse(m: ClassifyResponse): void {
+  putU64(1, <u64><u32>m.outcome);
+  putU64(2, <u64>m.retryAfterMs);
+  putStr(3, m.reason);
+  putStr(15, m.error);
+}

@@ -1,0 +1,314 @@
+// Protocol buffer wire format (proto3), reading and writing in guest memory.
+//
+// Reading follows abi/codec.go: unknown fields of any wire type are skipped
+// (ABI.md section 6, forward compatibility), and bad varints or lengths, a
+// field number 0, a stray end-group, a reserved wire type, or a known field
+// with another wire type fail the decode with one error naming the message
+// and the field path (decodeError). The reader is a cursor over the request
+// buffer held in module globals: one call is decoded at a time.
+
+import { Bytes, bytesOf, blen, bptr, text, textBytes, textEnd, textStart, textU64 } from "./bytes";
+import { alloc } from "./mem";
+
+/** Wire types. */
+export const VARINT: u32 = 0;
+export const FIXED64: u32 = 1;
+export const LEN: u32 = 2;
+export const SGROUP: u32 = 3;
+export const EGROUP: u32 = 4;
+export const FIXED32: u32 = 5;
+
+// ---- reading ----
+
+/** The read cursor. */
+export let rp: usize = 0;
+/** The error of the current decode, 0 when none. */
+export let decodeError: Bytes = 0;
+
+// The field path of the value being decoded, for the error message:
+// pathNum[i] is a field number, pathItem[i] an item index (-1: singular).
+const MAX_DEPTH = 8;
+const pathNum = memory.data(MAX_DEPTH * 4);
+const pathItem = memory.data(MAX_DEPTH * 4);
+let depth = 0;
+let messageName: string = "";
+
+/** Starts decoding message name at [p, p+n). */
+export function readStart(name: string, p: usize): void {
+  rp = p;
+  decodeError = 0;
+  depth = 0;
+  messageName = name;
+}
+
+/** Enters field num (item: index in a repeated field, -1 for a singular one). */
+export function enter(num: u32, item: i32): void {
+  if (depth < MAX_DEPTH) {
+    store<u32>(pathNum + (<usize>depth << 2), num);
+    store<i32>(pathItem + (<usize>depth << 2), item);
+  }
+  depth++;
+}
+
+/** Leaves the field entered last. */
+export function leave(): void { depth--; }
+
+/**
+ * Records a decode error: "abi: malformed message: NAME: field N: item I:
+ * ...: what" (the wording of abi/codec.go). Only the first error counts.
+ */
+export function fail(num: u32, what: string, a: u64 = 0, b: u64 = 0): void {
+  if (decodeError != 0) return;
+  textStart();
+  text("abi: malformed message: ");
+  text(messageName);
+  text(": ");
+  const d = depth < MAX_DEPTH ? depth : MAX_DEPTH;
+  for (let i = 0; i < d; i++) {
+    text("field ");
+    textU64(<u64>load<u32>(pathNum + (<usize>i << 2)));
+    text(": ");
+    const item = load<i32>(pathItem + (<usize>i << 2));
+    if (item >= 0) {
+      text("item ");
+      textU64(<u64>item);
+      text(": ");
+    }
+  }
+  if (num != 0) {
+    text("field ");
+    textU64(<u64>num);
+    text(": ");
+  }
+  if (what == "wire type") {
+    text("wire type ");
+    textU64(a);
+    text(", want ");
+    textU64(b);
+  } else if (what == "too large") {
+    textU64(a);
+    text(" bytes exceeds the 4194304 byte limit");
+  } else {
+    text(what);
+  }
+  decodeError = textEnd();
+}
+
+/** Fails field num for a wire type other than want; true when typ is want. */
+export function wantType(num: u32, typ: u32, want: u32): bool {
+  if (typ == want) return true;
+  fail(num, "wire type", <u64>typ, <u64>want);
+  return false;
+}
+
+/** Reads a varint ending before end; fails (returns 0) when it is bad. */
+export function readVarint(end: usize, num: u32): u64 {
+  let x: u64 = 0;
+  let shift: u64 = 0;
+  for (let i = 0; i < 10; i++) {
+    if (rp >= end) { fail(num, "unexpected EOF"); return 0; }
+    const c = <u64>load<u8>(rp++);
+    if (i == 9 && c > 1) { fail(num, "variable length integer overflow"); return 0; }
+    x |= (c & 0x7f) << shift;
+    if (c < 0x80) return x;
+    shift += 7;
+  }
+  return x; // unreachable: the tenth byte ends it or fails
+}
+
+/**
+ * Reads a tag: field number << 3 | wire type. Returns 0 with an error for a
+ * bad varint or field number 0 (protowire.ConsumeTag).
+ */
+export function readTag(end: usize): u32 {
+  const c = <u32>load<u8>(rp);
+  if (c >= 8 && c < 0x80) { rp++; return c; } // one byte: fields 1..15
+  const x = readVarint(end, 0);
+  if (decodeError != 0) return 0;
+  if ((x >> 3) == 0 || (x >> 3) > 0x7fffffff) { fail(0, "tag: invalid field number"); return 0; }
+  return <u32>((x >> 3) << 3) | <u32>(x & 7);
+}
+
+/** Reads a length-delimited value (LEN) ending before end. */
+export function readLen(end: usize, num: u32): Bytes {
+  let n: u64;
+  if (rp < end && load<u8>(rp) < 0x80) n = <u64>load<u8>(rp++);
+  else {
+    n = readVarint(end, num);
+    if (decodeError != 0) return 0;
+  }
+  if (n > <u64>(end - rp)) { fail(num, "unexpected EOF"); return 0; }
+  const b = bytesOf(rp, <i32>n);
+  rp += <usize>n;
+  return b;
+}
+
+/** Skips the value of an unknown field (any wire type, groups included). */
+export function skipValue(end: usize, num: u32, typ: u32): void {
+  switch (typ) {
+    case VARINT: readVarint(end, num); return;
+    case LEN: readLen(end, num); return;
+    case FIXED32:
+      if (end - rp < 4) { fail(num, "unexpected EOF"); return; }
+      rp += 4;
+      return;
+    case FIXED64:
+      if (end - rp < 8) { fail(num, "unexpected EOF"); return; }
+      rp += 8;
+      return;
+    case SGROUP: skipGroup(end, num); return;
+    case EGROUP: fail(num, "unknown field: parsing end-group marker"); return;
+  }
+  fail(num, "unknown field: cannot parse reserved wire type");
+}
+
+// skipGroup skips up to the end-group marker of group num, keeping the
+// numbers of open groups on an arena stack (no recursion: a deep group
+// nesting cannot exhaust the wasm stack).
+function skipGroup(end: usize, num: u32): void {
+  let stack = alloc(64 << 2), cap = 64, n = 1;
+  store<u32>(stack, num);
+  while (n > 0) {
+    if (rp >= end) { fail(num, "unknown field: unexpected EOF"); return; }
+    const tag = readTag(end);
+    if (decodeError != 0) return;
+    const f = tag >>> 3, t = tag & 7;
+    if (t == EGROUP) {
+      if (load<u32>(stack + (<usize>(n - 1) << 2)) != f) { fail(num, "unknown field: mismatching end group marker"); return; }
+      n--;
+    } else if (t == SGROUP) {
+      if (n == cap) {
+        const s2 = alloc(<usize>cap << 3);
+        memory.copy(s2, stack, <usize>cap << 2);
+        stack = s2;
+        cap <<= 1;
+      }
+      store<u32>(stack + (<usize>n << 2), f);
+      n++;
+    } else {
+      skipValue(end, f, t);
+      if (decodeError != 0) return;
+    }
+  }
+}
+
+// ---- growable arrays in the arena ----
+
+/**
+ * A growable array of u64 items in the call arena: repeated fields (item
+ * addresses, or Bytes) and map<string,string> fields (key, value pairs:
+ * see mapSize, mapGet in messages.ts; a lookup takes the last entry with
+ * the key, as proto does). Growing copies to a new block
+ * twice the size; the old block stays dead in the arena until the call ends.
+ */
+@unmanaged
+export class Vec {
+  ptr: usize;
+  len: i32;
+  cap: i32;
+
+  /** Item i. */
+  // @ts-ignore: decorator
+  @inline at(i: i32): u64 { return load<u64>(this.ptr + (<usize>i << 3)); }
+
+  /** Appends x. */
+  push(x: u64): void {
+    if (this.len == this.cap) {
+      const c = this.cap == 0 ? 4 : this.cap << 1;
+      const p = alloc(<usize>c << 3);
+      if (this.len > 0) memory.copy(p, this.ptr, <usize>this.len << 3);
+      this.ptr = p;
+      this.cap = c;
+    }
+    store<u64>(this.ptr + (<usize>this.len << 3), x);
+    this.len++;
+  }
+}
+
+// ---- writing ----
+
+/** The write cursor. */
+export let wp: usize = 0;
+
+/** Starts writing at p. */
+export function writeStart(p: usize): void { wp = p; }
+
+/** Writes one byte. */
+// @ts-ignore: decorator
+@inline export function putByte(b: u32): void { store<u8>(wp++, <u8>b); }
+
+/** Writes x as a varint. */
+export function putVarint(x: u64): void {
+  while (x >= 0x80) {
+    store<u8>(wp++, <u8>(x | 0x80));
+    x >>= 7;
+  }
+  store<u8>(wp++, <u8>x);
+}
+
+/** Bytes of x as a varint. */
+export function sizeVarint(x: u64): i32 {
+  let n = 1;
+  while (x >= 0x80) { x >>= 7; n++; }
+  return n;
+}
+
+/** Writes a tag (fields 1..15 take one byte). */
+// @ts-ignore: decorator
+@inline export function putTag(num: u32, typ: u32): void { putVarint(<u64>(num << 3 | typ)); }
+
+/** Size of a LEN field whose body is n bytes, tag included (fields 1..15). */
+// @ts-ignore: decorator
+@inline export function sizeLenField(n: i32): i32 { return 1 + sizeVarint(<u64>n) + n; }
+
+/** Size of string field v, 0 when empty (proto3 omits it). */
+// @ts-ignore: decorator
+@inline export function sizeStr(v: Bytes): i32 { return v == 0 ? 0 : sizeLenField(blen(v)); }
+
+/** Size of varint field v, 0 when 0. */
+// @ts-ignore: decorator
+@inline export function sizeU64(v: u64): i32 { return v == 0 ? 0 : 1 + sizeVarint(v); }
+
+/** Writes string field num, nothing when v is empty. */
+export function putStr(num: u32, v: Bytes): void {
+  if (v == 0) return;
+  putStrAlways(num, v);
+}
+
+/** Writes string field num even when empty (repeated items keep empty strings). */
+export function putStrAlways(num: u32, v: Bytes): void {
+  const n = blen(v);
+  putTag(num, LEN);
+  putVarint(<u64>n);
+  if (n > 0) memory.copy(wp, bptr(v), <usize>n);
+  wp += <usize>n;
+}
+
+/** Writes varint field num, nothing when v is 0. */
+export function putU64(num: u32, v: u64): void {
+  if (v == 0) return;
+  putTag(num, VARINT);
+  putVarint(v);
+}
+
+/** Size of a map<string,string> field's entries. */
+export function sizeMap(m: Vec): i32 {
+  let s = 0;
+  for (let i = 0, n = m.len; i < n; i += 2) s += sizeLenField(sizeStr(m.at(i)) + sizeStr(m.at(i + 1)));
+  return s;
+}
+
+/**
+ * Writes a map<string,string> field's entries (a Vec of key, value pairs)
+ * in their order; a repeated key is written each time, and the reader takes
+ * the last, as from a map.
+ */
+export function putMap(num: u32, m: Vec): void {
+  for (let i = 0, n = m.len; i < n; i += 2) {
+    const k = m.at(i), v = m.at(i + 1);
+    putTag(num, LEN);
+    putVarint(<u64>(sizeStr(k) + sizeStr(v)));
+    putStr(1, k);
+    putStr(2, v);
+  }
+}
