@@ -30,6 +30,7 @@ benchtime_of() {
     BenchmarkFailover) echo 3x ;;
     BenchmarkClaimTransitions) echo 2000x ;;
     BenchmarkAgentRelease) echo 2x ;;
+    BenchmarkGuestCostCold) echo 300x ;;
     *) echo "$benchtime" ;;
   esac
 }
