@@ -94,9 +94,10 @@ type instance struct {
 	// its next function entry or loop header. armed says a call is running
 	// that a late interrupt may still stop; flagMu orders the interrupting
 	// goroutine against the call's end.
-	flag   api.MutableGlobal
-	flagMu sync.Mutex
-	armed  bool
+	flag      api.MutableGlobal
+	flagMu    sync.Mutex
+	armed     bool
+	stopWatch func() bool // context.AfterFunc's stop, while armed
 }
 
 // genDeps is what a generation needs from its manager.
@@ -342,12 +343,22 @@ func (g *generation) adapts(step string) bool {
 }
 
 // run calls fn on the instance with stack (params in, results out), bounded
-// by ctx. An instrumented instance is stopped by its flag, set from
-// context.AfterFunc once ctx is done; the runtime of one that is not
-// instrumented closes it on ctx's end itself (close-on-context-done).
+// by ctx (see arm).
 func (inst *instance) run(ctx context.Context, fn api.Function, stack []uint64) error {
+	if err := inst.arm(ctx); err != nil {
+		return err
+	}
+	defer inst.disarm()
+	return fn.CallWithStack(ctx, stack)
+}
+
+// arm makes ctx's end stop the instance's calls until disarm: an
+// instrumented instance is stopped by its flag, set from context.AfterFunc;
+// the runtime of one that is not instrumented closes it on ctx's end itself
+// (close-on-context-done), so arming it is a no-op.
+func (inst *instance) arm(ctx context.Context) error {
 	if inst.flag == nil {
-		return fn.CallWithStack(ctx, stack)
+		return nil
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -355,18 +366,25 @@ func (inst *instance) run(ctx context.Context, fn api.Function, stack []uint64) 
 	inst.flagMu.Lock()
 	inst.armed = true
 	inst.flagMu.Unlock()
-	stop := context.AfterFunc(ctx, inst.interrupt)
-	err := fn.CallWithStack(ctx, stack)
-	stop()
-	// An interrupt that lost the race with the call's end must not stop the
-	// instance's next call: disarm, and clear the flag if it was set.
+	inst.stopWatch = context.AfterFunc(ctx, inst.interrupt)
+	return nil
+}
+
+// disarm ends what arm started. An interrupt that lost the race with the
+// call's end must not stop the instance's next call, so the flag is cleared
+// if it was set.
+func (inst *instance) disarm() {
+	if inst.flag == nil {
+		return
+	}
+	inst.stopWatch()
+	inst.stopWatch = nil
 	inst.flagMu.Lock()
 	inst.armed = false
 	if inst.flag.Get() != 0 {
 		inst.flag.Set(0)
 	}
 	inst.flagMu.Unlock()
-	return err
 }
 
 // interrupt stops the instance's running call at its next function entry
@@ -547,8 +565,13 @@ func (g *generation) call(ctx context.Context, export string, req []byte, decode
 // own context, used to tell its cancellation from the module's timeout.
 func (g *generation) invokeOn(cctx, parent context.Context, inst *instance, export string, req []byte, decode func([]byte) (string, error)) error {
 	inst.out.Reset()
+	// One arming covers both calls: the deadline is the request's.
+	if err := inst.arm(cctx); err != nil {
+		return g.fault(parent, cctx, err, inst.out, inst.mem, abi.ExportBuffer)
+	}
+	defer inst.disarm()
 	inst.stack[0] = api.EncodeU32(uint32(len(req)))
-	if err := inst.run(cctx, inst.buffer, inst.stack); err != nil {
+	if err := inst.buffer.CallWithStack(cctx, inst.stack); err != nil {
 		return g.fault(parent, cctx, err, inst.out, inst.mem, abi.ExportBuffer)
 	}
 	ptr := api.DecodeU32(inst.stack[0])
@@ -558,7 +581,7 @@ func (g *generation) invokeOn(cctx, parent context.Context, inst *instance, expo
 		return g.abiFault(inst, fmt.Errorf("%s(%d) returned %#x: outside the guest's %d-byte memory", abi.ExportBuffer, len(req), ptr, inst.mem.Size()))
 	}
 	inst.stack[0] = api.EncodeU32(uint32(len(req)))
-	if err := inst.run(cctx, inst.fns[export], inst.stack); err != nil {
+	if err := inst.fns[export].CallWithStack(cctx, inst.stack); err != nil {
 		return g.fault(parent, cctx, err, inst.out, inst.mem, export)
 	}
 	rptr, rlen := abi.UnpackResult(inst.stack[0])
