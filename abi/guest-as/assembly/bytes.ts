@@ -7,7 +7,7 @@
 // buffer or the call arena. AS string literals (ASCII) are only read, to
 // compare or to copy into the arena.
 
-import { alloc, arenaPushByte, arenaTop } from "./mem";
+import { alloc, arenaExtend, arenaPushByte, arenaTop } from "./mem";
 
 /** A byte string: address << 32 | length. 0 is the empty string. */
 export type Bytes = u64;
@@ -67,12 +67,55 @@ export function hasSuffix(b: Bytes, s: string): bool {
   return eq(bytesOf(bptr(b) + <usize>(m - n), n), s);
 }
 
-/** Copies the ASCII literal s into the arena. */
-export function lit(s: string): Bytes {
-  const n = s.length;
-  if (n == 0) return 0;
-  const p = alloc(<usize>n), q = changetype<usize>(s);
+// copyAscii writes the n UTF-16 code units at q as bytes at p.
+function copyAscii(p: usize, q: usize, n: i32): void {
   for (let i = 0; i < n; i++) store<u8>(p + <usize>i, <u8>load<u16>(q + (<usize>i << 1)));
+}
+
+// The literal cache: LIT_SLOTS (literal address, Bytes) pairs, open
+// addressing by address, and LIT_BYTES of static room for their bytes. It
+// outlives the call arena, so each literal is converted once per instance.
+const LIT_SLOTS = 256;
+const LIT_BYTES = 8192;
+const litKeys = memory.data(LIT_SLOTS * 4);
+const litVals = memory.data(LIT_SLOTS * 8);
+const litData = memory.data(LIT_BYTES);
+let litUsed: usize = 0;
+
+// litCached is the ASCII literal s from the cache, converting it on first
+// use; 0 when s is empty or the cache is full.
+function litCached(s: string): Bytes {
+  const q = changetype<usize>(s);
+  const h = (<u32>q * 0x9e3779b1) >>> 24; // 8 bits: LIT_SLOTS
+  for (let k: u32 = 0; k < <u32>LIT_SLOTS; k++) {
+    const slot = <usize>((h + k) & (LIT_SLOTS - 1));
+    const key = load<u32>(litKeys + (slot << 2));
+    if (key == <u32>q) return load<u64>(litVals + (slot << 3));
+    if (key != 0) continue;
+    const n = s.length;
+    if (n == 0 || litUsed + <usize>n > <usize>LIT_BYTES) return 0;
+    const p = litData + litUsed;
+    litUsed += <usize>n;
+    copyAscii(p, q, n);
+    const b = bytesOf(p, n);
+    store<u32>(litKeys + (slot << 2), <u32>q);
+    store<u64>(litVals + (slot << 3), b);
+    return b;
+  }
+  return 0;
+}
+
+/**
+ * The ASCII literal s as Bytes. The first use in an instance copies it to a
+ * static cache; later uses are a lookup. When the cache is full it is copied
+ * into the call arena instead.
+ */
+export function lit(s: string): Bytes {
+  const b = litCached(s);
+  if (b != 0 || s.length == 0) return b;
+  const n = s.length;
+  const p = alloc(<usize>n);
+  copyAscii(p, changetype<usize>(s), n);
   return bytesOf(p, n);
 }
 
@@ -91,13 +134,15 @@ export function textEnd(): Bytes { return bytesOf(textBegin, <i32>(arenaTop() - 
 
 /** Appends the ASCII literal s. */
 export function text(s: string): void {
-  const q = changetype<usize>(s);
-  for (let i = 0, n = s.length; i < n; i++) arenaPushByte(<u8>load<u16>(q + (<usize>i << 1)));
+  const b = litCached(s);
+  if (b != 0) textBytes(b);
+  else copyAscii(arenaExtend(<usize>s.length), changetype<usize>(s), s.length);
 }
 
 /** Appends the bytes of b. */
 export function textBytes(b: Bytes): void {
-  for (let i = 0, n = blen(b); i < n; i++) arenaPushByte(byteAt(b, i));
+  const n = blen(b);
+  if (n > 0) memory.copy(arenaExtend(<usize>n), bptr(b), <usize>n);
 }
 
 /** Appends n in decimal. */

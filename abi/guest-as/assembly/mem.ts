@@ -28,12 +28,22 @@ export const MAX_REPEATED: i32 = 10000;
 let inCap: usize = 0;
 let top: usize = 0; // set by arenaReset at the start of every export
 
+// memEnd is the memory's size in bytes as last seen (it only grows).
+let memEnd: usize = 0;
+
 /** Makes sure [0, end) is inside memory, growing it if needed (traps when it cannot). */
-function ensure(end: usize): void {
+// @ts-ignore: decorator
+@inline export function ensure(end: usize): void {
+  if (end > memEnd) grow(end);
+}
+
+function grow(end: usize): void {
   const have = <usize>memory.size() << 16;
+  memEnd = have;
   if (end <= have) return;
   const pages = <i32>((end - have + 0xffff) >>> 16);
   if (memory.grow(pages) < 0) unreachable(); // past memory_pages: the host's oom
+  memEnd = <usize>memory.size() << 16;
 }
 
 /**
@@ -81,8 +91,17 @@ export function allocZero(n: usize): usize {
 export function arenaTop(): usize { return top; }
 
 /** Appends one byte at the arena's end (text building). */
-export function arenaPushByte(b: u8): void {
+// @ts-ignore: decorator
+@inline export function arenaPushByte(b: u8): void {
   ensure(top + 1);
   store<u8>(top, b);
   top++;
+}
+
+/** Reserves n bytes at the arena's end and returns their address (text building). */
+export function arenaExtend(n: usize): usize {
+  const p = top;
+  ensure(p + n);
+  top = p + n;
+  return p;
 }

@@ -61,13 +61,25 @@ function newVec(): Vec { return changetype<Vec>(allocZero(offsetof<Vec>())); }
 // ---- decoding helpers ----
 
 // str reads string field num of wire type typ, keeping old on error.
-function str(end: usize, num: u32, typ: u32, old: Bytes): Bytes {
+// @ts-ignore: decorator
+@inline function str(end: usize, num: u32, typ: u32, old: Bytes): Bytes {
+  if (typ == LEN) return readLen(end, num);
+  return strSlow(end, num, typ, old);
+}
+
+function strSlow(end: usize, num: u32, typ: u32, old: Bytes): Bytes {
   if (!wantType(num, typ, LEN)) return old;
   return readLen(end, num);
 }
 
 // varint reads varint field num of wire type typ.
-function varint(end: usize, num: u32, typ: u32): u64 {
+// @ts-ignore: decorator
+@inline function varint(end: usize, num: u32, typ: u32): u64 {
+  if (typ == VARINT) return readVarint(end, num);
+  return varintSlow(end, num, typ);
+}
+
+function varintSlow(end: usize, num: u32, typ: u32): u64 {
   if (!wantType(num, typ, VARINT)) return 0;
   return readVarint(end, num);
 }

@@ -102,7 +102,16 @@ export function wantType(num: u32, typ: u32, want: u32): bool {
 }
 
 /** Reads a varint ending before end; fails (returns 0) when it is bad. */
-export function readVarint(end: usize, num: u32): u64 {
+// @ts-ignore: decorator
+@inline export function readVarint(end: usize, num: u32): u64 {
+  if (rp < end) {
+    const c = load<u8>(rp);
+    if (c < 0x80) { rp++; return <u64>c; }
+  }
+  return readVarintSlow(end, num);
+}
+
+function readVarintSlow(end: usize, num: u32): u64 {
   let x: u64 = 0;
   let shift: u64 = 0;
   for (let i = 0; i < 10; i++) {
@@ -117,20 +126,42 @@ export function readVarint(end: usize, num: u32): u64 {
 }
 
 /**
- * Reads a tag: field number << 3 | wire type. Returns 0 with an error for a
- * bad varint or field number 0 (protowire.ConsumeTag).
+ * Reads a tag (rp < end): field number << 3 | wire type. Returns 0 with an
+ * error for a bad varint or field number 0 (protowire.ConsumeTag). Inline:
+ * the one-byte tags of fields 1..15 cost no call.
  */
-export function readTag(end: usize): u32 {
+// @ts-ignore: decorator
+@inline export function readTag(end: usize): u32 {
   const c = <u32>load<u8>(rp);
-  if (c >= 8 && c < 0x80) { rp++; return c; } // one byte: fields 1..15
+  if (c >= 8 && c < 0x80) { rp++; return c; }
+  return readTagSlow(end);
+}
+
+function readTagSlow(end: usize): u32 {
   const x = readVarint(end, 0);
   if (decodeError != 0) return 0;
   if ((x >> 3) == 0 || (x >> 3) > 0x7fffffff) { fail(0, "tag: invalid field number"); return 0; }
   return <u32>((x >> 3) << 3) | <u32>(x & 7);
 }
 
-/** Reads a length-delimited value (LEN) ending before end. */
-export function readLen(end: usize, num: u32): Bytes {
+/**
+ * Reads a length-delimited value (LEN) ending before end. Inline: a
+ * one-byte length that fits costs no call.
+ */
+// @ts-ignore: decorator
+@inline export function readLen(end: usize, num: u32): Bytes {
+  if (rp < end) {
+    const l = <usize>load<u8>(rp);
+    if (l < 0x80 && l < end - rp) {
+      const b = bytesOf(rp + 1, <i32>l);
+      rp += l + 1;
+      return b;
+    }
+  }
+  return readLenSlow(end, num);
+}
+
+function readLenSlow(end: usize, num: u32): Bytes {
   let n: u64;
   if (rp < end && load<u8>(rp) < 0x80) n = <u64>load<u8>(rp++);
   else {

@@ -11,7 +11,7 @@
 // or gone (ANCHORS pain 1: a dead node cannot answer NodeUnpublish).
 
 import {
-  ACTION_RELEASE, ACTION_RELEASE_SKIP_NODE, ACTION_WAIT, AllocView, Bytes, bytesEqual, ConfigureRequest,
+  ACTION_RELEASE, ACTION_RELEASE_SKIP_NODE, ACTION_WAIT, AllocView, blen, byteAt, Bytes, bytesEqual, ConfigureRequest,
   ConfigureResponse, eq, lit, mapKey, mapSize, NodeView, PolicyRequest, PolicyResponse, serveConfigure,
   serveRelease, text, textBytes, textEnd, textQuote, textStart,
 } from "../../../../abi/guest-as/assembly/index";
@@ -57,12 +57,20 @@ function kindOf(status: Bytes): i32 {
   return KIND_OTHER;
 }
 
+// sameId compares two IDs: lengths and last bytes inline (the IDs of one
+// request usually differ there: alloc-1, alloc-2), the rest only then.
+// @ts-ignore: decorator
+@inline function sameId(a: Bytes, b: Bytes): bool {
+  const n = blen(a);
+  return n == blen(b) && (n == 0 || (byteAt(a, n - 1) == byteAt(b, n - 1) && bytesEqual(a, b)));
+}
+
 // findAlloc is the allocation with id, the last one when IDs repeat (as
 // defaultpolicy.Index), or null.
 function findAlloc(req: PolicyRequest, id: Bytes): AllocView | null {
   for (let i = req.allocCount - 1; i >= 0; i--) {
     const a = req.alloc(i);
-    if (bytesEqual(a.id, id)) return a;
+    if (sameId(a.id, id)) return a;
   }
   return null;
 }
@@ -70,7 +78,7 @@ function findAlloc(req: PolicyRequest, id: Bytes): AllocView | null {
 function findNode(req: PolicyRequest, id: Bytes): NodeView | null {
   for (let i = req.nodeCount - 1; i >= 0; i--) {
     const n = req.node(i);
-    if (bytesEqual(n.id, id)) return n;
+    if (sameId(n.id, id)) return n;
   }
   return null;
 }
@@ -97,11 +105,7 @@ function decide(req: PolicyRequest, resp: PolicyResponse): void {
       const down = nd != null && eq(nd.status, "down");
       const gone = nd == null || eq(nd.status, "gone");
       if (down || gone) {
-        textStart();
-        text("allocation ");
-        text(kindName(kind));
-        text(down ? ", node down: skip node step" : ", node gone: skip node step");
-        resp.add(c.allocId, ACTION_RELEASE_SKIP_NODE, 0, textEnd());
+        resp.add(c.allocId, ACTION_RELEASE_SKIP_NODE, 0, skipReason(kind, down));
         continue;
       }
     }
@@ -109,22 +113,36 @@ function decide(req: PolicyRequest, resp: PolicyResponse): void {
   }
 }
 
-function kindName(kind: i32): string {
-  switch (kind) {
-    case KIND_PENDING: return "pending";
-    case KIND_RUNNING: return "running";
-    case KIND_COMPLETE: return "complete";
-    case KIND_FAILED: return "failed";
-    case KIND_LOST: return "lost";
+// skipReason explains a release that skips the node step (kind is terminal).
+function skipReason(kind: i32, down: bool): Bytes {
+  if (down) {
+    switch (kind) {
+      case KIND_COMPLETE: return lit("allocation complete, node down: skip node step");
+      case KIND_FAILED: return lit("allocation failed, node down: skip node step");
+      case KIND_LOST: return lit("allocation lost, node down: skip node step");
+    }
+    return lit("allocation gone, node down: skip node step");
   }
-  return "gone";
+  switch (kind) {
+    case KIND_COMPLETE: return lit("allocation complete, node gone: skip node step");
+    case KIND_FAILED: return lit("allocation failed, node gone: skip node step");
+    case KIND_LOST: return lit("allocation lost, node gone: skip node step");
+  }
+  return lit("allocation gone, node gone: skip node step");
 }
 
-// reason is "allocation <status>".
+// reason is "allocation <status>", a cached literal for the known statuses.
 function reason(kind: i32, status: Bytes): Bytes {
+  switch (kind) {
+    case KIND_PENDING: return lit("allocation pending");
+    case KIND_RUNNING: return lit("allocation running");
+    case KIND_COMPLETE: return lit("allocation complete");
+    case KIND_FAILED: return lit("allocation failed");
+    case KIND_LOST: return lit("allocation lost");
+    case KIND_GONE: return lit("allocation gone");
+  }
   textStart();
   text("allocation ");
-  if (kind == KIND_OTHER) textBytes(status);
-  else text(kindName(kind));
+  textBytes(status);
   return textEnd();
 }
