@@ -85,7 +85,8 @@ function varintSlow(end: usize, num: u32, typ: u32): u64 {
 }
 
 // item checks that repeated field num may take one more item.
-function item(v: Vec, num: u32): bool {
+// @ts-ignore: decorator
+@inline function item(v: Vec, num: u32): bool {
   if (v.len < MAX_REPEATED) return true;
   fail(num, "more than 10000 items");
   return false;
@@ -117,8 +118,12 @@ function mapEntry(m: Vec, end: usize, num: u32, typ: u32): void {
 
 // body reads the length of message field num, leaves rp at the start of
 // its body and returns the body's end (0: error).
-function body(end: usize, num: u32, typ: u32): usize {
-  if (!wantType(num, typ, LEN)) return 0;
+// @ts-ignore: decorator
+@inline function body(end: usize, num: u32, typ: u32): usize {
+  if (typ != LEN) {
+    wantType(num, typ, LEN);
+    return 0;
+  }
   const b = readLen(end, num);
   if (decodeError != 0) return 0;
   const e = rp;

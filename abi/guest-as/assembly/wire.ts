@@ -243,16 +243,19 @@ export class Vec {
   @inline at(i: i32): u64 { return load<u64>(this.ptr + (<usize>i << 3)); }
 
   /** Appends x. */
-  push(x: u64): void {
-    if (this.len == this.cap) {
-      const c = this.cap == 0 ? 4 : this.cap << 1;
-      const p = alloc(<usize>c << 3);
-      if (this.len > 0) memory.copy(p, this.ptr, <usize>this.len << 3);
-      this.ptr = p;
-      this.cap = c;
-    }
+  // @ts-ignore: decorator
+  @inline push(x: u64): void {
+    if (this.len == this.cap) this.grow();
     store<u64>(this.ptr + (<usize>this.len << 3), x);
     this.len++;
+  }
+
+  private grow(): void {
+    const c = this.cap == 0 ? 4 : this.cap << 1;
+    const p = alloc(<usize>c << 3);
+    if (this.len > 0) memory.copy(p, this.ptr, <usize>this.len << 3);
+    this.ptr = p;
+    this.cap = c;
   }
 }
 
