@@ -179,12 +179,3 @@ export function log(level: i32, msg: Bytes): void {
   if (msg == 0 || !logEnabled(level)) return;
   hostLog(level, <usize>(msg >>> 32), <i32><u32>msg);
 }
-
-/**
- * The abort function the compiler calls on a failed assertion or a runtime
- * error: a trap, never the `env.abort` import the host refuses. Built with
- * `--use abort=...`, see ../README.md.
- */
-export function trap(message: usize, fileName: usize, line: u32, column: u32): void {
-  unreachable();
-}
