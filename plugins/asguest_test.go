@@ -174,7 +174,8 @@ func genPolicyRequest(r *rand.Rand, odd bool) *abi.PolicyRequest {
 		Volume: abi.VolumeView{Namespace: "default", ID: fmt.Sprintf("vol-%d", r.IntN(100)), PluginID: "gcepd"}}
 	id := func(prefix string, i int) string {
 		if odd && r.IntN(10) == 0 {
-			return pick(r, []string{"", prefix + "-0", "é" + prefix, prefix + "\x00"})
+			// Empty, repeated, non-ASCII, and longer than a one-byte length.
+			return pick(r, []string{"", prefix + "-0", "é" + prefix, prefix + "\x00", strings.Repeat(prefix, 40)})
 		}
 		return fmt.Sprintf("%s-%d", prefix, i)
 	}
@@ -422,6 +423,38 @@ func TestASDefaultPolicyDifferential(t *testing.T) {
 		if want := defaultpolicy.Decide(req).Decisions; !sameDecisions(resp.Decisions, want) {
 			t.Fatalf("request %d: AS decisions\n%+v\nnative\n%+v\nrequest %+v", i, resp.Decisions, want, req)
 		}
+	}
+	// Every call's memory is dropped at the next: an instance stays at
+	// what its largest request needs (a few KiB here), however many calls.
+	if pages := in.mod.Memory().Size() / 65536; pages > 2 {
+		t.Errorf("memory grew to %d pages over 10,000 calls", pages)
+	}
+}
+
+// TestASBuffer checks volhost_buffer's refusals and a length that does not
+// fit the buffer: an error response, as the Go SDK gives, not a trap.
+func TestASBuffer(t *testing.T) {
+	in := newASInstance(t, asWasm(t, "as-gcepd-adapter"))
+	buffer := in.mod.ExportedFunction(abi.ExportBuffer)
+	for _, size := range []int64{-1, abi.MaxMessageSize + 1} {
+		res, err := buffer.Call(in.ctx, uint64(uint32(int32(size))))
+		if err != nil || res[0] != 0 {
+			t.Errorf("volhost_buffer(%d) = %v, %v; want 0", size, res, err)
+		}
+	}
+	res, err := buffer.Call(in.ctx, 10)
+	if err != nil || res[0] == 0 {
+		t.Fatalf("volhost_buffer(10) = %v, %v", res, err)
+	}
+	res, err = in.mod.ExportedFunction(abi.ExportClassifyError).Call(in.ctx, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptr, n := abi.UnpackResult(res[0])
+	b, _ := in.mod.Memory().Read(ptr, n)
+	var resp abi.ClassifyResponse
+	if err := resp.Unmarshal(b); err != nil || resp.Error != "request length 1048576 does not fit the 4096-byte buffer from volhost_buffer" {
+		t.Fatalf("response %+v, %v", resp, err)
 	}
 }
 
