@@ -33,58 +33,83 @@ import (
 // without the host's validation, to reach odd and malformed requests too.
 
 var (
-	asMu    sync.Mutex
-	asBuilt = map[string]error{}
+	asOnce  sync.Once
+	asSkip  string           // why the AS modules cannot be built here ("" if they can)
+	asErr   error            // a failure to set up the compiler
+	asBuilt map[string]error // module name -> its compile error
 	asOut   string
 )
 
 // asWasm returns examples/plugins/NAME (an AssemblyScript guest) compiled
-// with abi/guest-as's compiler and asconfig.json, once per test binary. It
-// runs `npm ci` in abi/guest-as when the compiler is not installed, and
-// skips the test when npm is not there either.
+// with abi/guest-as's compiler and asconfig.json. The first call compiles
+// every AS example at once, in parallel (the compiler's start-up is most of
+// its ~3 s), after `npm ci` in abi/guest-as when the compiler is not
+// installed; without npm either, the test is skipped.
 func asWasm(t testing.TB, name string) []byte {
 	t.Helper()
-	root := pluginstest.RepoRoot()
-	sdk := filepath.Join(root, "abi", "guest-as")
-	asc := filepath.Join(sdk, "node_modules", ".bin", "asc")
-	asMu.Lock()
-	defer asMu.Unlock()
-	if asOut == "" {
-		if _, err := os.Stat(asc); err != nil {
-			if _, err := exec.LookPath("npm"); err != nil {
-				t.Skipf("AssemblyScript compiler not installed and npm not found: %v", err)
-			}
-			cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-			cmd.Dir = sdk
-			if b, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("npm ci in %s: %v\n%s", sdk, err, b)
-			}
-		}
-		dir, err := os.MkdirTemp("", "volhost-as-modules-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		asOut = dir
+	asOnce.Do(buildASModules)
+	if asSkip != "" {
+		t.Skip(asSkip)
 	}
-	out := filepath.Join(asOut, name+".wasm")
-	err, done := asBuilt[name]
-	if !done {
-		cmd := exec.Command(asc, filepath.Join("examples", "plugins", name, "assembly", "index.ts"),
-			"--config", filepath.Join("abi", "guest-as", "asconfig.json"), "-o", out)
-		cmd.Dir = root
-		if b, cerr := cmd.CombinedOutput(); cerr != nil {
-			err = fmt.Errorf("compiling %s: %v\n%s", name, cerr, b)
-		}
-		asBuilt[name] = err
+	if asErr != nil {
+		t.Fatal(asErr)
+	}
+	err, ok := asBuilt[name]
+	if !ok {
+		t.Fatalf("examples/plugins/%s has no assembly/index.ts", name)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(out)
+	b, err := os.ReadFile(filepath.Join(asOut, name+".wasm"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return b
+}
+
+func buildASModules() {
+	root := pluginstest.RepoRoot()
+	sdk := filepath.Join(root, "abi", "guest-as")
+	asc := filepath.Join(sdk, "node_modules", ".bin", "asc")
+	if _, err := os.Stat(asc); err != nil {
+		if _, err := exec.LookPath("npm"); err != nil {
+			asSkip = fmt.Sprintf("AssemblyScript compiler not installed and npm not found: %v", err)
+			return
+		}
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = sdk
+		if b, err := cmd.CombinedOutput(); err != nil {
+			asErr = fmt.Errorf("npm ci in %s: %v\n%s", sdk, err, b)
+			return
+		}
+	}
+	if asOut, asErr = os.MkdirTemp("", "volhost-as-modules-"); asErr != nil {
+		return
+	}
+	entries, err := filepath.Glob(filepath.Join(root, "examples", "plugins", "*", "assembly", "index.ts"))
+	if err != nil {
+		asErr = err
+		return
+	}
+	asBuilt = make(map[string]error, len(entries))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, entry := range entries {
+		name := filepath.Base(filepath.Dir(filepath.Dir(entry)))
+		wg.Go(func() {
+			cmd := exec.Command(asc, entry, "--config", filepath.Join(sdk, "asconfig.json"), "-o", filepath.Join(asOut, name+".wasm"))
+			cmd.Dir = root
+			var err error
+			if b, cerr := cmd.CombinedOutput(); cerr != nil {
+				err = fmt.Errorf("compiling %s: %v\n%s", name, cerr, b)
+			}
+			mu.Lock()
+			asBuilt[name] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
 }
 
 // shippedManifest is examples/plugins/NAME/NAME.hcl.
