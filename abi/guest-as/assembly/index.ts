@@ -50,8 +50,8 @@ function pack(p: usize, n: i32): i64 {
   return <i64>((<u64>p << 32) | <u64><u32>n);
 }
 
-// lengthOK checks the host's request length against the buffer, and
-// otherwise returns the error the Go SDK gives.
+// lengthError checks the host's request length against the buffer: 0 when
+// it fits, else the error the Go SDK gives.
 function lengthError(n: i32): Bytes {
   if (n >= 0 && <usize>n <= requestCap()) return 0;
   textStart();

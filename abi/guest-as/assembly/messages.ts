@@ -9,7 +9,7 @@
 // field seen twice merges, the last scalar wins, repeated and map fields
 // accumulate.
 
-import { Bytes, bytesEqual, eq } from "./bytes";
+import { blen, Bytes, bytesEqual, eq } from "./bytes";
 import { allocZero, MAX_MESSAGE_SIZE, MAX_REPEATED } from "./mem";
 import {
   decodeError, enter, fail, leave, LEN, putMap, putStr, putStrAlways, putTag, putU64, putVarint,
@@ -179,7 +179,7 @@ export function newConfigureResponse(): ConfigureResponse {
 
 export function sizeConfigureResponse(m: ConfigureResponse): i32 {
   let s = sizeStr(m.version) + sizeStr(m.error);
-  for (let i = 0; i < m.adaptSteps.len; i++) s += sizeLenField(blenOf(m.adaptSteps.at(i)));
+  for (let i = 0; i < m.adaptSteps.len; i++) s += sizeLenField(blen(m.adaptSteps.at(i)));
   return s;
 }
 
@@ -189,8 +189,6 @@ export function putConfigureResponse(m: ConfigureResponse): void {
   putStr(15, m.error);
 }
 
-// blenOf: a Bytes' length (re-exported helper name to keep imports small).
-function blenOf(b: Bytes): i32 { return <i32><u32>b; }
 
 // start begins decoding a top-level message of n bytes at p.
 function start(name: string, p: usize, n: i32): bool {
@@ -577,7 +575,7 @@ export function newAdapterResponse(): AdapterResponse {
 
 export function sizeAdapterResponse(m: AdapterResponse): i32 {
   let s = sizeStr(m.volumeId) + sizeStr(m.nodeId) + sizeMap(m.volumeContext) + sizeStr(m.error);
-  for (let i = 0; i < m.secretKeys.len; i++) s += sizeLenField(blenOf(m.secretKeys.at(i)));
+  for (let i = 0; i < m.secretKeys.len; i++) s += sizeLenField(blen(m.secretKeys.at(i)));
   return s;
 }
 
