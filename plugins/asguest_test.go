@@ -6,12 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -32,86 +30,6 @@ import (
 // over generated requests; the direct tests call the module through wazero
 // without the host's validation, to reach odd and malformed requests too.
 
-var (
-	asOnce  sync.Once
-	asSkip  string           // why the AS modules cannot be built here ("" if they can)
-	asErr   error            // a failure to set up the compiler
-	asBuilt map[string]error // module name -> its compile error
-	asOut   string
-)
-
-// asWasm returns examples/plugins/NAME (an AssemblyScript guest) compiled
-// with abi/guest-as's compiler and asconfig.json. The first call compiles
-// every AS example at once, in parallel (the compiler's start-up is most of
-// its ~3 s), after `npm ci` in abi/guest-as when the compiler is not
-// installed; without npm either, the test is skipped.
-func asWasm(t testing.TB, name string) []byte {
-	t.Helper()
-	asOnce.Do(buildASModules)
-	if asSkip != "" {
-		t.Skip(asSkip)
-	}
-	if asErr != nil {
-		t.Fatal(asErr)
-	}
-	err, ok := asBuilt[name]
-	if !ok {
-		t.Fatalf("examples/plugins/%s has no assembly/index.ts", name)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := os.ReadFile(filepath.Join(asOut, name+".wasm"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-func buildASModules() {
-	root := pluginstest.RepoRoot()
-	sdk := filepath.Join(root, "abi", "guest-as")
-	asc := filepath.Join(sdk, "node_modules", ".bin", "asc")
-	if _, err := os.Stat(asc); err != nil {
-		if _, err := exec.LookPath("npm"); err != nil {
-			asSkip = fmt.Sprintf("AssemblyScript compiler not installed and npm not found: %v", err)
-			return
-		}
-		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-		cmd.Dir = sdk
-		if b, err := cmd.CombinedOutput(); err != nil {
-			asErr = fmt.Errorf("npm ci in %s: %v\n%s", sdk, err, b)
-			return
-		}
-	}
-	if asOut, asErr = os.MkdirTemp("", "volhost-as-modules-"); asErr != nil {
-		return
-	}
-	entries, err := filepath.Glob(filepath.Join(root, "examples", "plugins", "*", "assembly", "index.ts"))
-	if err != nil {
-		asErr = err
-		return
-	}
-	asBuilt = make(map[string]error, len(entries))
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, entry := range entries {
-		name := filepath.Base(filepath.Dir(filepath.Dir(entry)))
-		wg.Go(func() {
-			cmd := exec.Command(asc, entry, "--config", filepath.Join(sdk, "asconfig.json"), "-o", filepath.Join(asOut, name+".wasm"))
-			cmd.Dir = root
-			var err error
-			if b, cerr := cmd.CombinedOutput(); cerr != nil {
-				err = fmt.Errorf("compiling %s: %v\n%s", name, cerr, b)
-			}
-			mu.Lock()
-			asBuilt[name] = err
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-}
-
 // shippedManifest is examples/plugins/NAME/NAME.hcl.
 func shippedManifest(t testing.TB, name string) []byte {
 	t.Helper()
@@ -126,7 +44,7 @@ func shippedManifest(t testing.TB, name string) []byte {
 // gcepd-adapter (plugin ID gcepd) to compare with.
 func asEnv(t *testing.T) *testEnv {
 	t.Helper()
-	policy, adapter := asWasm(t, "as-default-policy"), asWasm(t, "as-gcepd-adapter")
+	policy, adapter := exampleWasm(t, "as-default-policy"), exampleWasm(t, "as-gcepd-adapter")
 	goAdapter := exampleWasm(t, "gcepd-adapter")
 	return newEnv(t, func(dir string) {
 		writeModule(t, dir, "as-default-policy", policy, shippedManifest(t, "as-default-policy"))
@@ -409,7 +327,7 @@ func TestASConfigure(t *testing.T) {
 		{"as-default-policy", "default-policy", nil},
 		{"as-gcepd-adapter", "gcepd-adapter", []string{abi.StepControllerPublish, abi.StepControllerUnpublish}},
 	} {
-		in := newASInstance(t, asWasm(t, tc.module))
+		in := newASInstance(t, exampleWasm(t, tc.module))
 		for _, cfg := range []struct {
 			config  map[string]string
 			wantErr string
@@ -434,7 +352,7 @@ func TestASConfigure(t *testing.T) {
 // defaultpolicy.Decide over 10,000 generated requests, odd ones included,
 // called directly (no host validation in between).
 func TestASDefaultPolicyDifferential(t *testing.T) {
-	in := newASInstance(t, asWasm(t, "as-default-policy"))
+	in := newASInstance(t, exampleWasm(t, "as-default-policy"))
 	r := rand.New(rand.NewPCG(5, 6))
 	for i := range 10000 {
 		req := genPolicyRequest(r, i%2 == 0)
@@ -459,7 +377,7 @@ func TestASDefaultPolicyDifferential(t *testing.T) {
 // TestASBuffer checks volhost_buffer's refusals and a length that does not
 // fit the buffer: an error response, as the Go SDK gives, not a trap.
 func TestASBuffer(t *testing.T) {
-	in := newASInstance(t, asWasm(t, "as-gcepd-adapter"))
+	in := newASInstance(t, exampleWasm(t, "as-gcepd-adapter"))
 	buffer := in.mod.ExportedFunction(abi.ExportBuffer)
 	for _, size := range []int64{-1, abi.MaxMessageSize + 1} {
 		res, err := buffer.Call(in.ctx, uint64(uint32(int32(size))))
@@ -504,7 +422,7 @@ func appendUnknown(b []byte) []byte {
 // skipped, and a mangled request is answered with an error exactly when
 // abi's decoder refuses it, never with a trap.
 func TestASDecoder(t *testing.T) {
-	in := newASInstance(t, asWasm(t, "as-default-policy"))
+	in := newASInstance(t, exampleWasm(t, "as-default-policy"))
 	req := &abi.PolicyRequest{NowUnixMs: 5, Volume: abi.VolumeView{ID: "v", Context: map[string]string{"a": "b"}},
 		Claims: []abi.ClaimView{{AllocID: "a1", NodeID: "n1", State: "taken"}, {AllocID: "a2", State: "taken"}},
 		Allocs: []abi.AllocView{{ID: "a1", ClientStatus: "complete"}, {ID: "a2", ClientStatus: "running"}},
@@ -609,7 +527,7 @@ func BenchmarkASGuestCost(b *testing.B) {
 				if lang == "go" {
 					wasm = exampleWasm(b, mod.name)
 				} else {
-					wasm = asWasm(b, "as-"+mod.name)
+					wasm = exampleWasm(b, "as-"+mod.name)
 				}
 				e := newEnv(b, func(dir string) {
 					writeModule(b, dir, mod.name, wasm, manifest(mod.kind, `limits {

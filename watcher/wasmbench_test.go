@@ -24,13 +24,13 @@ import (
 //
 //	go test -run '^$' -bench 'WasmVsNative' -benchtime 3x ./watcher/
 
-// benchWasmModules loads default-policy (default for every volume) and
-// gcepd-adapter (for the benchmark's plugin) with a pool as large as the
-// watcher's concurrency, and warms every pool instance until its Go heap
+// benchWasmModules loads the policy example (default for every volume) and
+// the adapter example (for the benchmark's plugin) with a pool as large as
+// the watcher's concurrency, and warms every pool instance until its heap
 // has reached its steady size, as a long-running agent's are (a young
 // instance's linear memory grows, and each wazero memory.grow copies it).
 // It returns the Wasm policy with the native adapter, and both in Wasm.
-func benchWasmModules(b *testing.B) (policyOnly, both Modules) {
+func benchWasmModules(b *testing.B, policy, adapter string) (policyOnly, both Modules) {
 	b.Helper()
 	const pool = 16
 	limits := fmt.Sprintf(`limits {
@@ -40,18 +40,18 @@ func benchWasmModules(b *testing.B) (policyOnly, both Modules) {
   max_calls    = 1000000
 }`, pool)
 	m := newWasmManager(b, clockwork.NewRealClock(),
-		moduleFile{name: "default-policy", example: "default-policy",
+		moduleFile{name: policy, example: policy,
 			manifest: "kind = \"release-policy\"\nversion = \"1.0.0\"\ndefault = true\n" + limits},
-		moduleFile{name: "gcepd-adapter", example: "gcepd-adapter",
+		moduleFile{name: adapter, example: adapter,
 			manifest: fmt.Sprintf("kind = \"csi-adapter\"\nversion = \"1.0.0\"\nplugin_ids = [%q]\n%s", testPlugin, limits)},
 	)
 	both = WasmModules(m, nil)
 	policyOnly = policyOnlyModules{both}
 	v := &structs.Volume{Namespace: "default", ID: "v", PluginID: testPlugin}
-	if n, ok := both.PolicyFor(v).(Named); !ok || n.ModuleName() != "default-policy" {
+	if n, ok := both.PolicyFor(v).(Named); !ok || n.ModuleName() != policy {
 		b.Fatalf("policy is not the Wasm module: %T", both.PolicyFor(v))
 	}
-	if n, ok := both.AdapterFor(v).(Named); !ok || n.ModuleName() != "gcepd-adapter" {
+	if n, ok := both.AdapterFor(v).(Named); !ok || n.ModuleName() != adapter {
 		b.Fatalf("adapter is not the Wasm module: %T", both.AdapterFor(v))
 	}
 	// Warm: pool-wide concurrent calls of the benchmark's shapes.
@@ -151,10 +151,13 @@ type side struct {
 	mods Modules
 }
 
-// benchSides: native, the Wasm policy with the native adapter, both in Wasm.
+// benchSides: native, the Go guest policy with the native adapter, both Go
+// guests, and both AssemblyScript guests (abi/guest-as: the same decisions,
+// no language runtime in the call).
 func benchSides(b *testing.B) []side {
-	policyOnly, both := benchWasmModules(b)
-	return []side{{"native", NativeModules()}, {"wasm-policy", policyOnly}, {"wasm-both", both}}
+	policyOnly, both := benchWasmModules(b, "default-policy", "gcepd-adapter")
+	_, asBoth := benchWasmModules(b, "as-default-policy", "as-gcepd-adapter")
+	return []side{{"native", NativeModules()}, {"wasm-policy", policyOnly}, {"wasm-both", both}, {"as-both", asBoth}}
 }
 
 // measure runs every side b.N times, rotating which goes first, and

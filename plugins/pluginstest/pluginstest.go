@@ -42,10 +42,15 @@ func CacheDir() string {
 	return dir
 }
 
-// Wasm returns examples/plugins/NAME built as a wasip1 c-shared module,
-// building it once per test binary (Go's build cache makes that ~1 s).
+// Wasm returns examples/plugins/NAME built once per test binary: as a
+// wasip1 c-shared module for a Go example (Go's build cache makes that
+// ~1 s), with abi/guest-as's compiler for an AssemblyScript one (a folder
+// with assembly/index.ts; see asWasm).
 func Wasm(t testing.TB, name string) []byte {
 	t.Helper()
+	if _, err := os.Stat(filepath.Join(RepoRoot(), "examples", "plugins", name, "assembly", "index.ts")); err == nil {
+		return asWasm(t, name)
+	}
 	mu.Lock()
 	if outDir == "" {
 		dir, err := os.MkdirTemp("", "volhost-modules-")
@@ -94,4 +99,84 @@ func Install(t testing.TB, dir, as string, wasm []byte, hcl string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+var (
+	asOnce  sync.Once
+	asSkip  string           // why the AS modules cannot be built here ("" if they can)
+	asErr   error            // a failure to set up the compiler
+	asBuilt map[string]error // module name -> its compile error
+	asOut   string
+)
+
+// asWasm returns examples/plugins/NAME (an AssemblyScript guest) compiled
+// with abi/guest-as's compiler and asconfig.json. The first call compiles
+// every AS example at once, in parallel (the compiler's start-up is most of
+// its ~3 s), after `npm ci` in abi/guest-as when the compiler is not
+// installed; without npm either, the test is skipped.
+func asWasm(t testing.TB, name string) []byte {
+	t.Helper()
+	asOnce.Do(buildASModules)
+	if asSkip != "" {
+		t.Skip(asSkip)
+	}
+	if asErr != nil {
+		t.Fatal(asErr)
+	}
+	err, ok := asBuilt[name]
+	if !ok {
+		t.Fatalf("examples/plugins/%s has no assembly/index.ts", name)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(asOut, name+".wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func buildASModules() {
+	root := RepoRoot()
+	sdk := filepath.Join(root, "abi", "guest-as")
+	asc := filepath.Join(sdk, "node_modules", ".bin", "asc")
+	if _, err := os.Stat(asc); err != nil {
+		if _, err := exec.LookPath("npm"); err != nil {
+			asSkip = fmt.Sprintf("AssemblyScript compiler not installed and npm not found: %v", err)
+			return
+		}
+		cmd := exec.Command("npm", "ci", "--no-audit", "--no-fund")
+		cmd.Dir = sdk
+		if b, err := cmd.CombinedOutput(); err != nil {
+			asErr = fmt.Errorf("npm ci in %s: %v\n%s", sdk, err, b)
+			return
+		}
+	}
+	if asOut, asErr = os.MkdirTemp("", "volhost-as-modules-"); asErr != nil {
+		return
+	}
+	entries, err := filepath.Glob(filepath.Join(root, "examples", "plugins", "*", "assembly", "index.ts"))
+	if err != nil {
+		asErr = err
+		return
+	}
+	asBuilt = make(map[string]error, len(entries))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, entry := range entries {
+		name := filepath.Base(filepath.Dir(filepath.Dir(entry)))
+		wg.Go(func() {
+			cmd := exec.Command(asc, entry, "--config", filepath.Join(sdk, "asconfig.json"), "-o", filepath.Join(asOut, name+".wasm"))
+			cmd.Dir = root
+			var err error
+			if b, cerr := cmd.CombinedOutput(); cerr != nil {
+				err = fmt.Errorf("compiling %s: %v\n%s", name, cerr, b)
+			}
+			mu.Lock()
+			asBuilt[name] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
 }
