@@ -94,8 +94,17 @@ func normalized(resp *abi.PolicyResponse) *abi.PolicyResponse {
 // 10,000 generated volume views (seeded, so a failure reproduces). The two
 // share abi/defaultpolicy.Decide, so a difference is a bug in the codec, the
 // guest SDK or the runtime (DESIGN "Wasm modules").
+//
+// as-default-policy, the AssemblyScript port (abi/guest-as), shares no code
+// with the native policy, so for it the test checks the port's logic too.
 func TestDifferentialDefaultPolicy(t *testing.T) {
-	m := newWasmManager(t, nil, moduleFile{name: "default-policy", example: "default-policy",
+	for _, module := range []string{"default-policy", "as-default-policy"} {
+		t.Run(module, func(t *testing.T) { testDifferential(t, module) })
+	}
+}
+
+func testDifferential(t *testing.T, module string) {
+	m := newWasmManager(t, nil, moduleFile{name: module, example: module,
 		manifest: policyManifest(`default = true`, "")})
 	mods := WasmModules(m, nil)
 
@@ -110,8 +119,8 @@ func TestDifferentialDefaultPolicy(t *testing.T) {
 	for i, req := range corpus {
 		vol := &structs.Volume{Namespace: req.Volume.Namespace, ID: req.Volume.ID, PluginID: req.Volume.PluginID}
 		policy := mods.PolicyFor(vol)
-		if named, ok := policy.(Named); !ok || named.ModuleName() != "default-policy" {
-			t.Fatalf("view %d is not served by the default-policy module: %T", i, policy)
+		if named, ok := policy.(Named); !ok || named.ModuleName() != module {
+			t.Fatalf("view %d is not served by the %s module: %T", i, module, policy)
 		}
 		want, err := DefaultPolicy{}.DecideRelease(ctx, req)
 		if err != nil {
