@@ -425,16 +425,19 @@ func BenchmarkGuestCostCold(b *testing.B) {
 		if mod.kind == "release-policy" {
 			shape = fmt.Sprintf("%s/%dclaims", mod.name, countClaims(b, mod.req))
 		}
-		for _, instrument := range []bool{true, false} {
-			name := TimeoutsFlag
-			if !instrument {
-				name = TimeoutsCloseOnDone
-			}
-			b.Run(shape+"/"+name, func(b *testing.B) {
-				if !instrument {
+		for _, v := range []struct {
+			name, module string
+			instrument   bool
+		}{
+			{TimeoutsFlag, mod.name, true},
+			{TimeoutsCloseOnDone, mod.name, false},
+			{"as-" + TimeoutsFlag, "as-" + mod.name, true}, // the AssemblyScript port
+		} {
+			b.Run(shape+"/"+v.name, func(b *testing.B) {
+				if !v.instrument {
 					defer noInstrument()()
 				}
-				wasm := exampleWasm(b, mod.name)
+				wasm := exampleWasm(b, v.module)
 				e := newEnv(b, func(dir string) {
 					writeModule(b, dir, mod.name, wasm, manifest(mod.kind, `limits {
   call_timeout = "1s"
