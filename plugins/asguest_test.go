@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -505,65 +504,6 @@ func TestASDecoder(t *testing.T) {
 		}
 		if nerr == nil && !sameDecisions(resp.Decisions, defaultpolicy.Decide(&native).Decisions) {
 			t.Fatalf("case %d: decisions differ (request %x)", i, b)
-		}
-	}
-}
-
-// BenchmarkASGuestCost is BenchmarkGuestCost's shapes (the default policy
-// on a 1-claim and an 8-claim request, the GCE PD adapter on
-// controller-unpublish) for the AS modules beside their Go originals, in
-// one run, both instrumented (the host as it runs), with the same metrics:
-//
-//	go test -run '^$' -bench ASGuestCost -benchtime 3000x ./plugins/
-func BenchmarkASGuestCost(b *testing.B) {
-	for _, mod := range guestCostModules() {
-		shape := mod.name
-		if mod.kind == "release-policy" {
-			shape = fmt.Sprintf("%s/%dclaims", mod.name, countClaims(b, mod.req))
-		}
-		for _, lang := range []string{"go", "as"} {
-			b.Run(shape+"/"+lang, func(b *testing.B) {
-				var wasm []byte
-				if lang == "go" {
-					wasm = exampleWasm(b, mod.name)
-				} else {
-					wasm = exampleWasm(b, "as-"+mod.name)
-				}
-				e := newEnv(b, func(dir string) {
-					writeModule(b, dir, mod.name, wasm, manifest(mod.kind, `limits {
-  call_timeout = "1s"
-  pool_size    = 1
-  max_calls    = 100000000
-}`))
-				}, nil)
-				ctx := context.Background()
-				for range 100 {
-					if err := mod.call(ctx, e.m, mod.name); err != nil {
-						b.Fatal(err)
-					}
-				}
-				durs := make([]time.Duration, 0, 1<<16)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for b.Loop() {
-					start := time.Now()
-					if err := mod.call(ctx, e.m, mod.name); err != nil {
-						b.Fatal(err)
-					}
-					if len(durs) < cap(durs) {
-						durs = append(durs, time.Since(start))
-					}
-				}
-				b.StopTimer()
-				slices.Sort(durs)
-				if len(durs) > 0 {
-					b.ReportMetric(float64(durs[len(durs)/2].Nanoseconds()), "p50-ns")
-					b.ReportMetric(float64(durs[len(durs)*9/10].Nanoseconds()), "p90-ns")
-					b.ReportMetric(float64(durs[len(durs)*99/100].Nanoseconds()), "p99-ns")
-				}
-				b.ReportMetric(guestCalls(b, wasm, mod.export, mod.req).PerCall(), "guest-calls/op")
-				b.ReportMetric(guestLoops(b, wasm, mod.export, mod.req), "guest-loops/op")
-			})
 		}
 	}
 }

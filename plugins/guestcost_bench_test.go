@@ -104,19 +104,21 @@ func guestCostModules() []guestCostModule {
 	}
 }
 
-// BenchmarkGuestCost measures one decision through a Go guest: the default
-// policy on a 1-claim and an 8-claim request, and the GCE PD adapter on a
-// controller-unpublish request. "current" is the host as it runs, with the
-// module instrumented (wasmbin.Preempt); "close-on-context-done" is the
-// same module bounded by wazero's own mechanism instead, the host's
-// fallback for a module it cannot instrument.
+// BenchmarkGuestCost measures one decision through a Wasm guest: the
+// default policy on a 1-claim and an 8-claim request, and the GCE PD
+// adapter on a controller-unpublish request. "current" is the Go guest as
+// the host runs it, instrumented (wasmbin.Preempt); "close-on-context-done"
+// is the same module bounded by wazero's own mechanism instead, the host's
+// fallback for a module it cannot instrument; "as" is the AssemblyScript
+// port (examples/plugins/as-*), instrumented.
 func BenchmarkGuestCost(b *testing.B) {
 	type variant struct {
 		name       string
 		wasm       func(tb testing.TB, module string) []byte
 		instrument bool
 	}
-	variants := []variant{{"current", exampleWasm, true}, {"close-on-context-done", exampleWasm, false}}
+	asPort := func(tb testing.TB, module string) []byte { return exampleWasm(tb, "as-"+module) }
+	variants := []variant{{"current", exampleWasm, true}, {"close-on-context-done", exampleWasm, false}, {"as", asPort, true}}
 	if dir := os.Getenv("VOLHOST_GUESTCOST_BASELINE"); dir != "" {
 		variants = append(variants, variant{"baseline", func(tb testing.TB, module string) []byte {
 			w, err := os.ReadFile(filepath.Join(dir, module+".wasm"))
@@ -127,29 +129,14 @@ func BenchmarkGuestCost(b *testing.B) {
 		}, true})
 	}
 	for _, mod := range guestCostModules() {
-		shape := mod.name
-		if mod.kind == "release-policy" {
-			shape = fmt.Sprintf("%s/%dclaims", mod.name, countClaims(b, mod.req))
-		}
 		for _, v := range variants {
-			b.Run(shape+"/"+v.name, func(b *testing.B) {
+			b.Run(mod.shape(b)+"/"+v.name, func(b *testing.B) {
 				if !v.instrument {
 					defer noInstrument()()
 				}
 				wasm := v.wasm(b, mod.name)
-				e := newEnv(b, func(dir string) {
-					writeModule(b, dir, mod.name, wasm, manifest(mod.kind, `limits {
-  call_timeout = "1s"
-  pool_size    = 1
-  max_calls    = 100000000
-}`))
-				}, nil)
+				e := mod.warmEnv(b, wasm)
 				ctx := context.Background()
-				for range 100 { // warm the instance: its first calls grow the heap
-					if err := mod.call(ctx, e.m, mod.name); err != nil {
-						b.Fatal(err)
-					}
-				}
 				durs := make([]time.Duration, 0, 1<<16)
 				b.ReportAllocs()
 				b.ResetTimer()
@@ -163,17 +150,54 @@ func BenchmarkGuestCost(b *testing.B) {
 					}
 				}
 				b.StopTimer()
-				slices.Sort(durs)
-				if len(durs) > 0 {
-					b.ReportMetric(float64(durs[len(durs)/2].Nanoseconds()), "p50-ns")
-					b.ReportMetric(float64(durs[len(durs)*9/10].Nanoseconds()), "p90-ns")
-					b.ReportMetric(float64(durs[len(durs)*99/100].Nanoseconds()), "p99-ns")
-				}
+				reportDurations(b, durs)
 				b.ReportMetric(guestCalls(b, wasm, mod.export, mod.req).PerCall(), "guest-calls/op")
 				b.ReportMetric(guestLoops(b, wasm, mod.export, mod.req), "guest-loops/op")
 			})
 		}
 	}
+}
+
+// shape names the benchmark case: the module, and a policy's claim count.
+func (mod guestCostModule) shape(tb testing.TB) string {
+	if mod.kind == "release-policy" {
+		return fmt.Sprintf("%s/%dclaims", mod.name, countClaims(tb, mod.req))
+	}
+	return mod.name
+}
+
+// warmEnv loads wasm as the module, one instance that is never recycled,
+// and warms it: its first calls grow the heap.
+func (mod guestCostModule) warmEnv(b *testing.B, wasm []byte) *testEnv {
+	e := newEnv(b, func(dir string) {
+		writeModule(b, dir, mod.name, wasm, manifest(mod.kind, `limits {
+  call_timeout = "1s"
+  pool_size    = 1
+  max_calls    = 100000000
+}`))
+	}, nil)
+	for range 100 {
+		if err := mod.call(context.Background(), e.m, mod.name); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return e
+}
+
+// reportDurations reports the p50, p90, p99 and mean of per-call durations.
+func reportDurations(b *testing.B, durs []time.Duration) {
+	if len(durs) == 0 {
+		return
+	}
+	slices.Sort(durs)
+	var sum time.Duration
+	for _, d := range durs {
+		sum += d
+	}
+	b.ReportMetric(float64(durs[len(durs)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(durs[len(durs)*9/10].Nanoseconds()), "p90-ns")
+	b.ReportMetric(float64(durs[len(durs)*99/100].Nanoseconds()), "p99-ns")
+	b.ReportMetric(float64(sum.Nanoseconds())/float64(len(durs)), "mean-ns")
 }
 
 // TestGuestCallCounts logs the guest function calls and loop headers per
@@ -417,14 +441,10 @@ func countLoops(wasm []byte) ([]byte, error) {
 // work (raft, the store, HTTP) evicts the guest's code and heap between two
 // calls to an instance. It reports the p50 and mean of the calls alone.
 //
-//	go test -run '^$' -bench GuestCostCold -benchtime 1000x ./plugins/
+//	go test -run '^$' -bench GuestCostCold -benchtime 300x ./plugins/
 func BenchmarkGuestCostCold(b *testing.B) {
 	junk := make([]byte, 64<<20)
 	for _, mod := range guestCostModules() {
-		shape := mod.name
-		if mod.kind == "release-policy" {
-			shape = fmt.Sprintf("%s/%dclaims", mod.name, countClaims(b, mod.req))
-		}
 		for _, v := range []struct {
 			name, module string
 			instrument   bool
@@ -433,24 +453,12 @@ func BenchmarkGuestCostCold(b *testing.B) {
 			{TimeoutsCloseOnDone, mod.name, false},
 			{"as-" + TimeoutsFlag, "as-" + mod.name, true}, // the AssemblyScript port
 		} {
-			b.Run(shape+"/"+v.name, func(b *testing.B) {
+			b.Run(mod.shape(b)+"/"+v.name, func(b *testing.B) {
 				if !v.instrument {
 					defer noInstrument()()
 				}
-				wasm := exampleWasm(b, v.module)
-				e := newEnv(b, func(dir string) {
-					writeModule(b, dir, mod.name, wasm, manifest(mod.kind, `limits {
-  call_timeout = "1s"
-  pool_size    = 1
-  max_calls    = 100000000
-}`))
-				}, nil)
+				e := mod.warmEnv(b, exampleWasm(b, v.module))
 				ctx := context.Background()
-				for range 100 {
-					if err := mod.call(ctx, e.m, mod.name); err != nil {
-						b.Fatal(err)
-					}
-				}
 				var durs []time.Duration
 				var i byte
 				for b.Loop() {
@@ -466,13 +474,7 @@ func BenchmarkGuestCostCold(b *testing.B) {
 					}
 					durs = append(durs, time.Since(start))
 				}
-				slices.Sort(durs)
-				var sum time.Duration
-				for _, d := range durs {
-					sum += d
-				}
-				b.ReportMetric(float64(durs[len(durs)/2].Nanoseconds()), "p50-ns")
-				b.ReportMetric(float64(sum.Nanoseconds())/float64(len(durs)), "mean-ns")
+				reportDurations(b, durs)
 			})
 		}
 	}
