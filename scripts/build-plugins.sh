@@ -24,6 +24,14 @@ mkdir -p "$out"
 export GOOS=wasip1 GOARCH=wasm
 # elapsed START: seconds since START (a date +%s.%N stamp), without bc.
 elapsed() { awk -v s="$1" -v e="$(date +%s.%N)" 'BEGIN { printf "%.1f", e - s }'; }
+# copy_manifest DIR NAME: DIR/NAME.hcl to OUT/NAME.hcl, or a warning.
+copy_manifest() {
+  if [ -f "$1/$2.hcl" ]; then
+    cp "$1/$2.hcl" "$out/$2.hcl"
+  else
+    echo "warning: $1 has no manifest $2.hcl" >&2
+  fi
+}
 total_start=$(date +%s.%N)
 built=0
 for dir in examples/plugins/*/; do
@@ -39,11 +47,7 @@ for dir in examples/plugins/*/; do
     built=$((built + 1))
     printf '%-20s %9d bytes  %5ss\n' "$name.wasm" "$(wc -c <"$wasm")" "$(elapsed "$start")"
   fi
-  if [ -f "$dir/$name.hcl" ]; then
-    cp "$dir/$name.hcl" "$out/$name.hcl"
-  else
-    echo "warning: $dir has no manifest $name.hcl" >&2
-  fi
+  copy_manifest "$dir" "$name"
   for v in "$dir"/variants/*.hcl; do
     [ -f "$v" ] || continue
     vname=$(basename "$v" .hcl)
@@ -76,10 +80,6 @@ for dir in examples/plugins/*/; do
     built=$((built + 1))
     printf '%-20s %9d bytes  %5ss\n' "$name.wasm" "$(wc -c <"$wasm")" "$(elapsed "$start")"
   fi
-  if [ -f "$dir/$name.hcl" ]; then
-    cp "$dir/$name.hcl" "$out/$name.hcl"
-  else
-    echo "warning: $dir has no manifest $name.hcl" >&2
-  fi
+  copy_manifest "$dir" "$name"
 done
 printf 'modules in %s: %d (%d built, %ss)\n' "$out" "$(ls "$out" | grep -c '\.wasm$')" "$built" "$(elapsed "$total_start")"
