@@ -63,8 +63,8 @@ func TestASModulesLoad(t *testing.T) {
 		plugins    []string
 		limitPages uint32
 	}{
-		{"as-default-policy", string(abi.KindReleasePolicy), nil, nil, 256},
-		{"as-gcepd-adapter", string(abi.KindCSIAdapter), []string{abi.StepControllerPublish, abi.StepControllerUnpublish}, []string{"gcepd-as"}, 256},
+		{"as-default-policy", string(abi.KindReleasePolicy), nil, nil, 16},
+		{"as-gcepd-adapter", string(abi.KindCSIAdapter), []string{abi.StepControllerPublish, abi.StepControllerUnpublish}, []string{"gcepd-as"}, 16},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, ok := e.m.StatusOf(tc.name)

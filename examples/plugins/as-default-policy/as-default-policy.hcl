@@ -8,7 +8,7 @@ plugin_ids = []
 volumes    = []
 default    = false
 limits {
-  memory_pages = 256
+  memory_pages = 16     # 1 MiB: the per-call arena stays within 2 pages
   call_timeout = "100ms" # no runtime, no GC: a call is a few microseconds
   pool_size    = 4
   max_calls    = 10000
