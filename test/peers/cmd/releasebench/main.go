@@ -44,6 +44,10 @@ type Scenario struct {
 	VolumeRateLimit       float64 `json:"volume_rate_limit,omitempty"`
 	VolumeRateBurst       int     `json:"volume_rate_burst,omitempty"`
 	Wasm                  bool    `json:"wasm,omitempty"`
+	// AS serves the AssemblyScript ports (as-default-policy,
+	// as-gcepd-adapter) under the Go modules' names and manifests, so only
+	// the guest language differs from the wasm scenario.
+	AS bool `json:"as,omitempty"`
 }
 
 // Result is one scenario's numbers.
@@ -99,7 +103,8 @@ func run() error {
 		{Name: "baseline cc=1 1/s burst 3", ControllerConcurrency: 1, VolumeRateLimit: 1, VolumeRateBurst: 3},
 	}
 	if *pluginBuild != "" {
-		scenarios = append(scenarios, Scenario{Name: "wasm cc=16", ControllerConcurrency: 16, Wasm: true})
+		scenarios = append(scenarios, Scenario{Name: "wasm cc=16", ControllerConcurrency: 16, Wasm: true},
+			Scenario{Name: "wasm-as cc=16", ControllerConcurrency: 16, Wasm: true, AS: true})
 	}
 	var picked []Scenario
 	for _, s := range scenarios {
@@ -171,7 +176,11 @@ watcher {
 			return Result{}, err
 		}
 		for _, f := range []string{"default-policy.wasm", "default-policy.hcl", "gcepd-adapter.wasm", "gcepd-adapter.hcl"} {
-			b, err := os.ReadFile(filepath.Join(pluginBuild, f))
+			src := f
+			if s.AS && strings.HasSuffix(f, ".wasm") {
+				src = "as-" + f
+			}
+			b, err := os.ReadFile(filepath.Join(pluginBuild, src))
 			if err != nil {
 				return Result{}, fmt.Errorf("wasm scenario needs make plugins: %w", err)
 			}
@@ -396,7 +405,7 @@ func markdown(rs []Result, claims, nodes, rounds int, latency time.Duration) str
 	b.WriteString("Latency: allocation marked complete → the event that removes the claim (server timestamps). Throughput: claims / time to the last removal.\n\n")
 	b.WriteString("| scenario | controller concurrency | per-volume limit | claims/s | p50 ms | p90 ms | p99 ms | max ms | ControllerUnpublish calls | claims/s by round |\n")
 	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
-	var base, native16, wasm16 *Result
+	var base, native16, wasm16, as16 *Result
 	for i := range rs {
 		r := &rs[i]
 		limit := "none"
@@ -412,6 +421,8 @@ func markdown(rs []Result, claims, nodes, rounds int, latency time.Duration) str
 		switch {
 		case r.VolumeRateLimit > 0:
 			base = r
+		case r.AS && r.ControllerConcurrency == 16:
+			as16 = r
 		case r.Wasm && r.ControllerConcurrency == 16:
 			wasm16 = r
 		case !r.Wasm && r.ControllerConcurrency == 16:
@@ -431,6 +442,9 @@ func markdown(rs []Result, claims, nodes, rounds int, latency time.Duration) str
 	}
 	if native16 != nil && wasm16 != nil {
 		fmt.Fprintf(&b, "- Wasm policy and adapter vs native at concurrency 16: throughput ×%.3f (target ≥ 0.95)\n", wasm16.ClaimsPerSec/native16.ClaimsPerSec)
+	}
+	if native16 != nil && as16 != nil {
+		fmt.Fprintf(&b, "- The same with the AssemblyScript ports of both modules: throughput ×%.3f\n", as16.ClaimsPerSec/native16.ClaimsPerSec)
 	}
 	return b.String()
 }
