@@ -13,6 +13,11 @@ type Probe struct {
 	Code func(first uint32) []byte
 	// FunctionEntry inserts Code at the start of every function body too.
 	FunctionEntry bool
+	// BulkCode, if set, is inserted before every bulk memory or table
+	// operation (memory.copy, memory.fill, memory.init, table.init,
+	// table.copy, table.fill), given the first new global's index. It must
+	// leave the operand stack as it found it.
+	BulkCode func(first uint32) []byte
 	// UsesMemory: Code uses memory 0, so a module without one is
 	// ErrUnsupported.
 	UsesMemory bool
@@ -36,6 +41,18 @@ const PreemptExport = "volhost.preempt"
 // between two entries into the Go runtime.
 const PreemptInterval = 64
 
+// PreemptBulkCost is what a bulk memory or table operation takes from the
+// budget: one such operation can take milliseconds (a memory.fill of the
+// whole memory), so a loop of them enters Go every 4 iterations rather
+// than every 64, which bounds how long a garbage collector's
+// stop-the-world waits for the guest. A Go guest's struct copies are small
+// bulk copies too, which makes this a compromise, not PreemptInterval.
+const PreemptBulkCost = PreemptInterval / 4
+
+// PreemptBudgetExport is the export name of Preempt's budget, for tests
+// and diagnostics; the host never writes it.
+const PreemptBudgetExport = "volhost.preempt_budget"
+
 // Preempt is the probe that makes a running call stoppable without
 // wazero's close-on-context-done, which calls into Go at every loop header
 // (RATIONALE "Call timeouts: the guest counts, the host flags"). At every
@@ -43,6 +60,8 @@ const PreemptInterval = 64
 // PreemptInterval probes it enters Go with `memory.grow 0` and then checks
 // an i32 flag, exported as PreemptExport, trapping (`unreachable`) once the
 // host has set it non-zero.
+//
+// A bulk memory or table operation takes PreemptBulkCost from the budget.
 //
 // Both halves matter. Compiled wasm is not preemptible by the Go
 // scheduler: a guest that never entered Go would hold its thread through a
@@ -52,15 +71,15 @@ const PreemptInterval = 64
 // calls included, enters a function.
 var Preempt = Probe{
 	Globals: []Global{
-		{Type: 0x7f, Export: PreemptExport},     // the flag, set by the host
-		{Type: 0x7f, Init: PreemptInterval - 1}, // the budget, the guest's own
+		{Type: 0x7f, Export: PreemptExport},                                  // the flag, set by the host
+		{Type: 0x7f, Init: PreemptInterval - 1, Export: PreemptBudgetExport}, // the budget, the guest's own
 	},
 	FunctionEntry: true,
 	UsesMemory:    true,
 	Code: func(flag uint32) []byte {
 		budget := flag + 1
 		b := appendU32([]byte{0x23}, budget)        // global.get budget
-		b = append(b, 0x45, 0x04, 0x40)             // i32.eqz; if
+		b = append(b, 0x41, 0x01, 0x48, 0x04, 0x40) // i32.const 1; i32.lt_s; if (spent)
 		b = append(b, 0x41, 0x00, 0x40, 0x00, 0x1a) // memory.grow 0 pages (enters Go); drop
 		b = appendU32(append(b, 0x23), flag)        // global.get flag
 		b = append(b, 0x04, 0x40, 0x00, 0x0b)       // if: unreachable; end
@@ -71,6 +90,12 @@ var Preempt = Probe{
 		b = appendU32(append(b, 0x23), budget)      // global.get budget
 		b = append(b, 0x41, 0x01, 0x6b)             // i32.const 1; i32.sub
 		return appendU32(append(b, 0x24), budget)   // global.set budget
+	},
+	BulkCode: func(flag uint32) []byte {
+		budget := flag + 1
+		b := appendU32([]byte{0x23}, budget)            // global.get budget
+		b = appendS32(append(b, 0x41), PreemptBulkCost) // i32.const cost
+		return appendU32(append(b, 0x6b, 0x24), budget) // i32.sub; global.set budget
 	},
 }
 
@@ -89,6 +114,10 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 		return nil, err
 	}
 	code := p.Code(first)
+	var bulk []byte
+	if p.BulkCode != nil {
+		bulk = p.BulkCode(first)
+	}
 	var newGlobals, newExports [][]byte
 	for i, g := range p.Globals {
 		entry := []byte{g.Type, 0x01} // mutable
@@ -118,7 +147,7 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 		case secExport:
 			data, err = appendEntries(data, newExports)
 		case secCode:
-			data, err = instrumentCode(data, code, p.FunctionEntry)
+			data, err = instrumentCode(data, code, bulk, p.FunctionEntry)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("section %d: %w", s.id, err)
@@ -223,7 +252,7 @@ func appendEntries(data []byte, entries [][]byte) ([]byte, error) {
 }
 
 // instrumentCode rewrites every function body of the code section.
-func instrumentCode(data, code []byte, atEntry bool) ([]byte, error) {
+func instrumentCode(data, code, bulk []byte, atEntry bool) ([]byte, error) {
 	r := reader{b: data}
 	n := r.u32()
 	out := appendU32(make([]byte, 0, len(data)+len(data)/8), n)
@@ -236,7 +265,7 @@ func instrumentCode(data, code []byte, atEntry bool) ([]byte, error) {
 			return nil, r.err
 		}
 		var err error
-		body, err = instrumentBody(body[:0], r.b[start:r.off], code, atEntry)
+		body, err = instrumentBody(body[:0], r.b[start:r.off], code, bulk, atEntry)
 		if err != nil {
 			return nil, err
 		}
@@ -249,8 +278,9 @@ func instrumentCode(data, code []byte, atEntry bool) ([]byte, error) {
 }
 
 // instrumentBody appends to out one function body (local declarations,
-// then instructions) with code after each loop's block type.
-func instrumentBody(out, fn, code []byte, atEntry bool) ([]byte, error) {
+// then instructions) with code after each loop's block type, and bulk
+// before each bulk memory or table operation.
+func instrumentBody(out, fn, code, bulk []byte, atEntry bool) ([]byte, error) {
 	r := reader{b: fn}
 	for range r.u32() { // local declarations: count, type
 		r.u32()
@@ -268,6 +298,9 @@ func instrumentBody(out, fn, code []byte, atEntry bool) ([]byte, error) {
 		op := r.instruction()
 		if r.err != nil {
 			return nil, fmt.Errorf("instruction at %d: %w", at, r.err)
+		}
+		if bulk != nil && op == 0xfc && isBulk(fn[at+1:r.off]) {
+			out = append(out, bulk...)
 		}
 		out = append(out, fn[at:r.off]...)
 		if op == 0x03 { // loop
@@ -333,6 +366,19 @@ func (r *reader) instruction() byte {
 		r.fail(fmt.Errorf("%w: opcode %#x", ErrUnsupported, op))
 	}
 	return op
+}
+
+// isBulk reports whether the 0xfc instruction whose sub-opcode and
+// immediates are imm is a bulk memory or table operation whose cost grows
+// with its length: memory.init (8), memory.copy (10), memory.fill (11),
+// table.init (12), table.copy (14) or table.fill (17).
+func isBulk(imm []byte) bool {
+	r := reader{b: imm}
+	switch r.u32() {
+	case 8, 10, 11, 12, 14, 17:
+		return true
+	}
+	return false
 }
 
 func (r *reader) blockType() {

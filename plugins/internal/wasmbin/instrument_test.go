@@ -260,3 +260,45 @@ func FuzzInstrument(f *testing.F) {
 		_ = c.Close(ctx)
 	})
 }
+
+// TestPreemptBudget follows Preempt's budget through calls of a function
+// with no loop and three memory.fill: the function entry takes 1, each bulk
+// operation PreemptBulkCost, and a probe that finds the budget spent enters
+// Go and refills it to PreemptInterval before taking its own 1.
+func TestPreemptBudget(t *testing.T) {
+	fill := []byte{0x41, 0x00, 0x41, 0x00, 0x41, 0x00, 0xfc, 0x0b, 0x00} // memory.fill(0, 0, 0)
+	code := append(append(append([]byte(nil), fill...), fill...), fill...)
+	wasm := module(
+		sec(1, vec([]byte{0x60, 0x00, 0x00})),
+		sec(3, vec([]byte{0})),
+		sec(5, vec([]byte{0x00, 0x01})),
+		sec(7, vec(append(name("fills"), 0x00, 0))),
+		sec(10, vec(body([]byte{0}, append(code, 0x0b)...))),
+	)
+	out, err := Instrument(wasm, Preempt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	mod, err := rt.Instantiate(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := mod.ExportedGlobal(PreemptBudgetExport)
+	const bulk = 3 * PreemptBulkCost
+	want := []int32{
+		PreemptInterval - 1 - 1 - bulk,            // 63 - 1 - 48 = 14
+		PreemptInterval - 1 - 1 - bulk - 1 - bulk, // 14 - 1 - 48 = -35: spent
+		PreemptInterval - 1 - bulk,                // refilled to 64 at the entry, - 1 - 48 = 15
+	}
+	for i, w := range want {
+		if _, err := mod.ExportedFunction("fills").Call(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := int32(uint32(budget.Get())); got != w {
+			t.Fatalf("after call %d the budget is %d, want %d", i+1, got, w)
+		}
+	}
+}
