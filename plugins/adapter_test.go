@@ -2,6 +2,8 @@ package plugins
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -69,13 +71,20 @@ limits {
 func TestLoadTimeRefusals(t *testing.T) {
 	version := exampleWasm(t, "fault-version")
 	imports := exampleWasm(t, "fault-import")
+	panics, err := os.ReadFile(filepath.Join("testdata", "modules", "wazero-validator-panic.wasm"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	e := newEnv(t, func(dir string) {
 		writeModule(t, dir, "fault-version", version, manifest("release-policy", ""))
 		writeModule(t, dir, "fault-import", imports, manifest("release-policy", ""))
+		writeModule(t, dir, "validator-panic", panics, manifest("release-policy", ""))
 	}, nil)
 	tests := []struct{ name, want string }{
 		{"fault-version", "module speaks ABI v99, host speaks v1"},
 		{"fault-import", "imports env.forbidden"},
+		// wazero's validator panics on this binary; the agent must not.
+		{"validator-panic", "wazero panicked validating the module"},
 	}
 	for _, tt := range tests {
 		st, _ := e.m.StatusOf(tt.name)

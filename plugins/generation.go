@@ -239,12 +239,25 @@ func (g *generation) compileIn(ctx context.Context, d genDeps, code []byte) erro
 	if err := instantiateHostModules(ctx, g.rt, g.log); err != nil {
 		return err
 	}
-	compiled, err := g.rt.CompileModule(ctx, code)
+	compiled, err := compileModule(ctx, g.rt, code)
 	if err != nil {
 		return err
 	}
 	g.compiled = compiled
 	return nil
+}
+
+// compileModule is rt.CompileModule with a panic inside wazero turned into
+// an error: wazero v1.12.0's validator panics on some malformed binaries
+// (testdata/modules/wazero-validator-panic.wasm, found by FuzzInstrument),
+// and a file in the module directory must never take the agent down.
+func compileModule(ctx context.Context, rt wazero.Runtime, code []byte) (c wazero.CompiledModule, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("wazero panicked validating the module: %v", r)
+		}
+	}()
+	return rt.CompileModule(ctx, code)
 }
 
 // newInstance instantiates the compiled module, runs _initialize, checks
