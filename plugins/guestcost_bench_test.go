@@ -343,37 +343,15 @@ func guestCalls(tb testing.TB, wasm []byte, export string, req []byte) callCount
 // pages over 20,000 calls). It lives here, beside the guest cost
 // benchmarks, because it guards the yield rule they measure.
 func TestGuestMemoryBoundedLargeGarbage(t *testing.T) {
-	faulty := exampleWasm(t, "fault-policy")
 	const capPages = 256
-	e := newEnv(t, func(dir string) {
-		writeModule(t, dir, "alloc", faulty, manifest("release-policy", `config = { alloc_kib = "256" }
-limits {
-  memory_pages = 256
-  call_timeout = "5s"
-  pool_size    = 1
-  max_calls    = 1000000
-}`))
-	}, nil)
 	n := 5000
 	if testing.Short() {
 		n = 2500
 	}
-	ctx := context.Background()
-	req := faultRequest("allocate")
-	var early uint32
-	for i := 0; i < n; i++ {
-		if _, err := e.m.DecideRelease(ctx, "alloc", req); err != nil {
-			t.Fatalf("call %d: %v", i, err)
-		}
-		if i == 500 {
-			st, _ := e.m.StatusOf("alloc")
-			early = st.MemoryPages
-		}
-	}
-	st, _ := e.m.StatusOf("alloc")
-	t.Logf("%d calls of 256 KiB garbage: memory %d pages after 500 calls, %d at the end (cap %d)", n, early, st.MemoryPages, capPages)
-	if st.MemoryPages > early+16 { // 1 MiB: the heap grows in steps of 16 pages or more
-		t.Fatalf("memory grew from %d to %d pages over %d calls (cap %d)", early, st.MemoryPages, n, capPages)
+	early, end, _ := runAllocating(t, 256, capPages, n, 500)
+	t.Logf("%d calls of 256 KiB garbage: memory %d pages after 500 calls, %d at the end (cap %d)", n, early, end, capPages)
+	if end > early+16 { // 1 MiB: the heap grows in steps of 16 pages or more
+		t.Fatalf("memory grew from %d to %d pages over %d calls (cap %d)", early, end, n, capPages)
 	}
 }
 

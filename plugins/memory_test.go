@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"fmt"
 	"testing"
 )
 
@@ -15,43 +16,51 @@ import (
 // runs) and with -short it runs 10,000 calls; `go test ./plugins/` without
 // -race runs the full 100,000.
 func TestGuestMemoryBounded(t *testing.T) {
-	faulty := exampleWasm(t, "fault-policy")
 	const capPages = 512
-	e := newEnv(t, func(dir string) {
-		writeModule(t, dir, "alloc", faulty, manifest("release-policy", `config = { alloc_kib = "16" }
-limits {
-  memory_pages = 512
-  call_timeout = "5s"
-  pool_size    = 1
-  max_calls    = 1000000
-}`))
-	}, nil)
 	n := 100_000
 	if testing.Short() || raceEnabled {
 		n = 10_000
 	}
+	early, end, g := runAllocating(t, 16, capPages, n, 1000)
+	t.Logf("%d calls: memory %d pages after 1000 calls, %d pages at the end (cap %d); instances created %d, recycled %d",
+		n, early, end, capPages, g.created.Load(), g.recycled.Load())
+	if g.created.Load() != 1 || g.recycled.Load() != 0 {
+		t.Fatalf("instances created %d, recycled %d: want the one canary serving every call", g.created.Load(), g.recycled.Load())
+	}
+	if end > 2*early || end > capPages/2 {
+		t.Fatalf("memory grew from %d to %d pages over %d calls (cap %d)", early, end, n, capPages)
+	}
+}
+
+// runAllocating loads fault-policy with allocKiB of garbage per call in
+// capPages of memory and one instance, calls it n times in allocate mode,
+// and returns the memory after earlyAt calls and at the end, and the
+// generation that served them.
+func runAllocating(t *testing.T, allocKiB int, capPages uint32, n, earlyAt int) (early, end uint32, g *generation) {
+	t.Helper()
+	faulty := exampleWasm(t, "fault-policy")
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "alloc", faulty, manifest("release-policy", fmt.Sprintf(`config = { alloc_kib = "%d" }
+limits {
+  memory_pages = %d
+  call_timeout = "5s"
+  pool_size    = 1
+  max_calls    = 1000000
+}`, allocKiB, capPages)))
+	}, nil)
 	ctx := context.Background()
 	req := faultRequest("allocate")
-	var early uint32
 	for i := 0; i < n; i++ {
 		if _, err := e.m.DecideRelease(ctx, "alloc", req); err != nil {
 			t.Fatalf("call %d: %v", i, err)
 		}
-		if i == 1000 {
+		if i == earlyAt {
 			st, _ := e.m.StatusOf("alloc")
 			early = st.MemoryPages
 		}
 	}
 	st, _ := e.m.StatusOf("alloc")
-	g := (*e.m.modules.Load())["alloc"].cur.Load()
-	t.Logf("%d calls: memory %d pages after 1000 calls, %d pages at the end (cap %d); instances created %d, recycled %d",
-		n, early, st.MemoryPages, capPages, g.created.Load(), g.recycled.Load())
-	if g.created.Load() != 1 || g.recycled.Load() != 0 {
-		t.Fatalf("instances created %d, recycled %d: want the one canary serving every call", g.created.Load(), g.recycled.Load())
-	}
-	if st.MemoryPages > 2*early || st.MemoryPages > capPages/2 {
-		t.Fatalf("memory grew from %d to %d pages over %d calls (cap %d)", early, st.MemoryPages, n, capPages)
-	}
+	return early, st.MemoryPages, (*e.m.modules.Load())["alloc"].cur.Load()
 }
 
 // TestGuestMemoryReserved: an instance's linear memory is allocated at its
