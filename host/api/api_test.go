@@ -412,14 +412,22 @@ func TestBlockingQueryIndexNeverZero(t *testing.T) {
 	}
 }
 
-func TestShutdownEndsBlockingQuery(t *testing.T) {
-	f := newFixture(t, api.Config{Addr: "127.0.0.1:0"})
+// serve runs the fixture's server on a fresh loopback listener; served
+// receives what Serve returned.
+func serve(t *testing.T, f *fixture) (net.Listener, <-chan error) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
 	go func() { served <- f.srv.Serve(l) }()
+	return l, served
+}
+
+func TestShutdownEndsBlockingQuery(t *testing.T) {
+	f := newFixture(t, api.Config{Addr: "127.0.0.1:0"})
+	l, served := serve(t, f)
 	got := make(chan response, 1)
 	go func() {
 		got <- doCtx(t, context.Background(), "http://"+l.Addr().String(), "GET", "/v1/volumes?index=99", "")
@@ -445,12 +453,7 @@ func TestShutdownEndsBlockingQuery(t *testing.T) {
 // "api: shutdown: context deadline exceeded" in the agent tests).
 func TestShutdownIgnoresConnectionsWithoutRequests(t *testing.T) {
 	f := newFixture(t, api.Config{Addr: "127.0.0.1:0"})
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- f.srv.Serve(l) }()
+	l, served := serve(t, f)
 	// One request completes, so the server is up; then a bare connection.
 	if r := doCtx(t, context.Background(), "http://"+l.Addr().String(), "GET", "/v1/status/leader", ""); r.status != 200 {
 		t.Fatalf("status %d", r.status)
