@@ -12,8 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tetratelabs/wazero"
-	"github.com/tetratelabs/wazero/api"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/volhost/volhost/abi"
@@ -273,51 +271,6 @@ func TestASGCEPDAdapterMatchesGo(t *testing.T) {
 
 // ---- direct calls ----
 
-// asInstance is one instance of a module called through wazero alone (an
-// AS guest imports nothing), for requests the host would refuse to pass on
-// or whose responses it would refuse.
-type asInstance struct {
-	ctx context.Context
-	mod api.Module
-}
-
-func newASInstance(t *testing.T, wasm []byte) *asInstance {
-	t.Helper()
-	ctx := context.Background()
-	rt := wazero.NewRuntime(ctx)
-	t.Cleanup(func() { _ = rt.Close(ctx) })
-	mod, err := rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStartFunctions(abi.ExportInitialize))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &asInstance{ctx: ctx, mod: mod}
-}
-
-// call runs export on req and returns the response bytes.
-func (in *asInstance) call(t *testing.T, export string, req []byte) []byte {
-	t.Helper()
-	res, err := in.mod.ExportedFunction(abi.ExportBuffer).Call(in.ctx, uint64(len(req)))
-	if err != nil || res[0] == 0 {
-		t.Fatalf("volhost_buffer(%d) = %v, %v", len(req), res, err)
-	}
-	if !in.mod.Memory().Write(uint32(res[0]), req) {
-		t.Fatal("buffer outside memory")
-	}
-	res, err = in.mod.ExportedFunction(export).Call(in.ctx, uint64(len(req)))
-	if err != nil {
-		t.Fatalf("%s: %v (request %x)", export, err, req)
-	}
-	ptr, n := abi.UnpackResult(res[0])
-	if n == 0 {
-		return nil
-	}
-	b, ok := in.mod.Memory().Read(ptr, n)
-	if !ok {
-		t.Fatalf("%s: result (%d, %d) outside memory", export, ptr, n)
-	}
-	return slices.Clone(b)
-}
-
 func TestASConfigure(t *testing.T) {
 	for _, tc := range []struct {
 		module, prefix string
@@ -326,7 +279,7 @@ func TestASConfigure(t *testing.T) {
 		{"as-default-policy", "default-policy", nil},
 		{"as-gcepd-adapter", "gcepd-adapter", []string{abi.StepControllerPublish, abi.StepControllerUnpublish}},
 	} {
-		in := newASInstance(t, exampleWasm(t, tc.module))
+		in := newRawInstance(t, context.Background(), exampleWasm(t, tc.module))
 		for _, cfg := range []struct {
 			config  map[string]string
 			wantErr string
@@ -351,7 +304,7 @@ func TestASConfigure(t *testing.T) {
 // defaultpolicy.Decide over 10,000 generated requests, odd ones included,
 // called directly (no host validation in between).
 func TestASDefaultPolicyDifferential(t *testing.T) {
-	in := newASInstance(t, exampleWasm(t, "as-default-policy"))
+	in := newRawInstance(t, context.Background(), exampleWasm(t, "as-default-policy"))
 	r := rand.New(rand.NewPCG(5, 6))
 	for i := range 10000 {
 		req := genPolicyRequest(r, i%2 == 0)
@@ -376,7 +329,7 @@ func TestASDefaultPolicyDifferential(t *testing.T) {
 // TestASBuffer checks volhost_buffer's refusals and a length that does not
 // fit the buffer: an error response, as the Go SDK gives, not a trap.
 func TestASBuffer(t *testing.T) {
-	in := newASInstance(t, exampleWasm(t, "as-gcepd-adapter"))
+	in := newRawInstance(t, context.Background(), exampleWasm(t, "as-gcepd-adapter"))
 	buffer := in.mod.ExportedFunction(abi.ExportBuffer)
 	for _, size := range []int64{-1, abi.MaxMessageSize + 1} {
 		res, err := buffer.Call(in.ctx, uint64(uint32(int32(size))))
@@ -421,7 +374,7 @@ func appendUnknown(b []byte) []byte {
 // skipped, and a mangled request is answered with an error exactly when
 // abi's decoder refuses it, never with a trap.
 func TestASDecoder(t *testing.T) {
-	in := newASInstance(t, exampleWasm(t, "as-default-policy"))
+	in := newRawInstance(t, context.Background(), exampleWasm(t, "as-default-policy"))
 	req := &abi.PolicyRequest{NowUnixMs: 5, Volume: abi.VolumeView{ID: "v", Context: map[string]string{"a": "b"}},
 		Claims: []abi.ClaimView{{AllocID: "a1", NodeID: "n1", State: "taken"}, {AllocID: "a2", State: "taken"}},
 		Allocs: []abi.AllocView{{ID: "a1", ClientStatus: "complete"}, {ID: "a2", ClientStatus: "running"}},

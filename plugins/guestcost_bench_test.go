@@ -301,30 +301,11 @@ func guestCalls(tb testing.TB, wasm []byte, export string, req []byte) callCount
 	cl := &callCounter{counts: map[string]int{}}
 	ctx := experimental.WithFunctionListenerFactory(context.Background(),
 		experimental.FunctionListenerFactoryFunc(func(api.FunctionDefinition) experimental.FunctionListener { return cl }))
-	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig())
-	defer rt.Close(ctx)
-	if err := instantiateHostModules(ctx, rt, hclog.NewNullLogger()); err != nil {
-		tb.Fatal(err)
-	}
-	mod, err := rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStartFunctions("_initialize"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	call := func(name string, args ...uint64) uint64 {
-		r, err := mod.ExportedFunction(name).Call(ctx, args...)
-		if err != nil {
-			tb.Fatalf("%s: %v", name, err)
-		}
-		return r[0]
-	}
+	in := newRawInstance(tb, ctx, wasm)
 	const warmupCalls, countedCalls = 500, 4096
 	for i := range warmupCalls + countedCalls {
 		cl.on = i >= warmupCalls
-		at := uint32(call(abi.ExportBuffer, uint64(len(req))))
-		if !mod.Memory().Write(at, req) {
-			tb.Fatal("request does not fit guest memory")
-		}
-		call(export, uint64(len(req)))
+		in.call(tb, export, req)
 	}
 	c := callCount{Calls: countedCalls, By: cl.counts}
 	for _, v := range cl.counts {
@@ -368,34 +349,67 @@ func guestLoops(tb testing.TB, wasm []byte, export string, req []byte) float64 {
 	if err != nil {
 		tb.Fatalf("instrumenting the module: %v", err)
 	}
-	ctx := context.Background()
-	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig())
-	defer rt.Close(ctx)
-	if err := instantiateHostModules(ctx, rt, hclog.NewNullLogger()); err != nil {
-		tb.Fatal(err)
-	}
-	mod, err := rt.InstantiateWithConfig(ctx, counted, wazero.NewModuleConfig().WithStartFunctions("_initialize"))
-	if err != nil {
-		tb.Fatal(err)
-	}
+	in := newRawInstance(tb, context.Background(), counted)
 	const warmupCalls, countedCalls = 500, 4096
 	var before uint64
 	for i := range warmupCalls + countedCalls {
 		if i == warmupCalls {
-			before = mod.ExportedGlobal(loopsGlobal).Get()
+			before = in.mod.ExportedGlobal(loopsGlobal).Get()
 		}
-		r, err := mod.ExportedFunction(abi.ExportBuffer).Call(ctx, uint64(len(req)))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if !mod.Memory().Write(uint32(r[0]), req) {
-			tb.Fatal("request does not fit guest memory")
-		}
-		if _, err := mod.ExportedFunction(export).Call(ctx, uint64(len(req))); err != nil {
-			tb.Fatal(err)
-		}
+		in.call(tb, export, req)
 	}
-	return float64(mod.ExportedGlobal(loopsGlobal).Get()-before) / countedCalls
+	return float64(in.mod.ExportedGlobal(loopsGlobal).Get()-before) / countedCalls
+}
+
+// rawInstance is one instance of a module in a wazero runtime of its own,
+// with the host modules but none of the Manager's validation, limits or
+// instrumentation: for counting a guest's work, and for requests the
+// Manager would refuse to pass on or whose answers it would refuse.
+type rawInstance struct {
+	ctx context.Context
+	mod api.Module
+}
+
+// newRawInstance instantiates wasm and runs its _initialize; ctx may carry
+// a function listener factory.
+func newRawInstance(tb testing.TB, ctx context.Context, wasm []byte) *rawInstance {
+	tb.Helper()
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfig())
+	tb.Cleanup(func() { _ = rt.Close(ctx) })
+	if err := instantiateHostModules(ctx, rt, hclog.NewNullLogger()); err != nil {
+		tb.Fatal(err)
+	}
+	mod, err := rt.InstantiateWithConfig(ctx, wasm, wazero.NewModuleConfig().WithStartFunctions(abi.ExportInitialize))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &rawInstance{ctx: ctx, mod: mod}
+}
+
+// call runs export on req the way the host does (volhost_buffer, write,
+// export) and returns a copy of the response bytes.
+func (in *rawInstance) call(tb testing.TB, export string, req []byte) []byte {
+	tb.Helper()
+	res, err := in.mod.ExportedFunction(abi.ExportBuffer).Call(in.ctx, uint64(len(req)))
+	if err != nil || res[0] == 0 {
+		tb.Fatalf("volhost_buffer(%d) = %v, %v", len(req), res, err)
+	}
+	if !in.mod.Memory().Write(uint32(res[0]), req) {
+		tb.Fatal("request does not fit guest memory")
+	}
+	res, err = in.mod.ExportedFunction(export).Call(in.ctx, uint64(len(req)))
+	if err != nil {
+		tb.Fatalf("%s: %v (request %x)", export, err, req)
+	}
+	ptr, n := abi.UnpackResult(res[0])
+	if n == 0 {
+		return nil
+	}
+	b, ok := in.mod.Memory().Read(ptr, n)
+	if !ok {
+		tb.Fatalf("%s: result (%d, %d) outside memory", export, ptr, n)
+	}
+	return slices.Clone(b)
 }
 
 // loopsGlobal is the exported global countLoops adds.
