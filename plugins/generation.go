@@ -199,25 +199,22 @@ var instrument = func(wasm []byte) ([]byte, error) { return wasmbin.Instrument(w
 // slower calls, the same guarantee that a call stops at its deadline. The
 // instrumenter's limits must never cost a module its load.
 func (g *generation) compile(ctx context.Context, d genDeps, wasm []byte) error {
-	instrumented, err := instrument(wasm)
-	if err != nil {
-		g.log.Debug("module not instrumented; using wazero's close-on-context-done", "reason", err)
-	} else {
+	instrumented, ierr := instrument(wasm)
+	if ierr == nil {
 		g.preempt = true
-		ierr := g.compileIn(ctx, d, instrumented)
-		if ierr == nil {
+		if ierr = g.compileIn(ctx, d, instrumented); ierr == nil {
 			return nil
 		}
 		g.closeRuntimeOnly()
-		defer func() {
-			if err == nil { // the module is fine: the instrumenter is at fault
-				g.log.Warn("the instrumented copy of the module does not compile; using wazero's close-on-context-done", "error", ierr)
-			}
-		}()
 	}
 	g.preempt = false
-	if err = g.compileIn(ctx, d, wasm); err != nil {
+	if err := g.compileIn(ctx, d, wasm); err != nil {
 		return fmt.Errorf("compile %s.wasm: %w", g.name, err)
+	}
+	if instrumented != nil { // the module compiles, its copy did not: the instrumenter is at fault
+		g.log.Warn("the instrumented copy of the module does not compile; using wazero's close-on-context-done", "error", ierr)
+	} else {
+		g.log.Debug("module not instrumented; using wazero's close-on-context-done", "reason", ierr)
 	}
 	return nil
 }
