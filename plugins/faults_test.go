@@ -1,14 +1,18 @@
 package plugins
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/volhost/volhost/abi"
 )
@@ -155,19 +159,25 @@ func testFaultIsolation(t *testing.T, timeouts string) {
 // TestCallerCancelStopsCall: a caller giving up (the watcher losing
 // leadership, the agent shutting down) stops a running call at once, long
 // before its call_timeout, under both ways of stopping one. The result is
-// the caller's error, not a module fault, and the pool recovers.
+// the caller's error, naming the export it stopped, not a module fault,
+// and the pool recovers.
 func TestCallerCancelStopsCall(t *testing.T) {
 	for _, instrument := range []bool{true, false} {
 		t.Run(fmt.Sprint("instrument=", instrument), func(t *testing.T) {
 			if !instrument {
 				defer noInstrument()()
 			}
+			// The guest logs before it spins: cancelling after that line
+			// stops a running call, not one still being set up.
+			spinning := make(chan struct{}, 1)
 			e := newEnv(t, func(dir string) {
 				writeModule(t, dir, "fault-policy", exampleWasm(t, "fault-policy"), manifest("release-policy", `limits {
   call_timeout = "10m"
   pool_size    = 1
 }`))
-			}, nil)
+			}, func(o *Options) {
+				o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: lineSignal{"fault-policy: spinning", spinning, testWriter{t}}})
+			})
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			done := make(chan error, 1)
@@ -175,16 +185,16 @@ func TestCallerCancelStopsCall(t *testing.T) {
 				_, err := e.m.DecideRelease(ctx, "fault-policy", faultRequest("spin"))
 				done <- err
 			}()
-			// The pool's one instance is checked out: the call is running.
-			waitFor(t, "the spinning call to start", func() bool {
-				st, _ := e.m.StatusOf("fault-policy")
-				return st.PoolIdle == 0
-			})
+			select {
+			case <-spinning:
+			case err := <-done:
+				t.Fatalf("the spin call returned before spinning: %v", err)
+			}
 			cancel()
 			select {
 			case err := <-done:
-				if !errors.Is(err, context.Canceled) {
-					t.Fatalf("err = %v, want the caller's context.Canceled", err)
+				if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), abi.ExportDecideRelease) {
+					t.Fatalf("err = %v, want the caller's context.Canceled during %s", err, abi.ExportDecideRelease)
 				}
 				var fe *FaultError
 				if errors.As(err, &fe) {
@@ -199,6 +209,24 @@ func TestCallerCancelStopsCall(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lineSignal passes log output on to next and signals ch, without
+// blocking, when a write contains substr.
+type lineSignal struct {
+	substr string
+	ch     chan<- struct{}
+	next   io.Writer
+}
+
+func (w lineSignal) Write(p []byte) (int, error) {
+	if bytes.Contains(p, []byte(w.substr)) {
+		select {
+		case w.ch <- struct{}{}:
+		default:
+		}
+	}
+	return w.next.Write(p)
 }
 
 // TestInstrumenterFallback: an instrumented copy that does not compile (a

@@ -139,6 +139,9 @@ func decideRaw(in, out []byte) ([]byte, error) {
 		}()
 		<-done
 	case ModeSpin:
+		// Said first, so a test knows the call is running before it
+		// stops it (plugins TestCallerCancelStopsCall).
+		guest.Log(abi.LogWarn, "fault-policy: spinning")
 		spin()
 	case ModeOOM:
 		for {
