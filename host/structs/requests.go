@@ -23,6 +23,11 @@ const (
 	NodeDeregisterType    MessageType = 14
 	AllocDeleteType       MessageType = 15
 	VolumeClaimRemoveType MessageType = 16 // drop a claim that never got published (claim failed half way)
+
+	// Reserved ranges, so work on separate features never collides on a
+	// persisted number: 17-29 claim safety (fencing, conditional
+	// checkpoints), 30-49 ACL (tokens, policies, bootstrap), 50-69
+	// integrity (keyring, snapshots), 70-89 node agent (heartbeats, fencing).
 )
 
 // PluginUpsertRequest registers or updates a CSI plugin.

@@ -400,6 +400,12 @@ const (
 	EventAutoForce       = "auto-force-deregister"
 	EventModule          = "module"
 	EventGC              = "claim-gc"
+	// EventAudit records a privileged action (force deregister, detach,
+	// restore, join, remove-peer, module reload, token and policy changes).
+	// Fields["action"] names the action and Fields["accessor"] the ACL
+	// token's accessor ID ("anonymous" without a token); audit events are
+	// retained apart from the claim events so no flood evicts them.
+	EventAudit = "audit"
 )
 
 // Event is one entry of the bounded events table.
