@@ -25,6 +25,7 @@ const (
 	DefaultGCInterval            = 5 * time.Minute
 	DefaultGCThreshold           = 5 * time.Minute
 	DefaultAutoForceAfter        = 15 * time.Minute
+	DefaultMaxRetryAfter         = time.Hour
 )
 
 // Config tunes the watcher. Zero values take the defaults above.
@@ -77,6 +78,9 @@ type Config struct {
 	VolumeRateBurst int
 	// Metrics receives release events; nil discards them.
 	Metrics Metrics
+	// MaxRetryAfter caps the retry_after a module may ask for (a policy's
+	// wait, an adapter's classification).
+	MaxRetryAfter time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -109,6 +113,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAttempts < 0 {
 		c.MaxAttempts = 0
+	}
+	if c.MaxRetryAfter <= 0 {
+		c.MaxRetryAfter = DefaultMaxRetryAfter
 	}
 	if c.StuckAfter <= 0 {
 		c.StuckAfter = DefaultStuckAfter

@@ -45,6 +45,20 @@ type ClaimWriter interface {
 	ForceDeregister(ctx context.Context, req *structs.VolumeDeregisterRequest) ([]*structs.Leftover, error)
 }
 
+// Leadership is the fence of leader work (host/cluster): the watcher runs
+// under the term its enable was reported for and confirms it before every
+// CSI call, and stamps it on every checkpoint so the FSM refuses writes of
+// an older term (issue 10 defect 5).
+type Leadership interface {
+	// ReadyTerm is the term this server leads in with its step-up
+	// complete, 0 when it does not lead.
+	ReadyTerm() uint64
+	// ConfirmLeader returns nil only if this server still leads in term,
+	// confirmed by a quorum within a bounded age; otherwise an error
+	// wrapping structs.ErrNoLeader.
+	ConfirmLeader(ctx context.Context, term uint64) error
+}
+
 // NodeCSI is a CSI node service reached at an endpoint.
 type NodeCSI interface {
 	NodeUnpublishVolume(ctx context.Context, endpoint string, req *csipb.NodeUnpublishVolumeRequest) error

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -40,6 +43,7 @@ const (
 	ReasonFatal       = "driver error classified fatal"
 	ReasonMaxAttempts = "max attempts reached"
 	ReasonStuckAfter  = "failing for longer than stuck_after"
+	ReasonHeld        = "held by its release policy for longer than stuck_after"
 )
 
 // pass is one assessment of one volume: a read of the volume and of what
@@ -50,6 +54,7 @@ type pass struct {
 	ref     structs.VolumeRef
 	v       *structs.Volume
 	now     time.Time
+	term    uint64                    // leadership term the pass runs under (0: unfenced)
 	claims  map[string]*structs.Claim // working copies; ready-to-free ones leave
 	allocs  map[string]*structs.Alloc // nil value: gone
 	nodes   map[string]*structs.Node  // nil value: gone
@@ -73,11 +78,15 @@ func (w *Watcher) load(ref structs.VolumeRef) (*pass, error) {
 	if v == nil {
 		return nil, nil
 	}
+	w.mu.Lock()
+	term := w.term
+	w.mu.Unlock()
 	p := &pass{
 		w:       w,
 		ref:     ref,
 		v:       v,
 		now:     w.clock.Now(),
+		term:    term,
 		claims:  make(map[string]*structs.Claim, len(v.Claims)),
 		allocs:  make(map[string]*structs.Alloc, len(v.Claims)),
 		nodes:   make(map[string]*structs.Node),
@@ -262,16 +271,21 @@ func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]ver
 				"%d decisions for allocation %q", seen[d.AllocID], d.AllocID)}
 			continue
 		}
-		vd := verdict{action: d.Action, reason: d.Reason}
-		if d.RetryAfterMs > 0 {
-			vd.retryAfter = time.Duration(d.RetryAfterMs) * time.Millisecond
-		}
+		vd := verdict{action: d.Action, reason: d.Reason, retryAfter: p.w.clampRetry(d.RetryAfterMs)}
 		switch d.Action {
 		case abi.ActionWait:
 		case abi.ActionRelease, abi.ActionReleaseSkipNode:
 			if !p.releasable(c) {
 				vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultUnsafe,
 					"decided to release the claim of allocation %q, which is %s", d.AllocID, p.allocStatus(c.AllocID))}
+				break
+			}
+			// Skipping the node step leaves whatever is mounted there
+			// mounted: only for a node that cannot be reached (down or
+			// gone), never a ready one, whatever a module says.
+			if d.Action == abi.ActionReleaseSkipNode && p.nodeReachable(c.NodeID) {
+				vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultUnsafe,
+					"decided to skip the node step of allocation %q on node %q, which is %s", d.AllocID, c.NodeID, p.nodes[c.NodeID].Status)}
 			}
 		default:
 			vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultBadOutput,
@@ -283,6 +297,13 @@ func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]ver
 	return out, nil
 }
 
+// nodeReachable: the node is registered and not down. A node the policy
+// may skip is one that is down or gone.
+func (p *pass) nodeReachable(id string) bool {
+	n := p.nodes[id]
+	return n != nil && n.Status != structs.NodeDown
+}
+
 // act carries out one validated verdict.
 func (p *pass) act(ctx context.Context, c *structs.Claim, vd verdict) error {
 	switch {
@@ -292,9 +313,55 @@ func (p *pass) act(ctx context.Context, c *structs.Claim, vd verdict) error {
 		if vd.retryAfter > 0 {
 			p.wakeAt(p.now.Add(vd.retryAfter))
 		}
+		if p.releasable(c) {
+			return p.hold(ctx, c, vd)
+		}
 		return nil
 	}
 	return p.release(ctx, c, vd.action == abi.ActionReleaseSkipNode)
+}
+
+// hold records that the policy keeps a releasable claim waiting: who, why
+// and until when, shown by `volume status`. It writes only when a hold
+// starts or its holder or reason changes, so a policy answering "wait" on
+// every pass is not a loop of log writes. A hold counts toward stuck_after
+// like a run of failures: a policy can delay a release, it cannot hide a
+// claim that never releases (issue 10 defect 4).
+func (p *pass) hold(ctx context.Context, c *structs.Claim, vd verdict) error {
+	h := &structs.ClaimHold{Reason: vd.reason, Since: p.now}
+	if n, ok := p.policy.(Named); ok {
+		h.Module, h.ModuleVersion = n.ModuleName(), n.ModuleVersion()
+	}
+	if vd.retryAfter > 0 {
+		h.Until = p.now.Add(vd.retryAfter)
+	}
+	if old := c.Hold; old != nil {
+		h.Since = old.Since
+		if old.Module == h.Module && old.ModuleVersion == h.ModuleVersion && old.Reason == h.Reason {
+			h = old // unchanged: no write
+		}
+	}
+	if h != c.Hold {
+		c.Hold = h
+		c.ModifyTime = p.now
+		if err := p.checkpoint(ctx, c, stepFlags{}); err != nil {
+			return err
+		}
+	}
+	stuckAt := h.Since.Add(p.w.cfg.StuckAfter)
+	if p.now.Before(stuckAt) {
+		p.wakeAt(stuckAt)
+		return nil
+	}
+	return p.markStuck(ctx, c, ReasonHeld, &structs.ClaimError{
+		Kind: structs.ErrorModule, Step: StepPolicy, Module: h.Module, ModuleVersion: h.ModuleVersion,
+		Message: fmt.Sprintf("held since %s: %s", h.Since.UTC().Format(time.RFC3339), h.Reason),
+	})
+}
+
+// heldTooLong: a policy has held the claim for stuck_after or more.
+func (p *pass) heldTooLong(c *structs.Claim) bool {
+	return c.Hold != nil && p.now.Sub(c.Hold.Since) >= p.w.cfg.StuckAfter
 }
 
 // release drives one claim from its checkpointed state to ready-to-free,
@@ -314,7 +381,7 @@ func (p *pass) release(ctx context.Context, c *structs.Claim, skipNode bool) err
 			// Nothing can fail here but the write; a last error on a
 			// controller-detached claim is an abandonment note, kept so
 			// the store's transition event can say why.
-			ok, err = true, p.advance(ctx, c, structs.ClaimReadyToFree, c.LastError)
+			ok, err = true, p.advance(ctx, c, structs.ClaimReadyToFree, c.LastError, stepFlags{})
 		case structs.ClaimReadyToFree:
 			return nil
 		default:
@@ -337,6 +404,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 		np = node.Plugins[p.v.PluginID]
 	}
 	published := c.TargetPath != "" || c.StagingPath != ""
+	var flags stepFlags
 	switch {
 	case skip:
 	case !published:
@@ -365,50 +433,87 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			}
 		}
 		// The staging path is shared by the volume's claims on this
-		// node: unstage only when this is the last one published there.
-		if np.StageUnstage && c.StagingPath != "" && p.lastOnNode(c) {
-			resp, fe := p.adapt(ctx, c, StepNodeUnstage)
-			if fe != nil {
-				return false, p.failAdapt(ctx, c, fe)
-			}
-			err := p.callCSI(ctx, func(ctx context.Context) error {
-				return p.w.deps.Node.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
-					VolumeId:          resp.VolumeID,
-					StagingTargetPath: c.StagingPath,
-				})
-			})
-			if ok, err := p.csiOutcome(ctx, c, StepNodeUnstage, err); !ok || err != nil {
+		// node: unstage only when this is the last one published there,
+		// as committed state says right now, with the claim path held
+		// off until the checkpoint is written (VolumeLocks).
+		if np.StageUnstage && c.StagingPath != "" {
+			unlock, err := p.w.locks.Lock(ctx, p.ref)
+			if err != nil {
 				return false, err
+			}
+			defer unlock()
+			last, err := p.lastOnNodeCommitted(c)
+			if err != nil {
+				return false, err
+			}
+			if last {
+				resp, fe := p.adapt(ctx, c, StepNodeUnstage)
+				if fe != nil {
+					return false, p.failAdapt(ctx, c, fe)
+				}
+				err := p.callCSI(ctx, func(ctx context.Context) error {
+					return p.w.deps.Node.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
+						VolumeId:          resp.VolumeID,
+						StagingTargetPath: c.StagingPath,
+					})
+				})
+				if ok, err := p.csiOutcome(ctx, c, StepNodeUnstage, err); !ok || err != nil {
+					return false, err
+				}
+				flags.unstaged = true
 			}
 		}
 	}
 	c.SkipNodeStep = skip
-	return true, p.advance(ctx, c, structs.ClaimNodeDetached, nil)
+	return true, p.advance(ctx, c, structs.ClaimNodeDetached, nil, flags)
 }
 
-// lastOnNode: no other claim of the volume on c's node is still published
-// (state taken) on the node.
-func (p *pass) lastOnNode(c *structs.Claim) bool {
-	for _, o := range p.claims {
-		if o != c && o.NodeID == c.NodeID && o.State == structs.ClaimTaken {
-			return false
+// lastOnNodeCommitted: no other claim of the volume on c's node is still
+// published there (state taken), read from committed state, not from the
+// claims this pass loaded: a claim taken on the node since then needs the
+// staging path (issue 10 defect 2). Call it holding the volume's lock.
+func (p *pass) lastOnNodeCommitted(c *structs.Claim) (bool, error) {
+	v, err := p.committed()
+	if err != nil {
+		return false, err
+	}
+	for _, o := range v.Claims {
+		if o.AllocID != c.AllocID && o.NodeID == c.NodeID && o.State == structs.ClaimTaken {
+			return false, nil
 		}
 	}
-	return true
+	return true, nil
 }
 
-// sharedOnNode: another claim of the volume on c's node has not finished
-// its controller step. The controller attachment is per (volume, node), so
-// it is left to the last such claim: ControllerUnpublishVolume then runs
-// once, after every node step on that node (CSI spec; ANCHORS pain 9:
-// unpublish while still in use, or twice).
-func (p *pass) sharedOnNode(c *structs.Claim) bool {
-	for _, o := range p.claims {
-		if o != c && o.NodeID == c.NodeID && o.State.Order() < structs.ClaimControllerDetached.Order() {
-			return true
+// sharedOnNodeCommitted: another claim of the volume on c's node has not
+// finished its controller step, read from committed state. The controller
+// attachment is per (volume, node), so it is left to the last such claim:
+// ControllerUnpublishVolume then runs once, after every node step on that
+// node (CSI spec; ANCHORS pain 9: unpublish while still in use, or twice).
+// Call it holding the volume's lock.
+func (p *pass) sharedOnNodeCommitted(c *structs.Claim) (bool, error) {
+	v, err := p.committed()
+	if err != nil {
+		return false, err
+	}
+	for _, o := range v.Claims {
+		if o.AllocID != c.AllocID && o.NodeID == c.NodeID && o.State.Order() < structs.ClaimControllerDetached.Order() {
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
+}
+
+// committed re-reads the volume from the store.
+func (p *pass) committed() (*structs.Volume, error) {
+	v, err := p.w.deps.State.Volume(p.ref.Namespace, p.ref.ID)
+	if err != nil {
+		return nil, fmt.Errorf("re-read volume %s/%s: %w", p.ref.Namespace, p.ref.ID, err)
+	}
+	if v == nil {
+		return nil, structs.NotFound("volume", p.ref.Namespace+"/"+p.ref.ID)
+	}
+	return v, nil
 }
 
 // controllerStep: ControllerUnpublishVolume when the plugin publishes and
@@ -418,8 +523,8 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 		return false, p.fail(ctx, c, p.precondition(StepControllerUnpublish,
 			"plugin %q is not registered", p.v.PluginID), 0)
 	}
-	if !p.plugin.Capabilities.PublishUnpublish || p.sharedOnNode(c) {
-		return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil)
+	if !p.plugin.Capabilities.PublishUnpublish {
+		return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil, stepFlags{})
 	}
 	resp, fe := p.adapt(ctx, c, StepControllerUnpublish)
 	if fe != nil {
@@ -434,7 +539,7 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 				"node %q is gone and no external node ID is known: claim abandoned without ControllerUnpublishVolume", c.NodeID)
 			note.Time = p.now
 			p.log.Warn("abandoning claim", "alloc", c.AllocID, "node", c.NodeID, "reason", note.Message)
-			return true, p.advance(ctx, c, structs.ClaimControllerDetached, note)
+			return true, p.advance(ctx, c, structs.ClaimControllerDetached, note, stepFlags{})
 		}
 		// Never send an empty node ID: GCE PD rejects it and the
 		// reference system loops on "missing external node ID" after
@@ -454,6 +559,22 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 	if err != nil {
 		return false, err
 	}
+	// The attachment is per (volume, node): decide from committed state,
+	// with the claim path held off until the checkpoint is written, that
+	// no other claim on the node still needs it (issue 10 defect 2).
+	unlock, err := p.w.locks.Lock(ctx, p.ref)
+	if err != nil {
+		release()
+		return false, err
+	}
+	defer unlock()
+	if shared, err := p.sharedOnNodeCommitted(c); err != nil || shared {
+		release()
+		if err != nil {
+			return false, err
+		}
+		return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil, stepFlags{})
+	}
 	err = p.callCSI(ctx, func(ctx context.Context) error {
 		return p.w.deps.Controller.ControllerUnpublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerUnpublishVolumeRequest{
 			VolumeId: resp.VolumeID,
@@ -465,7 +586,7 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 	if ok, err := p.csiOutcome(ctx, c, StepControllerUnpublish, err); !ok || err != nil {
 		return false, err
 	}
-	return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil)
+	return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil, stepFlags{controllerUnpublished: true})
 }
 
 // secrets resolves the adapter's secret keys against the volume's secrets;
@@ -485,12 +606,25 @@ func (p *pass) secrets(keys []string) (map[string]string, *structs.ClaimError) {
 	return out, nil
 }
 
-// callCSI runs one CSI call under CSITimeout.
+// callCSI runs one CSI call under CSITimeout, once this server has
+// confirmed it still leads the pass's term (issue 10 defect 5: a deposed or
+// paused leader sends nothing). A failed confirmation is returned as a
+// leadership error, which ends the pass without touching the claim.
 func (p *pass) callCSI(ctx context.Context, call func(context.Context) error) error {
+	if err := p.w.confirm(ctx, p.term); err != nil {
+		return &fenceError{err: err}
+	}
 	ctx, cancel := context.WithTimeout(ctx, p.w.cfg.CSITimeout)
 	defer cancel()
 	return call(ctx)
 }
+
+// fenceError is a CSI call not sent because leadership could not be
+// confirmed: not the driver's error, not the claim's failure.
+type fenceError struct{ err error }
+
+func (e *fenceError) Error() string { return "not sent: " + e.err.Error() }
+func (e *fenceError) Unwrap() error { return e.err }
 
 // csiOutcome turns a CSI call's error into the step's outcome through the
 // adapter: ok when the step counts as done; otherwise the failure has been
@@ -503,6 +637,10 @@ func (p *pass) csiOutcome(ctx context.Context, c *structs.Claim, step string, er
 		// Leadership lost: the call was cancelled on purpose; the claim
 		// stays as checkpointed and the next leader resumes it.
 		return false, ctx.Err()
+	}
+	var fe *fenceError
+	if errors.As(err, &fe) {
+		return false, err
 	}
 	code, msg := grpcCode(err)
 	ce := &structs.ClaimError{Kind: structs.ErrorCSI, Step: step, Code: uint32(code), CodeName: code.String(), Message: msg}
@@ -538,12 +676,17 @@ func (p *pass) csiOutcome(ctx context.Context, c *structs.Claim, step string, er
 	}
 	switch cr.Outcome {
 	case abi.OutcomeDone:
-		p.log.Debug("driver error counts as done", "alloc", c.AllocID, "step", step, "code", code, "reason", cr.Reason)
-		return true, nil
+		// A module may make the host more careful, never declare a failed
+		// detach done: the claim would move on, and the volume be freed,
+		// with the disk still attached (issue 10 defect 4).
+		me := p.fault(p.adapter, step, FaultUnsafe, "classified the failed %s (%s: %s) as done; a failed step is never done",
+			step, code, msg)
+		me.Code, me.CodeName = ce.Code, ce.CodeName
+		return false, p.fail(ctx, c, me, 0)
 	case abi.OutcomeFatal:
 		ce.Fatal = true
 	}
-	return false, p.fail(ctx, c, ce, time.Duration(cr.RetryAfterMs)*time.Millisecond)
+	return false, p.fail(ctx, c, ce, p.w.clampRetry(cr.RetryAfterMs))
 }
 
 // grpcCode keeps the driver's gRPC code; a bare context error (a deadline
@@ -592,7 +735,59 @@ func (p *pass) adapt(ctx context.Context, c *structs.Claim, step string) (*abi.A
 	if err != nil {
 		return nil, moduleError(p.adapter, StepAdapter, err)
 	}
+	if err := CheckAdapterIDs(step, p.v, c, p.nodes[c.NodeID], resp); err != nil {
+		return nil, p.fault(p.adapter, StepAdapter, FaultUnsafe, "%v", err)
+	}
 	return resp, nil
+}
+
+// CheckAdapterIDs bounds an adapter's answer to what the host can verify
+// (issue 10 defect 4): the volume ID must be the volume's external ID, and
+// a node ID must be one the host learnt for that node: from the node
+// plugin's NodeGetInfo, or the one recorded on the claim when it was
+// published. A module that names another disk or another instance would
+// otherwise detach it from under someone else. At publish, when the host
+// knows no external node ID for the node, the adapter's is the only one
+// there is (it is recorded on the claim and every later step is held to
+// it). node may be nil (gone).
+func CheckAdapterIDs(step string, v *structs.Volume, c *structs.Claim, node *structs.Node, resp *abi.AdapterResponse) error {
+	if resp.VolumeID != v.ExternalID {
+		return fmt.Errorf("answered volume ID %q for %s of volume %s/%s, whose external ID is %q",
+			resp.VolumeID, step, v.Namespace, v.ID, v.ExternalID)
+	}
+	if step != StepControllerPublish && step != StepControllerUnpublish {
+		return nil // node steps send no node ID
+	}
+	var known []string
+	if node != nil {
+		if np := node.Plugins[v.PluginID]; np != nil && np.ExternalNodeID != "" {
+			known = append(known, np.ExternalNodeID)
+		}
+	}
+	if c.ExternalNodeID != "" && step != StepControllerPublish {
+		known = append(known, c.ExternalNodeID)
+	}
+	switch {
+	case resp.NodeID == "":
+		return nil // refused later, with the host's own message
+	case len(known) == 0 && step == StepControllerPublish:
+		return nil
+	case slices.Contains(known, resp.NodeID):
+		return nil
+	case len(known) == 0:
+		return fmt.Errorf("answered node ID %q for %s of node %q, for which the host knows no external node ID to check it against",
+			resp.NodeID, step, c.NodeID)
+	}
+	return fmt.Errorf("answered node ID %q for %s of node %q, whose external node ID is %s",
+		resp.NodeID, step, c.NodeID, strings.Join(quoteAll(known), " or "))
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = strconv.Quote(s)
+	}
+	return out
 }
 
 // failAdapt records an adapter fault, unless the context ended (step-down).
@@ -606,14 +801,15 @@ func (p *pass) failAdapt(ctx context.Context, c *structs.Claim, fe *structs.Clai
 // advance checkpoints a successful step: the whole claim, one log entry.
 // Success ends a run of failures. note, when set, is kept as the claim's
 // last error (an abandoned claim says why).
-func (p *pass) advance(ctx context.Context, c *structs.Claim, to structs.ClaimState, note *structs.ClaimError) error {
+func (p *pass) advance(ctx context.Context, c *structs.Claim, to structs.ClaimState, note *structs.ClaimError, flags stepFlags) error {
 	c.State = to
 	c.Attempts = 0
 	c.FirstFailure = time.Time{}
 	c.NextAttempt = time.Time{}
 	c.LastError = note
+	c.Hold = nil
 	c.ModifyTime = p.now
-	if err := p.checkpoint(ctx, c); err != nil {
+	if err := p.checkpoint(ctx, c, flags); err != nil {
 		return err
 	}
 	p.log.Debug("claim transition", "alloc", c.AllocID, "node", c.NodeID, "state", to)
@@ -636,6 +832,7 @@ func (p *pass) fail(ctx context.Context, c *structs.Claim, e *structs.ClaimError
 	}
 	e.Time = p.now
 	c.LastError = e
+	c.Hold = nil // releasing now: no policy holds it
 	d := retryAfter
 	if d <= 0 {
 		d = p.w.backoff(c.Attempts)
@@ -645,7 +842,7 @@ func (p *pass) fail(ctx context.Context, c *structs.Claim, e *structs.ClaimError
 	}
 	c.NextAttempt = p.now.Add(d)
 	c.ModifyTime = p.now
-	if err := p.checkpoint(ctx, c); err != nil {
+	if err := p.checkpoint(ctx, c, stepFlags{}); err != nil {
 		return err
 	}
 	p.w.metrics.AttemptFailed(p.ref, c.AllocID, e)
@@ -666,7 +863,16 @@ func (p *pass) fail(ctx context.Context, c *structs.Claim, e *structs.ClaimError
 	case p.now.Sub(c.FirstFailure) >= p.w.cfg.StuckAfter:
 		reason = ReasonStuckAfter
 	}
-	if reason == "" || (p.v.Stuck != nil && p.v.Stuck.Reason == reason) {
+	if reason == "" {
+		return nil
+	}
+	return p.markStuck(ctx, c, reason, e)
+}
+
+// markStuck marks the volume stuck for reason, once per reason (no log
+// spam, ANCHORS pain 2).
+func (p *pass) markStuck(ctx context.Context, c *structs.Claim, reason string, e *structs.ClaimError) error {
+	if p.v.Stuck != nil && p.v.Stuck.Reason == reason {
 		return nil
 	}
 	s := &structs.Stuck{
@@ -710,7 +916,7 @@ func (p *pass) clearStuck(ctx context.Context) error {
 		return nil
 	}
 	for _, c := range p.claims {
-		if c.Attempts > 0 {
+		if c.Attempts > 0 || (p.releasable(c) && p.heldTooLong(c)) {
 			return nil
 		}
 	}
@@ -725,9 +931,18 @@ func (p *pass) clearStuck(ctx context.Context) error {
 	return nil
 }
 
-func (p *pass) checkpoint(ctx context.Context, c *structs.Claim) error {
+// stepFlags say which per-(volume, node) CSI calls a transition ran, so
+// the store can refuse the checkpoint if a committed claim contradicts the
+// decision (structs.ClaimCheckpointRequest).
+type stepFlags struct {
+	unstaged              bool
+	controllerUnpublished bool
+}
+
+func (p *pass) checkpoint(ctx context.Context, c *structs.Claim, flags stepFlags) error {
 	_, err := p.w.deps.Writer.CheckpointClaim(ctx, &structs.ClaimCheckpointRequest{
-		Namespace: p.ref.Namespace, VolumeID: p.ref.ID, Claim: c.Copy(),
+		Namespace: p.ref.Namespace, VolumeID: p.ref.ID, Claim: c.Copy(), Term: p.term,
+		Unstaged: flags.unstaged, ControllerUnpublished: flags.controllerUnpublished,
 	})
 	if err != nil {
 		return fmt.Errorf("checkpoint claim %s of %s/%s at %s: %w", c.AllocID, p.ref.Namespace, p.ref.ID, c.State, err)

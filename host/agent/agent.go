@@ -100,8 +100,11 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		a.CSI.Close()
 		return nil, errors.Join(err, a.Cluster.Shutdown())
 	}
+	// One set of volume locks for the claim path and the watcher's
+	// per-node release steps (issue 10 defect 2).
+	locks := watcher.NewVolumeLocks()
 	a.Server = server.New(server.Config{
-		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Modules: modules, Clock: a.clock, Logger: a.logger,
+		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Modules: modules, Clock: a.clock, Logger: a.logger, Locks: locks,
 	})
 	a.Watcher = watcher.New(watcher.Config{
 		MaxConcurrency:        cfg.Watcher.MaxConcurrency,
@@ -118,6 +121,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		VolumeRateBurst:       cfg.Watcher.VolumeRateBurst,
 		AutoForceDeregister:   cfg.EscapeHatch.AutoForceDeregister,
 		AutoForceAfter:        d.EscapeAfter,
+		MaxRetryAfter:         d.MaxRetryAfter,
 		Clock:                 a.clock,
 		Metrics:               a.Metrics,
 	}, watcher.Deps{
@@ -127,6 +131,8 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		Node:       a.CSI,
 		Controller: a.CSI,
 		Modules:    modules,
+		Leadership: a.Cluster,
+		Locks:      locks,
 	}, a.logger)
 	a.Server.SetReleaser(a.Watcher)
 	a.API = api.NewServer(api.Config{
@@ -138,7 +144,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	a.API.EnableModules(a)
 	// A graceful leadership transfer stops this server's watcher (and
 	// waits for its CSI calls) before leadership moves (issue 5).
-	a.Cluster.OnTransfer(func(transferring bool) { a.Watcher.SetEnabled(!transferring) })
+	a.Cluster.OnTransfer(func() { a.Watcher.SetEnabled(false) })
 	return a, nil
 }
 

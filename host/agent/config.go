@@ -71,6 +71,8 @@ type WatcherConfig struct {
 	CSITimeout            string `hcl:"csi_timeout,optional"`
 	GCInterval            string `hcl:"gc_interval,optional"`
 	GCThreshold           string `hcl:"gc_threshold,optional"`
+	// MaxRetryAfter caps the retry_after a module may ask for.
+	MaxRetryAfter string `hcl:"max_retry_after,optional"`
 	// VolumeRateLimit, when > 0, caps release passes per volume per second
 	// with VolumeRateBurst: the reference system's setting (1/s, burst 3),
 	// kept for comparison runs such as `make bench`'s baseline.
@@ -102,6 +104,7 @@ func DefaultConfig() *Config {
 			CSITimeout:            "2m",
 			GCInterval:            "5m",
 			GCThreshold:           "5m",
+			MaxRetryAfter:         "1h",
 		},
 		EscapeHatch: &EscapeHatchConfig{After: "15m"},
 	}
@@ -164,6 +167,7 @@ func (c *Config) Merge(o *Config) {
 		setString(&c.Watcher.CSITimeout, w.CSITimeout)
 		setString(&c.Watcher.GCInterval, w.GCInterval)
 		setString(&c.Watcher.GCThreshold, w.GCThreshold)
+		setString(&c.Watcher.MaxRetryAfter, w.MaxRetryAfter)
 		if w.VolumeRateLimit != 0 {
 			c.Watcher.VolumeRateLimit = w.VolumeRateLimit
 		}
@@ -178,7 +182,7 @@ func (c *Config) Merge(o *Config) {
 // Durations are the parsed duration settings.
 type Durations struct {
 	IdleTimeout, BackoffBase, BackoffMax, StuckAfter, CSITimeout, GCInterval, GCThreshold, EscapeAfter time.Duration
-	RetryMaxInterval                                                                                   time.Duration
+	RetryMaxInterval, MaxRetryAfter                                                                    time.Duration
 }
 
 // Validate checks the merged configuration and parses its durations; the
@@ -205,6 +209,7 @@ func (c *Config) Validate() (Durations, error) {
 	parse("watcher.csi_timeout", w.CSITimeout, &d.CSITimeout)
 	parse("watcher.gc_interval", w.GCInterval, &d.GCInterval)
 	parse("watcher.gc_threshold", w.GCThreshold, &d.GCThreshold)
+	parse("watcher.max_retry_after", w.MaxRetryAfter, &d.MaxRetryAfter)
 	parse("escape_hatch.after", c.EscapeHatch.After, &d.EscapeAfter)
 	if w.MaxConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("watcher.max_concurrency: must be at least 1, got %d", w.MaxConcurrency))

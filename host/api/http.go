@@ -63,7 +63,9 @@ func StatusFor(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, structs.ErrConflict):
 		return http.StatusConflict
-	case errors.Is(err, structs.ErrNoLeader):
+	case errors.Is(err, structs.ErrNoLeader), errors.Is(err, structs.ErrOutcomeUnknown):
+		// Outcome unknown: 503 too, with a message saying the write may
+		// be recorded and a retry is safe (issue 10 defect 3).
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout

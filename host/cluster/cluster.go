@@ -136,7 +136,13 @@ type Cluster struct {
 	httpAddr   string
 	pending    map[string]JoinRequest // bootstrap-expect: joiners seen before bootstrap
 	booted     bool                   // bootstrap-expect: BootstrapCluster was called
-	onTransfer func(transferring bool)
+	onTransfer func()
+	readyTerm  uint64        // term of the reported step-up (0: none)
+	lease      time.Duration // raft's LeaderLeaseTimeout
+	// The last successful leadership verification (ConfirmLeader).
+	verifiedAt   time.Time
+	verifiedTerm uint64
+	rereportCh   chan struct{}
 
 	meta        *meta
 	trans       raft.Transport
@@ -184,6 +190,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		meta:     newMeta(),
 
 		reconcileCh: make(chan struct{}, 1),
+		rereportCh:  make(chan struct{}, 1),
 	}
 	if cfg.BootstrapExpect < 0 {
 		return nil, structs.Invalid("bootstrap_expect", "must not be negative, got %d", cfg.BootstrapExpect)
@@ -209,6 +216,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		rc.ElectionTimeout = orDuration(cfg.ElectionTimeout, d.ElectionTimeout)
 		rc.LeaderLeaseTimeout = orDuration(cfg.LeaderLeaseTimeout, d.LeaderLeaseTimeout)
 	}
+	c.lease = rc.LeaderLeaseTimeout
 	if c.cfg.StepUpDelay <= 0 {
 		c.cfg.StepUpDelay = 2*rc.LeaderLeaseTimeout + DefaultCancelMargin
 	}
@@ -330,43 +338,142 @@ func (c *Cluster) forwardLeadership() {
 			if c.IsLeader() {
 				c.reconcileMeta()
 			}
-		case v := <-c.notifyCh:
-			if v {
-				// Report the step-up only once every entry of earlier terms
-				// is applied: after a restart or a leader change the store
-				// must hold the whole log before the watcher assesses it
-				// (ANCHORS: the first pass after step-up reaps everything).
-				if err := c.raft.Barrier(c.cfg.ApplyTimeout).Error(); err != nil {
-					c.logger.Warn("barrier after step-up failed", "error", err)
-				}
-				c.reconcileMeta()
-				if !c.waitStepUpDelay() {
-					return
-				}
-				if !c.IsLeader() {
-					// Lost it again while waiting: the false that raft
-					// queued comes next; never report a stale true.
-					continue
-				}
+		case <-c.rereportCh:
+			// A graceful transfer failed and stopped this server's
+			// leader work first: report the step-up again if, by now,
+			// this server still leads the term it led before.
+			if c.IsLeader() {
+				c.stepUp()
 			}
-			c.report(v)
+		case v := <-c.notifyCh:
+			if !v {
+				c.report(false, 0)
+				continue
+			}
+			if !c.stepUp() {
+				return
+			}
 		}
 	}
 }
 
-// report publishes a leadership value on LeaderCh and to WaitForLeader.
-func (c *Cluster) report(v bool) {
-	c.logger.Info("leadership changed", "leader", v)
+// stepUp reports leadership once it is safe to start leader work; it
+// returns false when the cluster stops. It reports only once every entry
+// of earlier terms is applied: after a restart or a leader change the store
+// must hold the whole log before the watcher assesses it (ANCHORS: the
+// first pass after step-up reaps everything). A failed barrier is retried
+// while this server leads the same term; leader work never starts on a
+// store that may be behind (issue 10 defect 5).
+func (c *Cluster) stepUp() bool {
+	term := c.raft.CurrentTerm()
+	for attempt := 1; ; attempt++ {
+		err := c.raft.Barrier(c.cfg.ApplyTimeout).Error()
+		if err == nil {
+			break
+		}
+		if !c.IsLeader() || c.raft.CurrentTerm() != term {
+			// The false that raft queued comes next.
+			c.logger.Warn("barrier after step-up failed; leadership lost meanwhile", "error", err)
+			return true
+		}
+		c.logger.Warn("barrier after step-up failed; retrying before starting leader work", "error", err, "attempt", attempt)
+		select {
+		case <-c.stopCh:
+			return false
+		case <-time.After(min(time.Duration(attempt)*100*time.Millisecond, 2*time.Second)):
+		}
+	}
+	c.reconcileMeta()
+	if !c.waitStepUpDelay() {
+		return false
+	}
+	if !c.IsLeader() || c.raft.CurrentTerm() != term {
+		// Lost it again while waiting: the false that raft queued comes
+		// next; never report a stale true.
+		return true
+	}
+	c.report(true, term)
+	return true
+}
+
+// report publishes a leadership value on LeaderCh and to WaitForLeader,
+// with the term it holds for (0 on a step-down).
+func (c *Cluster) report(v bool, term uint64) {
+	c.logger.Info("leadership changed", "leader", v, "term", term)
+	c.mu.Lock()
+	c.leader = v
+	c.readyTerm = term
+	close(c.changeCh)
+	c.changeCh = make(chan struct{})
+	c.mu.Unlock()
 	select { // keep only the newest value: never block raft
 	case <-c.leaderCh:
 	default:
 	}
 	c.leaderCh <- v
+}
+
+// ReadyTerm is the leadership term this server leads in with its step-up
+// complete (barrier applied, StepUpDelay waited), or 0 while it does not
+// lead, is still stepping up, or is handing leadership over. Leader work
+// (the watcher's passes, the claim path) runs under this term and passes
+// it to ConfirmLeader before every CSI call it makes.
+func (c *Cluster) ReadyTerm() uint64 {
 	c.mu.Lock()
-	c.leader = v
-	close(c.changeCh)
-	c.changeCh = make(chan struct{})
+	defer c.mu.Unlock()
+	if !c.leader {
+		return 0
+	}
+	return c.readyTerm
+}
+
+// ConfirmLeader returns nil only if this server still leads in term, as
+// confirmed by a quorum of voters (raft's VerifyLeader) within the last
+// lease; otherwise an error wrapping structs.ErrNoLeader. It is the fence
+// before every CSI call of leader work (issue 10 defect 5): a leader that
+// was paused (SIGSTOP, a VM freeze) longer than its lease and wakes up has
+// by then been replaced, and its verification fails instead of its call
+// going out. A verification is shared by the calls that start within
+// confirmMaxAge of it, so a burst of releases costs one round trip, not
+// one each. What remains is a pause between this check and the call
+// leaving the process (RATIONALE.md "Safety").
+func (c *Cluster) ConfirmLeader(ctx context.Context, term uint64) error {
+	if term == 0 || c.ReadyTerm() != term || c.raft.CurrentTerm() != term {
+		return fmt.Errorf("leadership of term %d: %w", term, structs.ErrNoLeader)
+	}
+	maxAge := c.confirmMaxAge()
+	c.mu.Lock()
+	fresh := c.verifiedTerm == term && time.Since(c.verifiedAt) < maxAge
 	c.mu.Unlock()
+	if fresh {
+		return nil
+	}
+	start := time.Now()
+	if err := wait(ctx, c.raft.VerifyLeader()); err != nil {
+		return fmt.Errorf("confirm leadership of term %d: %w: %w", term, structs.ErrNoLeader, err)
+	}
+	if took := time.Since(start); took > maxAge {
+		// The answer is about the past: a pause (or a very slow quorum)
+		// happened in between. Do not act on it.
+		return fmt.Errorf("confirm leadership of term %d: verification took %s, longer than %s: %w",
+			term, took.Round(time.Millisecond), maxAge, structs.ErrNoLeader)
+	}
+	if c.raft.CurrentTerm() != term || c.ReadyTerm() != term {
+		return fmt.Errorf("leadership of term %d lost while confirming: %w", term, structs.ErrNoLeader)
+	}
+	c.mu.Lock()
+	if start.After(c.verifiedAt) || c.verifiedTerm != term {
+		c.verifiedAt, c.verifiedTerm = start, term
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// confirmMaxAge bounds how old a leadership verification may be when a CSI
+// call relies on it: half the leader lease, so a shared verification is
+// always younger than the time a deposed leader keeps believing it leads.
+func (c *Cluster) confirmMaxAge() time.Duration {
+	return c.lease / 2
 }
 
 // waitStepUpDelay holds a new leader's step-up report in a cluster of
@@ -477,6 +584,25 @@ func raftErr(op string, err error) error {
 	return fmt.Errorf("%s: %w", op, err)
 }
 
+// applyErr tells a refused write from one whose outcome is unknown. Raft
+// refuses before appending with ErrNotLeader (not the leader) and
+// ErrEnqueueTimeout (never queued); a cancelled wait, ErrLeadershipLost
+// (raft's own words: "the entry may still commit") and a shutdown while
+// waiting leave the entry possibly committed: those wrap
+// structs.ErrOutcomeUnknown, so no caller undoes what may be recorded
+// (issue 10 defect 3).
+func applyErr(ctx context.Context, err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return raftErr("apply", err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("apply: %w: %w", structs.ErrNoLeader, err)
+	case ctx.Err() != nil, errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("apply: %w (%w)", structs.ErrOutcomeUnknown, err)
+	}
+	return fmt.Errorf("apply: %w", err)
+}
+
 // wait blocks until f resolves or ctx ends. The goroutine is bounded by the
 // future: raft resolves every future, at the latest on Shutdown.
 func wait(ctx context.Context, f raft.Future) error {
@@ -512,10 +638,7 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 	}
 	f := c.raft.Apply(data, c.timeout(ctx))
 	if err := wait(ctx, f); err != nil {
-		if ctx.Err() != nil {
-			return 0, nil, fmt.Errorf("apply: %w", err)
-		}
-		return 0, nil, raftErr("apply", err)
+		return 0, nil, applyErr(ctx, err)
 	}
 	res, ok := f.Response().(fsmResult)
 	if !ok {

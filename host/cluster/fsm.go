@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"fmt"
 	"io"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/volhost/volhost/host/state"
+	"github.com/volhost/volhost/host/structs"
 )
 
 // fsm applies committed log entries to the state store.
@@ -42,6 +44,10 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.logger.Error("undecodable log entry skipped", "index", l.Index, "error", err)
 		return fsmResult{err: err}
 	}
+	if err := fenceTerm(req, l.Term); err != nil {
+		f.logger.Warn("log entry of an older leadership term refused", "index", l.Index, "type", t, "error", err)
+		return fsmResult{err: err}
+	}
 	resp, err := f.store.ApplyAt(l.Index, at, t, req)
 	if err != nil {
 		// Debug, not error: the caller gets the typed error; logging it on
@@ -49,6 +55,26 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.logger.Debug("log entry refused at apply", "index", l.Index, "type", t, "error", err)
 	}
 	return fsmResult{resp: resp, err: err}
+}
+
+// fenced is a request written by leader work under a leadership term
+// (structs.VolumeClaimRequest, structs.ClaimCheckpointRequest).
+type fenced interface{ FencedTerm() uint64 }
+
+// fenceTerm refuses a fenced request appended in another term than the one
+// its writer worked under: a watcher pass or claim of a deposed leader,
+// still running when this server was re-elected (or its entry re-sent by a
+// new leader), must not move a claim (issue 10 defect 5). Term 0 is an
+// unfenced writer (tests of the store alone).
+func fenceTerm(req any, logTerm uint64) error {
+	f, ok := req.(fenced)
+	if !ok {
+		return nil
+	}
+	if t := f.FencedTerm(); t != 0 && t != logTerm {
+		return fmt.Errorf("entry of term %d appended in term %d: %w", t, logTerm, structs.ErrStaleTerm)
+	}
+	return nil
 }
 
 // Snapshot implements raft.FSM: it captures a memdb read view, which is

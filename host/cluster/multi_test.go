@@ -512,11 +512,9 @@ func TestTransferLeadership(t *testing.T) {
 	target := tc.followers(old)[0]
 	var calls atomic.Int32
 	var ledDuringHook atomic.Bool
-	old.c.OnTransfer(func(transferring bool) {
-		if transferring {
-			calls.Add(1)
-			ledDuringHook.Store(old.c.IsLeader())
-		}
+	old.c.OnTransfer(func() {
+		calls.Add(1)
+		ledDuringHook.Store(old.c.IsLeader())
 	})
 	for _, bad := range []string{"nope", old.id} {
 		if err := old.c.TransferLeadership(testCtx(t), bad); err == nil {

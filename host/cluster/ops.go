@@ -90,12 +90,12 @@ func (c *Cluster) SetHTTPAddr(addr string) {
 	}
 }
 
-// OnTransfer sets the hook a graceful leadership transfer calls: with true
-// before the transfer starts (the agent disables the watcher, which waits
-// until every in-flight CSI call returned), and with false when the
-// transfer failed and this server still leads (enable it again). So the
-// old leader's watcher is stopped before the new leader can start its own.
-func (c *Cluster) OnTransfer(fn func(transferring bool)) {
+// OnTransfer sets the hook a graceful leadership transfer calls before the
+// transfer starts: the agent disables the watcher, which waits until every
+// in-flight CSI call returned, so the old leader's watcher is stopped before
+// the new leader can start its own. When the transfer fails, leader work
+// restarts through LeaderCh like any step-up, never from here.
+func (c *Cluster) OnTransfer(fn func()) {
 	c.mu.Lock()
 	c.onTransfer = fn
 	c.mu.Unlock()
@@ -385,11 +385,14 @@ func (c *Cluster) TransferLeadership(ctx context.Context, id string) error {
 			return structs.Invalid("id", "%s is not a voter", id)
 		}
 	}
+	// No new leader work from here on: the claim path asks ReadyTerm, and
+	// the hook stops the watcher (and waits for its CSI calls).
 	c.mu.Lock()
 	hook := c.onTransfer
+	c.readyTerm = 0
 	c.mu.Unlock()
 	if hook != nil {
-		hook(true)
+		hook()
 	}
 	var f raft.Future
 	if target != nil {
@@ -398,10 +401,16 @@ func (c *Cluster) TransferLeadership(ctx context.Context, id string) error {
 		f = c.raft.LeadershipTransfer()
 	}
 	err := wait(ctx, f)
-	if err != nil && hook != nil && c.IsLeader() {
-		hook(false)
-	}
 	if err != nil {
+		// Leader work restarts only through the leadership forwarder, the
+		// one goroutine that also reports step-downs: re-enabling here
+		// directly could race a concurrent step-down and start the
+		// watcher on a follower (issue 10 defect 5). The forwarder
+		// re-reports the step-up if this server still leads by then.
+		select {
+		case c.rereportCh <- struct{}{}:
+		default:
+		}
 		return raftErr("transfer leadership", err)
 	}
 	c.logger.Info("leadership transferred", "to", id)

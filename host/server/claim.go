@@ -17,7 +17,17 @@ import (
 // Every refusal (capacity, access mode, unknown IDs, a live claim by the same
 // allocation) is checked before the first CSI call; the claim is written to
 // the log only once publish succeeded, and a publish that fails half way is
-// rolled back so no attachment is left that no claim accounts for.
+// rolled back, undoing only what this claim created, so no attachment is
+// left that no claim accounts for and none is taken from another claim.
+//
+// The request is idempotent: the same allocation, volume, node and mode
+// again answers the recorded claim without any CSI call. That is what
+// makes retrying safe after an ErrOutcomeUnknown answer (the commit could
+// not be confirmed; the claim may be recorded, so nothing was undone).
+//
+// It runs only on a leader whose step-up is complete, under that
+// leadership term: every CSI call is preceded by ConfirmLeader and the
+// claim record carries the term, which the FSM checks (issue 10 defect 5).
 func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*structs.Claim, error) {
 	if req == nil {
 		return nil, structs.Invalid("", "empty claim request")
@@ -25,7 +35,14 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 	if req.Namespace == "" {
 		req.Namespace = "default"
 	}
-	unlock := s.claimLocks.lock(volumeKey(req.Namespace, req.VolumeID))
+	term := s.log.ReadyTerm()
+	if term == 0 {
+		return nil, fmt.Errorf("claim: this server is not a leader ready for leader work (stepping up, transferring or following): %w", structs.ErrNoLeader)
+	}
+	unlock, err := s.locks.Lock(ctx, structs.VolumeRef{Namespace: req.Namespace, ID: req.VolumeID})
+	if err != nil {
+		return nil, fmt.Errorf("claim: waiting for volume %s: %w", volumeKey(req.Namespace, req.VolumeID), err)
+	}
 	defer unlock()
 
 	snap := s.store.Snapshot()
@@ -35,6 +52,9 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 	}
 	if vol == nil {
 		return nil, structs.NotFound("volume", volumeKey(req.Namespace, req.VolumeID))
+	}
+	if prev := vol.Claims[req.AllocID]; prev != nil && sameClaim(prev, req, vol) {
+		return prev.Copy(), nil
 	}
 	now := s.clock.Now()
 	claim := &structs.Claim{
@@ -53,7 +73,7 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 	if claim.AttachmentMode == "" {
 		claim.AttachmentMode = vol.AttachmentMode
 	}
-	record := &structs.VolumeClaimRequest{Namespace: vol.Namespace, VolumeID: vol.ID, Claim: claim}
+	record := &structs.VolumeClaimRequest{Namespace: vol.Namespace, VolumeID: vol.ID, Claim: claim, Term: term}
 	if err := snap.Validate(structs.VolumeClaimType, record); err != nil {
 		return nil, err
 	}
@@ -70,18 +90,39 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 		return nil, structs.Conflict("node %q or plugin %q was removed while claiming", claim.NodeID, vol.PluginID)
 	}
 
-	pub := &publisher{s: s, vol: vol, node: node, plugin: plugin, claim: claim}
+	pub := &publisher{s: s, vol: vol, node: node, plugin: plugin, claim: claim, term: term}
 	if err := pub.publish(ctx); err != nil {
 		pub.rollback(ctx)
 		return nil, err
 	}
 	if _, _, err := s.log.Apply(ctx, structs.VolumeClaimType, record); err != nil {
+		if errors.Is(err, structs.ErrOutcomeUnknown) {
+			// The claim may be committed: undoing its publish would take
+			// the volume from a workload that holds it (issue 10 defect
+			// 3). A retry of the same request finds the claim or makes it.
+			s.logger.Warn("claim commit unconfirmed; publish kept for a retry", "volume", volumeKey(vol.Namespace, vol.ID),
+				"alloc", claim.AllocID, "node", claim.NodeID, "error", err)
+			return nil, fmt.Errorf("claim of volume %s by allocation %s: %w", volumeKey(vol.Namespace, vol.ID), claim.AllocID, err)
+		}
 		pub.rollback(ctx)
 		return nil, err
 	}
 	s.logger.Info("volume claimed", "volume", volumeKey(vol.Namespace, vol.ID), "alloc", claim.AllocID,
 		"node", claim.NodeID, "plugin", plugin.ID, "mode", claim.Mode)
 	return claim, nil
+}
+
+// sameClaim: prev, a recorded claim, is what req asks for (a retry).
+func sameClaim(prev *structs.Claim, req *structs.ClaimRequest, vol *structs.Volume) bool {
+	access, attach := req.AccessMode, req.AttachmentMode
+	if access == "" {
+		access = vol.AccessMode
+	}
+	if attach == "" {
+		attach = vol.AttachmentMode
+	}
+	return prev.State == structs.ClaimTaken && prev.NodeID == req.NodeID && prev.Mode == req.Mode &&
+		prev.AccessMode == access && prev.AttachmentMode == attach
 }
 
 // publisher runs the CSI calls of one claim and remembers how to undo them.
@@ -91,7 +132,17 @@ type publisher struct {
 	node   *structs.Node
 	plugin *structs.Plugin
 	claim  *structs.Claim
+	term   uint64
 	undo   []func(context.Context) error
+}
+
+// call runs one CSI call of the claim path once leadership of its term is
+// confirmed (issue 10 defect 5).
+func (p *publisher) call(ctx context.Context, f func(context.Context) error) error {
+	if err := p.s.log.ConfirmLeader(ctx, p.term); err != nil {
+		return fmt.Errorf("not sent: %w", err)
+	}
+	return f(ctx)
 }
 
 func (p *publisher) publish(ctx context.Context) error {
@@ -110,19 +161,30 @@ func (p *publisher) publish(ctx context.Context) error {
 			// GCE PD and others reject an empty node ID; never send one (ANCHORS: CSI spec rules).
 			return structs.Invalid("node_id", "no external node ID for node %q and plugin %q: register the node's plugin endpoint", p.node.ID, p.plugin.ID)
 		}
-		resp, err := p.s.csi.ControllerPublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerPublishVolumeRequest{
-			VolumeId: adapted.VolumeID, NodeId: adapted.NodeID, VolumeCapability: capability,
-			Readonly: readonly, Secrets: secrets, VolumeContext: adapted.VolumeContext,
+		// Whether another claim already holds the attachment is read
+		// before the call: ControllerPublish is idempotent (CSI spec), so
+		// it answers OK for an attachment this claim did not make, and
+		// that one must never be undone here (issue 10 defect 1).
+		owned := !p.attachedOnNode()
+		var resp *csipb.ControllerPublishVolumeResponse
+		err := p.call(ctx, func(ctx context.Context) (err error) {
+			resp, err = p.s.csi.ControllerPublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerPublishVolumeRequest{
+				VolumeId: adapted.VolumeID, NodeId: adapted.NodeID, VolumeCapability: capability,
+				Readonly: readonly, Secrets: secrets, VolumeContext: adapted.VolumeContext,
+			})
+			return err
 		})
 		if err != nil {
 			return fmt.Errorf("controller publish of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
 		}
 		p.claim.PublishContext = resp.GetPublishContext()
-		p.undo = append(p.undo, func(ctx context.Context) error {
-			return p.s.csi.ControllerUnpublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerUnpublishVolumeRequest{
-				VolumeId: adapted.VolumeID, NodeId: adapted.NodeID, Secrets: secrets,
+		if owned {
+			p.undo = append(p.undo, func(ctx context.Context) error {
+				return p.s.csi.ControllerUnpublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerUnpublishVolumeRequest{
+					VolumeId: adapted.VolumeID, NodeId: adapted.NodeID, Secrets: secrets,
+				})
 			})
-		})
+		}
 	}
 	if np == nil || np.Endpoint == "" {
 		return nil
@@ -134,9 +196,11 @@ func (p *publisher) publish(ctx context.Context) error {
 		// Stage once per volume and node: later claims on the node reuse it
 		// (CSI spec: NodeStageVolume is per volume per node).
 		if !p.stagedOnNode() {
-			err := p.s.csi.NodeStageVolume(ctx, np.Endpoint, &csipb.NodeStageVolumeRequest{
-				VolumeId: adapted.VolumeID, PublishContext: p.claim.PublishContext, StagingTargetPath: staging,
-				VolumeCapability: capability, Secrets: secrets, VolumeContext: adapted.VolumeContext,
+			err := p.call(ctx, func(ctx context.Context) error {
+				return p.s.csi.NodeStageVolume(ctx, np.Endpoint, &csipb.NodeStageVolumeRequest{
+					VolumeId: adapted.VolumeID, PublishContext: p.claim.PublishContext, StagingTargetPath: staging,
+					VolumeCapability: capability, Secrets: secrets, VolumeContext: adapted.VolumeContext,
+				})
 			})
 			if err != nil {
 				return fmt.Errorf("node stage of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
@@ -148,10 +212,12 @@ func (p *publisher) publish(ctx context.Context) error {
 			})
 		}
 	}
-	err = p.s.csi.NodePublishVolume(ctx, np.Endpoint, &csipb.NodePublishVolumeRequest{
-		VolumeId: adapted.VolumeID, PublishContext: p.claim.PublishContext, StagingTargetPath: p.claim.StagingPath,
-		TargetPath: target, VolumeCapability: capability, Readonly: readonly, Secrets: secrets,
-		VolumeContext: adapted.VolumeContext,
+	err = p.call(ctx, func(ctx context.Context) error {
+		return p.s.csi.NodePublishVolume(ctx, np.Endpoint, &csipb.NodePublishVolumeRequest{
+			VolumeId: adapted.VolumeID, PublishContext: p.claim.PublishContext, StagingTargetPath: p.claim.StagingPath,
+			TargetPath: target, VolumeCapability: capability, Readonly: readonly, Secrets: secrets,
+			VolumeContext: adapted.VolumeContext,
+		})
 	})
 	if err != nil {
 		return fmt.Errorf("node publish of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
@@ -162,6 +228,19 @@ func (p *publisher) publish(ctx context.Context) error {
 		})
 	})
 	return nil
+}
+
+// attachedOnNode reports whether another claim of the volume on the same
+// node still holds the controller attachment: any claim there that has not
+// finished its controller step (a claim mid-release leaves it to the last
+// one, watcher.sharedOnNodeCommitted).
+func (p *publisher) attachedOnNode() bool {
+	for _, c := range p.vol.Claims {
+		if c.NodeID == p.node.ID && c.State.Order() < structs.ClaimControllerDetached.Order() {
+			return true
+		}
+	}
+	return false
 }
 
 // stagedOnNode reports whether another claim of the volume on the same node
@@ -182,7 +261,7 @@ func (p *publisher) rollback(ctx context.Context) {
 	ctx = context.WithoutCancel(ctx)
 	var errs []error
 	for i := len(p.undo) - 1; i >= 0; i-- {
-		if err := p.undo[i](ctx); err != nil {
+		if err := p.call(ctx, p.undo[i]); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -198,6 +277,9 @@ func (p *publisher) adapt(ctx context.Context) (*abi.AdapterResponse, error) {
 	resp, err := adapter.AdaptRequest(ctx, req)
 	if err == nil && (resp == nil || resp.VolumeID == "") {
 		err = errors.New("adapter answered no volume ID")
+	}
+	if err == nil {
+		err = watcher.CheckAdapterIDs(watcher.StepControllerPublish, p.vol, p.claim, p.node, resp)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, err)

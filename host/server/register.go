@@ -37,15 +37,18 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 	if n == nil || n.ID == "" {
 		return nil, structs.Invalid("id", "node ID is required")
 	}
+	for id, np := range n.Plugins {
+		if np == nil {
+			// Checked before anything reads the entry (issue 10 defect 8).
+			return nil, structs.Invalid(fmt.Sprintf("node.plugins[%s]", id), "is null: give the plugin's endpoint, or {} for none")
+		}
+	}
 	n = n.Copy()
 	if n.Status == "" {
 		n.Status = structs.NodeReady
 	}
 	n.LastSeen = s.clock.Now()
 	for id, np := range n.Plugins {
-		if np == nil {
-			return nil, structs.Invalid(fmt.Sprintf("plugins.%s", id), "empty node plugin")
-		}
 		np.PluginID = id
 		if np.Endpoint == "" {
 			continue

@@ -8,7 +8,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
@@ -27,6 +26,10 @@ type Log interface {
 	Apply(ctx context.Context, t structs.MessageType, req any) (uint64, any, error)
 	IsLeader() bool
 	Leader() (addr, id string)
+	// ReadyTerm and ConfirmLeader fence the claim path's CSI calls by
+	// leadership term (watcher.Leadership).
+	ReadyTerm() uint64
+	ConfirmLeader(ctx context.Context, term uint64) error
 }
 
 // Leader-only operations the watcher performs for operator commands.
@@ -45,11 +48,13 @@ type Server struct {
 	clock   clockwork.Clock
 	logger  hclog.Logger
 
-	// claimLocks serialise claims per volume on this server, so two claims
+	// locks serialise claims per volume on this server, so two claims
 	// racing for a single-writer volume cannot both publish before one of
 	// them is refused by the log (and the loser's rollback cannot unpublish
-	// the winner's attachment).
-	claimLocks keyedMutex
+	// the winner's attachment), and with the watcher's per-node release
+	// steps, so a release never unstages or detaches under a claim being
+	// made (issue 10 defect 2).
+	locks *watcher.VolumeLocks
 }
 
 // Config wires a Server.
@@ -60,6 +65,8 @@ type Config struct {
 	Modules watcher.Modules
 	Clock   clockwork.Clock
 	Logger  hclog.Logger
+	// Locks is shared with the watcher (nil: the server's own).
+	Locks *watcher.VolumeLocks
 }
 
 // New returns a Server. SetReleaser must be called before Detach or SystemGC.
@@ -70,7 +77,11 @@ func New(cfg Config) *Server {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	if cfg.Locks == nil {
+		cfg.Locks = watcher.NewVolumeLocks()
+	}
 	return &Server{
+		locks:   cfg.Locks,
 		store:   cfg.Store,
 		log:     cfg.Log,
 		csi:     cfg.CSI,
@@ -87,42 +98,6 @@ func (s *Server) SetReleaser(r releaser) { s.release = r }
 func (s *Server) Leader() (string, bool) {
 	addr, _ := s.log.Leader()
 	return addr, s.log.IsLeader()
-}
-
-type keyedMutex struct {
-	mu    sync.Mutex
-	locks map[string]*keyedEntry
-}
-
-type keyedEntry struct {
-	mu   sync.Mutex
-	refs int
-}
-
-// lock locks key and returns its unlock function; entries are dropped when
-// unused so the map does not grow with the number of volumes ever claimed.
-func (k *keyedMutex) lock(key string) func() {
-	k.mu.Lock()
-	if k.locks == nil {
-		k.locks = make(map[string]*keyedEntry)
-	}
-	e := k.locks[key]
-	if e == nil {
-		e = &keyedEntry{}
-		k.locks[key] = e
-	}
-	e.refs++
-	k.mu.Unlock()
-	e.mu.Lock()
-	return func() {
-		e.mu.Unlock()
-		k.mu.Lock()
-		e.refs--
-		if e.refs == 0 {
-			delete(k.locks, key)
-		}
-		k.mu.Unlock()
-	}
 }
 
 func volumeKey(ns, id string) string { return fmt.Sprintf("%s/%s", ns, id) }

@@ -183,21 +183,44 @@ func (s *Store) blockingQuery(ctx context.Context, minIndex uint64, maxWait time
 // ctx ends), then returns the volumes whose ModifyIndex > index and the
 // table's new index; index 0 returns every volume as soon as the table has
 // been written once (an empty, never-written table blocks, so a caller that
-// feeds the returned index back never spins). It implements the watcher's
-// VolumeFeed.
+// feeds the returned index back never spins). A restore of the store (a
+// snapshot, perhaps older) while it waits, or before it was called with an
+// index the restored store has not reached, returns every volume and the
+// restored index, which may be lower than index: the restored volumes'
+// modify indexes say nothing about what the caller has seen (issue 10
+// defect 6: a watcher that waited for an index above the pre-restore one
+// missed every restored claim). It implements the watcher's VolumeFeed.
 func (s *Store) VolumesChangedSince(ctx context.Context, index uint64) ([]*structs.Volume, uint64, error) {
+	start := s.cur.Load().abandon
 	for {
 		var vols []*structs.Volume
+		restored := false
 		idx, err := s.blockingQuery(ctx, index, MaxMaxWait, false, func(ws memdb.WatchSet, snap *Snapshot) (uint64, error) {
-			var err error
-			vols, err = snap.VolumesModifiedSince(ws, index)
+			tableIdx, err := snap.Index(TableVolumes)
 			if err != nil {
 				return 0, err
 			}
-			return snap.Index(TableVolumes)
+			// Indexes only go back through a restore.
+			restored = snap.abandon != start || tableIdx < index
+			since := index
+			if restored {
+				since = 0
+			}
+			if vols, err = snap.VolumesModifiedSince(ws, since); err != nil {
+				return 0, err
+			}
+			if restored {
+				// Wake the caller whatever the restored index is.
+				return max(tableIdx, index+1), nil
+			}
+			return tableIdx, nil
 		})
 		if err != nil {
 			return nil, idx, err
+		}
+		if restored {
+			real, err := s.Snapshot().Index(TableVolumes)
+			return vols, real, err
 		}
 		if idx > index {
 			return vols, idx, nil

@@ -624,6 +624,22 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 		return structs.Conflict("claim of allocation %q on volume %q cannot move back from %s to %s",
 			c.AllocID, volName(r.Namespace, r.VolumeID), old.State, c.State)
 	}
+	// A transition that ran a per-(volume, node) step on the ground that
+	// no other claim on the node needed it is refused if a committed claim
+	// says otherwise (issue 10 defect 2).
+	for id, o := range v.Claims {
+		if id == c.AllocID || o.NodeID != c.NodeID {
+			continue
+		}
+		if r.Unstaged && o.State == structs.ClaimTaken {
+			return structs.Conflict("claim of allocation %q on volume %q reports NodeUnstage on node %q, where allocation %q holds a taken claim",
+				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, id)
+		}
+		if r.ControllerUnpublished && o.State.Order() < structs.ClaimControllerDetached.Order() {
+			return structs.Conflict("claim of allocation %q on volume %q reports ControllerUnpublish on node %q, where allocation %q still uses the attachment (%s)",
+				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, id, o.State)
+		}
+	}
 	if c.State.Order() > old.State.Order() {
 		// The host's safety invariant, enforced at the store too: never
 		// release a claim whose allocation still runs (DESIGN "Release" 1).

@@ -14,6 +14,15 @@ var (
 	ErrConflict = errors.New("conflict")
 	// ErrNoLeader: no leader is known, so a write cannot be committed (503).
 	ErrNoLeader = errors.New("no cluster leader")
+	// ErrOutcomeUnknown: a write reached the log but its commit could not
+	// be confirmed (the caller's context ended, or leadership was lost
+	// while waiting); it may still commit. Callers must not undo what the
+	// write records (issue 10: a claim path that rolled back a committed
+	// claim). 503; retrying an idempotent request is safe.
+	ErrOutcomeUnknown = errors.New("the write may have been recorded: its outcome is unknown; retrying the same request is safe")
+	// ErrStaleTerm: a fenced write (claim, checkpoint) was started under a
+	// leadership term that is no longer current. A kind of ErrConflict.
+	ErrStaleTerm = fmt.Errorf("written under a leadership term that is no longer current: %w", ErrConflict)
 )
 
 // ValidationError names the offending field of a malformed request (400).

@@ -87,7 +87,14 @@ type VolumeClaimRequest struct {
 	Namespace string `json:"namespace"`
 	VolumeID  string `json:"volume_id"`
 	Claim     *Claim `json:"claim"`
+	// Term is the leadership term the claim path ran its CSI calls in
+	// (0: unfenced, tests). The FSM refuses the entry when it was appended
+	// in another term: a deposed leader's claim is never recorded.
+	Term uint64 `json:"term,omitempty"`
 }
+
+// FencedTerm implements the FSM's term fence.
+func (r *VolumeClaimRequest) FencedTerm() uint64 { return r.Term }
 
 // VolumeClaimRemoveRequest drops a claim outright.
 type VolumeClaimRemoveRequest struct {
@@ -102,7 +109,22 @@ type ClaimCheckpointRequest struct {
 	Namespace string `json:"namespace"`
 	VolumeID  string `json:"volume_id"`
 	Claim     *Claim `json:"claim"`
+	// Term is the leadership term of the watcher pass that wrote it (0:
+	// unfenced, tests). The FSM refuses the entry when it was appended in
+	// another term, so a pass of a deposed leader cannot move a claim.
+	Term uint64 `json:"term,omitempty"`
+	// Unstaged and ControllerUnpublished say that the transition ran
+	// NodeUnstageVolume or ControllerUnpublishVolume, which are per
+	// (volume, node), on the ground that no other live claim of the volume
+	// on that node needed them. The store refuses the checkpoint when a
+	// committed claim contradicts that (issue 10: a claim taken on the node
+	// while the release was deciding).
+	Unstaged              bool `json:"unstaged,omitempty"`
+	ControllerUnpublished bool `json:"controller_unpublished,omitempty"`
 }
+
+// FencedTerm implements the FSM's term fence.
+func (r *ClaimCheckpointRequest) FencedTerm() uint64 { return r.Term }
 
 // VolumeStuckRequest marks (Stuck != nil) or clears (Stuck == nil) a volume as stuck.
 type VolumeStuckRequest struct {

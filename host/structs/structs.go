@@ -163,6 +163,10 @@ type Claim struct {
 	FirstFailure time.Time   `json:"first_failure,omitempty"` // start of the current run of failures, for stuck_after
 	LastError    *ClaimError `json:"last_error,omitempty"`
 	SkipNodeStep bool        `json:"skip_node_step,omitempty"`
+	// Hold is set while a release policy keeps a releasable claim waiting:
+	// who holds it, why and until when (`volume status`), and since when,
+	// so a hold counts toward stuck_after like a failure does.
+	Hold *ClaimHold `json:"hold,omitempty"`
 
 	CreateTime  time.Time `json:"create_time"`
 	ModifyTime  time.Time `json:"modify_time"`
@@ -181,7 +185,22 @@ func (c *Claim) Copy() *Claim {
 		e := *c.LastError
 		n.LastError = &e
 	}
+	if c.Hold != nil {
+		h := *c.Hold
+		n.Hold = &h
+	}
 	return &n
+}
+
+// ClaimHold records a release policy's decision to keep a releasable claim
+// waiting. It is written when a hold starts or its holder or reason
+// changes, never on every pass (no log writes in a loop, ANCHORS pain 2).
+type ClaimHold struct {
+	Module        string    `json:"module,omitempty"`
+	ModuleVersion string    `json:"module_version,omitempty"`
+	Reason        string    `json:"reason,omitempty"`
+	Since         time.Time `json:"since"`
+	Until         time.Time `json:"until,omitempty"` // zero: until something changes
 }
 
 // Stuck says why a volume's claims cannot be released without an operator.
@@ -357,6 +376,12 @@ func (n *Node) Copy() *Node {
 	if n.Plugins != nil {
 		c.Plugins = make(map[string]*NodePlugin, len(n.Plugins))
 		for k, p := range n.Plugins {
+			if p == nil {
+				// Kept as it is for validation to name (issue 10 defect
+				// 8: a null entry in a request panicked here).
+				c.Plugins[k] = nil
+				continue
+			}
 			pp := *p
 			c.Plugins[k] = &pp
 		}
@@ -395,6 +420,7 @@ func (p *Plugin) Copy() *Plugin {
 const (
 	EventClaimTransition = "claim-transition"
 	EventClaimFailed     = "claim-failed"
+	EventClaimHeld       = "claim-held"
 	EventVolumeStuck     = "volume-stuck"
 	EventForceDeregister = "force-deregister"
 	EventAutoForce       = "auto-force-deregister"

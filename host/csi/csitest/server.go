@@ -65,6 +65,11 @@ type Options struct {
 	MaxVolumes int64
 	// Clock stamps recorded calls (default: the real clock).
 	Clock clockwork.Clock
+	// OnCall, when set, is called with every call as it arrives, before
+	// its scripted outcome and outside the server's lock: tests check
+	// invariants at the moment a call is made, or make something happen
+	// in the middle of an operation (a claim during a release).
+	OnCall func(Call)
 }
 
 // Result is one scripted outcome of a call.
@@ -287,6 +292,9 @@ func (s *Server) notifyLocked() {
 // handle records a call, applies the next scripted outcome and, when that is
 // OK, runs ok (the method's model) under the lock.
 func (s *Server) handle(ctx context.Context, c Call, ok func() error) error {
+	if s.opts.OnCall != nil {
+		s.opts.OnCall(c)
+	}
 	s.mu.Lock()
 	c.Seq = len(s.calls) + 1
 	c.Start = s.opts.Clock.Now()
