@@ -71,23 +71,36 @@ func TestAdapterFaults(t *testing.T) {
 					t.Fatalf("last error = %+v", e)
 				}
 			}},
-		{name: "empty-node-id", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "v"}, nil)},
+		{name: "empty-node-id", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "vol-v1"}, nil)},
 			check: func(t *testing.T, e *structs.ClaimError, _ []csiCall) {
 				if e.Kind != structs.ErrorPrecondition || e.Step != StepControllerUnpublish {
 					t.Fatalf("last error = %+v", e)
 				}
 			}},
-		{name: "unknown-secret", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "v", NodeID: "n", SecretKeys: []string{"nope"}}, nil)},
+		{name: "unknown-secret", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "vol-v1", NodeID: "ext-" + testNode, SecretKeys: []string{"nope"}}, nil)},
 			check: func(t *testing.T, e *structs.ClaimError, _ []csiCall) {
 				if e.Fault != FaultBadOutput || !strings.Contains(e.Message, "nope") {
 					t.Fatalf("last error = %+v", e)
 				}
 			}},
-		{name: "named-secrets", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "drv-v", NodeID: "drv-n", SecretKeys: []string{}}, nil)},
+		{name: "named-secrets", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "vol-v1", NodeID: "ext-" + testNode, SecretKeys: []string{}}, nil)},
 			wantCalls: 1, released: true,
 			check: func(t *testing.T, _ *structs.ClaimError, calls []csiCall) {
-				if c := calls[0]; c.VolumeID != "drv-v" || c.NodeID != "drv-n" || len(c.Secrets) != 0 {
+				if c := calls[0]; c.VolumeID != "vol-v1" || c.NodeID != "ext-"+testNode || len(c.Secrets) != 0 {
 					t.Fatalf("call = %+v, want adapter's IDs and no secrets", c)
+				}
+			}},
+		// Issue 10 defect 4: IDs the host cannot verify are faults, no call.
+		{name: "foreign-volume-id", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "someone-elses-disk", NodeID: "ext-" + testNode}, nil)},
+			check: func(t *testing.T, e *structs.ClaimError, _ []csiCall) {
+				if e.Fault != FaultUnsafe || !strings.Contains(e.Message, `"someone-elses-disk"`) {
+					t.Fatalf("last error = %+v", e)
+				}
+			}},
+		{name: "foreign-node-id", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "vol-v1", NodeID: "ext-other"}, nil)},
+			check: func(t *testing.T, e *structs.ClaimError, _ []csiCall) {
+				if e.Fault != FaultUnsafe || !strings.Contains(e.Message, `whose external node ID is "ext-`+testNode+`"`) {
+					t.Fatalf("last error = %+v", e)
 				}
 			}},
 		{name: "classify-fails", ctlErr: status.Error(codes.Aborted, "busy"), wantCalls: 1,

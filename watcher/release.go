@@ -764,7 +764,7 @@ func CheckAdapterIDs(step string, v *structs.Volume, c *structs.Claim, node *str
 			known = append(known, np.ExternalNodeID)
 		}
 	}
-	if c.ExternalNodeID != "" && step != StepControllerPublish {
+	if c.ExternalNodeID != "" && step != StepControllerPublish && !slices.Contains(known, c.ExternalNodeID) {
 		known = append(known, c.ExternalNodeID)
 	}
 	switch {

@@ -566,8 +566,10 @@ func (doneAdapter) ClassifyError(ctx context.Context, req *abi.ClassifyRequest) 
 	return SpecAdapter{}.ClassifyError(ctx, req)
 }
 
-// TestAdapterOutcomes: Done counts the step as done; Retry honours
-// RetryAfterMs.
+// TestAdapterOutcomes: Retry honours RetryAfterMs; Done on a failed step is
+// an unsafe module fault that keeps the claim where it is, with the
+// driver's code (issue 10 defect 4: a module may never declare a failed
+// detach done).
 func TestAdapterOutcomes(t *testing.T) {
 	f := newFixture(t, Config{}, testModules{adapter: doneAdapter{}})
 	f.store.putAlloc("a1", testNode, structs.AllocComplete)
@@ -584,8 +586,15 @@ func TestAdapterOutcomes(t *testing.T) {
 	if _, err := f.w.assess(context.Background(), ref("v1")); err != nil {
 		t.Fatal(err)
 	}
-	if c := f.store.claim(ref("v1"), "a1"); c != nil {
-		t.Fatalf("claim %s, want released (NotFound classified done)", c.State)
+	c := f.store.claim(ref("v1"), "a1")
+	if c == nil || c.State != structs.ClaimNodeDetached {
+		t.Fatalf("claim %+v, want it kept at node-detached (a failed detach classified done)", c)
+	}
+	if e := c.LastError; e == nil || e.Fault != FaultUnsafe || e.CodeName != "NotFound" {
+		t.Fatalf("last error %+v, want an unsafe fault keeping the driver's NotFound", e)
+	}
+	if n := len(f.csi.callList()); n != 2 {
+		t.Fatalf("%d CSI calls, want 2 (no third after the unsafe classification)", n)
 	}
 }
 

@@ -291,11 +291,17 @@ limits {
 }`, testPlugin)})
 	obs := newRecordingObserver()
 	fx.w.mods = WasmModules(m, obs)
+	// The driver's NodeGetInfo names the node the way the module maps it
+	// from the node's GCE metadata; the host holds the module to that ID.
+	gceID := "projects/p/zones/z/instances/" + testNode
 	node := readyNode(testNode)
 	node.Meta = map[string]string{"gce.project": "p", "gce.zone": "z"}
+	node.Plugins[testPlugin].ExternalNodeID = gceID
 	fx.store.putNode(node)
 	fx.store.putAlloc("a1", testNode, structs.AllocComplete)
-	fx.store.putVolume(newVolume("db", newClaim("a1", testNode, structs.ClaimTaken)))
+	c := newClaim("a1", testNode, structs.ClaimTaken)
+	c.ExternalNodeID = gceID
+	fx.store.putVolume(newVolume("db", c))
 
 	if _, err := fx.w.assess(context.Background(), ref("db")); err != nil {
 		t.Fatal(err)

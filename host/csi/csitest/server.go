@@ -220,6 +220,13 @@ func (s *Server) Script(method string, results ...Result) {
 	s.scripts[method] = append(s.scripts[method], results...)
 }
 
+// ClearScripts drops every queued outcome.
+func (s *Server) ClearScripts() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.scripts = make(map[string][]Result)
+}
+
 // Calls returns the recorded calls of method, in order.
 func (s *Server) Calls(method string) []Call {
 	s.mu.Lock()
