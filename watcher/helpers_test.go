@@ -156,8 +156,9 @@ func (s *fakeStore) CheckpointClaim(_ context.Context, req *structs.ClaimCheckpo
 		return 0, structs.NotFound("claim", req.Claim.AllocID)
 	}
 	if !s.noRecord {
-		s.checkpoints = append(s.checkpoints, &structs.ClaimCheckpointRequest{
-			Namespace: req.Namespace, VolumeID: req.VolumeID, Claim: req.Claim.Copy()})
+		ck := *req
+		ck.Claim = req.Claim.Copy()
+		s.checkpoints = append(s.checkpoints, &ck)
 	}
 	if req.Claim.State == structs.ClaimReadyToFree {
 		delete(v.Claims, req.Claim.AllocID)
@@ -275,6 +276,12 @@ func (s *fakeStore) checkpointStates() []structs.ClaimState {
 		out = append(out, c.Claim.State)
 	}
 	return out
+}
+
+func (s *fakeStore) checkpointCalls() []*structs.ClaimCheckpointRequest {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]*structs.ClaimCheckpointRequest(nil), s.checkpoints...)
 }
 
 func (s *fakeStore) stuckCalls() []*structs.VolumeStuckRequest {

@@ -323,6 +323,9 @@ func TestErrorMapping(t *testing.T) {
 		{"not found", structs.NotFound("volume", "default/x"), 404, "", ""},
 		{"conflict", structs.Conflict("volume %q in use by 1 allocation", "x"), 409, "", ""},
 		{"no leader", fmt.Errorf("apply: %w", structs.ErrNoLeader), 503, "", ""},
+		// Issue 10 defect 3: a commit that could not be confirmed (a
+		// cancelled wait, SIGTERM) is a retryable 503, never a 500.
+		{"outcome unknown", fmt.Errorf("apply: %w (%w)", structs.ErrOutcomeUnknown, context.DeadlineExceeded), 503, "", ""},
 		{"validation", fmt.Errorf("register: %w", structs.Invalid("plugin_id", "unknown plugin %q", "p")), 400, "plugin_id", ""},
 		{"grpc", fmt.Errorf("probe: %w", status.Error(codes.Unavailable, "connection refused")), 502, "", "Unavailable"},
 		{"deadline", fmt.Errorf("probe: %w", context.DeadlineExceeded), 504, "", ""},
