@@ -172,6 +172,23 @@ func TestStuckVolumeStatus(t *testing.T) {
 	}
 }
 
+// A claim a policy holds shows who holds it, why and until when (issue 10:
+// `taken 0 - -` said nothing).
+func TestHeldClaimStatus(t *testing.T) {
+	e := newCLIEnv(t)
+	e.setup()
+	e.ok("volume", "claim", "-alloc", "web-1", "-node", "node1", "-mode", "write", "vol1")
+	e.ok("alloc", "update", "-status", "complete", "web-1")
+	until := time.Date(2026, 12, 1, 18, 30, 0, 0, time.UTC)
+	c := &structs.Claim{AllocID: "web-1", NodeID: "node1", Mode: structs.ClaimWrite, State: structs.ClaimTaken,
+		AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem,
+		Hold: &structs.ClaimHold{Module: "grace-policy", ModuleVersion: "1.2.0", Reason: "grace period of 30s", Since: until.Add(-30 * time.Second), Until: until}}
+	if err := e.backend.Checkpoint("default", "vol1", c); err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "held status", e.ok("volume", "status", "vol1"), "held by grace-policy@1.2.0: grace period of 30s", fmtTime(until))
+}
+
 func TestJSONReads(t *testing.T) {
 	e := newCLIEnv(t)
 	e.setup()

@@ -194,14 +194,35 @@ func formatVolume(v *api.VolumeResponse) string {
 	for _, id := range ids {
 		cl := v.Claims[id]
 		lastErr := "-"
-		if cl.LastError != nil {
+		next := fmtTime(cl.NextAttempt)
+		switch {
+		case cl.LastError != nil:
 			lastErr = cl.LastError.Error()
+		case cl.Hold != nil:
+			// A policy holds it: say who, why and until when (issue 10/11:
+			// "taken 0 - -" told the operator nothing).
+			lastErr = "held by " + holder(cl.Hold) + ": " + cl.Hold.Reason
+			next = "when it changes"
+			if !cl.Hold.Until.IsZero() {
+				next = fmtTime(cl.Hold.Until)
+			}
 		}
 		rows = append(rows, []string{cl.AllocID, cl.NodeID, string(cl.Mode), string(cl.State),
-			strconv.Itoa(cl.Attempts), fmtTime(cl.NextAttempt), oneLine(lastErr)})
+			strconv.Itoa(cl.Attempts), next, oneLine(lastErr)})
 	}
 	b.WriteString(table(rows))
 	return b.String()
+}
+
+// holder names the module holding a claim.
+func holder(h *structs.ClaimHold) string {
+	switch {
+	case h.Module == "":
+		return "the release policy"
+	case h.ModuleVersion == "":
+		return h.Module
+	}
+	return h.Module + "@" + h.ModuleVersion
 }
 
 func sorted(s []string) []string {
