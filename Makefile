@@ -8,7 +8,7 @@ export VOLHOST_WAZERO_CACHE ?= $(HOME)/.cache/volhost/wazero-$(WAZERO_VERSION)
 PLUGIN_BUILD  := examples/plugins/build
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: build plugins test test-short lint run bench e2e clean
+.PHONY: build plugins test test-short lint run bench e2e chaos clean
 
 build:
 	$(GO) build -o bin/volhost ./cmd/volhost
@@ -37,6 +37,12 @@ e2e: plugins
 	cd test/peers && $(GO) test -race -count=1 ./internal/... ./cmd/mockcsi
 	cd test/peers && VOLHOST_E2E_BIN_DIR=$(E2E_BIN) VOLHOST_E2E_PLUGIN_BUILD=$(CURDIR)/$(PLUGIN_BUILD) \
 		$(GO) test -count=1 -timeout 30m ./e2e/...
+
+# Safety under random interleavings (issue 10): the model-based test over
+# many more seeds than make test runs, then the chaos end-to-end run.
+CHAOS_SEEDS ?= 5000
+chaos:
+	VOLHOST_MODEL_SEEDS=$(CHAOS_SEEDS) $(GO) test -race -count=1 -timeout 60m -run TestClaimModel -v ./host/server/ | grep -v '^=== RUN'
 
 # Benchmarks of every package and the end-to-end release benchmarks; writes
 # BENCHMARKS.md and BENCHMARKS-release.png (scripts/bench.sh).
