@@ -71,7 +71,11 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 
 	a.Store = state.NewStore()
 	a.Metrics = metrics.New(a.Store)
-	a.CSI = csi.New(csi.Config{CallTimeout: d.CSITimeout, Logger: a.logger.Named("csi"), Metrics: a.Metrics})
+	caller := cfg.NodeID
+	if caller == "" {
+		caller = cluster.DefaultNodeID
+	}
+	a.CSI = csi.New(csi.Config{CallTimeout: d.CSITimeout, Logger: a.logger.Named("csi"), Metrics: a.Metrics, Caller: caller})
 	cc := cluster.Config{
 		Dev:       cfg.Dev,
 		DataDir:   cfg.DataDir,

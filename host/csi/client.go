@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/volhost/volhost/host/structs"
@@ -44,7 +45,16 @@ type Config struct {
 	Logger hclog.Logger
 	// Metrics, when set, observes every call that reached gRPC.
 	Metrics CallObserver
+	// Caller, when set, is sent with every call as the gRPC metadata
+	// CallerHeader: a driver's logs then say which volhost server sent
+	// each call, which is how an operator (or the chaos test) checks that
+	// no deposed or paused leader sent one.
+	Caller string
 }
+
+// CallerHeader is the gRPC metadata key naming the volhost server that
+// sent a call (Config.Caller).
+const CallerHeader = "x-volhost-server"
 
 // Client talks to CSI plugins. It dials "unix:///path" and "tcp://host:port"
 // endpoints lazily, caches one grpc.ClientConn per endpoint and is safe for
@@ -127,13 +137,20 @@ func (c *Client) acquire(endpoint string) (*conn, error) {
 		cn = nil
 	}
 	if cn == nil {
-		cc, err := grpc.NewClient(target,
-			grpc.WithTransportCredentials(insecure.NewCredentials()),
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		if c.cfg.Caller != "" {
+			caller := c.cfg.Caller
+			opts = append(opts, grpc.WithUnaryInterceptor(func(ctx context.Context, method string, req, reply any,
+				cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+				return invoker(metadata.AppendToOutgoingContext(ctx, CallerHeader, caller), method, req, reply, cc, callOpts...)
+			}))
+		}
+		cc, err := grpc.NewClient(target, append(opts,
 			grpc.WithConnectParams(grpc.ConnectParams{
 				Backoff:           backoff.DefaultConfig,
 				MinConnectTimeout: c.cfg.DialTimeout,
 			}),
-		)
+		)...)
 		if err != nil {
 			return nil, structs.Invalid("endpoint", "%q: %v", endpoint, err)
 		}

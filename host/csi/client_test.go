@@ -551,3 +551,19 @@ func TestClientProbeRefusals(t *testing.T) {
 		})
 	}
 }
+
+// Every call names the server that sent it (Config.Caller), so a driver's
+// log shows which volhost server made each call.
+func TestClientSendsCaller(t *testing.T) {
+	srv := csitest.NewServer(t, csitest.Options{PublishUnpublish: true})
+	c := csi.New(csi.Config{Caller: "server-2"})
+	t.Cleanup(func() { c.Close() })
+	err := c.ControllerUnpublishVolume(context.Background(), srv.Endpoint(),
+		&csipb.ControllerUnpublishVolumeRequest{VolumeId: "vol-1", NodeId: "node-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls := srv.Calls(csitest.ControllerUnpublish); len(calls) != 1 || calls[0].Caller != "server-2" {
+		t.Fatalf("calls %+v, want one from server-2", calls)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
@@ -35,9 +36,9 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 	if req.Namespace == "" {
 		req.Namespace = "default"
 	}
-	term := s.log.ReadyTerm()
-	if term == 0 {
-		return nil, fmt.Errorf("claim: this server is not a leader ready for leader work (stepping up, transferring or following): %w", structs.ErrNoLeader)
+	term, err := s.readyTerm(ctx)
+	if err != nil {
+		return nil, err
 	}
 	unlock, err := s.locks.Lock(ctx, structs.VolumeRef{Namespace: req.Namespace, ID: req.VolumeID})
 	if err != nil {
@@ -110,6 +111,30 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 	s.logger.Info("volume claimed", "volume", volumeKey(vol.Namespace, vol.ID), "alloc", claim.AllocID,
 		"node", claim.NodeID, "plugin", plugin.ID, "mode", claim.Mode)
 	return claim, nil
+}
+
+// stepUpWait bounds how long a claim waits for a new leader's step-up
+// (barrier and StepUpDelay) before answering 503.
+const stepUpWait = 10 * time.Second
+
+// readyTerm is the leadership term the claim runs under. A leader still
+// stepping up (its barrier, then StepUpDelay while a deposed leader's calls
+// drain) makes the claim wait rather than fail: the claim path is delayed
+// like the watcher (issue 10 defect 5), and a client sees a slower answer
+// instead of a 503 after every failover.
+func (s *Server) readyTerm(ctx context.Context) (uint64, error) {
+	if term := s.log.ReadyTerm(); term != 0 {
+		return term, nil
+	}
+	if s.log.IsLeader() {
+		wctx, cancel := context.WithTimeout(ctx, stepUpWait)
+		err := s.log.WaitForLeader(wctx)
+		cancel()
+		if term := s.log.ReadyTerm(); err == nil && term != 0 {
+			return term, nil
+		}
+	}
+	return 0, fmt.Errorf("claim: this server is not a leader ready for leader work (stepping up, transferring or following): %w", structs.ErrNoLeader)
 }
 
 // sameClaim: prev, a recorded claim, is what req asks for (a retry).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -74,23 +75,33 @@ func TestReleaseRechecksCommittedClaimsBeforeNodeUnstage(t *testing.T) {
 	}
 	h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
 
-	var claimErr error
-	claimed := false
+	// The hook runs on the plugin's gRPC goroutine: hand the result over
+	// on a channel (the race detector does not see through the socket).
+	claimed := make(chan error, 1)
+	var once sync.Once
 	h.setOnCall(func(plugin string, c csitest.Call) {
-		if plugin == "node1" && c.Method == csitest.NodeUnpublish && !claimed {
-			claimed = true
-			// The pass has read its claims; a new workload claims now.
-			if claimErr = h.alloc("default", "web-2", "node1", structs.AllocRunning); claimErr == nil {
-				claimErr = h.claim(ref, "web-2", "node1", structs.ClaimWrite)
-			}
+		if plugin == "node1" && c.Method == csitest.NodeUnpublish {
+			once.Do(func() {
+				// The pass has read its claims; a new workload claims now.
+				err := h.alloc("default", "web-2", "node1", structs.AllocRunning)
+				if err == nil {
+					err = h.claim(ref, "web-2", "node1", structs.ClaimWrite)
+				}
+				claimed <- err
+			})
 		}
 	})
 	if err := h.w.Assess(h.ctx, ref); err != nil {
 		t.Fatal(err)
 	}
 	h.setOnCall(nil)
-	if !claimed || claimErr != nil {
-		t.Fatalf("the interleaved claim did not happen: %v", claimErr)
+	select {
+	case err := <-claimed:
+		if err != nil {
+			t.Fatalf("the interleaved claim failed: %v", err)
+		}
+	default:
+		t.Fatal("the interleaved claim did not happen")
 	}
 	if n := len(h.calls("node1", csitest.NodeUnstage, ref)); n != 0 {
 		t.Fatalf("NodeUnstage sent while web-2 holds a taken claim on node1 (%d calls)", n)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -194,8 +196,13 @@ func genOps(r *rand.Rand, n int) []op {
 // a failed rollback may have left (the host logs those; they are not the
 // invariant's concern) and the first violation.
 type model struct {
-	h         *harness
-	stats     *stats
+	h     *harness
+	stats *stats
+	// mu guards the fields below for brief moments, never across a call:
+	// the CSI plugins' OnCall hooks run on gRPC server goroutines, which
+	// the race detector cannot see synchronised with the test's through
+	// the socket.
+	mu        sync.Mutex
 	ns        string
 	refs      map[string]structs.VolumeRef // "v0" -> ref
 	byExt     map[string]structs.VolumeRef // external ID -> ref
@@ -207,9 +214,29 @@ type model struct {
 func (m *model) allocID(n int) string { return fmt.Sprintf("%s-alloc%d", m.ns, n) }
 
 func (m *model) violate(format string, args ...any) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.violation == "" {
 		m.violation = fmt.Sprintf(format, args...)
 	}
+}
+
+func (m *model) violateLocked(format string, args ...any) {
+	if m.violation == "" {
+		m.violation = fmt.Sprintf(format, args...)
+	}
+}
+
+func (m *model) violated() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.violation
+}
+
+func (m *model) count(f func(*stats)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f(m.stats)
 }
 
 // stats say what the runs exercised, so a generator that stopped making
@@ -235,12 +262,12 @@ func runModel(h *harness, ns string, ops []op, st *stats) string {
 	for _, o := range ops {
 		m.do(o)
 		m.checkState(o)
-		if m.violation != "" {
-			return m.violation
+		if v := m.violated(); v != "" {
+			return v
 		}
 	}
 	m.drain()
-	return m.violation
+	return m.violated()
 }
 
 // reset leaves the shared harness as the next run expects it.
@@ -269,18 +296,18 @@ func (m *model) do(o op) {
 		// The claim runs while a pass over the volume is between its
 		// NodeUnpublish and its per-node steps (issue 10 defect 2).
 		ref := m.refs[o.vol]
-		fired := false
+		var fired atomic.Bool
 		h.setOnCall(func(plugin string, c csitest.Call) {
 			m.checkCall(plugin, c)
-			if !fired && plugin == o.node && c.Method == csitest.NodeUnpublish && c.VolumeID == externalID(ref.Namespace, ref.ID) {
-				fired = true
-				m.stats.interleaved++
+			if plugin == o.node && c.Method == csitest.NodeUnpublish && c.VolumeID == externalID(ref.Namespace, ref.ID) &&
+				fired.CompareAndSwap(false, true) {
+				m.count(func(s *stats) { s.interleaved++ })
 				m.claim(o)
 			}
 		})
 		_ = h.w.Assess(h.ctx, ref)
 		h.setOnCall(m.checkCall)
-		if !fired {
+		if !fired.Load() {
 			m.claim(o) // no release was under way: an ordinary claim
 		}
 	case "end":
@@ -321,6 +348,8 @@ func (m *model) claim(o op) {
 	}
 	before := len(h.ctl.AllCalls())
 	err := h.claim(ref, id, o.node, o.mode)
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if err == nil {
 		m.claimed[id] = ref
 		m.stats.claims++
@@ -352,11 +381,13 @@ func (m *model) checkCall(plugin string, c csitest.Call) {
 	if !ok {
 		return // another run's volume
 	}
-	if c.Method == csitest.NodeUnstage {
-		m.stats.unstages++
-	} else {
-		m.stats.unpublishes++
-	}
+	m.count(func(s *stats) {
+		if c.Method == csitest.NodeUnstage {
+			s.unstages++
+		} else {
+			s.unpublishes++
+		}
+	})
 	snap := m.h.store.Snapshot()
 	v, _ := snap.VolumeByID(nil, ref.Namespace, ref.ID)
 	if v == nil {
@@ -373,15 +404,17 @@ func (m *model) checkCall(plugin string, c csitest.Call) {
 	}
 }
 
-// checkState runs after every operation.
+// checkState runs after every operation, with no call in flight.
 func (m *model) checkState(last op) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	snap := m.h.store.Snapshot()
 	for id, ref := range m.claimed {
 		v, _ := snap.VolumeByID(nil, ref.Namespace, ref.ID)
 		a, _ := snap.AllocByID(nil, id)
 		if v.Claims[id] == nil {
 			if a != nil && !a.ClientStatus.Terminal() {
-				m.violate("after %q: the claim of live allocation %s on %s is lost", last, id, ref.ID)
+				m.violateLocked("after %q: the claim of live allocation %s on %s is lost", last, id, ref.ID)
 				return
 			}
 			delete(m.claimed, id)
@@ -399,7 +432,7 @@ func (m *model) checkState(last op) {
 				held = held || cl.NodeID == node
 			}
 			if !held && !m.leaked[[2]string{ext, node}] && m.h.ctl.Attached(ext, "ext-"+node) {
-				m.violate("after %q: %s is attached to %s with no claim there (freed before controller-detached)", last, ref.ID, node)
+				m.violateLocked("after %q: %s is attached to %s with no claim there (freed before controller-detached)", last, ref.ID, node)
 				return
 			}
 		}
@@ -420,10 +453,16 @@ func (m *model) drain() {
 		h.w.SetEnabled(true)
 	}
 	snap := h.store.Snapshot()
+	m.mu.Lock()
+	var live []*structs.Alloc
 	for id := range m.claimed {
 		if a, _ := snap.AllocByID(nil, id); a != nil && !a.ClientStatus.Terminal() {
-			_ = h.alloc(m.ns, id, a.NodeID, structs.AllocComplete)
+			live = append(live, a)
 		}
+	}
+	m.mu.Unlock()
+	for _, a := range live {
+		_ = h.alloc(m.ns, a.ID, a.NodeID, structs.AllocComplete)
 	}
 	for round := 0; round < 8; round++ {
 		left := 0
@@ -433,7 +472,7 @@ func (m *model) drain() {
 			m.checkState(op{kind: "drain"})
 			left += len(m.h.vol(ref).Claims)
 		}
-		if left == 0 || m.violation != "" {
+		if left == 0 || m.violated() != "" {
 			return
 		}
 		h.clock.Advance(10 * time.Second) // past the harness's backoff cap

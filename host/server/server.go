@@ -30,6 +30,8 @@ type Log interface {
 	// leadership term (watcher.Leadership).
 	ReadyTerm() uint64
 	ConfirmLeader(ctx context.Context, term uint64) error
+	// WaitForLeader blocks until this server's step-up is complete.
+	WaitForLeader(ctx context.Context) error
 }
 
 // Leader-only operations the watcher performs for operator commands.

@@ -29,8 +29,9 @@ func TestCheckpointRefusesPerNodeStepUnderAnotherClaim(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			f.claim("vol-mw", "a3", structs.ClaimWrite) // a3 complete, on n1
+			f.claim("vol-mw", "a4", structs.ClaimWrite) // a4 on n1: the claim being released
 			f.claim("vol-mw", "a1", structs.ClaimWrite) // a1 running, on n1
+			f.must(structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{{ID: "a4", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocComplete}}})
 			if tc.other != structs.ClaimTaken {
 				// Move a1 on as the watcher would once it ended.
 				f.must(structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{{ID: "a1", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocComplete}}})
@@ -45,12 +46,12 @@ func TestCheckpointRefusesPerNodeStepUnderAnotherClaim(t *testing.T) {
 			to := structs.ClaimNodeDetached
 			if tc.ctl {
 				f.must(structs.ClaimCheckpointType, &structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: "vol-mw",
-					Claim: &structs.Claim{AllocID: "a3", NodeID: "n1", Mode: structs.ClaimWrite, State: structs.ClaimNodeDetached}})
+					Claim: &structs.Claim{AllocID: "a4", NodeID: "n1", Mode: structs.ClaimWrite, State: structs.ClaimNodeDetached}})
 				to = structs.ClaimControllerDetached
 			}
 			before := f.index(TableVolumes)
 			_, err := f.apply(structs.ClaimCheckpointType, &structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: "vol-mw",
-				Claim:    &structs.Claim{AllocID: "a3", NodeID: "n1", Mode: structs.ClaimWrite, State: to},
+				Claim:    &structs.Claim{AllocID: "a4", NodeID: "n1", Mode: structs.ClaimWrite, State: to},
 				Unstaged: tc.unstaged, ControllerUnpublished: tc.ctl})
 			if tc.refused != errors.Is(err, structs.ErrConflict) {
 				t.Fatalf("checkpoint: %v, want refused %v", err, tc.refused)
@@ -67,7 +68,7 @@ func TestCheckpointRefusesPerNodeStepUnderAnotherClaim(t *testing.T) {
 // volume with the restored (lower) index, so the watcher assesses them all.
 func TestVolumesChangedSinceWakesOnRestoreOfOlderState(t *testing.T) {
 	older := newFixture(t)
-	older.claim("vol-sw", "a3", structs.ClaimWrite)
+	older.claim("vol-sw", "a1", structs.ClaimWrite)
 	var buf bytesBuffer
 	if err := older.s.Persist(&buf); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -94,6 +95,7 @@ type Call struct {
 	Start, End  time.Time
 	Done        bool       // the call has answered
 	Code        codes.Code // its answer, once Done
+	Caller      string     // the x-volhost-server metadata: which server sent it
 }
 
 // Server is a running scripted CSI plugin.
@@ -299,6 +301,11 @@ func (s *Server) notifyLocked() {
 // handle records a call, applies the next scripted outcome and, when that is
 // OK, runs ok (the method's model) under the lock.
 func (s *Server) handle(ctx context.Context, c Call, ok func() error) error {
+	if md, found := metadata.FromIncomingContext(ctx); found {
+		if v := md.Get("x-volhost-server"); len(v) > 0 {
+			c.Caller = v[0]
+		}
+	}
 	if s.opts.OnCall != nil {
 		s.opts.OnCall(c)
 	}

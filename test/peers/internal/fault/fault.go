@@ -14,6 +14,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
 
@@ -87,6 +88,13 @@ type Call struct {
 	Code string `json:"code"`
 	// Injected says the answer came from a fault rule, not the driver.
 	Injected bool `json:"injected,omitempty"`
+	// Caller is the volhost server that sent the call (its
+	// x-volhost-server metadata), Start and End when it arrived and
+	// answered: the chaos test checks them for overlaps and for calls
+	// from a paused or deposed leader.
+	Caller string    `json:"caller,omitempty"`
+	Start  time.Time `json:"start"`
+	End    time.Time `json:"end,omitzero"`
 }
 
 // Injector records calls and applies armed rules. The zero value is not
@@ -185,7 +193,12 @@ func (in *Injector) Interceptor(service string) grpc.UnaryServerInterceptor {
 // handler when the rule sets no code or the code is OK. A scripted error
 // sequence is a series of Count 1 rules for one method, taken in order.
 func (in *Injector) Apply(ctx context.Context, service, method string, req any, handler func(context.Context) (any, error)) (any, error) {
-	c := Call{Method: method, Service: service}
+	c := Call{Method: method, Service: service, Start: time.Now()}
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("x-volhost-server"); len(v) > 0 {
+			c.Caller = v[0]
+		}
+	}
 	if v, ok := req.(volumeGetter); ok {
 		c.VolumeID = v.GetVolumeId()
 	}
@@ -224,6 +237,7 @@ func (in *Injector) Apply(ctx context.Context, service, method string, req any, 
 		resp, err = handler(ctx)
 	}
 	c.Code = status.Code(err).String()
+	c.End = time.Now()
 	in.mu.Lock()
 	in.calls = append(in.calls, c)
 	in.mu.Unlock()

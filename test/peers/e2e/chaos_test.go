@@ -1,0 +1,357 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/volhost/volhost/test/peers/internal/fault"
+)
+
+// chaosEvent is one fault injected into the cluster's leader.
+type chaosEvent struct {
+	Kind     string    `json:"kind"` // "kill" or "pause"
+	Server   string    `json:"server"`
+	At       time.Time `json:"at"`
+	ResumeAt time.Time `json:"resume_at,omitzero"`    // pause: SIGCONT
+	Leader   string    `json:"new_leader"`            // who led next
+	Recover  string    `json:"time_to_first_release"` // event -> first ControllerUnpublish OK by the new leader
+}
+
+// chaosReport is what RELIABILITY.md shows.
+type chaosReport struct {
+	Releases          int          `json:"releases"`
+	Kills             int          `json:"kills"`
+	Pauses            int          `json:"pauses"`
+	ControllerCalls   int          `json:"controller_unpublish_calls"`
+	DuplicateCalls    int          `json:"duplicate_controller_unpublish"` // more than one OK call for one claim
+	Overlaps          int          `json:"overlapping_controller_unpublish"`
+	FromPausedOrDead  int          `json:"calls_from_paused_or_deposed_leader"`
+	InFlightAtPause   int          `json:"calls_in_flight_at_pause"`
+	RemovedOnce       int          `json:"claims_removed_exactly_once"`
+	RemovedOtherThan1 int          `json:"claims_not_removed_exactly_once"`
+	Events            []chaosEvent `json:"events"`
+	Duration          string       `json:"duration"`
+}
+
+func chaosInt(t *testing.T, name string, def int) int {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		t.Fatalf("%s=%q: want a non-negative integer", name, v)
+	}
+	return n
+}
+
+// TestChaosFailover (issue 10 "Prove it"): three real servers release
+// claims against the real GCE PD driver while the leader is SIGKILLed and,
+// separately, SIGSTOPped for longer than its lease. The driver's own log
+// (every call with its arrival and answer times and the server that sent
+// it) must show no overlapping ControllerUnpublish of one volume across
+// servers, no call from a paused or dead server, and every claim removed
+// exactly once. VOLHOST_CHAOS_RELEASES, _KILLS and _PAUSES size the run
+// (make e2e: 80 releases, 1 kill, 1 pause; make chaos: 1000, 3, 3), and
+// VOLHOST_CHAOS_REPORT names a file for the figures (RELIABILITY.md).
+func TestChaosFailover(t *testing.T) {
+	releases := chaosInt(t, "VOLHOST_CHAOS_RELEASES", 80)
+	kills := chaosInt(t, "VOLHOST_CHAOS_KILLS", 1)
+	pauses := chaosInt(t, "VOLHOST_CHAOS_PAUSES", 1)
+	const disks = 10
+	rounds := max(1, (releases+disks-1)/disks)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	sock, err := os.MkdirTemp("", "vh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(sock) })
+	nodes := []string{"node1", "node2"}
+	drv, err := StartGCEPD(ctx, sock, dir, bins.Gcepd, GCEPDOptions{Nodes: nodes, Disks: disks,
+		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drv.Stop(5 * time.Second) })
+	cl, err := StartCluster(ctx, dir, bins.Volhost, 3, `log_level = "debug"
+watcher {
+  backoff_base = "50ms"
+  backoff_max  = "500ms"
+  csi_timeout  = "10s"
+}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cl.Stop()
+		if t.Failed() {
+			for _, s := range cl.Servers {
+				t.Logf("%s log tail:\n%s", s.ID, s.Tail(3000))
+			}
+		}
+	})
+	start := time.Now()
+
+	// Plugin, nodes and volumes, through the CLI of any server (writes are
+	// forwarded to the leader).
+	cli := func(args ...string) {
+		t.Helper()
+		err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
+			s := cl.Any(0)
+			out, code, err := (&Agent{Proc: s.Proc, Addr: s.Addr, bin: bins.Volhost}).CLI(ctx, args...)
+			if err != nil {
+				return false, err
+			}
+			if code != 0 && strings.Contains(out, "leader") {
+				return false, nil
+			}
+			if code != 0 {
+				return false, fmt.Errorf("volhost %s: exit %d: %s", strings.Join(args, " "), code, out)
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeSpec := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cli("plugin", "register", writeSpec("plugin.hcl", fmt.Sprintf("plugin \"gcepd\" {\n  controller_endpoint = %q\n}\n", Endpoint(drv.Controller))))
+	for _, n := range nodes {
+		cli("node", "register", writeSpec(n+".hcl", fmt.Sprintf("node %q {\n  status = \"ready\"\n  root_dir = %q\n  plugin \"gcepd\" {\n    endpoint = %q\n  }\n}\n",
+			n, filepath.Join(dir, "root-"+n), Endpoint(drv.Nodes[n]))))
+	}
+	var vols []VolumeSpec
+	for i := 0; i < disks; i++ {
+		vols = append(vols, VolumeSpec{ID: fmt.Sprintf("vol%d", i), Namespace: "default", ExternalID: drv.VolumeID(fmt.Sprintf("disk-%d", i)),
+			PluginID: "gcepd", AccessMode: "single-node-writer", AttachmentMode: "file-system", FSType: "ext4"})
+	}
+	if err := cl.Retry(ctx, func(ctx context.Context, a *API) error { return a.RegisterVolumes(ctx, vols) }); err != nil {
+		t.Fatal(err)
+	}
+
+	// The faults, spread over the rounds: kill, pause, kill, pause, ...
+	type planned struct {
+		round int
+		kind  string
+	}
+	var plan []planned
+	nEvents := kills + pauses
+	for i, k, p := 0, 0, 0; i < nEvents; i++ {
+		kind := "kill"
+		if (i%2 == 1 && p < pauses) || k >= kills {
+			kind, p = "pause", p+1
+		} else {
+			k++
+		}
+		plan = append(plan, planned{round: (i + 1) * rounds / (nEvents + 1), kind: kind})
+	}
+	var events []chaosEvent
+	var killed *Server
+	released := 0
+	for round := 0; round < rounds; round++ {
+		for len(plan) > 0 && plan[0].round == round {
+			kind := plan[0].kind
+			plan = plan[1:]
+			if killed != nil {
+				// Bring the last victim back first, so a quorum survives.
+				if err := killed.Restart(); err != nil {
+					t.Fatal(err)
+				}
+				killed = nil
+			}
+			leader, err := cl.WaitLeader(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := chaosEvent{Kind: kind, Server: leader.ID, At: time.Now()}
+			switch kind {
+			case "kill":
+				leader.KillNow()
+				killed = leader
+				next, err := cl.WaitLeader(ctx, leader)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev.Leader = next.ID
+			case "pause":
+				if err := leader.Pause(); err != nil {
+					t.Fatal(err)
+				}
+				// Keep it stopped until the others elected a leader and
+				// that one started leader work: longer than the lease.
+				next, err := cl.WaitLeader(ctx, leader)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ev.Leader = next.ID
+				ev.ResumeAt = time.Now()
+				if err := leader.Resume(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			events = append(events, ev)
+			t.Logf("round %d: %s of leader %s; %s leads now", round, kind, ev.Server, ev.Leader)
+		}
+		var allocs []AllocSpec
+		for i := 0; i < disks; i++ {
+			allocs = append(allocs, AllocSpec{ID: fmt.Sprintf("r%d-a%d", round, i), Namespace: "default",
+				NodeID: nodes[i%len(nodes)], ClientStatus: "running"})
+		}
+		if err := cl.Retry(ctx, func(ctx context.Context, a *API) error { return a.UpsertAllocs(ctx, allocs) }); err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range allocs {
+			req := ClaimRequest{Namespace: "default", VolumeID: vols[i].ID, AllocID: a.ID, NodeID: a.NodeID, Mode: "write"}
+			// A claim answered 503 may be recorded: the same request again is safe.
+			if err := cl.Retry(ctx, func(ctx context.Context, api *API) error { return api.Claim(ctx, req) }); err != nil {
+				t.Fatalf("claim %s: %v", a.ID, err)
+			}
+		}
+		for i := range allocs {
+			allocs[i].ClientStatus = "complete"
+		}
+		if err := cl.Retry(ctx, func(ctx context.Context, a *API) error { return a.UpsertAllocs(ctx, allocs) }); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vols {
+			err := Poll(ctx, 20*time.Millisecond, func() (bool, error) {
+				s := cl.Any(0)
+				got, _, err := s.API.Volume(ctx, v.ID, 0, 0)
+				return err == nil && len(got.Claims) == 0, nil
+			})
+			if err != nil {
+				t.Fatalf("round %d: %s never released: %v", round, v.ID, err)
+			}
+		}
+		released += disks
+	}
+	if killed != nil {
+		if err := killed.Restart(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The driver's log is the judge.
+	r, err := drv.Control.Calls(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := chaosReport{Releases: released, Kills: kills, Pauses: pauses, Duration: time.Since(start).Round(time.Second).String()}
+	byVol := map[string][]fault.Call{}
+	for _, c := range r.Calls {
+		if c.Method == "ControllerUnpublishVolume" {
+			rep.ControllerCalls++
+			byVol[c.VolumeID] = append(byVol[c.VolumeID], c)
+		}
+	}
+	for vol, calls := range byVol {
+		sort.Slice(calls, func(i, j int) bool { return calls[i].Start.Before(calls[j].Start) })
+		for i := 1; i < len(calls); i++ {
+			for j := 0; j < i; j++ {
+				if calls[i].Start.Before(calls[j].End) {
+					rep.Overlaps++
+					t.Errorf("overlapping ControllerUnpublish of %s: %s from %s [%s, %s] and from %s [%s, %s]", vol,
+						calls[j].Code, calls[j].Caller, calls[j].Start.Format(time.StampMicro), calls[j].End.Format(time.StampMicro),
+						calls[i].Caller, calls[i].Start.Format(time.StampMicro), calls[i].End.Format(time.StampMicro))
+				}
+			}
+		}
+	}
+	for i := range events {
+		ev := &events[i]
+		end := ev.ResumeAt
+		for _, c := range r.Calls {
+			if c.Caller != ev.Server || c.Start.Before(ev.At) {
+				continue
+			}
+			switch {
+			case ev.Kind == "pause" && c.Start.Before(ev.At.Add(100*time.Millisecond)):
+				rep.InFlightAtPause++ // written to the socket before the SIGSTOP
+			case ev.Kind == "pause" && c.Start.Before(end.Add(2*time.Second)):
+				rep.FromPausedOrDead++
+				t.Errorf("%s %s from %s at %s, while it was paused or just woke (paused %s, resumed %s)", c.Method, c.VolumeID,
+					c.Caller, c.Start.Format(time.StampMicro), ev.At.Format(time.StampMicro), ev.ResumeAt.Format(time.StampMicro))
+			case ev.Kind == "kill" && i+1 < len(events) && c.Start.Before(events[i+1].At):
+				rep.FromPausedOrDead++
+				t.Errorf("%s %s from killed server %s at %s", c.Method, c.VolumeID, c.Caller, c.Start.Format(time.StampMicro))
+			}
+		}
+		for _, c := range r.Calls {
+			if c.Method == "ControllerUnpublishVolume" && c.Code == "OK" && c.Caller == ev.Leader && c.Start.After(ev.At) {
+				ev.Recover = c.End.Sub(ev.At).Round(10 * time.Millisecond).String()
+				break
+			}
+		}
+	}
+	// Exactly one removal per claim, from the store's own events.
+	removed := map[string]int{}
+	var evs []struct {
+		Type     string `json:"type"`
+		VolumeID string `json:"volume_id"`
+		AllocID  string `json:"alloc_id"`
+		Message  string `json:"message"`
+	}
+	if err := cl.Retry(ctx, func(ctx context.Context, a *API) error {
+		_, err := a.do(ctx, http.MethodGet, "/v1/events", nil, &evs)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range evs {
+		if strings.Contains(e.Message, "-> ready-to-free") {
+			removed[e.VolumeID+"/"+e.AllocID]++
+		}
+	}
+	okCalls := map[string]int{}
+	for _, c := range byVol {
+		for _, call := range c {
+			if call.Code == "OK" {
+				okCalls[call.VolumeID]++
+			}
+		}
+	}
+	for round := 0; round < rounds; round++ {
+		for i := 0; i < disks; i++ {
+			if n := removed[fmt.Sprintf("vol%d/r%d-a%d", i, round, i)]; n == 1 {
+				rep.RemovedOnce++
+			} else {
+				rep.RemovedOtherThan1++
+				t.Errorf("claim of r%d-a%d on vol%d removed %d times", round, i, i, n)
+			}
+		}
+	}
+	for _, n := range okCalls {
+		rep.DuplicateCalls += max(0, n-rounds)
+	}
+	rep.Events = events
+	b, _ := json.MarshalIndent(rep, "", "  ")
+	t.Logf("chaos report:\n%s", b)
+	if p := os.Getenv("VOLHOST_CHAOS_REPORT"); p != "" {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rep.ControllerCalls < released {
+		t.Fatalf("%d ControllerUnpublish calls for %d releases", rep.ControllerCalls, released)
+	}
+}

@@ -1,0 +1,205 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// Server is one `volhost agent -server` of a Cluster: its process, data
+// dir and addresses, so it can be killed, paused and restarted.
+type Server struct {
+	*Proc
+	ID       string
+	Addr     string // http://host:port
+	API      *API
+	dir      string
+	bin      string
+	args     []string
+	stopped  bool // SIGSTOPped
+	killedAt time.Time
+}
+
+// Cluster is a multi-server volhost cluster of real processes on loopback.
+type Cluster struct {
+	Servers []*Server
+}
+
+// StartCluster starts n servers with data dirs under dir, config (the HCL
+// body of every agent file) and returns once one of them leads: s1 is the
+// bootstrap_expect seed, the others join it.
+func StartCluster(ctx context.Context, dir, bin string, n int, config string) (*Cluster, error) {
+	cfgPath := filepath.Join(dir, "server.hcl")
+	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
+		return nil, err
+	}
+	c := &Cluster{}
+	var seed string
+	for i := 1; i <= n; i++ {
+		httpAddr, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		raftAddr, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		id := fmt.Sprintf("s%d", i)
+		sdir := filepath.Join(dir, id)
+		if err := os.MkdirAll(sdir, 0o700); err != nil {
+			return nil, err
+		}
+		args := []string{"agent", "-server", "-node-id", id, "-data-dir", sdir, "-bind", raftAddr,
+			"-http-addr", httpAddr, "-config", cfgPath}
+		if i == 1 {
+			seed = httpAddr
+			args = append(args, "-bootstrap-expect", fmt.Sprint(n))
+		} else {
+			args = append(args, "-join", seed)
+		}
+		s := &Server{ID: id, Addr: "http://" + httpAddr, dir: dir, bin: bin, args: args}
+		s.API = NewAPI(s.Addr)
+		if err := s.start(); err != nil {
+			c.Stop()
+			return nil, err
+		}
+		c.Servers = append(c.Servers, s)
+	}
+	if _, err := c.WaitLeader(ctx, nil); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (s *Server) start() error {
+	p, err := Start(s.dir, s.ID, s.bin, s.args...)
+	if err != nil {
+		return err
+	}
+	s.Proc, s.killedAt = p, time.Time{}
+	return nil
+}
+
+// Live reports whether the server's process runs and is not paused.
+func (s *Server) Live() bool {
+	select {
+	case <-s.Exited():
+		return false
+	default:
+		return !s.stopped
+	}
+}
+
+// KillNow ends the process with SIGKILL, as a crash would.
+func (s *Server) KillNow() {
+	if s.stopped {
+		_ = s.cmd.Process.Signal(syscall.SIGCONT)
+		s.stopped = false
+	}
+	s.Kill()
+	s.killedAt = time.Now()
+}
+
+// Pause stops the process (SIGSTOP): it keeps its sockets and state and
+// wakes up where it was, as a VM freeze or a long GC pause does.
+func (s *Server) Pause() error {
+	if err := s.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	s.stopped = true
+	return nil
+}
+
+// Resume continues a paused process (SIGCONT).
+func (s *Server) Resume() error {
+	if err := s.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return err
+	}
+	s.stopped = false
+	return nil
+}
+
+// Restart starts a killed server again on its data dir.
+func (s *Server) Restart() error { return s.start() }
+
+// WaitLeader polls the live servers (not in skip) until one reports that it
+// leads, and returns it.
+func (c *Cluster) WaitLeader(ctx context.Context, skip *Server) (*Server, error) {
+	var leader *Server
+	err := Poll(ctx, 25*time.Millisecond, func() (bool, error) {
+		for _, s := range c.Servers {
+			if s == skip || !s.Live() {
+				continue
+			}
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			ok, err := s.API.Leader(cctx)
+			cancel()
+			if err == nil && ok {
+				leader = s
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	return leader, err
+}
+
+// Any returns a live server, preferring from on.
+func (c *Cluster) Any(from int) *Server {
+	for i := range c.Servers {
+		s := c.Servers[(from+i)%len(c.Servers)]
+		if s.Live() {
+			return s
+		}
+	}
+	return nil
+}
+
+// Retry runs f against live servers until it succeeds, answers something
+// other than a 503 (no leader, or an outcome unknown: the write is
+// idempotent), or ctx ends. Failovers make writes fail for a few seconds.
+func (c *Cluster) Retry(ctx context.Context, f func(context.Context, *API) error) error {
+	n := 0
+	var last error
+	err := Poll(ctx, 50*time.Millisecond, func() (bool, error) {
+		s := c.Any(n)
+		n++
+		if s == nil {
+			return false, nil
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		last = f(cctx, s.API)
+		var he *HTTPError
+		switch {
+		case last == nil:
+			return true, nil
+		case errors.As(last, &he) && he.Status != http.StatusServiceUnavailable && he.Status != http.StatusGatewayTimeout && he.Status != http.StatusBadGateway:
+			return false, last
+		}
+		return false, nil
+	})
+	if err != nil && last != nil && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w (last: %v)", err, last)
+	}
+	return err
+}
+
+// Stop ends every server.
+func (c *Cluster) Stop() {
+	for _, s := range c.Servers {
+		if s.Proc == nil {
+			continue
+		}
+		if s.stopped {
+			_ = s.Resume()
+		}
+		s.Stop(10 * time.Second)
+	}
+}
