@@ -43,7 +43,7 @@ limits {
 		code uint32
 		want abi.Outcome
 	}{
-		{5, abi.OutcomeDone},   // NotFound at unpublish: nothing attached
+		{5, abi.OutcomeRetry},  // NotFound at unpublish: verify and retry (never DONE)
 		{10, abi.OutcomeRetry}, // Aborted: an operation is pending
 		{12, abi.OutcomeFatal}, // Unimplemented: never retry
 	}

@@ -125,9 +125,11 @@ func releaseStep(step string) bool {
 var errNotAnError = errors.New("code OK is not an error")
 
 // classify says what a driver error means:
-//   - NotFound at an unpublish or unstage step: done; the CSI spec lets a
-//     driver regard an unknown volume or node as unpublished, and the GCE PD
-//     driver answers NotFound for a disk or instance that is gone;
+//   - NotFound at an unpublish or unstage step: retry, saying the disk or
+//     instance may be gone. A module may never call a failed detach done
+//     (the host refuses it as unsafe: a disk could stay attached under the
+//     next writer); if the instance really is gone, the claim becomes stuck
+//     and `volume deregister -force` records the leftover;
 //   - NotFound at a publish or stage step: retry (the spec: verify, then retry
 //     with backoff);
 //   - Unimplemented, InvalidArgument, PermissionDenied: fatal, retrying the
@@ -143,7 +145,7 @@ func classify(req *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
 		return nil, errNotAnError
 	case codeNotFound:
 		if releaseStep(req.Step) {
-			return &abi.ClassifyResponse{Outcome: abi.OutcomeDone, Reason: req.Step + ": NotFound, nothing attached"}, nil
+			return &abi.ClassifyResponse{Outcome: abi.OutcomeRetry, Reason: req.Step + ": NotFound, the disk or instance may be gone; force-deregister if so"}, nil
 		}
 		return &abi.ClassifyResponse{Outcome: abi.OutcomeRetry, Reason: req.Step + ": NotFound, verify and retry"}, nil
 	case codeUnimplemented, codeInvalidArgument, codePermissionDenied:

@@ -65,9 +65,10 @@ func TestClassify(t *testing.T) {
 		code uint32
 		want abi.Outcome
 	}{
-		{"node-unpublish", codeNotFound, abi.OutcomeDone},
-		{"node-unstage", codeNotFound, abi.OutcomeDone},
-		{"controller-unpublish", codeNotFound, abi.OutcomeDone},
+		// Never DONE for a failed step: the host would refuse it as unsafe.
+		{"node-unpublish", codeNotFound, abi.OutcomeRetry},
+		{"node-unstage", codeNotFound, abi.OutcomeRetry},
+		{"controller-unpublish", codeNotFound, abi.OutcomeRetry},
 		{"controller-publish", codeNotFound, abi.OutcomeRetry},
 		{"node-stage", codeNotFound, abi.OutcomeRetry},
 		{"controller-unpublish", codeAborted, abi.OutcomeRetry},

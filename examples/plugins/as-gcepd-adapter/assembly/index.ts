@@ -11,16 +11,16 @@
 // which survives the node being gone (ANCHORS pain 2). The driver rejects
 // an empty node ID, so no ID is an error, not a guess.
 //
-// classify: NotFound at an unpublish or unstage step is done (the CSI spec
-// lets a driver regard an unknown volume or node as unpublished); at a
-// publish or stage step, retry. Unimplemented, InvalidArgument and
+// classify: NotFound is retried at every step (at an unpublish or unstage
+// step saying the disk or instance may be gone: the host refuses DONE for
+// a failed step). Unimplemented, InvalidArgument and
 // PermissionDenied are fatal; Aborted, Unavailable, DeadlineExceeded,
 // ResourceExhausted, Canceled and Internal may still be in progress: retry
 // after the host's backoff; any other code: retry.
 
 import {
   AdapterRequest, AdapterResponse, Bytes, ClassifyRequest, ClassifyResponse, ConfigureRequest,
-  ConfigureResponse, hasSuffix, lit, mapGet, mapSize, OUTCOME_DONE, OUTCOME_FATAL, OUTCOME_RETRY,
+  ConfigureResponse, hasSuffix, lit, mapGet, mapSize, OUTCOME_FATAL, OUTCOME_RETRY,
   serveAdapt, serveClassify, serveConfigure, text, textBytes, textEnd, textQuote, textStart, textU64,
 } from "../../../../abi/guest-as/assembly/index";
 import { sortedDistinctKeys } from "../../../../abi/guest-as/assembly/keys";
@@ -153,8 +153,8 @@ function classify(req: ClassifyRequest, resp: ClassifyResponse): void {
   switch (c) {
     case CODE_NOT_FOUND:
       if (releaseStep(req.step)) {
-        resp.outcome = OUTCOME_DONE;
-        text(": NotFound, nothing attached");
+        resp.outcome = OUTCOME_RETRY;
+        text(": NotFound, the disk or instance may be gone; force-deregister if so");
       } else {
         resp.outcome = OUTCOME_RETRY;
         text(": NotFound, verify and retry");
