@@ -40,9 +40,18 @@ e2e: plugins
 
 # Safety under random interleavings (issue 10): the model-based test over
 # many more seeds than make test runs, then the chaos end-to-end run.
-CHAOS_SEEDS ?= 5000
-chaos:
+CHAOS_SEEDS    ?= 5000
+CHAOS_RELEASES ?= 1000
+CHAOS_KILLS    ?= 3
+CHAOS_PAUSES   ?= 3
+chaos: plugins
 	VOLHOST_MODEL_SEEDS=$(CHAOS_SEEDS) $(GO) test -race -count=1 -timeout 60m -run TestClaimModel -v ./host/server/ | grep -v '^=== RUN'
+	$(GO) build -o $(E2E_BIN)/volhost ./cmd/volhost
+	cd test/peers && $(GO) build -o $(E2E_BIN)/ ./cmd/gcepd ./cmd/mockcsi
+	cd test/peers && VOLHOST_E2E_BIN_DIR=$(E2E_BIN) VOLHOST_E2E_PLUGIN_BUILD=$(CURDIR)/$(PLUGIN_BUILD) \
+		VOLHOST_CHAOS_RELEASES=$(CHAOS_RELEASES) VOLHOST_CHAOS_KILLS=$(CHAOS_KILLS) VOLHOST_CHAOS_PAUSES=$(CHAOS_PAUSES) \
+		VOLHOST_CHAOS_REPORT=$(CURDIR)/bin/chaos-report.json \
+		$(GO) test -count=1 -timeout 40m -run TestChaosFailover -v ./e2e/ | grep -E 'chaos report|^\s|---|^ok|FAIL|round'
 
 # Benchmarks of every package and the end-to-end release benchmarks; writes
 # BENCHMARKS.md and BENCHMARKS-release.png (scripts/bench.sh).

@@ -149,6 +149,12 @@ watcher {
 		t.Fatal(err)
 	}
 
+	// Every detach takes a while at the driver, so a fault finds releases
+	// in flight (controller_concurrency 1: one at a time per plugin).
+	if err := drv.Control.Fault(ctx, fault.Rule{Method: "ControllerUnpublishVolume", Hang: "100ms"}); err != nil {
+		t.Fatal(err)
+	}
+
 	// The faults, spread over the rounds: kill, pause, kill, pause, ...
 	type planned struct {
 		round int
@@ -169,6 +175,52 @@ watcher {
 	var killed *Server
 	released := 0
 	for round := 0; round < rounds; round++ {
+		var allocs []AllocSpec
+		for i := 0; i < disks; i++ {
+			allocs = append(allocs, AllocSpec{ID: fmt.Sprintf("r%d-a%d", round, i), Namespace: "default",
+				NodeID: nodes[i%len(nodes)], ClientStatus: "running"})
+		}
+		if err := cl.Retry(ctx, func(ctx context.Context, a *API) error { return a.UpsertAllocs(ctx, allocs) }); err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range allocs {
+			req := ClaimRequest{Namespace: "default", VolumeID: vols[i].ID, AllocID: a.ID, NodeID: a.NodeID, Mode: "write"}
+			// A claim answered 503 may be recorded: the same request again is safe.
+			if err := cl.Retry(ctx, func(ctx context.Context, api *API) error { return api.Claim(ctx, req) }); err != nil {
+				t.Fatalf("claim %s: %v", a.ID, err)
+			}
+		}
+		startedUnpublish := func() (int, error) {
+			r, err := drv.Control.Calls(ctx)
+			n := 0
+			for _, c := range r.Started {
+				if c.Method == "ControllerUnpublishVolume" {
+					n++
+				}
+			}
+			return n, err
+		}
+		base, err := startedUnpublish()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range allocs {
+			allocs[i].ClientStatus = "complete"
+		}
+		if err := cl.Retry(ctx, func(ctx context.Context, a *API) error { return a.UpsertAllocs(ctx, allocs) }); err != nil {
+			t.Fatal(err)
+		}
+		if len(plan) > 0 && plan[0].round == round {
+			// Strike while releases are in flight: wait for this round's
+			// first ControllerUnpublish to reach the driver.
+			err := Poll(ctx, 2*time.Millisecond, func() (bool, error) {
+				n, err := startedUnpublish()
+				return n > base, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
 		for len(plan) > 0 && plan[0].round == round {
 			kind := plan[0].kind
 			plan = plan[1:]
@@ -211,27 +263,6 @@ watcher {
 			}
 			events = append(events, ev)
 			t.Logf("round %d: %s of leader %s; %s leads now", round, kind, ev.Server, ev.Leader)
-		}
-		var allocs []AllocSpec
-		for i := 0; i < disks; i++ {
-			allocs = append(allocs, AllocSpec{ID: fmt.Sprintf("r%d-a%d", round, i), Namespace: "default",
-				NodeID: nodes[i%len(nodes)], ClientStatus: "running"})
-		}
-		if err := cl.Retry(ctx, func(ctx context.Context, a *API) error { return a.UpsertAllocs(ctx, allocs) }); err != nil {
-			t.Fatal(err)
-		}
-		for i, a := range allocs {
-			req := ClaimRequest{Namespace: "default", VolumeID: vols[i].ID, AllocID: a.ID, NodeID: a.NodeID, Mode: "write"}
-			// A claim answered 503 may be recorded: the same request again is safe.
-			if err := cl.Retry(ctx, func(ctx context.Context, api *API) error { return api.Claim(ctx, req) }); err != nil {
-				t.Fatalf("claim %s: %v", a.ID, err)
-			}
-		}
-		for i := range allocs {
-			allocs[i].ClientStatus = "complete"
-		}
-		if err := cl.Retry(ctx, func(ctx context.Context, a *API) error { return a.UpsertAllocs(ctx, allocs) }); err != nil {
-			t.Fatal(err)
 		}
 		for _, v := range vols {
 			err := Poll(ctx, 20*time.Millisecond, func() (bool, error) {
