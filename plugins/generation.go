@@ -133,7 +133,10 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	sum := sha256.Sum256(wasm)
 	sha := hex.EncodeToString(sum[:])
 	if man.SHA256 != "" && man.SHA256 != sha {
-		return nil, fmt.Errorf("sha256 of %s.wasm is %s, manifest pins %s", name, sha, man.SHA256)
+		// Not loaded: a pinned bundle forms a generation only once code and
+		// manifest agree, so a swap half done (one file renamed in, the
+		// other not yet) never serves a mixed pair.
+		return nil, fmt.Errorf("sha256 of %s.wasm is %s, manifest pins %s: waiting for a %s.wasm and %s.hcl that agree", name, sha, man.SHA256, name, name)
 	}
 	if err := precheckImports(wasm); err != nil {
 		return nil, err
@@ -431,6 +434,17 @@ func (inst *instance) interrupt() {
 	inst.flagMu.Unlock()
 }
 
+// interrupted reports whether the host has set the flag of the running
+// call (read under flagMu: the interrupt writes it from another goroutine).
+func (inst *instance) interrupted() bool {
+	if inst.flag == nil {
+		return false
+	}
+	inst.flagMu.Lock()
+	defer inst.flagMu.Unlock()
+	return inst.flag.Get() != 0
+}
+
 func (inst *instance) close() {
 	_ = inst.mod.Close(context.Background())
 }
@@ -671,16 +685,21 @@ func (g *generation) fault(parent, cctx context.Context, err error, out *tailBuf
 	}
 	var exit *sys.ExitError
 	lim := g.man.Limits
+	// The host's flag still set: the trap is the probe's, at the deadline
+	// (fault runs before disarm clears it). A guest merely sitting at its
+	// memory cap when stopped has not run out of memory.
+	interrupted := inst != nil && inst.interrupted() && cctx.Err() != nil
 	switch {
 	case inst != nil && inst.breach != nil && uint32(inst.breach.Get()) == wasmbin.BreachTable:
 		kind = FaultTableLimit
 		err = fmt.Errorf("a table.grow past limits.table_elements = %d: %w", lim.TableElements, err)
 	// Out of memory before timeout: a Go guest dying of it can spend long
 	// enough printing its goroutine dump to also hit the deadline.
-	case mem != nil && g.nearCap(mem), strings.Contains(output, "out of memory"):
+	case strings.Contains(output, "out of memory"),
+		mem != nil && g.nearCap(mem) && !interrupted:
 		kind = FaultOOM
 		err = fmt.Errorf("memory at %d of limits.memory_pages = %d: %w", memPages(mem), lim.MemoryPages, err)
-	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded,
+	case interrupted, errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded,
 		errors.Is(cctx.Err(), context.DeadlineExceeded):
 		kind = FaultTimeout
 		if d, ok := cctx.Value(initDeadline{}).(time.Duration); ok {
