@@ -410,6 +410,9 @@ func appendEntries(data []byte, entries [][]byte) ([]byte, error) {
 func instrumentCode(data []byte, first uint32, code, bulk []byte, grow func(table uint32) []byte, atEntry bool) ([]byte, error) {
 	r := reader{b: data}
 	n := r.u32()
+	if r.err != nil { // an empty section has no count: invalid, and must stay so
+		return nil, r.err
+	}
 	out := appendU32(make([]byte, 0, len(data)+len(data)/8), n)
 	var body []byte
 	for range n {
