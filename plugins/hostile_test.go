@@ -215,11 +215,13 @@ func hostileCorpus() []hostileCase {
 	configureSpin := newHmod()
 	configureSpin.configure = spinForever
 	const timeoutLimits = `call_timeout = "300ms"` + "\n  pool_size = 1"
+	// A set-up deadline of max(InitTimeout = 1s, 10 call timeouts) = 1s.
+	const initLimits = `call_timeout = "50ms"` + "\n  pool_size = 1"
 	return []hostileCase{
 		{name: "start section and loop-free recursion", mod: startRecursion, limits: timeoutLimits,
 			fault: FaultTimeout, message: "limits.call_timeout = 300ms", within: 20 * time.Second},
-		{name: "start section spins", mod: startSpin, limits: timeoutLimits,
-			refused: "timeout: start function: ran past the 3s deadline of an instance's set-up"},
+		{name: "start section spins", mod: startSpin, limits: initLimits,
+			refused: "timeout: start function: ran past the 1s deadline of an instance's set-up"},
 		{name: "call_indirect recursion", mod: indirect, limits: timeoutLimits,
 			fault: FaultTimeout, message: "limits.call_timeout", within: 20 * time.Second},
 		{name: "stack overflow", mod: withFuncs(newHmod(), []byte{0x10, hfExtra}, hfunc{typ: htVoid, code: []byte{0x10, hfExtra}}),
@@ -236,10 +238,10 @@ func hostileCorpus() []hostileCase {
 			refused: "over limit of 256 pages"},
 		{name: "budget refill", mod: refill, limits: timeoutLimits,
 			refused: "is not a valid module"},
-		{name: "_initialize spins", mod: initSpin, limits: timeoutLimits,
-			refused: "timeout: _initialize: ran past the 3s deadline"},
-		{name: "configure spins", mod: configureSpin, limits: timeoutLimits,
-			refused: "configure: module h 1.0.0: timeout: volhost_configure: ran past the 3s deadline"},
+		{name: "_initialize spins", mod: initSpin, limits: initLimits,
+			refused: "timeout: _initialize: ran past the 1s deadline"},
+		{name: "configure spins", mod: configureSpin, limits: initLimits,
+			refused: "configure: module h 1.0.0: timeout: volhost_configure: ran past the 1s deadline"},
 	}
 }
 
