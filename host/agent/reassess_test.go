@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/csi/csitest"
+	"github.com/volhost/volhost/host/structs"
 )
 
 // TestModuleSwapRejudgesAtOnce (issue 11 item 7): a claim the grace policy
