@@ -201,9 +201,15 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 // loop-headers-only baseline).
 var instrument = func(wasm []byte, tableLimit uint32) ([]byte, error) {
 	p := wasmbin.Preempt
-	p.TableLimit = tableLimit
+	p.TableLimit, p.DepthLimit = tableLimit, MaxCallDepth
 	return wasmbin.Instrument(wasm, p)
 }
+
+// MaxCallDepth bounds how deeply a guest's calls nest. wazero's own bound is
+// a 400 MB call stack, allocated on the Go heap as a recursion deepens (a
+// guest recursing without a base case made the host allocate it in about
+// 2.5 s); a Go guest's calls nest a few dozen deep.
+const MaxCallDepth = 10000
 
 // compile validates the module as it is, instruments it with
 // wasmbin.Preempt and compiles the instrumented copy into the generation's
@@ -693,6 +699,8 @@ func (g *generation) fault(parent, cctx context.Context, err error, out *tailBuf
 	case inst != nil && inst.breach != nil && uint32(inst.breach.Get()) == wasmbin.BreachTable:
 		kind = FaultTableLimit
 		err = fmt.Errorf("a table.grow past limits.table_elements = %d: %w", lim.TableElements, err)
+	case inst != nil && inst.breach != nil && uint32(inst.breach.Get()) == wasmbin.BreachDepth:
+		err = fmt.Errorf("calls nested past the host's limit of %d: %w", MaxCallDepth, err)
 	// Out of memory before timeout: a Go guest dying of it can spend long
 	// enough printing its goroutine dump to also hit the deadline.
 	case strings.Contains(output, "out of memory"),

@@ -225,7 +225,7 @@ func hostileCorpus() []hostileCase {
 		{name: "call_indirect recursion", mod: indirect, limits: timeoutLimits,
 			fault: FaultTimeout, message: "limits.call_timeout", within: 20 * time.Second},
 		{name: "stack overflow", mod: withFuncs(newHmod(), []byte{0x10, hfExtra}, hfunc{typ: htVoid, code: []byte{0x10, hfExtra}}),
-			limits: `call_timeout = "10s"` + "\n  pool_size = 1", fault: FaultTrap, message: "stack overflow", within: 20 * time.Second},
+			limits: `call_timeout = "10s"` + "\n  pool_size = 1", fault: FaultTrap, message: "calls nested past the host's limit of 10000", within: 5 * time.Second},
 		{name: "table.grow past the limit", mod: tableGrow, limits: "table_elements = 1000\n  pool_size = 1",
 			fault: FaultTableLimit, message: "limits.table_elements = 1000", within: 20 * time.Second},
 		{name: "memory.grow past the cap", mod: memGrow, limits: "memory_pages = 2\n  pool_size = 1",

@@ -161,7 +161,7 @@ func loopProbesOnly() (restore func()) {
 	instrument = func(wasm []byte, tableLimit uint32) ([]byte, error) {
 		p := wasmbin.Preempt
 		p.FunctionEntry = false
-		p.TableLimit = tableLimit
+		p.TableLimit, p.DepthLimit = tableLimit, MaxCallDepth
 		return wasmbin.Instrument(wasm, p)
 	}
 	return func() { instrument = saved }

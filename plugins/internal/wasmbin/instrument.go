@@ -32,7 +32,19 @@ type Probe struct {
 	// declaring a table whose initial size is above it is refused with a
 	// *LimitError, and TableGrowCode stops a grow past it at run time.
 	TableLimit uint32
+	// DepthCode, if set with DepthLimit, bounds the call depth: enter is
+	// inserted at every function entry (after Code), exit before every
+	// return and tail call and after the body, which Instrument wraps in a
+	// block so that every branch out of it passes exit too. Both are given
+	// the first new global's index and DepthLimit.
+	DepthCode func(first, limit uint32) (enter, exit []byte)
+	// DepthLimit is the deepest call nesting allowed (with DepthCode).
+	DepthLimit uint32
 }
+
+// BreachDepth is the value of BreachExport after a call deeper than
+// Probe.DepthLimit.
+const BreachDepth = 2
 
 // StartExport is the name Instrument exports a module's start function
 // under after removing its start section, so the host runs it, under the
@@ -118,6 +130,7 @@ var Preempt = Probe{
 		{Type: 0x7f, Init: PreemptInterval - 1, Export: PreemptBudgetExport}, // the budget, the guest's own
 		{Type: 0x7f, Export: BreachExport},                                   // set before a limit trap
 		{Type: 0x7f},                                                         // scratch for the table.grow guard
+		{Type: 0x7f},                                                         // the call depth
 	},
 	FunctionEntry: true,
 	UsesMemory:    true,
@@ -143,6 +156,32 @@ var Preempt = Probe{
 		return appendU32(append(b, 0x6b, 0x24), budget) // i32.sub; global.set budget
 	},
 	TableGrowCode: tableGrowGuard,
+	DepthCode:     depthCode,
+}
+
+// depthCode counts the call depth in the fifth global and traps (after
+// setting the breach global to BreachDepth) past limit. wazero's own bound
+// is a 400 MB call stack, allocated on the Go heap as a recursion grows.
+//
+//	enter: global.get d; i32.const 1; i32.add; global.set d
+//	       global.get d; i32.const limit; i32.gt_u
+//	       if; i32.const 2; global.set breach; unreachable; end
+//	exit:  global.get d; i32.const 1; i32.sub; global.set d
+func depthCode(flag, limit uint32) (enter, exit []byte) {
+	breach, depth := flag+2, flag+4
+	step := func(op byte) []byte {
+		b := appendU32([]byte{0x23}, depth)
+		b = append(b, 0x41, 0x01, op)
+		return appendU32(append(b, 0x24), depth)
+	}
+	enter = step(0x6a)
+	enter = appendU32(append(enter, 0x23), depth)
+	enter = appendS64(append(enter, 0x41), int64(int32(limit)))
+	enter = append(enter, 0x4b, 0x04, 0x40) // i32.gt_u; if
+	enter = appendS32(append(enter, 0x41), BreachDepth)
+	enter = appendU32(append(enter, 0x24), breach)
+	enter = append(enter, 0x00, 0x0b)
+	return enter, step(0x6b)
 }
 
 // tableGrowGuard traps (unreachable, after setting the breach global) when
@@ -203,6 +242,13 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 	if p.TableGrowCode != nil && p.TableLimit > 0 {
 		grow = func(table uint32) []byte { return p.TableGrowCode(first, table, p.TableLimit) }
 	}
+	var depth *depthPlan
+	if p.DepthCode != nil && p.DepthLimit > 0 {
+		if depth, err = planDepth(secs); err != nil {
+			return nil, err
+		}
+		depth.enter, depth.exit = p.DepthCode(first, p.DepthLimit)
+	}
 	var newGlobals, newExports [][]byte
 	for i, g := range p.Globals {
 		entry := []byte{g.Type, 0x01} // mutable
@@ -229,6 +275,10 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 	for _, s := range secs {
 		data := s.data
 		switch s.id {
+		case secType:
+			if depth != nil {
+				data, err = appendEntries(data, depth.newTypes)
+			}
 		case secStart:
 			continue // exported as StartExport instead
 		case secGlobal:
@@ -236,7 +286,7 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 		case secExport:
 			data, err = appendEntries(data, newExports)
 		case secCode:
-			data, err = instrumentCode(data, first, code, bulk, grow, p.FunctionEntry)
+			data, err = instrumentCode(data, first, code, bulk, grow, depth, p.FunctionEntry)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("section %d: %w", s.id, err)
@@ -407,15 +457,18 @@ func appendEntries(data []byte, entries [][]byte) ([]byte, error) {
 }
 
 // instrumentCode rewrites every function body of the code section.
-func instrumentCode(data []byte, first uint32, code, bulk []byte, grow func(table uint32) []byte, atEntry bool) ([]byte, error) {
+func instrumentCode(data []byte, first uint32, code, bulk []byte, grow func(table uint32) []byte, depth *depthPlan, atEntry bool) ([]byte, error) {
 	r := reader{b: data}
 	n := r.u32()
 	if r.err != nil { // an empty section has no count: invalid, and must stay so
 		return nil, r.err
 	}
+	if depth != nil && int(n) != len(depth.blockTypes) {
+		return nil, fmt.Errorf("%d function bodies for %d declared functions: %w", n, len(depth.blockTypes), ErrFormat)
+	}
 	out := appendU32(make([]byte, 0, len(data)+len(data)/8), n)
 	var body []byte
-	for range n {
+	for i := range n {
 		size := int(r.u32())
 		start := r.off
 		r.skip(size)
@@ -423,7 +476,11 @@ func instrumentCode(data []byte, first uint32, code, bulk []byte, grow func(tabl
 			return nil, r.err
 		}
 		var err error
-		body, err = instrumentBody(body[:0], r.b[start:r.off], first, code, bulk, grow, atEntry)
+		var wrap *bodyDepth
+		if depth != nil {
+			wrap = &bodyDepth{enter: depth.enter, exit: depth.exit, blockType: depth.blockTypes[i]}
+		}
+		body, err = instrumentBody(body[:0], r.b[start:r.off], first, code, bulk, grow, wrap, atEntry)
 		if err != nil {
 			return nil, err
 		}
@@ -441,7 +498,7 @@ func instrumentCode(data []byte, first uint32, code, bulk []byte, grow func(tabl
 // table.grow. A global.get or global.set naming a global at or past first
 // (one the module does not have, so invalid in it) is refused: in the copy
 // it would reach the host's globals.
-func instrumentBody(out, fn []byte, first uint32, code, bulk []byte, grow func(table uint32) []byte, atEntry bool) ([]byte, error) {
+func instrumentBody(out, fn []byte, first uint32, code, bulk []byte, grow func(table uint32) []byte, depth *bodyDepth, atEntry bool) ([]byte, error) {
 	r := reader{b: fn}
 	for range r.u32() { // local declarations: count, type
 		r.u32()
@@ -454,11 +511,26 @@ func instrumentBody(out, fn []byte, first uint32, code, bulk []byte, grow func(t
 	if atEntry {
 		out = append(out, code...)
 	}
+	if depth != nil {
+		out = append(out, depth.enter...)
+		out = append(append(out, 0x02), depth.blockType...) // block: a branch to the function's label now lands here
+	}
 	for r.off < len(fn) {
 		at := r.off
 		op := r.instruction()
 		if r.err != nil {
 			return nil, fmt.Errorf("instruction at %d: %w", at, r.err)
+		}
+		if depth != nil {
+			switch {
+			case op == 0x0b && r.off == len(fn): // the function's end
+				out = append(out, 0x0b) // the block's
+				out = append(out, depth.exit...)
+				out = append(out, 0x0b)
+				continue
+			case op == 0x0f, op == 0x12, op == 0x13: // return, return_call, return_call_indirect
+				out = append(out, depth.exit...)
+			}
 		}
 		if op == 0x23 || op == 0x24 {
 			imm := reader{b: fn[at+1 : r.off]}
@@ -628,6 +700,103 @@ func appendS32(b []byte, v int32) []byte {
 			return append(b, c)
 		}
 		b = append(b, c|0x80)
+	}
+}
+
+// depthPlan is what the call depth bound needs per module: the code to
+// insert and, per defined function, the block type of the block that
+// wraps its body (its result types), with the types to append for those
+// that need a type index.
+type depthPlan struct {
+	enter, exit []byte
+	blockTypes  [][]byte
+	newTypes    [][]byte
+}
+
+// bodyDepth is depthPlan's part for one body.
+type bodyDepth struct {
+	enter, exit, blockType []byte
+}
+
+// planDepth reads the type and function sections: each defined function's
+// results become its wrapper block's type. No results or one value type
+// are encoded inline; more (multi-value) need a new type () -> results,
+// appended after the module's own (no existing type index changes).
+func planDepth(secs []section) (*depthPlan, error) {
+	var results [][]byte // per type index
+	var funcTypes []uint32
+	for _, s := range secs {
+		switch s.id {
+		case secType:
+			r := reader{b: s.data}
+			n := r.u32()
+			if r.err != nil || int(n) > len(s.data) {
+				return nil, ErrFormat
+			}
+			for range n {
+				if form := r.byte(); form != 0x60 && r.err == nil {
+					return nil, fmt.Errorf("%w: type form %#x", ErrUnsupported, form)
+				}
+				r.valTypes()
+				start := r.off
+				r.valTypes()
+				if r.err != nil {
+					return nil, r.err
+				}
+				results = append(results, r.b[start:r.off])
+			}
+		case secFunction:
+			r := reader{b: s.data}
+			n := r.u32()
+			if r.err != nil || int(n) > len(s.data) {
+				return nil, ErrFormat
+			}
+			for range n {
+				funcTypes = append(funcTypes, r.u32())
+			}
+			if r.err != nil {
+				return nil, r.err
+			}
+		}
+	}
+	plan := &depthPlan{}
+	byResults := map[string][]byte{}
+	for _, t := range funcTypes {
+		if int(t) >= len(results) {
+			return nil, fmt.Errorf("function of type %d, past the %d types: %w", t, len(results), ErrInvalid)
+		}
+		vec := results[t] // count, then one byte per value type
+		switch r := (reader{b: vec}); r.u32() {
+		case 0:
+			plan.blockTypes = append(plan.blockTypes, []byte{0x40})
+		case 1:
+			plan.blockTypes = append(plan.blockTypes, vec[r.off:])
+		default:
+			bt, ok := byResults[string(vec)]
+			if !ok {
+				bt = appendS64(nil, int64(len(results)+len(plan.newTypes)))
+				byResults[string(vec)] = bt
+				plan.newTypes = append(plan.newTypes, append([]byte{0x60, 0x00}, vec...))
+			}
+			plan.blockTypes = append(plan.blockTypes, bt)
+		}
+	}
+	return plan, nil
+}
+
+// valTypes skips a vector of value types, each one byte (numbers, v128,
+// funcref, externref); typed references are ErrUnsupported.
+func (r *reader) valTypes() {
+	n := r.u32()
+	for range n {
+		switch t := r.byte(); {
+		case r.err != nil:
+			return
+		case t >= 0x7b && t <= 0x7f, t == 0x70, t == 0x6f:
+		default:
+			r.fail(fmt.Errorf("%w: value type %#x", ErrUnsupported, t))
+			return
+		}
 	}
 }
 

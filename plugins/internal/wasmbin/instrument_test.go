@@ -291,7 +291,7 @@ func FuzzInstrument(f *testing.F) {
 		return err
 	}
 	p := Preempt
-	p.TableLimit = 1 << 16
+	p.TableLimit, p.DepthLimit = 1<<16, 1000
 	f.Fuzz(func(t *testing.T, wasm []byte) {
 		out, err := Instrument(wasm, p)
 		if err != nil {
@@ -415,6 +415,60 @@ func TestTableGrowGuard(t *testing.T) {
 	var le *LimitError
 	if !errors.As(err, &le) || le.Limit != "table_elements" || le.Got != 101 || !strings.Contains(err.Error(), "limits.table_elements = 100") {
 		t.Fatalf("a 101-entry table under a 100 limit: err = %v, want a *LimitError naming limits.table_elements", err)
+	}
+}
+
+// TestCallDepthBound: calls nest up to DepthLimit and no deeper (the
+// breach global says why the trap came), and the depth returns to zero
+// after every way out of a function: falling off its end, return, a
+// branch to its label, a multi-value result.
+func TestCallDepthBound(t *testing.T) {
+	// 0: down(n i32) -> i32: if n { down(n-1) drop }; n  (depth n+1)
+	// 1: ret(n) -> i32: n; return
+	// 2: brk(n) -> i32: n; br 0 (the function's label)
+	// 3: two() -> (i32, i32): 1 2
+	// 4: all(n) -> i32: down(n) drop; ret(n) drop; brk(n) drop; two() drop drop; n
+	wasm := module(
+		sec(1, vec([]byte{0x60, 0x01, 0x7f, 0x01, 0x7f}, []byte{0x60, 0x00, 0x02, 0x7f, 0x7f})),
+		sec(3, vec([]byte{0}, []byte{0}, []byte{0}, []byte{1}, []byte{0})),
+		sec(5, vec([]byte{0x00, 0x01})),
+		sec(7, vec(append(name("down"), 0x00, 0), append(name("all"), 0x00, 4))),
+		sec(10, vec(
+			body([]byte{0}, 0x20, 0x00, 0x04, 0x40, 0x20, 0x00, 0x41, 0x01, 0x6b, 0x10, 0x00, 0x1a, 0x0b, 0x20, 0x00, 0x0b),
+			body([]byte{0}, 0x20, 0x00, 0x0f, 0x0b),
+			body([]byte{0}, 0x20, 0x00, 0x0c, 0x00, 0x0b),
+			body([]byte{0}, 0x41, 0x01, 0x41, 0x02, 0x0b),
+			body([]byte{0}, 0x20, 0x00, 0x10, 0x00, 0x1a, 0x20, 0x00, 0x10, 0x01, 0x1a, 0x20, 0x00, 0x10, 0x02, 0x1a,
+				0x10, 0x03, 0x1a, 0x1a, 0x20, 0x00, 0x0b),
+		)),
+	)
+	p := Preempt
+	p.DepthLimit = 100
+	out, err := Instrument(wasm, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	mod, err := rt.Instantiate(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if res, err := mod.ExportedFunction("all").Call(ctx, 3); err != nil || res[0] != 3 {
+			t.Fatalf("all(3) = %v, %v", res, err)
+		}
+	}
+	// all's calls returned the depth to 0, or 98 more levels would trip it.
+	if res, err := mod.ExportedFunction("down").Call(ctx, 99); err != nil || res[0] != 99 {
+		t.Fatalf("down(99), 100 deep: %v, %v", res, err)
+	}
+	if _, err := mod.ExportedFunction("down").Call(ctx, 100); err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("down(100), 101 deep: err = %v, want the unreachable trap", err)
+	}
+	if b := mod.ExportedGlobal(BreachExport).Get(); b != BreachDepth {
+		t.Fatalf("breach = %d, want %d", b, BreachDepth)
 	}
 }
 

@@ -33,7 +33,9 @@ const header = "\x00asm\x01\x00\x00\x00"
 // Section ids (WebAssembly core spec 5.5.2).
 const (
 	secCustom    = 0
+	secType      = 1
 	secImport    = 2
+	secFunction  = 3
 	secTable     = 4
 	secMemory    = 5
 	secGlobal    = 6
