@@ -102,7 +102,8 @@ func selfTestClassifyRequest() *abi.ClassifyRequest {
 // selfTest runs the synthetic requests of the module's kind on inst.
 func (g *generation) selfTest(ctx context.Context, inst *instance) error {
 	run := func(export string, req []byte, decode func([]byte) (string, error)) error {
-		cctx, cancel := context.WithTimeout(ctx, max(minInitTimeout, 10*g.man.Limits.CallTimeout))
+		timeout := max(g.initTimeout, 10*g.man.Limits.CallTimeout)
+		cctx, cancel := context.WithTimeout(context.WithValue(ctx, initDeadline{}, timeout), timeout)
 		defer cancel()
 		return g.invokeOn(cctx, ctx, inst, export, req, decode)
 	}

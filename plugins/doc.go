@@ -27,8 +27,9 @@
 // flag the host sets and the guest checks: each module is instrumented at
 // load (internal/wasmbin) so every function entry and loop header counts
 // down a budget, enters Go every 64 probes, and traps once the flag is set.
-// A module the instrumenter cannot read runs under wazero's
-// close-on-context-done instead, which exits to Go at every loop header and
-// makes a Go guest's calls about three times as costly (RATIONALE.md "Call
-// timeouts: the guest counts, the host flags").
+// The original module is validated first, and a module the instrumenter
+// cannot read is refused with the reason: there is no weaker fallback
+// (RATIONALE.md "Call timeouts: the guest counts, the host flags"). Tables
+// are bounded by limits.table_elements, and the agent's maxima (Maxima)
+// bound every manifest.
 package plugins

@@ -14,6 +14,9 @@ const (
 	FaultTimeout FaultKind = "timeout"
 	// FaultOOM: the guest ran out of memory under the manifest's memory cap.
 	FaultOOM FaultKind = "oom"
+	// FaultTableLimit: the guest tried to grow a table past the manifest's
+	// limits.table_elements (the host's guard trapped it).
+	FaultTableLimit FaultKind = "table-limit"
 	// FaultABI: the guest broke the ABI contract (missing export, result
 	// outside its memory, a buffer too small for the request).
 	FaultABI FaultKind = "abi"

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -30,24 +29,10 @@ func faultRequest(mode string) *abi.PolicyRequest {
 	return req
 }
 
-// TestFaultIsolation runs under both ways of stopping a call: the module
-// instrumented (the host's own) and wazero's close-on-context-done (its
-// fallback for a module it cannot instrument).
+// TestFaultIsolation: each way a module can fail is its own fault kind,
+// costs only that call, and a healthy module called meanwhile never fails.
 func TestFaultIsolation(t *testing.T) {
-	for _, tc := range []struct {
-		timeouts   string
-		instrument bool
-	}{{TimeoutsFlag, true}, {TimeoutsCloseOnDone, false}} {
-		t.Run(tc.timeouts, func(t *testing.T) {
-			if !tc.instrument {
-				defer noInstrument()()
-			}
-			testFaultIsolation(t, tc.timeouts)
-		})
-	}
-}
-
-func testFaultIsolation(t *testing.T, timeouts string) {
+	const timeouts = TimeoutsFlag
 	faulty := exampleWasm(t, "fault-policy")
 	healthy := exampleWasm(t, "default-policy")
 	const memPages = 128
@@ -158,56 +143,49 @@ func testFaultIsolation(t *testing.T, timeouts string) {
 
 // TestCallerCancelStopsCall: a caller giving up (the watcher losing
 // leadership, the agent shutting down) stops a running call at once, long
-// before its call_timeout, under both ways of stopping one. The result is
-// the caller's error, naming the export it stopped, not a module fault,
-// and the pool recovers.
+// before its call_timeout. The result is the caller's error, naming the
+// export it stopped, not a module fault, and the pool recovers.
 func TestCallerCancelStopsCall(t *testing.T) {
-	for _, instrument := range []bool{true, false} {
-		t.Run(fmt.Sprint("instrument=", instrument), func(t *testing.T) {
-			if !instrument {
-				defer noInstrument()()
-			}
-			// The guest logs before it spins: cancelling after that line
-			// stops a running call, not one still being set up.
-			spinning := make(chan struct{}, 1)
-			e := newEnv(t, func(dir string) {
-				writeModule(t, dir, "fault-policy", exampleWasm(t, "fault-policy"), manifest("release-policy", `limits {
+	// The guest logs before it spins: cancelling after that line
+	// stops a running call, not one still being set up.
+	spinning := make(chan struct{}, 1)
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "fault-policy", exampleWasm(t, "fault-policy"), manifest("release-policy", `limits {
   call_timeout = "10m"
   pool_size    = 1
 }`))
-			}, func(o *Options) {
-				o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: lineSignal{"fault-policy: spinning", spinning, testWriter{t}}})
-			})
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			done := make(chan error, 1)
-			go func() {
-				_, err := e.m.DecideRelease(ctx, "fault-policy", faultRequest("spin"))
-				done <- err
-			}()
-			select {
-			case <-spinning:
-			case err := <-done:
-				t.Fatalf("the spin call returned before spinning: %v", err)
-			}
-			cancel()
-			select {
-			case err := <-done:
-				if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), abi.ExportDecideRelease) {
-					t.Fatalf("err = %v, want the caller's context.Canceled during %s", err, abi.ExportDecideRelease)
-				}
-				var fe *FaultError
-				if errors.As(err, &fe) {
-					t.Fatalf("the caller's cancellation counted as a module fault: %v", err)
-				}
-			case <-time.After(time.Minute):
-				t.Fatal("cancelling the caller did not stop the call (its call_timeout is 10m)")
-			}
-			resp, err := e.m.DecideRelease(context.Background(), "fault-policy", faultRequest("ok"))
-			if err != nil || len(resp.Decisions) != 3 {
-				t.Fatalf("the next call: %v, %v", resp, err)
-			}
-		})
+	}, func(o *Options) {
+		o.Maxima.CallTimeout = time.Hour
+		o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: lineSignal{"fault-policy: spinning", spinning, testWriter{t}}})
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.m.DecideRelease(ctx, "fault-policy", faultRequest("spin"))
+		done <- err
+	}()
+	select {
+	case <-spinning:
+	case err := <-done:
+		t.Fatalf("the spin call returned before spinning: %v", err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), abi.ExportDecideRelease) {
+			t.Fatalf("err = %v, want the caller's context.Canceled during %s", err, abi.ExportDecideRelease)
+		}
+		var fe *FaultError
+		if errors.As(err, &fe) {
+			t.Fatalf("the caller's cancellation counted as a module fault: %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("cancelling the caller did not stop the call (its call_timeout is 10m)")
+	}
+	resp, err := e.m.DecideRelease(context.Background(), "fault-policy", faultRequest("ok"))
+	if err != nil || len(resp.Decisions) != 3 {
+		t.Fatalf("the next call: %v, %v", resp, err)
 	}
 }
 
@@ -229,24 +207,22 @@ func (w lineSignal) Write(p []byte) (int, error) {
 	return w.next.Write(p)
 }
 
-// TestInstrumenterFallback: an instrumented copy that does not compile (a
-// bug in the instrumenter) must not cost the module its load: it runs under
-// close-on-context-done instead, and its calls still work.
-func TestInstrumenterFallback(t *testing.T) {
+// TestInstrumenterFailureRefuses: an instrumented copy that does not
+// compile (a bug in the instrumenter) refuses the module with the reason;
+// it is never served without the probes (there is no weaker fallback).
+func TestInstrumenterFailureRefuses(t *testing.T) {
 	saved := instrument
 	defer func() { instrument = saved }()
-	instrument = func(wasm []byte) ([]byte, error) {
+	instrument = func([]byte, uint32) ([]byte, error) {
 		return append([]byte("\x00asm\x01\x00\x00\x00"), 0x0a, 0x01, 0x05), nil // a code section promising 5 bodies
 	}
 	e := newEnv(t, func(dir string) {
 		writeModule(t, dir, "default-policy", exampleWasm(t, "default-policy"), manifest("release-policy", policyManifest))
 	}, nil)
 	st, ok := e.m.StatusOf("default-policy")
-	if !ok || st.State != StateServing || st.Timeouts != TimeoutsCloseOnDone {
-		t.Fatalf("status %+v, want serving under %s", st, TimeoutsCloseOnDone)
+	if !ok || st.State != StateRefused || !strings.Contains(st.Refusal, "(instrumented)") {
+		t.Fatalf("status %+v, want refused naming the instrumented copy", st)
 	}
-	resp, err := e.m.DecideRelease(context.Background(), "default-policy", volumeRequest(3))
-	if err != nil || len(resp.Decisions) != 3 {
-		t.Fatalf("call: %v, %v", resp, err)
-	}
+	_, err := e.m.DecideRelease(context.Background(), "default-policy", volumeRequest(3))
+	assertFault(t, err, FaultNotLoaded)
 }

@@ -1,6 +1,7 @@
 package plugins
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -25,10 +26,11 @@ const (
 	// maxMessage bounds a request or response crossing the boundary, like
 	// the codec's own bound: a guest claiming a larger result is broken.
 	maxMessage = 4 << 20
-	// minInitTimeout bounds instantiation, _initialize and configure, which
-	// for a Go guest take ~6 ms (~90 ms under -race): far above a decision's
-	// call_timeout, so they get their own, larger budget.
-	minInitTimeout = 5 * time.Second
+	// DefaultInitTimeout bounds instantiation, the start function,
+	// _initialize and configure (Options.InitTimeout), which for a Go guest
+	// take ~6 ms (~90 ms under -race): far above a decision's call_timeout,
+	// so they get their own, larger budget (at least 10 call_timeouts).
+	DefaultInitTimeout = 5 * time.Second
 	// pageSize is the wasm page size.
 	pageSize = 65536
 )
@@ -47,11 +49,7 @@ type generation struct {
 	log      hclog.Logger
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
-	// preempt: the module was instrumented (wasmbin.Preempt), so a call is
-	// stopped by setting its instance's flag; false means the runtime uses
-	// wazero's close-on-context-done instead.
-	preempt bool
-	cfgReq  []byte // encoded ConfigureRequest, sent once per instance
+	cfgReq   []byte // encoded ConfigureRequest, sent once per instance
 	// adaptSteps are the steps a csi-adapter declared it changes (from the
 	// canary's configure response); nil means every step.
 	adaptSteps []string
@@ -71,6 +69,8 @@ type generation struct {
 	created  atomic.Int64  // instances created, the canary included
 	recycled atomic.Int64  // instances discarded for max_calls or memory
 
+	initTimeout time.Duration // see DefaultInitTimeout
+
 	mu       sync.Mutex
 	inflight int
 	retired  bool
@@ -89,12 +89,15 @@ type instance struct {
 	stack  []uint64
 	calls  int
 
-	// flag is the instrumented module's preempt global (nil without
-	// instrumentation). Setting it non-zero makes the running call trap at
-	// its next function entry or loop header. armed says a call is running
-	// that a late interrupt may still stop; flagMu orders the interrupting
-	// goroutine against the call's end.
-	flag      api.MutableGlobal
+	// flag is the instrumented module's preempt global. Setting it
+	// non-zero makes the running call trap at its next function entry or
+	// loop header. armed says a call is running that a late interrupt may
+	// still stop; flagMu orders the interrupting goroutine against the
+	// call's end.
+	flag api.MutableGlobal
+	// breach is set by the guest's table.grow guard just before it traps
+	// (wasmbin.BreachTable), so the trap is reported as a table-limit fault.
+	breach    api.Global
 	flagMu    sync.Mutex
 	armed     bool
 	stopWatch func() bool // context.AfterFunc's stop, while armed
@@ -102,10 +105,11 @@ type instance struct {
 
 // genDeps is what a generation needs from its manager.
 type genDeps struct {
-	cache   wazero.CompilationCache
-	log     hclog.Logger
-	onOpen  func() // a runtime was created
-	onClose func() // a runtime was closed
+	cache       wazero.CompilationCache
+	initTimeout time.Duration
+	log         hclog.Logger
+	onOpen      func() // a runtime was created
+	onClose     func() // a runtime was closed
 }
 
 // maxReservedPages bounds the memory reserved up front per instance (64 MiB).
@@ -129,21 +133,25 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	sum := sha256.Sum256(wasm)
 	sha := hex.EncodeToString(sum[:])
 	if man.SHA256 != "" && man.SHA256 != sha {
-		return nil, fmt.Errorf("sha256 of %s.wasm is %s, manifest pins %s", name, sha, man.SHA256)
+		// Not loaded: a pinned bundle forms a generation only once code and
+		// manifest agree, so a swap half done (one file renamed in, the
+		// other not yet) never serves a mixed pair.
+		return nil, fmt.Errorf("sha256 of %s.wasm is %s, manifest pins %s: waiting for a %s.wasm and %s.hcl that agree", name, sha, man.SHA256, name, name)
 	}
 	if err := precheckImports(wasm); err != nil {
 		return nil, err
 	}
 	g := &generation{
-		name:    name,
-		num:     num,
-		man:     man,
-		sha:     sha,
-		version: man.Version,
-		slots:   make(chan struct{}, man.Limits.PoolSize),
-		idle:    make([]*instance, 0, man.Limits.PoolSize),
-		done:    make(chan struct{}),
-		onClose: d.onClose,
+		name:        name,
+		num:         num,
+		man:         man,
+		sha:         sha,
+		version:     man.Version,
+		slots:       make(chan struct{}, man.Limits.PoolSize),
+		idle:        make([]*instance, 0, man.Limits.PoolSize),
+		done:        make(chan struct{}),
+		onClose:     d.onClose,
+		initTimeout: cmp.Or(d.initTimeout, DefaultInitTimeout),
 		// A quarter of the cap is left as headroom for the next request.
 		recyclePages: man.Limits.MemoryPages - man.Limits.MemoryPages/4,
 	}
@@ -188,43 +196,68 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	return g, nil
 }
 
-// instrument is wasmbin.Instrument with the Preempt probe; tests replace it
-// to exercise the fallback.
-var instrument = func(wasm []byte) ([]byte, error) { return wasmbin.Instrument(wasm, wasmbin.Preempt) }
+// instrument is wasmbin.Instrument with the Preempt probe and the
+// manifest's table limit; tests replace it (BenchmarkGuestCost's
+// loop-headers-only baseline).
+var instrument = func(wasm []byte, tableLimit uint32) ([]byte, error) {
+	p := wasmbin.Preempt
+	p.TableLimit, p.DepthLimit = tableLimit, MaxCallDepth
+	return wasmbin.Instrument(wasm, p)
+}
 
-// compile compiles the module into the generation's new runtime,
-// instrumented with wasmbin.Preempt when the instrumenter can read it. A
-// module it cannot read, or whose instrumented copy does not compile, is
-// compiled as it is into a runtime with wazero's close-on-context-done:
-// slower calls, the same guarantee that a call stops at its deadline. The
-// instrumenter's limits must never cost a module its load.
+// MaxCallDepth bounds how deeply a guest's calls nest. wazero's own bound is
+// a 400 MB call stack, allocated on the Go heap as a recursion deepens (a
+// guest recursing without a base case made the host allocate it in about
+// 2.5 s); a Go guest's calls nest a few dozen deep.
+const MaxCallDepth = 10000
+
+// compile validates the module as it is, instruments it with
+// wasmbin.Preempt and compiles the instrumented copy into the generation's
+// new runtime. There is no other way in: a module that does not validate,
+// that the instrumenter cannot read, or whose copy does not compile is
+// refused with the reason, never served under a weaker bound than its
+// manifest promises (RATIONALE "Call timeouts: the guest counts, the host
+// flags").
 func (g *generation) compile(ctx context.Context, d genDeps, wasm []byte) error {
-	instrumented, ierr := instrument(wasm)
-	if ierr == nil {
-		g.preempt = true
-		if ierr = g.compileIn(ctx, d, instrumented); ierr == nil {
-			return nil
+	// The original first: the probe's globals are appended after the
+	// module's own, so guest code naming a global past its own (invalid on
+	// its own) would reach the host's budget in the copy.
+	if err := validateModule(ctx, wasm, g.man.Limits.MemoryPages); err != nil {
+		return fmt.Errorf("%s.wasm is not a valid module: %w", g.name, err)
+	}
+	instrumented, err := instrument(wasm, g.man.Limits.TableElements)
+	if err != nil {
+		var le *wasmbin.LimitError
+		if errors.As(err, &le) {
+			return fmt.Errorf("%s.wasm: %w", g.name, err)
 		}
-		g.closeRuntimeOnly()
+		return fmt.Errorf("%s.wasm cannot be instrumented, so its calls could not be stopped at call_timeout: %w", g.name, err)
 	}
-	g.preempt = false
-	if err := g.compileIn(ctx, d, wasm); err != nil {
-		return fmt.Errorf("compile %s.wasm: %w", g.name, err)
-	}
-	if instrumented != nil { // the module compiles, its copy did not: the instrumenter is at fault
-		g.log.Warn("the instrumented copy of the module does not compile; using wazero's close-on-context-done", "error", ierr)
-	} else {
-		g.log.Debug("module not instrumented; using wazero's close-on-context-done", "reason", ierr)
+	if err := g.compileIn(ctx, d, instrumented); err != nil {
+		return fmt.Errorf("compile %s.wasm (instrumented): %w", g.name, err)
 	}
 	return nil
 }
 
-// compileIn creates the generation's runtime (close-on-context-done unless
-// g.preempt) with the host modules, and compiles code into it.
+// validateModule compiles wasm with wazero's interpreter, which decodes
+// and validates it as the compiler would at a fraction of the cost (about
+// 0.15 s for a 3 MB Go guest against 1.5 s), with the manifest's memory cap
+// so an initial memory above it is refused here.
+func validateModule(ctx context.Context, wasm []byte, memoryPages uint32) error {
+	rt := wazero.NewRuntimeWithConfig(ctx, wazero.NewRuntimeConfigInterpreter().WithMemoryLimitPages(memoryPages))
+	defer rt.Close(context.Background())
+	_, err := compileModule(ctx, rt, wasm)
+	return err
+}
+
+// compileIn creates the generation's runtime with the host modules, and
+// compiles code into it. Calls are stopped by the instrumented flag, so
+// wazero's close-on-context-done (a call into Go at every loop header) is
+// off.
 func (g *generation) compileIn(ctx context.Context, d genDeps, code []byte) error {
 	cfg := wazero.NewRuntimeConfig().
 		WithMemoryLimitPages(g.man.Limits.MemoryPages).
-		WithCloseOnContextDone(!g.preempt).
+		WithCloseOnContextDone(false).
 		WithMemoryCapacityFromMax(reserveMemory(g.man.Limits.MemoryPages))
 	if d.cache != nil {
 		cfg = cfg.WithCompilationCache(d.cache)
@@ -262,8 +295,8 @@ func compileModule(ctx context.Context, rt wazero.Runtime, code []byte) (c wazer
 // guest's ConfigureResponse (its own version string, its adapt steps).
 func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*instance, *abi.ConfigureResponse, error) {
 	out := &tailBuffer{}
-	timeout := max(minInitTimeout, 10*g.man.Limits.CallTimeout)
-	ictx, cancel := context.WithTimeout(ctx, timeout)
+	timeout := max(g.initTimeout, 10*g.man.Limits.CallTimeout)
+	ictx, cancel := context.WithTimeout(context.WithValue(ctx, initDeadline{}, timeout), timeout)
 	defer cancel()
 	// No args, no env, no FS: the zero ModuleConfig grants none. Stdout and
 	// stderr go to a bounded tail attached to fault errors. The name is
@@ -287,28 +320,35 @@ func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*insta
 	for name := range requiredExports(g.man.Kind) {
 		inst.fns[name] = mod.ExportedFunction(name)
 	}
-	if g.preempt {
-		inst.flag, _ = mod.ExportedGlobal(wasmbin.PreemptExport).(api.MutableGlobal)
-		if inst.flag == nil { // Instrument adds it: this is the host's bug
-			inst.close()
-			return nil, nil, fmt.Errorf("instrumented module exports no mutable %s", wasmbin.PreemptExport)
-		}
+	inst.flag, _ = mod.ExportedGlobal(wasmbin.PreemptExport).(api.MutableGlobal)
+	inst.breach = mod.ExportedGlobal(wasmbin.BreachExport)
+	if inst.flag == nil || inst.breach == nil { // Instrument adds them: this is the host's bug
+		inst.close()
+		return nil, nil, fmt.Errorf("instrumented module exports no mutable %s and %s", wasmbin.PreemptExport, wasmbin.BreachExport)
 	}
 	if inst.mem == nil {
 		inst.close()
 		return nil, nil, &FaultError{Module: g.name, Version: g.version, Kind: FaultABI, Err: errors.New("module has no memory")}
 	}
+	// The module's start section, moved out of instantiation by the
+	// instrumenter so that it runs armed, like any call: it comes first.
+	if start := mod.ExportedFunction(wasmbin.StartExport); start != nil {
+		if err := inst.run(ictx, start, nil); err != nil {
+			inst.close()
+			return nil, nil, g.fault(ctx, ictx, err, out, inst, "start function")
+		}
+	}
 	if init := mod.ExportedFunction(abi.ExportInitialize); init != nil {
 		if err := inst.run(ictx, init, nil); err != nil {
 			inst.close()
-			return nil, nil, g.fault(ctx, ictx, err, out, inst.mem, abi.ExportInitialize)
+			return nil, nil, g.fault(ctx, ictx, err, out, inst, abi.ExportInitialize)
 		}
 	}
 	if checkVersion {
 		res := make([]uint64, 1)
 		if err := inst.run(ictx, inst.fns[abi.ExportVersion], res); err != nil {
 			inst.close()
-			return nil, nil, g.fault(ctx, ictx, err, out, inst.mem, abi.ExportVersion)
+			return nil, nil, g.fault(ctx, ictx, err, out, inst, abi.ExportVersion)
 		}
 		if v := api.DecodeI32(res[0]); v != abi.Version {
 			inst.close()
@@ -362,14 +402,9 @@ func (inst *instance) run(ctx context.Context, fn api.Function, stack []uint64) 
 	return fn.CallWithStack(ctx, stack)
 }
 
-// arm makes ctx's end stop the instance's calls until disarm: an
-// instrumented instance is stopped by its flag, set from context.AfterFunc;
-// the runtime of one that is not instrumented closes it on ctx's end itself
-// (close-on-context-done), so arming it is a no-op.
+// arm makes ctx's end stop the instance's calls until disarm: the
+// instance is stopped by its flag, set from context.AfterFunc.
 func (inst *instance) arm(ctx context.Context) error {
-	if inst.flag == nil {
-		return nil
-	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -384,9 +419,6 @@ func (inst *instance) arm(ctx context.Context) error {
 // call's end must not stop the instance's next call, so the flag is cleared
 // if it was set.
 func (inst *instance) disarm() {
-	if inst.flag == nil {
-		return
-	}
 	inst.stopWatch()
 	inst.stopWatch = nil
 	inst.flagMu.Lock()
@@ -406,6 +438,17 @@ func (inst *instance) interrupt() {
 		inst.flag.Set(1)
 	}
 	inst.flagMu.Unlock()
+}
+
+// interrupted reports whether the host has set the flag of the running
+// call (read under flagMu: the interrupt writes it from another goroutine).
+func (inst *instance) interrupted() bool {
+	if inst.flag == nil {
+		return false
+	}
+	inst.flagMu.Lock()
+	defer inst.flagMu.Unlock()
+	return inst.flag.Get() != 0
 }
 
 func (inst *instance) close() {
@@ -560,7 +603,7 @@ func (g *generation) call(ctx context.Context, export string, req []byte, decode
 	var fe *FaultError
 	if errors.As(err, &fe) {
 		switch fe.Kind {
-		case FaultTrap, FaultTimeout, FaultOOM, FaultABI:
+		case FaultTrap, FaultTimeout, FaultOOM, FaultTableLimit, FaultABI:
 			discard = true
 		}
 	} else if err != nil {
@@ -577,12 +620,12 @@ func (g *generation) invokeOn(cctx, parent context.Context, inst *instance, expo
 	inst.out.Reset()
 	// One arming covers both calls: the deadline is the request's.
 	if err := inst.arm(cctx); err != nil {
-		return g.fault(parent, cctx, err, inst.out, inst.mem, abi.ExportBuffer)
+		return g.fault(parent, cctx, err, inst.out, inst, abi.ExportBuffer)
 	}
 	defer inst.disarm()
 	inst.stack[0] = api.EncodeU32(uint32(len(req)))
 	if err := inst.buffer.CallWithStack(cctx, inst.stack); err != nil {
-		return g.fault(parent, cctx, err, inst.out, inst.mem, abi.ExportBuffer)
+		return g.fault(parent, cctx, err, inst.out, inst, abi.ExportBuffer)
 	}
 	ptr := api.DecodeU32(inst.stack[0])
 	// Address 0 is how a guest says it has no buffer (ABI.md "Memory");
@@ -592,7 +635,7 @@ func (g *generation) invokeOn(cctx, parent context.Context, inst *instance, expo
 	}
 	inst.stack[0] = api.EncodeU32(uint32(len(req)))
 	if err := inst.fns[export].CallWithStack(cctx, inst.stack); err != nil {
-		return g.fault(parent, cctx, err, inst.out, inst.mem, export)
+		return g.fault(parent, cctx, err, inst.out, inst, export)
 	}
 	rptr, rlen := abi.UnpackResult(inst.stack[0])
 	if rlen > maxMessage {
@@ -636,25 +679,52 @@ func (g *generation) abiFault(inst *instance, err error) error {
 // `unreachable` trap after printing "fatal error: out of memory"), so a trap
 // with the guest's memory at the cap, or with that text in its output, is
 // an out-of-memory fault.
-func (g *generation) fault(parent, cctx context.Context, err error, out *tailBuffer, mem api.Memory, what string) error {
+func (g *generation) fault(parent, cctx context.Context, err error, out *tailBuffer, inst *instance, what string) error {
 	if parent.Err() != nil {
 		return fmt.Errorf("module %s: %s: %w", g.name, what, parent.Err())
 	}
 	output := out.String()
 	kind := FaultTrap
+	var mem api.Memory
+	if inst != nil {
+		mem = inst.mem
+	}
 	var exit *sys.ExitError
+	lim := g.man.Limits
+	// The host's flag still set: the trap is the probe's, at the deadline
+	// (fault runs before disarm clears it). A guest merely sitting at its
+	// memory cap when stopped has not run out of memory.
+	interrupted := inst != nil && inst.interrupted() && cctx.Err() != nil
 	switch {
-	// Out of memory first: a Go guest dying of it can spend long enough
-	// printing its goroutine dump to also hit the deadline.
-	case mem != nil && g.nearCap(mem), strings.Contains(output, "out of memory"):
+	case inst != nil && inst.breach != nil && uint32(inst.breach.Get()) == wasmbin.BreachTable:
+		kind = FaultTableLimit
+		err = fmt.Errorf("a table.grow past limits.table_elements = %d: %w", lim.TableElements, err)
+	case inst != nil && inst.breach != nil && uint32(inst.breach.Get()) == wasmbin.BreachDepth:
+		err = fmt.Errorf("calls nested past the host's limit of %d: %w", MaxCallDepth, err)
+	// Out of memory before timeout: a Go guest dying of it can spend long
+	// enough printing its goroutine dump to also hit the deadline.
+	case strings.Contains(output, "out of memory"),
+		mem != nil && g.nearCap(mem) && !interrupted:
 		kind = FaultOOM
-	case errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded,
+		err = fmt.Errorf("memory at %d of limits.memory_pages = %d: %w", memPages(mem), lim.MemoryPages, err)
+	case interrupted, errors.As(err, &exit) && exit.ExitCode() == sys.ExitCodeDeadlineExceeded,
 		errors.Is(cctx.Err(), context.DeadlineExceeded):
 		kind = FaultTimeout
+		if d, ok := cctx.Value(initDeadline{}).(time.Duration); ok {
+			err = fmt.Errorf("ran past the %s deadline of an instance's set-up (start, %s, configure): %w", d, abi.ExportInitialize, err)
+		} else {
+			err = fmt.Errorf("ran past limits.call_timeout = %s: %w", lim.CallTimeout, err)
+		}
 	}
 	return &FaultError{Module: g.name, Version: g.version, Kind: kind,
 		Err: fmt.Errorf("%s: %w", what, err), Output: output}
 }
+
+func memPages(mem api.Memory) uint32 { return mem.Size() / pageSize }
+
+// initDeadline marks the context of an instance's set-up, carrying its
+// timeout, so a timeout there names that deadline, not call_timeout.
+type initDeadline struct{}
 
 // nearCap reports whether memory is within 1/8 of the manifest's cap: a Go
 // heap grows in steps of at least 4 MiB (64 pages) near the top, so a failed

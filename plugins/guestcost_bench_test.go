@@ -107,18 +107,21 @@ func guestCostModules() []guestCostModule {
 // BenchmarkGuestCost measures one decision through a Wasm guest: the
 // default policy on a 1-claim and an 8-claim request, and the GCE PD
 // adapter on a controller-unpublish request. "current" is the Go guest as
-// the host runs it, instrumented (wasmbin.Preempt); "close-on-context-done"
-// is the same module bounded by wazero's own mechanism instead, the host's
-// fallback for a module it cannot instrument; "as" is the AssemblyScript
-// port (examples/plugins/as-*), instrumented.
+// the host runs it, instrumented (wasmbin.Preempt: probes at function
+// entries and loop headers); "loops-only" is the same module with probes
+// at loop headers only, the instrumentation before issue 11, so one run
+// measures what the entry probes cost (BENCHMARKS.md); "as" is the
+// AssemblyScript port (examples/plugins/as-*), instrumented.
+//
+//	go test -run '^$' -bench 'GuestCost$' -benchtime 3000x -count 5 ./plugins/
 func BenchmarkGuestCost(b *testing.B) {
 	type variant struct {
-		name       string
-		wasm       func(tb testing.TB, module string) []byte
-		instrument bool
+		name      string
+		wasm      func(tb testing.TB, module string) []byte
+		loopsOnly bool
 	}
 	asPort := func(tb testing.TB, module string) []byte { return exampleWasm(tb, "as-"+module) }
-	variants := []variant{{"current", exampleWasm, true}, {"close-on-context-done", exampleWasm, false}, {"as", asPort, true}}
+	variants := []variant{{"current", exampleWasm, false}, {"loops-only", exampleWasm, true}, {"as", asPort, false}}
 	if dir := os.Getenv("VOLHOST_GUESTCOST_BASELINE"); dir != "" {
 		variants = append(variants, variant{"baseline", func(tb testing.TB, module string) []byte {
 			w, err := os.ReadFile(filepath.Join(dir, module+".wasm"))
@@ -126,13 +129,13 @@ func BenchmarkGuestCost(b *testing.B) {
 				tb.Fatal(err)
 			}
 			return w
-		}, true})
+		}, false})
 	}
 	for _, mod := range guestCostModules() {
 		for _, v := range variants {
 			b.Run(mod.shape(b)+"/"+v.name, func(b *testing.B) {
-				if !v.instrument {
-					defer noInstrument()()
+				if v.loopsOnly {
+					defer loopProbesOnly()()
 				}
 				wasm := v.wasm(b, mod.name)
 				e := mod.warmEnv(b, wasm)
@@ -437,18 +440,11 @@ func countLoops(wasm []byte) ([]byte, error) {
 func BenchmarkGuestCostCold(b *testing.B) {
 	junk := make([]byte, 64<<20)
 	for _, mod := range guestCostModules() {
-		for _, v := range []struct {
-			name, module string
-			instrument   bool
-		}{
-			{TimeoutsFlag, mod.name, true},
-			{TimeoutsCloseOnDone, mod.name, false},
-			{"as-" + TimeoutsFlag, "as-" + mod.name, true}, // the AssemblyScript port
+		for _, v := range []struct{ name, module string }{
+			{TimeoutsFlag, mod.name},
+			{"as-" + TimeoutsFlag, "as-" + mod.name}, // the AssemblyScript port
 		} {
 			b.Run(mod.shape(b)+"/"+v.name, func(b *testing.B) {
-				if !v.instrument {
-					defer noInstrument()()
-				}
 				e := mod.warmEnv(b, exampleWasm(b, v.module))
 				ctx := context.Background()
 				var durs []time.Duration

@@ -2,7 +2,6 @@ package plugins
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/volhost/volhost/plugins/internal/wasmbin"
 	"github.com/volhost/volhost/plugins/pluginstest"
 )
 
@@ -150,12 +150,19 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 // runtimeYield lets other goroutines run while a test spins on a counter.
 func runtimeYield() { runtime.Gosched() }
 
-// noInstrument makes the host load modules as they are, under wazero's
-// close-on-context-done (its fallback for a module it cannot instrument),
-// until the returned function restores it. Tests using it must not run in
-// parallel with others.
-func noInstrument() (restore func()) {
+// loopProbesOnly makes the host instrument modules with probes at loop
+// headers only, not at function entries: the instrumentation before issue
+// 11, kept only so BenchmarkGuestCost can measure what the entry probes
+// cost in the same run. It is not a safe configuration (a loop-free
+// recursion escapes it), until the returned function restores it. Tests
+// using it must not run in parallel with others.
+func loopProbesOnly() (restore func()) {
 	saved := instrument
-	instrument = func([]byte) ([]byte, error) { return nil, errors.New("instrumentation off (test)") }
+	instrument = func(wasm []byte, tableLimit uint32) ([]byte, error) {
+		p := wasmbin.Preempt
+		p.FunctionEntry = false
+		p.TableLimit, p.DepthLimit = tableLimit, MaxCallDepth
+		return wasmbin.Instrument(wasm, p)
+	}
 	return func() { instrument = saved }
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -54,6 +56,32 @@ type Options struct {
 	// called synchronously (from reloads and from calls that trip a
 	// breaker) and must not block.
 	OnEvent func(Event)
+	// OnSwap, if set, is called after a module's serving generation
+	// changed (first load, swap, retirement), from the reload, so that
+	// what the old generation decided is judged again at once. It must not
+	// block.
+	OnSwap func(Swap)
+	// Maxima are the host's bounds on manifests and module files (zero
+	// fields: the Default* maxima).
+	Maxima Maxima
+	// InitTimeout bounds an instance's set-up: instantiation, the start
+	// function, _initialize and configure (DefaultInitTimeout if 0; at
+	// least 10 call_timeouts either way).
+	InitTimeout time.Duration
+}
+
+// Swap tells Options.OnSwap that a module's serving generation changed.
+type Swap struct {
+	Module     string
+	Kind       abi.Kind
+	Generation uint64 // the new serving generation; 0 once retired
+	old, new   *Manifest
+}
+
+// Selects reports whether the generation before or after the swap selects
+// t (Manifest.Selects): the volumes whose judgement the swap may change.
+func (s Swap) Selects(t Target) bool {
+	return (s.old != nil && s.old.Selects(t)) || (s.new != nil && s.new.Selects(t))
 }
 
 // EventKind names a module lifecycle event.
@@ -113,18 +141,16 @@ type Status struct {
 	Default          bool              `json:"default"`
 	// AdaptSteps are the steps a csi-adapter asked to adapt; empty: all.
 	AdaptSteps []string `json:"adapt_steps,omitempty"`
-	// Timeouts is how a call is stopped at its call_timeout: TimeoutsFlag
-	// (the module is instrumented; the fast way) or TimeoutsCloseOnDone
-	// (wazero's close-on-context-done, for a module the host could not
-	// instrument: calls cost about three times as much).
+	// Timeouts is how a call is stopped at its call_timeout: always
+	// TimeoutsFlag (the module is instrumented). A module the host cannot
+	// instrument is refused, never served under a weaker bound.
 	Timeouts string `json:"timeouts,omitempty"`
+	// TableLimit is the manifest's limits.table_elements.
+	TableLimit uint32 `json:"table_limit,omitempty"`
 }
 
-// The values of Status.Timeouts.
-const (
-	TimeoutsFlag        = "instrumented"
-	TimeoutsCloseOnDone = "close-on-context-done"
-)
+// TimeoutsFlag is the value of Status.Timeouts.
+const TimeoutsFlag = "instrumented"
 
 // Target is what a module is chosen for.
 type Target struct {
@@ -189,6 +215,7 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	if opts.BreakerCooldown <= 0 {
 		opts.BreakerCooldown = DefaultBreakerCooldown
 	}
+	opts.Maxima = opts.Maxima.withDefaults()
 	m := &Manager{opts: opts, log: opts.Logger.Named("plugins")}
 	if opts.CacheDir != "" {
 		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
@@ -222,11 +249,8 @@ func (m *Manager) Reload(ctx context.Context) ([]Status, error) {
 	}
 	names := map[string]bool{}
 	for _, e := range entries {
-		if e.IsDir() {
-			continue
-		}
 		if n, ok := moduleName(e.Name()); ok {
-			names[n] = true
+			names[n] = true // any other type is refused by readModuleFile, visibly
 		}
 	}
 	old := *m.modules.Load()
@@ -243,7 +267,7 @@ func (m *Manager) Reload(ctx context.Context) ([]Status, error) {
 		if err := ctx.Err(); err != nil {
 			break // leave the rest for the next reload
 		}
-		m.reloadModuleLocked(ctx, mod)
+		m.reloadModuleLocked(ctx, next, mod)
 	}
 	for n, mod := range next {
 		if !names[n] {
@@ -276,11 +300,11 @@ func mapKeys[K comparable, V any](m map[K]V) func(func(K) bool) {
 
 // reloadModuleLocked loads mod's files if they changed since the serving
 // generation (or the last refused candidate). Called with reloadMu held.
-func (m *Manager) reloadModuleLocked(ctx context.Context, mod *module) {
+func (m *Manager) reloadModuleLocked(ctx context.Context, next map[string]*module, mod *module) {
 	wasmPath := filepath.Join(m.opts.Dir, mod.name+".wasm")
 	hclPath := filepath.Join(m.opts.Dir, mod.name+".hcl")
-	wasm, werr := os.ReadFile(wasmPath)
-	src, herr := os.ReadFile(hclPath)
+	wasm, werr := readModuleFile(wasmPath, m.opts.Maxima.ModuleSize, "module_limits.max_module_size")
+	src, herr := readModuleFile(hclPath, maxManifestSize, "the manifest bound")
 	switch {
 	case errors.Is(werr, fs.ErrNotExist):
 		m.refuseLocked(mod, "", fmt.Sprintf("%s.hcl has no %s.wasm beside it", mod.name, mod.name))
@@ -297,7 +321,14 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, mod *module) {
 	}
 	fp := fingerprint(wasm, src)
 	mod.mu.Lock()
-	unchanged := (fp == mod.servingFP && mod.cur.Load() != nil) || fp == mod.refusedFP
+	serving := fp == mod.servingFP && mod.cur.Load() != nil
+	if serving && mod.refusal != "" {
+		// The refused files were replaced by the serving ones again: the
+		// refusal is history, and status must not show it any more.
+		m.log.Info("module files match the serving generation again; refusal cleared", "module", mod.name)
+		mod.refusal, mod.refusedFP, mod.state = "", "", StateServing
+	}
+	unchanged := serving || fp == mod.refusedFP
 	num := mod.gens + 1
 	mod.mu.Unlock()
 	if unchanged {
@@ -308,8 +339,18 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, mod *module) {
 		m.refuseLocked(mod, fp, err.Error())
 		return
 	}
+	if err := man.CheckMaxima(m.opts.Maxima); err != nil {
+		m.refuseLocked(mod, fp, fmt.Sprintf("manifest %s.hcl: %v", mod.name, err))
+		return
+	}
+	if other := m.otherDefaultLocked(next, mod.name, man); other != "" {
+		// Not remembered as refused (fp ""): the other module may drop its
+		// default, and then this one is tried again on the next reload.
+		m.refuseLocked(mod, "", fmt.Sprintf("default = true, but %s module %s is the default already: one default per kind (set default = false on one)", man.Kind, other))
+		return
+	}
 	start := time.Now()
-	g, err := loadGeneration(ctx, genDeps{cache: m.cache, log: m.log,
+	g, err := loadGeneration(ctx, genDeps{cache: m.cache, log: m.log, initTimeout: m.opts.InitTimeout,
 		onOpen: func() { m.runtimes.Add(1) }, onClose: func() { m.runtimes.Add(-1) }}, mod.name, num, wasm, man)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -326,8 +367,9 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, mod *module) {
 	mod.state, mod.refusal, mod.gens, mod.servingFP, mod.refusedFP = StateServing, "", num, fp, ""
 	mod.mu.Unlock()
 	kind := EventLoaded
+	var oldMan *Manifest
 	if old != nil {
-		kind = EventSwapped
+		kind, oldMan = EventSwapped, old.man
 		m.retireGeneration(old)
 	}
 	m.log.Info("module serving", "module", mod.name, "version", g.version, "generation", num,
@@ -337,6 +379,105 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, mod *module) {
 		m.emit(Event{Kind: EventCircuitClosed, Module: mod.name, Generation: num, Version: g.version,
 			Reason: "new generation"})
 	}
+	m.notifySwap(Swap{Module: mod.name, Kind: man.Kind, Generation: num, old: oldMan, new: man})
+}
+
+// notifySwap calls Options.OnSwap.
+func (m *Manager) notifySwap(s Swap) {
+	if m.opts.OnSwap != nil {
+		m.opts.OnSwap(s)
+	}
+}
+
+// otherDefaultLocked names another module of man's kind that serves with
+// default = true, when man asks to be the default too: two defaults would
+// leave the choice to name order, silently.
+func (m *Manager) otherDefaultLocked(mods map[string]*module, self string, man *Manifest) string {
+	if !man.Default {
+		return ""
+	}
+	for _, n := range slices.Sorted(mapKeys(mods)) {
+		if n == self {
+			continue
+		}
+		if g := mods[n].cur.Load(); g != nil && g.man.Kind == man.Kind && g.man.Default {
+			return n
+		}
+	}
+	return ""
+}
+
+// maxManifestSize bounds NAME.hcl: a manifest is a few hundred bytes.
+const maxManifestSize = 1 << 20
+
+// readModuleFile reads a module's file without ever blocking or following
+// a link: only a regular file, opened non-blocking (a FIFO named x.wasm
+// would block a plain open until a writer came, and with it every reload),
+// checked again on the open descriptor (it may have been replaced since
+// the lstat), and at most max bytes (a bigger one is refused before it is
+// read). Symbolic links are refused, dangling or not: the target would sit
+// outside the watched directory, so its changes would go unseen (README
+// "Policy and adapter modules").
+func readModuleFile(path string, max int64, maxName string) ([]byte, error) {
+	base := filepath.Base(path)
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkModuleFile(path, base, fi, max, maxName); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", base, err)
+	}
+	defer f.Close()
+	fi, err = f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", base, err)
+	}
+	if err := checkModuleFile(path, base, fi, max, maxName); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(io.LimitReader(f, max+1))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", base, err)
+	}
+	if int64(len(b)) > max { // it grew after the stat
+		return nil, fmt.Errorf("%s is over %s (%d bytes)", base, maxName, max)
+	}
+	return b, nil
+}
+
+// checkModuleFile refuses anything but a regular file of at most max bytes.
+func checkModuleFile(path, base string, fi fs.FileInfo, max int64, maxName string) error {
+	switch mode := fi.Mode(); {
+	case mode&fs.ModeSymlink != 0:
+		target, _ := os.Readlink(path)
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("%s is a dangling symbolic link (to %q, which does not exist): symbolic links are refused, put the file itself in the module directory", base, target)
+		}
+		return fmt.Errorf("%s is a symbolic link (to %q): symbolic links are refused, put the file itself in the module directory", base, target)
+	case !mode.IsRegular():
+		return fmt.Errorf("%s is not a regular file (%s): refused", base, fileType(mode))
+	case fi.Size() > max:
+		return fmt.Errorf("%s is %d bytes, over %s (%d bytes)", base, fi.Size(), maxName, max)
+	}
+	return nil
+}
+
+func fileType(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	case m.IsDir():
+		return "a directory"
+	}
+	return m.Type().String()
 }
 
 // fingerprint identifies a (wasm, manifest) pair.
@@ -352,7 +493,7 @@ func fingerprint(wasm, manifest []byte) string {
 // any) keeps serving.
 func (m *Manager) refuseLocked(mod *module, fp, reason string) {
 	mod.mu.Lock()
-	if fp != "" && fp == mod.refusedFP && mod.refusal == reason {
+	if fp == mod.refusedFP && mod.refusal == reason {
 		mod.mu.Unlock()
 		return
 	}
@@ -376,11 +517,15 @@ func (m *Manager) retireModuleLocked(mod *module) {
 	mod.state, mod.servingFP, mod.refusedFP = StateRetired, "", ""
 	gen := mod.gens
 	mod.mu.Unlock()
-	if g := mod.cur.Swap(nil); g != nil {
+	g := mod.cur.Swap(nil)
+	if g != nil {
 		m.retireGeneration(g)
 	}
 	m.log.Info("module retired", "module", mod.name)
 	m.emit(Event{Kind: EventRetired, Module: mod.name, Generation: gen})
+	if g != nil {
+		m.notifySwap(Swap{Module: mod.name, Kind: g.man.Kind, old: g.man})
+	}
 }
 
 // retireGeneration retires g and remembers it until it has drained.
@@ -625,10 +770,7 @@ func (mod *module) status() Status {
 		s.MemoryPages, s.MemoryLimitPages = g.memPages.Load(), g.man.Limits.MemoryPages
 		s.PluginIDs, s.Volumes, s.Default = slices.Clone(g.man.PluginIDs), slices.Clone(g.man.Volumes), g.man.Default
 		s.AdaptSteps = slices.Clone(g.adaptSteps)
-		s.Timeouts = TimeoutsCloseOnDone
-		if g.preempt {
-			s.Timeouts = TimeoutsFlag
-		}
+		s.Timeouts, s.TableLimit = TimeoutsFlag, g.man.Limits.TableElements
 		if s.State == StateServing && mod.breaker.isOpen() {
 			s.State = StateOpenCircuit
 		}

@@ -21,8 +21,81 @@ const (
 	DefaultCallTimeout = 100 * time.Millisecond
 	DefaultPoolSize    = 4
 	DefaultMaxCalls    = 10000
-	maxPoolSize        = 256
+	// DefaultTableElements bounds each table of an instance. A Go guest's
+	// one table holds an entry per function, about 6,000 for the examples;
+	// wazero keeps 8 bytes per entry on the Go heap.
+	DefaultTableElements = 65536
+	maxPoolSize          = 256
 )
+
+// Host maxima (Options.Maxima, the agent's module_limits block) used where
+// the agent sets none: a manifest asking for more is refused, naming the
+// limit. A call_timeout of days would let one module spin a CPU forever.
+const (
+	DefaultMaxCallTimeout   = 10 * time.Second
+	DefaultMaxMemoryPages   = 16384   // 1 GiB per instance
+	DefaultMaxTableElements = 1 << 20 // 8 MiB of host heap per table
+	DefaultMaxModuleSize    = 64 << 20
+)
+
+// Maxima are the host's upper bounds on what a manifest may ask for, and on
+// a module file's size. A zero field takes its Default.
+type Maxima struct {
+	CallTimeout   time.Duration
+	MemoryPages   uint32
+	TableElements uint32
+	ModuleSize    int64 // bytes, of NAME.wasm (NAME.hcl is bounded at 1 MiB)
+	// RequireSHA256 refuses a manifest without a sha256 pin, so that a
+	// module's code and manifest can only change together (README "Hot
+	// swap").
+	RequireSHA256 bool
+}
+
+// withDefaults fills the zero fields.
+func (x Maxima) withDefaults() Maxima {
+	if x.CallTimeout <= 0 {
+		x.CallTimeout = DefaultMaxCallTimeout
+	}
+	if x.MemoryPages == 0 {
+		x.MemoryPages = DefaultMaxMemoryPages
+	}
+	if x.TableElements == 0 {
+		x.TableElements = DefaultMaxTableElements
+	}
+	if x.ModuleSize <= 0 {
+		x.ModuleSize = DefaultMaxModuleSize
+	}
+	return x
+}
+
+// LimitError is a manifest asking for more than a host maximum.
+type LimitError struct {
+	Limit   string // the manifest's attribute, e.g. "limits.call_timeout"
+	Maximum string // the agent's setting, e.g. "module_limits.max_call_timeout"
+	Got     string
+	Max     string
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s = %s is over the agent's %s = %s", e.Limit, e.Got, e.Maximum, e.Max)
+}
+
+// CheckMaxima refuses a manifest over one of the host's maxima, naming it.
+func (m *Manifest) CheckMaxima(x Maxima) error {
+	x = x.withDefaults()
+	l := m.Limits
+	switch {
+	case l.CallTimeout > x.CallTimeout:
+		return &LimitError{"limits.call_timeout", "module_limits.max_call_timeout", fmt.Sprintf("%q", l.CallTimeout), fmt.Sprintf("%q", x.CallTimeout)}
+	case l.MemoryPages > x.MemoryPages:
+		return &LimitError{"limits.memory_pages", "module_limits.max_memory_pages", fmt.Sprint(l.MemoryPages), fmt.Sprint(x.MemoryPages)}
+	case l.TableElements > x.TableElements:
+		return &LimitError{"limits.table_elements", "module_limits.max_table_elements", fmt.Sprint(l.TableElements), fmt.Sprint(x.TableElements)}
+	case x.RequireSHA256 && m.SHA256 == "":
+		return errors.New("no sha256 pin, and the agent requires one (module_limits.require_sha256): pin the .wasm's hex SHA-256 so code and manifest swap as one")
+	}
+	return nil
+}
 
 // Manifest is a module's NAME.hcl, decoded and validated.
 type Manifest struct {
@@ -42,6 +115,9 @@ type Limits struct {
 	CallTimeout time.Duration // per call, combined with the caller's deadline
 	PoolSize    int           // instances alive at once
 	MaxCalls    int           // calls an instance serves before it is replaced
+	// TableElements caps every table of an instance: its initial size is
+	// checked at load, a table.grow past it traps (FaultTableLimit).
+	TableElements uint32
 }
 
 // manifestHCL is the file's schema. Attributes not listed here are
@@ -62,6 +138,9 @@ type limitsHCL struct {
 	CallTimeout *string `hcl:"call_timeout,optional"`
 	PoolSize    *int    `hcl:"pool_size,optional"`
 	MaxCalls    *int    `hcl:"max_calls,optional"`
+	// TableElements is an int64 so a value above 2^32 is refused by range,
+	// not wrapped.
+	TableElements *int64 `hcl:"table_elements,optional"`
 }
 
 // ParseManifest decodes and validates a manifest. filename is only used in
@@ -80,10 +159,11 @@ func ParseManifest(filename string, src []byte) (*Manifest, error) {
 		Config:    h.Config,
 		SHA256:    strings.ToLower(h.SHA256),
 		Limits: Limits{
-			MemoryPages: DefaultMemoryPages,
-			CallTimeout: DefaultCallTimeout,
-			PoolSize:    DefaultPoolSize,
-			MaxCalls:    DefaultMaxCalls,
+			MemoryPages:   DefaultMemoryPages,
+			CallTimeout:   DefaultCallTimeout,
+			PoolSize:      DefaultPoolSize,
+			MaxCalls:      DefaultMaxCalls,
+			TableElements: DefaultTableElements,
 		},
 	}
 	if err := m.applyLimits(h.Limits); err != nil {
@@ -136,6 +216,12 @@ func (m *Manifest) applyLimits(l *limitsHCL) error {
 		}
 		m.Limits.MaxCalls = *l.MaxCalls
 	}
+	if l.TableElements != nil {
+		if *l.TableElements < 1 || *l.TableElements > 1<<32-1 {
+			return fmt.Errorf("limits.table_elements = %d: must be between 1 and %d", *l.TableElements, uint32(1<<32-1))
+		}
+		m.Limits.TableElements = uint32(*l.TableElements)
+	}
 	return nil
 }
 
@@ -170,6 +256,14 @@ func (m *Manifest) validate() error {
 		}
 	}
 	return nil
+}
+
+// Selects reports whether the manifest would have its module serve t at
+// all: a volume selector, a plugin ID pattern or default = true. It
+// ignores rank (another module may win); the agent uses it to find the
+// volumes a swap may have changed the judgement of.
+func (m *Manifest) Selects(t Target) bool {
+	return m.Default || m.matchVolume(t.Namespace, t.VolumeID) || (t.PluginID != "" && m.matchPlugin(t.PluginID))
 }
 
 // matchVolume reports whether one of the volume selectors matches.

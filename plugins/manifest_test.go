@@ -21,7 +21,7 @@ func TestParseManifestFiles(t *testing.T) {
 			want: &Manifest{
 				Kind: abi.KindReleasePolicy, Version: "1.2.3",
 				PluginIDs: []string{"gcepd", "ebs-*"}, Volumes: []string{"default/web-*", "prod/db"},
-				Limits: Limits{MemoryPages: 128, CallTimeout: 250 * time.Millisecond, PoolSize: 2, MaxCalls: 500},
+				Limits: Limits{MemoryPages: 128, CallTimeout: 250 * time.Millisecond, PoolSize: 2, MaxCalls: 500, TableElements: 4096},
 				Config: map[string]string{"grace": "30s"},
 				SHA256: "abcdef0123456789abcdef0123456789abcdef0123456789abcdef0123456789",
 			},
@@ -29,7 +29,7 @@ func TestParseManifestFiles(t *testing.T) {
 		{
 			file: "minimal.hcl",
 			want: &Manifest{Kind: abi.KindCSIAdapter, Limits: Limits{MemoryPages: DefaultMemoryPages,
-				CallTimeout: DefaultCallTimeout, PoolSize: DefaultPoolSize, MaxCalls: DefaultMaxCalls}},
+				CallTimeout: DefaultCallTimeout, PoolSize: DefaultPoolSize, MaxCalls: DefaultMaxCalls, TableElements: DefaultTableElements}},
 		},
 		{file: "unknown-attr.hcl", wantErr: []string{"unknown-attr.hcl", "colour"}},
 	}
@@ -77,6 +77,8 @@ func TestParseManifestInvalid(t *testing.T) {
 		{"pages too big", "kind = \"release-policy\"\nlimits {\n memory_pages = 70000\n}", "limits.memory_pages"},
 		{"pool zero", "kind = \"release-policy\"\nlimits {\n pool_size = 0\n}", "limits.pool_size"},
 		{"max calls zero", "kind = \"release-policy\"\nlimits {\n max_calls = 0\n}", "limits.max_calls"},
+		{"table zero", "kind = \"release-policy\"\nlimits {\n table_elements = 0\n}", "limits.table_elements = 0: must be between 1 and 4294967295"},
+		{"table too big", "kind = \"release-policy\"\nlimits {\n table_elements = 4294967296\n}", "limits.table_elements = 4294967296"},
 		{"unknown limit", "kind = \"release-policy\"\nlimits {\n cpu = 1\n}", "cpu"},
 		{"bad selector", "kind = \"release-policy\"\nvolumes = [\"web\"]", `selector "web"`},
 		{"bad glob", "kind = \"release-policy\"\nplugin_ids = [\"[\"]", "plugin_ids"},

@@ -128,8 +128,8 @@ func TestRefusedAtLoad(t *testing.T) {
 		hcl     []byte
 		wantErr string
 	}{
-		{"garbage", []byte("\x00asm\x01\x00\x00\x00garbage"), manifest("release-policy", ""), "compile"},
-		{"not wasm", []byte("hello"), manifest("release-policy", ""), "compile"},
+		{"garbage", []byte("\x00asm\x01\x00\x00\x00garbage"), manifest("release-policy", ""), "is not a valid module"},
+		{"not wasm", []byte("hello"), manifest("release-policy", ""), "is not a valid module"},
 		{"sha pin", good, manifest("release-policy", `sha256 = "`+strings.Repeat("0", 64)+`"`), "manifest pins"},
 		{"wrong kind", good, manifest("csi-adapter", ""), "self-test"},
 		{"config refused by module", good, manifest("release-policy", `config = { colour = "blue" }`), "configure"},

@@ -35,7 +35,7 @@ func benchWasmModules(b *testing.B, policy, adapter string) (policyOnly, both Mo
 	const pool = 16
 	limits := fmt.Sprintf(`limits {
   memory_pages = 256
-  call_timeout = "1m"
+  call_timeout = "10s"
   pool_size    = %d
   max_calls    = 1000000
 }`, pool)

@@ -83,9 +83,8 @@ func (c *ModuleStatusCommand) Help() string {
   registered volumes and CSI plugins it serves now.
 
   Timeouts says how a call is stopped at its call_timeout: "instrumented"
-  (the host added a cheap check to the module at load) or
-  "close-on-context-done" (wazero's own, for a module the host could not
-  instrument; its calls cost about three times as much).`, true)
+  (the host added a cheap check to the module at load). A module the host
+  cannot instrument is refused, and the refusal says why.`, true)
 }
 
 func (c *ModuleStatusCommand) Run(args []string) int {
@@ -142,6 +141,7 @@ func (c *ModuleStatusCommand) Run(args []string) int {
 		{"Latency p50/p99", fmt.Sprintf("%s / %s", info.P50.Round(time.Microsecond), info.P99.Round(time.Microsecond))},
 		{"Pool (idle/size)", fmt.Sprintf("%d/%d", info.PoolIdle, info.PoolSize)},
 		{"Memory Pages", fmt.Sprintf("%d of %d", info.MemoryPages, info.MemoryLimitPages)},
+		{"Table Limit", orDash(tableLimit(info.TableLimit))},
 	}))
 	return 0
 }
@@ -175,4 +175,12 @@ func (c *ModuleReloadCommand) Run(args []string) int {
 	}
 	c.Ui.Output(moduleTable(mods))
 	return 0
+}
+
+// tableLimit renders limits.table_elements ("" when not serving).
+func tableLimit(n uint32) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d elements", n)
 }

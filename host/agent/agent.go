@@ -38,6 +38,7 @@ type Agent struct {
 	Modules *plugins.Manager
 
 	moduleEvents *moduleEvents
+	moduleSwaps  *moduleSwaps
 	stop         context.CancelFunc
 	wg           sync.WaitGroup
 
@@ -99,7 +100,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		a.CSI.Close()
 		return nil, fmt.Errorf("starting the replicated log: %w", err)
 	}
-	modules, err := a.loadModules()
+	modules, err := a.loadModules(d.ModuleMaxima)
 	if err != nil {
 		a.CSI.Close()
 		return nil, errors.Join(err, a.Cluster.Shutdown())

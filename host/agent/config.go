@@ -9,10 +9,13 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2/hclsimple"
+
+	"github.com/volhost/volhost/plugins"
 )
 
 // Config is the agent configuration, read from HCL files and flags.
@@ -35,6 +38,24 @@ type Config struct {
 	Server      *ServerConfig      `hcl:"server,block"`
 	Watcher     *WatcherConfig     `hcl:"watcher,block"`
 	EscapeHatch *EscapeHatchConfig `hcl:"escape_hatch,block"`
+	// ModuleLimits are the host's maxima over every module's manifest and
+	// file (RATIONALE "Modules"): a manifest asking for more is refused,
+	// naming the limit.
+	ModuleLimits *ModuleLimitsConfig `hcl:"module_limits,block"`
+}
+
+// ModuleLimitsConfig bounds what a module manifest may ask for. Zero or
+// empty settings take plugins' defaults (10s, 16384 pages, 2^20 table
+// elements, 64MiB).
+type ModuleLimitsConfig struct {
+	MaxCallTimeout   string `hcl:"max_call_timeout,optional"`
+	MaxMemoryPages   int64  `hcl:"max_memory_pages,optional"`
+	MaxTableElements int64  `hcl:"max_table_elements,optional"`
+	// MaxModuleSize is a byte size: "64MiB", "512KiB", "1000000".
+	MaxModuleSize string `hcl:"max_module_size,optional"`
+	// RequireSHA256 refuses manifests without a sha256 pin, so code and
+	// manifest can only swap as one (README "Hot swap").
+	RequireSHA256 bool `hcl:"require_sha256,optional"`
 }
 
 // HTTPConfig configures the HTTP API.
@@ -177,12 +198,28 @@ func (c *Config) Merge(o *Config) {
 		c.EscapeHatch.AutoForceDeregister = c.EscapeHatch.AutoForceDeregister || e.AutoForceDeregister
 		setString(&c.EscapeHatch.After, e.After)
 	}
+	if ml := o.ModuleLimits; ml != nil {
+		if c.ModuleLimits == nil {
+			c.ModuleLimits = &ModuleLimitsConfig{}
+		}
+		setString(&c.ModuleLimits.MaxCallTimeout, ml.MaxCallTimeout)
+		setString(&c.ModuleLimits.MaxModuleSize, ml.MaxModuleSize)
+		if ml.MaxMemoryPages != 0 {
+			c.ModuleLimits.MaxMemoryPages = ml.MaxMemoryPages
+		}
+		if ml.MaxTableElements != 0 {
+			c.ModuleLimits.MaxTableElements = ml.MaxTableElements
+		}
+		c.ModuleLimits.RequireSHA256 = c.ModuleLimits.RequireSHA256 || ml.RequireSHA256
+	}
 }
 
 // Durations are the parsed duration settings.
 type Durations struct {
 	IdleTimeout, BackoffBase, BackoffMax, StuckAfter, CSITimeout, GCInterval, GCThreshold, EscapeAfter time.Duration
 	RetryMaxInterval, MaxRetryAfter                                                                    time.Duration
+	// ModuleMaxima are module_limits, parsed.
+	ModuleMaxima plugins.Maxima
 }
 
 // Validate checks the merged configuration and parses its durations; the
@@ -263,7 +300,52 @@ func (c *Config) Validate() (Durations, error) {
 	if c.HTTP.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("http.max_body_bytes: must be positive, got %d", c.HTTP.MaxBodyBytes))
 	}
+	if ml := c.ModuleLimits; ml != nil {
+		x := &d.ModuleMaxima
+		x.RequireSHA256 = ml.RequireSHA256
+		if ml.MaxCallTimeout != "" {
+			parse("module_limits.max_call_timeout", ml.MaxCallTimeout, &x.CallTimeout)
+		}
+		switch {
+		case ml.MaxMemoryPages < 0 || ml.MaxMemoryPages > 65536:
+			errs = append(errs, fmt.Errorf("module_limits.max_memory_pages: must be between 1 and 65536 (64 KiB pages), got %d", ml.MaxMemoryPages))
+		default:
+			x.MemoryPages = uint32(ml.MaxMemoryPages)
+		}
+		switch {
+		case ml.MaxTableElements < 0 || ml.MaxTableElements > 1<<32-1:
+			errs = append(errs, fmt.Errorf("module_limits.max_table_elements: must be between 1 and %d, got %d", uint32(1<<32-1), ml.MaxTableElements))
+		default:
+			x.TableElements = uint32(ml.MaxTableElements)
+		}
+		if ml.MaxModuleSize != "" {
+			n, err := parseByteSize(ml.MaxModuleSize)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("module_limits.max_module_size: %w", err))
+			}
+			x.ModuleSize = n
+		}
+	}
 	return d, errors.Join(errs...)
+}
+
+// parseByteSize reads "64MiB", "512KiB", "1GiB" or a plain byte count.
+func parseByteSize(s string) (int64, error) {
+	num, mult := strings.TrimSpace(s), int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"B", 1}} {
+		if n, ok := strings.CutSuffix(num, u.suffix); ok {
+			num, mult = strings.TrimSpace(n), u.mult
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a positive size (e.g. \"64MiB\", \"512KiB\", \"1000000\")", s)
+	}
+	return n * mult, nil
 }
 
 // unspecifiedHost reports whether addr listens on every interface, which

@@ -81,3 +81,36 @@ func TestValidateNamesEveryBadSetting(t *testing.T) {
 		t.Errorf("default dev config refused: %v", err)
 	}
 }
+
+// TestModuleLimitsConfig: module_limits parses into the manager's maxima,
+// and a bad setting is named.
+func TestModuleLimitsConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dev = true
+	cfg.Merge(&Config{ModuleLimits: &ModuleLimitsConfig{MaxCallTimeout: "2s", MaxMemoryPages: 512,
+		MaxTableElements: 4096, MaxModuleSize: "8MiB", RequireSHA256: true}})
+	d, err := cfg.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := d.ModuleMaxima
+	if x.CallTimeout != 2*time.Second || x.MemoryPages != 512 || x.TableElements != 4096 || x.ModuleSize != 8<<20 || !x.RequireSHA256 {
+		t.Fatalf("maxima %+v", x)
+	}
+	for _, tc := range []struct {
+		ml   ModuleLimitsConfig
+		want string
+	}{
+		{ModuleLimitsConfig{MaxCallTimeout: "forever"}, "module_limits.max_call_timeout"},
+		{ModuleLimitsConfig{MaxMemoryPages: 70000}, "module_limits.max_memory_pages"},
+		{ModuleLimitsConfig{MaxTableElements: -1}, "module_limits.max_table_elements"},
+		{ModuleLimitsConfig{MaxModuleSize: "64MB"}, `module_limits.max_module_size: "64MB" is not a positive size`},
+	} {
+		cfg := DefaultConfig()
+		cfg.Dev = true
+		cfg.ModuleLimits = &tc.ml
+		if _, err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: err = %v, want it to name %q", tc.ml, err, tc.want)
+		}
+	}
+}

@@ -21,8 +21,9 @@ var _ api.ModuleBackend = (*Agent)(nil)
 // returns what serves each volume: the matching module, else the native
 // default policy and spec adapter. A broken module is refused and visible
 // in `module status`; it never stops the agent.
-func (a *Agent) loadModules() (watcher.Modules, error) {
+func (a *Agent) loadModules(maxima plugins.Maxima) (watcher.Modules, error) {
 	a.moduleEvents = &moduleEvents{a: a, kick: make(chan struct{}, 1)}
+	a.moduleSwaps = &moduleSwaps{kick: make(chan struct{}, 1)}
 	if a.cfg.ModuleDir == "" {
 		return watcher.NativeModules(), nil
 	}
@@ -32,6 +33,8 @@ func (a *Agent) loadModules() (watcher.Modules, error) {
 		Logger:   a.logger,
 		Clock:    a.clock,
 		OnEvent:  a.moduleEvents.add,
+		OnSwap:   a.moduleSwaps.add,
+		Maxima:   maxima,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("module directory %s: %w", a.cfg.ModuleDir, err)
@@ -64,7 +67,18 @@ func (a *Agent) startModules(ctx context.Context) {
 	if a.Modules == nil {
 		return
 	}
-	a.wg.Add(2)
+	a.wg.Add(3)
+	go func() {
+		defer a.wg.Done()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.moduleSwaps.kick:
+				a.reassessSwapped()
+			}
+		}
+	}()
 	go func() {
 		defer a.wg.Done()
 		if err := a.Modules.Watch(ctx); err != nil && ctx.Err() == nil {
@@ -139,6 +153,64 @@ func (a *Agent) ModuleInfo(name string) (*api.ModuleInfo, error) {
 
 func targetOf(v *structs.Volume) plugins.Target {
 	return plugins.Target{Namespace: v.Namespace, VolumeID: v.ID, PluginID: v.PluginID}
+}
+
+// moduleSwaps queues the modules whose serving generation changed, for
+// the agent's goroutine to have the watcher re-judge the volumes they
+// serve (reassessSwapped): the manager reports a swap from inside its
+// reload, which must not wait for the state store.
+type moduleSwaps struct {
+	kick    chan struct{}
+	mu      sync.Mutex
+	pending []plugins.Swap
+}
+
+func (s *moduleSwaps) add(sw plugins.Swap) {
+	s.mu.Lock()
+	s.pending = append(s.pending, sw)
+	s.mu.Unlock()
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (s *moduleSwaps) take() []plugins.Swap {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := s.pending
+	s.pending = nil
+	return out
+}
+
+// reassessSwapped has the watcher judge again, at once, every volume with
+// a releasable claim that a swapped module's old or new generation
+// selects: a wait the old generation asked for must not outlive it (issue
+// 11: a claim deferred 30 s by generation N was released at 30.4 s
+// although N+1 said 2 s). The initial load happens before the watcher
+// exists, and a disabled watcher ignores it: its step-up judges every
+// volume anyway.
+func (a *Agent) reassessSwapped() {
+	swaps := a.moduleSwaps.take()
+	if len(swaps) == 0 || a.Watcher == nil {
+		return
+	}
+	n, err := a.Watcher.Reassess(func(v *structs.Volume) bool {
+		t := targetOf(v)
+		for _, sw := range swaps {
+			if sw.Selects(t) {
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		a.logger.Warn("could not re-judge the volumes of swapped modules; they are judged at their next pass", "error", err)
+		return
+	}
+	if n > 0 {
+		a.logger.Info("module swap: volumes re-judged", "volumes", n, "modules", len(swaps))
+	}
 }
 
 // moduleEvents carries module lifecycle events (loaded, swapped, refused,

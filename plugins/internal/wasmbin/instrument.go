@@ -1,6 +1,9 @@
 package wasmbin
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Probe is code Instrument inserts at every loop header, and optionally at
 // every function entry, together with the new mutable globals it uses.
@@ -21,6 +24,58 @@ type Probe struct {
 	// UsesMemory: Code uses memory 0, so a module without one is
 	// ErrUnsupported.
 	UsesMemory bool
+	// TableGrowCode, if set, is inserted before every table.grow, given the
+	// first new global's index, the table's index and TableLimit. It sees
+	// the operand stack [init ref, delta] and must leave it so.
+	TableGrowCode func(first, table, limit uint32) []byte
+	// TableLimit, with TableGrowCode, bounds every table's size: a module
+	// declaring a table whose initial size is above it is refused with a
+	// *LimitError, and TableGrowCode stops a grow past it at run time.
+	TableLimit uint32
+	// DepthCode, if set with DepthLimit, bounds the call depth: enter is
+	// inserted at every function entry (after Code), exit before every
+	// return and tail call and after the body, which Instrument wraps in a
+	// block so that every branch out of it passes exit too. Both are given
+	// the first new global's index and DepthLimit.
+	DepthCode func(first, limit uint32) (enter, exit []byte)
+	// DepthLimit is the deepest call nesting allowed (with DepthCode).
+	DepthLimit uint32
+}
+
+// BreachDepth is the value of BreachExport after a call deeper than
+// Probe.DepthLimit.
+const BreachDepth = 2
+
+// StartExport is the name Instrument exports a module's start function
+// under after removing its start section, so the host runs it, under the
+// same preemption as any call, right after instantiation (the start
+// section itself would run inside instantiation, where the host cannot
+// reach the flag yet).
+const StartExport = "volhost.start"
+
+// ReservedPrefix begins every export name Instrument adds; a module that
+// exports a name with this prefix itself is refused.
+const ReservedPrefix = "volhost."
+
+// BreachExport is the export name of Preempt's breach global: the guest
+// sets it to BreachTable just before it traps on a table.grow past the
+// limit, so the host can tell that trap from any other.
+const BreachExport = "volhost.breach"
+
+// BreachTable is the value of BreachExport after a table limit breach.
+const BreachTable = 1
+
+// LimitError is a module over one of the host's limits, found before it
+// runs (a table's initial size).
+type LimitError struct {
+	Limit string // the limit's name, e.g. "table_elements"
+	Max   uint64 // the limit
+	Got   uint64 // what the module declares
+	What  string // where, e.g. "table 0 initial size"
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s is %d, over limits.%s = %d", e.What, e.Got, e.Limit, e.Max)
 }
 
 // Global is a mutable global a Probe adds.
@@ -73,6 +128,9 @@ var Preempt = Probe{
 	Globals: []Global{
 		{Type: 0x7f, Export: PreemptExport},                                  // the flag, set by the host
 		{Type: 0x7f, Init: PreemptInterval - 1, Export: PreemptBudgetExport}, // the budget, the guest's own
+		{Type: 0x7f, Export: BreachExport},                                   // set before a limit trap
+		{Type: 0x7f},                                                         // scratch for the table.grow guard
+		{Type: 0x7f},                                                         // the call depth
 	},
 	FunctionEntry: true,
 	UsesMemory:    true,
@@ -97,26 +155,99 @@ var Preempt = Probe{
 		b = appendS32(append(b, 0x41), PreemptBulkCost) // i32.const cost
 		return appendU32(append(b, 0x6b, 0x24), budget) // i32.sub; global.set budget
 	},
+	TableGrowCode: tableGrowGuard,
+	DepthCode:     depthCode,
+}
+
+// depthCode counts the call depth in the fifth global and traps (after
+// setting the breach global to BreachDepth) past limit. wazero's own bound
+// is a 400 MB call stack, allocated on the Go heap as a recursion grows.
+//
+//	enter: global.get d; i32.const 1; i32.add; global.set d
+//	       global.get d; i32.const limit; i32.gt_u
+//	       if; i32.const 2; global.set breach; unreachable; end
+//	exit:  global.get d; i32.const 1; i32.sub; global.set d
+func depthCode(flag, limit uint32) (enter, exit []byte) {
+	breach, depth := flag+2, flag+4
+	step := func(op byte) []byte {
+		b := appendU32([]byte{0x23}, depth)
+		b = append(b, 0x41, 0x01, op)
+		return appendU32(append(b, 0x24), depth)
+	}
+	enter = step(0x6a)
+	enter = appendU32(append(enter, 0x23), depth)
+	enter = appendS64(append(enter, 0x41), int64(int32(limit)))
+	enter = append(enter, 0x4b, 0x04, 0x40) // i32.gt_u; if
+	enter = appendS32(append(enter, 0x41), BreachDepth)
+	enter = appendU32(append(enter, 0x24), breach)
+	enter = append(enter, 0x00, 0x0b)
+	return enter, step(0x6b)
+}
+
+// tableGrowGuard traps (unreachable, after setting the breach global) when
+// a table.grow would take the table past limit. wazero itself lets a table
+// without a declared maximum grow to 2^32 entries of 8 bytes, allocated on
+// the Go heap, where running out of memory kills the whole process.
+//
+//	global.set scratch          ;; [ref]         (delta aside)
+//	table.size t; i64.extend_i32_u
+//	global.get scratch; i64.extend_i32_u; i64.add
+//	i64.const limit; i64.gt_u   ;; [ref, size+delta > limit]
+//	if; i32.const 1; global.set breach; unreachable; end
+//	global.get scratch          ;; [ref, delta]
+func tableGrowGuard(flag, table, limit uint32) []byte {
+	breach, scratch := flag+2, flag+3
+	b := appendU32([]byte{0x24}, scratch)
+	b = appendU32(append(b, 0xfc, 0x10), table) // table.size
+	b = append(b, 0xad)                         // i64.extend_i32_u
+	b = appendU32(append(b, 0x23), scratch)
+	b = append(b, 0xad, 0x7c) // i64.extend_i32_u; i64.add
+	b = appendS64(append(b, 0x42), int64(limit))
+	b = append(b, 0x56, 0x04, 0x40) // i64.gt_u; if
+	b = appendS32(append(b, 0x41), BreachTable)
+	b = appendU32(append(b, 0x24), breach)
+	b = append(b, 0x00, 0x0b) // unreachable; end
+	return appendU32(append(b, 0x23), scratch)
 }
 
 // Instrument returns a copy of wasm with p inserted. Function, type and
-// existing global indices are unchanged: the global is appended after the
-// module's own. It returns ErrFormat for bytes it cannot parse and
-// ErrUnsupported (wrapped, naming the opcode) for an instruction it does
-// not decode; wasm itself is never modified.
+// existing global indices are unchanged: the globals are appended after the
+// module's own. A start section is removed and its function exported as
+// StartExport instead, for the host to call once instantiation is done.
+// It returns ErrFormat for bytes it cannot parse, ErrUnsupported (wrapped,
+// naming the opcode) for an instruction it does not decode and a
+// *LimitError for a table over p.TableLimit; wasm itself is never
+// modified.
+//
+// Instrument does not validate the module: the caller must have compiled
+// the original first. Only that makes the appended globals unreachable
+// from the guest's own code (an index past the module's globals is invalid
+// in the original and would name the host's budget in the copy).
 func Instrument(wasm []byte, p Probe) ([]byte, error) {
 	secs, err := sections(wasm)
 	if err != nil {
 		return nil, err
 	}
-	first, err := nextGlobalIndex(secs, p)
+	info, err := scan(secs, p)
 	if err != nil {
 		return nil, err
 	}
+	first := info.globals
 	code := p.Code(first)
 	var bulk []byte
 	if p.BulkCode != nil {
 		bulk = p.BulkCode(first)
+	}
+	var grow func(table uint32) []byte
+	if p.TableGrowCode != nil && p.TableLimit > 0 {
+		grow = func(table uint32) []byte { return p.TableGrowCode(first, table, p.TableLimit) }
+	}
+	var depth *depthPlan
+	if p.DepthCode != nil && p.DepthLimit > 0 {
+		if depth, err = planDepth(secs); err != nil {
+			return nil, err
+		}
+		depth.enter, depth.exit = p.DepthCode(first, p.DepthLimit)
 	}
 	var newGlobals, newExports [][]byte
 	for i, g := range p.Globals {
@@ -131,9 +262,11 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 		}
 		newGlobals = append(newGlobals, entry)
 		if g.Export != "" {
-			exp := append(appendU32(nil, uint32(len(g.Export))), g.Export...)
-			newExports = append(newExports, appendU32(append(exp, 0x03), first+uint32(i))) // kind global
+			newExports = append(newExports, exportEntry(g.Export, 0x03, first+uint32(i)))
 		}
+	}
+	if info.hasStart {
+		newExports = append(newExports, exportEntry(StartExport, 0x00, info.start))
 	}
 
 	secs = ensureSection(secs, secGlobal)
@@ -142,12 +275,18 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 	for _, s := range secs {
 		data := s.data
 		switch s.id {
+		case secType:
+			if depth != nil {
+				data, err = appendEntries(data, depth.newTypes)
+			}
+		case secStart:
+			continue // exported as StartExport instead
 		case secGlobal:
 			data, err = appendEntries(data, newGlobals)
 		case secExport:
 			data, err = appendEntries(data, newExports)
 		case secCode:
-			data, err = instrumentCode(data, code, bulk, p.FunctionEntry)
+			data, err = instrumentCode(data, first, code, bulk, grow, depth, p.FunctionEntry)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("section %d: %w", s.id, err)
@@ -157,64 +296,130 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 	return out, nil
 }
 
-// nextGlobalIndex is the index a global appended to the module gets:
-// imported globals come first in the index space, then the module's own.
-// It also refuses a module that exports one of p's names already, or has
-// no memory when p uses one.
-func nextGlobalIndex(secs []section, p Probe) (uint32, error) {
-	var n uint32
+func exportEntry(name string, kind byte, index uint32) []byte {
+	exp := append(appendU32(nil, uint32(len(name))), name...)
+	return appendU32(append(exp, kind), index)
+}
+
+// moduleInfo is what Instrument needs to know before it rewrites code.
+type moduleInfo struct {
+	globals  uint32 // imported and own globals: the first new global's index
+	hasStart bool
+	start    uint32 // the start function's index
+}
+
+// scan reads what Instrument needs from the sections: the global count
+// (imported globals come first in the index space, then the module's own)
+// and the start function. It refuses a module that exports a name under
+// ReservedPrefix, has no memory when p uses one, imports a table, or
+// declares a table larger than p.TableLimit.
+func scan(secs []section, p Probe) (moduleInfo, error) {
+	var info moduleInfo
 	memories := 0
+	var exportedGlobals []uint32
 	for _, s := range secs {
 		switch s.id {
 		case secImport:
+			var tables int
 			err := eachImport(s.data, func(_, _ string, kind byte) {
 				switch kind {
+				case 0x01:
+					tables++
 				case 0x02:
 					memories++
 				case 0x03:
-					n++
+					info.globals++
 				}
 			})
 			if err != nil {
-				return 0, err
+				return info, err
+			}
+			if tables > 0 && p.TableLimit > 0 {
+				// Its size is the exporter's: no limit of ours would hold.
+				return info, fmt.Errorf("%w: an imported table", ErrUnsupported)
+			}
+		case secTable:
+			if p.TableLimit > 0 {
+				if err := checkTables(s.data, p.TableLimit); err != nil {
+					return info, err
+				}
 			}
 		case secStart:
-			// A start function runs inside instantiation, before the host
-			// can reach the flag to stop it.
-			return 0, fmt.Errorf("%w: a start section", ErrUnsupported)
+			r := reader{b: s.data}
+			info.start, info.hasStart = r.u32(), true
+			if r.err != nil || r.off != len(r.b) {
+				return info, ErrFormat
+			}
 		case secMemory:
 			r := reader{b: s.data}
 			memories += int(r.u32())
 			if r.err != nil {
-				return 0, r.err
+				return info, r.err
 			}
 		case secGlobal:
 			r := reader{b: s.data}
-			n += r.u32()
+			info.globals += r.u32()
 			if r.err != nil {
-				return 0, r.err
+				return info, r.err
 			}
 		case secExport:
 			r := reader{b: s.data}
 			for range r.u32() {
 				name := r.name()
-				for _, g := range p.Globals {
-					if g.Export != "" && g.Export == name && r.err == nil {
-						return 0, fmt.Errorf("module exports %q, a name the host reserves", name)
-					}
+				if r.err == nil && strings.HasPrefix(name, ReservedPrefix) {
+					return info, fmt.Errorf("module exports %q: names beginning %q are the host's", name, ReservedPrefix)
 				}
-				r.byte()
-				r.u32()
+				kind, index := r.byte(), r.u32()
 				if r.err != nil {
-					return 0, r.err
+					return info, r.err
+				}
+				if kind == 0x03 {
+					exportedGlobals = append(exportedGlobals, index)
 				}
 			}
 		}
 	}
 	if p.UsesMemory && memories == 0 {
-		return 0, fmt.Errorf("%w: the probe needs a memory and the module has none", ErrUnsupported)
+		return info, fmt.Errorf("%w: the probe needs a memory and the module has none", ErrUnsupported)
 	}
-	return n, nil
+	for _, g := range exportedGlobals {
+		if g >= info.globals {
+			return info, fmt.Errorf("module exports global %d, past its %d: %w", g, info.globals, ErrInvalid)
+		}
+	}
+	return info, nil
+}
+
+// checkTables refuses a table section declaring a table whose initial size
+// is above limit: wazero allocates it whole, 8 bytes an entry, at every
+// instantiation.
+func checkTables(data []byte, limit uint32) error {
+	r := reader{b: data}
+	n := r.u32()
+	for i := range n {
+		if r.off < len(r.b) && r.b[r.off] == 0x40 { // a table with an initialiser (wasm 3.0)
+			return fmt.Errorf("%w: table %d with an initialiser", ErrUnsupported, i)
+		}
+		r.refType()
+		flags := r.byte()
+		if flags > 1 && r.err == nil {
+			return fmt.Errorf("%w: table %d limits flags %#x", ErrUnsupported, i, flags)
+		}
+		min := r.u32()
+		if flags&1 != 0 {
+			r.u32()
+		}
+		if r.err != nil {
+			return r.err
+		}
+		if min > limit {
+			return &LimitError{Limit: "table_elements", Max: uint64(limit), Got: uint64(min), What: fmt.Sprintf("table %d initial size", i)}
+		}
+	}
+	if r.off != len(r.b) {
+		return ErrFormat
+	}
+	return nil
 }
 
 // ensureSection inserts an empty (zero-entry) section id where the spec's
@@ -252,12 +457,18 @@ func appendEntries(data []byte, entries [][]byte) ([]byte, error) {
 }
 
 // instrumentCode rewrites every function body of the code section.
-func instrumentCode(data, code, bulk []byte, atEntry bool) ([]byte, error) {
+func instrumentCode(data []byte, first uint32, code, bulk []byte, grow func(table uint32) []byte, depth *depthPlan, atEntry bool) ([]byte, error) {
 	r := reader{b: data}
 	n := r.u32()
+	if r.err != nil { // an empty section has no count: invalid, and must stay so
+		return nil, r.err
+	}
+	if depth != nil && int(n) != len(depth.blockTypes) {
+		return nil, fmt.Errorf("%d function bodies for %d declared functions: %w", n, len(depth.blockTypes), ErrFormat)
+	}
 	out := appendU32(make([]byte, 0, len(data)+len(data)/8), n)
 	var body []byte
-	for range n {
+	for i := range n {
 		size := int(r.u32())
 		start := r.off
 		r.skip(size)
@@ -265,7 +476,11 @@ func instrumentCode(data, code, bulk []byte, atEntry bool) ([]byte, error) {
 			return nil, r.err
 		}
 		var err error
-		body, err = instrumentBody(body[:0], r.b[start:r.off], code, bulk, atEntry)
+		var wrap *bodyDepth
+		if depth != nil {
+			wrap = &bodyDepth{enter: depth.enter, exit: depth.exit, blockType: depth.blockTypes[i]}
+		}
+		body, err = instrumentBody(body[:0], r.b[start:r.off], first, code, bulk, grow, wrap, atEntry)
 		if err != nil {
 			return nil, err
 		}
@@ -278,9 +493,12 @@ func instrumentCode(data, code, bulk []byte, atEntry bool) ([]byte, error) {
 }
 
 // instrumentBody appends to out one function body (local declarations,
-// then instructions) with code after each loop's block type, and bulk
-// before each bulk memory or table operation.
-func instrumentBody(out, fn, code, bulk []byte, atEntry bool) ([]byte, error) {
+// then instructions) with code after each loop's block type, bulk before
+// each bulk memory or table operation and grow's guard before each
+// table.grow. A global.get or global.set naming a global at or past first
+// (one the module does not have, so invalid in it) is refused: in the copy
+// it would reach the host's globals.
+func instrumentBody(out, fn []byte, first uint32, code, bulk []byte, grow func(table uint32) []byte, depth *bodyDepth, atEntry bool) ([]byte, error) {
 	r := reader{b: fn}
 	for range r.u32() { // local declarations: count, type
 		r.u32()
@@ -293,14 +511,41 @@ func instrumentBody(out, fn, code, bulk []byte, atEntry bool) ([]byte, error) {
 	if atEntry {
 		out = append(out, code...)
 	}
+	if depth != nil {
+		out = append(out, depth.enter...)
+		out = append(append(out, 0x02), depth.blockType...) // block: a branch to the function's label now lands here
+	}
 	for r.off < len(fn) {
 		at := r.off
 		op := r.instruction()
 		if r.err != nil {
 			return nil, fmt.Errorf("instruction at %d: %w", at, r.err)
 		}
-		if bulk != nil && op == 0xfc && isBulk(fn[at+1:r.off]) {
-			out = append(out, bulk...)
+		if depth != nil {
+			switch {
+			case op == 0x0b && r.off == len(fn): // the function's end
+				out = append(out, 0x0b) // the block's
+				out = append(out, depth.exit...)
+				out = append(out, 0x0b)
+				continue
+			case op == 0x0f, op == 0x12, op == 0x13: // return, return_call, return_call_indirect
+				out = append(out, depth.exit...)
+			}
+		}
+		if op == 0x23 || op == 0x24 {
+			imm := reader{b: fn[at+1 : r.off]}
+			if g := imm.u32(); g >= first {
+				return nil, fmt.Errorf("instruction at %d names global %d, past the module's %d: %w", at, g, first, ErrInvalid)
+			}
+		}
+		if op == 0xfc {
+			imm := reader{b: fn[at+1 : r.off]}
+			switch sub := imm.u32(); {
+			case bulk != nil && isBulkOp(sub):
+				out = append(out, bulk...)
+			case grow != nil && sub == 15: // table.grow
+				out = append(out, grow(imm.u32())...)
+			}
 		}
 		out = append(out, fn[at:r.off]...)
 		if op == 0x03 { // loop
@@ -368,13 +613,12 @@ func (r *reader) instruction() byte {
 	return op
 }
 
-// isBulk reports whether the 0xfc instruction whose sub-opcode and
-// immediates are imm is a bulk memory or table operation whose cost grows
-// with its length: memory.init (8), memory.copy (10), memory.fill (11),
-// table.init (12), table.copy (14) or table.fill (17).
-func isBulk(imm []byte) bool {
-	r := reader{b: imm}
-	switch r.u32() {
+// isBulkOp reports whether the 0xfc sub-opcode is a bulk memory or table
+// operation whose cost grows with its length: memory.init (8), memory.copy
+// (10), memory.fill (11), table.init (12), table.copy (14) or table.fill
+// (17).
+func isBulkOp(sub uint32) bool {
+	switch sub {
 	case 8, 10, 11, 12, 14, 17:
 		return true
 	}
@@ -449,6 +693,115 @@ func (r *reader) simdImmediates(sub uint32) {
 
 // appendS32 appends v as a signed LEB128.
 func appendS32(b []byte, v int32) []byte {
+	for {
+		c := byte(v & 0x7f)
+		v >>= 7
+		if v == 0 && c&0x40 == 0 || v == -1 && c&0x40 != 0 {
+			return append(b, c)
+		}
+		b = append(b, c|0x80)
+	}
+}
+
+// depthPlan is what the call depth bound needs per module: the code to
+// insert and, per defined function, the block type of the block that
+// wraps its body (its result types), with the types to append for those
+// that need a type index.
+type depthPlan struct {
+	enter, exit []byte
+	blockTypes  [][]byte
+	newTypes    [][]byte
+}
+
+// bodyDepth is depthPlan's part for one body.
+type bodyDepth struct {
+	enter, exit, blockType []byte
+}
+
+// planDepth reads the type and function sections: each defined function's
+// results become its wrapper block's type. No results or one value type
+// are encoded inline; more (multi-value) need a new type () -> results,
+// appended after the module's own (no existing type index changes).
+func planDepth(secs []section) (*depthPlan, error) {
+	var results [][]byte // per type index
+	var funcTypes []uint32
+	for _, s := range secs {
+		switch s.id {
+		case secType:
+			r := reader{b: s.data}
+			n := r.u32()
+			if r.err != nil || int(n) > len(s.data) {
+				return nil, ErrFormat
+			}
+			for range n {
+				if form := r.byte(); form != 0x60 && r.err == nil {
+					return nil, fmt.Errorf("%w: type form %#x", ErrUnsupported, form)
+				}
+				r.valTypes()
+				start := r.off
+				r.valTypes()
+				if r.err != nil {
+					return nil, r.err
+				}
+				results = append(results, r.b[start:r.off])
+			}
+		case secFunction:
+			r := reader{b: s.data}
+			n := r.u32()
+			if r.err != nil || int(n) > len(s.data) {
+				return nil, ErrFormat
+			}
+			for range n {
+				funcTypes = append(funcTypes, r.u32())
+			}
+			if r.err != nil {
+				return nil, r.err
+			}
+		}
+	}
+	plan := &depthPlan{}
+	byResults := map[string][]byte{}
+	for _, t := range funcTypes {
+		if int(t) >= len(results) {
+			return nil, fmt.Errorf("function of type %d, past the %d types: %w", t, len(results), ErrInvalid)
+		}
+		vec := results[t] // count, then one byte per value type
+		switch r := (reader{b: vec}); r.u32() {
+		case 0:
+			plan.blockTypes = append(plan.blockTypes, []byte{0x40})
+		case 1:
+			plan.blockTypes = append(plan.blockTypes, vec[r.off:])
+		default:
+			bt, ok := byResults[string(vec)]
+			if !ok {
+				bt = appendS64(nil, int64(len(results)+len(plan.newTypes)))
+				byResults[string(vec)] = bt
+				plan.newTypes = append(plan.newTypes, append([]byte{0x60, 0x00}, vec...))
+			}
+			plan.blockTypes = append(plan.blockTypes, bt)
+		}
+	}
+	return plan, nil
+}
+
+// valTypes skips a vector of value types, each one byte (numbers, v128,
+// funcref, externref); typed references are ErrUnsupported.
+func (r *reader) valTypes() {
+	n := r.u32()
+	for range n {
+		switch t := r.byte(); {
+		case r.err != nil:
+			return
+		case t >= 0x7b && t <= 0x7f, t == 0x70, t == 0x6f:
+		default:
+			r.fail(fmt.Errorf("%w: value type %#x", ErrUnsupported, t))
+			return
+		}
+	}
+}
+
+// appendS64 appends v as a signed LEB128.
+func appendS64(b []byte, v int64) []byte {
 	for {
 		c := byte(v & 0x7f)
 		v >>= 7

@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,11 +212,12 @@ func TestInstrumentRefuses(t *testing.T) {
 		{"truncated section", append([]byte(header), 10, 50, 1), ErrFormat, ""},
 		{"reserved export", module(types, funcs, memory,
 			sec(7, vec(append(name(PreemptExport), 0x00, 0))),
-			sec(10, vec(body([]byte{0}, 0x0b)))), nil, "reserves"},
+			sec(10, vec(body([]byte{0}, 0x0b)))), nil, "are the host's"},
+		{"reserved export prefix", module(types, funcs, memory,
+			sec(7, vec(append(name(StartExport), 0x00, 0))),
+			sec(10, vec(body([]byte{0}, 0x0b)))), nil, "are the host's"},
 		{"exception handling", module(types, funcs, memory,
 			sec(10, vec(body([]byte{0}, 0x06, 0x40, 0x0b, 0x0b)))), ErrUnsupported, "0x6"},
-		{"start section", module(types, funcs, memory, sec(8, []byte{0}),
-			sec(10, vec(body([]byte{0}, 0x0b)))), ErrUnsupported, "start"},
 		{"no memory", module(types, funcs,
 			sec(10, vec(body([]byte{0}, 0x0b)))), ErrUnsupported, "memory"},
 		{"truncated body", module(types, funcs, memory,
@@ -235,12 +238,41 @@ func TestInstrumentRefuses(t *testing.T) {
 	}
 }
 
-// FuzzInstrument: Instrument never panics, and whatever it accepts from a
-// module wazero compiles, wazero compiles too.
+// hostileSeeds are modules Instrument must not turn into something else:
+// each is a way out of the probe's bounds if the instrumenter got it wrong.
+func hostileSeeds() map[string][]byte {
+	types := sec(1, vec([]byte{0x60, 0x00, 0x00}))
+	funcs := sec(3, vec([]byte{0}))
+	memory := sec(5, vec([]byte{0x00, 0x01}))
+	one := sec(6, vec([]byte{0x7f, 0x01, 0x41, 0x00, 0x0b})) // one mutable i32 global
+	return map[string][]byte{
+		// Invalid alone: global 1 does not exist; in the copy it is the
+		// host's flag and global 2 its budget, refilled every iteration.
+		"budget refill": module(types, funcs, memory, one,
+			sec(10, vec(body([]byte{0}, 0x03, 0x40, 0x41, 0x3f, 0x24, 0x02, 0x0c, 0x00, 0x0b, 0x0b)))),
+		"flag read": module(types, funcs, memory, one,
+			sec(10, vec(body([]byte{0}, 0x23, 0x01, 0x1a, 0x0b)))),
+		"export a host global": module(types, funcs, memory, one,
+			sec(7, vec(append(name("g"), 0x03, 0x02))),
+			sec(10, vec(body([]byte{0}, 0x0b)))),
+		"start section": module(types, funcs, memory, sec(8, []byte{0}),
+			sec(10, vec(body([]byte{0}, 0x0b)))),
+		"table.grow": module(types, funcs,
+			sec(4, vec([]byte{0x70, 0x00, 0x01})), memory,
+			sec(10, vec(body([]byte{0}, 0xd0, 0x70, 0x41, 0x80, 0x80, 0x80, 0x20, 0xfc, 0x0f, 0x00, 0x1a, 0x0b)))),
+	}
+}
+
+// FuzzInstrument: Instrument never panics, and its output validates if
+// and only if its input does (differential: wazero's validator on both).
+// The hostile seeds run in every `go test` (make test).
 func FuzzInstrument(f *testing.F) {
 	f.Add(testModule())
 	f.Add(module(sec(1, vec([]byte{0x60, 0x00, 0x00})), sec(3, vec([]byte{0})), sec(5, vec([]byte{0x00, 0x01})),
 		sec(10, vec(body([]byte{0}, 0x02, 0x40, 0x03, 0x40, 0x0c, 0x01, 0x0b, 0x0b, 0x0b)))))
+	for _, k := range slices.Sorted(maps.Keys(hostileSeeds())) {
+		f.Add(hostileSeeds()[k])
+	}
 	ctx := context.Background()
 	rt := wazero.NewRuntime(ctx)
 	defer rt.Close(ctx)
@@ -258,18 +290,186 @@ func FuzzInstrument(f *testing.F) {
 		}
 		return err
 	}
+	p := Preempt
+	p.TableLimit, p.DepthLimit = 1<<16, 1000
 	f.Fuzz(func(t *testing.T, wasm []byte) {
-		out, err := Instrument(wasm, Preempt)
+		out, err := Instrument(wasm, p)
 		if err != nil {
 			return
 		}
-		if compile(wasm) != nil {
-			return // not valid to begin with
-		}
-		if err := compile(out); err != nil {
-			t.Fatalf("the original compiles, the instrumented copy does not: %v", err)
+		orig, copied := compile(wasm), compile(out)
+		switch {
+		case orig == nil && copied != nil:
+			t.Fatalf("the original validates, the instrumented copy does not: %v", copied)
+		case orig != nil && copied == nil:
+			t.Fatalf("the original is invalid (%v), the instrumented copy validates", orig)
 		}
 	})
+}
+
+// TestInstrumentRefusesHostileSeeds: the seeds that would reach the host's
+// globals are refused by Instrument itself (ErrInvalid), the start section
+// and table.grow ones are instrumented.
+func TestInstrumentRefusesHostileSeeds(t *testing.T) {
+	p := Preempt
+	p.TableLimit = 1 << 16
+	for name, wasm := range hostileSeeds() {
+		_, err := Instrument(wasm, p)
+		wantInvalid := name != "start section" && name != "table.grow"
+		if wantInvalid != errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: err = %v, want ErrInvalid: %v", name, err, wantInvalid)
+		}
+	}
+}
+
+// TestInstrumentStartSection: the start section is gone from the copy and
+// its function is exported as StartExport, so instantiating runs nothing
+// and the host calls it, armed, afterwards.
+func TestInstrumentStartSection(t *testing.T) {
+	// start: global 0 = 7; get() returns global 0.
+	wasm := module(
+		sec(1, vec([]byte{0x60, 0x00, 0x00}, []byte{0x60, 0x00, 0x01, 0x7f})),
+		sec(3, vec([]byte{0}, []byte{1})),
+		sec(5, vec([]byte{0x00, 0x01})),
+		sec(6, vec([]byte{0x7f, 0x01, 0x41, 0x00, 0x0b})),
+		sec(7, vec(append(name("get"), 0x00, 1))),
+		sec(8, []byte{0}),
+		sec(10, vec(body([]byte{0}, 0x41, 0x07, 0x24, 0x00, 0x0b), body([]byte{0}, 0x23, 0x00, 0x0b))),
+	)
+	out, err := Instrument(wasm, Preempt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	mod, err := rt.Instantiate(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := mod.ExportedFunction("get")
+	if res, err := get.Call(ctx); err != nil || res[0] != 0 {
+		t.Fatalf("before the start function get() = %v, %v; want 0 (instantiation must not run it)", res, err)
+	}
+	start := mod.ExportedFunction(StartExport)
+	if start == nil {
+		t.Fatalf("no %s export", StartExport)
+	}
+	if _, err := start.Call(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := get.Call(ctx); err != nil || res[0] != 7 {
+		t.Fatalf("after the start function get() = %v, %v; want 7", res, err)
+	}
+}
+
+// TestTableGrowGuard: a table.grow within the limit works, one past it
+// traps with the breach global set, and a table declared above the limit
+// is refused with a *LimitError naming limits.table_elements.
+func TestTableGrowGuard(t *testing.T) {
+	// grow(n) -> i32: table.grow(ref.null, n) on a 1-entry table.
+	tableModule := func(min byte) []byte {
+		return module(
+			sec(1, vec([]byte{0x60, 0x01, 0x7f, 0x01, 0x7f})),
+			sec(3, vec([]byte{0})),
+			sec(4, vec([]byte{0x70, 0x00, min})),
+			sec(5, vec([]byte{0x00, 0x01})),
+			sec(7, vec(append(name("grow"), 0x00, 0))),
+			sec(10, vec(body([]byte{0}, 0xd0, 0x70, 0x20, 0x00, 0xfc, 0x0f, 0x00, 0x0b))),
+		)
+	}
+	p := Preempt
+	p.TableLimit = 100
+	out, err := Instrument(tableModule(1), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	mod, err := rt.Instantiate(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grow := mod.ExportedFunction("grow")
+	if res, err := grow.Call(ctx, 99); err != nil || res[0] != 1 {
+		t.Fatalf("grow(99) to the limit = %v, %v; want the old size 1", res, err)
+	}
+	breach := mod.ExportedGlobal(BreachExport)
+	if _, err := grow.Call(ctx, 1); err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("grow(1) past the limit: err = %v, want the unreachable trap", err)
+	}
+	if breach.Get() != BreachTable {
+		t.Fatalf("breach = %d after the trap, want %d", breach.Get(), BreachTable)
+	}
+	// 2^32-1: the guard adds in 64 bits, so the sum cannot wrap below the limit.
+	mod2, err := rt.InstantiateWithConfig(ctx, out, wazero.NewModuleConfig().WithName("two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mod2.ExportedFunction("grow").Call(ctx, 0xffffffff); err == nil {
+		t.Fatal("grow(2^32-1) did not trap")
+	}
+
+	_, err = Instrument(tableModule(101), p)
+	var le *LimitError
+	if !errors.As(err, &le) || le.Limit != "table_elements" || le.Got != 101 || !strings.Contains(err.Error(), "limits.table_elements = 100") {
+		t.Fatalf("a 101-entry table under a 100 limit: err = %v, want a *LimitError naming limits.table_elements", err)
+	}
+}
+
+// TestCallDepthBound: calls nest up to DepthLimit and no deeper (the
+// breach global says why the trap came), and the depth returns to zero
+// after every way out of a function: falling off its end, return, a
+// branch to its label, a multi-value result.
+func TestCallDepthBound(t *testing.T) {
+	// 0: down(n i32) -> i32: if n { down(n-1) drop }; n  (depth n+1)
+	// 1: ret(n) -> i32: n; return
+	// 2: brk(n) -> i32: n; br 0 (the function's label)
+	// 3: two() -> (i32, i32): 1 2
+	// 4: all(n) -> i32: down(n) drop; ret(n) drop; brk(n) drop; two() drop drop; n
+	wasm := module(
+		sec(1, vec([]byte{0x60, 0x01, 0x7f, 0x01, 0x7f}, []byte{0x60, 0x00, 0x02, 0x7f, 0x7f})),
+		sec(3, vec([]byte{0}, []byte{0}, []byte{0}, []byte{1}, []byte{0})),
+		sec(5, vec([]byte{0x00, 0x01})),
+		sec(7, vec(append(name("down"), 0x00, 0), append(name("all"), 0x00, 4))),
+		sec(10, vec(
+			body([]byte{0}, 0x20, 0x00, 0x04, 0x40, 0x20, 0x00, 0x41, 0x01, 0x6b, 0x10, 0x00, 0x1a, 0x0b, 0x20, 0x00, 0x0b),
+			body([]byte{0}, 0x20, 0x00, 0x0f, 0x0b),
+			body([]byte{0}, 0x20, 0x00, 0x0c, 0x00, 0x0b),
+			body([]byte{0}, 0x41, 0x01, 0x41, 0x02, 0x0b),
+			body([]byte{0}, 0x20, 0x00, 0x10, 0x00, 0x1a, 0x20, 0x00, 0x10, 0x01, 0x1a, 0x20, 0x00, 0x10, 0x02, 0x1a,
+				0x10, 0x03, 0x1a, 0x1a, 0x20, 0x00, 0x0b),
+		)),
+	)
+	p := Preempt
+	p.DepthLimit = 100
+	out, err := Instrument(wasm, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	defer rt.Close(ctx)
+	mod, err := rt.Instantiate(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if res, err := mod.ExportedFunction("all").Call(ctx, 3); err != nil || res[0] != 3 {
+			t.Fatalf("all(3) = %v, %v", res, err)
+		}
+	}
+	// all's calls returned the depth to 0, or 98 more levels would trip it.
+	if res, err := mod.ExportedFunction("down").Call(ctx, 99); err != nil || res[0] != 99 {
+		t.Fatalf("down(99), 100 deep: %v, %v", res, err)
+	}
+	if _, err := mod.ExportedFunction("down").Call(ctx, 100); err == nil || !strings.Contains(err.Error(), "unreachable") {
+		t.Fatalf("down(100), 101 deep: err = %v, want the unreachable trap", err)
+	}
+	if b := mod.ExportedGlobal(BreachExport).Get(); b != BreachDepth {
+		t.Fatalf("breach = %d, want %d", b, BreachDepth)
+	}
 }
 
 // TestPreemptBudget follows Preempt's budget through calls of a function

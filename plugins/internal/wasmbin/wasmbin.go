@@ -4,8 +4,8 @@
 // that lets the host stop a running call cheaply (Instrument).
 //
 // It decodes just enough of the format for those two jobs, and says so with
-// ErrUnsupported when a module uses something it does not know; callers
-// then fall back to what wazero offers, never to less safety.
+// ErrUnsupported when a module uses something it does not know; the host
+// then refuses the module (it never serves one under a weaker bound).
 package wasmbin
 
 import (
@@ -20,6 +20,11 @@ var (
 	// ErrUnsupported: the module is valid as far as read, but uses an
 	// instruction or encoding Instrument does not decode.
 	ErrUnsupported = errors.New("wasm feature not supported by the instrumenter")
+	// ErrInvalid: the module is invalid in a way the instrumentation would
+	// hide (it names a global it does not have, which in the copy would be
+	// one of the host's). The host validates every module first anyway;
+	// this keeps Instrument's output valid only for valid input.
+	ErrInvalid = errors.New("invalid module")
 )
 
 // header is the magic number and version 1 of the binary format.
@@ -28,7 +33,10 @@ const header = "\x00asm\x01\x00\x00\x00"
 // Section ids (WebAssembly core spec 5.5.2).
 const (
 	secCustom    = 0
+	secType      = 1
 	secImport    = 2
+	secFunction  = 3
+	secTable     = 4
 	secMemory    = 5
 	secGlobal    = 6
 	secExport    = 7

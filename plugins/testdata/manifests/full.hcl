@@ -8,6 +8,7 @@ limits {
   call_timeout = "250ms"
   pool_size = 2
   max_calls = 500
+  table_elements = 4096
 }
 config = { grace = "30s" }
 sha256 = "ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
