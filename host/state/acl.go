@@ -114,3 +114,14 @@ func aclOne[T any](snap *Snapshot, ws memdb.WatchSet, table, index, key string) 
 	}
 	return raw.(*T), nil
 }
+
+// ACLPolicies lists the policies of the current state.
+func (s *Store) ACLPolicies() ([]*structs.ACLPolicy, error) { return s.Snapshot().ACLPolicies(nil) }
+
+// ACLTokens lists the tokens of the current state.
+func (s *Store) ACLTokens() ([]*structs.ACLToken, error) { return s.Snapshot().ACLTokens(nil) }
+
+// ACLTokenByAccessor reads one token of the current state.
+func (s *Store) ACLTokenByAccessor(accessor string) (*structs.ACLToken, error) {
+	return s.Snapshot().ACLTokenByAccessor(nil, accessor)
+}
