@@ -76,8 +76,9 @@ type Server struct {
 	store   Store
 	backend Backend
 	metrics http.Handler
-	mux     *http.ServeMux
+	mux     *routeMux
 	handler http.Handler
+	auth    authorizer // ACL enforcement (auth.go); zero: ACL disabled
 	fwd     forwarder // multi-server forwarding (forward.go); zero: serve everything locally
 
 	// base is the parent of every request context; Shutdown cancels it so
@@ -147,12 +148,12 @@ func New(cfg Config, store Store, backend Backend, metrics http.Handler) *Server
 		store:   store,
 		backend: backend,
 		metrics: metrics,
-		mux:     http.NewServeMux(),
+		mux:     &routeMux{ServeMux: http.NewServeMux()},
 		done:    make(chan struct{}),
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.routes()
-	s.handler = s.forwarding(s.wrap(s.mux))
+	s.handler = s.authorizing(s.forwarding(s.wrap(s.mux.ServeMux)))
 	return s
 }
 

@@ -1,6 +1,12 @@
 package structs
 
-import "time"
+import (
+	"errors"
+	"time"
+)
+
+// ErrPermissionDenied is a request the ACL system refused (HTTP 403).
+var ErrPermissionDenied = errors.New("permission denied")
 
 // ACL message types (reserved range 30-49, see requests.go).
 const (
