@@ -270,4 +270,3 @@ func (c nsCap) String() string {
 	slices.Sort(out)
 	return strings.Join(out, ",")
 }
-

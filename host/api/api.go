@@ -79,7 +79,7 @@ type Server struct {
 	mux     *routeMux
 	handler http.Handler
 	auth    authorizer // ACL enforcement (auth.go); zero: ACL disabled
-	fwd     forwarder // multi-server forwarding (forward.go); zero: serve everything locally
+	fwd     forwarder  // multi-server forwarding (forward.go); zero: serve everything locally
 
 	// base is the parent of every request context; Shutdown cancels it so
 	// blocking queries end instead of holding the shutdown for minutes.

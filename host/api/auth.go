@@ -91,10 +91,10 @@ func (s *Server) Patterns() []string {
 type nsFrom int
 
 const (
-	nsQuery      nsFrom = iota // ?namespace=, "default" when omitted
-	nsQueryOrAll               // ?namespace=, every namespace when omitted (lists)
-	nsClaimBody                // ?namespace=, else the claim body's, else "default"
-	nsVolumesBody              // every volume's namespace in the register body
+	nsQuery       nsFrom = iota // ?namespace=, "default" when omitted
+	nsQueryOrAll                // ?namespace=, every namespace when omitted (lists)
+	nsClaimBody                 // ?namespace=, else the claim body's, else "default"
+	nsVolumesBody               // every volume's namespace in the register body
 )
 
 // rule is what a route needs.
@@ -114,9 +114,9 @@ type rule struct {
 	audit string
 }
 
-func need(c acl.Capability) rule            { return rule{cap: c} }
+func need(c acl.Capability) rule             { return rule{cap: c} }
 func needNS(c acl.Capability, f nsFrom) rule { return rule{cap: c, ns: f} }
-func audited(r rule, action string) rule    { r.audit = action; return r }
+func audited(r rule, action string) rule     { r.audit = action; return r }
 
 // routeRules declares the capability of every route, by the exact pattern
 // it is registered with. A route missing here is denied while ACLs are on
@@ -168,8 +168,8 @@ var routeRules = map[string]rule{
 	"POST " + joinPath:           {join: true, audit: "raft-join"},
 	"PUT " + joinPath:            {join: true, audit: "raft-join"},
 
-	"GET /v1/operator/raft/configuration":   need(acl.OperatorRead),
-	"DELETE /v1/operator/raft/peer":         audited(need(acl.OperatorWrite), "raft-remove-peer"),
+	"GET /v1/operator/raft/configuration":    need(acl.OperatorRead),
+	"DELETE /v1/operator/raft/peer":          audited(need(acl.OperatorWrite), "raft-remove-peer"),
 	"PUT /v1/operator/raft/transfer-leader":  audited(need(acl.OperatorWrite), "raft-transfer-leader"),
 	"POST /v1/operator/raft/transfer-leader": audited(need(acl.OperatorWrite), "raft-transfer-leader"),
 
