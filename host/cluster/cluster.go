@@ -137,6 +137,7 @@ type Cluster struct {
 	pending    map[string]JoinRequest // bootstrap-expect: joiners seen before bootstrap
 	booted     bool                   // bootstrap-expect: BootstrapCluster was called
 	onTransfer func(transferring bool)
+	probe      ProbeFunc // membership checks (join.go); nil: count voters only
 
 	meta        *meta
 	trans       raft.Transport
