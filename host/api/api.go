@@ -34,6 +34,7 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -67,6 +68,11 @@ type Config struct {
 	MaxBodyBytes int64
 	// Logger is the parent logger; the server logs as "api" under it.
 	Logger hclog.Logger
+	// TLS serves HTTPS with this config (tlsutil.Holder.HTTPServerConfig).
+	TLS *tls.Config
+	// ForwardTLS is how a follower dials the leader's HTTPS API
+	// (tlsutil.Holder.ClientConfig); set with TLS.
+	ForwardTLS *tls.Config
 }
 
 // Server serves the API.
@@ -173,6 +179,9 @@ func (s *Server) Start(ctx context.Context) error {
 	l, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("api: listen on %s: %w", s.cfg.Addr, err)
+	}
+	if s.cfg.TLS != nil {
+		l = tls.NewListener(l, s.cfg.TLS)
 	}
 	srv := s.newHTTPServer(l)
 	if srv == nil {
