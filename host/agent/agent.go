@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/jonboulle/clockwork"
 	"golang.org/x/time/rate"
 
@@ -50,6 +51,8 @@ type Agent struct {
 	// by ReloadTLS); ACL is the access control system when acl.enabled.
 	TLS *tlsutil.Holder
 	ACL *acl.Service
+
+	rpcTransport raft.Transport // the mutual-TLS transport setupTLS made
 }
 
 // Options are the parts a test may replace.

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -32,19 +34,25 @@ func (a *Agent) setupTLS(cc *cluster.Config) error {
 		if err != nil {
 			return err
 		}
-		cc.Transport = tr
+		cc.Transport, a.rpcTransport = tr, tr
 	}
 	return nil
 }
 
 // setupProbe lets the leader tell live servers from fake ones before a
 // join or a removal changes the quorum.
+// A transport a test put in place (in memory) gets no probe.
 func (a *Agent) setupProbe(cc cluster.Config) {
 	switch {
-	case a.cfg.Dev:
-	case a.TLS != nil && a.cfg.TLS.RPC:
+	case cc.Dev && cc.Transport == nil:
+		// In memory: no other server can ever reach this one, so any
+		// join is bogus (issue 12's attack added a fake voter to -dev).
+		a.Cluster.SetProbe(func(context.Context, string) error {
+			return errors.New("this agent runs -dev: its raft transport is in memory and no server can join it")
+		})
+	case cc.Transport != nil && cc.Transport == a.rpcTransport:
 		a.Cluster.SetProbe(cluster.TLSProbe(a.TLS.ClientConfig()))
-	default:
+	case cc.Transport == nil:
 		a.Cluster.SetProbe(cluster.TCPProbe)
 	}
 }
