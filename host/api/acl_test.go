@@ -363,3 +363,39 @@ modules { policy = "reload" }
 		}
 	}
 }
+
+// TestACLForwardedRequestKeepsToken: a follower forwards without judging
+// (its copy of the tokens may lag: here it has none) and the leader
+// decides with the token the request carried. A caller's own
+// X-Volhost-Verified-Server header is no server identity.
+func TestACLForwardedRequestKeepsToken(t *testing.T) {
+	leader := newACLFixture(t)
+	leader.policy(t, "gc", `operator { policy = "write" }`)
+	secret, _ := leader.token(t, "", "gc")
+
+	fb := apitest.NewStoreBackend()
+	fs := api.NewServer(api.Config{}, fb.Store, fb, nil)
+	fs.EnableCluster(&fakeOp{id: "s2", leaderAddr: strings.TrimPrefix(leader.ts.URL, "http://")})
+	fs.EnableACL(api.ACLConfig{Service: acl.NewService(fb.Store, fb, nil), Audit: fb})
+	follower := httptest.NewServer(fs.Handler())
+	t.Cleanup(follower.Close)
+
+	if resp, out := do(t, "PUT", follower.URL+"/v1/system/gc", "", "Authorization", "Bearer "+secret); resp.StatusCode != http.StatusOK {
+		t.Fatalf("forwarded write with a token only the leader knows: %d %s", resp.StatusCode, out)
+	}
+	if resp, out := do(t, "PUT", follower.URL+"/v1/system/gc", ""); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("forwarded write without a token: %d %s, want the leader's 403", resp.StatusCode, out)
+	}
+	// A stale read the follower serves itself is checked there.
+	if resp, out := do(t, "GET", follower.URL+"/v1/nodes?stale=true", "", api.TokenHeader, secret); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("stale read on the follower with a token it does not know: %d %s, want 403", resp.StatusCode, out)
+	}
+	before := leader.fingerprint(t)
+	resp, out := do(t, "POST", follower.URL+"/v1/operator/raft/join", joinBody, api.VerifiedServerHeader, "true")
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("join with a forged verified-server header: %d %s, want 403", resp.StatusCode, out)
+	}
+	if leader.fingerprint(t) != before {
+		t.Fatal("a refused forwarded join changed something")
+	}
+}

@@ -159,7 +159,11 @@ func New(cfg Config, store Store, backend Backend, metrics http.Handler) *Server
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.routes()
-	s.handler = s.authorizing(s.forwarding(s.wrap(s.mux.ServeMux)))
+	// Authorization runs where a request is served: a follower forwards
+	// without judging (its copy of the tokens may lag) and the leader
+	// checks; reads a follower serves itself (?stale=true, its own
+	// modules) are checked there.
+	s.handler = s.forwarding(s.authorizing(s.wrap(s.mux.ServeMux)))
 	return s
 }
 

@@ -237,9 +237,38 @@ func RequestToken(r *http.Request) string {
 	return ""
 }
 
-// authorizing checks every request against its route's rule before
-// anything else runs (forwarding included: a follower refuses what the
-// leader would, and the leader checks a forwarded request again).
+// VerifiedServerHeader is set by a follower forwarding a request whose
+// caller presented a verified server certificate: the leader sees only
+// the follower's connection. The leader believes it only from a
+// connection that is itself a verified server; anyone else's is ignored.
+const VerifiedServerHeader = "X-Volhost-Verified-Server"
+
+// vouchServer sets VerifiedServerHeader on a forwarded request, never
+// passing on a caller's own.
+func (s *Server) vouchServer(in, out *http.Request) {
+	out.Header.Del(VerifiedServerHeader)
+	if s.isServer(in, false) {
+		out.Header.Set(VerifiedServerHeader, "true")
+	}
+}
+
+// isServer reports whether the caller of r is a server of this cluster:
+// its connection presented a verified server certificate and, for a
+// forwarded request (trustForward), the forwarding server vouched for the
+// original caller.
+func (s *Server) isServer(r *http.Request, trustForward bool) bool {
+	cfg := s.auth.cfg
+	if cfg == nil || cfg.ServerIdentity == nil || r.TLS == nil || !cfg.ServerIdentity(r.TLS) {
+		return false
+	}
+	if trustForward && r.Header.Get(ForwardedHeader) != "" {
+		return r.Header.Get(VerifiedServerHeader) == "true"
+	}
+	return true
+}
+
+// authorizing checks every request this server serves against its
+// route's rule before the handler runs.
 func (s *Server) authorizing(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cfg := s.auth.cfg
@@ -281,8 +310,7 @@ func (s *Server) authorizing(next http.Handler) http.Handler {
 		if force, _ := queryBool(r, "force"); ru.force && force {
 			action = "force-deregister"
 		}
-		local := action != "" && s.servesLocally(r)
-		if !local {
+		if action == "" {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -310,7 +338,7 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request, ru rule, id *acl.
 		if tokenErr == nil && id.ACL.IsManagement() {
 			return nil
 		}
-		if si := s.auth.cfg.ServerIdentity; si != nil && r.TLS != nil && si(r.TLS) {
+		if s.isServer(r, true) {
 			return nil
 		}
 		return &PermissionDenied{Capability: "management (or a verified server certificate) to join the cluster", Reason: tokenErr}
@@ -421,15 +449,6 @@ func (s *Server) peekBody(_ http.ResponseWriter, r *http.Request, v any) {
 type readCloser struct {
 	io.Reader
 	io.Closer
-}
-
-// servesLocally reports whether this server answers r itself rather than
-// forwarding it (the leader, or a route every server answers): only that
-// server records the audit event, once.
-func (s *Server) servesLocally(r *http.Request) bool {
-	op := s.fwd.op
-	return op == nil || servedLocally(r) || op.IsLeader() ||
-		(r.URL.Path == joinPath && !op.KnownLeader())
 }
 
 // auditTimeout bounds writing an audit event.

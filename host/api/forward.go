@@ -160,6 +160,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, addr string) {
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
 			pr.Out.Header.Set(ForwardedHeader, s.fwd.op.NodeID())
+			s.vouchServer(pr.In, pr.Out) // auth.go
 		},
 		Transport:     s.fwd.transport,
 		FlushInterval: -1, // stream blocking answers and snapshots as they come
