@@ -180,3 +180,18 @@ func FuzzParsePolicy(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAllowed is the capability check alone on a compiled ACL.
+func BenchmarkAllowed(b *testing.B) {
+	p, err := ParsePolicy("namespace \"default\" {\n capabilities = [\"read\", \"claim\"]\n}\nnamespace \"team-*\" {\n policy = \"write\"\n}\nnode {\n policy = \"write\"\n}")
+	if err != nil {
+		b.Fatal(err)
+	}
+	a := New(p)
+	b.ReportAllocs()
+	for b.Loop() {
+		if !a.Allowed(NamespaceClaim, "default") || !a.Allowed(NamespaceDeregister, "team-x") || a.Allowed(OperatorRead, "") {
+			b.Fatal("wrong answer")
+		}
+	}
+}
