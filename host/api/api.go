@@ -26,6 +26,10 @@
 //	GET    /v1/status/leader            -> {"address", "is_leader"}; 503 while no leader is known
 //	GET    /v1/metrics                  Prometheus text format
 //
+// With EnableACL (issue 12) every route needs the capability routeRules
+// declares for it (auth.go) and the /v1/acl routes are served (acl.go);
+// a denial is 403 "Permission denied: missing capability ...".
+//
 // Every read is a blocking query: ?index=N&wait=D answers once the data
 // reflects an index above N, or after D (default 5m, capped at 10m); the
 // X-Volhost-Index header carries the index to pass back. Errors are
