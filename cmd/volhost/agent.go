@@ -44,7 +44,7 @@ func runAgent(args []string) int {
 	}
 	var (
 		configs stringList
-		flags   = &agent.Config{HTTP: &agent.HTTPConfig{}, Server: &agent.ServerConfig{}}
+		flags   = &agent.Config{HTTP: &agent.HTTPConfig{}, Server: &agent.ServerConfig{}, ACL: &agent.ACLConfig{}}
 		joins   stringList
 	)
 	fs.Var(&configs, "config", "HCL config `file` (repeatable; later files win, flags win over files)")
@@ -61,6 +61,8 @@ func runAgent(args []string) int {
 	fs.Var(&joins, "join", "HTTP API `address` of a server to join (repeatable; retried with backoff)")
 	fs.StringVar(&flags.Server.AdvertiseRaft, "advertise-raft", "", "raft `address` other servers reach this one at (when -bind is 0.0.0.0)")
 	fs.StringVar(&flags.Server.AdvertiseHTTP, "advertise-http", "", "API `address` other servers forward to (when -http-addr is 0.0.0.0)")
+	fs.BoolVar(&flags.ACL.Enabled, "acl-enabled", false, "enforce ACLs: every request needs a token granting its capability (see volhost acl bootstrap)")
+	fs.StringVar(&flags.Region, "region", "", "region named in TLS server certificates, server.<region>.volhost (default global)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			return 0
@@ -99,8 +101,9 @@ func runAgent(args []string) int {
 	return 0
 }
 
-// reloadOnHangup reloads the module directory on every SIGHUP until ctx
-// ends, the way operators expect a daemon to re-read what it serves.
+// reloadOnHangup reloads the TLS certificates and the module directory on
+// every SIGHUP until ctx ends, the way operators expect a daemon to re-read
+// what it serves.
 func reloadOnHangup(ctx context.Context, a *agent.Agent) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -110,6 +113,9 @@ func reloadOnHangup(ctx context.Context, a *agent.Agent) {
 		case <-ctx.Done():
 			return
 		case <-hup:
+			if err := a.ReloadTLS(); err != nil {
+				fmt.Fprintf(os.Stderr, "on SIGHUP: %v (the previous certificates keep serving)\n", err)
+			}
 			if _, err := a.ReloadModules(ctx); err != nil {
 				fmt.Fprintf(os.Stderr, "module reload on SIGHUP: %v\n", err)
 			}

@@ -107,6 +107,26 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"operator snapshot":             cmd(&groupCommand{Meta: m, name: "operator snapshot", synopsis: "Save and restore the whole cluster state"}),
 		"operator snapshot save":        cmd(&SnapshotSaveCommand{Meta: m}),
 		"operator snapshot restore":     cmd(&SnapshotRestoreCommand{Meta: m}),
+
+		"acl":               cmd(&groupCommand{Meta: m, name: "acl", synopsis: "Bootstrap ACLs and manage policies and tokens"}),
+		"acl bootstrap":     cmd(&ACLBootstrapCommand{Meta: m}),
+		"acl policy":        cmd(&groupCommand{Meta: m, name: "acl policy", synopsis: "Apply, list, show and delete ACL policies"}),
+		"acl policy apply":  cmd(&ACLPolicyApplyCommand{Meta: m}),
+		"acl policy list":   cmd(&ACLPolicyListCommand{Meta: m}),
+		"acl policy info":   cmd(&ACLPolicyInfoCommand{Meta: m}),
+		"acl policy delete": cmd(&ACLPolicyDeleteCommand{Meta: m}),
+		"acl token":         cmd(&groupCommand{Meta: m, name: "acl token", synopsis: "Create, list, show and revoke ACL tokens"}),
+		"acl token create":  cmd(&ACLTokenCreateCommand{Meta: m}),
+		"acl token list":    cmd(&ACLTokenListCommand{Meta: m}),
+		"acl token info":    cmd(&ACLTokenInfoCommand{Meta: m}),
+		"acl token self":    cmd(&ACLTokenSelfCommand{Meta: m}),
+		"acl token delete":  cmd(&ACLTokenDeleteCommand{Meta: m}),
+
+		"tls":             cmd(&groupCommand{Meta: m, name: "tls", synopsis: "Create a CA and certificates for TLS"}),
+		"tls ca":          cmd(&groupCommand{Meta: m, name: "tls ca", synopsis: "Create a certificate authority"}),
+		"tls ca create":   cmd(&TLSCACreateCommand{Meta: m}),
+		"tls cert":        cmd(&groupCommand{Meta: m, name: "tls cert", synopsis: "Create server and client certificates"}),
+		"tls cert create": cmd(&TLSCertCreateCommand{Meta: m}),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
@@ -17,6 +18,7 @@ import (
 	"github.com/hashicorp/cli"
 
 	"github.com/volhost/volhost/host/api/client"
+	"github.com/volhost/volhost/host/tlsutil"
 )
 
 // Meta holds what every operator command shares: the UI, the environment
@@ -28,9 +30,21 @@ type Meta struct {
 	// tests cancel it to end a following command.
 	Ctx context.Context
 
-	address string
-	json    bool
+	address    string
+	json       bool
+	token      string
+	caCert     string
+	clientCert string
+	clientKey  string
 }
+
+// Environment variables of the security flags (issue 12).
+const (
+	envToken      = "VOLHOST_TOKEN"
+	envCACert     = "VOLHOST_CACERT"
+	envClientCert = "VOLHOST_CLIENT_CERT"
+	envClientKey  = "VOLHOST_CLIENT_KEY"
+)
 
 // globalHelp is appended to every command's help.
 const globalHelp = `
@@ -38,7 +52,21 @@ General Options:
 
   -address=<addr>
     The address of the volhost agent's HTTP API. Overrides the VOLHOST_ADDR
-    environment variable. Default: http://127.0.0.1:4747.
+    environment variable. Default: http://127.0.0.1:4747 (use https:// when
+    the agent serves TLS).
+
+  -token=<secret>
+    The ACL token's secret ID. Overrides the VOLHOST_TOKEN environment
+    variable.
+
+  -ca-cert=<file>
+    CA certificate the agent's HTTPS certificate is verified against.
+    Overrides VOLHOST_CACERT.
+
+  -client-cert=<file>, -client-key=<file>
+    Client certificate and key presented to the agent (needed when it sets
+    verify_https_client). Override VOLHOST_CLIENT_CERT and
+    VOLHOST_CLIENT_KEY.
 `
 
 const jsonHelp = `
@@ -53,6 +81,10 @@ func (m *Meta) flagSet(name string, read bool) *flag.FlagSet {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	fs.StringVar(&m.address, "address", "", "")
+	fs.StringVar(&m.token, "token", "", "")
+	fs.StringVar(&m.caCert, "ca-cert", "", "")
+	fs.StringVar(&m.clientCert, "client-cert", "", "")
+	fs.StringVar(&m.clientKey, "client-key", "", "")
 	if read {
 		fs.BoolVar(&m.json, "json", false, "")
 	}
@@ -81,7 +113,27 @@ func (m *Meta) client() (*client.Client, error) {
 	if addr == "" && m.Env != nil {
 		addr = m.Env(client.EnvAddress)
 	}
-	return client.New(addr, nil)
+	env := func(flagValue, name string) string {
+		if flagValue == "" && m.Env != nil {
+			return m.Env(name)
+		}
+		return flagValue
+	}
+	var hc *http.Client
+	ca, cert, key := env(m.caCert, envCACert), env(m.clientCert, envClientCert), env(m.clientKey, envClientKey)
+	if ca != "" || cert != "" || key != "" {
+		tc, err := tlsutil.ClientFiles(ca, cert, key)
+		if err != nil {
+			return nil, err
+		}
+		hc = &http.Client{Transport: &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}}
+	}
+	cl, err := client.New(addr, hc)
+	if err != nil {
+		return nil, err
+	}
+	cl.SetToken(env(m.token, envToken))
+	return cl, nil
 }
 
 // context is cancelled by an interrupt, so a long claim or blocking read

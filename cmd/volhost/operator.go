@@ -35,7 +35,8 @@ func (m *Meta) operatorDo(ctx context.Context, method, path string, q url.Values
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	cl.Authorize(req)
+	resp, err := cl.HTTPClient().Do(req)
 	if err != nil {
 		return nil, err
 	}

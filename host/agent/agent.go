@@ -4,19 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 	"github.com/jonboulle/clockwork"
 	"golang.org/x/time/rate"
 
+	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/cluster"
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/metrics"
 	"github.com/volhost/volhost/host/server"
 	"github.com/volhost/volhost/host/state"
+	"github.com/volhost/volhost/host/tlsutil"
 	"github.com/volhost/volhost/plugins"
 	"github.com/volhost/volhost/watcher"
 )
@@ -43,6 +47,13 @@ type Agent struct {
 	wg           sync.WaitGroup
 
 	retryJoinMax time.Duration
+
+	// TLS holds the certificates when tls.http or tls.rpc is on (reloaded
+	// by ReloadTLS); ACL is the access control system when acl.enabled.
+	TLS *tlsutil.Holder
+	ACL *acl.Service
+
+	rpcTransport raft.Transport // the mutual-TLS transport setupTLS made
 }
 
 // Options are the parts a test may replace.
@@ -92,14 +103,22 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		cc.AdvertiseAddr = sv.AdvertiseRaft
 		a.retryJoinMax = d.RetryMaxInterval
 	}
+	if err := a.setupTLS(&cc); err != nil {
+		a.CSI.Close()
+		return nil, err
+	}
 	if opts.TuneCluster != nil {
 		opts.TuneCluster(&cc)
 	}
 	a.Cluster, err = cluster.New(cc, a.Store)
 	if err != nil {
 		a.CSI.Close()
+		if cl, ok := cc.Transport.(io.Closer); ok && cc.Transport != nil {
+			_ = cl.Close()
+		}
 		return nil, fmt.Errorf("starting the replicated log: %w", err)
 	}
+	a.setupProbe(cc)
 	modules, err := a.loadModules(d.ModuleMaxima)
 	if err != nil {
 		a.CSI.Close()
@@ -140,13 +159,18 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		Locks:      locks,
 	}, a.logger)
 	a.Server.SetReleaser(a.Watcher)
-	a.API = api.NewServer(api.Config{
+	apiCfg := api.Config{
 		Addr: cfg.HTTP.Address, MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: a.logger.Named("http"),
-	}, a.Store, a.Server, a.Metrics.Handler())
+	}
+	if a.TLS != nil && cfg.TLS.HTTP {
+		apiCfg.TLS, apiCfg.ForwardTLS = a.TLS.HTTPServerConfig(), a.TLS.ClientConfig()
+	}
+	a.API = api.NewServer(apiCfg, a.Store, a.Server, a.Metrics.Handler())
 	// Forwarding to the leader and the operator routes (a single node
 	// always leads, so it only gains the operator routes).
 	a.API.EnableCluster(a.Cluster)
 	a.API.EnableModules(a)
+	a.setupACL()
 	// A graceful leadership transfer stops this server's watcher (and
 	// waits for its CSI calls) before leadership moves (issue 5).
 	a.Cluster.OnTransfer(func() { a.Watcher.SetEnabled(false) })
@@ -186,7 +210,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			if err := a.Cluster.RetryJoin(ctx, sv.Join, a.retryJoinMax, nil); err != nil && ctx.Err() == nil {
+			if err := a.Cluster.RetryJoin(ctx, a.joinAddrs(sv.Join), a.retryJoinMax, a.joinClient()); err != nil && ctx.Err() == nil {
 				a.logger.Error("could not join the cluster", "join", sv.Join, "error", err)
 			}
 		}()

@@ -42,6 +42,11 @@ type Config struct {
 	// file (RATIONALE "Modules"): a manifest asking for more is refused,
 	// naming the limit.
 	ModuleLimits *ModuleLimitsConfig `hcl:"module_limits,block"`
+	// Region names this cluster's servers in TLS certificates
+	// (server.<region>.volhost; default "global").
+	Region string     `hcl:"region,optional"`
+	ACL    *ACLConfig `hcl:"acl,block"`
+	TLS    *TLSConfig `hcl:"tls,block"`
 }
 
 // ModuleLimitsConfig bounds what a module manifest may ask for. Zero or
@@ -58,6 +63,28 @@ type ModuleLimitsConfig struct {
 	RequireSHA256 bool `hcl:"require_sha256,optional"`
 }
 
+// ACLConfig turns on access control (issue 12): every request needs a
+// token whose policies grant the route's capability (README "Securing a
+// cluster").
+type ACLConfig struct {
+	Enabled bool `hcl:"enabled,optional"`
+}
+
+// TLSConfig turns on TLS (issue 12): HTTPS for the API (http), mutual TLS
+// for raft (rpc). The files reload on SIGHUP.
+type TLSConfig struct {
+	HTTP     bool   `hcl:"http,optional"`
+	RPC      bool   `hcl:"rpc,optional"`
+	CAFile   string `hcl:"ca_file,optional"`
+	CertFile string `hcl:"cert_file,optional"`
+	KeyFile  string `hcl:"key_file,optional"`
+	// VerifyServerHostname requires servers' certificates to name
+	// server.<region>.volhost (a client certificate cannot pose as one).
+	VerifyServerHostname bool `hcl:"verify_server_hostname,optional"`
+	// VerifyHTTPSClient requires a client certificate on the HTTPS API.
+	VerifyHTTPSClient bool `hcl:"verify_https_client,optional"`
+}
+
 // HTTPConfig configures the HTTP API.
 type HTTPConfig struct {
 	Address      string `hcl:"address,optional"`
@@ -71,6 +98,9 @@ type ServerConfig struct {
 	Enabled         bool     `hcl:"enabled,optional"`
 	BootstrapExpect int      `hcl:"bootstrap_expect,optional"`
 	Join            []string `hcl:"join,optional"`
+	// JoinToken is a management token secret this server presents when it
+	// joins (with ACLs on and no mutual TLS server certificate).
+	JoinToken string `hcl:"join_token,optional"`
 	// RetryMaxInterval caps the retry-join backoff (Go duration).
 	RetryMaxInterval string `hcl:"retry_max_interval,optional"`
 	// AdvertiseRaft and AdvertiseHTTP are the addresses other servers
@@ -128,6 +158,9 @@ func DefaultConfig() *Config {
 			MaxRetryAfter:         "1h",
 		},
 		EscapeHatch: &EscapeHatchConfig{After: "15m"},
+		Region:      "global",
+		ACL:         &ACLConfig{},
+		TLS:         &TLSConfig{},
 	}
 }
 
@@ -174,6 +207,7 @@ func (c *Config) Merge(o *Config) {
 			c.Server.Join = append([]string(nil), sv.Join...)
 		}
 		setString(&c.Server.RetryMaxInterval, sv.RetryMaxInterval)
+		setString(&c.Server.JoinToken, sv.JoinToken)
 		setString(&c.Server.AdvertiseRaft, sv.AdvertiseRaft)
 		setString(&c.Server.AdvertiseHTTP, sv.AdvertiseHTTP)
 	}
@@ -193,6 +227,25 @@ func (c *Config) Merge(o *Config) {
 			c.Watcher.VolumeRateLimit = w.VolumeRateLimit
 		}
 		setInt(&c.Watcher.VolumeRateBurst, w.VolumeRateBurst)
+	}
+	setString(&c.Region, o.Region)
+	if a := o.ACL; a != nil {
+		if c.ACL == nil {
+			c.ACL = &ACLConfig{}
+		}
+		c.ACL.Enabled = c.ACL.Enabled || a.Enabled
+	}
+	if t := o.TLS; t != nil {
+		if c.TLS == nil {
+			c.TLS = &TLSConfig{}
+		}
+		c.TLS.HTTP = c.TLS.HTTP || t.HTTP
+		c.TLS.RPC = c.TLS.RPC || t.RPC
+		c.TLS.VerifyServerHostname = c.TLS.VerifyServerHostname || t.VerifyServerHostname
+		c.TLS.VerifyHTTPSClient = c.TLS.VerifyHTTPSClient || t.VerifyHTTPSClient
+		setString(&c.TLS.CAFile, t.CAFile)
+		setString(&c.TLS.CertFile, t.CertFile)
+		setString(&c.TLS.KeyFile, t.KeyFile)
 	}
 	if e := o.EscapeHatch; e != nil {
 		c.EscapeHatch.AutoForceDeregister = c.EscapeHatch.AutoForceDeregister || e.AutoForceDeregister
@@ -296,6 +349,17 @@ func (c *Config) Validate() (Durations, error) {
 				errs = append(errs, fmt.Errorf("server.join[%d]: empty address", i))
 			}
 		}
+	}
+	if t := c.TLS; t != nil && (t.HTTP || t.RPC) {
+		if t.CAFile == "" || t.CertFile == "" || t.KeyFile == "" {
+			errs = append(errs, errors.New("tls: http or rpc needs ca_file, cert_file and key_file (volhost tls ca create; volhost tls cert create -server)"))
+		}
+		if t.RPC && c.Dev {
+			errs = append(errs, errors.New("tls.rpc needs -data-dir: -dev's raft transport is in memory"))
+		}
+	}
+	if t := c.TLS; t != nil && t.VerifyHTTPSClient && !t.HTTP {
+		errs = append(errs, errors.New("tls.verify_https_client needs tls.http = true"))
 	}
 	if c.HTTP.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("http.max_body_bytes: must be positive, got %d", c.HTTP.MaxBodyBytes))

@@ -26,6 +26,10 @@
 //	GET    /v1/status/leader            -> {"address", "is_leader"}; 503 while no leader is known
 //	GET    /v1/metrics                  Prometheus text format
 //
+// With EnableACL (issue 12) every route needs the capability routeRules
+// declares for it (auth.go) and the /v1/acl routes are served (acl.go);
+// a denial is 403 "Permission denied: missing capability ...".
+//
 // Every read is a blocking query: ?index=N&wait=D answers once the data
 // reflects an index above N, or after D (default 5m, capped at 10m); the
 // X-Volhost-Index header carries the index to pass back. Errors are
@@ -34,6 +38,7 @@ package api
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -67,6 +72,11 @@ type Config struct {
 	MaxBodyBytes int64
 	// Logger is the parent logger; the server logs as "api" under it.
 	Logger hclog.Logger
+	// TLS serves HTTPS with this config (tlsutil.Holder.HTTPServerConfig).
+	TLS *tls.Config
+	// ForwardTLS is how a follower dials the leader's HTTPS API
+	// (tlsutil.Holder.ClientConfig); set with TLS.
+	ForwardTLS *tls.Config
 }
 
 // Server serves the API.
@@ -76,9 +86,10 @@ type Server struct {
 	store   Store
 	backend Backend
 	metrics http.Handler
-	mux     *http.ServeMux
+	mux     *routeMux
 	handler http.Handler
-	fwd     forwarder // multi-server forwarding (forward.go); zero: serve everything locally
+	auth    authorizer // ACL enforcement (auth.go); zero: ACL disabled
+	fwd     forwarder  // multi-server forwarding (forward.go); zero: serve everything locally
 
 	// base is the parent of every request context; Shutdown cancels it so
 	// blocking queries end instead of holding the shutdown for minutes.
@@ -147,12 +158,16 @@ func New(cfg Config, store Store, backend Backend, metrics http.Handler) *Server
 		store:   store,
 		backend: backend,
 		metrics: metrics,
-		mux:     http.NewServeMux(),
+		mux:     &routeMux{ServeMux: http.NewServeMux()},
 		done:    make(chan struct{}),
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
 	s.routes()
-	s.handler = s.forwarding(s.wrap(s.mux))
+	// Authorization runs where a request is served: a follower forwards
+	// without judging (its copy of the tokens may lag) and the leader
+	// checks; reads a follower serves itself (?stale=true, its own
+	// modules) are checked there.
+	s.handler = s.forwarding(s.authorizing(s.wrap(s.mux.ServeMux)))
 	return s
 }
 
@@ -172,6 +187,9 @@ func (s *Server) Start(ctx context.Context) error {
 	l, err := lc.Listen(ctx, "tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("api: listen on %s: %w", s.cfg.Addr, err)
+	}
+	if s.cfg.TLS != nil {
+		l = tls.NewListener(l, s.cfg.TLS)
 	}
 	srv := s.newHTTPServer(l)
 	if srv == nil {

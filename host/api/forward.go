@@ -72,6 +72,7 @@ func (s *Server) EnableCluster(op ClusterOperator) {
 		DialContext:         (&net.Dialer{Timeout: forwardDialTimeout}).DialContext,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
+		TLSClientConfig:     s.cfg.ForwardTLS,
 	}
 	s.operatorRoutes()
 }
@@ -146,6 +147,9 @@ func setStaleness(w http.ResponseWriter, op ClusterOperator) {
 // (status, headers, body, streamed) goes back unchanged; failing to reach
 // it is 503 "no cluster leader".
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request, addr string) {
+	if s.cfg.ForwardTLS != nil && !strings.Contains(addr, "://") {
+		addr = "https://" + addr
+	}
 	target, err := leaderURL(addr)
 	if err != nil {
 		WriteError(w, fmt.Errorf("%w: leader address %q: %v", structs.ErrNoLeader, addr, err))
@@ -156,6 +160,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, addr string) {
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
 			pr.Out.Header.Set(ForwardedHeader, s.fwd.op.NodeID())
+			s.vouchServer(pr.In, pr.Out) // auth.go
 		},
 		Transport:     s.fwd.transport,
 		FlushInterval: -1, // stream blocking answers and snapshots as they come

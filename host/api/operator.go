@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"net/http"
 
 	"github.com/volhost/volhost/host/cluster"
@@ -22,6 +23,13 @@ const (
 	// for JSON requests, far smaller than a state).
 	maxSnapshotBytes = 1 << 30
 )
+
+// membershipChecker refuses joins and removals that would leave the
+// cluster without quorum (issue 12). *cluster.Cluster implements it.
+type membershipChecker interface {
+	CheckJoin(ctx context.Context, req cluster.JoinRequest) error
+	CheckRemove(ctx context.Context, id string) error
+}
 
 // RaftConfigurationResponse answers GET /v1/operator/raft/configuration.
 type RaftConfigurationResponse struct {
@@ -86,6 +94,12 @@ func (s *Server) raftJoin(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, err)
 		return
 	}
+	if mc, ok := s.fwd.op.(membershipChecker); ok {
+		if err := mc.CheckJoin(r.Context(), req); err != nil {
+			WriteError(w, err)
+			return
+		}
+	}
 	resp, err := s.fwd.op.Join(r.Context(), req)
 	if err != nil {
 		WriteError(w, err)
@@ -103,6 +117,12 @@ func (s *Server) raftRemovePeer(w http.ResponseWriter, r *http.Request) {
 	if err := ValidateID("id", id); err != nil {
 		WriteError(w, err)
 		return
+	}
+	if mc, ok := s.fwd.op.(membershipChecker); ok {
+		if err := mc.CheckRemove(r.Context(), id); err != nil {
+			WriteError(w, err)
+			return
+		}
 	}
 	if err := s.fwd.op.RemovePeer(r.Context(), id); err != nil {
 		WriteError(w, err)

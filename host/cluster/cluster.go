@@ -143,6 +143,7 @@ type Cluster struct {
 	verifiedAt   time.Time
 	verifiedTerm uint64
 	rereportCh   chan struct{}
+	probe        ProbeFunc // membership checks (join.go); nil: count voters only
 
 	meta        *meta
 	trans       raft.Transport

@@ -56,6 +56,9 @@ func newRequest(t structs.MessageType) (any, error) {
 	case structs.VolumeClaimRemoveType:
 		return &structs.VolumeClaimRemoveRequest{}, nil
 	}
+	if r := structs.NewACLRequest(t); r != nil {
+		return r, nil
+	}
 	return nil, structs.Invalid("type", "unknown message type %d", t)
 }
 

@@ -3,15 +3,20 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"time"
 
 	"github.com/cenkalti/backoff/v4"
+	"github.com/hashicorp/raft"
+
+	"github.com/volhost/volhost/host/structs"
 )
 
 // JoinPath is the API route a join request is posted to (host/api serves
@@ -110,4 +115,154 @@ func (c *Cluster) joinOnce(ctx context.Context, hc *http.Client, addr string) (J
 	var je joinError
 	_ = json.Unmarshal(raw, &je)
 	return JoinResponse{}, fmt.Errorf("join via %s: %s: %s", addr, resp.Status, je.Error)
+}
+
+// ProbeFunc checks that a server answers at its raft address (with mutual
+// TLS: that it completes a handshake as a server of this cluster's CA).
+type ProbeFunc func(ctx context.Context, raftAddr string) error
+
+// SetProbe sets how CheckJoin and CheckRemove tell live servers from dead
+// or fake ones (the agent sets TCPProbe or TLSProbe). Without one they
+// only count voters.
+func (c *Cluster) SetProbe(p ProbeFunc) {
+	c.mu.Lock()
+	c.probe = p
+	c.mu.Unlock()
+}
+
+// probeTimeout bounds one probe.
+const probeTimeout = 2 * time.Second
+
+// TCPProbe dials the address.
+func TCPProbe(ctx context.Context, addr string) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// TLSProbe dials the address and completes a TLS handshake with cfg,
+// which verifies the peer's certificate.
+func TLSProbe(cfg *tls.Config) ProbeFunc {
+	return func(ctx context.Context, addr string) error {
+		ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+		defer cancel()
+		d := tls.Dialer{Config: cfg}
+		conn, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}
+}
+
+// ErrNoQuorum marks a membership change refused because the cluster would
+// be left without a quorum of live voters. It wraps structs.ErrConflict
+// (409).
+var ErrNoQuorum = fmt.Errorf("would leave the cluster without quorum: %w", structs.ErrConflict)
+
+// CheckJoin refuses, on the leader, a join that would leave the cluster
+// without a quorum: the joiner must answer at its raft address (a fake
+// voter that never answers raises the quorum and blocks every write, the
+// attack of issue 12), and the live voters plus the joiner must be a
+// majority of the new configuration. A server already in the
+// configuration at the same address passes (a restart's rejoin).
+func (c *Cluster) CheckJoin(ctx context.Context, req JoinRequest) error {
+	if !c.IsLeader() {
+		return nil // a bootstrap_expect seed collecting joins, or Join answers 503
+	}
+	voters, err := c.voterList()
+	if err != nil {
+		return err
+	}
+	for _, v := range voters {
+		if string(v.ID) == req.ID && string(v.Address) == req.RaftAddr {
+			return nil
+		}
+	}
+	c.mu.Lock()
+	probe := c.probe
+	c.mu.Unlock()
+	if probe != nil {
+		if err := probe(ctx, req.RaftAddr); err != nil {
+			return fmt.Errorf("%w: server %s does not answer at its raft address %s (%v); adding it as a voter would raise the quorum with a member that cannot vote",
+				ErrNoQuorum, req.ID, req.RaftAddr, err)
+		}
+	}
+	after := len(voters) + 1
+	live := 1 + c.liveOthers(ctx, voters, "") // this leader, the others that answer, and the joiner
+	if live < after/2+1 {
+		return fmt.Errorf("%w: %d of %d voters would answer, %d needed", ErrNoQuorum, live, after, after/2+1)
+	}
+	return nil
+}
+
+// CheckRemove refuses, on the leader, removing a voter when the voters
+// left would not hold a quorum of live servers, or when none would be
+// left. Removing a dead server is what remove-peer is for, so the server
+// removed is not counted.
+func (c *Cluster) CheckRemove(ctx context.Context, id string) error {
+	if !c.IsLeader() {
+		return nil
+	}
+	voters, err := c.voterList()
+	if err != nil {
+		return err
+	}
+	found := false
+	for _, v := range voters {
+		found = found || string(v.ID) == id
+	}
+	if !found {
+		return nil // not a voter: RemovePeer answers (404 or removes a non-voter)
+	}
+	after := len(voters) - 1
+	if after == 0 {
+		return fmt.Errorf("%w: %s is the last voter", ErrNoQuorum, id)
+	}
+	live := c.liveOthers(ctx, voters, id)
+	if id != c.cfg.NodeID {
+		live++ // this leader
+	}
+	if live < after/2+1 {
+		return fmt.Errorf("%w: after removing %s, %d of %d voters would answer, %d needed",
+			ErrNoQuorum, id, live, after, after/2+1)
+	}
+	return nil
+}
+
+func (c *Cluster) voterList() ([]raft.Server, error) {
+	f := c.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, raftErr("configuration", err)
+	}
+	var out []raft.Server
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+// liveOthers counts the voters other than this server and skip that
+// answer the probe (all of them without a probe).
+func (c *Cluster) liveOthers(ctx context.Context, voters []raft.Server, skip string) int {
+	c.mu.Lock()
+	probe := c.probe
+	c.mu.Unlock()
+	n := 0
+	for _, v := range voters {
+		if string(v.ID) == c.cfg.NodeID || string(v.ID) == skip {
+			continue
+		}
+		if probe == nil || probe(ctx, string(v.Address)) == nil {
+			n++
+		}
+	}
+	return n
 }

@@ -18,7 +18,8 @@ const persistVersion = 1
 
 // persistTables is the order tables are written in; the index table goes
 // too, so blocking queries stay monotonic after a restore.
-var persistTables = []string{TableIndex, TablePlugins, TableNodes, TableAllocs, TableVolumes, TableLeftovers, TableEvents}
+var persistTables = []string{TableIndex, TablePlugins, TableNodes, TableAllocs, TableVolumes, TableLeftovers, TableEvents,
+	TableACLPolicies, TableACLTokens, TableACLBootstrap}
 
 type persistHeader struct {
 	Version int `json:"volhost_state"`
@@ -122,6 +123,12 @@ func decodeRow(pr persistRow) (any, error) {
 		obj = &structs.Leftover{}
 	case TableEvents:
 		obj = &eventRow{}
+	case TableACLPolicies:
+		obj = &structs.ACLPolicy{}
+	case TableACLTokens:
+		obj = &structs.ACLToken{}
+	case TableACLBootstrap:
+		obj = &aclBootstrapRow{}
 	default:
 		return nil, fmt.Errorf("unknown table %q", pr.Table)
 	}

@@ -49,7 +49,7 @@ func schema() *memdb.DBSchema {
 	id := func(field string) *memdb.IndexSchema {
 		return &memdb.IndexSchema{Name: indexID, Unique: true, Indexer: &memdb.StringFieldIndex{Field: field}}
 	}
-	return &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
+	s := &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
 		TableVolumes: {
 			Name: TableVolumes,
 			Indexes: map[string]*memdb.IndexSchema{
@@ -87,6 +87,8 @@ func schema() *memdb.DBSchema {
 		},
 		TableIndex: {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id("Key")}},
 	}}
+	addACLTables(s.Tables)
+	return s
 }
 
 // claimIndexer indexes a volume by the alloc IDs (or node IDs) of its claims.

@@ -211,3 +211,10 @@ func (b *StoreBackend) Checkpoint(ns, id string, c *structs.Claim) error {
 	_, _, err := b.apply(structs.ClaimCheckpointType, &structs.ClaimCheckpointRequest{Namespace: ns, VolumeID: id, Claim: c})
 	return err
 }
+
+// Apply writes one request through the store, as the replicated log
+// would (the acl.Log and api.AuditLog interfaces).
+func (b *StoreBackend) Apply(_ context.Context, t structs.MessageType, req any) (uint64, any, error) {
+	resp, idx, err := b.apply(t, req)
+	return idx, resp, err
+}

@@ -31,9 +31,23 @@ const maxErrorBody = 64 << 10
 
 // Client talks to one volhost agent.
 type Client struct {
-	base *url.URL
-	hc   *http.Client
+	base  *url.URL
+	hc    *http.Client
+	token string
 }
+
+// SetToken makes every request carry the ACL secret (X-Volhost-Token).
+func (c *Client) SetToken(secret string) { c.token = secret }
+
+// Authorize adds the client's token to a request built outside Client.
+func (c *Client) Authorize(req *http.Request) {
+	if c.token != "" {
+		req.Header.Set(api.TokenHeader, c.token)
+	}
+}
+
+// HTTPClient is the http.Client requests go through (TLS settings included).
+func (c *Client) HTTPClient() *http.Client { return c.hc }
 
 // New returns a client for address ("host:port" or an http(s) URL). hc may
 // be nil for http.DefaultClient.
@@ -84,6 +98,8 @@ func (e *APIError) Unwrap() error {
 		return structs.ErrConflict
 	case http.StatusServiceUnavailable:
 		return structs.ErrNoLeader
+	case http.StatusForbidden:
+		return structs.ErrPermissionDenied
 	}
 	return nil
 }
@@ -135,6 +151,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	c.Authorize(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return QueryMeta{}, fmt.Errorf("%s %s: %w", method, path, err)

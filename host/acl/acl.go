@@ -1,0 +1,160 @@
+package acl
+
+import (
+	"slices"
+	"strings"
+)
+
+// ACL is the compiled, merged view of a token's policies: the answer to
+// "may this request do that". It is immutable and safe to share.
+type ACL struct {
+	management bool
+	exact      map[string]nsCap
+	globs      []glob // most literal characters first
+	node       level
+	operator   level
+	modules    level
+	events     level
+}
+
+type glob struct {
+	pattern string
+	caps    nsCap
+	literal int
+}
+
+// ManagementACL allows everything.
+func ManagementACL() *ACL { return &ACL{management: true} }
+
+// DenyAll allows nothing (no policy at all).
+func DenyAll() *ACL { return &ACL{} }
+
+// New merges policies into one ACL: capabilities are unioned, deny wins.
+func New(policies ...*Policy) *ACL {
+	a := &ACL{exact: map[string]nsCap{}}
+	globs := map[string]nsCap{}
+	for _, p := range policies {
+		if p == nil {
+			continue
+		}
+		for pat, caps := range p.Namespaces {
+			if strings.Contains(pat, "*") {
+				globs[pat] = merge(globs[pat], caps)
+			} else {
+				a.exact[pat] = merge(a.exact[pat], caps)
+			}
+		}
+		a.node = mergeLevel(a.node, p.Node)
+		a.operator = mergeLevel(a.operator, p.Operator)
+		a.modules = mergeLevel(a.modules, p.Modules)
+		a.events = mergeLevel(a.events, p.Events)
+	}
+	for pat, caps := range globs {
+		a.globs = append(a.globs, glob{pattern: pat, caps: caps, literal: len(pat) - strings.Count(pat, "*")})
+	}
+	slices.SortFunc(a.globs, func(x, y glob) int {
+		if x.literal != y.literal {
+			return y.literal - x.literal
+		}
+		return strings.Compare(x.pattern, y.pattern)
+	})
+	return a
+}
+
+// IsManagement reports whether a is a management ACL.
+func (a *ACL) IsManagement() bool { return a.management }
+
+// Allowed reports whether a grants c; ns is the namespace of a namespaced
+// capability (ignored otherwise).
+func (a *ACL) Allowed(c Capability, ns string) bool {
+	if a.management {
+		return true
+	}
+	if b, ok := nsCapOf[c]; ok {
+		caps := a.namespaceCaps(ns)
+		return caps&capDeny == 0 && caps&b != 0
+	}
+	switch c {
+	case NodeRead:
+		return allows(a.node, levelRead)
+	case NodeWrite:
+		return allows(a.node, levelWrite)
+	case OperatorRead:
+		return allows(a.operator, levelRead)
+	case OperatorWrite:
+		return allows(a.operator, levelWrite)
+	case ModulesRead:
+		return allows(a.modules, levelRead)
+	case ModulesReload:
+		return allows(a.modules, levelWrite)
+	case EventsRead:
+		return allows(a.events, levelRead)
+	}
+	return false // Management and unknown capabilities
+}
+
+// AllowedEverywhere reports whether a grants the namespaced capability c in
+// every namespace: a cross-namespace list needs it, since it would show
+// volumes of namespaces the token cannot name. Only a "*" rule (or a
+// management token) does, and only when no namespace rule denies c.
+func (a *ACL) AllowedEverywhere(c Capability) bool {
+	if a.management {
+		return true
+	}
+	b, ok := nsCapOf[c]
+	if !ok {
+		return false
+	}
+	var star nsCap
+	for _, g := range a.globs {
+		if g.pattern == "*" {
+			star = g.caps
+		} else if g.caps&b == 0 || g.caps&capDeny != 0 {
+			return false
+		}
+	}
+	for _, caps := range a.exact {
+		if caps&b == 0 || caps&capDeny != 0 {
+			return false
+		}
+	}
+	return star&capDeny == 0 && star&b != 0
+}
+
+func allows(have, need level) bool { return have != levelDeny && have >= need }
+
+// namespaceCaps finds the rule that governs ns: an exact one, else the
+// matching glob with the most literal characters.
+func (a *ACL) namespaceCaps(ns string) nsCap {
+	if caps, ok := a.exact[ns]; ok {
+		return caps
+	}
+	for _, g := range a.globs {
+		if globMatch(g.pattern, ns) {
+			return g.caps
+		}
+	}
+	return 0
+}
+
+// globMatch matches s against a pattern where '*' matches any run of
+// characters (including none) and everything else matches itself.
+func globMatch(pattern, s string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == s
+	}
+	if !strings.HasPrefix(s, parts[0]) {
+		return false
+	}
+	s = s[len(parts[0]):]
+	last := parts[len(parts)-1]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(s, p)
+		if i < 0 {
+			return false
+		}
+		s = s[i+len(p):]
+	}
+	return strings.HasSuffix(s, last)
+}

@@ -1,0 +1,9 @@
+namespace "team-*" {
+  policy = "read"
+}
+namespace "team-secret" {
+  policy = "deny"
+}
+events {
+  policy = "deny"
+}

@@ -1,0 +1,486 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/volhost/volhost/host/acl"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Token headers (issue 12). X-Volhost-Token wins over Authorization.
+const (
+	TokenHeader = "X-Volhost-Token"
+	// TokenEnv names the environment variable the CLI reads the token from.
+	TokenEnv = "VOLHOST_TOKEN"
+)
+
+// Resolver turns a request's secret into an identity. *acl.Service
+// implements it (with ACLService for the /v1/acl routes).
+type Resolver interface {
+	Resolve(secret string) (*acl.Identity, error)
+}
+
+// AuditLog commits audit events (structs.EventAppendType) through the
+// replicated log. *cluster.Cluster implements it.
+type AuditLog interface {
+	Apply(ctx context.Context, t structs.MessageType, req any) (uint64, any, error)
+}
+
+// ACLConfig turns ACL enforcement on (EnableACL).
+type ACLConfig struct {
+	Service ACLService
+	Audit   AuditLog
+	// ServerIdentity reports whether a TLS connection presented a verified
+	// server certificate (server.<region>.volhost): such a caller may join
+	// the cluster without a management token. Nil: only a token may.
+	ServerIdentity func(*tls.ConnectionState) bool
+}
+
+// authorizer is the ACL state of a Server.
+type authorizer struct {
+	cfg     *ACLConfig
+	once    sync.Once
+	missing []string // patterns registered without a rule, logged once
+}
+
+// EnableACL turns on authorization of every route (see routeRules) and
+// adds the /v1/acl routes. Call it before the server starts serving.
+func (s *Server) EnableACL(cfg ACLConfig) {
+	s.auth.cfg = &cfg
+	s.aclRoutes()
+}
+
+// routeMux records the patterns registered on it, so a test can check
+// that every route declares its capability.
+type routeMux struct {
+	*http.ServeMux
+	mu       sync.Mutex
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.mu.Lock()
+	m.patterns = append(m.patterns, pattern)
+	m.mu.Unlock()
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Patterns lists the registered route patterns.
+func (s *Server) Patterns() []string {
+	s.mux.mu.Lock()
+	defer s.mux.mu.Unlock()
+	return slices.Clone(s.mux.patterns)
+}
+
+// nsFrom says where a namespaced route's namespace comes from.
+type nsFrom int
+
+const (
+	nsQuery       nsFrom = iota // ?namespace=, "default" when omitted
+	nsQueryOrAll                // ?namespace=, every namespace when omitted (lists)
+	nsClaimBody                 // ?namespace=, else the claim body's, else "default"
+	nsVolumesBody               // every volume's namespace in the register body
+)
+
+// rule is what a route needs.
+type rule struct {
+	cap acl.Capability
+	ns  nsFrom
+	// force: DELETE /v1/volume/ID?force=true needs force-deregister.
+	force bool
+	// open routes need nothing: the health check, the one-time bootstrap
+	// (the store refuses a second one), the empty-ID 400s.
+	open bool
+	// self: any valid token, or anonymous (GET /v1/acl/token/self).
+	self bool
+	// join: a management token or a verified server certificate.
+	join bool
+	// audit names the action of the audit event a success records.
+	audit string
+}
+
+func need(c acl.Capability) rule             { return rule{cap: c} }
+func needNS(c acl.Capability, f nsFrom) rule { return rule{cap: c, ns: f} }
+func audited(r rule, action string) rule     { r.audit = action; return r }
+
+// routeRules declares the capability of every route, by the exact pattern
+// it is registered with. A route missing here is denied while ACLs are on
+// (fail closed), and TestEveryRouteDeclaresACapability catches it.
+var routeRules = map[string]rule{
+	"GET /v1/volumes":              needNS(acl.NamespaceRead, nsQueryOrAll),
+	"PUT /v1/volumes":              needNS(acl.NamespaceRegister, nsVolumesBody),
+	"POST /v1/volumes":             needNS(acl.NamespaceRegister, nsVolumesBody),
+	"GET /v1/volumes/leftovers":    need(acl.OperatorRead),
+	"DELETE /v1/volumes/leftovers": audited(need(acl.OperatorWrite), "leftovers-clear"),
+	"GET /v1/volume/{id}":          needNS(acl.NamespaceRead, nsQuery),
+	"DELETE /v1/volume/{id}":       {cap: acl.NamespaceDeregister, ns: nsQuery, force: true},
+	"PUT /v1/volume/{id}/claim":    needNS(acl.NamespaceClaim, nsClaimBody),
+	"POST /v1/volume/{id}/claim":   needNS(acl.NamespaceClaim, nsClaimBody),
+	"PUT /v1/volume/{id}/detach":   audited(needNS(acl.NamespaceDetach, nsQuery), "detach"),
+	"POST /v1/volume/{id}/detach":  audited(needNS(acl.NamespaceDetach, nsQuery), "detach"),
+
+	"GET /v1/nodes":              need(acl.NodeRead),
+	"PUT /v1/nodes":              need(acl.NodeWrite),
+	"POST /v1/nodes":             need(acl.NodeWrite),
+	"GET /v1/node/{id}":          need(acl.NodeRead),
+	"PUT /v1/node/{id}/status":   audited(need(acl.NodeWrite), "node-status"),
+	"POST /v1/node/{id}/status":  audited(need(acl.NodeWrite), "node-status"),
+	"GET /v1/plugins":            need(acl.NodeRead),
+	"PUT /v1/plugins":            need(acl.NodeWrite),
+	"POST /v1/plugins":           need(acl.NodeWrite),
+	"GET /v1/plugin/{id}":        need(acl.NodeRead),
+	"GET /v1/allocs":             need(acl.NodeRead),
+	"PUT /v1/allocs":             need(acl.NodeWrite),
+	"POST /v1/allocs":            need(acl.NodeWrite),
+	"GET /v1/alloc/{id}":         need(acl.NodeRead),
+	"GET /v1/events":             need(acl.EventsRead),
+	"PUT /v1/system/gc":          audited(need(acl.OperatorWrite), "system-gc"),
+	"POST /v1/system/gc":         audited(need(acl.OperatorWrite), "system-gc"),
+	"GET /v1/status/leader":      {open: true},
+	"GET /v1/metrics":            need(acl.OperatorRead),
+	"/v1/volume/{$}":             {open: true},
+	"/v1/node/{$}":               {open: true},
+	"/v1/plugin/{$}":             {open: true},
+	"/v1/alloc/{$}":              {open: true},
+	"GET /v1/status/peers":       need(acl.OperatorRead),
+	"GET /v1/modules":            need(acl.ModulesRead),
+	"GET /v1/module/{id}":        need(acl.ModulesRead),
+	"PUT /v1/modules/reload":     audited(need(acl.ModulesReload), "module-reload"),
+	"POST /v1/modules/reload":    audited(need(acl.ModulesReload), "module-reload"),
+	"GET /v1/operator/snapshot":  need(acl.Management),
+	"PUT /v1/operator/snapshot":  audited(need(acl.Management), "snapshot-restore"),
+	"POST /v1/operator/snapshot": audited(need(acl.Management), "snapshot-restore"),
+	"POST " + joinPath:           {join: true, audit: "raft-join"},
+	"PUT " + joinPath:            {join: true, audit: "raft-join"},
+
+	"GET /v1/operator/raft/configuration":    need(acl.OperatorRead),
+	"DELETE /v1/operator/raft/peer":          audited(need(acl.OperatorWrite), "raft-remove-peer"),
+	"PUT /v1/operator/raft/transfer-leader":  audited(need(acl.OperatorWrite), "raft-transfer-leader"),
+	"POST /v1/operator/raft/transfer-leader": audited(need(acl.OperatorWrite), "raft-transfer-leader"),
+
+	"POST /v1/acl/bootstrap":       {open: true},
+	"PUT /v1/acl/bootstrap":        {open: true},
+	"GET /v1/acl/policies":         need(acl.Management),
+	"GET /v1/acl/policy/{name}":    need(acl.Management),
+	"PUT /v1/acl/policy/{name}":    need(acl.Management),
+	"POST /v1/acl/policy/{name}":   need(acl.Management),
+	"DELETE /v1/acl/policy/{name}": need(acl.Management),
+	"GET /v1/acl/tokens":           need(acl.Management),
+	"PUT /v1/acl/token":            need(acl.Management),
+	"POST /v1/acl/token":           need(acl.Management),
+	"GET /v1/acl/token/self":       {self: true},
+	"GET /v1/acl/token/{id}":       need(acl.Management),
+	"DELETE /v1/acl/token/{id}":    need(acl.Management),
+}
+
+// PermissionDenied is a refused request (403). It names the capability
+// (and namespace) that was missing, and why the token gave none.
+type PermissionDenied struct {
+	Capability acl.Capability
+	Namespace  string
+	Reason     error // the token problem, nil when the token lacks the capability
+}
+
+func (e *PermissionDenied) Error() string {
+	msg := "Permission denied: missing capability " + string(e.Capability)
+	if e.Capability.Namespaced() {
+		if e.Namespace == "*" {
+			msg += " on every namespace (pass ?namespace= to list one)"
+		} else {
+			msg += fmt.Sprintf(" on namespace %q", e.Namespace)
+		}
+	}
+	if e.Reason != nil {
+		msg += " (" + e.Reason.Error() + ")"
+	}
+	return msg
+}
+
+// identityKey carries the caller's identity in the request context.
+type identityKey struct{}
+
+// identityOf is the identity the middleware resolved (nil with ACL off).
+func identityOf(r *http.Request) *acl.Identity {
+	id, _ := r.Context().Value(identityKey{}).(*acl.Identity)
+	return id
+}
+
+// RequestToken reads the secret from X-Volhost-Token, else from
+// "Authorization: Bearer". A malformed Authorization header gives a
+// secret that never resolves, so it is denied rather than ignored.
+func RequestToken(r *http.Request) string {
+	if t := strings.TrimSpace(r.Header.Get(TokenHeader)); t != "" {
+		return t
+	}
+	if a := r.Header.Get("Authorization"); a != "" {
+		scheme, tok, ok := strings.Cut(a, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return "\x00malformed"
+		}
+		return strings.TrimSpace(tok)
+	}
+	return ""
+}
+
+// VerifiedServerHeader is set by a follower forwarding a request whose
+// caller presented a verified server certificate: the leader sees only
+// the follower's connection. The leader believes it only from a
+// connection that is itself a verified server; anyone else's is ignored.
+const VerifiedServerHeader = "X-Volhost-Verified-Server"
+
+// vouchServer sets VerifiedServerHeader on a forwarded request, never
+// passing on a caller's own.
+func (s *Server) vouchServer(in, out *http.Request) {
+	out.Header.Del(VerifiedServerHeader)
+	if s.isServer(in, false) {
+		out.Header.Set(VerifiedServerHeader, "true")
+	}
+}
+
+// isServer reports whether the caller of r is a server of this cluster:
+// its connection presented a verified server certificate and, for a
+// forwarded request (trustForward), the forwarding server vouched for the
+// original caller.
+func (s *Server) isServer(r *http.Request, trustForward bool) bool {
+	cfg := s.auth.cfg
+	if cfg == nil || cfg.ServerIdentity == nil || r.TLS == nil || !cfg.ServerIdentity(r.TLS) {
+		return false
+	}
+	if trustForward && r.Header.Get(ForwardedHeader) != "" {
+		return r.Header.Get(VerifiedServerHeader) == "true"
+	}
+	return true
+}
+
+// authorizing checks every request this server serves against its
+// route's rule before the handler runs.
+func (s *Server) authorizing(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cfg := s.auth.cfg
+		if cfg == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		_, pattern := s.mux.Handler(r)
+		if pattern == "" {
+			next.ServeHTTP(w, r) // 404/405: nothing to protect
+			return
+		}
+		ru, ok := routeRules[pattern]
+		if !ok {
+			s.log.Error("route declares no ACL capability; denied", "pattern", pattern)
+			WriteError(w, &httpError{status: http.StatusForbidden, msg: "Permission denied: route " + pattern + " declares no capability"})
+			return
+		}
+		if ru.open {
+			next.ServeHTTP(w, r)
+			return
+		}
+		id, tokenErr := cfg.Service.Resolve(RequestToken(r))
+		if tokenErr != nil && !isTokenError(tokenErr) {
+			WriteError(w, tokenErr) // the state could not be read: 500
+			return
+		}
+		if err := s.check(w, r, ru, id, tokenErr); err != nil {
+			s.log.Info("request denied", "method", r.Method, "path", r.URL.Path, "accessor", id.Accessor(), "reason", err.Error())
+			var pd *PermissionDenied
+			if errors.As(err, &pd) {
+				err = &httpError{status: http.StatusForbidden, msg: pd.Error()}
+			}
+			WriteError(w, err)
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+		action := ru.audit
+		if force, _ := queryBool(r, "force"); ru.force && force {
+			action = "force-deregister"
+		}
+		if action == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		if rec.status >= 200 && rec.status < 300 {
+			s.auditAction(r, action, id)
+		}
+	})
+}
+
+func isTokenError(err error) bool {
+	return errors.Is(err, acl.ErrTokenMalformed) || errors.Is(err, acl.ErrTokenNotFound) || errors.Is(err, acl.ErrTokenExpired)
+}
+
+// check decides one request; a denial is a *PermissionDenied (403).
+func (s *Server) check(w http.ResponseWriter, r *http.Request, ru rule, id *acl.Identity, tokenErr error) error {
+	if ru.self {
+		if tokenErr != nil {
+			return &PermissionDenied{Capability: "acl:token-self", Reason: tokenErr}
+		}
+		return nil
+	}
+	if ru.join {
+		if tokenErr == nil && id.ACL.IsManagement() {
+			return nil
+		}
+		if s.isServer(r, true) {
+			return nil
+		}
+		return &PermissionDenied{Capability: "management (or a verified server certificate) to join the cluster", Reason: tokenErr}
+	}
+	c := ru.cap
+	if ru.force {
+		force, err := queryBool(r, "force")
+		if err != nil {
+			return err
+		}
+		if force {
+			c = acl.NamespaceForceDeregister
+		}
+	}
+	if !c.Namespaced() {
+		if tokenErr != nil || !id.ACL.Allowed(c, "") {
+			return &PermissionDenied{Capability: c, Reason: tokenErr}
+		}
+		return nil
+	}
+	namespaces, all, err := s.requestNamespaces(w, r, ru.ns)
+	if err != nil {
+		return err
+	}
+	if all {
+		if tokenErr != nil || !id.ACL.AllowedEverywhere(c) {
+			return &PermissionDenied{Capability: c, Namespace: "*", Reason: tokenErr}
+		}
+		return nil
+	}
+	for _, ns := range namespaces {
+		if tokenErr != nil || !id.ACL.Allowed(c, ns) {
+			return &PermissionDenied{Capability: c, Namespace: ns, Reason: tokenErr}
+		}
+	}
+	return nil
+}
+
+// requestNamespaces finds the namespaces a request acts on; all is a
+// cross-namespace list. Bodies are read (within the body limit) and put
+// back for the handler.
+func (s *Server) requestNamespaces(w http.ResponseWriter, r *http.Request, from nsFrom) (_ []string, all bool, _ error) {
+	q := r.URL.Query().Get("namespace")
+	switch from {
+	case nsQueryOrAll:
+		if q == "" {
+			return nil, true, nil
+		}
+		return []string{q}, false, nil
+	case nsQuery:
+		return []string{orDefault(q)}, false, nil
+	case nsClaimBody:
+		if q != "" {
+			return []string{q}, false, nil
+		}
+		var body struct {
+			Namespace string `json:"namespace"`
+		}
+		s.peekBody(w, r, &body)
+		return []string{orDefault(body.Namespace)}, false, nil
+	case nsVolumesBody:
+		var body struct {
+			Volumes []*struct {
+				Namespace string `json:"namespace"`
+			} `json:"volumes"`
+		}
+		s.peekBody(w, r, &body)
+		var out []string
+		for _, v := range body.Volumes {
+			ns := DefaultNamespace
+			if v != nil {
+				ns = orDefault(v.Namespace)
+			}
+			if !slices.Contains(out, ns) {
+				out = append(out, ns)
+			}
+		}
+		if len(out) == 0 {
+			out = []string{DefaultNamespace} // unreadable body: the handler answers 400, if allowed to run
+		}
+		return out, false, nil
+	}
+	return nil, false, fmt.Errorf("unknown namespace source %d", from)
+}
+
+func orDefault(ns string) string {
+	if ns == "" {
+		return DefaultNamespace
+	}
+	return ns
+}
+
+// peekBody decodes the body leniently into v and restores it unchanged.
+// A body over the limit is left for the handler to refuse (413).
+func (s *Server) peekBody(_ http.ResponseWriter, r *http.Request, v any) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return
+	}
+	buf, err := io.ReadAll(io.LimitReader(r.Body, s.cfg.MaxBodyBytes+1))
+	rest := r.Body
+	r.Body = readCloser{Reader: io.MultiReader(bytes.NewReader(buf), rest), Closer: rest}
+	if err != nil {
+		return
+	}
+	_ = json.Unmarshal(buf, v)
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}
+
+// auditTimeout bounds writing an audit event.
+const auditTimeout = 10 * time.Second
+
+// auditAction records a privileged action that succeeded, with the
+// accessor of the token that asked (never the secret). When the event
+// cannot be committed (a follower reloading its own modules has no log
+// to write to) the log line is the record.
+func (s *Server) auditAction(r *http.Request, action string, id *acl.Identity) {
+	ev := &structs.Event{
+		Type:    structs.EventAudit,
+		Message: fmt.Sprintf("%s %s", r.Method, r.URL.Path),
+		Fields:  map[string]string{"action": action, "accessor": id.Accessor()},
+	}
+	if strings.HasPrefix(r.URL.Path, "/v1/volume/") {
+		ev.Namespace = orDefault(r.URL.Query().Get("namespace"))
+		ev.VolumeID = r.PathValue("id")
+		if n := r.URL.Query().Get("node"); n != "" {
+			ev.NodeID = n
+		}
+	}
+	if id := r.URL.Query().Get("id"); id != "" && strings.HasPrefix(r.URL.Path, "/v1/operator/") {
+		ev.Fields["peer"] = id
+	}
+	s.log.Info("audit", "action", ev.Fields["action"], "accessor", id.Accessor(), "method", r.Method, "path", r.URL.Path)
+	if s.auth.cfg.Audit == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), auditTimeout)
+	defer cancel()
+	if _, _, err := s.auth.cfg.Audit.Apply(ctx, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{ev}}); err != nil {
+		s.log.Warn("audit event not committed; this log line is the record", "action", ev.Fields["action"], "accessor", id.Accessor(), "error", err)
+	}
+}

@@ -1,0 +1,33 @@
+package api
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestEveryRouteDeclaresACapability: every route a fully enabled server
+// registers has a rule, and no rule names a route that does not exist
+// (a typo would leave the real route denied, and the rule dead).
+func TestEveryRouteDeclaresACapability(t *testing.T) {
+	s := New(Config{}, nil, nil, nil)
+	s.EnableCluster(nil)
+	s.EnableModules(nil)
+	s.EnableACL(ACLConfig{})
+	seen := map[string]bool{}
+	for _, p := range s.Patterns() {
+		seen[p] = true
+		if _, ok := routeRules[p]; !ok {
+			t.Errorf("route %q has no entry in routeRules", p)
+		}
+	}
+	for p := range routeRules {
+		if !seen[p] {
+			t.Errorf("routeRules names %q, which no route registers", p)
+		}
+	}
+	for p, r := range routeRules {
+		if r.open && !strings.HasSuffix(p, "{$}") && p != "GET /v1/status/leader" && !strings.Contains(p, "/v1/acl/bootstrap") {
+			t.Errorf("route %q is open; only the health check, bootstrap and the empty-ID 400s may be", p)
+		}
+	}
+}
