@@ -107,6 +107,9 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"operator snapshot":             cmd(&groupCommand{Meta: m, name: "operator snapshot", synopsis: "Save and restore the whole cluster state"}),
 		"operator snapshot save":        cmd(&SnapshotSaveCommand{Meta: m}),
 		"operator snapshot restore":     cmd(&SnapshotRestoreCommand{Meta: m}),
+		"operator keyring":              cmd(&groupCommand{Meta: m, name: "operator keyring", synopsis: "The cluster keyring that seals snapshot secrets"}),
+		"operator keyring list":         cmd(&KeyringListCommand{Meta: m}),
+		"operator keyring rotate":       cmd(&KeyringRotateCommand{Meta: m}),
 	}
 }
 

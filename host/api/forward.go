@@ -50,7 +50,11 @@ type ClusterOperator interface {
 	RemovePeer(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) error
 	SaveSnapshot(ctx context.Context, w io.Writer) error
-	RestoreSnapshot(ctx context.Context, r io.Reader) error
+	RestoreSnapshot(ctx context.Context, r io.Reader, o cluster.RestoreOptions) error
+	// RotateKey adds a new active keyring key; Keyring lists the keys
+	// (never their material).
+	RotateKey(ctx context.Context) (cluster.KeyInfo, error)
+	Keyring() []cluster.KeyInfo
 }
 
 // forwarder holds the cluster view once EnableCluster set it; nil keeps

@@ -66,7 +66,11 @@ func (f *fakeOp) SaveSnapshot(_ context.Context, w io.Writer) error {
 	_, err := io.WriteString(w, "snapshot-of-"+f.id)
 	return err
 }
-func (f *fakeOp) RestoreSnapshot(_ context.Context, r io.Reader) error {
+func (f *fakeOp) RotateKey(context.Context) (cluster.KeyInfo, error) {
+	return cluster.KeyInfo{ID: "k2", Active: true}, nil
+}
+func (f *fakeOp) Keyring() []cluster.KeyInfo { return []cluster.KeyInfo{{ID: "k1", Active: true}} }
+func (f *fakeOp) RestoreSnapshot(_ context.Context, r io.Reader, _ cluster.RestoreOptions) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return err

@@ -124,6 +124,10 @@ func oneLine(s string) string {
 // fields, bodies over the limit and trailing data, each with one error
 // naming what is wrong.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	// A declared length over the limit is refused before one byte is read.
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return tooLarge(s.cfg.MaxBodyBytes)
+	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -141,14 +145,19 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error
 	return nil
 }
 
+// tooLarge is the 413 for a body over limit bytes.
+func tooLarge(limit int64) error {
+	return &httpError{status: http.StatusRequestEntityTooLarge,
+		msg: fmt.Sprintf("request body exceeds the limit of %d bytes", limit)}
+}
+
 func (s *Server) decodeError(err error) error {
 	var mbe *http.MaxBytesError
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &mbe):
-		return &httpError{status: http.StatusRequestEntityTooLarge,
-			msg: fmt.Sprintf("request body exceeds the limit of %d bytes", mbe.Limit)}
+		return tooLarge(mbe.Limit)
 	case errors.Is(err, io.EOF):
 		return badRequest("", "request body is empty")
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -172,8 +181,8 @@ func (s *Server) decodeError(err error) error {
 }
 
 // ValidateID checks an ID taken from a path, query or body with the state
-// store's rule (non-empty, at most state.MaxIDLength bytes, valid UTF-8, no
-// whitespace or control characters), so a bad ID is refused before any
+// store's rule (non-empty, at most state.MaxIDLength bytes, valid UTF-8,
+// not "." or "..", no whitespace, control or format (Cf) characters), so a bad ID is refused before any
 // backend work and anything the store accepts stays addressable.
 func ValidateID(field, id string) error {
 	switch {
@@ -183,10 +192,12 @@ func ValidateID(field, id string) error {
 		return badRequest(field, "is %d bytes long, at most %d allowed", len(id), state.MaxIDLength)
 	case !utf8.ValidString(id):
 		return badRequest(field, "is not valid UTF-8")
+	case id == "." || id == "..":
+		return badRequest(field, "%q is reserved (it cannot be a path segment)", id)
 	}
 	for _, c := range id {
-		if unicode.IsSpace(c) || unicode.IsControl(c) {
-			return badRequest(field, "must not contain whitespace or control characters: %q", id)
+		if unicode.IsSpace(c) || unicode.IsControl(c) || unicode.Is(unicode.Cf, c) {
+			return badRequest(field, "must not contain whitespace or control characters, nor invisible format characters (%U): %q", c, id)
 		}
 	}
 	return nil
