@@ -160,6 +160,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, addr string) {
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
 			pr.Out.Header.Set(ForwardedHeader, s.fwd.op.NodeID())
+			// This server checked the Origin against its own Host (guard);
+			// the leader would compare it with its own and refuse.
+			pr.Out.Header.Del("Origin")
 		},
 		Transport:     s.fwd.transport,
 		FlushInterval: -1, // stream blocking answers and snapshots as they come

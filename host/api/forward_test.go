@@ -113,6 +113,7 @@ func do(t *testing.T, method, url string, body string, hdr ...string) (*http.Res
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	setTestContentType(req, body != "")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

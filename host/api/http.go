@@ -52,12 +52,13 @@ func StatusFor(err error) int {
 	var he *httpError
 	var ve *structs.ValidationError
 	var mbe *http.MaxBytesError
+	var pe *structs.ProbeError
 	switch {
 	case errors.As(err, &he):
 		return he.status
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge
-	case errors.As(err, &ve):
+	case errors.As(err, &ve), errors.As(err, &pe):
 		return http.StatusBadRequest
 	case errors.Is(err, structs.ErrNotFound):
 		return http.StatusNotFound
@@ -89,11 +90,14 @@ func WriteError(w http.ResponseWriter, err error) {
 	resp := ErrorResponse{Error: oneLine(err.Error())}
 	var he *httpError
 	var ve *structs.ValidationError
+	var pe *structs.ProbeError
 	switch {
 	case errors.As(err, &he):
 		resp.Field = he.field
 	case errors.As(err, &ve):
 		resp.Field = ve.Field
+	case errors.As(err, &pe):
+		resp.Field = pe.Field
 	}
 	if st, ok := grpcStatus(err); ok {
 		resp.Code = st.Code().String()
@@ -232,7 +236,8 @@ func queryBool(r *http.Request, name string) (bool, error) {
 }
 
 // blockingParams reads ?index=N&wait=D. wait defaults to DefaultWait and is
-// capped at MaxWait; it only matters when index > 0.
+// capped at MaxWait; it only matters when index > 0, and an explicit 0
+// means "answer now" (read).
 func blockingParams(r *http.Request) (uint64, time.Duration, error) {
 	q := r.URL.Query()
 	var index uint64
@@ -283,6 +288,9 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 	}
 	return s.ResponseWriter.Write(b)
 }
+
+// Unwrap lets http.ResponseController reach the connection (deadlines).
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // Flush lets streaming handlers (none yet) flush through the recorder.
 func (s *statusRecorder) Flush() {

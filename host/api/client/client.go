@@ -94,6 +94,9 @@ type QueryOptions struct {
 	Index uint64
 	// Wait bounds the block (server default 5m, capped at 10m).
 	Wait time.Duration
+	// PerPage is the page size lists are fetched in (0: the server's
+	// maximum). List methods follow every page.
+	PerPage int
 }
 
 // QueryMeta is what a read reports beside its answer.
@@ -101,6 +104,38 @@ type QueryMeta struct {
 	// Index is the X-Volhost-Index of the answer; pass it back as
 	// QueryOptions.Index to wait for the next change.
 	Index uint64
+	// NextToken is the X-Volhost-NextToken of the last page read ("" once
+	// every page was read).
+	NextToken string
+}
+
+// list reads every page of a list route. Only the first page blocks (with
+// o's index): the rest are read at once, so a walk over a large list is
+// one consistent-enough pass, as with Nomad's paginated lists.
+func list[T any](c *Client, ctx context.Context, path string, q url.Values, o *QueryOptions) ([]T, QueryMeta, error) {
+	q = blocking(q, o)
+	if o != nil && o.PerPage > 0 {
+		q.Set("per_page", strconv.Itoa(o.PerPage))
+	}
+	var all []T
+	var first QueryMeta
+	for page := 0; ; page++ {
+		var out []T
+		meta, err := c.do(ctx, http.MethodGet, path, q, nil, &out)
+		if err != nil {
+			return nil, meta, err
+		}
+		if page == 0 {
+			first = meta
+			q.Del("index")
+			q.Del("wait")
+		}
+		all = append(all, out...)
+		if meta.NextToken == "" {
+			return all, first, nil
+		}
+		q.Set("next_token", meta.NextToken)
+	}
 }
 
 // url joins the base URL and an already-escaped path (IDs go through
@@ -132,7 +167,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if err != nil {
 		return QueryMeta{}, fmt.Errorf("build request: %w", err)
 	}
-	if body != nil {
+	// Every PUT and POST says JSON, with or without a body: the API refuses
+	// writes of any other type (its CSRF guard).
+	if body != nil || method == http.MethodPut || method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.hc.Do(req)
@@ -144,6 +181,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if v := resp.Header.Get(api.IndexHeader); v != "" {
 		meta.Index, _ = strconv.ParseUint(v, 10, 64)
 	}
+	meta.NextToken = resp.Header.Get(api.NextTokenHeader)
 	if resp.StatusCode/100 != 2 {
 		return meta, decodeError(resp)
 	}
@@ -204,9 +242,7 @@ func (c *Client) Volumes(ctx context.Context, namespace, pluginID string, o *Que
 	if pluginID != "" {
 		q.Set("plugin_id", pluginID)
 	}
-	var out []*structs.Volume
-	meta, err := c.do(ctx, http.MethodGet, "/v1/volumes", blocking(q, o), nil, &out)
-	return out, meta, err
+	return list[*structs.Volume](c, ctx, "/v1/volumes", q, o)
 }
 
 // Volume reads one volume with its force-deregister check.
@@ -261,9 +297,7 @@ func (c *Client) DetachVolume(ctx context.Context, namespace, id, nodeID string)
 
 // Leftovers lists attachments force-deregistration may have left behind.
 func (c *Client) Leftovers(ctx context.Context, o *QueryOptions) ([]*structs.Leftover, QueryMeta, error) {
-	var out []*structs.Leftover
-	meta, err := c.do(ctx, http.MethodGet, "/v1/volumes/leftovers", blocking(nil, o), nil, &out)
-	return out, meta, err
+	return list[*structs.Leftover](c, ctx, "/v1/volumes/leftovers", nil, o)
 }
 
 // ClearLeftovers forgets leftovers by ID, or all of them.
@@ -275,9 +309,7 @@ func (c *Client) ClearLeftovers(ctx context.Context, ids []string, all bool) (ui
 
 // Nodes lists nodes.
 func (c *Client) Nodes(ctx context.Context, o *QueryOptions) ([]*structs.Node, QueryMeta, error) {
-	var out []*structs.Node
-	meta, err := c.do(ctx, http.MethodGet, "/v1/nodes", blocking(nil, o), nil, &out)
-	return out, meta, err
+	return list[*structs.Node](c, ctx, "/v1/nodes", nil, o)
 }
 
 // Node reads one node.
@@ -308,9 +340,7 @@ func (c *Client) SetNodeStatus(ctx context.Context, id string, st structs.NodeSt
 
 // Plugins lists CSI plugins.
 func (c *Client) Plugins(ctx context.Context, o *QueryOptions) ([]*structs.Plugin, QueryMeta, error) {
-	var out []*structs.Plugin
-	meta, err := c.do(ctx, http.MethodGet, "/v1/plugins", blocking(nil, o), nil, &out)
-	return out, meta, err
+	return list[*structs.Plugin](c, ctx, "/v1/plugins", nil, o)
 }
 
 // Plugin reads one plugin.
@@ -338,9 +368,7 @@ func (c *Client) Allocs(ctx context.Context, nodeID string, o *QueryOptions) ([]
 	if nodeID != "" {
 		q.Set("node_id", nodeID)
 	}
-	var out []*structs.Alloc
-	meta, err := c.do(ctx, http.MethodGet, "/v1/allocs", blocking(q, o), nil, &out)
-	return out, meta, err
+	return list[*structs.Alloc](c, ctx, "/v1/allocs", q, o)
 }
 
 // Alloc reads one allocation.
