@@ -268,9 +268,9 @@ func (s *Server) newHTTPServer(l net.Listener) *http.Server {
 		// write deadline from its wait instead (limits.go).
 		ReadTimeout: s.cfg.ReadTimeout,
 		IdleTimeout: s.cfg.IdleTimeout,
-		BaseContext:       func(net.Listener) context.Context { return s.base },
-		ConnState:         s.conns.track,
-		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		BaseContext: func(net.Listener) context.Context { return s.base },
+		ConnState:   s.conns.track,
+		ErrorLog:    s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	return s.srv
 }
