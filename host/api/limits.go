@@ -126,6 +126,7 @@ func (l *limitListener) admit(ip string) bool {
 	if full && l.evict() {
 		l.mu.Lock()
 		l.evicted++
+		l.warnLocked(ip, "connection limit reached, closed an idle connection", l.maxTotal)
 		l.mu.Unlock()
 	}
 	l.mu.Lock()
