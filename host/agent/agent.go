@@ -42,6 +42,8 @@ type Agent struct {
 	wg           sync.WaitGroup
 
 	retryJoinMax time.Duration
+	// lock holds data_dir against a second agent (lock.go); nil in -dev.
+	lock *dirLock
 }
 
 // Options are the parts a test may replace.
@@ -69,7 +71,14 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, logger: opts.Logger, clock: opts.Clock}
 
-	a.Store = state.NewStore()
+	if cfg.DataDir != "" {
+		// Before anything opens the raft files: a second agent on the same
+		// directory fails here, at once, naming the holder.
+		if a.lock, err = lockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	a.Store = state.NewStore(cfg.storeOptions()...)
 	a.Metrics = metrics.New(a.Store)
 	a.CSI = csi.New(csi.Config{CallTimeout: d.CSITimeout, Logger: a.logger.Named("csi"), Metrics: a.Metrics})
 	cc := cluster.Config{
@@ -93,12 +102,13 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	a.Cluster, err = cluster.New(cc, a.Store)
 	if err != nil {
 		a.CSI.Close()
+		_ = a.lock.release()
 		return nil, fmt.Errorf("starting the replicated log: %w", err)
 	}
 	modules, err := a.loadModules()
 	if err != nil {
 		a.CSI.Close()
-		return nil, errors.Join(err, a.Cluster.Shutdown())
+		return nil, errors.Join(err, a.Cluster.Shutdown(), a.lock.release())
 	}
 	a.Server = server.New(server.Config{
 		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Modules: modules, Clock: a.clock, Logger: a.logger,
@@ -129,9 +139,11 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		Modules:    modules,
 	}, a.logger)
 	a.Server.SetReleaser(a.Watcher)
-	a.API = api.NewServer(api.Config{
+	apiCfg := api.Config{
 		Addr: cfg.HTTP.Address, MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: a.logger.Named("http"),
-	}, a.Store, a.Server, a.Metrics.Handler())
+	}
+	cfg.apiLimits(&apiCfg, d)
+	a.API = api.NewServer(apiCfg, a.Store, a.Server, a.Metrics.Handler())
 	// Forwarding to the leader and the operator routes (a single node
 	// always leads, so it only gains the operator routes).
 	a.API.EnableCluster(a.Cluster)
@@ -196,7 +208,9 @@ func (a *Agent) Shutdown() error {
 	a.Watcher.SetEnabled(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return errors.Join(a.API.Shutdown(ctx), a.closeModules(ctx), a.Cluster.Shutdown(), a.CSI.Close())
+	err := errors.Join(a.API.Shutdown(ctx), a.closeModules(ctx), a.Cluster.Shutdown(), a.CSI.Close())
+	// Released last: the raft files are closed by now.
+	return errors.Join(err, a.lock.release())
 }
 
 // followLeadership enables the watcher while this server leads. Only the

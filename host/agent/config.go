@@ -35,12 +35,23 @@ type Config struct {
 	Server      *ServerConfig      `hcl:"server,block"`
 	Watcher     *WatcherConfig     `hcl:"watcher,block"`
 	EscapeHatch *EscapeHatchConfig `hcl:"escape_hatch,block"`
+	Events      *EventsConfig      `hcl:"events,block"`
 }
 
 // HTTPConfig configures the HTTP API.
 type HTTPConfig struct {
 	Address      string `hcl:"address,optional"`
 	MaxBodyBytes int64  `hcl:"max_body_bytes,optional"`
+	// Resource limits and browser guards (limits_config.go; 0 or empty
+	// takes the API's default).
+	AllowedHosts       []string `hcl:"allowed_hosts,optional"`
+	MaxConns           int      `hcl:"max_conns,optional"`
+	MaxConnsPerClient  int      `hcl:"max_conns_per_client,optional"`
+	MaxBlockingQueries int      `hcl:"max_blocking_queries,optional"`
+	MaxPerPage         int      `hcl:"max_per_page,optional"`
+	ReadTimeout        string   `hcl:"read_timeout,optional"`
+	WriteTimeout       string   `hcl:"write_timeout,optional"`
+	IdleTimeout        string   `hcl:"idle_timeout,optional"`
 }
 
 // ServerConfig makes the agent one server of a multi-server raft cluster
@@ -139,7 +150,9 @@ func (c *Config) Merge(o *Config) {
 		if o.HTTP.MaxBodyBytes != 0 {
 			c.HTTP.MaxBodyBytes = o.HTTP.MaxBodyBytes
 		}
+		mergeHTTPLimits(c.HTTP, o.HTTP)
 	}
+	mergeEvents(c, o.Events)
 	if sv := o.Server; sv != nil {
 		if c.Server == nil {
 			c.Server = &ServerConfig{}
@@ -179,6 +192,8 @@ func (c *Config) Merge(o *Config) {
 type Durations struct {
 	IdleTimeout, BackoffBase, BackoffMax, StuckAfter, CSITimeout, GCInterval, GCThreshold, EscapeAfter time.Duration
 	RetryMaxInterval                                                                                   time.Duration
+	// HTTP timeouts (0: the API's defaults).
+	HTTPRead, HTTPWrite, HTTPIdle time.Duration
 }
 
 // Validate checks the merged configuration and parses its durations; the
@@ -258,6 +273,7 @@ func (c *Config) Validate() (Durations, error) {
 	if c.HTTP.MaxBodyBytes <= 0 {
 		errs = append(errs, fmt.Errorf("http.max_body_bytes: must be positive, got %d", c.HTTP.MaxBodyBytes))
 	}
+	errs = append(errs, c.validateLimits(&d)...)
 	return d, errors.Join(errs...)
 }
 

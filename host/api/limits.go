@@ -116,7 +116,7 @@ func (l *limitListener) admit(ip string) bool {
 	l.mu.Lock()
 	if l.per[ip] >= l.maxPer {
 		l.refused++
-		l.warnLocked(ip, "client connection limit reached", l.maxPer)
+		l.warnLocked(ip, "refusing a connection: client connection limit reached", l.maxPer)
 		l.mu.Unlock()
 		return false
 	}
@@ -133,7 +133,7 @@ func (l *limitListener) admit(ip string) bool {
 	defer l.mu.Unlock()
 	if l.total >= l.maxTotal {
 		l.refused++
-		l.warnLocked(ip, "connection limit reached", l.maxTotal)
+		l.warnLocked(ip, "refusing a connection: connection limit reached", l.maxTotal)
 		return false
 	}
 	l.total++
@@ -147,7 +147,7 @@ func (l *limitListener) warnLocked(ip, msg string, limit int) {
 		return
 	}
 	l.lastWarn = now
-	l.log.Warn("refusing connections: "+msg, "client", ip, "limit", limit,
+	l.log.Warn(msg, "client", ip, "limit", limit,
 		"open", l.total, "refused_so_far", l.refused, "idle_evicted_so_far", l.evicted)
 }
 

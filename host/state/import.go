@@ -51,12 +51,14 @@ type Builder struct {
 	txn   *memdb.Txn
 	rows  int
 	order int // position in persistTables of the last row's table
+	rings ringCounter
+	seq   uint64 // last event sequence number
 }
 
 // NewBuilder starts an empty store.
 func NewBuilder() *Builder {
 	db := newDB()
-	return &Builder{db: db, txn: db.Txn(true)}
+	return &Builder{db: db, txn: db.Txn(true), rings: ringCounter{}}
 }
 
 // Rows is how many rows were added.
@@ -76,6 +78,11 @@ func (b *Builder) Add(table string, row any) error {
 		return structs.Invalid("table", "%s row after %s rows: tables must come in the order %v", table, persistTables[b.order], persistTables)
 	}
 	b.order = pos
+	if e, ok := row.(*eventRow); ok {
+		if err := b.placeEvent(e); err != nil {
+			return err
+		}
+	}
 	snap := &Snapshot{txn: b.txn}
 	if err := validateRow(snap, table, row); err != nil {
 		return err
@@ -143,10 +150,32 @@ func rowKey(row any) string {
 	return "?"
 }
 
+// placeEvent checks an event row's place: sequence numbers rising, the
+// ring the one its event belongs to (a hand-edited ring could hide a claim
+// event among the audit trail), ring sequence numbers rising.
+func (b *Builder) placeEvent(e *eventRow) error {
+	if e.Event == nil {
+		return structs.Invalid("event", "is missing")
+	}
+	if e.Seq <= b.seq {
+		return structs.Invalid("event.seq", "%d does not follow %d", e.Seq, b.seq)
+	}
+	b.seq = e.Seq
+	if want := ringOf(e.Event); e.Ring != "" && e.Ring != want {
+		return structs.Invalid("event.ring", "event %d is in ring %q but belongs to %q", e.Seq, e.Ring, want)
+	}
+	if e.RingSeq != 0 && e.RingSeq <= b.rings[ringOf(e.Event)] {
+		return structs.Invalid("event.ring_seq", "event %d: ring sequence %d does not rise", e.Seq, e.RingSeq)
+	}
+	b.rings.place(e)
+	return nil
+}
+
 // Store commits the rows into a new store (opts as for NewStore).
 func (b *Builder) Store(opts ...Option) *Store {
 	b.txn.Commit()
 	s := NewStore(opts...)
 	s.cur.Store(&dbState{db: b.db, abandon: make(chan struct{})})
+	s.volEvents = countVolumeEvents(b.db)
 	return s
 }

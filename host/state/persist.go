@@ -80,6 +80,7 @@ func (s *Store) Restore(r io.Reader) error {
 	if hdr.Version != persistVersion {
 		return fmt.Errorf("restore: unsupported state format version %d (want %d)", hdr.Version, persistVersion)
 	}
+	rings := ringCounter{}
 	for line := 2; ; line++ {
 		var pr persistRow
 		if err := dec.Decode(&pr); err != nil {
@@ -92,6 +93,9 @@ func (s *Store) Restore(r io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("restore: row %d: %w", line, err)
 		}
+		if e, ok := obj.(*eventRow); ok {
+			rings.place(e)
+		}
 		if err := txn.Insert(pr.Table, obj); err != nil {
 			return fmt.Errorf("restore: row %d into %s: %w", line, pr.Table, err)
 		}
@@ -101,6 +105,7 @@ func (s *Store) Restore(r io.Reader) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	old := s.cur.Swap(&dbState{db: db, abandon: make(chan struct{})})
+	s.volEvents = countVolumeEvents(db)
 	close(old.abandon)
 	return nil
 }
