@@ -434,3 +434,61 @@ func TestTotalCapEvictsIdle(t *testing.T) {
 }
 
 func bufioReader(c net.Conn) *bufio.Reader { return bufio.NewReader(c) }
+
+// A claim flood on one volume leaves another's history and the audit trail
+// readable through the API, filtered and paged.
+func TestEventsRouteFiltersAndPages(t *testing.T) {
+	h := newHardened(t, api.Config{})
+	idx := h.b.Store.LatestIndex()
+	appendEv := func(evs ...*structs.Event) {
+		idx++
+		if _, err := h.b.Store.Apply(idx, structs.EventAppendType, &structs.EventAppendRequest{Events: evs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendEv(&structs.Event{Type: structs.EventClaimTransition, Namespace: "default", VolumeID: "quiet", Message: "q"},
+		&structs.Event{Type: structs.EventAudit, Message: "restore", Fields: map[string]string{"action": "snapshot-restore", "accessor": "anonymous"}})
+	for i := range 300 {
+		appendEv(&structs.Event{Type: structs.EventClaimTransition, Namespace: "default", VolumeID: "busy", Message: fmt.Sprint(i)})
+	}
+	get := func(path string) ([]*structs.Event, string) {
+		t.Helper()
+		r := h.send(t, "GET", path, "")
+		if r.status != 200 {
+			t.Fatalf("%s: %d %s", path, r.status, r.body)
+		}
+		var evs []*structs.Event
+		if err := json.Unmarshal([]byte(r.body), &evs); err != nil {
+			t.Fatal(err)
+		}
+		return evs, r.header.Get(api.NextTokenHeader)
+	}
+	if evs, _ := get("/v1/events?volume_id=quiet"); len(evs) != 1 || evs[0].Message != "q" {
+		t.Fatalf("quiet volume: %+v", evs)
+	}
+	if evs, _ := get("/v1/events?type=audit"); len(evs) != 1 || evs[0].Fields["action"] != "snapshot-restore" {
+		t.Fatalf("audit: %+v", evs)
+	}
+	var busy []*structs.Event
+	path := "/v1/events?volume_id=busy&per_page=40"
+	for {
+		evs, tok := get(path)
+		busy = append(busy, evs...)
+		if tok == "" {
+			break
+		}
+		path = "/v1/events?volume_id=busy&per_page=40&next_token=" + tok
+	}
+	if len(busy) != state.DefaultEventsPerVolume || busy[0].Message != "200" || busy[len(busy)-1].Message != "299" {
+		t.Fatalf("busy: %d events, %q..%q", len(busy), busy[0].Message, busy[len(busy)-1].Message)
+	}
+	r := h.send(t, "GET", "/v1/events?after=yesterday", "")
+	if r.status != 400 || !strings.Contains(r.body, `"field": "after"`) {
+		t.Fatalf("bad after: %d %s", r.status, r.body)
+	}
+	cl, _ := client.New(h.ts.URL, nil)
+	all, _, err := cl.EventsFiltered(context.Background(), client.EventQuery{VolumeID: "busy", Namespace: "default"}, &client.QueryOptions{PerPage: 7})
+	if err != nil || len(all) != state.DefaultEventsPerVolume {
+		t.Fatalf("client pages: %d %v", len(all), err)
+	}
+}

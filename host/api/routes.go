@@ -576,28 +576,6 @@ func (s *Server) upsertAllocs(w http.ResponseWriter, r *http.Request) {
 	s.answerIndex(w, index, err)
 }
 
-// listEvents answers the events after ?index= (all when 0). The same
-// parameter drives the blocking query, so a client passing back the index
-// header waits for the next events and gets only those.
-func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
-	since, _, err := blockingParams(r)
-	if err != nil {
-		WriteError(w, err)
-		return
-	}
-	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
-		evs, err := rd.Events(ws, since)
-		if err != nil {
-			return nil, 0, err
-		}
-		if evs == nil {
-			evs = []*structs.Event{}
-		}
-		idx, err := rd.Index(tableEvents)
-		return evs, idx, err
-	})
-}
-
 func (s *Server) systemGC(w http.ResponseWriter, r *http.Request) {
 	n, err := s.backend.SystemGC(r.Context())
 	if err != nil {

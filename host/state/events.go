@@ -77,7 +77,9 @@ func ringOf(e *structs.Event) string {
 
 func volumeRing(ns, id string) string { return ringVolumePrefix + ns + "\x00" + id }
 
-func isVolumeRing(r string) bool { return len(r) > len(ringVolumePrefix) && r[:len(ringVolumePrefix)] == ringVolumePrefix }
+func isVolumeRing(r string) bool {
+	return len(r) > len(ringVolumePrefix) && r[:len(ringVolumePrefix)] == ringVolumePrefix
+}
 
 func (r EventRetention) limit(ring string) int {
 	switch {

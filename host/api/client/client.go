@@ -126,9 +126,10 @@ func list[T any](c *Client, ctx context.Context, path string, q url.Values, o *Q
 			return nil, meta, err
 		}
 		if page == 0 {
+			// The rest answer at once; ?index= stays, since on the events
+			// route it also filters.
 			first = meta
-			q.Del("index")
-			q.Del("wait")
+			q.Set("wait", "0s")
 		}
 		all = append(all, out...)
 		if meta.NextToken == "" {
@@ -391,9 +392,36 @@ func (c *Client) UpsertAllocs(ctx context.Context, allocs []*structs.Alloc) (uin
 // Events lists events after index (all when 0); with o.Index set it waits
 // for new ones.
 func (c *Client) Events(ctx context.Context, o *QueryOptions) ([]*structs.Event, QueryMeta, error) {
-	var out []*structs.Event
-	meta, err := c.do(ctx, http.MethodGet, "/v1/events", blocking(nil, o), nil, &out)
-	return out, meta, err
+	return c.EventsFiltered(ctx, EventQuery{}, o)
+}
+
+// EventQuery filters events (zero fields match all).
+type EventQuery struct {
+	Namespace, VolumeID string
+	Type                string
+	After, Before       time.Time
+}
+
+// EventsFiltered lists the events q selects, every page of them; with
+// o.Index set only events after it, waiting for some.
+func (c *Client) EventsFiltered(ctx context.Context, eq EventQuery, o *QueryOptions) ([]*structs.Event, QueryMeta, error) {
+	q := url.Values{}
+	if eq.VolumeID != "" {
+		q.Set("volume_id", eq.VolumeID)
+		if eq.Namespace != "" {
+			q.Set("namespace", eq.Namespace)
+		}
+	}
+	if eq.Type != "" {
+		q.Set("type", eq.Type)
+	}
+	if !eq.After.IsZero() {
+		q.Set("after", eq.After.UTC().Format(time.RFC3339Nano))
+	}
+	if !eq.Before.IsZero() {
+		q.Set("before", eq.Before.UTC().Format(time.RFC3339Nano))
+	}
+	return list[*structs.Event](c, ctx, "/v1/events", q, o)
 }
 
 // SystemGC runs the claim GC now and answers how many volumes it touched.
