@@ -96,4 +96,3 @@ func (s *Server) eventFilter(r *http.Request) (state.EventFilter, error) {
 	}
 	return f, nil
 }
-

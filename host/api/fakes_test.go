@@ -115,6 +115,7 @@ func (r fakeReader) PluginByID(_ memdb.WatchSet, id string) (*structs.Plugin, er
 	}
 	return nil, nil
 }
+
 // EventsFiltered numbers the fake's events 1.. and applies the filter the
 // way the store does (the store's own tests cover the rings).
 func (r fakeReader) EventsFiltered(_ memdb.WatchSet, f state.EventFilter) ([]state.EventEntry, uint64, error) {

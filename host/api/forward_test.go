@@ -175,6 +175,10 @@ func TestForwarding(t *testing.T) {
 		{"snapshot from the leader", follower, "GET", "/v1/operator/snapshot", "", nil, 200, "true", "0", "snapshot-of-s1"},
 		{"snapshot restore goes to the leader", follower, "PUT", "/v1/operator/snapshot", "state-bytes", nil, 200, "", "", `"restored": true`},
 		{"empty snapshot restore", leader, "PUT", "/v1/operator/snapshot", "", nil, 400, "", "", "snapshot"},
+		{"snapshot upload as JSON (CSRF shape)", leader, "PUT", "/v1/operator/snapshot", "state-bytes", []string{"Content-Type", "text/plain"}, 415, "", "", "application/octet-stream"},
+		{"snapshot upload from a foreign page", follower, "PUT", "/v1/operator/snapshot", "state-bytes", []string{"Origin", "https://evil.example"}, 403, "", "", "cross-origin"},
+		{"keyring list", follower, "GET", "/v1/operator/keyring", "", nil, 200, "", "", `"id": "k1"`},
+		{"keyring rotate goes to the leader", follower, "PUT", "/v1/operator/keyring/rotate", "", nil, 200, "", "", `"id": "k2"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
