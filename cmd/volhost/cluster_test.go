@@ -294,6 +294,7 @@ func TestOperatorSnapshotSaveRestore(t *testing.T) {
 		{"bad file", []string{"operator", "snapshot", "restore", bad}, "snapshot"},
 		{"missing file", []string{"operator", "snapshot", "restore", bad + ".none"}, "reading the snapshot"},
 		{"no file", []string{"operator", "snapshot", "restore"}, "not enough arguments"},
+		{"foreign cluster", []string{"operator", "snapshot", "restore", file}, "another cluster"},
 	}
 	for _, tc := range tests {
 		r := de.run(tc.args...)
@@ -305,7 +306,7 @@ func TestOperatorSnapshotSaveRestore(t *testing.T) {
 		}
 	}
 
-	if out := de.ok("operator", "snapshot", "restore", file); !strings.Contains(out, "Restored snapshot") {
+	if out := de.ok("operator", "snapshot", "restore", "-force-foreign", file); !strings.Contains(out, "Restored snapshot") {
 		t.Fatalf("restore: %s", out)
 	}
 	if got, _ := dst.Store.Digest(); got != want {

@@ -122,11 +122,14 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"acl token self":    cmd(&ACLTokenSelfCommand{Meta: m}),
 		"acl token delete":  cmd(&ACLTokenDeleteCommand{Meta: m}),
 
-		"tls":             cmd(&groupCommand{Meta: m, name: "tls", synopsis: "Create a CA and certificates for TLS"}),
-		"tls ca":          cmd(&groupCommand{Meta: m, name: "tls ca", synopsis: "Create a certificate authority"}),
-		"tls ca create":   cmd(&TLSCACreateCommand{Meta: m}),
-		"tls cert":        cmd(&groupCommand{Meta: m, name: "tls cert", synopsis: "Create server and client certificates"}),
-		"tls cert create": cmd(&TLSCertCreateCommand{Meta: m}),
+		"tls":                     cmd(&groupCommand{Meta: m, name: "tls", synopsis: "Create a CA and certificates for TLS"}),
+		"tls ca":                  cmd(&groupCommand{Meta: m, name: "tls ca", synopsis: "Create a certificate authority"}),
+		"tls ca create":           cmd(&TLSCACreateCommand{Meta: m}),
+		"tls cert":                cmd(&groupCommand{Meta: m, name: "tls cert", synopsis: "Create server and client certificates"}),
+		"tls cert create":         cmd(&TLSCertCreateCommand{Meta: m}),
+		"operator keyring":        cmd(&groupCommand{Meta: m, name: "operator keyring", synopsis: "The cluster keyring that seals snapshot secrets"}),
+		"operator keyring list":   cmd(&KeyringListCommand{Meta: m}),
+		"operator keyring rotate": cmd(&KeyringRotateCommand{Meta: m}),
 	}
 }
 

@@ -47,10 +47,27 @@ func (c *EventsCommand) Synopsis() string { return "Show recent events" }
 func (c *EventsCommand) Help() string {
 	return helpText("events [options]", `
   Show the retained events (claim transitions and failures, stuck volumes,
-  forced deregistrations, module events), oldest first.
+  forced deregistrations, module events, the audit trail), oldest first,
+  every page of them. Each volume keeps its own most recent events
+  (events.per_volume), so a flood of claims on one volume never evicts
+  another's history; audit events are kept apart (events.audit).
 
   -index=<n>
     Only events after raft index n.
+
+  -volume=<id>
+    Only the events of this volume (in -namespace, default "default").
+
+  -namespace=<ns>
+    The namespace of -volume.
+
+  -type=<type>
+    Only events of this type (claim-transition, claim-failed, volume-stuck,
+    force-deregister, auto-force-deregister, module, claim-gc, audit).
+
+  -since=<time>, -until=<time>
+    Only events at or after, and before, a time: RFC 3339
+    (2026-12-01T10:00:00Z) or a duration ago (1h).
 
   -follow
     Keep printing new events as they are recorded (blocking queries on the
@@ -61,8 +78,27 @@ func (c *EventsCommand) Run(args []string) int {
 	fs := c.flagSet("events", true)
 	index := fs.Uint64("index", 0, "")
 	follow := fs.Bool("follow", false, "")
+	volume := fs.String("volume", "", "")
+	ns := fs.String("namespace", "", "")
+	typ := fs.String("type", "", "")
+	since := fs.String("since", "", "")
+	until := fs.String("until", "", "")
 	if _, err := c.parse(fs, args, 0, 0, "events [options]"); err != nil {
 		return c.fail(err)
+	}
+	eq := client.EventQuery{Namespace: *ns, VolumeID: *volume, Type: *typ}
+	for name, p := range map[string]struct {
+		v   string
+		dst *time.Time
+	}{"since": {*since, &eq.After}, "until": {*until, &eq.Before}} {
+		if p.v == "" {
+			continue
+		}
+		t, err := parseWhen(p.v, time.Now())
+		if err != nil {
+			return c.fail(fmt.Errorf("-%s: %w", name, err))
+		}
+		*p.dst = t
 	}
 	cl, err := c.client()
 	if err != nil {
@@ -72,7 +108,7 @@ func (c *EventsCommand) Run(args []string) int {
 	defer stop()
 	// Only the events after -index, answered now: -index filters here, it
 	// does not wait (Wait is tiny; the filter is the same parameter).
-	evs, meta, err := cl.Events(ctx, &client.QueryOptions{Index: *index, Wait: 1})
+	evs, meta, err := cl.EventsFiltered(ctx, eq, &client.QueryOptions{Index: *index, Wait: 1})
 	if err != nil {
 		return c.fail(err)
 	}
@@ -95,7 +131,7 @@ func (c *EventsCommand) Run(args []string) int {
 		last = max(last, e.Index)
 	}
 	for {
-		evs, _, err := cl.Events(ctx, &client.QueryOptions{Index: last, Wait: 5 * time.Minute})
+		evs, _, err := cl.EventsFiltered(ctx, eq, &client.QueryOptions{Index: last, Wait: 5 * time.Minute})
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0 // interrupted: the normal way to stop following
@@ -140,4 +176,16 @@ func (c *EventsCommand) printEvents(evs []*structs.Event, header bool) {
 	for _, r := range eventRows(evs) {
 		c.Ui.Output(strings.Join(r, "\t"))
 	}
+}
+
+// parseWhen reads an RFC 3339 time or a duration ago ("1h": an hour
+// before now).
+func parseWhen(v string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q is neither an RFC 3339 time (2026-12-01T10:00:00Z) nor a duration ago (1h)", v)
 }

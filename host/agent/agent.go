@@ -54,6 +54,8 @@ type Agent struct {
 	ACL *acl.Service
 
 	rpcTransport raft.Transport // the mutual-TLS transport setupTLS made
+	// lock holds data_dir against a second agent (lock.go); nil in -dev.
+	lock *dirLock
 }
 
 // Options are the parts a test may replace.
@@ -81,7 +83,14 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, logger: opts.Logger, clock: opts.Clock}
 
-	a.Store = state.NewStore()
+	if cfg.DataDir != "" {
+		// Before anything opens the raft files: a second agent on the same
+		// directory fails here, at once, naming the holder.
+		if a.lock, err = lockDataDir(cfg.DataDir); err != nil {
+			return nil, err
+		}
+	}
+	a.Store = state.NewStore(cfg.storeOptions()...)
 	a.Metrics = metrics.New(a.Store)
 	caller := cfg.NodeID
 	if caller == "" {
@@ -116,13 +125,14 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		if cl, ok := cc.Transport.(io.Closer); ok && cc.Transport != nil {
 			_ = cl.Close()
 		}
+		_ = a.lock.release()
 		return nil, fmt.Errorf("starting the replicated log: %w", err)
 	}
 	a.setupProbe(cc)
 	modules, err := a.loadModules(d.ModuleMaxima)
 	if err != nil {
 		a.CSI.Close()
-		return nil, errors.Join(err, a.Cluster.Shutdown())
+		return nil, errors.Join(err, a.Cluster.Shutdown(), a.lock.release())
 	}
 	// One set of volume locks for the claim path and the watcher's
 	// per-node release steps (issue 10 defect 2).
@@ -165,6 +175,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	if a.TLS != nil && cfg.TLS.HTTP {
 		apiCfg.TLS, apiCfg.ForwardTLS = a.TLS.HTTPServerConfig(), a.TLS.ClientConfig()
 	}
+	cfg.apiLimits(&apiCfg, d)
 	a.API = api.NewServer(apiCfg, a.Store, a.Server, a.Metrics.Handler())
 	// Forwarding to the leader and the operator routes (a single node
 	// always leads, so it only gains the operator routes).
@@ -231,7 +242,9 @@ func (a *Agent) Shutdown() error {
 	a.Watcher.SetEnabled(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	return errors.Join(a.API.Shutdown(ctx), a.closeModules(ctx), a.Cluster.Shutdown(), a.CSI.Close())
+	err := errors.Join(a.API.Shutdown(ctx), a.closeModules(ctx), a.Cluster.Shutdown(), a.CSI.Close())
+	// Released last: the raft files are closed by now.
+	return errors.Join(err, a.lock.release())
 }
 
 // followLeadership enables the watcher while this server leads. Only the

@@ -44,9 +44,10 @@ type Config struct {
 	ModuleLimits *ModuleLimitsConfig `hcl:"module_limits,block"`
 	// Region names this cluster's servers in TLS certificates
 	// (server.<region>.volhost; default "global").
-	Region string     `hcl:"region,optional"`
-	ACL    *ACLConfig `hcl:"acl,block"`
-	TLS    *TLSConfig `hcl:"tls,block"`
+	Region string        `hcl:"region,optional"`
+	ACL    *ACLConfig    `hcl:"acl,block"`
+	TLS    *TLSConfig    `hcl:"tls,block"`
+	Events *EventsConfig `hcl:"events,block"`
 }
 
 // ModuleLimitsConfig bounds what a module manifest may ask for. Zero or
@@ -89,6 +90,16 @@ type TLSConfig struct {
 type HTTPConfig struct {
 	Address      string `hcl:"address,optional"`
 	MaxBodyBytes int64  `hcl:"max_body_bytes,optional"`
+	// Resource limits and browser guards (limits_config.go; 0 or empty
+	// takes the API's default).
+	AllowedHosts       []string `hcl:"allowed_hosts,optional"`
+	MaxConns           int      `hcl:"max_conns,optional"`
+	MaxConnsPerClient  int      `hcl:"max_conns_per_client,optional"`
+	MaxBlockingQueries int      `hcl:"max_blocking_queries,optional"`
+	MaxPerPage         int      `hcl:"max_per_page,optional"`
+	ReadTimeout        string   `hcl:"read_timeout,optional"`
+	WriteTimeout       string   `hcl:"write_timeout,optional"`
+	IdleTimeout        string   `hcl:"idle_timeout,optional"`
 }
 
 // ServerConfig makes the agent one server of a multi-server raft cluster
@@ -196,7 +207,9 @@ func (c *Config) Merge(o *Config) {
 		if o.HTTP.MaxBodyBytes != 0 {
 			c.HTTP.MaxBodyBytes = o.HTTP.MaxBodyBytes
 		}
+		mergeHTTPLimits(c.HTTP, o.HTTP)
 	}
+	mergeEvents(c, o.Events)
 	if sv := o.Server; sv != nil {
 		if c.Server == nil {
 			c.Server = &ServerConfig{}
@@ -273,6 +286,8 @@ type Durations struct {
 	RetryMaxInterval, MaxRetryAfter                                                                    time.Duration
 	// ModuleMaxima are module_limits, parsed.
 	ModuleMaxima plugins.Maxima
+	// HTTP timeouts (0: the API's defaults).
+	HTTPRead, HTTPWrite, HTTPIdle time.Duration
 }
 
 // Validate checks the merged configuration and parses its durations; the
@@ -390,6 +405,7 @@ func (c *Config) Validate() (Durations, error) {
 			x.ModuleSize = n
 		}
 	}
+	errs = append(errs, c.validateLimits(&d)...)
 	return d, errors.Join(errs...)
 }
 

@@ -43,6 +43,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -77,6 +78,36 @@ type Config struct {
 	// ForwardTLS is how a follower dials the leader's HTTPS API
 	// (tlsutil.Holder.ClientConfig); set with TLS.
 	ForwardTLS *tls.Config
+
+	// AllowedHosts are the host names (besides IP literals and localhost)
+	// a request's Host may name; "*" turns the DNS rebinding guard off.
+	AllowedHosts []string
+	// MaxConns caps open connections in total (default: the open-file
+	// limit minus a reserve for raft, CSI and modules) and
+	// MaxConnsPerClient per client IP (default 200). At the total cap an
+	// idle connection is closed to make room; past a client's cap its new
+	// connections are closed at once. Both are logged at WARN.
+	MaxConns          int
+	MaxConnsPerClient int
+	// MaxBlockingQueries caps blocking queries in flight (default 1024);
+	// past it a blocking read gets 429.
+	MaxBlockingQueries int
+	// ReadTimeout bounds reading a request (headers and body; default
+	// 30s, the snapshot upload gets SnapshotTimeout), WriteTimeout writing
+	// the answer of a non-blocking request (default 30s; a blocking one
+	// gets its wait on top), IdleTimeout an idle keep-alive connection
+	// (default 90s).
+	ReadTimeout     time.Duration
+	WriteTimeout    time.Duration
+	IdleTimeout     time.Duration
+	SnapshotTimeout time.Duration
+	// MaxPerPage caps ?per_page= on lists and is the page size when none is
+	// asked for (default 1000).
+	MaxPerPage int
+	// ProbeErrorDetail says whether the caller may see why an endpoint
+	// probe failed (the dial error maps the agent host's files and ports).
+	// nil: nobody; the ACL work sets it to "has operator:write".
+	ProbeErrorDetail func(r *http.Request) bool
 }
 
 // Server serves the API.
@@ -102,6 +133,9 @@ type Server struct {
 	done chan struct{}
 
 	conns connStates // what each open connection is doing, for Shutdown
+
+	hosts    map[string]bool // AllowedHosts, lower case
+	blocking chan struct{}   // one slot per blocking query in flight
 }
 
 // connStates tracks the state of every open connection (http.Server's
@@ -152,6 +186,7 @@ func New(cfg Config, store Store, backend Backend, metrics http.Handler) *Server
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
+	cfg.applyLimitDefaults()
 	s := &Server{
 		cfg:     cfg,
 		log:     cfg.Logger.Named("api"),
@@ -162,12 +197,17 @@ func New(cfg Config, store Store, backend Backend, metrics http.Handler) *Server
 		done:    make(chan struct{}),
 	}
 	s.base, s.cancelBase = context.WithCancel(context.Background())
+	s.hosts = map[string]bool{}
+	for _, h := range cfg.AllowedHosts {
+		s.hosts[strings.ToLower(strings.TrimSuffix(h, "."))] = true
+	}
+	s.blocking = make(chan struct{}, cfg.MaxBlockingQueries)
 	s.routes()
 	// Authorization runs where a request is served: a follower forwards
 	// without judging (its copy of the tokens may lag) and the leader
 	// checks; reads a follower serves itself (?stale=true, its own
 	// modules) are checked there.
-	s.handler = s.forwarding(s.authorizing(s.wrap(s.mux.ServeMux)))
+	s.handler = s.guard(s.forwarding(s.authorizing(s.wrap(s.mux.ServeMux))))
 	return s
 }
 
@@ -188,6 +228,7 @@ func (s *Server) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("api: listen on %s: %w", s.cfg.Addr, err)
 	}
+	l = s.limitListener(l)
 	if s.cfg.TLS != nil {
 		l = tls.NewListener(l, s.cfg.TLS)
 	}
@@ -218,6 +259,7 @@ func (s *Server) Start(ctx context.Context) error {
 
 // Serve serves on l until Shutdown; it returns nil after a clean shutdown.
 func (s *Server) Serve(l net.Listener) error {
+	l = s.limitListener(l)
 	srv := s.newHTTPServer(l)
 	if srv == nil {
 		return errors.New("api: server already started")
@@ -238,9 +280,15 @@ func (s *Server) newHTTPServer(l net.Listener) *http.Server {
 	s.srv = &http.Server{
 		Handler:           s.handler,
 		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return s.base },
-		ConnState:         s.conns.track,
-		ErrorLog:          s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		// ReadTimeout covers the body too; the snapshot upload extends its
+		// own deadline. WriteTimeout stays 0 here because blocking queries
+		// legitimately answer after minutes: guard sets each request's
+		// write deadline from its wait instead (limits.go).
+		ReadTimeout: s.cfg.ReadTimeout,
+		IdleTimeout: s.cfg.IdleTimeout,
+		BaseContext: func(net.Listener) context.Context { return s.base },
+		ConnState:   s.conns.track,
+		ErrorLog:    s.log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 	}
 	return s.srv
 }

@@ -91,6 +91,7 @@ func doCtx(t *testing.T, ctx context.Context, base, method, path, body string) r
 	if err != nil {
 		t.Fatal(err)
 	}
+	setTestContentType(req, body != "")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
@@ -504,5 +505,19 @@ func TestStartStopsWithContext(t *testing.T) {
 			t.Fatal("server still accepting after ctx ended")
 		}
 		runtime.Gosched()
+	}
+}
+
+// setTestContentType sets what the CLI sends: JSON on every PUT and POST
+// and on a DELETE with a body, octet-stream on the snapshot upload.
+func setTestContentType(req *http.Request, hasBody bool) {
+	if req.Header.Get("Content-Type") != "" {
+		return
+	}
+	switch {
+	case strings.HasPrefix(req.URL.Path, "/v1/operator/snapshot") && req.Method != http.MethodGet:
+		req.Header.Set("Content-Type", "application/octet-stream")
+	case req.Method == http.MethodPut || req.Method == http.MethodPost || (req.Method == http.MethodDelete && hasBody):
+		req.Header.Set("Content-Type", "application/json")
 	}
 }

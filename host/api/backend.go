@@ -6,6 +6,7 @@ import (
 
 	memdb "github.com/hashicorp/go-memdb"
 
+	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -57,6 +58,8 @@ type Reader interface {
 	Plugins(ws memdb.WatchSet) ([]*structs.Plugin, error)
 	PluginByID(ws memdb.WatchSet, id string) (*structs.Plugin, error)
 	Events(ws memdb.WatchSet, sinceIndex uint64) ([]*structs.Event, error)
+	// EventsFiltered reads one page of events (host/state/events.go).
+	EventsFiltered(ws memdb.WatchSet, f state.EventFilter) ([]state.EventEntry, uint64, error)
 	Leftovers(ws memdb.WatchSet) ([]*structs.Leftover, error)
 	Index(table string) (uint64, error)
 }

@@ -10,6 +10,7 @@ import (
 	memdb "github.com/hashicorp/go-memdb"
 
 	"github.com/volhost/volhost/host/api"
+	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -114,6 +115,25 @@ func (r fakeReader) PluginByID(_ memdb.WatchSet, id string) (*structs.Plugin, er
 	}
 	return nil, nil
 }
+
+// EventsFiltered numbers the fake's events 1.. and applies the filter the
+// way the store does (the store's own tests cover the rings).
+func (r fakeReader) EventsFiltered(_ memdb.WatchSet, f state.EventFilter) ([]state.EventEntry, uint64, error) {
+	var out []state.EventEntry
+	for i, e := range r.f.events {
+		seq := uint64(i + 1)
+		if seq < f.FromSeq || e.Index <= f.SinceIndex || (f.Type != "" && e.Type != f.Type) ||
+			(f.VolumeID != "" && (e.VolumeID != f.VolumeID || e.Namespace != f.Namespace)) {
+			continue
+		}
+		if f.Limit > 0 && len(out) == f.Limit {
+			return out, seq, nil
+		}
+		out = append(out, state.EventEntry{Seq: seq, Event: e})
+	}
+	return out, 0, nil
+}
+
 func (r fakeReader) Events(_ memdb.WatchSet, since uint64) ([]*structs.Event, error) {
 	var out []*structs.Event
 	for _, e := range r.f.events {

@@ -50,7 +50,11 @@ type ClusterOperator interface {
 	RemovePeer(ctx context.Context, id string) error
 	TransferLeadership(ctx context.Context, id string) error
 	SaveSnapshot(ctx context.Context, w io.Writer) error
-	RestoreSnapshot(ctx context.Context, r io.Reader) error
+	RestoreSnapshot(ctx context.Context, r io.Reader, o cluster.RestoreOptions) error
+	// RotateKey adds a new active keyring key; Keyring lists the keys
+	// (never their material).
+	RotateKey(ctx context.Context) (cluster.KeyInfo, error)
+	Keyring() []cluster.KeyInfo
 }
 
 // forwarder holds the cluster view once EnableCluster set it; nil keeps
@@ -161,6 +165,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, addr string) {
 			pr.Out.Host = target.Host
 			pr.Out.Header.Set(ForwardedHeader, s.fwd.op.NodeID())
 			s.vouchServer(pr.In, pr.Out) // auth.go
+			// This server checked the Origin against its own Host (guard);
+			// the leader would compare it with its own and refuse.
+			pr.Out.Header.Del("Origin")
 		},
 		Transport:     s.fwd.transport,
 		FlushInterval: -1, // stream blocking answers and snapshots as they come

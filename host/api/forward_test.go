@@ -66,7 +66,11 @@ func (f *fakeOp) SaveSnapshot(_ context.Context, w io.Writer) error {
 	_, err := io.WriteString(w, "snapshot-of-"+f.id)
 	return err
 }
-func (f *fakeOp) RestoreSnapshot(_ context.Context, r io.Reader) error {
+func (f *fakeOp) RotateKey(context.Context) (cluster.KeyInfo, error) {
+	return cluster.KeyInfo{ID: "k2", Active: true}, nil
+}
+func (f *fakeOp) Keyring() []cluster.KeyInfo { return []cluster.KeyInfo{{ID: "k1", Active: true}} }
+func (f *fakeOp) RestoreSnapshot(_ context.Context, r io.Reader, _ cluster.RestoreOptions) error {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return err
@@ -109,6 +113,7 @@ func do(t *testing.T, method, url string, body string, hdr ...string) (*http.Res
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
+	setTestContentType(req, body != "")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -170,6 +175,10 @@ func TestForwarding(t *testing.T) {
 		{"snapshot from the leader", follower, "GET", "/v1/operator/snapshot", "", nil, 200, "true", "0", "snapshot-of-s1"},
 		{"snapshot restore goes to the leader", follower, "PUT", "/v1/operator/snapshot", "state-bytes", nil, 200, "", "", `"restored": true`},
 		{"empty snapshot restore", leader, "PUT", "/v1/operator/snapshot", "", nil, 400, "", "", "snapshot"},
+		{"snapshot upload as JSON (CSRF shape)", leader, "PUT", "/v1/operator/snapshot", "state-bytes", []string{"Content-Type", "text/plain"}, 415, "", "", "application/octet-stream"},
+		{"snapshot upload from a foreign page", follower, "PUT", "/v1/operator/snapshot", "state-bytes", []string{"Origin", "https://evil.example"}, 403, "", "", "cross-origin"},
+		{"keyring list", follower, "GET", "/v1/operator/keyring", "", nil, 200, "", "", `"id": "k1"`},
+		{"keyring rotate goes to the leader", follower, "PUT", "/v1/operator/keyring/rotate", "", nil, 200, "", "", `"id": "k2"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -52,12 +52,13 @@ func StatusFor(err error) int {
 	var he *httpError
 	var ve *structs.ValidationError
 	var mbe *http.MaxBytesError
+	var pe *structs.ProbeError
 	switch {
 	case errors.As(err, &he):
 		return he.status
 	case errors.As(err, &mbe):
 		return http.StatusRequestEntityTooLarge
-	case errors.As(err, &ve):
+	case errors.As(err, &ve), errors.As(err, &pe):
 		return http.StatusBadRequest
 	case errors.Is(err, structs.ErrNotFound):
 		return http.StatusNotFound
@@ -91,11 +92,14 @@ func WriteError(w http.ResponseWriter, err error) {
 	resp := ErrorResponse{Error: oneLine(err.Error())}
 	var he *httpError
 	var ve *structs.ValidationError
+	var pe *structs.ProbeError
 	switch {
 	case errors.As(err, &he):
 		resp.Field = he.field
 	case errors.As(err, &ve):
 		resp.Field = ve.Field
+	case errors.As(err, &pe):
+		resp.Field = pe.Field
 	}
 	if st, ok := grpcStatus(err); ok {
 		resp.Code = st.Code().String()
@@ -126,6 +130,10 @@ func oneLine(s string) string {
 // fields, bodies over the limit and trailing data, each with one error
 // naming what is wrong.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	// A declared length over the limit is refused before one byte is read.
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		return tooLarge(s.cfg.MaxBodyBytes)
+	}
 	body := http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes)
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -143,14 +151,19 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error
 	return nil
 }
 
+// tooLarge is the 413 for a body over limit bytes.
+func tooLarge(limit int64) error {
+	return &httpError{status: http.StatusRequestEntityTooLarge,
+		msg: fmt.Sprintf("request body exceeds the limit of %d bytes", limit)}
+}
+
 func (s *Server) decodeError(err error) error {
 	var mbe *http.MaxBytesError
 	var se *json.SyntaxError
 	var te *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &mbe):
-		return &httpError{status: http.StatusRequestEntityTooLarge,
-			msg: fmt.Sprintf("request body exceeds the limit of %d bytes", mbe.Limit)}
+		return tooLarge(mbe.Limit)
 	case errors.Is(err, io.EOF):
 		return badRequest("", "request body is empty")
 	case errors.Is(err, io.ErrUnexpectedEOF):
@@ -174,8 +187,8 @@ func (s *Server) decodeError(err error) error {
 }
 
 // ValidateID checks an ID taken from a path, query or body with the state
-// store's rule (non-empty, at most state.MaxIDLength bytes, valid UTF-8, no
-// whitespace or control characters), so a bad ID is refused before any
+// store's rule (non-empty, at most state.MaxIDLength bytes, valid UTF-8,
+// not "." or "..", no whitespace, control or format (Cf) characters), so a bad ID is refused before any
 // backend work and anything the store accepts stays addressable.
 func ValidateID(field, id string) error {
 	switch {
@@ -185,10 +198,12 @@ func ValidateID(field, id string) error {
 		return badRequest(field, "is %d bytes long, at most %d allowed", len(id), state.MaxIDLength)
 	case !utf8.ValidString(id):
 		return badRequest(field, "is not valid UTF-8")
+	case id == "." || id == "..":
+		return badRequest(field, "%q is reserved (it cannot be a path segment)", id)
 	}
 	for _, c := range id {
-		if unicode.IsSpace(c) || unicode.IsControl(c) {
-			return badRequest(field, "must not contain whitespace or control characters: %q", id)
+		if unicode.IsSpace(c) || unicode.IsControl(c) || unicode.Is(unicode.Cf, c) {
+			return badRequest(field, "must not contain whitespace or control characters, nor invisible format characters (%U): %q", c, id)
 		}
 	}
 	return nil
@@ -223,7 +238,8 @@ func queryBool(r *http.Request, name string) (bool, error) {
 }
 
 // blockingParams reads ?index=N&wait=D. wait defaults to DefaultWait and is
-// capped at MaxWait; it only matters when index > 0.
+// capped at MaxWait; it only matters when index > 0, and an explicit 0
+// means "answer now" (read).
 func blockingParams(r *http.Request) (uint64, time.Duration, error) {
 	q := r.URL.Query()
 	var index uint64
@@ -274,6 +290,9 @@ func (s *statusRecorder) Write(b []byte) (int, error) {
 	}
 	return s.ResponseWriter.Write(b)
 }
+
+// Unwrap lets http.ResponseController reach the connection (deadlines).
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // Flush lets streaming handlers (none yet) flush through the recorder.
 func (s *statusRecorder) Flush() {

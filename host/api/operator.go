@@ -16,7 +16,12 @@ import (
 //	DELETE /v1/operator/raft/peer?id=ID      -> {"removed"}
 //	PUT    /v1/operator/raft/transfer-leader ?id=ID (any voter when omitted) -> {"leader"}
 //	GET    /v1/operator/snapshot             -> the whole state (application/octet-stream)
-//	PUT    /v1/operator/snapshot             body: a saved snapshot; restored through raft on every server
+//	PUT    /v1/operator/snapshot             body: a saved snapshot (application/octet-stream) ?force_foreign=true; restored through raft on every server
+//	GET    /v1/operator/keyring              -> [KeyInfo...] (IDs and ages, never key material)
+//	PUT    /v1/operator/keyring/rotate       -> KeyInfo of the new active key
+//
+// Both snapshot routes and the keyring routes need operator:write (the ACL
+// work, issue 12, enforces it at route registration).
 const (
 	joinPath = cluster.JoinPath
 	// maxSnapshotBytes bounds a restore upload (the normal body limit is
@@ -60,6 +65,9 @@ func (s *Server) operatorRoutes() {
 	m.HandleFunc("GET /v1/operator/snapshot", s.snapshotSave)
 	m.HandleFunc("PUT /v1/operator/snapshot", s.snapshotRestore)
 	m.HandleFunc("POST /v1/operator/snapshot", s.snapshotRestore)
+	m.HandleFunc("GET /v1/operator/keyring", s.keyringList)
+	m.HandleFunc("PUT /v1/operator/keyring/rotate", s.keyringRotate)
+	m.HandleFunc("POST /v1/operator/keyring/rotate", s.keyringRotate)
 }
 
 func (s *Server) statusPeers(w http.ResponseWriter, _ *http.Request) {
@@ -160,13 +168,41 @@ func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(buf.Bytes())
 }
 
+// snapshotRestore streams the upload into the snapshot decoder: the body is
+// bounded but never buffered whole (host/cluster/snapshot.go).
 func (s *Server) snapshotRestore(w http.ResponseWriter, r *http.Request) {
+	force, err := queryBool(r, "force_foreign")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	if r.ContentLength > maxSnapshotBytes {
+		WriteError(w, tooLarge(maxSnapshotBytes))
+		return
+	}
 	body := http.MaxBytesReader(w, r.Body, maxSnapshotBytes)
-	if err := s.fwd.op.RestoreSnapshot(r.Context(), body); err != nil {
+	if err := s.fwd.op.RestoreSnapshot(r.Context(), body, cluster.RestoreOptions{ForceForeign: force}); err != nil {
 		WriteError(w, err)
 		return
 	}
 	WriteJSON(w, http.StatusOK, struct {
 		Restored bool `json:"restored"`
 	}{true})
+}
+
+func (s *Server) keyringList(w http.ResponseWriter, _ *http.Request) {
+	keys := s.fwd.op.Keyring()
+	if keys == nil {
+		keys = []cluster.KeyInfo{}
+	}
+	WriteJSON(w, http.StatusOK, keys)
+}
+
+func (s *Server) keyringRotate(w http.ResponseWriter, r *http.Request) {
+	k, err := s.fwd.op.RotateKey(r.Context())
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, k)
 }

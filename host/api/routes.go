@@ -104,6 +104,17 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, fn func(ws memdb.W
 		WriteError(w, err)
 		return
 	}
+	if wait == 0 {
+		// ?wait=0s asks for the answer now, whatever the index.
+		minIndex = 0
+	}
+	if minIndex > 0 {
+		release, ok := s.acquireBlocking(w)
+		if !ok {
+			return
+		}
+		defer release()
+	}
 	var out any
 	index, err := s.store.Query(r.Context(), minIndex, wait, func(ws memdb.WatchSet, rd Reader) (uint64, error) {
 		v, idx, err := fn(ws, rd)
@@ -161,16 +172,27 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	pp, err := s.pageParams(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
 		vols, err := rd.Volumes(ws)
 		if err != nil {
 			return nil, 0, err
 		}
-		out := make([]*structs.Volume, 0, len(vols))
+		match := make([]*structs.Volume, 0, len(vols))
 		for _, v := range vols {
 			if (ns == "" || v.Namespace == ns) && (plugin == "" || v.PluginID == plugin) {
-				out = append(out, redact(v))
+				match = append(match, v)
 			}
+		}
+		// Redact (copy) only the page that is answered.
+		page := paginate(w, match, func(v *structs.Volume) string { return volumeKey(v.Namespace, v.ID) }, pp)
+		out := make([]*structs.Volume, len(page))
+		for i, v := range page {
+			out[i] = redact(v)
 		}
 		idx, err := rd.Index(tableVolumes)
 		return out, idx, err
@@ -360,11 +382,17 @@ func (s *Server) detachVolume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listLeftovers(w http.ResponseWriter, r *http.Request) {
+	pp, err := s.pageParams(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
 		left, err := rd.Leftovers(ws)
 		if err != nil {
 			return nil, 0, err
 		}
+		left = paginate(w, left, func(l *structs.Leftover) string { return l.ID }, pp)
 		if left == nil {
 			left = []*structs.Leftover{}
 		}
@@ -410,7 +438,7 @@ func (s *Server) clearLeftovers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
-	listAll(s, w, r, tableNodes, Reader.Nodes)
+	listAll(s, w, r, tableNodes, Reader.Nodes, func(n *structs.Node) string { return n.ID })
 }
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
@@ -433,7 +461,7 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := s.backend.RegisterNode(r.Context(), req.Node)
 	if err != nil {
-		WriteError(w, err)
+		WriteError(w, s.probeError(r, err))
 		return
 	}
 	setIndex(w, n.ModifyIndex)
@@ -460,7 +488,7 @@ func (s *Server) nodeStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request) {
-	listAll(s, w, r, tablePlugins, Reader.Plugins)
+	listAll(s, w, r, tablePlugins, Reader.Plugins, func(p *structs.Plugin) string { return p.ID })
 }
 
 func (s *Server) getPlugin(w http.ResponseWriter, r *http.Request) {
@@ -483,7 +511,7 @@ func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) {
 	}
 	p, err := s.backend.RegisterPlugin(r.Context(), req.Plugin)
 	if err != nil {
-		WriteError(w, err)
+		WriteError(w, s.probeError(r, err))
 		return
 	}
 	setIndex(w, p.ModifyIndex)
@@ -498,6 +526,11 @@ func (s *Server) listAllocs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	pp, err := s.pageParams(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
 		as, err := rd.Allocs(ws)
 		if err != nil {
@@ -509,6 +542,7 @@ func (s *Server) listAllocs(w http.ResponseWriter, r *http.Request) {
 				out = append(out, a)
 			}
 		}
+		out = paginate(w, out, func(a *structs.Alloc) string { return a.ID }, pp)
 		idx, err := rd.Index(tableAllocs)
 		return out, idx, err
 	})
@@ -540,28 +574,6 @@ func (s *Server) upsertAllocs(w http.ResponseWriter, r *http.Request) {
 	}
 	index, err := s.backend.UpsertAllocs(r.Context(), req.Allocs)
 	s.answerIndex(w, index, err)
-}
-
-// listEvents answers the events after ?index= (all when 0). The same
-// parameter drives the blocking query, so a client passing back the index
-// header waits for the next events and gets only those.
-func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
-	since, _, err := blockingParams(r)
-	if err != nil {
-		WriteError(w, err)
-		return
-	}
-	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
-		evs, err := rd.Events(ws, since)
-		if err != nil {
-			return nil, 0, err
-		}
-		if evs == nil {
-			evs = []*structs.Event{}
-		}
-		idx, err := rd.Index(tableEvents)
-		return evs, idx, err
-	})
 }
 
 func (s *Server) systemGC(w http.ResponseWriter, r *http.Request) {
@@ -612,14 +624,21 @@ func getOne[T any](s *Server, w http.ResponseWriter, r *http.Request, what, tabl
 	})
 }
 
-// listAll answers a list route with every object of table ([] when empty).
+// listAll answers a list route with a page of the objects of table ([]
+// when empty); key is the object's sort key in the table.
 func listAll[T any](s *Server, w http.ResponseWriter, r *http.Request, table string,
-	list func(Reader, memdb.WatchSet) ([]*T, error)) {
+	list func(Reader, memdb.WatchSet) ([]*T, error), key func(*T) string) {
+	pp, err := s.pageParams(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
 		objs, err := list(rd, ws)
 		if err != nil {
 			return nil, 0, err
 		}
+		objs = paginate(w, objs, key, pp)
 		if objs == nil {
 			objs = []*T{}
 		}

@@ -26,7 +26,9 @@ const (
 	memberRemoveType byte = 202 // forget a removed server
 )
 
-func isMetaType(t byte) bool { return t >= clusterInitType && t <= memberRemoveType }
+func isMetaType(t byte) bool {
+	return (t >= clusterInitType && t <= memberRemoveType) || t == keyringAddType
+}
 
 // Member is one server as the replicated state knows it: its raft ID and
 // addresses. The HTTP address is what a follower forwards writes to.
@@ -45,6 +47,9 @@ type meta struct {
 	mu      sync.RWMutex
 	id      string
 	members map[string]Member
+	// keys is the cluster keyring, oldest first; the last one is active
+	// (keyring.go).
+	keys []Key
 }
 
 func newMeta() *meta { return &meta{members: map[string]Member{}} }
@@ -86,6 +91,7 @@ type metaCommand struct {
 	ClusterID string  `json:"cluster_id,omitempty"`
 	Member    *Member `json:"member,omitempty"`
 	RemoveID  string  `json:"remove_id,omitempty"`
+	Key       *Key    `json:"key,omitempty"`
 }
 
 func encodeMeta(t byte, cmd metaCommand) ([]byte, error) {
@@ -118,6 +124,8 @@ func (m *meta) apply(t byte, data []byte) error {
 		m.members[cmd.Member.ID] = *cmd.Member
 	case memberRemoveType:
 		delete(m.members, cmd.RemoveID)
+	case keyringAddType:
+		return m.applyKey(cmd.Key)
 	default:
 		return fmt.Errorf("unknown cluster command %d", t)
 	}
@@ -132,11 +140,17 @@ type snapshotHeader struct {
 	Version   int      `json:"volhost_cluster"`
 	ClusterID string   `json:"cluster_id"`
 	Members   []Member `json:"members"`
+	// Keyring is absent from snapshots written before the keyring existed;
+	// the next leader step-up creates one.
+	Keyring []Key `json:"keyring,omitempty"`
 }
 
 func (m *meta) header() snapshotHeader {
 	members := m.list()
-	return snapshotHeader{Version: ProtocolVersion, ClusterID: m.clusterID(), Members: members}
+	m.mu.RLock()
+	keys := append([]Key(nil), m.keys...)
+	m.mu.RUnlock()
+	return snapshotHeader{Version: ProtocolVersion, ClusterID: m.clusterID(), Members: members, Keyring: keys}
 }
 
 func writeHeader(w io.Writer, h snapshotHeader) error {
@@ -182,10 +196,12 @@ func (m *meta) restore(h *snapshotHeader) {
 	defer m.mu.Unlock()
 	m.id = ""
 	m.members = map[string]Member{}
+	m.keys = nil
 	if h == nil {
 		return
 	}
 	m.id = h.ClusterID
+	m.keys = append([]Key(nil), h.Keyring...)
 	for _, mem := range h.Members {
 		m.members[mem.ID] = mem
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/volhost/volhost/host/snapshot"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 )
@@ -453,8 +454,9 @@ func TestRestartFromDataDirs(t *testing.T) {
 	}
 }
 
-// Snapshot save on one cluster, restore into a fresh one: identical state
-// on every server of the new cluster, which keeps its own identity.
+// Snapshot save and restore: bad files and another cluster's snapshot are
+// refused without a change; a good one gives identical state on every
+// server, which keep their cluster's identity and keyring.
 func TestSnapshotSaveRestore(t *testing.T) {
 	a := newCluster(t, 3)
 	al := a.leader()
@@ -468,7 +470,6 @@ func TestSnapshotSaveRestore(t *testing.T) {
 
 	b := newCluster(t, 3)
 	bl := b.leader()
-	bid := bl.c.ID()
 	before := digest(t, bl.s)
 
 	// Bad input: one clear error, nothing changes.
@@ -477,7 +478,7 @@ func TestSnapshotSaveRestore(t *testing.T) {
 		"not json":  "hello\n",
 		"truncated": buf.String()[:buf.Len()/2],
 	} {
-		err := bl.c.RestoreSnapshot(testCtx(t), strings.NewReader(in))
+		err := bl.c.RestoreSnapshot(testCtx(t), strings.NewReader(in), RestoreOptions{ForceForeign: true})
 		var ve *structs.ValidationError
 		if !errors.As(err, &ve) || ve.Field != "snapshot" {
 			t.Fatalf("%s: got %v", name, err)
@@ -487,22 +488,45 @@ func TestSnapshotSaveRestore(t *testing.T) {
 		}
 	}
 	for _, f := range b.followers(bl) {
-		if err := f.c.RestoreSnapshot(testCtx(t), bytes.NewReader(buf.Bytes())); !errors.Is(err, structs.ErrNoLeader) {
+		if err := f.c.RestoreSnapshot(testCtx(t), bytes.NewReader(buf.Bytes()), RestoreOptions{ForceForeign: true}); !errors.Is(err, structs.ErrNoLeader) {
 			t.Fatalf("restore on a follower: %v", err)
 		}
 	}
 
-	if err := bl.c.RestoreSnapshot(testCtx(t), bytes.NewReader(buf.Bytes())); err != nil {
+	// Another cluster's snapshot is refused unless forced.
+	if err := bl.c.RestoreSnapshot(testCtx(t), bytes.NewReader(buf.Bytes()), RestoreOptions{}); !errors.Is(err, snapshot.ErrForeign) {
+		t.Fatalf("foreign snapshot: got %v, want ErrForeign", err)
+	}
+	if digest(t, bl.s) != before {
+		t.Fatal("refused foreign snapshot changed the state")
+	}
+	// Forced, the cluster check passes, but the secrets are sealed with a
+	// key only cluster a holds: refused, nothing changes.
+	if err := bl.c.RestoreSnapshot(testCtx(t), bytes.NewReader(buf.Bytes()), RestoreOptions{ForceForeign: true}); !errors.Is(err, snapshot.ErrNoKey) {
+		t.Fatalf("foreign snapshot with sealed secrets: got %v, want ErrNoKey", err)
+	}
+	if digest(t, bl.s) != before {
+		t.Fatal("refused foreign snapshot changed the state")
+	}
+
+	// Back on cluster a, after more writes: the snapshot brings every
+	// server back to the saved state, and the cluster keeps its identity.
+	aid, keys := al.c.ID(), al.c.Keyring()
+	mustApply(t, al.c, structs.NodeStatusUpdateType, &structs.NodeStatusUpdateRequest{NodeID: "n2", Status: structs.NodeDown})
+	if digest(t, al.s) == want {
+		t.Fatal("the write did not change the state")
+	}
+	if err := al.c.RestoreSnapshot(testCtx(t), bytes.NewReader(buf.Bytes()), RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	b.waitConverged()
-	for _, n := range b.nodes {
-		if got := digest(t, n.s); got != want || n.c.ID() != bid {
-			t.Fatalf("%s: digest %s cluster %s, want %s %s", n.id, got, n.c.ID(), want, bid)
+	a.waitConverged()
+	for _, n := range a.nodes {
+		if got := digest(t, n.s); got != want || n.c.ID() != aid || len(n.c.Keyring()) != len(keys) {
+			t.Fatalf("%s: digest %s cluster %s keys %d, want %s %s %d", n.id, got, n.c.ID(), len(n.c.Keyring()), want, aid, len(keys))
 		}
 	}
 	// The restored cluster keeps taking writes.
-	mustApply(t, b.leader().c, structs.NodeStatusUpdateType, &structs.NodeStatusUpdateRequest{NodeID: "n2", Status: structs.NodeDown})
+	mustApply(t, a.leader().c, structs.NodeStatusUpdateType, &structs.NodeStatusUpdateRequest{NodeID: "n2", Status: structs.NodeDown})
 }
 
 // A graceful transfer calls the hook (stop leader work) before leadership

@@ -1,17 +1,14 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/hashicorp/raft"
 
-	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -170,6 +167,7 @@ func (c *Cluster) reconcileMeta() {
 		}
 		c.logger.Info("cluster created", "cluster_id", c.meta.clusterID())
 	}
+	c.ensureKeyring(ctx)
 	c.mu.Lock()
 	self := Member{ID: c.cfg.NodeID, RaftAddr: c.RaftAddr(), HTTPAddr: c.httpAddr, Version: ProtocolVersion}
 	pending := make([]JoinRequest, 0, len(c.pending))
@@ -414,60 +412,5 @@ func (c *Cluster) TransferLeadership(ctx context.Context, id string) error {
 		return raftErr("transfer leadership", err)
 	}
 	c.logger.Info("leadership transferred", "to", id)
-	return nil
-}
-
-// SaveSnapshot writes the whole replicated state (cluster header, then the
-// state store stream) to w. On the leader it first waits until every
-// committed entry is applied.
-func (c *Cluster) SaveSnapshot(ctx context.Context, w io.Writer) error {
-	if c.IsLeader() {
-		if err := c.Barrier(ctx); err != nil {
-			return err
-		}
-	}
-	if err := writeHeader(w, c.meta.header()); err != nil {
-		return err
-	}
-	return c.store.Snapshot().Persist(w)
-}
-
-// RestoreSnapshot replaces the state of the whole cluster with a saved
-// snapshot (leader only). The stream is read and checked completely first:
-// a bad file is an error and changes nothing. The restored state keeps
-// this cluster's ID and members (a snapshot from another cluster restores
-// its data, not its identity). Raft installs it on the leader and sends it
-// to every follower as a snapshot.
-func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader) error {
-	if !c.IsLeader() {
-		return raftErr("restore snapshot", raft.ErrNotLeader)
-	}
-	_, body, err := readHeader(r)
-	if err != nil {
-		return structs.Invalid("snapshot", "%v", err)
-	}
-	scratch := state.NewStore()
-	if err := scratch.Restore(body); err != nil {
-		return structs.Invalid("snapshot", "%v", err)
-	}
-	var buf bytes.Buffer
-	if err := writeHeader(&buf, c.meta.header()); err != nil {
-		return err
-	}
-	if err := scratch.Persist(&buf); err != nil {
-		return err
-	}
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: int64(buf.Len())}
-	done := make(chan error, 1)
-	go func() { done <- c.raft.Restore(meta, &buf, c.timeout(ctx)) }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		return fmt.Errorf("restore snapshot: %w", ctx.Err())
-	}
-	if err != nil {
-		return raftErr("restore snapshot", err)
-	}
-	c.logger.Info("snapshot restored", "bytes", meta.Size)
 	return nil
 }

@@ -19,7 +19,7 @@ func (s *Server) RegisterPlugin(ctx context.Context, p *structs.Plugin) (*struct
 	if p.ControllerEndpoint != "" {
 		probed, err := s.csi.ProbeController(ctx, p.ControllerEndpoint)
 		if err != nil {
-			return nil, structs.Invalid("controller_endpoint", "probing %s: %v", p.ControllerEndpoint, err)
+			return nil, &structs.ProbeError{Field: "controller_endpoint", Endpoint: p.ControllerEndpoint, Err: err}
 		}
 		p.Provider, p.Version, p.Capabilities = probed.Provider, probed.Version, probed.Capabilities
 	}
@@ -55,7 +55,7 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 		}
 		probed, err := s.csi.ProbeNode(ctx, np.Endpoint)
 		if err != nil {
-			return nil, structs.Invalid(fmt.Sprintf("plugins.%s.endpoint", id), "probing %s: %v", np.Endpoint, err)
+			return nil, &structs.ProbeError{Field: fmt.Sprintf("plugins.%s.endpoint", id), Endpoint: np.Endpoint, Err: err}
 		}
 		np.ExternalNodeID, np.StageUnstage, np.MaxVolumes = probed.ExternalNodeID, probed.StageUnstage, probed.MaxVolumes
 	}

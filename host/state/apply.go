@@ -47,7 +47,8 @@ func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req 
 	if err := o.validate(snap, req); err != nil {
 		return nil, err
 	}
-	w := &writer{txn: txn, snap: snap, index: index, now: now.UTC(), maxEvents: s.cfg.MaxEvents, bumped: map[string]bool{}}
+	w := &writer{txn: txn, snap: snap, index: index, now: now.UTC(), retention: s.retention(),
+		volEvents: s.volEvents, bumped: map[string]bool{}}
 	resp, err = o.apply(w, req)
 	if err != nil {
 		// Validation passed, so this is a store bug or a memdb error; the
@@ -60,6 +61,7 @@ func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req 
 		return nil, fmt.Errorf("apply %d at index %d: %w", t, index, err)
 	}
 	txn.Commit()
+	s.volEvents = w.volEvents
 	return resp, nil
 }
 
@@ -69,9 +71,13 @@ type writer struct {
 	snap      *Snapshot // reads inside txn
 	index     uint64
 	now       time.Time
-	maxEvents int
+	retention EventRetention
 	bumped    map[string]bool
 	events    int
+	// volEvents counts the events in volume rings, as of this write
+	// (Store.volEvents before it); rings lists the rings written to.
+	volEvents int
+	rings     map[string]bool
 }
 
 func (w *writer) insert(table string, obj any) error {
@@ -90,26 +96,8 @@ func (w *writer) delete(table string, obj any) error {
 	return nil
 }
 
-// event records an event at this write's index.
-func (w *writer) event(e *structs.Event) error {
-	e.Index = w.index
-	if e.Time.IsZero() {
-		e.Time = w.now
-	}
-	var seq uint64 = 1
-	last, err := w.txn.Last(TableEvents, indexID)
-	if err != nil {
-		return fmt.Errorf("read last event: %w", err)
-	}
-	if last != nil {
-		seq = last.(*eventRow).Seq + 1
-	}
-	w.events++
-	return w.insert(TableEvents, &eventRow{Seq: seq, Index: w.index, Event: e})
-}
-
-// finish trims the events table to its bound and writes the index of every
-// table touched.
+// finish trims the event rings to their bounds (events.go) and writes the
+// index of every table touched.
 func (w *writer) finish() error {
 	if w.events > 0 {
 		if err := w.trimEvents(); err != nil {
@@ -124,37 +112,6 @@ func (w *writer) finish() error {
 	for _, t := range tables {
 		if err := w.txn.Insert(TableIndex, &indexRow{Key: t, Value: w.index}); err != nil {
 			return fmt.Errorf("update index of %s: %w", t, err)
-		}
-	}
-	return nil
-}
-
-// trimEvents keeps the newest maxEvents events. Sequence numbers are
-// contiguous, so everything at or below last-maxEvents goes.
-func (w *writer) trimEvents() error {
-	last, err := w.txn.Last(TableEvents, indexID)
-	if err != nil || last == nil {
-		return err
-	}
-	lastSeq := last.(*eventRow).Seq
-	if lastSeq <= uint64(w.maxEvents) {
-		return nil
-	}
-	cutoff := lastSeq - uint64(w.maxEvents)
-	it, err := w.txn.Get(TableEvents, indexID)
-	if err != nil {
-		return fmt.Errorf("read events: %w", err)
-	}
-	var old []any
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		if raw.(*eventRow).Seq > cutoff {
-			break
-		}
-		old = append(old, raw)
-	}
-	for _, raw := range old {
-		if err := w.delete(TableEvents, raw); err != nil {
-			return err
 		}
 	}
 	return nil

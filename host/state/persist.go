@@ -81,6 +81,7 @@ func (s *Store) Restore(r io.Reader) error {
 	if hdr.Version != persistVersion {
 		return fmt.Errorf("restore: unsupported state format version %d (want %d)", hdr.Version, persistVersion)
 	}
+	rings := ringCounter{}
 	for line := 2; ; line++ {
 		var pr persistRow
 		if err := dec.Decode(&pr); err != nil {
@@ -93,6 +94,9 @@ func (s *Store) Restore(r io.Reader) error {
 		if err != nil {
 			return fmt.Errorf("restore: row %d: %w", line, err)
 		}
+		if e, ok := obj.(*eventRow); ok {
+			rings.place(e)
+		}
 		if err := txn.Insert(pr.Table, obj); err != nil {
 			return fmt.Errorf("restore: row %d into %s: %w", line, pr.Table, err)
 		}
@@ -102,6 +106,7 @@ func (s *Store) Restore(r io.Reader) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	old := s.cur.Swap(&dbState{db: db, abandon: make(chan struct{})})
+	s.volEvents = countVolumeEvents(db)
 	close(old.abandon)
 	return nil
 }

@@ -29,6 +29,7 @@ const (
 	indexClaimNode   = "claim_node"
 	indexNode        = "node"
 	indexRaftIndex   = "raft_index"
+	indexRing        = "ring"
 )
 
 // indexRow is one row of the index table.
@@ -39,10 +40,15 @@ type indexRow struct {
 
 // eventRow wraps an event with a store-assigned sequence number: several
 // events may share one raft index, so the index alone is not a key.
+//
+// Ring and RingSeq place it in its retention ring (events.go); rows from
+// snapshots older than rings get both on restore.
 type eventRow struct {
-	Seq   uint64         `json:"seq"`
-	Index uint64         `json:"index"`
-	Event *structs.Event `json:"event"`
+	Seq     uint64         `json:"seq"`
+	Index   uint64         `json:"index"`
+	Ring    string         `json:"ring,omitempty"`
+	RingSeq uint64         `json:"ring_seq,omitempty"`
+	Event   *structs.Event `json:"event"`
 }
 
 func schema() *memdb.DBSchema {
@@ -83,6 +89,10 @@ func schema() *memdb.DBSchema {
 			Indexes: map[string]*memdb.IndexSchema{
 				indexID:        {Name: indexID, Unique: true, Indexer: &memdb.UintFieldIndex{Field: "Seq"}},
 				indexRaftIndex: {Name: indexRaftIndex, Indexer: &memdb.UintFieldIndex{Field: "Index"}},
+				indexRing: {Name: indexRing, Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "Ring"},
+					&memdb.UintFieldIndex{Field: "RingSeq"},
+				}}},
 			},
 		},
 		TableIndex: {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id("Key")}},

@@ -46,6 +46,9 @@ type StoreConfig struct {
 	Clock clockwork.Clock
 	// Logger is the store's logger (named "state").
 	Logger hclog.Logger
+	// Retention sizes the event rings (events.go); MaxEvents is its
+	// global ring.
+	Retention EventRetention
 }
 
 // Option changes the StoreConfig.
@@ -70,6 +73,9 @@ type Store struct {
 	// Restore swaps the whole database.
 	writeMu sync.Mutex
 	cur     atomic.Pointer[dbState]
+	// volEvents counts the events in volume rings (under writeMu); derived
+	// from the state, recounted on restore.
+	volEvents int
 }
 
 // dbState pairs a database with the channel closed when Restore replaces it,

@@ -91,8 +91,9 @@ var ops = map[structs.MessageType]op{
 }
 
 // validID checks an ID: non-empty, at most MaxIDLength characters, valid
-// UTF-8, no whitespace or control characters (IDs travel in URLs, CLI
-// arguments and log lines).
+// UTF-8, not "." or "..", no whitespace, control or format (Cf) characters
+// (IDs travel in URLs, CLI arguments and log lines, and must not look like
+// another ID).
 func validID(field, id string) error {
 	switch {
 	case id == "":
@@ -101,10 +102,12 @@ func validID(field, id string) error {
 		return structs.Invalid(field, "is %d bytes long, at most %d allowed", len(id), MaxIDLength)
 	case !utf8.ValidString(id):
 		return structs.Invalid(field, "is not valid UTF-8")
+	case reservedID(id):
+		return structs.Invalid(field, "%q is reserved (it cannot be a path segment)", id)
 	}
 	for _, r := range id {
-		if unicode.IsSpace(r) || unicode.IsControl(r) {
-			return structs.Invalid(field, "must not contain whitespace or control characters: %q", id)
+		if badIDRune(r) {
+			return structs.Invalid(field, "must not contain whitespace or control characters, nor invisible format characters (%U): %q", r, id)
 		}
 	}
 	return nil
@@ -295,6 +298,9 @@ func validateVolumeRegister(snap *Snapshot, r *structs.VolumeRegisterRequest) er
 		seen[key] = true
 		if v.ExternalID == "" {
 			return structs.Invalid(f+".external_id", "must not be empty")
+		}
+		if err := validVolumeSizes(f, v); err != nil {
+			return err
 		}
 		if err := validID(f+".plugin_id", v.PluginID); err != nil {
 			return err

@@ -110,6 +110,9 @@ type QueryOptions struct {
 	Index uint64
 	// Wait bounds the block (server default 5m, capped at 10m).
 	Wait time.Duration
+	// PerPage is the page size lists are fetched in (0: the server's
+	// maximum). List methods follow every page.
+	PerPage int
 }
 
 // QueryMeta is what a read reports beside its answer.
@@ -117,6 +120,39 @@ type QueryMeta struct {
 	// Index is the X-Volhost-Index of the answer; pass it back as
 	// QueryOptions.Index to wait for the next change.
 	Index uint64
+	// NextToken is the X-Volhost-NextToken of the last page read ("" once
+	// every page was read).
+	NextToken string
+}
+
+// list reads every page of a list route. Only the first page blocks (with
+// o's index): the rest are read at once, so a walk over a large list is
+// one consistent-enough pass, as with Nomad's paginated lists.
+func list[T any](c *Client, ctx context.Context, path string, q url.Values, o *QueryOptions) ([]T, QueryMeta, error) {
+	q = blocking(q, o)
+	if o != nil && o.PerPage > 0 {
+		q.Set("per_page", strconv.Itoa(o.PerPage))
+	}
+	var all []T
+	var first QueryMeta
+	for page := 0; ; page++ {
+		var out []T
+		meta, err := c.do(ctx, http.MethodGet, path, q, nil, &out)
+		if err != nil {
+			return nil, meta, err
+		}
+		if page == 0 {
+			// The rest answer at once; ?index= stays, since on the events
+			// route it also filters.
+			first = meta
+			q.Set("wait", "0s")
+		}
+		all = append(all, out...)
+		if meta.NextToken == "" {
+			return all, first, nil
+		}
+		q.Set("next_token", meta.NextToken)
+	}
 }
 
 // url joins the base URL and an already-escaped path (IDs go through
@@ -148,7 +184,9 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if err != nil {
 		return QueryMeta{}, fmt.Errorf("build request: %w", err)
 	}
-	if body != nil {
+	// Every PUT and POST says JSON, with or without a body: the API refuses
+	// writes of any other type (its CSRF guard).
+	if body != nil || method == http.MethodPut || method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	c.Authorize(req)
@@ -161,6 +199,7 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 	if v := resp.Header.Get(api.IndexHeader); v != "" {
 		meta.Index, _ = strconv.ParseUint(v, 10, 64)
 	}
+	meta.NextToken = resp.Header.Get(api.NextTokenHeader)
 	if resp.StatusCode/100 != 2 {
 		return meta, decodeError(resp)
 	}
@@ -221,9 +260,7 @@ func (c *Client) Volumes(ctx context.Context, namespace, pluginID string, o *Que
 	if pluginID != "" {
 		q.Set("plugin_id", pluginID)
 	}
-	var out []*structs.Volume
-	meta, err := c.do(ctx, http.MethodGet, "/v1/volumes", blocking(q, o), nil, &out)
-	return out, meta, err
+	return list[*structs.Volume](c, ctx, "/v1/volumes", q, o)
 }
 
 // Volume reads one volume with its force-deregister check.
@@ -278,9 +315,7 @@ func (c *Client) DetachVolume(ctx context.Context, namespace, id, nodeID string)
 
 // Leftovers lists attachments force-deregistration may have left behind.
 func (c *Client) Leftovers(ctx context.Context, o *QueryOptions) ([]*structs.Leftover, QueryMeta, error) {
-	var out []*structs.Leftover
-	meta, err := c.do(ctx, http.MethodGet, "/v1/volumes/leftovers", blocking(nil, o), nil, &out)
-	return out, meta, err
+	return list[*structs.Leftover](c, ctx, "/v1/volumes/leftovers", nil, o)
 }
 
 // ClearLeftovers forgets leftovers by ID, or all of them.
@@ -292,9 +327,7 @@ func (c *Client) ClearLeftovers(ctx context.Context, ids []string, all bool) (ui
 
 // Nodes lists nodes.
 func (c *Client) Nodes(ctx context.Context, o *QueryOptions) ([]*structs.Node, QueryMeta, error) {
-	var out []*structs.Node
-	meta, err := c.do(ctx, http.MethodGet, "/v1/nodes", blocking(nil, o), nil, &out)
-	return out, meta, err
+	return list[*structs.Node](c, ctx, "/v1/nodes", nil, o)
 }
 
 // Node reads one node.
@@ -325,9 +358,7 @@ func (c *Client) SetNodeStatus(ctx context.Context, id string, st structs.NodeSt
 
 // Plugins lists CSI plugins.
 func (c *Client) Plugins(ctx context.Context, o *QueryOptions) ([]*structs.Plugin, QueryMeta, error) {
-	var out []*structs.Plugin
-	meta, err := c.do(ctx, http.MethodGet, "/v1/plugins", blocking(nil, o), nil, &out)
-	return out, meta, err
+	return list[*structs.Plugin](c, ctx, "/v1/plugins", nil, o)
 }
 
 // Plugin reads one plugin.
@@ -355,9 +386,7 @@ func (c *Client) Allocs(ctx context.Context, nodeID string, o *QueryOptions) ([]
 	if nodeID != "" {
 		q.Set("node_id", nodeID)
 	}
-	var out []*structs.Alloc
-	meta, err := c.do(ctx, http.MethodGet, "/v1/allocs", blocking(q, o), nil, &out)
-	return out, meta, err
+	return list[*structs.Alloc](c, ctx, "/v1/allocs", q, o)
 }
 
 // Alloc reads one allocation.
@@ -380,9 +409,36 @@ func (c *Client) UpsertAllocs(ctx context.Context, allocs []*structs.Alloc) (uin
 // Events lists events after index (all when 0); with o.Index set it waits
 // for new ones.
 func (c *Client) Events(ctx context.Context, o *QueryOptions) ([]*structs.Event, QueryMeta, error) {
-	var out []*structs.Event
-	meta, err := c.do(ctx, http.MethodGet, "/v1/events", blocking(nil, o), nil, &out)
-	return out, meta, err
+	return c.EventsFiltered(ctx, EventQuery{}, o)
+}
+
+// EventQuery filters events (zero fields match all).
+type EventQuery struct {
+	Namespace, VolumeID string
+	Type                string
+	After, Before       time.Time
+}
+
+// EventsFiltered lists the events q selects, every page of them; with
+// o.Index set only events after it, waiting for some.
+func (c *Client) EventsFiltered(ctx context.Context, eq EventQuery, o *QueryOptions) ([]*structs.Event, QueryMeta, error) {
+	q := url.Values{}
+	if eq.VolumeID != "" {
+		q.Set("volume_id", eq.VolumeID)
+		if eq.Namespace != "" {
+			q.Set("namespace", eq.Namespace)
+		}
+	}
+	if eq.Type != "" {
+		q.Set("type", eq.Type)
+	}
+	if !eq.After.IsZero() {
+		q.Set("after", eq.After.UTC().Format(time.RFC3339Nano))
+	}
+	if !eq.Before.IsZero() {
+		q.Set("before", eq.Before.UTC().Format(time.RFC3339Nano))
+	}
+	return list[*structs.Event](c, ctx, "/v1/events", q, o)
 }
 
 // SystemGC runs the claim GC now and answers how many volumes it touched.

@@ -131,7 +131,7 @@ func (a *API) do(ctx context.Context, method, path string, body, out any) (uint6
 	if err != nil {
 		return 0, err
 	}
-	if body != nil {
+	if body != nil || method == http.MethodPut || method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := a.hc.Do(req)

@@ -1,0 +1,287 @@
+package state
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Event retention. The events table used to be one ring of 10,000: about
+// 11k claims (13 s of work) evicted every volume's history and any force
+// deregister with it. Now every event lives in one ring, trimmed on its
+// own: a volume's ring holds only that volume's events, so a flood on one
+// volume evicts nothing of another; audit events (privileged actions) have
+// their own ring that no claim traffic reaches; events of no volume
+// (modules, GC passes) share the global ring. All volume rings together
+// are capped too (MaxVolumeEvents), oldest first, so volumes that come and
+// go cannot grow the table without bound.
+const (
+	DefaultEventsPerVolume = 100
+	DefaultAuditEvents     = 10000
+	DefaultMaxVolumeEvents = 200000
+
+	ringGlobal = "global"
+	ringAudit  = "audit"
+	// ringVolumePrefix + namespace + "\x00" + id names a volume's ring.
+	ringVolumePrefix = "v\x00"
+)
+
+// EventRetention sizes the event rings; 0 takes the default.
+type EventRetention struct {
+	PerVolume       int // events kept per volume
+	Global          int // events of no volume (the old MaxEvents)
+	Audit           int // audit events
+	MaxVolumeEvents int // events of all volumes together
+}
+
+// WithEventRetention sets the ring sizes. Set the same on every server:
+// trimming happens as entries apply, so servers with different sizes keep
+// different events (never different volumes or claims).
+func WithEventRetention(r EventRetention) Option {
+	return func(c *StoreConfig) {
+		c.Retention = r
+		if r.Global > 0 {
+			c.MaxEvents = r.Global
+		}
+	}
+}
+
+func (s *Store) retention() EventRetention {
+	r := s.cfg.Retention
+	r.Global = s.cfg.MaxEvents
+	if r.PerVolume <= 0 {
+		r.PerVolume = DefaultEventsPerVolume
+	}
+	if r.Audit <= 0 {
+		r.Audit = DefaultAuditEvents
+	}
+	if r.MaxVolumeEvents <= 0 {
+		r.MaxVolumeEvents = DefaultMaxVolumeEvents
+	}
+	return r
+}
+
+// ringOf says which ring an event belongs to.
+func ringOf(e *structs.Event) string {
+	switch {
+	case e.Type == structs.EventAudit:
+		return ringAudit
+	case e.VolumeID != "":
+		return volumeRing(e.Namespace, e.VolumeID)
+	}
+	return ringGlobal
+}
+
+func volumeRing(ns, id string) string { return ringVolumePrefix + ns + "\x00" + id }
+
+func isVolumeRing(r string) bool {
+	return len(r) > len(ringVolumePrefix) && r[:len(ringVolumePrefix)] == ringVolumePrefix
+}
+
+func (r EventRetention) limit(ring string) int {
+	switch {
+	case ring == ringAudit:
+		return r.Audit
+	case isVolumeRing(ring):
+		return r.PerVolume
+	}
+	return r.Global
+}
+
+// ringArg is the argument that matches exactly one ring on the ring index:
+// memdb's prefix lookup would otherwise let ring "v/ns/a" match "v/ns/ab".
+func ringArg(ring string) string { return ring + "\x00" }
+
+// event records an event at this write's index, in its ring.
+func (w *writer) event(e *structs.Event) error {
+	e.Index = w.index
+	if e.Time.IsZero() {
+		e.Time = w.now
+	}
+	var seq uint64 = 1
+	last, err := w.txn.Last(TableEvents, indexID)
+	if err != nil {
+		return fmt.Errorf("read last event: %w", err)
+	}
+	if last != nil {
+		seq = last.(*eventRow).Seq + 1
+	}
+	ring := ringOf(e)
+	var ringSeq uint64 = 1
+	lastInRing, err := w.txn.Last(TableEvents, indexRing+"_prefix", ringArg(ring))
+	if err != nil {
+		return fmt.Errorf("read last event of ring: %w", err)
+	}
+	if lastInRing != nil {
+		ringSeq = lastInRing.(*eventRow).RingSeq + 1
+	}
+	w.events++
+	if isVolumeRing(ring) {
+		w.volEvents++
+	}
+	if w.rings == nil {
+		w.rings = map[string]bool{}
+	}
+	w.rings[ring] = true
+	return w.insert(TableEvents, &eventRow{Seq: seq, Index: w.index, Ring: ring, RingSeq: ringSeq, Event: e})
+}
+
+// trimEvents trims every ring written to to its bound, then all volume
+// rings together to MaxVolumeEvents. Ring sequence numbers are contiguous,
+// so everything at or below last-limit goes.
+func (w *writer) trimEvents() error {
+	for ring := range w.rings {
+		last, err := w.txn.Last(TableEvents, indexRing+"_prefix", ringArg(ring))
+		if err != nil || last == nil {
+			return err
+		}
+		limit := uint64(w.retention.limit(ring))
+		lastSeq := last.(*eventRow).RingSeq
+		if lastSeq <= limit {
+			continue
+		}
+		cutoff := lastSeq - limit
+		it, err := w.txn.Get(TableEvents, indexRing+"_prefix", ringArg(ring))
+		if err != nil {
+			return fmt.Errorf("read events: %w", err)
+		}
+		var old []*eventRow
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			if raw.(*eventRow).RingSeq > cutoff {
+				break
+			}
+			old = append(old, raw.(*eventRow))
+		}
+		if err := w.deleteEvents(old); err != nil {
+			return err
+		}
+	}
+	if w.volEvents <= w.retention.MaxVolumeEvents {
+		return nil
+	}
+	// Oldest volume events first, whichever volume they belong to.
+	it, err := w.txn.Get(TableEvents, indexID)
+	if err != nil {
+		return fmt.Errorf("read events: %w", err)
+	}
+	var old []*eventRow
+	excess := w.volEvents - w.retention.MaxVolumeEvents
+	for raw := it.Next(); raw != nil && len(old) < excess; raw = it.Next() {
+		if r := raw.(*eventRow); isVolumeRing(r.Ring) {
+			old = append(old, r)
+		}
+	}
+	return w.deleteEvents(old)
+}
+
+func (w *writer) deleteEvents(rows []*eventRow) error {
+	for _, r := range rows {
+		if err := w.delete(TableEvents, r); err != nil {
+			return err
+		}
+		if isVolumeRing(r.Ring) {
+			w.volEvents--
+		}
+	}
+	return nil
+}
+
+// countVolumeEvents recounts the volume-ring events of a database (after a
+// restore: the count is derived state, never persisted).
+func countVolumeEvents(db *memdb.MemDB) int {
+	it, err := db.Txn(false).Get(TableEvents, indexID)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		if isVolumeRing(raw.(*eventRow).Ring) {
+			n++
+		}
+	}
+	return n
+}
+
+// ringCounter places event rows read back in sequence order in their
+// rings: rows of snapshots written before rings existed get their ring and
+// the next ring sequence number, newer rows keep theirs.
+type ringCounter map[string]uint64
+
+func (c ringCounter) place(r *eventRow) {
+	if r.Ring == "" && r.Event != nil {
+		r.Ring = ringOf(r.Event)
+	}
+	if r.RingSeq == 0 {
+		r.RingSeq = c[r.Ring] + 1
+	}
+	c[r.Ring] = max(c[r.Ring], r.RingSeq)
+}
+
+// EventFilter selects events for EventsFiltered. Zero fields match all.
+type EventFilter struct {
+	// Namespace and VolumeID select one volume's ring.
+	Namespace, VolumeID string
+	Type                string
+	// SinceIndex keeps events with a raft index above it.
+	SinceIndex uint64
+	// After and Before bound the event time (After inclusive, Before
+	// exclusive).
+	After, Before time.Time
+	// FromSeq starts at this sequence number (a page token).
+	FromSeq uint64
+	// Limit stops after this many events (0: no limit); the returned
+	// next sequence is then the first event left out.
+	Limit int
+}
+
+// EventEntry is an event with its sequence number (the page token).
+type EventEntry struct {
+	Seq   uint64
+	Event *structs.Event
+}
+
+// EventsFiltered lists the events f selects, oldest first, and the
+// sequence number of the next match when Limit cut the list (0: none).
+func (snap *Snapshot) EventsFiltered(ws memdb.WatchSet, f EventFilter) ([]EventEntry, uint64, error) {
+	if ws != nil {
+		ch, _, err := snap.txn.FirstWatch(TableIndex, indexID, TableEvents)
+		if err != nil {
+			return nil, 0, fmt.Errorf("read index of %s: %w", TableEvents, err)
+		}
+		ws.Add(ch)
+	}
+	var it memdb.ResultIterator
+	var err error
+	switch {
+	case f.VolumeID != "":
+		// One volume: its ring only, never a scan of the whole table.
+		it, err = snap.txn.Get(TableEvents, indexRing+"_prefix", ringArg(volumeRing(f.Namespace, f.VolumeID)))
+	case f.Type == structs.EventAudit:
+		it, err = snap.txn.Get(TableEvents, indexRing+"_prefix", ringArg(ringAudit))
+	default:
+		it, err = snap.txn.LowerBound(TableEvents, indexID, max(f.FromSeq, 1))
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read events: %w", err)
+	}
+	var out []EventEntry
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		r := raw.(*eventRow)
+		e := r.Event
+		switch {
+		case r.Seq < f.FromSeq, r.Index <= f.SinceIndex,
+			f.Type != "" && e.Type != f.Type,
+			!f.After.IsZero() && e.Time.Before(f.After),
+			!f.Before.IsZero() && !e.Time.Before(f.Before):
+			continue
+		}
+		if f.Limit > 0 && len(out) == f.Limit {
+			return out, r.Seq, nil
+		}
+		out = append(out, EventEntry{Seq: r.Seq, Event: e})
+	}
+	return out, 0, nil
+}

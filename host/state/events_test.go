@@ -1,0 +1,122 @@
+package state
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+func volEvent(vol, msg string) *structs.Event {
+	return &structs.Event{Type: structs.EventClaimTransition, Namespace: "default", VolumeID: vol, Message: msg}
+}
+
+func (f *fixture) appendEvents(evs ...*structs.Event) {
+	f.t.Helper()
+	f.must(structs.EventAppendType, &structs.EventAppendRequest{Events: evs})
+}
+
+func (f *fixture) filtered(flt EventFilter) []*structs.Event {
+	f.t.Helper()
+	es, _, err := f.s.Snapshot().EventsFiltered(nil, flt)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out := make([]*structs.Event, len(es))
+	for i, e := range es {
+		out[i] = e.Event
+	}
+	return out
+}
+
+// A flood of claim events on one volume evicts only that volume's oldest
+// events: another volume's history, the audit trail and the global ring
+// keep theirs.
+func TestEventFloodEvictsOnlyItsOwnRing(t *testing.T) {
+	f := newEmpty(t, WithEventRetention(EventRetention{PerVolume: 10, Global: 5, Audit: 5}))
+	f.appendEvents(volEvent("quiet", "q1"), volEvent("quiet", "q2"),
+		&structs.Event{Type: structs.EventAudit, Message: "force deregister", Fields: map[string]string{"action": "force-deregister"}},
+		&structs.Event{Type: structs.EventModule, Message: "module loaded"})
+	for i := range 200 {
+		f.appendEvents(volEvent("busy", fmt.Sprint("b", i)), volEvent("busy", fmt.Sprint("c", i)))
+	}
+	busy := f.filtered(EventFilter{Namespace: "default", VolumeID: "busy"})
+	if len(busy) != 10 || busy[9].Message != "c199" || busy[0].Message != "b195" {
+		t.Fatalf("busy ring: %d events, first %q last %q", len(busy), busy[0].Message, busy[len(busy)-1].Message)
+	}
+	if q := f.filtered(EventFilter{Namespace: "default", VolumeID: "quiet"}); len(q) != 2 || q[0].Message != "q1" {
+		t.Fatalf("quiet volume lost its history: %+v", q)
+	}
+	if a := f.filtered(EventFilter{Type: structs.EventAudit}); len(a) != 1 || a[0].Fields["action"] != "force-deregister" {
+		t.Fatalf("audit trail: %+v", a)
+	}
+	if g := f.filtered(EventFilter{Type: structs.EventModule}); len(g) != 1 {
+		t.Fatalf("global ring: %+v", g)
+	}
+	// "busy" is not a prefix match of another ring: "busy2" stays apart.
+	f.appendEvents(volEvent("busy2", "x"))
+	if b2 := f.filtered(EventFilter{Namespace: "default", VolumeID: "busy2"}); len(b2) != 1 {
+		t.Fatalf("busy2: %+v", b2)
+	}
+	if b := f.filtered(EventFilter{Namespace: "default", VolumeID: "busy"}); len(b) != 10 {
+		t.Fatalf("busy after busy2: %d", len(b))
+	}
+}
+
+// All volume rings together are capped: the oldest volume events go first,
+// the count survives a restore.
+func TestVolumeEventsTotalCap(t *testing.T) {
+	ret := EventRetention{PerVolume: 10, MaxVolumeEvents: 15}
+	f := newEmpty(t, WithEventRetention(ret))
+	for _, v := range []string{"a", "b", "c"} {
+		for i := range 10 {
+			f.appendEvents(volEvent(v, fmt.Sprint(v, i)))
+		}
+	}
+	all := f.filtered(EventFilter{})
+	if len(all) != 15 || all[0].Message != "b5" {
+		t.Fatalf("%d volume events kept, first %q; want 15 from b5", len(all), all[0].Message)
+	}
+	var buf bytes.Buffer
+	if err := f.s.Persist(&buf); err != nil {
+		t.Fatal(err)
+	}
+	s2 := NewStore(WithEventRetention(ret), WithClock(f.clk))
+	if err := s2.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	f2 := &fixture{t: t, s: s2, clk: f.clk, idx: f.idx}
+	f2.appendEvents(volEvent("d", "d0"))
+	if all := f2.filtered(EventFilter{}); len(all) != 15 || all[0].Message != "b6" {
+		t.Fatalf("after restore: %d kept, first %q", len(all), all[0].Message)
+	}
+}
+
+func TestEventsFilteredByTypeTimeAndPage(t *testing.T) {
+	f := newEmpty(t)
+	for i := range 6 {
+		f.clk.Advance(time.Minute)
+		typ := structs.EventClaimTransition
+		if i%2 == 1 {
+			typ = structs.EventClaimFailed
+		}
+		f.appendEvents(&structs.Event{Type: typ, Namespace: "default", VolumeID: "v", Message: fmt.Sprint(i)})
+	}
+	if got := f.filtered(EventFilter{Type: structs.EventClaimFailed}); len(got) != 3 || got[0].Message != "1" {
+		t.Fatalf("by type: %+v", got)
+	}
+	after := t0.Add(3 * time.Minute)
+	if got := f.filtered(EventFilter{After: after, Before: after.Add(2 * time.Minute)}); len(got) != 2 || got[0].Message != "2" {
+		t.Fatalf("by time: %+v", got)
+	}
+	es, next, err := f.s.Snapshot().EventsFiltered(nil, EventFilter{Limit: 4})
+	if err != nil || len(es) != 4 || next == 0 {
+		t.Fatalf("page 1: %d next %d %v", len(es), next, err)
+	}
+	es2, next2, _ := f.s.Snapshot().EventsFiltered(nil, EventFilter{Limit: 4, FromSeq: next})
+	if len(es2) != 2 || next2 != 0 || es2[0].Seq != next {
+		t.Fatalf("page 2: %+v next %d", es2, next2)
+	}
+}

@@ -1,0 +1,100 @@
+package state
+
+import (
+	"fmt"
+	"sort"
+	"unicode"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Field size bounds. Every object is read whole by blocking queries and
+// list answers, so one oversized field multiplies by every client waiting
+// on it (a 900 KB context held by 100 long polls cost 360 MB); the bounds
+// keep a volume under ~60 KB while leaving room for a PEM certificate in a
+// secret or context value.
+const (
+	MaxExternalIDLength = 1024
+	MaxNameLength       = 256
+	MaxMapEntries       = 32
+	MaxMapKeyLength     = 256
+	MaxMapValueLength   = 4096
+	MaxMapBytes         = 16 << 10
+	MaxMountFlags       = 32
+	MaxMountFlagLength  = 256
+)
+
+// badIDRune says whether r may not appear in an ID: whitespace, control
+// characters, and format characters (Unicode category Cf: zero-width
+// spaces and joiners, bidi overrides and isolates, the BOM), which render
+// as nothing or reorder text, so two different IDs could look the same.
+func badIDRune(r rune) bool {
+	return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
+}
+
+// reservedID reports the IDs that cannot be path segments: "." and ".."
+// are resolved away by clients and proxies, so such a volume could never
+// be addressed.
+func reservedID(id string) bool { return id == "." || id == ".." }
+
+// validLength bounds a string field.
+func validLength(field, v string, max int) error {
+	if len(v) > max {
+		return structs.Invalid(field, "is %d bytes long, at most %d allowed", len(v), max)
+	}
+	return nil
+}
+
+// validMap bounds a string map: entries, key and value lengths, and the
+// total, each error naming the field (and the key).
+func validMap(field string, m map[string]string) error {
+	if len(m) > MaxMapEntries {
+		return structs.Invalid(field, "has %d entries, at most %d allowed", len(m), MaxMapEntries)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	total := 0
+	for _, k := range keys {
+		if len(k) > MaxMapKeyLength {
+			return structs.Invalid(field, "key %.40q... is %d bytes long, at most %d allowed", k, len(k), MaxMapKeyLength)
+		}
+		if len(m[k]) > MaxMapValueLength {
+			return structs.Invalid(fmt.Sprintf("%s[%s]", field, k), "is %d bytes long, at most %d allowed", len(m[k]), MaxMapValueLength)
+		}
+		total += len(k) + len(m[k])
+	}
+	if total > MaxMapBytes {
+		return structs.Invalid(field, "holds %d bytes, at most %d allowed", total, MaxMapBytes)
+	}
+	return nil
+}
+
+// validVolumeSizes applies the size bounds to a volume being registered.
+func validVolumeSizes(f string, v *structs.Volume) error {
+	if err := validLength(f+".external_id", v.ExternalID, MaxExternalIDLength); err != nil {
+		return err
+	}
+	if err := validLength(f+".name", v.Name, MaxNameLength); err != nil {
+		return err
+	}
+	if err := validLength(f+".fs_type", v.FSType, MaxNameLength); err != nil {
+		return err
+	}
+	if len(v.MountFlags) > MaxMountFlags {
+		return structs.Invalid(f+".mount_flags", "has %d entries, at most %d allowed", len(v.MountFlags), MaxMountFlags)
+	}
+	for i, fl := range v.MountFlags {
+		if err := validLength(fmt.Sprintf("%s.mount_flags[%d]", f, i), fl, MaxMountFlagLength); err != nil {
+			return err
+		}
+	}
+	for name, m := range map[string]map[string]string{"secrets": v.Secrets, "parameters": v.Parameters, "context": v.Context} {
+		if err := validMap(f+"."+name, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
