@@ -120,6 +120,12 @@ func (b *Builder) exists(table string, row any) (bool, error) {
 		args = []any{r.ID}
 	case *eventRow:
 		args = []any{r.Seq}
+	case *structs.ACLPolicy:
+		args = []any{r.Name}
+	case *structs.ACLToken:
+		args = []any{r.AccessorID}
+	case *aclBootstrapRow:
+		args = []any{r.Key}
 	default:
 		return false, fmt.Errorf("%s: unexpected row type %T", table, row)
 	}
@@ -146,6 +152,12 @@ func rowKey(row any) string {
 		return r.ID
 	case *eventRow:
 		return fmt.Sprint(r.Seq)
+	case *structs.ACLPolicy:
+		return r.Name
+	case *structs.ACLToken:
+		return r.AccessorID
+	case *aclBootstrapRow:
+		return r.Key
 	}
 	return "?"
 }

@@ -37,6 +37,17 @@ func validateRow(snap *Snapshot, table string, row any) error {
 			return structs.Invalid("event.seq", "must be > 0")
 		}
 		return validateEvents(snap, &structs.EventAppendRequest{Events: []*structs.Event{r.Event}})
+	case *structs.ACLPolicy:
+		return validateACLPolicyUpsert(snap, &structs.ACLPolicyUpsertRequest{Policies: []*structs.ACLPolicy{r}})
+	case *structs.ACLToken:
+		// Policies come before tokens (persistTables), so a token naming
+		// a policy the snapshot lacks is refused like the write would be.
+		return validateToken(snap, "acl_token", r)
+	case *aclBootstrapRow:
+		if r.Key != bootstrapKey {
+			return structs.Invalid("acl_bootstrap.key", "must be %q, got %q", bootstrapKey, r.Key)
+		}
+		return nil
 	}
 	return fmt.Errorf("%s: unexpected row type %T", table, row)
 }
