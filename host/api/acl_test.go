@@ -160,7 +160,7 @@ var aclCases = []struct {
 	{"raft remove-peer", "DELETE", "/v1/operator/raft/peer?id=s2", "", "operator:write", `operator { policy = "write" }`, `operator { policy = "read" }`},
 	{"raft transfer-leader", "PUT", "/v1/operator/raft/transfer-leader", "", "operator:write", `operator { policy = "write" }`, `operator { policy = "read" }`},
 	{"raft join", "POST", "/v1/operator/raft/join", joinBody, "management (or a verified server certificate)", "", `operator { policy = "write" }`},
-	{"snapshot save", "GET", "/v1/operator/snapshot", "", "management", "", `operator { policy = "write" }`},
+	{"snapshot save", "GET", "/v1/operator/snapshot", "", "operator:write", `operator { policy = "write" }`, `operator { policy = "read" }`},
 	{"snapshot restore", "PUT", "/v1/operator/snapshot", "a snapshot", "management", "", `operator { policy = "write" }`},
 	{"modules read", "GET", "/v1/modules", "", "modules:read", `modules { policy = "read" }`, `operator { policy = "write" }`},
 	{"modules reload", "PUT", "/v1/modules/reload", "", "modules:reload", `modules { policy = "reload" }`, `modules { policy = "read" }`},

@@ -162,11 +162,13 @@ var routeRules = map[string]rule{
 	"GET /v1/module/{id}":       need(acl.ModulesRead),
 	"PUT /v1/modules/reload":    audited(need(acl.ModulesReload), "module-reload"),
 	"POST /v1/modules/reload":   audited(need(acl.ModulesReload), "module-reload"),
-	// Snapshots carry volume secrets sealed with the keyring (issue 13):
-	// save and restore both need operator:write.
+	// A snapshot carries volume secrets sealed with the keyring (issue
+	// 13): saving one needs operator:write. Restoring replaces the ACL
+	// tokens and policies too, so it needs a management token: with
+	// operator:write alone it could mint any token it likes.
 	"GET /v1/operator/snapshot":        audited(need(acl.OperatorWrite), "snapshot-save"),
-	"PUT /v1/operator/snapshot":        audited(need(acl.OperatorWrite), "snapshot-restore"),
-	"POST /v1/operator/snapshot":       audited(need(acl.OperatorWrite), "snapshot-restore"),
+	"PUT /v1/operator/snapshot":        audited(need(acl.Management), "snapshot-restore"),
+	"POST /v1/operator/snapshot":       audited(need(acl.Management), "snapshot-restore"),
 	"GET /v1/operator/keyring":         need(acl.OperatorRead),
 	"PUT /v1/operator/keyring/rotate":  audited(need(acl.OperatorWrite), "keyring-rotate"),
 	"POST /v1/operator/keyring/rotate": audited(need(acl.OperatorWrite), "keyring-rotate"),

@@ -57,6 +57,13 @@ func testStore(t testing.TB) *state.Store {
 	}})
 	must(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: "v1",
 		Claim: &structs.Claim{AllocID: "a1", NodeID: "n1", Mode: structs.ClaimWrite}})
+	// ACL rows too: a snapshot restores tokens and policies (hashes only).
+	must(structs.ACLBootstrapType, &structs.ACLBootstrapRequest{Token: &structs.ACLToken{
+		AccessorID: "boot", SecretHash: strings.Repeat("a", 64), Type: structs.ACLManagementToken}})
+	must(structs.ACLPolicyUpsertType, &structs.ACLPolicyUpsertRequest{Actor: "boot",
+		Policies: []*structs.ACLPolicy{{Name: "ops", Rules: `operator { policy = "read" }`}}})
+	must(structs.ACLTokenUpsertType, &structs.ACLTokenUpsertRequest{Actor: "boot",
+		Tokens: []*structs.ACLToken{{AccessorID: "t1", SecretHash: strings.Repeat("b", 64), Type: structs.ACLClientToken, Policies: []string{"ops"}}}})
 	return s
 }
 
