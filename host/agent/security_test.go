@@ -18,6 +18,9 @@ func httpDo(t *testing.T, hc *http.Client, method, url, body, token string) (int
 	if err != nil {
 		t.Fatal(err)
 	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json") // the API refuses other writes (issue 13)
+	}
 	if token != "" {
 		req.Header.Set(api.TokenHeader, token)
 	}

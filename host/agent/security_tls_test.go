@@ -186,6 +186,7 @@ func TestSecureCluster(t *testing.T) {
 	join := func(hc *http.Client, token string) (int, string, error) {
 		body := `{"id":"intruder","raft_addr":"127.0.0.1:1","http_addr":"127.0.0.1:2","cluster_id":"` + leader.Cluster.ID() + `","version":1}`
 		req, _ := http.NewRequest("POST", url(leader, cluster.JoinPath), strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		if token != "" {
 			req.Header.Set(api.TokenHeader, token)
 		}
