@@ -373,6 +373,17 @@ func (c *Config) Validate() (Durations, error) {
 			errs = append(errs, errors.New("tls.rpc needs -data-dir: -dev's raft transport is in memory"))
 		}
 	}
+	if sv := c.Server; sv != nil && sv.Enabled && c.ACL != nil && c.ACL.Enabled && (c.TLS == nil || !c.TLS.HTTP) {
+		// A join must be authorized (issue 12): by a server certificate
+		// over HTTPS, or by a management token, which exists only once
+		// the cluster is formed and bootstrapped.
+		switch {
+		case sv.BootstrapExpect > 1:
+			errs = append(errs, errors.New("acl.enabled with server.bootstrap_expect > 1 needs tls.http: the servers authorize their joins with their server certificates (no token exists before the cluster forms)"))
+		case len(sv.Join) > 0 && sv.JoinToken == "":
+			errs = append(errs, errors.New("acl.enabled with server.join needs tls.http (joins authorized by the server certificate) or server.join_token (a management token)"))
+		}
+	}
 	if t := c.TLS; t != nil && t.VerifyHTTPSClient && !t.HTTP {
 		errs = append(errs, errors.New("tls.verify_https_client needs tls.http = true"))
 	}

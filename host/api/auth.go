@@ -49,9 +49,7 @@ type ACLConfig struct {
 
 // authorizer is the ACL state of a Server.
 type authorizer struct {
-	cfg     *ACLConfig
-	once    sync.Once
-	missing []string // patterns registered without a rule, logged once
+	cfg *ACLConfig
 }
 
 // EnableACL turns on authorization of every route (see routeRules) and
@@ -466,10 +464,14 @@ const auditTimeout = 10 * time.Second
 // cannot be committed (a follower reloading its own modules has no log
 // to write to) the log line is the record.
 func (s *Server) auditAction(r *http.Request, action string, id *acl.Identity) {
+	accessor := id.Accessor()
+	if id.Token == nil && action == "raft-join" && s.isServer(r, true) {
+		accessor = "server-certificate" // authorized by its certificate, not a token
+	}
 	ev := &structs.Event{
 		Type:    structs.EventAudit,
 		Message: fmt.Sprintf("%s %s", r.Method, r.URL.Path),
-		Fields:  map[string]string{"action": action, "accessor": id.Accessor()},
+		Fields:  map[string]string{"action": action, "accessor": accessor},
 	}
 	if strings.HasPrefix(r.URL.Path, "/v1/volume/") {
 		ev.Namespace = orDefault(r.URL.Query().Get("namespace"))
@@ -481,13 +483,13 @@ func (s *Server) auditAction(r *http.Request, action string, id *acl.Identity) {
 	if id := r.URL.Query().Get("id"); id != "" && strings.HasPrefix(r.URL.Path, "/v1/operator/") {
 		ev.Fields["peer"] = id
 	}
-	s.log.Info("audit", "action", ev.Fields["action"], "accessor", id.Accessor(), "method", r.Method, "path", r.URL.Path)
+	s.log.Info("audit", "action", ev.Fields["action"], "accessor", accessor, "method", r.Method, "path", r.URL.Path)
 	if s.auth.cfg.Audit == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), auditTimeout)
 	defer cancel()
 	if _, _, err := s.auth.cfg.Audit.Apply(ctx, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{ev}}); err != nil {
-		s.log.Warn("audit event not committed; this log line is the record", "action", ev.Fields["action"], "accessor", id.Accessor(), "error", err)
+		s.log.Warn("audit event not committed; this log line is the record", "action", ev.Fields["action"], "accessor", accessor, "error", err)
 	}
 }

@@ -41,7 +41,7 @@ func write(t *testing.T, path string, b []byte) {
 
 // handshake runs one TLS handshake between the configs over a pipe and
 // returns both sides' errors and the server's view of the connection.
-func handshake(t *testing.T, server, client *tls.Config) (srvErr, cliErr error, cs tls.ConnectionState) {
+func handshake(t *testing.T, server, client *tls.Config) (cs tls.ConnectionState, srvErr, cliErr error) {
 	t.Helper()
 	a, b := net.Pipe()
 	done := make(chan struct{})
@@ -59,7 +59,7 @@ func handshake(t *testing.T, server, client *tls.Config) (srvErr, cliErr error, 
 	cliErr = c.Handshake()
 	b.Close()
 	<-done
-	return srvErr, cliErr, cs
+	return cs, srvErr, cliErr
 }
 
 func TestMutualTLSNamesAndForeignCA(t *testing.T) {
@@ -92,16 +92,16 @@ func TestMutualTLSNamesAndForeignCA(t *testing.T) {
 	peer, client := mk(KindServer), mk(KindClient)
 
 	// Server to server: both sides verify, the listener sees a server.
-	se, ce, cs := handshake(t, srv.RPCServerConfig(), peer.ClientConfig())
+	cs, se, ce := handshake(t, srv.RPCServerConfig(), peer.ClientConfig())
 	if se != nil || ce != nil || !srv.IsServer(&cs) {
 		t.Fatalf("server to server: %v / %v, is server %v", se, ce, srv.IsServer(&cs))
 	}
 	// A client certificate of the same CA cannot pose as a server on raft.
-	if se, _, _ := handshake(t, srv.RPCServerConfig(), client.ClientConfig()); se == nil || !strings.Contains(se.Error(), "not a server") {
+	if _, se, _ := handshake(t, srv.RPCServerConfig(), client.ClientConfig()); se == nil || !strings.Contains(se.Error(), "not a server") {
 		t.Fatalf("client cert on raft: %v, want refused as not a server", se)
 	}
 	// The HTTPS API takes it, but it is no server identity.
-	if se, ce, cs := handshake(t, srv.HTTPServerConfig(), client.ClientConfig()); se != nil || ce != nil || srv.IsServer(&cs) {
+	if cs, se, ce := handshake(t, srv.HTTPServerConfig(), client.ClientConfig()); se != nil || ce != nil || srv.IsServer(&cs) {
 		t.Fatalf("client cert on https: %v / %v, server %v", se, ce, srv.IsServer(&cs))
 	}
 	// A server of another CA is refused both ways.
@@ -111,10 +111,10 @@ func TestMutualTLSNamesAndForeignCA(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if se, ce, _ := handshake(t, srv.RPCServerConfig(), foreign.ClientConfig()); se == nil && ce == nil {
+	if _, se, ce := handshake(t, srv.RPCServerConfig(), foreign.ClientConfig()); se == nil && ce == nil {
 		t.Fatal("a server of a foreign CA completed a handshake")
 	}
-	if _, ce, _ := handshake(t, foreign.RPCServerConfig(), srv.ClientConfig()); ce == nil {
+	if _, _, ce := handshake(t, foreign.RPCServerConfig(), srv.ClientConfig()); ce == nil {
 		t.Fatal("dialing a server of a foreign CA succeeded")
 	}
 }
