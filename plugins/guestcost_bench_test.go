@@ -109,19 +109,21 @@ func guestCostModules() []guestCostModule {
 // adapter on a controller-unpublish request. "current" is the Go guest as
 // the host runs it, instrumented (wasmbin.Preempt: probes at function
 // entries and loop headers); "loops-only" is the same module with probes
-// at loop headers only, the instrumentation before issue 11, so one run
-// measures what the entry probes cost (BENCHMARKS.md); "as" is the
+// at loop headers only, so one run measures what the entry probes cost,
+// and "no-depth" is "current" without the call depth bound (MaxCallDepth),
+// what that costs (BENCHMARKS.md "Entry probes"); "as" is the
 // AssemblyScript port (examples/plugins/as-*), instrumented.
 //
 //	go test -run '^$' -bench 'GuestCost$' -benchtime 3000x -count 5 ./plugins/
 func BenchmarkGuestCost(b *testing.B) {
 	type variant struct {
-		name      string
-		wasm      func(tb testing.TB, module string) []byte
-		loopsOnly bool
+		name  string
+		wasm  func(tb testing.TB, module string) []byte
+		probe func() (restore func()) // nil: the host's own instrumentation
 	}
 	asPort := func(tb testing.TB, module string) []byte { return exampleWasm(tb, "as-"+module) }
-	variants := []variant{{"current", exampleWasm, false}, {"loops-only", exampleWasm, true}, {"as", asPort, false}}
+	variants := []variant{{"current", exampleWasm, nil}, {"loops-only", exampleWasm, loopProbesOnly},
+		{"no-depth", exampleWasm, noDepthBound}, {"as", asPort, nil}}
 	if dir := os.Getenv("VOLHOST_GUESTCOST_BASELINE"); dir != "" {
 		variants = append(variants, variant{"baseline", func(tb testing.TB, module string) []byte {
 			w, err := os.ReadFile(filepath.Join(dir, module+".wasm"))
@@ -129,13 +131,13 @@ func BenchmarkGuestCost(b *testing.B) {
 				tb.Fatal(err)
 			}
 			return w
-		}, false})
+		}, nil})
 	}
 	for _, mod := range guestCostModules() {
 		for _, v := range variants {
 			b.Run(mod.shape(b)+"/"+v.name, func(b *testing.B) {
-				if v.loopsOnly {
-					defer loopProbesOnly()()
+				if v.probe != nil {
+					defer v.probe()()
 				}
 				wasm := v.wasm(b, mod.name)
 				e := mod.warmEnv(b, wasm)

@@ -157,11 +157,22 @@ func runtimeYield() { runtime.Gosched() }
 // recursion escapes it), until the returned function restores it. Tests
 // using it must not run in parallel with others.
 func loopProbesOnly() (restore func()) {
+	return probesWithout(func(p *wasmbin.Probe) { p.FunctionEntry = false })
+}
+
+// noDepthBound instruments without the call depth bound, so
+// BenchmarkGuestCost measures what the bound costs. Not a safe
+// configuration either (see MaxCallDepth).
+func noDepthBound() (restore func()) {
+	return probesWithout(func(p *wasmbin.Probe) { p.DepthLimit = 0 })
+}
+
+func probesWithout(edit func(*wasmbin.Probe)) (restore func()) {
 	saved := instrument
 	instrument = func(wasm []byte, tableLimit uint32) ([]byte, error) {
 		p := wasmbin.Preempt
-		p.FunctionEntry = false
 		p.TableLimit, p.DepthLimit = tableLimit, MaxCallDepth
+		edit(&p)
 		return wasmbin.Instrument(wasm, p)
 	}
 	return func() { instrument = saved }
