@@ -492,3 +492,35 @@ func TestEventsRouteFiltersAndPages(t *testing.T) {
 		t.Fatalf("client pages: %d %v", len(all), err)
 	}
 }
+
+// A long poll outlives ReadTimeout: the server-wide ReadTimeout bounds
+// reading the request, never a blocking query's wait. The test has to let
+// ReadTimeout pass in real time.
+func TestBlockingQueryOutlivesReadTimeout(t *testing.T) {
+	clk := clockwork.NewFakeClock()
+	st := state.NewStore(state.WithClock(clk))
+	apply(t, st, 1, structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: &structs.Plugin{ID: "p1"}})
+	srv := api.NewServer(api.Config{ReadTimeout: 100 * time.Millisecond}, st, &fakeBackend{}, nil)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Shutdown(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res := make(chan response, 1)
+	go func() { res <- doCtx(t, ctx, "http://"+l.Addr().String(), "GET", "/v1/plugins?index=1&wait=1m", "") }()
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-res:
+		t.Fatalf("the long poll ended early: %d %s", r.status, r.body)
+	case <-time.After(300 * time.Millisecond): // three ReadTimeouts
+	}
+	apply(t, st, 2, structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: &structs.Plugin{ID: "p2"}})
+	if r := <-res; r.status != 200 || !strings.Contains(r.body, "p2") {
+		t.Fatalf("long poll: %d %s", r.status, r.body)
+	}
+}

@@ -160,13 +160,6 @@ func (l *limitListener) release(ip string) {
 	}
 }
 
-// open reports the connections held (tests).
-func (l *limitListener) open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.total
-}
-
 type limitConn struct {
 	net.Conn
 	l    *limitListener
