@@ -63,10 +63,3 @@ func (l *VolumeLocks) drop(ref structs.VolumeRef, e *volumeLock) {
 		delete(l.locks, ref)
 	}
 }
-
-// held reports how many volumes have a lock in use (tests).
-func (l *VolumeLocks) held() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.locks)
-}

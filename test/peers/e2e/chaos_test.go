@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -87,6 +88,9 @@ func TestChaosFailover(t *testing.T) {
 	}
 	t.Cleanup(func() { drv.Stop(5 * time.Second) })
 	cl, err := StartCluster(ctx, dir, bins.Volhost, 3, `log_level = "debug"
+events {
+  per_volume = 100000 # every claim's transitions stay, for the exactly-once count
+}
 watcher {
   backoff_base = "50ms"
   backoff_max  = "500ms"
@@ -343,8 +347,35 @@ watcher {
 		Message  string `json:"message"`
 	}
 	if err := cl.Retry(ctx, func(ctx context.Context, a *API) error {
-		_, err := a.do(ctx, http.MethodGet, "/v1/events", nil, &evs)
-		return err
+		evs = evs[:0]
+		for next := ""; ; {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/v1/events?per_page=1000&next_token="+url.QueryEscape(next), nil)
+			if err != nil {
+				return err
+			}
+			resp, err := a.hc.Do(req)
+			if err != nil {
+				return err
+			}
+			var page []struct {
+				Type     string `json:"type"`
+				VolumeID string `json:"volume_id"`
+				AllocID  string `json:"alloc_id"`
+				Message  string `json:"message"`
+			}
+			err = json.NewDecoder(resp.Body).Decode(&page)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return &HTTPError{Status: resp.StatusCode, Body: resp.Status}
+			}
+			if err != nil {
+				return err
+			}
+			evs = append(evs, page...)
+			if next = resp.Header.Get("X-Volhost-NextToken"); next == "" {
+				return nil
+			}
+		}
 	}); err != nil {
 		t.Fatal(err)
 	}
