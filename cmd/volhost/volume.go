@@ -201,7 +201,7 @@ func formatVolume(v *api.VolumeResponse) string {
 		case cl.Hold != nil:
 			// A policy holds it: say who, why and until when (issue 10/11:
 			// "taken 0 - -" told the operator nothing).
-			lastErr = "held by " + holder(cl.Hold) + ": " + cl.Hold.Reason
+			lastErr = "held by " + cl.Hold.Holder() + ": " + cl.Hold.Reason
 			next = "when it changes"
 			if !cl.Hold.Until.IsZero() {
 				next = fmtTime(cl.Hold.Until)
@@ -212,17 +212,6 @@ func formatVolume(v *api.VolumeResponse) string {
 	}
 	b.WriteString(table(rows))
 	return b.String()
-}
-
-// holder names the module holding a claim.
-func holder(h *structs.ClaimHold) string {
-	switch {
-	case h.Module == "":
-		return "the release policy"
-	case h.ModuleVersion == "":
-		return h.Module
-	}
-	return h.Module + "@" + h.ModuleVersion
 }
 
 func sorted(s []string) []string {

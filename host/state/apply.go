@@ -480,7 +480,7 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 		v.Claims[c.AllocID] = c
 		ev.Type = structs.EventClaimHeld
 		ev.Module = c.Hold.Module
-		ev.Message = fmt.Sprintf("claim held at %s by %s: %s", c.State, holder(c.Hold), c.Hold.Reason)
+		ev.Message = fmt.Sprintf("claim held at %s by %s: %s", c.State, c.Hold.Holder(), c.Hold.Reason)
 	default:
 		v.Claims[c.AllocID] = c
 		ev.Type = structs.EventClaimFailed
@@ -492,17 +492,6 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 		return nil, err
 	}
 	return nil, w.event(ev)
-}
-
-// holder names a hold's module ("policy" when the policy has no name).
-func holder(h *structs.ClaimHold) string {
-	switch {
-	case h.Module == "":
-		return "policy"
-	case h.ModuleVersion == "":
-		return h.Module
-	}
-	return h.Module + " " + h.ModuleVersion
 }
 
 func (w *writer) markStuck(r *structs.VolumeStuckRequest) (any, error) {

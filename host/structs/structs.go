@@ -203,6 +203,18 @@ type ClaimHold struct {
 	Until         time.Time `json:"until,omitempty"` // zero: until something changes
 }
 
+// Holder names the module holding the claim: "name@version", or "the
+// release policy" when the policy has no name.
+func (h *ClaimHold) Holder() string {
+	switch {
+	case h.Module == "":
+		return "the release policy"
+	case h.ModuleVersion == "":
+		return h.Module
+	}
+	return h.Module + "@" + h.ModuleVersion
+}
+
 // Stuck says why a volume's claims cannot be released without an operator.
 type Stuck struct {
 	Since    time.Time `json:"since"`
