@@ -37,6 +37,10 @@ e2e: plugins
 	cd test/peers && $(GO) test -race -count=1 ./internal/... ./cmd/mockcsi
 	cd test/peers && VOLHOST_E2E_BIN_DIR=$(E2E_BIN) VOLHOST_E2E_PLUGIN_BUILD=$(CURDIR)/$(PLUGIN_BUILD) \
 		$(GO) test -count=1 -timeout 30m ./e2e/...
+	# Issue 12's secured cluster with the real binary: 3 servers with ACL and
+	# mutual TLS, a CLI release with a client token, a node token refused
+	# force-deregister, a foreign-CA server refused at join, SIGHUP rotation.
+	$(GO) test -count=1 -timeout 10m -run 'TestSecureBinaryCluster' ./cmd/volhost
 
 # Safety under random interleavings (issue 10): the model-based test over
 # many more seeds than make test runs, then the chaos end-to-end run.
