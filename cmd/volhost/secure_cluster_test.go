@@ -147,8 +147,17 @@ tls {
 		}
 		return r.stdout
 	}
+	// The follower may not know the leader's HTTP address yet (503 "no
+	// cluster leader" until the members map reaches it): retry that only.
+	bootOut := waitFor(t, ctx, "bootstrap through a follower", func() (string, bool) {
+		r := runEnv(env, "acl", "bootstrap", "-json")
+		if r.code != 0 && !strings.Contains(r.stdout+r.stderr, "no cluster leader") {
+			t.Fatalf("volhost acl bootstrap -json: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		return r.stdout, r.code == 0
+	})
 	var boot api.ACLTokenSecret
-	if err := json.Unmarshal([]byte(must(env, "acl", "bootstrap", "-json")), &boot); err != nil {
+	if err := json.Unmarshal([]byte(bootOut), &boot); err != nil {
 		t.Fatal(err)
 	}
 	mgmt := with("VOLHOST_TOKEN", boot.SecretID)
