@@ -69,11 +69,7 @@ func TestRollbackUndoesOnlyWhatTheClaimCreated(t *testing.T) {
 func TestReleaseRechecksCommittedClaimsBeforeNodeUnstage(t *testing.T) {
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
-	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
+	h.endedClaim(ref, "web-1", "node1")
 
 	// The hook runs on the plugin's gRPC goroutine: hand the result over
 	// on a channel (the race detector does not see through the socket).
@@ -196,11 +192,7 @@ func TestHostileModuleAnswersAreFaults(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, "node1")
 			ref := h.volume("default", "vol1", structs.AccessSingleNodeWriter)
-			h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-			if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-				t.Fatal(err)
-			}
-			h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
+			h.endedClaim(ref, "web-1", "node1")
 			h.mods.set("default", tc.policy, tc.adapter)
 			if tc.script != nil {
 				tc.script(h)
@@ -254,11 +246,7 @@ func TestClaimRefusesAnAdapterNamingAnotherNode(t *testing.T) {
 func TestPolicyHoldIsBoundedVisibleAndCountsTowardStuck(t *testing.T) {
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessSingleNodeWriter)
-	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
+	h.endedClaim(ref, "web-1", "node1")
 	h.mods.set("default", waitForever{}, nil)
 	start := h.clock.Now()
 	if err := h.w.Assess(h.ctx, ref); err != nil {

@@ -146,6 +146,17 @@ func (h *harness) claim(ref structs.VolumeRef, alloc, node string, mode structs.
 	return err
 }
 
+// endedClaim gives alloc a write claim on ref on node, then ends the
+// allocation: a claim ready to be released.
+func (h *harness) endedClaim(ref structs.VolumeRef, alloc, node string) {
+	h.t.Helper()
+	h.mustAlloc(ref.Namespace, alloc, node, structs.AllocRunning)
+	if err := h.claim(ref, alloc, node, structs.ClaimWrite); err != nil {
+		h.t.Fatal(err)
+	}
+	h.mustAlloc(ref.Namespace, alloc, node, structs.AllocComplete)
+}
+
 func (h *harness) vol(ref structs.VolumeRef) *structs.Volume {
 	h.t.Helper()
 	v, err := h.store.Snapshot().VolumeByID(nil, ref.Namespace, ref.ID)
