@@ -56,22 +56,7 @@ func TestAgentWalkthrough(t *testing.T) {
 
 	// The walk-through's spec files, pointed at the scripted plugin's socket.
 	dir := t.TempDir()
-	spec := func(name string) string {
-		b, err := os.ReadFile(filepath.Join("testdata", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := strings.NewReplacer(
-			"unix:///tmp/volhost-csi/controller.sock", plugin.Endpoint(),
-			"unix:///tmp/volhost-csi/node1.sock", plugin.Endpoint(),
-			"/tmp/volhost-node1", filepath.Join(dir, "node1"),
-		).Replace(string(b))
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	spec := func(name string) string { return writeSpec(t, "testdata", dir, name, plugin.Endpoint()) }
 	contains(t, "plugin register", e.ok("plugin", "register", spec("plugin.hcl")), `Registered plugin "gce-pd" (controller publish/unpublish: true)`)
 	contains(t, "node register", e.ok("node", "register", spec("node.hcl")), `Registered node "node1"`)
 	contains(t, "node status", e.ok("node", "status", "node1"), "projects/demo/zones/us-central1-a/instances/node1")
@@ -106,6 +91,27 @@ func TestAgentWalkthrough(t *testing.T) {
 }
 
 // waitFor polls cond until it holds or ctx ends.
+// writeSpec copies the spec file name from srcDir into dir with its CSI
+// endpoints pointed at endpoint and its node root under dir, and returns
+// the copy's path.
+func writeSpec(t *testing.T, srcDir, dir, name, endpoint string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(srcDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := strings.NewReplacer(
+		"unix:///tmp/volhost-csi/controller.sock", endpoint,
+		"unix:///tmp/volhost-csi/node1.sock", endpoint,
+		"/tmp/volhost-node1", filepath.Join(dir, "node1"),
+	).Replace(string(b))
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 func waitFor[T any](t *testing.T, ctx context.Context, what string, cond func() (T, bool)) T {
 	t.Helper()
 	tick := time.NewTicker(10 * time.Millisecond)

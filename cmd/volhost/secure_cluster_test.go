@@ -192,22 +192,7 @@ tls {
 	// A release through the CLI with the client token, via a follower.
 	plugin := csitest.NewServer(t, csitest.Options{NodeID: "projects/demo/zones/us-central1-a/instances/node1",
 		PublishUnpublish: true, StageUnstage: true})
-	spec := func(name string) string {
-		src, err := os.ReadFile(filepath.Join(testdataDir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		s := strings.NewReplacer(
-			"unix:///tmp/volhost-csi/controller.sock", plugin.Endpoint(),
-			"unix:///tmp/volhost-csi/node1.sock", plugin.Endpoint(),
-			"/tmp/volhost-node1", filepath.Join(dir, "node1"),
-		).Replace(string(src))
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(s), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	spec := func(name string) string { return writeSpec(t, testdataDir, dir, name, plugin.Endpoint()) }
 	must(app, "plugin", "register", spec("plugin.hcl"))
 	must(app, "node", "register", spec("node.hcl"))
 	must(app, "volume", "register", spec("volume.hcl"))

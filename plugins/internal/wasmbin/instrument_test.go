@@ -336,17 +336,7 @@ func TestInstrumentStartSection(t *testing.T) {
 		sec(8, []byte{0}),
 		sec(10, vec(body([]byte{0}, 0x41, 0x07, 0x24, 0x00, 0x0b), body([]byte{0}, 0x23, 0x00, 0x0b))),
 	)
-	out, err := Instrument(wasm, Preempt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	rt := wazero.NewRuntime(ctx)
-	defer rt.Close(ctx)
-	mod, err := rt.Instantiate(ctx, out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, mod := instantiateInstrumented(t, wasm, Preempt)
 	get := mod.ExportedFunction("get")
 	if res, err := get.Call(ctx); err != nil || res[0] != 0 {
 		t.Fatalf("before the start function get() = %v, %v; want 0 (instantiation must not run it)", res, err)
@@ -380,17 +370,7 @@ func TestTableGrowGuard(t *testing.T) {
 	}
 	p := Preempt
 	p.TableLimit = 100
-	out, err := Instrument(tableModule(1), p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	rt := wazero.NewRuntime(ctx)
-	defer rt.Close(ctx)
-	mod, err := rt.Instantiate(ctx, out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, mod := instantiateInstrumented(t, tableModule(1), p)
 	grow := mod.ExportedFunction("grow")
 	if res, err := grow.Call(ctx, 99); err != nil || res[0] != 1 {
 		t.Fatalf("grow(99) to the limit = %v, %v; want the old size 1", res, err)
@@ -403,15 +383,12 @@ func TestTableGrowGuard(t *testing.T) {
 		t.Fatalf("breach = %d after the trap, want %d", breach.Get(), BreachTable)
 	}
 	// 2^32-1: the guard adds in 64 bits, so the sum cannot wrap below the limit.
-	mod2, err := rt.InstantiateWithConfig(ctx, out, wazero.NewModuleConfig().WithName("two"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, mod2 := instantiateInstrumented(t, tableModule(1), p)
 	if _, err := mod2.ExportedFunction("grow").Call(ctx, 0xffffffff); err == nil {
 		t.Fatal("grow(2^32-1) did not trap")
 	}
 
-	_, err = Instrument(tableModule(101), p)
+	_, err := Instrument(tableModule(101), p)
 	var le *LimitError
 	if !errors.As(err, &le) || le.Limit != "table_elements" || le.Got != 101 || !strings.Contains(err.Error(), "limits.table_elements = 100") {
 		t.Fatalf("a 101-entry table under a 100 limit: err = %v, want a *LimitError naming limits.table_elements", err)
@@ -444,17 +421,7 @@ func TestCallDepthBound(t *testing.T) {
 	)
 	p := Preempt
 	p.DepthLimit = 100
-	out, err := Instrument(wasm, p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	rt := wazero.NewRuntime(ctx)
-	defer rt.Close(ctx)
-	mod, err := rt.Instantiate(ctx, out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, mod := instantiateInstrumented(t, wasm, p)
 	for range 3 {
 		if res, err := mod.ExportedFunction("all").Call(ctx, 3); err != nil || res[0] != 3 {
 			t.Fatalf("all(3) = %v, %v", res, err)
@@ -486,17 +453,7 @@ func TestPreemptBudget(t *testing.T) {
 		sec(7, vec(append(name("fills"), 0x00, 0))),
 		sec(10, vec(body([]byte{0}, append(code, 0x0b)...))),
 	)
-	out, err := Instrument(wasm, Preempt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	rt := wazero.NewRuntime(ctx)
-	defer rt.Close(ctx)
-	mod, err := rt.Instantiate(ctx, out)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, mod := instantiateInstrumented(t, wasm, Preempt)
 	budget := mod.ExportedGlobal(PreemptBudgetExport)
 	const bulk = 3 * PreemptBulkCost
 	want := []int32{
@@ -512,4 +469,22 @@ func TestPreemptBudget(t *testing.T) {
 			t.Fatalf("after call %d the budget is %d, want %d", i+1, got, w)
 		}
 	}
+}
+
+// instantiateInstrumented instruments wasm with p and instantiates the
+// copy in a fresh runtime that the test's cleanup closes.
+func instantiateInstrumented(t *testing.T, wasm []byte, p Probe) (context.Context, api.Module) {
+	t.Helper()
+	out, err := Instrument(wasm, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	rt := wazero.NewRuntime(ctx)
+	t.Cleanup(func() { _ = rt.Close(ctx) })
+	mod, err := rt.Instantiate(ctx, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, mod
 }
