@@ -473,16 +473,8 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 // claims this pass loaded: a claim taken on the node since then needs the
 // staging path (issue 10 defect 2). Call it holding the volume's lock.
 func (p *pass) lastOnNodeCommitted(c *structs.Claim) (bool, error) {
-	v, err := p.committed()
-	if err != nil {
-		return false, err
-	}
-	for _, o := range v.Claims {
-		if o.AllocID != c.AllocID && o.NodeID == c.NodeID && o.State == structs.ClaimTaken {
-			return false, nil
-		}
-	}
-	return true, nil
+	other, err := p.otherOnNodeCommitted(c, func(o *structs.Claim) bool { return o.State == structs.ClaimTaken })
+	return !other, err
 }
 
 // sharedOnNodeCommitted: another claim of the volume on c's node has not
@@ -492,12 +484,20 @@ func (p *pass) lastOnNodeCommitted(c *structs.Claim) (bool, error) {
 // node (CSI spec; ANCHORS pain 9: unpublish while still in use, or twice).
 // Call it holding the volume's lock.
 func (p *pass) sharedOnNodeCommitted(c *structs.Claim) (bool, error) {
+	return p.otherOnNodeCommitted(c, func(o *structs.Claim) bool {
+		return o.State.Order() < structs.ClaimControllerDetached.Order()
+	})
+}
+
+// otherOnNodeCommitted reports whether a committed claim of the volume on
+// c's node, other than c, satisfies needs.
+func (p *pass) otherOnNodeCommitted(c *structs.Claim, needs func(*structs.Claim) bool) (bool, error) {
 	v, err := p.committed()
 	if err != nil {
 		return false, err
 	}
 	for _, o := range v.Claims {
-		if o.AllocID != c.AllocID && o.NodeID == c.NodeID && o.State.Order() < structs.ClaimControllerDetached.Order() {
+		if o.AllocID != c.AllocID && o.NodeID == c.NodeID && needs(o) {
 			return true, nil
 		}
 	}

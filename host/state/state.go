@@ -200,6 +200,7 @@ func (s *Store) VolumesChangedSince(ctx context.Context, index uint64) ([]*struc
 	start := s.cur.Load().abandon
 	for {
 		var vols []*structs.Volume
+		var restoredIdx uint64
 		restored := false
 		idx, err := s.blockingQuery(ctx, index, MaxMaxWait, false, func(ws memdb.WatchSet, snap *Snapshot) (uint64, error) {
 			tableIdx, err := snap.Index(TableVolumes)
@@ -216,7 +217,9 @@ func (s *Store) VolumesChangedSince(ctx context.Context, index uint64) ([]*struc
 				return 0, err
 			}
 			if restored {
-				// Wake the caller whatever the restored index is.
+				// Wake the caller whatever the restored index is, and
+				// hand it the index of the very view the volumes came from.
+				restoredIdx = tableIdx
 				return max(tableIdx, index+1), nil
 			}
 			return tableIdx, nil
@@ -225,8 +228,7 @@ func (s *Store) VolumesChangedSince(ctx context.Context, index uint64) ([]*struc
 			return nil, idx, err
 		}
 		if restored {
-			real, err := s.Snapshot().Index(TableVolumes)
-			return vols, real, err
+			return vols, restoredIdx, nil
 		}
 		if idx > index {
 			return vols, idx, nil
