@@ -6,9 +6,12 @@ STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 WAZERO_VERSION := $(shell $(GO) list -m -f '{{.Version}}' github.com/tetratelabs/wazero 2>/dev/null)
 export VOLHOST_WAZERO_CACHE ?= $(HOME)/.cache/volhost/wazero-$(WAZERO_VERSION)
 PLUGIN_BUILD  := examples/plugins/build
+# The deliberately faulty modules (plugins/pluginstest/modules), built apart
+# so that `make run` loads only working ones (issue 16).
+TEST_MODULE_BUILD := bin/test-modules
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: build plugins test test-short lint run bench e2e chaos clean
+.PHONY: build plugins test-modules test test-short lint run bench e2e chaos clean
 
 build:
 	$(GO) build -o bin/volhost ./cmd/volhost
@@ -16,6 +19,9 @@ build:
 # Build every example module (GOOS=wasip1 c-shared Go guests) with its manifest.
 plugins:
 	@bash scripts/build-plugins.sh $(PLUGIN_BUILD)
+
+test-modules:
+	@bash scripts/build-plugins.sh $(TEST_MODULE_BUILD) plugins/pluginstest/modules
 
 test: plugins
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...

@@ -22,7 +22,7 @@ import (
 const faultCallTimeout = 3 * time.Second
 
 // faultRequest asks fault-policy to misbehave in mode for this one request
-// (examples/plugins/fault-policy: volume context key "fault.mode").
+// (plugins/pluginstest/modules/fault-policy: volume context key "fault.mode").
 func faultRequest(mode string) *abi.PolicyRequest {
 	req := volumeRequest(3)
 	req.Volume.Context = map[string]string{"fault.mode": mode}

@@ -6,7 +6,10 @@
 # host's compilation cache compiles them once) + OUT/VARIANT.hcl, which is how
 # one faulty module serves several fault modes chosen by config.
 #
-# Usage: scripts/build-plugins.sh [OUT]   (run from the repository root)
+# Usage: scripts/build-plugins.sh [OUT [SRC]]   (run from the repository root)
+# SRC defaults to examples/plugins (the working examples, what `make run`
+# loads); `make test-modules` passes plugins/pluginstest/modules, the
+# deliberately faulty modules only tests load.
 # Skips a module whose .wasm is newer than every .go file of the module, the
 # abi packages, go.mod and go.sum; FORCE=1 rebuilds everything.
 #
@@ -20,6 +23,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-examples/plugins/build}
+src=${2:-examples/plugins}
 mkdir -p "$out"
 export GOOS=wasip1 GOARCH=wasm
 # elapsed START: seconds since START (a date +%s.%N stamp), without bc.
@@ -34,7 +38,7 @@ copy_manifest() {
 }
 total_start=$(date +%s.%N)
 built=0
-for dir in examples/plugins/*/; do
+for dir in "$src"/*/; do
   dir=${dir%/}
   name=$(basename "$dir")
   [ "$name" = build ] && continue
@@ -57,7 +61,7 @@ for dir in examples/plugins/*/; do
 done
 sdk=abi/guest-as
 asc_ready=
-for dir in examples/plugins/*/; do
+for dir in "$src"/*/; do
   dir=${dir%/}
   name=$(basename "$dir")
   [ -f "$dir/assembly/index.ts" ] || continue

@@ -20,6 +20,10 @@ var (
 	outDir string
 )
 
+// TestModules is where the deliberately faulty modules live, relative to
+// the repository root: only tests load them.
+const TestModules = "plugins/pluginstest/modules"
+
 // RepoRoot is the volhost repository root (where go.mod is).
 func RepoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
@@ -42,14 +46,21 @@ func CacheDir() string {
 	return dir
 }
 
-// Wasm returns examples/plugins/NAME built once per test binary: as a
-// wasip1 c-shared module for a Go example (Go's build cache makes that
-// ~1 s), with abi/guest-as's compiler for an AssemblyScript one (a folder
-// with assembly/index.ts; see asWasm).
+// Wasm returns module NAME built once per test binary: an example under
+// examples/plugins/NAME or a deliberately faulty test module under
+// plugins/pluginstest/modules/NAME (kept out of examples/plugins so that
+// `make run`'s module directory holds only working modules). A Go module is
+// built as a wasip1 c-shared module (Go's build cache makes that ~1 s), an
+// AssemblyScript one (a folder with assembly/index.ts; see asWasm) with
+// abi/guest-as's compiler.
 func Wasm(t testing.TB, name string) []byte {
 	t.Helper()
 	if _, err := os.Stat(filepath.Join(RepoRoot(), "examples", "plugins", name, "assembly", "index.ts")); err == nil {
 		return asWasm(t, name)
+	}
+	src := "./examples/plugins/" + name
+	if _, err := os.Stat(filepath.Join(RepoRoot(), TestModules, name)); err == nil {
+		src = "./" + TestModules + "/" + name
 	}
 	mu.Lock()
 	if outDir == "" {
@@ -63,7 +74,7 @@ func Wasm(t testing.TB, name string) []byte {
 	out := filepath.Join(outDir, name+".wasm")
 	err, done := built[name]
 	if !done {
-		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, "./examples/plugins/"+name)
+		cmd := exec.Command("go", "build", "-buildmode=c-shared", "-trimpath", "-o", out, src)
 		cmd.Dir = RepoRoot()
 		cmd.Env = append(os.Environ(), "GOOS=wasip1", "GOARCH=wasm")
 		if b, cerr := cmd.CombinedOutput(); cerr != nil {
