@@ -112,7 +112,7 @@ func TestWalkthrough(t *testing.T) {
 	contains(t, "status after release", e.ok("volume", "status", "vol1"), "No claims", "Write Allocs     = -")
 	contains(t, "events", e.ok("events"), "Index", "vol1")
 	contains(t, "deregister", e.ok("volume", "deregister", "vol1"), `Deregistered volume "vol1"`)
-	if r := e.run("volume", "status", "vol1"); r.code != 1 || r.stderr != "Error: volume \"default/vol1\": not found\n" {
+	if r := e.run("volume", "status", "vol1"); r.code != 1 || r.stderr != "Error: volume \"default/vol1\" does not exist\n" {
 		t.Errorf("status after deregister: exit %d stderr %q", r.code, r.stderr)
 	}
 }
@@ -238,11 +238,11 @@ func TestErrors(t *testing.T) {
 		{"claim mismatched attachment", []string{"volume", "claim", "-alloc", "web-1", "-node", "node1", "-mode", "write", "-attachment-mode", "block-device", "vol1"}, []string{"attachment_mode", "block-device"}},
 		{"claim no alloc", []string{"volume", "claim", "-node", "n", "-mode", "read", "vol1"}, []string{"-alloc is required"}},
 		{"claim unknown alloc", []string{"volume", "claim", "-alloc", "ghost", "-node", "node1", "-mode", "write", "vol1"}, []string{"ghost"}},
-		{"not found", []string{"volume", "status", "nope"}, []string{`volume "default/nope": not found`}},
-		{"node not found", []string{"node", "status", "nope"}, []string{`node "nope": not found`}},
+		{"not found", []string{"volume", "status", "nope"}, []string{`volume "default/nope" does not exist`}},
+		{"node not found", []string{"node", "status", "nope"}, []string{`node "nope" does not exist`}},
 		{"set-status bad", []string{"node", "set-status", "node1", "sleepy"}, []string{`status must be ready or down, got "sleepy"`}},
 		{"alloc update bad", []string{"alloc", "update", "-status", "done", "web-1"}, []string{`got "done"`}},
-		{"alloc update missing", []string{"alloc", "update", "-status", "complete", "ghost"}, []string{`alloc "ghost": not found`}},
+		{"alloc update missing", []string{"alloc", "update", "-status", "complete", "ghost"}, []string{`alloc "ghost" does not exist`}},
 		{"leftovers both", []string{"volume", "leftovers", "-clear", "x", "-clear-all"}, []string{"cannot be combined"}},
 		{"unknown subcommand", []string{"volume", "frobnicate"}, []string{`unknown command "volume frobnicate"`}},
 		{"bad address", []string{"volume", "status", "-address", "ftp://x"}, []string{"scheme must be http or https"}},

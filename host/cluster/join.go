@@ -163,7 +163,7 @@ func TLSProbe(cfg *tls.Config) ProbeFunc {
 // ErrNoQuorum marks a membership change refused because the cluster would
 // be left without a quorum of live voters. It wraps structs.ErrConflict
 // (409).
-var ErrNoQuorum = fmt.Errorf("would leave the cluster without quorum: %w", structs.ErrConflict)
+var ErrNoQuorum = structs.Conflict("would leave the cluster without quorum")
 
 // CheckJoin refuses, on the leader, a join that would leave the cluster
 // without a quorum: the joiner must answer at its raft address (a fake

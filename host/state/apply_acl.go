@@ -88,7 +88,7 @@ func validateACLBootstrap(snap *Snapshot, r *structs.ACLBootstrapRequest) error 
 }
 
 // ErrACLBootstrapped is a second bootstrap: it wraps structs.ErrConflict.
-var ErrACLBootstrapped = fmt.Errorf("acl already bootstrapped: %w", structs.ErrConflict)
+var ErrACLBootstrapped = structs.Conflict("acl already bootstrapped")
 
 func validateACLPolicyUpsert(_ *Snapshot, r *structs.ACLPolicyUpsertRequest) error {
 	if len(r.Policies) == 0 {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/volhost/volhost/host/structs"
@@ -113,28 +112,9 @@ func validID(field, id string) error {
 	return nil
 }
 
-// validEndpoint checks a CSI endpoint: unix:///path or tcp://host:port.
-func validEndpoint(field, ep string) error {
-	switch {
-	case strings.HasPrefix(ep, "unix://"):
-		if strings.TrimPrefix(ep, "unix://") == "" {
-			return structs.Invalid(field, "unix endpoint %q has no socket path", ep)
-		}
-	case strings.HasPrefix(ep, "tcp://"):
-		hp := strings.TrimPrefix(ep, "tcp://")
-		if i := strings.LastIndex(hp, ":"); i <= 0 || i == len(hp)-1 {
-			return structs.Invalid(field, "tcp endpoint %q must be tcp://host:port", ep)
-		}
-	default:
-		return structs.Invalid(field, "endpoint %q must start with unix:// or tcp://", ep)
-	}
-	for _, r := range ep {
-		if unicode.IsSpace(r) || unicode.IsControl(r) {
-			return structs.Invalid(field, "must not contain whitespace or control characters: %q", ep)
-		}
-	}
-	return nil
-}
+// validEndpoint checks a CSI endpoint with the same rule the CSI client
+// dials by (structs.ValidateEndpoint).
+func validEndpoint(field, ep string) error { return structs.ValidateEndpoint(field, ep) }
 
 // list renders IDs for an error message, sorted and bounded.
 func list(ids []string) string {

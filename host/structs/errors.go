@@ -22,8 +22,20 @@ var (
 	ErrOutcomeUnknown = errors.New("the write may have been recorded: its outcome is unknown; retrying the same request is safe")
 	// ErrStaleTerm: a fenced write (claim, checkpoint) was started under a
 	// leadership term that is no longer current. A kind of ErrConflict.
-	ErrStaleTerm = fmt.Errorf("written under a leadership term that is no longer current: %w", ErrConflict)
+	ErrStaleTerm error = &classError{msg: "written under a leadership term that is no longer current", class: ErrConflict}
 )
+
+// classError is an error of a sentinel class whose message is only its own
+// sentence: `errors.Is(err, ErrConflict)` holds, but the message does not
+// end in ": conflict" or ": not found" (issue 16: the status class belongs
+// in the exit code, the HTTP status and -json, not in the sentence).
+type classError struct {
+	msg   string
+	class error
+}
+
+func (e *classError) Error() string { return e.msg }
+func (e *classError) Unwrap() error { return e.class }
 
 // ValidationError names the offending field of a malformed request (400).
 type ValidationError struct {
@@ -45,10 +57,10 @@ func Invalid(field, format string, args ...any) error {
 
 // NotFound wraps ErrNotFound with what was missing, e.g. NotFound("volume", "default/vol1").
 func NotFound(what, id string) error {
-	return fmt.Errorf("%s %q: %w", what, id, ErrNotFound)
+	return &classError{msg: fmt.Sprintf("%s %q does not exist", what, id), class: ErrNotFound}
 }
 
 // Conflict wraps ErrConflict with a reason.
 func Conflict(format string, args ...any) error {
-	return fmt.Errorf("%s: %w", fmt.Sprintf(format, args...), ErrConflict)
+	return &classError{msg: fmt.Sprintf(format, args...), class: ErrConflict}
 }
