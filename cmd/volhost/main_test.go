@@ -81,7 +81,11 @@ func TestWalkthrough(t *testing.T) {
 	e := newCLIEnv(t)
 	contains(t, "plugin register", e.ok("plugin", "register", "testdata/plugin.hcl"), `Registered plugin "gce-pd" (controller publish/unpublish: true)`)
 	contains(t, "node register", e.ok("node", "register", "testdata/node.hcl"), `Registered node "node1" (ready, 1 plugin(s))`)
-	contains(t, "volume register", e.ok("volume", "register", "testdata/volume.hcl"), `Registered volume "vol1" in namespace "default"`)
+	reg := e.ok("volume", "register", "testdata/volume.hcl")
+	contains(t, "volume register", reg, `Registered volume "vol1" in namespace "default"`)
+	if strings.Contains(reg, "Index") {
+		t.Errorf("volume register prints the log index (issue 16):\n%s", reg)
+	}
 	contains(t, "volume register json", e.ok("volume", "register", "testdata/volumes.json"),
 		`Registered volume "vol2" in namespace "default"`, `Registered volume "vol3" in namespace "prod"`)
 	contains(t, "alloc register", e.ok("alloc", "register", "testdata/alloc.hcl"), `Registered allocation "web-1" on node "node1" (running)`)

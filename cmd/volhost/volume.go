@@ -49,14 +49,14 @@ func (c *VolumeRegisterCommand) Help() string {
 
 func (c *VolumeRegisterCommand) Run(args []string) int {
 	return registerFile(c.Meta, "volume", args, loadVolumes, func(ctx context.Context, cl *client.Client, vols []*structs.Volume) error {
-		idx, err := cl.RegisterVolumes(ctx, vols)
-		if err != nil {
+		// The log index is not printed: it is noise to an operator
+		// (issue 16); API users read it from the X-Volhost-Index header.
+		if _, err := cl.RegisterVolumes(ctx, vols); err != nil {
 			return err
 		}
 		for _, v := range vols {
 			c.Ui.Output(fmt.Sprintf("Registered volume %q in namespace %q", v.ID, v.Namespace))
 		}
-		c.Ui.Output(fmt.Sprintf("Index: %d", idx))
 		return nil
 	})
 }

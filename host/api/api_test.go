@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -519,5 +520,41 @@ func setTestContentType(req *http.Request, hasBody bool) {
 		req.Header.Set("Content-Type", "application/octet-stream")
 	case req.Method == http.MethodPut || req.Method == http.MethodPost || (req.Method == http.MethodDelete && hasBody):
 		req.Header.Set("Content-Type", "application/json")
+	}
+}
+
+// TestVolumeClaimsAlwaysInJSON: the list and the detail carry every
+// volume's claims under "claims", {} for a volume without any, so a
+// script reads them the same way from both (issue 16: `volume status
+// -json` seemed to omit claims the table showed).
+func TestVolumeClaimsAlwaysInJSON(t *testing.T) {
+	f := newFixture(t, api.Config{})
+	f.store.volumes = append(f.store.volumes, &structs.Volume{Namespace: "default", ID: "vol-free", PluginID: "gce-pd"})
+	var list []map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(f.do(t, http.MethodGet, "/v1/volumes", "").body), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != len(f.store.volumes) {
+		t.Fatalf("list has %d volumes, want %d", len(list), len(f.store.volumes))
+	}
+	for _, v := range list {
+		var id, ns string
+		_ = json.Unmarshal(v["id"], &id)
+		_ = json.Unmarshal(v["namespace"], &ns)
+		claims, ok := v["claims"]
+		if !ok || string(claims) == "null" {
+			t.Errorf("list entry %s/%s: claims = %s, want an object", ns, id, claims)
+			continue
+		}
+		var detail map[string]json.RawMessage
+		if err := json.Unmarshal([]byte(f.do(t, http.MethodGet, "/v1/volume/"+id+"?namespace="+ns, "").body), &detail); err != nil {
+			t.Fatal(err)
+		}
+		var a, b any
+		_ = json.Unmarshal(claims, &a)
+		_ = json.Unmarshal(detail["claims"], &b)
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s/%s: list claims %s, detail claims %s", ns, id, claims, detail["claims"])
+		}
 	}
 }

@@ -145,12 +145,21 @@ func maxIndex(rd Reader, tables ...string) (uint64, error) {
 	return m, nil
 }
 
-// redact copies v with its secret values hidden: API reads never show them.
+// redact copies v with its secret values hidden (API reads never show
+// them) and its claims as {} rather than null when it has none.
 func redact(v *structs.Volume) *structs.Volume {
 	if len(v.Secrets) == 0 {
+		if v.Claims == nil {
+			c := *v // shallow: only the answer's Claims differs
+			c.Claims = map[string]*structs.Claim{}
+			return &c
+		}
 		return v
 	}
 	c := v.Copy()
+	if c.Claims == nil {
+		c.Claims = map[string]*structs.Claim{}
+	}
 	for k := range c.Secrets {
 		c.Secrets[k] = Redacted
 	}
