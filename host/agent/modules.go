@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/volhost/volhost/abi"
@@ -230,10 +231,7 @@ const maxPendingModuleEvents = 256
 func (e *moduleEvents) add(ev plugins.Event) {
 	e.a.logger.Info("module event", "module", ev.Module, "event", ev.Kind, "generation", ev.Generation,
 		"version", ev.Version, "reason", ev.Reason)
-	msg := fmt.Sprintf("module %s %s (generation %d, version %s)", ev.Module, ev.Kind, ev.Generation, ev.Version)
-	if ev.Reason != "" {
-		msg += ": " + ev.Reason
-	}
+	msg := moduleEventMessage(ev)
 	e.mu.Lock()
 	if len(e.pending) < maxPendingModuleEvents {
 		e.pending = append(e.pending, &structs.Event{
@@ -248,6 +246,28 @@ func (e *moduleEvents) add(ev plugins.Event) {
 	case e.kick <- struct{}{}:
 	default:
 	}
+}
+
+// moduleEventMessage is the event's one line, e.g. "module grace refused
+// (generation 2, version 1.1.0): manifest pins ...". A module refused
+// before it said its version has none, and the line says nothing of it
+// rather than "version )" (issue 16).
+func moduleEventMessage(ev plugins.Event) string {
+	var details []string
+	if ev.Generation > 0 {
+		details = append(details, fmt.Sprintf("generation %d", ev.Generation))
+	}
+	if ev.Version != "" {
+		details = append(details, "version "+ev.Version)
+	}
+	msg := fmt.Sprintf("module %s %s", ev.Module, ev.Kind)
+	if len(details) > 0 {
+		msg += " (" + strings.Join(details, ", ") + ")"
+	}
+	if ev.Reason != "" {
+		msg += ": " + ev.Reason
+	}
+	return msg
 }
 
 // flush writes the queued events when this server leads.
