@@ -490,14 +490,19 @@ const (
 
 func newFixture(t testing.TB, cfg Config, mods Modules) *fixture {
 	t.Helper()
+	return newLoggedFixture(t, cfg, mods, hclog.New(&hclog.LoggerOptions{Level: hclog.Off}))
+}
+
+// newLoggedFixture is newFixture with the watcher logging to logger.
+func newLoggedFixture(t testing.TB, cfg Config, mods Modules, logger hclog.Logger) *fixture {
+	t.Helper()
 	f := &fixture{store: newFakeStore(), csi: newFakeCSI(), clock: clockwork.NewFakeClockAt(t0), metrics: newCountingMetrics()}
 	cfg.Clock = f.clock
 	cfg.Metrics = f.metrics
 	if cfg.Jitter == 0 {
 		cfg.Jitter = -1 // exact backoffs in assertions
 	}
-	f.w = New(cfg, Deps{Feed: f.store, State: f.store, Writer: f.store, Node: f.csi, Controller: f.csi, Modules: mods},
-		hclog.New(&hclog.LoggerOptions{Level: hclog.Off}))
+	f.w = New(cfg, Deps{Feed: f.store, State: f.store, Writer: f.store, Node: f.csi, Controller: f.csi, Modules: mods}, logger)
 	f.store.putPlugin(&structs.Plugin{ID: testPlugin, ControllerEndpoint: ctlEP, Provider: "ebs.csi.aws.com",
 		Capabilities: structs.ControllerCapabilities{PublishUnpublish: true}})
 	f.store.putNode(readyNode(testNode))

@@ -831,6 +831,7 @@ func (p *pass) fail(ctx context.Context, c *structs.Claim, e *structs.ClaimError
 		c.FirstFailure = p.now
 	}
 	e.Time = p.now
+	prev := c.LastError
 	c.LastError = e
 	c.Hold = nil // releasing now: no policy holds it
 	d := retryAfter
@@ -848,8 +849,8 @@ func (p *pass) fail(ctx context.Context, c *structs.Claim, e *structs.ClaimError
 	p.w.metrics.AttemptFailed(p.ref, c.AllocID, e)
 	p.wakeAt(c.NextAttempt)
 	logf := p.log.Debug
-	if c.Attempts == 1 {
-		logf = p.log.Warn // the first of a run; the rest go to stuck detection
+	if warnWorthy(prev, e, c.Attempts) {
+		logf = p.log.Warn
 	}
 	logf("release attempt failed", "alloc", c.AllocID, "node", c.NodeID, "state", c.State,
 		"error", e.Error(), "attempts", c.Attempts, "next_attempt", c.NextAttempt)
@@ -867,6 +868,22 @@ func (p *pass) fail(ctx context.Context, c *structs.Claim, e *structs.ClaimError
 		return nil
 	}
 	return p.markStuck(ctx, c, reason, e)
+}
+
+// warnWorthy says whether a failed attempt is logged at WARN: the first
+// attempt, any attempt whose error differs from the previous one (another
+// step, code, module fault or message), and attempts 2, 4, 8, 16, ...
+// of the same error, so a claim that keeps failing stays visible at the
+// default level without a line per retry. Issue 16: only the first of a
+// run reached WARN, and a later, different failure was hidden at DEBUG.
+func warnWorthy(prev, e *structs.ClaimError, attempts int) bool {
+	if prev == nil || attempts <= 1 {
+		return true
+	}
+	if prev.Kind != e.Kind || prev.Step != e.Step || prev.Code != e.Code || prev.Fault != e.Fault || prev.Message != e.Message {
+		return true
+	}
+	return attempts&(attempts-1) == 0
 }
 
 // markStuck marks the volume stuck for reason, once per reason (no log

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -697,5 +699,44 @@ func TestEscapeHatch(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReleaseFailuresLoggedAtWarn: a claim failing the same way warns at
+// attempts 1, 2, 4 and 8, and a different failure warns at once (issue 16:
+// only the first of several release failures reached the log at WARN).
+func TestReleaseFailuresLoggedAtWarn(t *testing.T) {
+	var buf bytes.Buffer // assess runs on this goroutine; the watcher is not enabled
+	logger := hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: &buf})
+	f := newLoggedFixture(t, Config{MaxAttempts: 100, StuckAfter: 1000 * time.Hour}, nil, logger)
+	r := ref("v1")
+	f.store.putAlloc("a1", testNode, structs.AllocComplete)
+	f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimNodeDetached)))
+	var errs []error
+	for range 9 {
+		errs = append(errs, status.Error(codes.Unavailable, "controller busy"))
+	}
+	errs = append(errs, status.Error(codes.Internal, "disk wedged"))
+	f.csi.setScript(mCtlUnpublish, errs...)
+	ctx := context.Background()
+	for range len(errs) {
+		if _, err := f.w.assess(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(DefaultBackoffMax)
+	}
+	var warned []string
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if strings.Contains(line, "release attempt failed") {
+			i := strings.Index(line, "attempts=")
+			warned = append(warned, strings.Fields(line[i:])[0])
+		}
+	}
+	want := []string{"attempts=1", "attempts=2", "attempts=4", "attempts=8", "attempts=10"}
+	if !slices.Equal(warned, want) {
+		t.Fatalf("WARN lines at %v, want %v\n%s", warned, want, buf.String())
+	}
+	if !strings.Contains(buf.String(), "disk wedged") {
+		t.Fatalf("the changed error is not in the WARN log:\n%s", buf.String())
 	}
 }
