@@ -1,6 +1,8 @@
 package api
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"slices"
 
@@ -47,6 +49,35 @@ type (
 		ForceDeregister ForceCheck `json:"force_deregister"`
 	}
 )
+
+// volumeJSON is a volume as the API answers it: "claims" is always there,
+// {} for none, in the list and the detail alike, so a script reads claims
+// one way (issue 16: `volume status -json` seemed to omit claims the table
+// showed). The shallower Claims field wins over the embedded volume's.
+type volumeJSON struct {
+	*structs.Volume
+	Claims map[string]*structs.Claim `json:"claims"`
+}
+
+func newVolumeJSON(v *structs.Volume) volumeJSON {
+	claims := v.Claims
+	if claims == nil {
+		claims = map[string]*structs.Claim{}
+	}
+	return volumeJSON{Volume: v, Claims: claims}
+}
+
+// MarshalJSON answers the volume with its claims always present.
+func (r VolumeResponse) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // as WriteJSON: "<redacted>" stays readable
+	err := enc.Encode(struct {
+		volumeJSON
+		ForceDeregister ForceCheck `json:"force_deregister"`
+	}{newVolumeJSON(r.Volume), r.ForceDeregister})
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), err
+}
 
 // Redacted replaces secret values in API answers.
 const Redacted = "<redacted>"
@@ -145,21 +176,12 @@ func maxIndex(rd Reader, tables ...string) (uint64, error) {
 	return m, nil
 }
 
-// redact copies v with its secret values hidden (API reads never show
-// them) and its claims as {} rather than null when it has none.
+// redact copies v with its secret values hidden: API reads never show them.
 func redact(v *structs.Volume) *structs.Volume {
 	if len(v.Secrets) == 0 {
-		if v.Claims == nil {
-			c := *v // shallow: only the answer's Claims differs
-			c.Claims = map[string]*structs.Claim{}
-			return &c
-		}
 		return v
 	}
 	c := v.Copy()
-	if c.Claims == nil {
-		c.Claims = map[string]*structs.Claim{}
-	}
 	for k := range c.Secrets {
 		c.Secrets[k] = Redacted
 	}
@@ -199,9 +221,9 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		}
 		// Redact (copy) only the page that is answered.
 		page := paginate(w, match, func(v *structs.Volume) string { return volumeKey(v.Namespace, v.ID) }, pp)
-		out := make([]*structs.Volume, len(page))
+		out := make([]volumeJSON, len(page))
 		for i, v := range page {
-			out[i] = redact(v)
+			out[i] = newVolumeJSON(redact(v))
 		}
 		idx, err := rd.Index(tableVolumes)
 		return out, idx, err

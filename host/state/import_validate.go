@@ -115,7 +115,9 @@ func validateAllocRow(snap *Snapshot, a *structs.Alloc) error {
 func validateVolumeRow(snap *Snapshot, v *structs.Volume) error {
 	bare := *v
 	bare.Claims, bare.Stuck = nil, nil
-	if err := validateVolumeRegister(snap, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{&bare}}); err != nil {
+	// Shapes only: a snapshot from before the one-volume-per-disk check
+	// may hold two volumes on one disk, and a restore must not lose them.
+	if err := validateVolumeShapes(snap, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{&bare}}); err != nil {
 		return err
 	}
 	ids := make([]string, 0, len(v.Claims))

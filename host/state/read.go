@@ -61,6 +61,12 @@ func (snap *Snapshot) VolumesByPlugin(ws memdb.WatchSet, pluginID string) ([]*st
 	return get[*structs.Volume](snap, ws, TableVolumes, indexPlugin, pluginID)
 }
 
+// VolumesByExternalID lists the volumes registered on plugin pluginID for
+// the storage object externalID (normally at most one).
+func (snap *Snapshot) VolumesByExternalID(ws memdb.WatchSet, pluginID, externalID string) ([]*structs.Volume, error) {
+	return get[*structs.Volume](snap, ws, TableVolumes, indexExternal, pluginID, externalID)
+}
+
 // VolumesModifiedSince lists the volumes whose ModifyIndex > index, in
 // ModifyIndex order. It reads the modify_index index with LowerBound, so its
 // cost is proportional to the answer, not to the table; ws is woken by any

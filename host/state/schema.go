@@ -24,6 +24,7 @@ const (
 const (
 	indexID          = "id"
 	indexPlugin      = "plugin"
+	indexExternal    = "external"
 	indexModifyIndex = "modify_index"
 	indexClaimAlloc  = "claim_alloc"
 	indexClaimNode   = "claim_node"
@@ -64,6 +65,15 @@ func schema() *memdb.DBSchema {
 					&memdb.StringFieldIndex{Field: "ID"},
 				}}},
 				indexPlugin: {Name: indexPlugin, Indexer: &memdb.StringFieldIndex{Field: "PluginID"}},
+				// The disk behind a volume: registration refuses a second
+				// volume on the same plugin and external ID (two volumes,
+				// one disk; issue 16) without scanning the plugin's volumes.
+				// Not unique: a snapshot from before the check may hold
+				// such a pair, and a restore must not lose it.
+				indexExternal: {Name: indexExternal, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
+					&memdb.StringFieldIndex{Field: "PluginID"},
+					&memdb.StringFieldIndex{Field: "ExternalID"},
+				}}},
 				// The watcher reads "volumes modified since N" with LowerBound
 				// instead of scanning every volume (ANCHORS: wake only volumes
 				// whose index moved).

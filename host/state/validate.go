@@ -256,6 +256,43 @@ func validateNodeDeregister(snap *Snapshot, r *structs.NodeDeregisterRequest) er
 }
 
 func validateVolumeRegister(snap *Snapshot, r *structs.VolumeRegisterRequest) error {
+	if err := validateVolumeShapes(snap, r); err != nil {
+		return err
+	}
+	return validateOneVolumePerDisk(snap, r.Volumes)
+}
+
+// validateOneVolumePerDisk refuses a volume whose plugin and external ID
+// another volume already has, in the store or earlier in the request: two
+// volumes on one disk let two single-node-writer claims attach it to two
+// nodes, and releasing one detaches the disk under the other (issue 16). A
+// re-registration of the same volume is an update, not a second volume.
+func validateOneVolumePerDisk(snap *Snapshot, vols []*structs.Volume) error {
+	seen := make(map[[2]string]string, len(vols))
+	for i, v := range vols {
+		key := volName(v.Namespace, v.ID)
+		disk := [2]string{v.PluginID, v.ExternalID}
+		if other, ok := seen[disk]; ok {
+			return structs.Invalid(fmt.Sprintf("volumes[%d].external_id", i), "volume %q has plugin %q and external ID %q like volume %q earlier in the request: one disk, one volume", key, v.PluginID, v.ExternalID, other)
+		}
+		seen[disk] = key
+		existing, err := snap.VolumesByExternalID(nil, v.PluginID, v.ExternalID)
+		if err != nil {
+			return err
+		}
+		for _, o := range existing {
+			if o.Namespace == v.Namespace && o.ID == v.ID {
+				continue
+			}
+			return structs.Conflict("volume %q: plugin %q external ID %q is already registered as volume %q; one disk, one volume: deregister %q first, or register the disk once", key, v.PluginID, v.ExternalID, volName(o.Namespace, o.ID), volName(o.Namespace, o.ID))
+		}
+	}
+	return nil
+}
+
+// validateVolumeShapes checks each volume of a registration on its own and
+// against its earlier registration (what a snapshot row must satisfy too).
+func validateVolumeShapes(snap *Snapshot, r *structs.VolumeRegisterRequest) error {
 	if len(r.Volumes) == 0 {
 		return structs.Invalid("volumes", "at least one volume is required")
 	}

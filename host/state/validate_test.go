@@ -75,6 +75,13 @@ func TestRefusalsLeaveStateUnchanged(t *testing.T) {
 			&structs.VolumeRegisterRequest{Volumes: []*structs.Volume{vol(func(*structs.Volume) {}), vol(func(v *structs.Volume) { v.ID = "b"; v.PluginID = "" })}}, "invalid:volumes[1].plugin_id"},
 		{"volume re-register changes claimed spec", func(f *fixture) { f.claim("vol-sw", "a1", structs.ClaimWrite) }, structs.VolumeRegisterType,
 			&structs.VolumeRegisterRequest{Volumes: []*structs.Volume{vol(func(v *structs.Volume) { v.ID = "vol-sw"; v.ExternalID = "other" })}}, "conflict"},
+		// One disk, one volume (issue 16): a second volume on vol-sw's disk.
+		{"volume on a registered disk", nil, structs.VolumeRegisterType,
+			&structs.VolumeRegisterRequest{Volumes: []*structs.Volume{vol(func(v *structs.Volume) { v.ExternalID = "vol-0aaa" })}}, "conflict"},
+		{"volume on a registered disk in another namespace", nil, structs.VolumeRegisterType,
+			&structs.VolumeRegisterRequest{Volumes: []*structs.Volume{vol(func(v *structs.Volume) { v.Namespace = "prod"; v.ExternalID = "vol-0aaa" })}}, "conflict"},
+		{"one disk twice in a request", nil, structs.VolumeRegisterType,
+			&structs.VolumeRegisterRequest{Volumes: []*structs.Volume{vol(func(v *structs.Volume) { v.ExternalID = "d" }), vol(func(v *structs.Volume) { v.ID = "b"; v.ExternalID = "d" })}}, "invalid:volumes[1].external_id"},
 		{"deregister unknown", nil, structs.VolumeDeregisterType, &structs.VolumeDeregisterRequest{Namespace: "default", VolumeID: "nope"}, "notfound"},
 		{"deregister in use", func(f *fixture) { f.claim("vol-sw", "a1", structs.ClaimWrite) }, structs.VolumeDeregisterType,
 			&structs.VolumeDeregisterRequest{Namespace: "default", VolumeID: "vol-sw"}, "conflict"},
@@ -198,5 +205,20 @@ func TestRefusalMessagesNameTheCulprit(t *testing.T) {
 	var ve *structs.ValidationError
 	if !errors.As(err, &ve) || ve.Field != "claim.alloc_id" || !strings.Contains(ve.Msg, "whitespace") {
 		t.Fatalf("want a whitespace error on claim.alloc_id, got %v", err)
+	}
+}
+
+// TestOneVolumePerDiskAllows: the one-volume-per-disk check refuses only a
+// second volume on the same plugin's disk: re-registering the volume itself
+// and the same external ID on another plugin are accepted.
+func TestOneVolumePerDiskAllows(t *testing.T) {
+	for _, v := range []*structs.Volume{
+		{Namespace: "default", ID: "vol-sw", ExternalID: "vol-0aaa", PluginID: "ebs", AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem},
+		{Namespace: "default", ID: "other", ExternalID: "vol-0aaa", PluginID: "nfs", AccessMode: structs.AccessMultiNodeReader, AttachmentMode: structs.AttachFilesystem},
+	} {
+		f := newFixture(t)
+		if _, err := f.apply(structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{v}}); err != nil {
+			t.Errorf("register %s/%s on %s disk %s: %v", v.Namespace, v.ID, v.PluginID, v.ExternalID, err)
+		}
 	}
 }

@@ -243,10 +243,9 @@ type Volume struct {
 	Parameters     map[string]string `json:"parameters,omitempty"`
 	Context        map[string]string `json:"context,omitempty"`
 
-	// Claims by allocation ID. Always present in JSON (the API answers {}
-	// for none) so a script reads claims the same way from the list and
-	// the detail (issue 16: the list's -json seemed to omit them).
-	Claims map[string]*Claim `json:"claims"`
+	// Claims by allocation ID. (The API always answers "claims", {} for
+	// none; the persisted form omits an empty map.)
+	Claims map[string]*Claim `json:"claims,omitempty"`
 	Stuck  *Stuck            `json:"stuck,omitempty"`
 
 	CreateIndex uint64 `json:"create_index"`
