@@ -133,6 +133,7 @@ func (m *Meta) client() (*client.Client, error) {
 		return nil, err
 	}
 	cl.SetToken(env(m.token, envToken))
+	cl.OnWarning(func(msg string) { m.Ui.Warn("Warning: " + msg) })
 	return cl, nil
 }
 

@@ -558,3 +558,32 @@ func TestVolumeClaimsAlwaysInJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestRegisterNodeWarnsOfMissingController: a node whose driver advertises
+// CONTROLLER_SERVICE for a plugin registered without a controller endpoint
+// registers, with a Warning header saying ControllerUnpublish would be
+// skipped (issue 16: this was silent); a plugin with its endpoint gets none.
+func TestRegisterNodeWarnsOfMissingController(t *testing.T) {
+	f := newFixture(t, api.Config{})
+	f.store.plugins = append(f.store.plugins, &structs.Plugin{ID: "nodeonly"})
+	for _, tt := range []struct {
+		plugin string
+		warn   bool
+	}{{"nodeonly", true}, {"gce-pd", false}} {
+		body := `{"node": {"id": "n7", "status": "ready", "plugins": {"` + tt.plugin + `": {"endpoint": "unix:///tmp/n7.sock", "controller_service": true}}}}`
+		r := f.do(t, http.MethodPut, "/v1/nodes", body)
+		if r.status != http.StatusOK {
+			t.Fatalf("register: %d %s", r.status, r.body)
+		}
+		got := r.header.Values("Warning")
+		if !tt.warn {
+			if len(got) != 0 {
+				t.Errorf("plugin %s: warnings %q, want none", tt.plugin, got)
+			}
+			continue
+		}
+		if len(got) != 1 || !strings.HasPrefix(got[0], "299 volhost ") || !strings.Contains(got[0], "skip ControllerUnpublish") || !strings.Contains(got[0], tt.plugin) {
+			t.Errorf("plugin %s: warnings %q, want one 299 warning naming it", tt.plugin, got)
+		}
+	}
+}

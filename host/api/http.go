@@ -267,6 +267,16 @@ func blockingParams(r *http.Request) (uint64, time.Duration, error) {
 
 // setIndex sets the index header; never 0, so a client passing it back
 // always blocks (Nomad does the same).
+// setWarnings adds one HTTP Warning header (RFC 9111 section 5.5, code
+// 299 "miscellaneous persistent warning", as Kubernetes answers API
+// warnings) per message: the request succeeded, but the operator should
+// know. Clients show them (host/api/client OnWarning).
+func setWarnings(w http.ResponseWriter, msgs []string) {
+	for _, m := range msgs {
+		w.Header().Add("Warning", "299 volhost "+strconv.Quote(m))
+	}
+}
+
 func setIndex(w http.ResponseWriter, index uint64) {
 	w.Header().Set(IndexHeader, strconv.FormatUint(max(index, 1), 10))
 }

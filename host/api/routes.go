@@ -495,8 +495,26 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, s.probeError(r, err))
 		return
 	}
+	s.warnMissingController(r, w, n)
 	setIndex(w, n.ModifyIndex)
 	WriteJSON(w, http.StatusOK, n)
+}
+
+// warnMissingController answers a Warning header per plugin of the node
+// that would silently skip ControllerUnpublish (structs.
+// MissingControllerWarnings); the CLI prints them. A failed read only
+// loses the warning: the registration itself succeeded.
+func (s *Server) warnMissingController(r *http.Request, w http.ResponseWriter, n *structs.Node) {
+	plugins := map[string]*structs.Plugin{}
+	_, _ = s.store.Query(r.Context(), 0, 0, func(_ memdb.WatchSet, rd Reader) (uint64, error) {
+		for id := range n.Plugins {
+			if p, err := rd.PluginByID(nil, id); err == nil && p != nil {
+				plugins[id] = p
+			}
+		}
+		return 0, nil
+	})
+	setWarnings(w, structs.MissingControllerWarnings(n, func(id string) *structs.Plugin { return plugins[id] }))
 }
 
 func (s *Server) nodeStatus(w http.ResponseWriter, r *http.Request) {

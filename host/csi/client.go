@@ -294,8 +294,9 @@ func (c *Client) ProbeController(ctx context.Context, endpoint string) (*structs
 
 // ProbeNode probes a node endpoint when it is registered on a node: Probe
 // (must be ready), NodeGetInfo (must report a node ID) and
-// NodeGetCapabilities. The returned NodePlugin has Endpoint, ExternalNodeID,
-// StageUnstage and MaxVolumes filled; the caller sets PluginID.
+// NodeGetCapabilities, then GetPluginCapabilities. The returned NodePlugin
+// has Endpoint, ExternalNodeID, StageUnstage, MaxVolumes and
+// ControllerService filled; the caller sets PluginID.
 func (c *Client) ProbeNode(ctx context.Context, endpoint string) (*structs.NodePlugin, error) {
 	if err := c.probe(ctx, endpoint); err != nil {
 		return nil, err
@@ -327,6 +328,23 @@ func (c *Client) ProbeNode(ctx context.Context, endpoint string) (*structs.NodeP
 	for _, cp := range caps.GetCapabilities() {
 		if cp.GetRpc().GetType() == csipb.NodeServiceCapability_RPC_STAGE_UNSTAGE_VOLUME {
 			np.StageUnstage = true
+		}
+	}
+	// Whether the driver also has a controller service: registration warns
+	// when its plugin was registered without a controller endpoint, which
+	// would skip ControllerUnpublish silently (issue 16). Only a warning
+	// rides on it, so a driver that fails this REQUIRED identity call is
+	// registered as before (and the warning is not given).
+	var pcaps *csipb.GetPluginCapabilitiesResponse
+	err = c.invoke(ctx, endpoint, "GetPluginCapabilities", fields{}, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+		pcaps, err = csipb.NewIdentityClient(cc).GetPluginCapabilities(ctx, &csipb.GetPluginCapabilitiesRequest{})
+		return err
+	})
+	if err == nil {
+		for _, pc := range pcaps.GetCapabilities() {
+			if pc.GetService().GetType() == csipb.PluginCapability_Service_CONTROLLER_SERVICE {
+				np.ControllerService = true
+			}
 		}
 	}
 	return np, nil

@@ -284,12 +284,26 @@ func TestClientProbe(t *testing.T) {
 	}{
 		{csitest.Options{Provider: "pd.csi.example", NodeID: "projects/p/zones/z/instances/n1", PublishUnpublish: true, StageUnstage: true, MaxVolumes: 16}},
 		{csitest.Options{Provider: "hostpath.csi.example", NodeID: "n2"}},
+		{csitest.Options{Provider: "nodeonly.csi.example", NodeID: "n3", NodeOnly: true}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.opts.Provider, func(t *testing.T) {
 			srv := csitest.NewServer(t, tt.opts)
 			c := newClient(t, csi.Config{})
 			ctx := waitCtx(t)
+
+			np, err := c.ProbeNode(ctx, srv.Endpoint())
+			if err != nil {
+				t.Fatalf("ProbeNode: %v", err)
+			}
+			wantNode := structs.NodePlugin{Endpoint: srv.Endpoint(), ExternalNodeID: tt.opts.NodeID,
+				StageUnstage: tt.opts.StageUnstage, MaxVolumes: tt.opts.MaxVolumes, ControllerService: !tt.opts.NodeOnly}
+			if *np != wantNode {
+				t.Errorf("ProbeNode = %+v, want %+v", *np, wantNode)
+			}
+			if tt.opts.NodeOnly {
+				return // ProbeController refuses it (TestClientProbeRefusals)
+			}
 
 			p, err := c.ProbeController(ctx, srv.Endpoint())
 			if err != nil {
@@ -299,16 +313,6 @@ func TestClientProbe(t *testing.T) {
 				Capabilities: structs.ControllerCapabilities{PublishUnpublish: tt.opts.PublishUnpublish}}
 			if *p != want {
 				t.Errorf("ProbeController = %+v, want %+v", *p, want)
-			}
-
-			np, err := c.ProbeNode(ctx, srv.Endpoint())
-			if err != nil {
-				t.Fatalf("ProbeNode: %v", err)
-			}
-			wantNode := structs.NodePlugin{Endpoint: srv.Endpoint(), ExternalNodeID: tt.opts.NodeID,
-				StageUnstage: tt.opts.StageUnstage, MaxVolumes: tt.opts.MaxVolumes}
-			if *np != wantNode {
-				t.Errorf("ProbeNode = %+v, want %+v", *np, wantNode)
 			}
 		})
 	}

@@ -58,11 +58,19 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 			return nil, &structs.ProbeError{Field: fmt.Sprintf("plugins.%s.endpoint", id), Endpoint: np.Endpoint, Err: err}
 		}
 		np.ExternalNodeID, np.StageUnstage, np.MaxVolumes = probed.ExternalNodeID, probed.StageUnstage, probed.MaxVolumes
+		np.ControllerService = probed.ControllerService
 	}
 	if _, _, err := s.log.Apply(ctx, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n}); err != nil {
 		return nil, err
 	}
-	return s.store.Snapshot().NodeByID(nil, n.ID)
+	snap := s.store.Snapshot()
+	for _, w := range structs.MissingControllerWarnings(n, func(id string) *structs.Plugin {
+		p, _ := snap.PluginByID(nil, id)
+		return p
+	}) {
+		s.logger.Warn(w)
+	}
+	return snap.NodeByID(nil, n.ID)
 }
 
 // UpdateNodeStatus marks a node ready or down.

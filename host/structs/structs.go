@@ -8,6 +8,8 @@ package structs
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -364,6 +366,29 @@ type NodePlugin struct {
 	// StageUnstage is the node's STAGE_UNSTAGE_VOLUME capability.
 	StageUnstage bool  `json:"stage_unstage"`
 	MaxVolumes   int64 `json:"max_volumes,omitempty"`
+	// ControllerService: the driver at this endpoint advertises
+	// CONTROLLER_SERVICE (GetPluginCapabilities), so its plugin needs a
+	// controller endpoint for releases to call ControllerUnpublish.
+	ControllerService bool `json:"controller_service,omitempty"`
+}
+
+// MissingControllerWarnings names each plugin of n whose driver advertises
+// CONTROLLER_SERVICE while its registration (plugin, nil when unknown) has
+// no controller endpoint: its releases would skip ControllerUnpublish and
+// leave the disk attached to the node (issue 16: this was silent).
+func MissingControllerWarnings(n *Node, plugin func(id string) *Plugin) []string {
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(n.Plugins)) {
+		np := n.Plugins[id]
+		if np == nil || !np.ControllerService {
+			continue
+		}
+		if p := plugin(id); p != nil && p.ControllerEndpoint == "" {
+			out = append(out, fmt.Sprintf("plugin %q has no controller_endpoint, but its driver on node %q advertises CONTROLLER_SERVICE: "+
+				"releases will skip ControllerUnpublish and leave volumes attached; register the plugin again with its controller endpoint", id, n.ID))
+		}
+	}
+	return out
 }
 
 // Node is a client machine that runs allocations and CSI node plugins.

@@ -31,9 +31,27 @@ const maxErrorBody = 64 << 10
 
 // Client talks to one volhost agent.
 type Client struct {
-	base  *url.URL
-	hc    *http.Client
-	token string
+	base      *url.URL
+	hc        *http.Client
+	token     string
+	onWarning func(string)
+}
+
+// OnWarning makes the client hand each Warning header of an answer (the
+// request succeeded, but something deserves the operator's eye, e.g. a
+// plugin that would skip ControllerUnpublish) to fn; the CLI prints them.
+func (c *Client) OnWarning(fn func(msg string)) { c.onWarning = fn }
+
+// warningText is the message of a "299 volhost \"...\"" Warning header, or
+// the header itself when it has another shape.
+func warningText(h string) string {
+	parts := strings.SplitN(h, " ", 3)
+	if len(parts) == 3 {
+		if m, err := strconv.Unquote(parts[2]); err == nil {
+			return m
+		}
+	}
+	return h
 }
 
 // SetToken makes every request carry the ACL secret (X-Volhost-Token).
@@ -200,6 +218,11 @@ func (c *Client) do(ctx context.Context, method, path string, q url.Values, body
 		meta.Index, _ = strconv.ParseUint(v, 10, 64)
 	}
 	meta.NextToken = resp.Header.Get(api.NextTokenHeader)
+	if c.onWarning != nil {
+		for _, h := range resp.Header.Values("Warning") {
+			c.onWarning(warningText(h))
+		}
+	}
 	if resp.StatusCode/100 != 2 {
 		return meta, decodeError(resp)
 	}

@@ -3,8 +3,10 @@ package client_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -122,5 +124,29 @@ func TestBlockingRead(t *testing.T) {
 	// new plugin and never waits out its 5 minutes.
 	if ps := <-done; len(ps) != 2 {
 		t.Errorf("plugins after write = %d, want 2", len(ps))
+	}
+}
+
+// TestOnWarning: each Warning header of an answer reaches the handler as
+// its message (the CLI prints it), RFC 9111's quoted text unquoted.
+func TestOnWarning(t *testing.T) {
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Add("Warning", `299 volhost "plugin \"p\" has no controller_endpoint"`)
+		w.Header().Add("Warning", `not a 299 warning`)
+		_, _ = io.WriteString(w, `[]`)
+	}))
+	defer ts.Close()
+	c, err := client.New(ts.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	c.OnWarning(func(m string) { got = append(got, m) })
+	if _, _, err := c.Nodes(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`plugin "p" has no controller_endpoint`, "not a 299 warning"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("warnings %q, want %q", got, want)
 	}
 }

@@ -64,6 +64,8 @@ type Options struct {
 	Provider string
 	// MaxVolumes is NodeGetInfo's max_volumes_per_node.
 	MaxVolumes int64
+	// NodeOnly advertises no CONTROLLER_SERVICE (a node-only driver).
+	NodeOnly bool
 	// Clock stamps recorded calls (default: the real clock).
 	Clock clockwork.Clock
 	// OnCall, when set, is called with every call as it arrives, before
@@ -389,6 +391,9 @@ func (i identity) GetPluginInfo(ctx context.Context, req *csipb.GetPluginInfoReq
 func (i identity) GetPluginCapabilities(ctx context.Context, req *csipb.GetPluginCapabilitiesRequest) (*csipb.GetPluginCapabilitiesResponse, error) {
 	if err := i.s.handle(ctx, Call{Method: GetPluginCapabilities, Request: req}, noop); err != nil {
 		return nil, err
+	}
+	if i.s.opts.NodeOnly {
+		return &csipb.GetPluginCapabilitiesResponse{}, nil
 	}
 	return &csipb.GetPluginCapabilitiesResponse{Capabilities: []*csipb.PluginCapability{{
 		Type: &csipb.PluginCapability_Service_{Service: &csipb.PluginCapability_Service{
