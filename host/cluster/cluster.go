@@ -140,7 +140,10 @@ type Cluster struct {
 	readyTerm  uint64        // term of the reported step-up (0: none)
 	lease      time.Duration // raft's LeaderLeaseTimeout
 	// The last successful leadership verification (ConfirmLeader).
-	verifiedAt   time.Time
+	verifiedAt time.Time
+	// verifyClock times a leadership verification (time.Now; tests make
+	// one look slow).
+	verifyClock  func() time.Time
 	verifiedTerm uint64
 	rereportCh   chan struct{}
 	probe        ProbeFunc // membership checks (join.go); nil: count voters only
@@ -179,16 +182,17 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		cfg.Clock = clockwork.NewRealClock()
 	}
 	c := &Cluster{
-		cfg:      cfg,
-		logger:   cfg.Logger.Named("cluster"),
-		store:    store,
-		notifyCh: make(chan bool, 8),
-		leaderCh: make(chan bool, 1),
-		stopCh:   make(chan struct{}),
-		changeCh: make(chan struct{}),
-		httpAddr: cfg.HTTPAddr,
-		pending:  map[string]JoinRequest{},
-		meta:     newMeta(),
+		verifyClock: time.Now,
+		cfg:         cfg,
+		logger:      cfg.Logger.Named("cluster"),
+		store:       store,
+		notifyCh:    make(chan bool, 8),
+		leaderCh:    make(chan bool, 1),
+		stopCh:      make(chan struct{}),
+		changeCh:    make(chan struct{}),
+		httpAddr:    cfg.HTTPAddr,
+		pending:     map[string]JoinRequest{},
+		meta:        newMeta(),
 
 		reconcileCh: make(chan struct{}, 1),
 		rereportCh:  make(chan struct{}, 1),
@@ -449,15 +453,26 @@ func (c *Cluster) ConfirmLeader(ctx context.Context, term uint64) error {
 	if fresh {
 		return nil
 	}
-	start := time.Now()
-	if err := wait(ctx, c.raft.VerifyLeader()); err != nil {
-		return fmt.Errorf("confirm leadership of term %d: %w: %w", term, structs.ErrNoLeader, err)
-	}
-	if took := time.Since(start); took > maxAge {
+	var start time.Time
+	for attempt := 1; ; attempt++ {
+		start = c.verifyClock()
+		if err := wait(ctx, c.raft.VerifyLeader()); err != nil {
+			return fmt.Errorf("confirm leadership of term %d: %w: %w", term, structs.ErrNoLeader, err)
+		}
+		took := c.verifyClock().Sub(start)
+		if took <= maxAge {
+			break
+		}
 		// The answer is about the past: a pause (or a very slow quorum)
-		// happened in between. Do not act on it.
-		return fmt.Errorf("confirm leadership of term %d: verification took %s, longer than %s: %w",
-			term, took.Round(time.Millisecond), maxAge, structs.ErrNoLeader)
+		// happened in between. Do not act on it; ask again, since on a
+		// loaded machine one slow round trip is common and the next is
+		// usually quick (a claim failed for a verification of 51 ms
+		// against 50 ms in make test). Each attempt stands on its own, so
+		// retrying never acts on a stale answer.
+		if attempt == confirmAttempts || ctx.Err() != nil || c.raft.CurrentTerm() != term || c.ReadyTerm() != term {
+			return fmt.Errorf("confirm leadership of term %d: verification took %s, longer than %s (%d attempts): %w",
+				term, took.Round(time.Millisecond), maxAge, attempt, structs.ErrNoLeader)
+		}
 	}
 	if c.raft.CurrentTerm() != term || c.ReadyTerm() != term {
 		return fmt.Errorf("leadership of term %d lost while confirming: %w", term, structs.ErrNoLeader)
@@ -469,6 +484,10 @@ func (c *Cluster) ConfirmLeader(ctx context.Context, term uint64) error {
 	c.mu.Unlock()
 	return nil
 }
+
+// confirmAttempts bounds the verifications ConfirmLeader asks for when
+// each answers too late to be relied on.
+const confirmAttempts = 3
 
 // confirmMaxAge bounds how old a leadership verification may be when a CSI
 // call relies on it: half the leader lease, so a shared verification is

@@ -3,7 +3,9 @@ package cluster
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -111,6 +113,45 @@ func TestApplyErrClassifies(t *testing.T) {
 		}
 		if !errors.Is(err, tc.err) {
 			t.Errorf("%v: the raft error is not kept in %v", tc.err, err)
+		}
+	}
+}
+
+// A verification that answers too late to be relied on is asked again, up
+// to confirmAttempts times: one slow round trip on a loaded machine does
+// not fail the claim or release waiting on it (a claim failed in make test
+// for a verification of 51 ms against 50 ms), and an answer that is always
+// late is still refused.
+func TestConfirmLeaderRetriesALateVerification(t *testing.T) {
+	tc := newCluster(t, 1)
+	l := tc.leader()
+	term := l.c.ReadyTerm()
+	for _, tt := range []struct {
+		slow    int // verifications that look slower than the max age
+		wantErr bool
+	}{{1, false}, {confirmAttempts - 1, false}, {confirmAttempts, true}} {
+		var mu sync.Mutex
+		calls, slow := 0, tt.slow
+		base := time.Now()
+		l.c.mu.Lock()
+		l.c.verifiedAt = time.Time{} // no shared verification: ask the quorum
+		l.c.verifyClock = func() time.Time {
+			mu.Lock()
+			defer mu.Unlock()
+			calls++
+			if calls%2 == 0 && slow > 0 { // the end of a verification
+				slow--
+				return base.Add(l.c.confirmMaxAge() + time.Millisecond)
+			}
+			return base
+		}
+		l.c.mu.Unlock()
+		err := l.c.ConfirmLeader(testCtx(t), term)
+		if tt.wantErr != (err != nil) || (err != nil && !errors.Is(err, structs.ErrNoLeader)) {
+			t.Errorf("%d slow verifications: %v, want error %v", tt.slow, err, tt.wantErr)
+		}
+		if want := 2 * min(tt.slow+1, confirmAttempts); calls != want {
+			t.Errorf("%d slow verifications: clock read %d times, want %d", tt.slow, calls, want)
 		}
 	}
 }
