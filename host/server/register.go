@@ -157,3 +157,26 @@ func (s *Server) leaderOnly() error {
 	}
 	return nil
 }
+
+// FenceNode records an operator's attestation that node id is off: its
+// claims skip their node steps and go to the controller step, and it takes
+// no new claim until unfenced (issue 14). A timeout never calls this: a
+// forced detach of a node that is only slow corrupts data (Kubernetes
+// #120344), so only an operator, or a module confirming a fence, does.
+func (s *Server) FenceNode(ctx context.Context, id, reason, accessor string) (uint64, error) {
+	if accessor == "" {
+		accessor = "anonymous"
+	}
+	idx, _, err := s.log.Apply(ctx, structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: id,
+		Fence: &structs.NodeFence{Reason: reason, Source: "operator", Accessor: accessor, Time: s.clock.Now()}})
+	return idx, err
+}
+
+// UnfenceNode lifts a node's fence; a node that heartbeats takes claims again.
+func (s *Server) UnfenceNode(ctx context.Context, id, accessor string) (uint64, error) {
+	if accessor == "" {
+		accessor = "anonymous"
+	}
+	idx, _, err := s.log.Apply(ctx, structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: id, Accessor: accessor})
+	return idx, err
+}
