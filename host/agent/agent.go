@@ -18,6 +18,7 @@ import (
 	"github.com/volhost/volhost/host/cluster"
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/metrics"
+	"github.com/volhost/volhost/host/nodestep"
 	"github.com/volhost/volhost/host/server"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/tlsutil"
@@ -137,8 +138,12 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	// One set of volume locks for the claim path and the watcher's
 	// per-node release steps (issue 10 defect 2).
 	locks := watcher.NewVolumeLocks()
+	// Direct mode (a node registered with endpoints and no agent): this
+	// server runs the node steps itself, with the directory work the CSI
+	// spec leaves to the CO, through the same code a node agent uses.
+	direct := &nodestep.Executor{CSI: a.CSI}
 	a.Server = server.New(server.Config{
-		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Modules: modules, Clock: a.clock, Logger: a.logger, Locks: locks,
+		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Node: direct, Modules: modules, Clock: a.clock, Logger: a.logger, Locks: locks,
 	})
 	a.Watcher = watcher.New(watcher.Config{
 		MaxConcurrency:        cfg.Watcher.MaxConcurrency,
@@ -162,7 +167,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		Feed:       a.Store,
 		State:      a.Store.Reader(),
 		Writer:     a.Cluster.ClaimWriter(),
-		Node:       a.CSI,
+		Node:       direct,
 		Controller: a.CSI,
 		Modules:    modules,
 		Leadership: a.Cluster,
