@@ -79,9 +79,9 @@ type Server struct {
 
 // Config wires a Server.
 type Config struct {
-	Store   *state.Store
-	Log     Log
-	CSI     *csi.Client
+	Store *state.Store
+	Log   Log
+	CSI   *csi.Client
 	// Node runs node steps in direct mode; nil calls CSI as it is (no
 	// directory work: tests whose nodes have no real root_dir).
 	Node NodeSteps
