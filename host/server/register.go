@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/volhost/volhost/host/structs"
 )
@@ -179,4 +180,44 @@ func (s *Server) UnfenceNode(ctx context.Context, id, accessor string) (uint64, 
 	}
 	idx, _, err := s.log.Apply(ctx, structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: id, Accessor: accessor})
 	return idx, err
+}
+
+// RegisterAgentNode records a node as its node agent reported it (issue
+// 14): the agent probed its node-local plugin sockets itself, so nothing
+// is dialled from here. The heartbeat fields and the fence belong to the
+// store: a reconnecting agent keeps its node's status, which its next
+// heartbeat moves back to ready through the tracker (with an event).
+func (s *Server) RegisterAgentNode(ctx context.Context, n *structs.Node) (*structs.Node, error) {
+	if n == nil || n.ID == "" {
+		return nil, structs.Invalid("id", "node ID is required")
+	}
+	for id, np := range n.Plugins {
+		if np == nil {
+			return nil, structs.Invalid(fmt.Sprintf("node.plugins[%s]", id), "is null")
+		}
+	}
+	n = n.Copy()
+	n.Agent = true
+	n.Status, n.HeartbeatLost, n.StatusReason, n.StatusSince, n.Fence = structs.NodeReady, false, "", time.Time{}, nil
+	n.LastSeen = s.clock.Now()
+	old, err := s.store.Snapshot().NodeByID(nil, n.ID)
+	if err != nil {
+		return nil, err
+	}
+	if old != nil {
+		n.Status, n.HeartbeatLost, n.StatusReason, n.StatusSince = old.Status, old.HeartbeatLost, old.StatusReason, old.StatusSince
+	}
+	for id, np := range n.Plugins {
+		np.PluginID = id
+	}
+	if _, _, err := s.log.Apply(ctx, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n}); err != nil {
+		return nil, err
+	}
+	return s.store.Snapshot().NodeByID(nil, n.ID)
+}
+
+// NodeLiveness commits a heartbeat transition the tracker decided.
+func (s *Server) NodeLiveness(ctx context.Context, req *structs.NodeLivenessRequest) error {
+	_, _, err := s.log.Apply(ctx, structs.NodeLivenessType, req)
+	return err
 }
