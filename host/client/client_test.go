@@ -37,7 +37,7 @@ func (r *registrar) RegisterAgentNode(_ context.Context, n *structs.Node) (*stru
 
 type leader bool
 
-func (l leader) IsLeader() bool            { return bool(l) }
+func (l leader) IsLeader() bool           { return bool(l) }
 func (l leader) Leader() (string, string) { return "10.0.0.1:4748", "s1" }
 
 func ctxT(t *testing.T) context.Context {
@@ -249,4 +249,3 @@ func TestConfigIsValidated(t *testing.T) {
 		}
 	}
 }
-
