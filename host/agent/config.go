@@ -48,6 +48,10 @@ type Config struct {
 	ACL    *ACLConfig    `hcl:"acl,block"`
 	TLS    *TLSConfig    `hcl:"tls,block"`
 	Events *EventsConfig `hcl:"events,block"`
+	// NodeRPC is where servers listen for node agents (issue 14); Client
+	// runs this process as a node agent instead of a server.
+	NodeRPC *NodeRPCConfig `hcl:"node_rpc,block"`
+	Client  *ClientConfig  `hcl:"client,block"`
 }
 
 // ModuleLimitsConfig bounds what a module manifest may ask for. Zero or
@@ -210,6 +214,7 @@ func (c *Config) Merge(o *Config) {
 		mergeHTTPLimits(c.HTTP, o.HTTP)
 	}
 	mergeEvents(c, o.Events)
+	mergeNodeAgent(c, o)
 	if sv := o.Server; sv != nil {
 		if c.Server == nil {
 			c.Server = &ServerConfig{}

@@ -378,6 +378,10 @@ func claimFields(c *structs.Claim) map[string]string {
 			f["code"] = c.LastError.CodeName
 		}
 	}
+	if c.FenceReason != "" {
+		// The node steps were skipped: the node is attested off (issue 14).
+		f["fence_reason"] = c.FenceReason
+	}
 	return f
 }
 
