@@ -115,7 +115,7 @@ func (l lazyServer) NodeLiveness(ctx context.Context, r *structs.NodeLivenessReq
 // clusterLeader adapts the cluster to nodeconn.Leader.
 type clusterLeader struct{ a *Agent }
 
-func (c clusterLeader) IsLeader() bool            { return c.a.Cluster.ReadyTerm() != 0 }
+func (c clusterLeader) IsLeader() bool           { return c.a.Cluster.ReadyTerm() != 0 }
 func (c clusterLeader) Leader() (string, string) { return c.a.Cluster.Leader() }
 
 // claimAgents adapts the node connection to the claim path's NodeAgents.
