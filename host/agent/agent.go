@@ -167,6 +167,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		BackoffBase:           d.BackoffBase,
 		BackoffMax:            d.BackoffMax,
 		MaxAttempts:           cfg.Watcher.MaxAttempts,
+		AbandonAfter:          cfg.Watcher.AbandonAfter,
 		StuckAfter:            d.StuckAfter,
 		CSITimeout:            d.CSITimeout,
 		GCInterval:            d.GCInterval,
