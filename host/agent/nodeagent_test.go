@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
 
+	apiclient "github.com/volhost/volhost/host/api/client"
 	nodeagent "github.com/volhost/volhost/host/client"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
@@ -41,50 +42,9 @@ func TestNodeAgentClaimReleaseAndFence(t *testing.T) {
 			}
 		}})
 	clk := clockwork.NewFakeClock()
-	cfg := localConfig()
-	cfg.Watcher.BackoffBase, cfg.Watcher.BackoffMax = "10ms", "50ms"
-	cfg.NodeRPC = &NodeRPCConfig{Address: "127.0.0.1:0", HeartbeatInterval: "10s", HeartbeatTTL: "30s"}
-	a, c := startAgent(t, cfg, Options{Clock: clk, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn})})
-	defer a.Shutdown()
-
-	if _, err := c.RegisterPlugin(ctx, &structs.Plugin{ID: "csi", ControllerEndpoint: drv.Endpoint()}); err != nil {
-		t.Fatal(err)
-	}
-	na, err := nodeagent.New(nodeagent.Config{Servers: []string{a.NodeRPC.Addr()}, NodeID: "node1", RootDir: root,
-		Plugins: map[string]string{"csi": drv.Endpoint()}, Clock: clockwork.NewFakeClock()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentCtx, stopAgent := context.WithCancel(ctx)
-	agentDone := make(chan error, 1)
-	go func() { agentDone <- na.Run(agentCtx) }()
-	defer func() { stopAgent(); <-agentDone }()
-	if err := na.WaitConnected(ctx); err != nil {
-		t.Fatal(err)
-	}
-	n, _, err := c.Node(ctx, "node1", nil)
-	if err != nil || !n.Agent || n.Plugins["csi"].ExternalNodeID != "ext-node1" {
-		t.Fatalf("node registered by its agent = %+v (%v)", n, err)
-	}
-	if _, err := c.RegisterVolumes(ctx, []*structs.Volume{{ID: "vol1", ExternalID: "disk-1", PluginID: "csi",
-		AccessMode: structs.AccessMultiNodeMultiWrite, AttachmentMode: structs.AttachFilesystem}}); err != nil {
-		t.Fatal(err)
-	}
-	claim := func(alloc string) {
-		t.Helper()
-		if _, err := c.UpsertAllocs(ctx, []*structs.Alloc{{ID: alloc, NodeID: "node1", ClientStatus: structs.AllocRunning}}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.ClaimVolume(ctx, &structs.ClaimRequest{VolumeID: "vol1", AllocID: alloc, NodeID: "node1", Mode: structs.ClaimWrite}); err != nil {
-			t.Fatalf("claim %s: %v", alloc, err)
-		}
-	}
-	end := func(alloc string) {
-		t.Helper()
-		if _, err := c.UpsertAllocs(ctx, []*structs.Alloc{{ID: alloc, NodeID: "node1", ClientStatus: structs.AllocComplete}}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	r := newAgentRig(t, ctx, clk, drv, root)
+	a, c, claim, end := r.a, r.c, r.claim, r.end
+	stopAgent := r.stopAgent
 
 	claim("a1")
 	end("a1")
@@ -101,8 +61,6 @@ func TestNodeAgentClaimReleaseAndFence(t *testing.T) {
 	// The node is lost: its agent stops; after the TTL the node is down.
 	claim("a2")
 	stopAgent()
-	<-agentDone
-	agentDone <- nil
 	waitFor(t, ctx, "node1 down after the heartbeat TTL", func() bool {
 		clk.Advance(10 * time.Second)
 		n, _, err := c.Node(ctx, "node1", nil)
@@ -155,6 +113,113 @@ func TestNodeAgentClaimReleaseAndFence(t *testing.T) {
 	}
 	if _, err := c.ClaimVolume(ctx, &structs.ClaimRequest{VolumeID: "vol1", AllocID: "a3", NodeID: "node1", Mode: structs.ClaimWrite}); err == nil {
 		t.Fatal("a fenced node took a claim")
+	}
+}
+
+// agentRig is a dev server with node_rpc, a registered plugin, a node
+// agent of node1 connected to it and a multi-writer volume vol1.
+type agentRig struct {
+	a          *Agent
+	c          *apiclient.Client
+	stopAgent  func() // stops the node agent and waits for it
+	startAgent func() // starts it again (a restart) and waits until it is connected
+	claim, end func(alloc string)
+}
+
+func newAgentRig(t *testing.T, ctx context.Context, clk clockwork.Clock, drv *csitest.Server, root string) *agentRig {
+	t.Helper()
+	cfg := localConfig()
+	cfg.Watcher.BackoffBase, cfg.Watcher.BackoffMax = "10ms", "50ms"
+	cfg.NodeRPC = &NodeRPCConfig{Address: "127.0.0.1:0", HeartbeatInterval: "10s", HeartbeatTTL: "30s"}
+	a, c := startAgent(t, cfg, Options{Clock: clk, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn})})
+	t.Cleanup(func() { _ = a.Shutdown() })
+	r := &agentRig{a: a, c: c}
+	if _, err := c.RegisterPlugin(ctx, &structs.Plugin{ID: "csi", ControllerEndpoint: drv.Endpoint()}); err != nil {
+		t.Fatal(err)
+	}
+	var stop context.CancelFunc
+	var done chan error
+	r.startAgent = func() {
+		t.Helper()
+		na, err := nodeagent.New(nodeagent.Config{Servers: []string{a.NodeRPC.Addr()}, NodeID: "node1", RootDir: root,
+			Plugins: map[string]string{"csi": drv.Endpoint()}, Clock: clockwork.NewFakeClock()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var actx context.Context
+		actx, stop = context.WithCancel(ctx)
+		done = make(chan error, 1)
+		go func() { done <- na.Run(actx) }()
+		if err := na.WaitConnected(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// Connected means the server registered it: the node's steps go
+		// through this agent from now on.
+		waitFor(t, ctx, "the server to route node1 to the new agent", func() bool { return a.NodeRPC.Agent("node1") != nil })
+	}
+	r.stopAgent = func() {
+		if stop != nil {
+			stop()
+			<-done
+			stop = nil
+		}
+	}
+	t.Cleanup(r.stopAgent)
+	r.startAgent()
+	n, _, err := c.Node(ctx, "node1", nil)
+	if err != nil || !n.Agent || n.Plugins["csi"].ExternalNodeID != "ext-node1" {
+		t.Fatalf("node registered by its agent = %+v (%v)", n, err)
+	}
+	if _, err := c.RegisterVolumes(ctx, []*structs.Volume{{ID: "vol1", ExternalID: "disk-1", PluginID: "csi",
+		AccessMode: structs.AccessMultiNodeMultiWrite, AttachmentMode: structs.AttachFilesystem}}); err != nil {
+		t.Fatal(err)
+	}
+	r.claim = func(alloc string) {
+		t.Helper()
+		if _, err := c.UpsertAllocs(ctx, []*structs.Alloc{{ID: alloc, NodeID: "node1", ClientStatus: structs.AllocRunning}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ClaimVolume(ctx, &structs.ClaimRequest{VolumeID: "vol1", AllocID: alloc, NodeID: "node1", Mode: structs.ClaimWrite}); err != nil {
+			t.Fatalf("claim %s: %v", alloc, err)
+		}
+	}
+	r.end = func(alloc string) {
+		t.Helper()
+		if _, err := c.UpsertAllocs(ctx, []*structs.Alloc{{ID: alloc, NodeID: "node1", ClientStatus: structs.AllocComplete}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return r
+}
+
+// Staging refcounts survive an agent restart (Nomad #25813): two claims
+// share the node's staging path; the agent restarts between their
+// releases; the first release unpublishes only, the second unstages,
+// because the leader decides from the committed claims, not from
+// anything the agent remembered.
+func TestStagingSurvivesAgentRestart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	drv := csitest.NewServer(t, csitest.Options{NodeID: "ext-node1", PublishUnpublish: true, StageUnstage: true})
+	r := newAgentRig(t, ctx, clockwork.NewFakeClock(), drv, t.TempDir())
+	r.claim("a1")
+	r.claim("a2")
+	if n := len(drv.Calls(csitest.NodeStage)); n != 1 {
+		t.Fatalf("NodeStage ran %d times for two claims on one node, want 1", n)
+	}
+	r.stopAgent()
+	r.startAgent()
+	r.end("a1")
+	waitVolume(t, r.c, "vol1", func(v *structs.Volume) bool { return v.Claims["a1"] == nil })
+	if u, s := len(drv.Calls(csitest.NodeUnpublish)), len(drv.Calls(csitest.NodeUnstage)); u != 1 || s != 0 {
+		t.Fatalf("first release after the restart: %d NodeUnpublish, %d NodeUnstage; want 1 and 0", u, s)
+	}
+	r.stopAgent()
+	r.startAgent()
+	r.end("a2")
+	waitVolume(t, r.c, "vol1", func(v *structs.Volume) bool { return len(v.Claims) == 0 })
+	if u, s := len(drv.Calls(csitest.NodeUnpublish)), len(drv.Calls(csitest.NodeUnstage)); u != 2 || s != 1 {
+		t.Fatalf("last release: %d NodeUnpublish, %d NodeUnstage; want 2 and 1", u, s)
 	}
 }
 
