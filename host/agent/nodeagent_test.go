@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/volhost/volhost/host/acl"
 	apiclient "github.com/volhost/volhost/host/api/client"
 	nodeagent "github.com/volhost/volhost/host/client"
 	"github.com/volhost/volhost/host/csi/csitest"
@@ -233,5 +234,80 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		case <-tick.C:
 		}
+	}
+}
+
+// With ACLs on, a node agent needs a token granting node:write: one that
+// only reads nodes, or none, is refused before its node is registered.
+func TestNodeAgentNeedsNodeWrite(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cfg := localConfig()
+	cfg.ACL.Enabled = true
+	cfg.NodeRPC = &NodeRPCConfig{Address: "127.0.0.1:0"}
+	a, _ := startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn})})
+	defer a.Shutdown()
+	_, mgmt, err := a.ACL.Bootstrap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, rules := range map[string]string{"node-reader": `node { policy = "read" }`, "node-writer": `node { policy = "write" }`} {
+		if _, err := a.ACL.UpsertPolicy(ctx, "test", &structs.ACLPolicy{Name: name, Rules: rules}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	token := func(policy string) string {
+		_, secret, err := a.ACL.CreateToken(ctx, "test", acl.NewToken{Name: policy, Policies: []string{policy}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return secret
+	}
+	drv := csitest.NewServer(t, csitest.Options{NodeID: "ext-node1"})
+	if _, err := a.Server.RegisterPlugin(ctx, &structs.Plugin{ID: "csi"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, token string
+		ok          bool
+	}{
+		{"no token", "", false},
+		{"read only", token("node-reader"), false},
+		{"node write", token("node-writer"), true},
+		{"management", mgmt, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := a.authorizeAgent(ctx, tc.token, "node1")
+			if tc.ok != (err == nil) {
+				t.Fatalf("authorize: %v, want ok=%v", err, tc.ok)
+			}
+			if tc.ok {
+				return
+			}
+			// The same refusal over the wire: the agent never connects
+			// and the node is never registered.
+			clk := clockwork.NewFakeClock()
+			na, err := nodeagent.New(nodeagent.Config{Servers: []string{a.NodeRPC.Addr()}, NodeID: "node1", RootDir: t.TempDir(),
+				Plugins: map[string]string{"csi": drv.Endpoint()}, Token: tc.token, Clock: clk})
+			if err != nil {
+				t.Fatal(err)
+			}
+			actx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- na.Run(actx) }()
+			// The refused session ends in the reconnect backoff, a wait on
+			// the fake clock (a connected agent would be heartbeating).
+			if err := clk.BlockUntilContext(ctx, 1); err != nil {
+				t.Fatal(err)
+			}
+			if na.Connected() != "" || a.NodeRPC.Agent("node1") != nil {
+				t.Fatal("the agent connected without node:write")
+			}
+			stop()
+			<-done
+			if n, _ := a.Store.Snapshot().NodeByID(nil, "node1"); n != nil {
+				t.Fatalf("a refused agent registered its node: %+v", n)
+			}
+		})
 	}
 }
