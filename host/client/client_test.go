@@ -163,7 +163,7 @@ func TestAgentRegistersAndRunsNodeSteps(t *testing.T) {
 			t.Fatalf("%s calls = %d, want 1", m, n)
 		}
 	}
-	for _, dir := range []string{filepath.Dir(staging), filepath.Dir(filepath.Dir(target))} {
+	for _, dir := range []string{staging, filepath.Dir(filepath.Dir(target))} {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("%s left after unpublish and unstage (%v)", dir, err)
 		}

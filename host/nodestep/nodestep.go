@@ -52,8 +52,9 @@ const dirMode = 0o750
 
 // Parent directories a step may remove above its path, per the
 // host/csi.Paths layout: staging/<ns>/<vol> and per-alloc/<alloc>/<ns>/<vol>.
+// staging/<ns> is shared by every volume of the namespace and stays.
 const (
-	stagingLevels = 1 // <ns>
+	stagingLevels = 0
 	targetLevels  = 2 // <ns>, <alloc>
 )
 
@@ -114,8 +115,7 @@ func (e *Executor) NodeUnpublishVolume(ctx context.Context, endpoint string, req
 	return nil
 }
 
-// NodeUnstageVolume unstages, then removes the staging directory and its
-// namespace parent, each only if empty.
+// NodeUnstageVolume unstages, then removes the staging directory if empty.
 func (e *Executor) NodeUnstageVolume(ctx context.Context, endpoint string, req *csipb.NodeUnstageVolumeRequest) error {
 	p := req.GetStagingTargetPath()
 	if err := e.check("staging_target_path", p); err != nil {
@@ -152,8 +152,25 @@ func within(root, p string) bool {
 }
 
 // mkdirAll creates dir and any missing parents, answering the ones it
-// created (outermost first) so a failed step can remove them again.
+// created (outermost first) so a failed step can remove them again. A
+// parent removed under it by a concurrent cleanup (another volume's
+// unpublish emptied it) is created again: a bounded number of tries.
 func mkdirAll(dir string) ([]string, error) {
+	var err error
+	for range 5 {
+		var created []string
+		created, err = mkdirAllOnce(dir)
+		if err == nil || !errors.Is(err, fs.ErrNotExist) {
+			if err != nil {
+				return nil, status.Errorf(codes.Internal, "could not create directory %s: %v", dir, err)
+			}
+			return created, nil
+		}
+	}
+	return nil, status.Errorf(codes.Internal, "could not create directory %s: %v", dir, err)
+}
+
+func mkdirAllOnce(dir string) ([]string, error) {
 	var missing []string
 	for d := dir; ; d = filepath.Dir(d) {
 		_, err := os.Stat(d)
@@ -161,7 +178,7 @@ func mkdirAll(dir string) ([]string, error) {
 			break
 		}
 		if !errors.Is(err, fs.ErrNotExist) {
-			return nil, status.Errorf(codes.Internal, "stat %s: %v", d, err)
+			return nil, err
 		}
 		missing = append([]string{d}, missing...)
 		if filepath.Dir(d) == d {
@@ -172,13 +189,18 @@ func mkdirAll(dir string) ([]string, error) {
 	for _, d := range missing {
 		if err := os.Mkdir(d, dirMode); err != nil && !errors.Is(err, fs.ErrExist) {
 			removeCreated(created)
-			return nil, status.Errorf(codes.Internal, "could not create directory %s: %v", d, err)
+			return nil, err
 		}
 		created = append(created, d)
 	}
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+	fi, err := os.Stat(dir)
+	if err != nil {
 		removeCreated(created)
-		return nil, status.Errorf(codes.Internal, "%s exists and is not a directory", dir)
+		return nil, err
+	}
+	if !fi.IsDir() {
+		removeCreated(created)
+		return nil, fmt.Errorf("%s exists and is not a directory", dir)
 	}
 	return created, nil
 }
@@ -204,12 +226,4 @@ func removeEmpty(p string, levels int) {
 		}
 		p = filepath.Dir(p)
 	}
-}
-
-// String names the executor for logs.
-func (e *Executor) String() string {
-	if e.Root == "" {
-		return "node steps (direct)"
-	}
-	return fmt.Sprintf("node steps under %s", e.Root)
 }

@@ -90,8 +90,8 @@ func TestStepsCreateAndRemoveDirectories(t *testing.T) {
 	if err := e.NodeUnstageVolume(ctx, "", &csipb.NodeUnstageVolumeRequest{VolumeId: "d1", StagingTargetPath: staging}); err != nil {
 		t.Fatalf("unstage: %v", err)
 	}
-	if exists(t, filepath.Dir(staging)) {
-		t.Fatalf("staging directory %s left after unstage", filepath.Dir(staging))
+	if exists(t, staging) {
+		t.Fatalf("staging directory %s left after unstage", staging)
 	}
 	if !exists(t, filepath.Join(root, "csi", "gce-pd")) {
 		t.Fatal("removed more than it created")
