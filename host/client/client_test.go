@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +40,12 @@ type leader bool
 
 func (l leader) IsLeader() bool           { return bool(l) }
 func (l leader) Leader() (string, string) { return "10.0.0.1:4748", "s1" }
+
+// switchLeader is a leadership that a test takes away.
+type switchLeader struct{ lost atomic.Bool }
+
+func (l *switchLeader) IsLeader() bool           { return !l.lost.Load() }
+func (l *switchLeader) Leader() (string, string) { return "10.0.0.2:4748", "s2" }
 
 func ctxT(t *testing.T) context.Context {
 	t.Helper()
@@ -238,6 +245,49 @@ func TestAgentFollowsTheLeader(t *testing.T) {
 	defer r.reg.mu.Unlock()
 	if len(r.reg.nodes) != 1 {
 		t.Fatalf("registrations = %d, want 1 (only the leader registers)", len(r.reg.nodes))
+	}
+}
+
+// A server that steps down sends its agents away at their next heartbeat,
+// so they find the new leader before their TTL runs out there (the
+// deposed leader stays up as a follower: nothing breaks the stream).
+func TestSteppedDownServerSendsAgentsAway(t *testing.T) {
+	ctx := ctxT(t)
+	lead := &switchLeader{}
+	s := nodeconn.NewServer(nodeconn.Config{Registrar: &registrar{}, Leader: lead, HeartbeatInterval: time.Second})
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve() }()
+	t.Cleanup(s.Stop)
+	plugin := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
+	clk := clockwork.NewFakeClock()
+	a, err := client.New(client.Config{Servers: []string{s.Addr()}, NodeID: "n1", RootDir: t.TempDir(),
+		Plugins: map[string]string{"p": plugin.Endpoint()}, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	if err := a.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lead.lost.Store(true)
+	// The heartbeat ticker is the agent's only wait while connected.
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for a.Connected() != "" || s.Agent("n1") != nil {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the agent stayed connected to a server that no longer leads")
+		case <-tick.C:
+		}
 	}
 }
 

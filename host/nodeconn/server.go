@@ -189,6 +189,14 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 		}
 		switch {
 		case m.Heartbeat != nil:
+			if !s.cfg.Leader.IsLeader() {
+				// Stepped down: the agent must find the new leader before
+				// its heartbeat TTL runs out there, so it is sent away.
+				addr, _ := s.cfg.Leader.Leader()
+				_ = a.send(&ServerMsg{NotLeader: &NotLeader{Leader: addr}})
+				s.log.Info("node agent sent to the new leader", "node", node.ID, "leader", addr)
+				return nil
+			}
 			s.beat(ctx, node.ID)
 		case m.Result != nil:
 			a.deliver(m.Result)
