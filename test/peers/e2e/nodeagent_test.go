@@ -21,6 +21,24 @@ import (
 func TestNodeAgents(t *testing.T) {
 	nodes := []string{"n1", "n2"}
 	e := newEnv(t, envOptions{agentNodes: nodes})
+	// Each node also runs the csi-test mock driver, as a second plugin;
+	// the server reaches n1's for the mock's controller service.
+	mocks := map[string]*Control{}
+	mockSock := map[string]string{}
+	for _, n := range nodes {
+		mockSock[n] = filepath.Join(filepath.Dir(e.drv.Controller), "m-"+n+".sock")
+		ctl := filepath.Join(filepath.Dir(e.drv.Controller), "mctl-"+n+".sock")
+		p, err := Start(e.dir, "mockcsi-"+n, bins.Mockcsi, "-endpoint", mockSock[n], "-control", ctl, "-node-id", "mock-"+n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Stop(5 * time.Second) })
+		mocks[n] = NewControl(ctl)
+		if err := Poll(e.ctx, 10*time.Millisecond, func() (bool, error) { return mocks[n].Ready(e.ctx), nil }); err != nil {
+			t.Fatalf("mockcsi on %s did not start: %v\n%s", n, err, p.Tail(2000))
+		}
+	}
+	e.cli(0, "plugin", "register", e.spec("mock-plugin.hcl", fmt.Sprintf("plugin \"mock\" {\n  controller_endpoint = %q\n}\n", Endpoint(mockSock["n1"]))))
 	clients := map[string]*Proc{}
 	for _, n := range nodes {
 		cfg := e.spec("client-"+n+".hcl", fmt.Sprintf(`
@@ -32,8 +50,11 @@ client {
   plugin %q {
     socket = %q
   }
+  plugin "mock" {
+    socket = %q
+  }
 }
-`, e.nodeRPC, n, filepath.Join(e.dir, "root-"+n), e.plugin, Endpoint(e.drv.Nodes[n])))
+`, e.nodeRPC, n, filepath.Join(e.dir, "root-"+n), e.plugin, Endpoint(e.drv.Nodes[n]), Endpoint(mockSock[n])))
 		p, err := Start(e.dir, "client-"+n, bins.Volhost, "agent", "-client", "-config", cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -48,7 +69,29 @@ client {
 	}
 	for _, n := range nodes {
 		e.waitNode(n, func(out string) bool { return strings.Contains(out, "yes (node steps go through the node agent)") })
-		mustContain(t, "node status", e.cli(0, "node", "status", n), e.drv.NodeID(n), "ready")
+		mustContain(t, "node status", e.cli(0, "node", "status", n), e.drv.NodeID(n), "mock-"+n, "ready")
+	}
+
+	// The csi-test mock on n1, through its client.
+	e.cli(0, "volume", "register", e.spec("mvol.hcl", "volume \"mvol\" {\n  external_id = \"mock-vol-1\"\n  plugin_id = \"mock\"\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n}\n"))
+	e.cli(0, "alloc", "register", e.spec("malloc.hcl", "alloc \"m1\" {\n  node_id = \"n1\"\n  client_status = \"running\"\n}\n"))
+	e.cli(0, "volume", "claim", "-alloc", "m1", "-node", "n1", "-mode", "write", "mvol")
+	e.cli(0, "alloc", "update", "-status", "complete", "m1")
+	e.waitReleased("mvol")
+	mc, err := mocks["n1"].Calls(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mockCalls []string
+	for _, c := range mc.Calls {
+		if c.VolumeID != "" {
+			mockCalls = append(mockCalls, c.Method+":"+c.Code)
+		}
+	}
+	wantMock := []string{"ControllerPublishVolume:OK", "NodeStageVolume:OK", "NodePublishVolume:OK",
+		"NodeUnpublishVolume:OK", "NodeUnstageVolume:OK", "ControllerUnpublishVolume:OK"}
+	if !slices.Equal(mockCalls, wantMock) {
+		t.Fatalf("mock calls = %v, want %v", mockCalls, wantMock)
 	}
 
 	// Claim and release on n1, every node step through its client.
