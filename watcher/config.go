@@ -26,6 +26,7 @@ const (
 	DefaultGCThreshold           = 5 * time.Minute
 	DefaultAutoForceAfter        = 15 * time.Minute
 	DefaultMaxRetryAfter         = time.Hour
+	DefaultAbandonAfter          = 3
 )
 
 // Config tunes the watcher. Zero values take the defaults above.
@@ -78,6 +79,10 @@ type Config struct {
 	VolumeRateBurst int
 	// Metrics receives release events; nil discards them.
 	Metrics Metrics
+	// AbandonAfter is how many failed attempts a claim that no CSI call
+	// can ever release (its plugin deregistered, or its node gone with
+	// no external node ID) makes before it is abandoned with a reason.
+	AbandonAfter int
 	// MaxRetryAfter caps the retry_after a module may ask for (a policy's
 	// wait, an adapter's classification).
 	MaxRetryAfter time.Duration
@@ -113,6 +118,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxAttempts < 0 {
 		c.MaxAttempts = 0
+	}
+	if c.AbandonAfter <= 0 {
+		c.AbandonAfter = DefaultAbandonAfter
 	}
 	if c.MaxRetryAfter <= 0 {
 		c.MaxRetryAfter = DefaultMaxRetryAfter

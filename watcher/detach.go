@@ -95,7 +95,10 @@ func (w *Watcher) detachLocked(ctx context.Context, ref structs.VolumeRef, nodeI
 		return nil, structs.Conflict("volume %s/%s is in use on node %s by live allocation(s) %s",
 			ref.Namespace, ref.ID, nodeID, strings.Join(live, ", "))
 	}
-	skipNode := node == nil || node.Status == structs.NodeDown
+	// An operator's detach skips the node step of a node removed or set
+	// down by an operator, or fenced (nodeStep); a node that only missed
+	// heartbeats is tried through its agent, never skipped on a timeout.
+	skipNode := node == nil || (node.Status != structs.NodeReady && !node.HeartbeatLost)
 	for _, c := range d.onNode {
 		if err := p.release(ctx, c, skipNode); err != nil {
 			return d, fmt.Errorf("detach: %w", err)

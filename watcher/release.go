@@ -226,6 +226,7 @@ type verdict struct {
 	retryAfter time.Duration
 	reason     string
 	fault      *structs.ClaimError // non-nil: a module fault, do not release
+	hostHold   bool                // the host, not the policy, keeps the claim waiting
 }
 
 // decide asks the volume's policy once and validates every decision against
@@ -282,10 +283,16 @@ func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]ver
 			}
 			// Skipping the node step leaves whatever is mounted there
 			// mounted: only for a node that cannot be reached (down or
-			// gone), never a ready one, whatever a module says.
-			if d.Action == abi.ActionReleaseSkipNode && p.nodeReachable(c.NodeID) {
+			// gone) or is fenced, never a ready one, whatever a module
+			// says; and a node that only missed heartbeats waits for a
+			// fence (a timeout is no proof it is off, Kubernetes #120344).
+			switch {
+			case d.Action != abi.ActionReleaseSkipNode || p.fence(c.NodeID) != nil:
+			case p.nodeReachable(c.NodeID):
 				vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultUnsafe,
 					"decided to skip the node step of allocation %q on node %q, which is %s", d.AllocID, c.NodeID, p.nodes[c.NodeID].Status)}
+			case p.heartbeatLost(c.NodeID) && (c.TargetPath != "" || c.StagingPath != ""):
+				vd = p.lostHeartbeatHold(c)
 			}
 		default:
 			vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultBadOutput,
@@ -297,11 +304,11 @@ func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]ver
 	return out, nil
 }
 
-// nodeReachable: the node is registered and not down. A node the policy
+// nodeReachable: the node is registered and ready. A node the policy
 // may skip is one that is down or gone.
 func (p *pass) nodeReachable(id string) bool {
 	n := p.nodes[id]
-	return n != nil && n.Status != structs.NodeDown
+	return n != nil && n.Status == structs.NodeReady
 }
 
 // act carries out one validated verdict.
@@ -318,7 +325,9 @@ func (p *pass) act(ctx context.Context, c *structs.Claim, vd verdict) error {
 		}
 		return nil
 	}
-	return p.release(ctx, c, vd.action == abi.ActionReleaseSkipNode)
+	// A fenced node is attested off: its node steps are skipped whatever
+	// the policy's release says (a call there could only time out).
+	return p.release(ctx, c, vd.action == abi.ActionReleaseSkipNode || p.fence(c.NodeID) != nil)
 }
 
 // hold records that the policy keeps a releasable claim waiting: who, why
@@ -329,8 +338,11 @@ func (p *pass) act(ctx context.Context, c *structs.Claim, vd verdict) error {
 // claim that never releases (issue 10 defect 4).
 func (p *pass) hold(ctx context.Context, c *structs.Claim, vd verdict) error {
 	h := &structs.ClaimHold{Reason: vd.reason, Since: p.now}
-	if n, ok := p.policy.(Named); ok {
+	if n, ok := p.policy.(Named); ok && !vd.hostHold {
 		h.Module, h.ModuleVersion = n.ModuleName(), n.ModuleVersion()
+	}
+	if vd.hostHold {
+		h.Module = HostHolder
 	}
 	if vd.retryAfter > 0 {
 		h.Until = p.now.Add(vd.retryAfter)
@@ -369,6 +381,13 @@ func (p *pass) heldTooLong(c *structs.Claim) bool {
 // past a step (a crash, a leader change) resumes where it stands. The error
 // is only for a failed store write or a cancelled context.
 func (p *pass) release(ctx context.Context, c *structs.Claim, skipNode bool) error {
+	if c.State.Order() < structs.ClaimControllerDetached.Order() && c.Attempts >= p.w.cfg.AbandonAfter {
+		if reason := p.abandonReason(c); reason != "" {
+			if err := p.abandon(ctx, c, reason); err != nil {
+				return err
+			}
+		}
+	}
 	for {
 		var ok bool
 		var err error
@@ -405,6 +424,10 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 	}
 	published := c.TargetPath != "" || c.StagingPath != ""
 	var flags stepFlags
+	fence := p.fence(c.NodeID)
+	if !skip && fence != nil {
+		skip = true // attested off (Detach, a policy release)
+	}
 	switch {
 	case skip:
 	case !published:
@@ -417,13 +440,17 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 		return false, p.fail(ctx, c, p.precondition(StepNodeUnpublish,
 			"node %q has no endpoint for plugin %q", c.NodeID, p.v.PluginID), 0)
 	default:
+		nodeCSI, fe := p.nodeService(node, StepNodeUnpublish)
+		if fe != nil {
+			return false, p.fail(ctx, c, fe, 0)
+		}
 		if c.TargetPath != "" {
 			resp, fe := p.adapt(ctx, c, StepNodeUnpublish)
 			if fe != nil {
 				return false, p.failAdapt(ctx, c, fe)
 			}
 			err := p.callCSI(ctx, func(ctx context.Context) error {
-				return p.w.deps.Node.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
+				return nodeCSI.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
 					VolumeId:   resp.VolumeID,
 					TargetPath: c.TargetPath,
 				})
@@ -452,7 +479,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 					return false, p.failAdapt(ctx, c, fe)
 				}
 				err := p.callCSI(ctx, func(ctx context.Context) error {
-					return p.w.deps.Node.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
+					return nodeCSI.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
 						VolumeId:          resp.VolumeID,
 						StagingTargetPath: c.StagingPath,
 					})
@@ -465,7 +492,19 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 		}
 	}
 	c.SkipNodeStep = skip
-	return true, p.advance(ctx, c, structs.ClaimNodeDetached, nil, flags)
+	forced := skip && fence != nil && published
+	if forced {
+		c.FenceReason = fence.Source + ": " + fence.Reason
+	}
+	if err := p.advance(ctx, c, structs.ClaimNodeDetached, nil, flags); err != nil {
+		return false, err
+	}
+	if forced {
+		p.forcedDetach(fence)
+		p.log.Warn("node steps skipped: node is fenced", "alloc", c.AllocID, "node", c.NodeID,
+			"fenced_by", fence.Source, "reason", fence.Reason)
+	}
+	return true, nil
 }
 
 // lastOnNodeCommitted: no other claim of the volume on c's node is still

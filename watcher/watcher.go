@@ -36,6 +36,9 @@ type Deps struct {
 	Writer     ClaimWriter
 	Node       NodeCSI
 	Controller ControllerCSI
+	// Agents routes the node steps of nodes that registered through a
+	// node agent; nil: no agent is ever connected.
+	Agents NodeAgents
 	// Modules picks the policy and adapter per volume; nil serves the
 	// native DefaultPolicy and SpecAdapter.
 	Modules Modules

@@ -25,6 +25,12 @@ const agentHelp = `Usage: volhost agent [options]
   volhost agent -server -data-dir D2 -node-id s2 -bind 10.0.0.2:4748 -join 10.0.0.1:4747
   volhost agent -server -data-dir D3 -node-id s3 -bind 10.0.0.3:4748 -join 10.0.0.1:4747
 
+  A node agent on every node: registers the node, heartbeats, and runs
+  the node steps the leader sends against the node's local plugin sockets
+  (see README "Running node agents"). The servers listen for agents with
+  node_rpc { address = "10.0.0.1:4749" }.
+  volhost agent -client -config client.hcl
+
 Options:
 `
 
@@ -62,6 +68,8 @@ func runAgent(args []string) int {
 	fs.StringVar(&flags.Server.AdvertiseRaft, "advertise-raft", "", "raft `address` other servers reach this one at (when -bind is 0.0.0.0)")
 	fs.StringVar(&flags.Server.AdvertiseHTTP, "advertise-http", "", "API `address` other servers forward to (when -http-addr is 0.0.0.0)")
 	fs.BoolVar(&flags.ACL.Enabled, "acl-enabled", false, "enforce ACLs: every request needs a token granting its capability (see volhost acl bootstrap)")
+	isClient := fs.Bool("client", false, "run as a node agent (the client block of -config): no server parts")
+	nodeRPC := fs.String("node-rpc-addr", "", "`address` node agents connect to (servers; default off, port 4749 by convention)")
 	fs.StringVar(&flags.Region, "region", "", "region named in TLS server certificates, server.<region>.volhost (default global)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
@@ -84,7 +92,13 @@ func runAgent(args []string) int {
 		}
 		cfg.Merge(c)
 	}
+	if *nodeRPC != "" {
+		flags.NodeRPC = &agent.NodeRPCConfig{Address: *nodeRPC}
+	}
 	cfg.Merge(flags)
+	if *isClient {
+		return runClient(cfg)
+	}
 
 	a, err := agent.New(cfg, agent.Options{})
 	if err != nil {
@@ -121,4 +135,19 @@ func reloadOnHangup(ctx context.Context, a *agent.Agent) {
 			}
 		}
 	}
+}
+
+// runClient runs a node agent until SIGINT or SIGTERM.
+func runClient(cfg *agent.Config) int {
+	if cfg.Client == nil {
+		cfg.Client = &agent.ClientConfig{}
+	}
+	cfg.Client.Enabled = true
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := agent.RunClient(ctx, cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "Error: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return 1
+	}
+	return 0
 }

@@ -80,6 +80,8 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"node register":   cmd(&NodeRegisterCommand{Meta: m}),
 		"node status":     cmd(&NodeStatusCommand{Meta: m}),
 		"node set-status": cmd(&NodeSetStatusCommand{Meta: m}),
+		"node fence":      cmd(&NodeFenceCommand{Meta: m}),
+		"node unfence":    cmd(&NodeUnfenceCommand{Meta: m}),
 
 		"module":        cmd(&groupCommand{Meta: m, name: "module", synopsis: "Inspect and reload the agent's Wasm modules"}),
 		"module list":   cmd(&ModuleListCommand{Meta: m}),

@@ -212,6 +212,23 @@ func TestJSONReads(t *testing.T) {
 
 // TestErrors: every failure is exit 1 with exactly one line on stderr that
 // names what is wrong.
+// TestNodeFence: fence with a reason, the status an operator reads, claims
+// refused, unfence.
+func TestNodeFence(t *testing.T) {
+	e := newCLIEnv(t)
+	e.setup()
+	contains(t, "fence", e.ok("node", "fence", "-reason", "powered off in console", "node1"), `Node "node1" fenced: powered off in console`)
+	contains(t, "node status", e.ok("node", "status", "node1"), "fenced, heartbeating", "powered off in console by operator")
+	contains(t, "node list", e.ok("node", "status"), "fenced, heartbeating")
+	r := e.run("volume", "claim", "-alloc", "web-1", "-node", "node1", "-mode", "write", "vol1")
+	if r.code != 1 || !strings.Contains(r.stderr, "fenced") {
+		t.Fatalf("claim on a fenced node: exit %d, stderr %q", r.code, r.stderr)
+	}
+	contains(t, "unfence", e.ok("node", "unfence", "node1"), `Node "node1" unfenced`)
+	contains(t, "node status", e.ok("node", "status", "node1"), "Status        = ready", "Fence         = -")
+	e.ok("volume", "claim", "-alloc", "web-1", "-node", "node1", "-mode", "write", "vol1")
+}
+
 func TestErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -245,6 +262,9 @@ func TestErrors(t *testing.T) {
 		{"not found", []string{"volume", "status", "nope"}, []string{`volume "default/nope" does not exist`}},
 		{"node not found", []string{"node", "status", "nope"}, []string{`node "nope" does not exist`}},
 		{"set-status bad", []string{"node", "set-status", "node1", "sleepy"}, []string{`status must be ready or down, got "sleepy"`}},
+		{"fence without reason", []string{"node", "fence", "node1"}, []string{"-reason is required", "node1"}},
+		{"fence unknown node", []string{"node", "fence", "-reason", "off", "ghost"}, []string{`node "ghost": not found`}},
+		{"unfence unfenced", []string{"node", "unfence", "node1"}, []string{`node "node1" is not fenced`}},
 		{"alloc update bad", []string{"alloc", "update", "-status", "done", "web-1"}, []string{`got "done"`}},
 		{"alloc update missing", []string{"alloc", "update", "-status", "complete", "ghost"}, []string{`alloc "ghost" does not exist`}},
 		{"leftovers both", []string{"volume", "leftovers", "-clear", "x", "-clear-all"}, []string{"cannot be combined"}},

@@ -82,7 +82,7 @@ func (c *NodeStatusCommand) Run(args []string) int {
 		}
 		rows := [][]string{{"ID", "Status", "Plugins", "Last Seen"}}
 		for _, n := range nodes {
-			rows = append(rows, []string{n.ID, string(n.Status), orDash(strings.Join(pluginIDs(n), ", ")), fmtTime(n.LastSeen)})
+			rows = append(rows, []string{n.ID, n.DisplayStatus(), orDash(strings.Join(pluginIDs(n), ", ")), fmtTime(n.LastSeen)})
 		}
 		c.Ui.Output(table(rows))
 		return 0
@@ -96,7 +96,10 @@ func (c *NodeStatusCommand) Run(args []string) int {
 	}
 	c.Ui.Output(kv([][2]string{
 		{"ID", n.ID},
-		{"Status", string(n.Status)},
+		{"Status", n.DisplayStatus()},
+		{"Status Reason", orDash(n.StatusReason)},
+		{"Node Agent", agentText(n)},
+		{"Fence", fenceText(n.Fence)},
 		{"Root Dir", orDash(n.RootDir)},
 		{"Last Seen", fmtTime(n.LastSeen)},
 	}))
@@ -154,5 +157,91 @@ func (c *NodeSetStatusCommand) Run(args []string) int {
 		return c.fail(err)
 	}
 	c.Ui.Output(fmt.Sprintf("Node %q is now %s", rest[0], st))
+	return 0
+}
+
+func agentText(n *structs.Node) string {
+	if !n.Agent {
+		return "none (direct mode: the leader dials the plugin endpoints)"
+	}
+	return "yes (node steps go through the node agent)"
+}
+
+func fenceText(f *structs.NodeFence) string {
+	if f == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%s by %s (%s) at %s", f.Reason, f.Source, f.Accessor, fmtTime(f.Time))
+}
+
+// NodeFenceCommand is `volhost node fence -reason TEXT ID`.
+type NodeFenceCommand struct{ *Meta }
+
+func (c *NodeFenceCommand) Synopsis() string { return "Attest that a lost node is off" }
+func (c *NodeFenceCommand) Help() string {
+	return helpText("node fence [options] -reason TEXT ID", `
+  Record that you know node ID is off (powered off, terminated, isolated).
+  Claims on a fenced node skip their node steps (NodeUnpublish,
+  NodeUnstage) and go straight to the controller step, so a volume held by
+  a lost node can be attached elsewhere; the claim, the event and the
+  metric volhost_forced_detaches_total carry the reason. volhost never
+  does this on a timeout alone: a node that is only slow or partitioned
+  may still write to the volume (Kubernetes #120344).
+
+  A fenced node that heartbeats again is shown as "fenced, heartbeating"
+  and takes no new claim until 'volhost node unfence'.
+
+  -reason TEXT   why the node is known to be off (required)`, false)
+}
+
+func (c *NodeFenceCommand) Run(args []string) int {
+	fs := c.flagSet("node fence", false)
+	reason := fs.String("reason", "", "why the node is known to be off")
+	rest, err := c.parse(fs, args, 1, 1, "node fence [options] -reason TEXT ID")
+	if err != nil {
+		return c.fail(err)
+	}
+	if strings.TrimSpace(*reason) == "" {
+		return c.fail(fmt.Errorf("-reason is required: say why node %q is known to be off", rest[0]))
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	if _, err := cl.FenceNode(ctx, rest[0], *reason); err != nil {
+		return c.fail(err)
+	}
+	c.Ui.Output(fmt.Sprintf("Node %q fenced: %s", rest[0], *reason))
+	return 0
+}
+
+// NodeUnfenceCommand is `volhost node unfence ID`.
+type NodeUnfenceCommand struct{ *Meta }
+
+func (c *NodeUnfenceCommand) Synopsis() string { return "Lift a node's fence" }
+func (c *NodeUnfenceCommand) Help() string {
+	return helpText("node unfence [options] ID", `
+  Lift the fence of node ID: its claims go through their node steps
+  again, and once it heartbeats it takes new claims.`, false)
+}
+
+func (c *NodeUnfenceCommand) Run(args []string) int {
+	fs := c.flagSet("node unfence", false)
+	rest, err := c.parse(fs, args, 1, 1, "node unfence [options] ID")
+	if err != nil {
+		return c.fail(err)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	if _, err := cl.UnfenceNode(ctx, rest[0]); err != nil {
+		return c.fail(err)
+	}
+	c.Ui.Output(fmt.Sprintf("Node %q unfenced", rest[0]))
 	return 0
 }

@@ -18,6 +18,8 @@ import (
 	"github.com/volhost/volhost/host/cluster"
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/metrics"
+	"github.com/volhost/volhost/host/nodeconn"
+	"github.com/volhost/volhost/host/nodestep"
 	"github.com/volhost/volhost/host/server"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/tlsutil"
@@ -47,6 +49,11 @@ type Agent struct {
 	wg           sync.WaitGroup
 
 	retryJoinMax time.Duration
+
+	// NodeRPC serves node agents and Tracker decides node down and gone
+	// from their heartbeats; both nil without node_rpc.address.
+	NodeRPC *nodeconn.Server
+	Tracker *nodeconn.Tracker
 
 	// TLS holds the certificates when tls.http or tls.rpc is on (reloaded
 	// by ReloadTLS); ACL is the access control system when acl.enabled.
@@ -137,8 +144,21 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	// One set of volume locks for the claim path and the watcher's
 	// per-node release steps (issue 10 defect 2).
 	locks := watcher.NewVolumeLocks()
+	if err := a.setupNodeRPC(); err != nil {
+		a.CSI.Close()
+		return nil, errors.Join(err, a.closeModules(context.Background()), a.Cluster.Shutdown(), a.lock.release())
+	}
+	var watcherAgents watcher.NodeAgents
+	var serverAgents server.NodeAgents
+	if a.NodeRPC != nil {
+		watcherAgents, serverAgents = a.NodeRPC, claimAgents{a.NodeRPC}
+	}
+	// Direct mode (a node registered with endpoints and no agent): this
+	// server runs the node steps itself, with the directory work the CSI
+	// spec leaves to the CO, through the same code a node agent uses.
+	direct := &nodestep.Executor{CSI: a.CSI}
 	a.Server = server.New(server.Config{
-		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Modules: modules, Clock: a.clock, Logger: a.logger, Locks: locks,
+		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Node: direct, Agents: serverAgents, Modules: modules, Clock: a.clock, Logger: a.logger, Locks: locks,
 	})
 	a.Watcher = watcher.New(watcher.Config{
 		MaxConcurrency:        cfg.Watcher.MaxConcurrency,
@@ -147,6 +167,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		BackoffBase:           d.BackoffBase,
 		BackoffMax:            d.BackoffMax,
 		MaxAttempts:           cfg.Watcher.MaxAttempts,
+		AbandonAfter:          cfg.Watcher.AbandonAfter,
 		StuckAfter:            d.StuckAfter,
 		CSITimeout:            d.CSITimeout,
 		GCInterval:            d.GCInterval,
@@ -162,7 +183,8 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		Feed:       a.Store,
 		State:      a.Store.Reader(),
 		Writer:     a.Cluster.ClaimWriter(),
-		Node:       a.CSI,
+		Node:       direct,
+		Agents:     watcherAgents,
 		Controller: a.CSI,
 		Modules:    modules,
 		Leadership: a.Cluster,
@@ -217,6 +239,16 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.followLeadership(ctx)
 	}()
 	a.startModules(ctx)
+	if a.NodeRPC != nil {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			if err := a.NodeRPC.Serve(); err != nil {
+				a.logger.Error("node_rpc stopped", "error", err)
+			}
+		}()
+		a.logger.Info("listening for node agents", "node_rpc", a.NodeRPC.Addr())
+	}
 	if sv := a.cfg.Server; sv != nil && sv.Enabled && len(sv.Join) > 0 {
 		a.wg.Add(1)
 		go func() {
@@ -238,6 +270,9 @@ func (a *Agent) Shutdown() error {
 	if a.stop != nil {
 		a.stop()
 	}
+	if a.NodeRPC != nil {
+		a.NodeRPC.Stop() // ends Serve and every agent's stream
+	}
 	a.wg.Wait()
 	a.Watcher.SetEnabled(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -251,6 +286,8 @@ func (a *Agent) Shutdown() error {
 // leader releases claims; a step-down cancels every in-flight CSI call.
 func (a *Agent) followLeadership(ctx context.Context) {
 	ch := a.Cluster.LeaderCh()
+	stopTracker := func() {}
+	defer func() { stopTracker() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -258,9 +295,30 @@ func (a *Agent) followLeadership(ctx context.Context) {
 		case leader := <-ch:
 			a.logger.Info("leadership changed", "leader", leader)
 			a.Watcher.SetEnabled(leader)
+			stopTracker()
+			stopTracker = func() {}
 			if leader {
 				a.moduleEvents.flush()
+				stopTracker = a.startTracker(ctx)
 			}
 		}
+	}
+}
+
+// startTracker runs the heartbeat tracker for this leadership; the
+// returned function stops it and waits for it.
+func (a *Agent) startTracker(ctx context.Context) func() {
+	if a.Tracker == nil {
+		return func() {}
+	}
+	tctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a.runTracker(tctx)
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }

@@ -48,6 +48,10 @@ type Config struct {
 	ACL    *ACLConfig    `hcl:"acl,block"`
 	TLS    *TLSConfig    `hcl:"tls,block"`
 	Events *EventsConfig `hcl:"events,block"`
+	// NodeRPC is where servers listen for node agents (issue 14); Client
+	// runs this process as a node agent instead of a server.
+	NodeRPC *NodeRPCConfig `hcl:"node_rpc,block"`
+	Client  *ClientConfig  `hcl:"client,block"`
 }
 
 // ModuleLimitsConfig bounds what a module manifest may ask for. Zero or
@@ -135,6 +139,9 @@ type WatcherConfig struct {
 	GCThreshold           string `hcl:"gc_threshold,optional"`
 	// MaxRetryAfter caps the retry_after a module may ask for.
 	MaxRetryAfter string `hcl:"max_retry_after,optional"`
+	// AbandonAfter is how many failed attempts a claim no CSI call can
+	// release makes before it is abandoned with a reason (default 3).
+	AbandonAfter int `hcl:"abandon_after,optional"`
 	// VolumeRateLimit, when > 0, caps release passes per volume per second
 	// with VolumeRateBurst: the reference system's setting (1/s, burst 3),
 	// kept for comparison runs such as `make bench`'s baseline.
@@ -210,6 +217,7 @@ func (c *Config) Merge(o *Config) {
 		mergeHTTPLimits(c.HTTP, o.HTTP)
 	}
 	mergeEvents(c, o.Events)
+	mergeNodeAgent(c, o)
 	if sv := o.Server; sv != nil {
 		if c.Server == nil {
 			c.Server = &ServerConfig{}
@@ -228,6 +236,7 @@ func (c *Config) Merge(o *Config) {
 		setInt(&c.Watcher.MaxConcurrency, w.MaxConcurrency)
 		setInt(&c.Watcher.ControllerConcurrency, w.ControllerConcurrency)
 		setInt(&c.Watcher.MaxAttempts, w.MaxAttempts)
+		setInt(&c.Watcher.AbandonAfter, w.AbandonAfter)
 		setString(&c.Watcher.IdleTimeout, w.IdleTimeout)
 		setString(&c.Watcher.BackoffBase, w.BackoffBase)
 		setString(&c.Watcher.BackoffMax, w.BackoffMax)
@@ -324,6 +333,9 @@ func (c *Config) Validate() (Durations, error) {
 	}
 	if w.VolumeRateLimit < 0 || w.VolumeRateBurst < 0 {
 		errs = append(errs, fmt.Errorf("watcher.volume_rate_limit (%g) and volume_rate_burst (%d): must not be negative", w.VolumeRateLimit, w.VolumeRateBurst))
+	}
+	if w.AbandonAfter < 0 {
+		errs = append(errs, fmt.Errorf("watcher.abandon_after: must not be negative, got %d", w.AbandonAfter))
 	}
 	if w.MaxAttempts < 0 {
 		errs = append(errs, fmt.Errorf("watcher.max_attempts: must not be negative, got %d", w.MaxAttempts))

@@ -185,6 +185,8 @@ func TestWriteRoutes(t *testing.T) {
 		{"clear leftovers query ids", "DELETE", "/v1/volumes/leftovers?id=x&id=y", "", "ClearLeftovers", "[[x y] false]", `"index": 13`},
 		{"register node", "PUT", "/v1/nodes", `{"node":{"id":"n3","status":"ready","plugins":{"gce-pd":{"plugin_id":"gce-pd","endpoint":"unix:///x.sock"}}}}`, "RegisterNode", "", `"id": "n3"`},
 		{"node status", "PUT", "/v1/node/n1/status", `{"status":"down"}`, "UpdateNodeStatus", "[n1 down]", `"index": 9`},
+		{"node fence", "PUT", "/v1/node/n1/fence", `{"reason":"powered off in console"}`, "FenceNode", "[n1 powered off in console anonymous]", `"index": 12`},
+		{"node unfence", "DELETE", "/v1/node/n1/fence", "", "UnfenceNode", "[n1 anonymous]", `"index": 13`},
 		{"register plugin", "PUT", "/v1/plugins", `{"plugin":{"id":"p2","controller_endpoint":"tcp://127.0.0.1:1"}}`, "RegisterPlugin", "", `"publish_unpublish": true`},
 		{"upsert allocs", "PUT", "/v1/allocs", `{"allocs":[{"id":"a1","node_id":"n1","client_status":"complete"}]}`, "UpsertAllocs", "", `"index": 12`},
 		{"system gc", "PUT", "/v1/system/gc", "", "SystemGC", "[]", `"volumes": 3`},

@@ -26,6 +26,10 @@ type Backend interface {
 	RegisterNode(ctx context.Context, n *structs.Node) (*structs.Node, error)
 	// UpdateNodeStatus sets a node ready or down.
 	UpdateNodeStatus(ctx context.Context, id string, status structs.NodeStatus) (uint64, error)
+	// FenceNode records an operator's attestation that a node is off
+	// (reason required); UnfenceNode lifts it. accessor names the token.
+	FenceNode(ctx context.Context, id, reason, accessor string) (uint64, error)
+	UnfenceNode(ctx context.Context, id, accessor string) (uint64, error)
 	// RegisterVolumes registers (or updates) volumes.
 	RegisterVolumes(ctx context.Context, vols []*structs.Volume) (uint64, error)
 	// DeregisterVolume removes a volume; with force it drops the claims

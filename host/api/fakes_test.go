@@ -211,6 +211,14 @@ func (b *fakeBackend) UpdateNodeStatus(_ context.Context, id string, st structs.
 	return 9, b.record("UpdateNodeStatus", id, st)
 }
 
+func (b *fakeBackend) FenceNode(_ context.Context, id, reason, accessor string) (uint64, error) {
+	return 12, b.record("FenceNode", id, reason, accessor)
+}
+
+func (b *fakeBackend) UnfenceNode(_ context.Context, id, accessor string) (uint64, error) {
+	return 13, b.record("UnfenceNode", id, accessor)
+}
+
 func (b *fakeBackend) RegisterVolumes(_ context.Context, vols []*structs.Volume) (uint64, error) {
 	return 10, b.record("RegisterVolumes", vols)
 }

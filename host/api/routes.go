@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 
 	memdb "github.com/hashicorp/go-memdb"
 
@@ -35,6 +36,11 @@ type (
 	// NodeStatusRequest is the body of PUT /v1/node/ID/status.
 	NodeStatusRequest struct {
 		Status structs.NodeStatus `json:"status"`
+	}
+	// NodeFenceRequest is the body of PUT /v1/node/ID/fence: why the
+	// operator knows the node is off.
+	NodeFenceRequest struct {
+		Reason string `json:"reason"`
 	}
 	// ForceCheck says whether `volume deregister -force` would be allowed
 	// now: only when every allocation holding a claim is terminal or gone.
@@ -102,6 +108,8 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /v1/node/{id}", s.getNode)
 	m.HandleFunc("PUT /v1/node/{id}/status", s.nodeStatus)
 	m.HandleFunc("POST /v1/node/{id}/status", s.nodeStatus)
+	m.HandleFunc("PUT /v1/node/{id}/fence", s.fenceNode)
+	m.HandleFunc("DELETE /v1/node/{id}/fence", s.unfenceNode)
 
 	m.HandleFunc("GET /v1/plugins", s.listPlugins)
 	m.HandleFunc("PUT /v1/plugins", s.registerPlugin)
@@ -533,6 +541,37 @@ func (s *Server) nodeStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	index, err := s.backend.UpdateNodeStatus(r.Context(), id, req.Status)
+	s.answerIndex(w, index, err)
+}
+
+// fenceNode records an operator's attestation that a node is off; its
+// claims then skip their node steps (issue 14).
+func (s *Server) fenceNode(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "node_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	var req NodeFenceRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		WriteError(w, err)
+		return
+	}
+	if strings.TrimSpace(req.Reason) == "" {
+		WriteError(w, badRequest("reason", "is required: say why the node is known to be off"))
+		return
+	}
+	index, err := s.backend.FenceNode(r.Context(), id, req.Reason, identityOf(r).Accessor())
+	s.answerIndex(w, index, err)
+}
+
+func (s *Server) unfenceNode(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "node_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	index, err := s.backend.UnfenceNode(r.Context(), id, identityOf(r).Accessor())
 	s.answerIndex(w, index, err)
 }
 

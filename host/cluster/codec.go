@@ -55,6 +55,10 @@ func newRequest(t structs.MessageType) (any, error) {
 		return &structs.AllocDeleteRequest{}, nil
 	case structs.VolumeClaimRemoveType:
 		return &structs.VolumeClaimRemoveRequest{}, nil
+	case structs.NodeFenceType:
+		return &structs.NodeFenceRequest{}, nil
+	case structs.NodeLivenessType:
+		return &structs.NodeLivenessRequest{}, nil
 	}
 	if r := structs.NewACLRequest(t); r != nil {
 		return r, nil

@@ -43,6 +43,7 @@ type Metrics struct {
 	markedStuck   prometheus.Counter
 	assessed      prometheus.Counter
 	autoForce     prometheus.Counter
+	forcedDetach  *prometheus.CounterVec
 
 	moduleCalls    *prometheus.CounterVec
 	moduleFaults   *prometheus.CounterVec
@@ -89,6 +90,10 @@ func NewWithSource(snapshot func() Source) *Metrics {
 			Namespace: Namespace, Name: "auto_force_deregisters_total",
 			Help: "Stuck volumes force-deregistered by the automatic escape hatch.",
 		}),
+		forcedDetach: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: Namespace, Name: "forced_detaches_total",
+			Help: "Claims whose node steps were skipped because their node is fenced, by who attested it is off (operator, module); the free-text reason is on the claim and the event.",
+		}, []string{"reason"}),
 		moduleCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "module_calls_total",
 			Help: "Wasm module calls by module and kind (release-policy, csi-adapter).",
@@ -104,8 +109,11 @@ func NewWithSource(snapshot func() Source) *Metrics {
 			Buckets: []float64{1e-6, 5e-6, 25e-6, 1e-4, 5e-4, .0025, .01, .05, .25, 1},
 		}, []string{"module", "kind"}),
 	}
+	for _, r := range []string{"operator-fence", "module-fence"} {
+		m.forcedDetach.WithLabelValues(r) // visible at 0 before the first
+	}
 	m.reg.MustRegister(
-		m.csiCalls, m.csiDuration, m.released, m.releaseFailed, m.markedStuck, m.assessed, m.autoForce,
+		m.csiCalls, m.csiDuration, m.released, m.releaseFailed, m.markedStuck, m.assessed, m.autoForce, m.forcedDetach,
 		m.moduleCalls, m.moduleFaults, m.moduleDuration,
 		newStateCollector(snapshot),
 		collectors.NewGoCollector(),
@@ -197,6 +205,15 @@ func (m *Metrics) AutoForceDeregistered() {
 		return
 	}
 	m.autoForce.Inc()
+}
+
+// ForcedDetach counts a claim whose node steps were skipped because its
+// node is fenced (watcher.ForcedDetachMetrics).
+func (m *Metrics) ForcedDetach(source string) {
+	if m == nil {
+		return
+	}
+	m.forcedDetach.WithLabelValues(source + "-fence").Inc()
 }
 
 // ModuleCall records one Wasm module call (issue 4): kind is the module

@@ -122,6 +122,8 @@ func TestCounters(t *testing.T) {
 	m.VolumeStuck(ref, nil) // cleared: not counted
 	m.VolumeAssessed(ref)
 	m.AutoForceDeregistered()
+	m.ForcedDetach("operator")
+	m.ForcedDetach("operator")
 	m.ModuleCall("default-policy", "release-policy", 50*time.Microsecond, "")
 	m.ModuleCall("bad-policy", "release-policy", time.Second, "timeout")
 
@@ -141,6 +143,8 @@ func TestCounters(t *testing.T) {
 		`volhost_claim_release_failures_total{code="timeout",step="policy"} 1`,
 		"volhost_volumes_marked_stuck_total 1",
 		"volhost_auto_force_deregisters_total 1",
+		`volhost_forced_detaches_total{reason="operator-fence"} 2`,
+		`volhost_forced_detaches_total{reason="module-fence"} 0`,
 		`volhost_module_calls_total{kind="release-policy",module="default-policy"} 1`,
 		`volhost_module_faults_total{fault="timeout",module="bad-policy"} 1`,
 		`volhost_module_decision_duration_seconds_count{kind="release-policy",module="bad-policy"} 1`,
@@ -162,6 +166,7 @@ func TestNilMetricsIsNoop(t *testing.T) {
 	m.VolumeStuck(structs.VolumeRef{}, &structs.Stuck{})
 	m.VolumeAssessed(structs.VolumeRef{})
 	m.AutoForceDeregistered()
+	m.ForcedDetach("operator")
 	m.ModuleCall("m", "k", time.Second, "trap")
 }
 

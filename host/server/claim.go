@@ -172,6 +172,15 @@ func (p *publisher) call(ctx context.Context, f func(context.Context) error) err
 
 func (p *publisher) publish(ctx context.Context) error {
 	np := p.node.Plugins[p.plugin.ID]
+	var node NodeSteps
+	if np != nil && np.Endpoint != "" {
+		// Checked before the first CSI call: no controller attachment
+		// for a node whose steps cannot be run now.
+		var err error
+		if node, err = p.nodeSteps(); err != nil {
+			return err
+		}
+	}
 	adapted, err := p.adapt(ctx)
 	if err != nil {
 		return err
@@ -222,7 +231,7 @@ func (p *publisher) publish(ctx context.Context) error {
 		// (CSI spec: NodeStageVolume is per volume per node).
 		if !p.stagedOnNode() {
 			err := p.call(ctx, func(ctx context.Context) error {
-				return p.s.csi.NodeStageVolume(ctx, np.Endpoint, &csipb.NodeStageVolumeRequest{
+				return node.NodeStageVolume(ctx, np.Endpoint, &csipb.NodeStageVolumeRequest{
 					VolumeId: adapted.VolumeID, PublishContext: p.claim.PublishContext, StagingTargetPath: staging,
 					VolumeCapability: capability, Secrets: secrets, VolumeContext: adapted.VolumeContext,
 				})
@@ -231,14 +240,14 @@ func (p *publisher) publish(ctx context.Context) error {
 				return fmt.Errorf("node stage of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
 			}
 			p.undo = append(p.undo, func(ctx context.Context) error {
-				return p.s.csi.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
+				return node.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
 					VolumeId: adapted.VolumeID, StagingTargetPath: staging,
 				})
 			})
 		}
 	}
 	err = p.call(ctx, func(ctx context.Context) error {
-		return p.s.csi.NodePublishVolume(ctx, np.Endpoint, &csipb.NodePublishVolumeRequest{
+		return node.NodePublishVolume(ctx, np.Endpoint, &csipb.NodePublishVolumeRequest{
 			VolumeId: adapted.VolumeID, PublishContext: p.claim.PublishContext, StagingTargetPath: p.claim.StagingPath,
 			TargetPath: target, VolumeCapability: capability, Readonly: readonly, Secrets: secrets,
 			VolumeContext: adapted.VolumeContext,
@@ -248,11 +257,26 @@ func (p *publisher) publish(ctx context.Context) error {
 		return fmt.Errorf("node publish of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
 	}
 	p.undo = append(p.undo, func(ctx context.Context) error {
-		return p.s.csi.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
+		return node.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
 			VolumeId: adapted.VolumeID, TargetPath: target,
 		})
 	})
 	return nil
+}
+
+// nodeSteps is where the claim's node steps go: the node's agent when it
+// registered through one (its endpoints are node-local: never dialled
+// from here), else this server in direct mode.
+func (p *publisher) nodeSteps() (NodeSteps, error) {
+	if !p.node.Agent {
+		return p.s.node, nil
+	}
+	if p.s.agents != nil {
+		if a, ok := p.s.agents.NodeSteps(p.node.ID); ok {
+			return a, nil
+		}
+	}
+	return nil, structs.Conflict("the node agent of node %q is not connected to this server: the claim cannot be published there now", p.node.ID)
 }
 
 // attachedOnNode reports whether another claim of the volume on the same

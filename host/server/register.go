@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/volhost/volhost/host/structs"
 )
@@ -164,4 +165,67 @@ func (s *Server) leaderOnly() error {
 		return fmt.Errorf("this server does not lead the cluster: %w", structs.ErrNoLeader)
 	}
 	return nil
+}
+
+// FenceNode records an operator's attestation that node id is off: its
+// claims skip their node steps and go to the controller step, and it takes
+// no new claim until unfenced (issue 14). A timeout never calls this: a
+// forced detach of a node that is only slow corrupts data (Kubernetes
+// #120344), so only an operator, or a module confirming a fence, does.
+func (s *Server) FenceNode(ctx context.Context, id, reason, accessor string) (uint64, error) {
+	if accessor == "" {
+		accessor = "anonymous"
+	}
+	idx, _, err := s.log.Apply(ctx, structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: id,
+		Fence: &structs.NodeFence{Reason: reason, Source: "operator", Accessor: accessor, Time: s.clock.Now()}})
+	return idx, err
+}
+
+// UnfenceNode lifts a node's fence; a node that heartbeats takes claims again.
+func (s *Server) UnfenceNode(ctx context.Context, id, accessor string) (uint64, error) {
+	if accessor == "" {
+		accessor = "anonymous"
+	}
+	idx, _, err := s.log.Apply(ctx, structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: id, Accessor: accessor})
+	return idx, err
+}
+
+// RegisterAgentNode records a node as its node agent reported it (issue
+// 14): the agent probed its node-local plugin sockets itself, so nothing
+// is dialled from here. The heartbeat fields and the fence belong to the
+// store: a reconnecting agent keeps its node's status, which its next
+// heartbeat moves back to ready through the tracker (with an event).
+func (s *Server) RegisterAgentNode(ctx context.Context, n *structs.Node) (*structs.Node, error) {
+	if n == nil || n.ID == "" {
+		return nil, structs.Invalid("id", "node ID is required")
+	}
+	for id, np := range n.Plugins {
+		if np == nil {
+			return nil, structs.Invalid(fmt.Sprintf("node.plugins[%s]", id), "is null")
+		}
+	}
+	n = n.Copy()
+	n.Agent = true
+	n.Status, n.HeartbeatLost, n.StatusReason, n.StatusSince, n.Fence = structs.NodeReady, false, "", time.Time{}, nil
+	n.LastSeen = s.clock.Now()
+	old, err := s.store.Snapshot().NodeByID(nil, n.ID)
+	if err != nil {
+		return nil, err
+	}
+	if old != nil {
+		n.Status, n.HeartbeatLost, n.StatusReason, n.StatusSince = old.Status, old.HeartbeatLost, old.StatusReason, old.StatusSince
+	}
+	for id, np := range n.Plugins {
+		np.PluginID = id
+	}
+	if _, _, err := s.log.Apply(ctx, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n}); err != nil {
+		return nil, err
+	}
+	return s.store.Snapshot().NodeByID(nil, n.ID)
+}
+
+// NodeLiveness commits a heartbeat transition the tracker decided.
+func (s *Server) NodeLiveness(ctx context.Context, req *structs.NodeLivenessRequest) error {
+	_, _, err := s.log.Apply(ctx, structs.NodeLivenessType, req)
+	return err
 }

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
 
@@ -40,11 +41,28 @@ type releaser interface {
 	GC(ctx context.Context) (int, error)
 }
 
+// NodeSteps runs the CSI node steps of the claim path (nodestep.Executor
+// in direct mode, a node agent's connection otherwise).
+type NodeSteps interface {
+	NodeStageVolume(ctx context.Context, endpoint string, req *csipb.NodeStageVolumeRequest) error
+	NodePublishVolume(ctx context.Context, endpoint string, req *csipb.NodePublishVolumeRequest) error
+	NodeUnpublishVolume(ctx context.Context, endpoint string, req *csipb.NodeUnpublishVolumeRequest) error
+	NodeUnstageVolume(ctx context.Context, endpoint string, req *csipb.NodeUnstageVolumeRequest) error
+}
+
+// NodeAgents reaches the node agents connected to this server.
+type NodeAgents interface {
+	// NodeSteps returns node's connected agent; false when none is.
+	NodeSteps(nodeID string) (NodeSteps, bool)
+}
+
 // Server is the host's Backend for the HTTP API.
 type Server struct {
 	store   *state.Store
 	log     Log
 	csi     *csi.Client
+	node    NodeSteps
+	agents  NodeAgents
 	modules watcher.Modules
 	release releaser
 	clock   clockwork.Clock
@@ -61,9 +79,15 @@ type Server struct {
 
 // Config wires a Server.
 type Config struct {
-	Store   *state.Store
-	Log     Log
-	CSI     *csi.Client
+	Store *state.Store
+	Log   Log
+	CSI   *csi.Client
+	// Node runs node steps in direct mode; nil calls CSI as it is (no
+	// directory work: tests whose nodes have no real root_dir).
+	Node NodeSteps
+	// Agents routes the node steps of nodes registered by a node agent;
+	// nil: none is ever connected.
+	Agents  NodeAgents
 	Modules watcher.Modules
 	Clock   clockwork.Clock
 	Logger  hclog.Logger
@@ -82,11 +106,16 @@ func New(cfg Config) *Server {
 	if cfg.Locks == nil {
 		cfg.Locks = watcher.NewVolumeLocks()
 	}
+	if cfg.Node == nil && cfg.CSI != nil {
+		cfg.Node = cfg.CSI
+	}
 	return &Server{
 		locks:   cfg.Locks,
 		store:   cfg.Store,
 		log:     cfg.Log,
 		csi:     cfg.CSI,
+		node:    cfg.Node,
+		agents:  cfg.Agents,
 		modules: cfg.Modules,
 		clock:   cfg.Clock,
 		logger:  cfg.Logger.Named("server"),

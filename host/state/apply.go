@@ -161,6 +161,9 @@ func (w *writer) upsertNode(r *structs.NodeUpsertRequest) (any, error) {
 	n.CreateIndex = w.index
 	if old != nil {
 		n.CreateIndex = old.CreateIndex
+		// A fence belongs to the store: a node (or its agent)
+		// re-registering never lifts it; only `node unfence` does.
+		n.Fence = old.Fence
 	}
 	n.ModifyIndex = w.index
 	if err := w.insert(TableNodes, n); err != nil {
@@ -189,6 +192,8 @@ func (w *writer) updateNodeStatus(r *structs.NodeStatusUpdateRequest) (any, erro
 	}
 	n := old.Copy()
 	n.Status = r.Status
+	// An operator's status is the operator's word, not a timeout.
+	n.HeartbeatLost, n.StatusReason = false, ""
 	if !r.LastSeen.IsZero() {
 		n.LastSeen = r.LastSeen
 	}
@@ -372,6 +377,10 @@ func claimFields(c *structs.Claim) map[string]string {
 		if c.LastError.CodeName != "" {
 			f["code"] = c.LastError.CodeName
 		}
+	}
+	if c.FenceReason != "" {
+		// The node steps were skipped: the node is attested off (issue 14).
+		f["fence_reason"] = c.FenceReason
 	}
 	return f
 }

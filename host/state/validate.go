@@ -217,7 +217,9 @@ func validateNodeStatus(snap *Snapshot, r *structs.NodeStatusUpdateRequest) erro
 	if err := validID("node_id", r.NodeID); err != nil {
 		return err
 	}
-	if !r.Status.Valid() {
+	if r.Status != structs.NodeReady && r.Status != structs.NodeDown {
+		// gone is decided by the heartbeat tracker (node_gc_threshold), or
+		// is a node removed with `node deregister`.
 		return structs.Invalid("status", "unknown status %q (want %q or %q)", r.Status, structs.NodeReady, structs.NodeDown)
 	}
 	_, err := mustExist(snap.NodeByID, "node", r.NodeID)
@@ -568,6 +570,11 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	}
 	if n.Status != structs.NodeReady {
 		return structs.Conflict("node %q is %s and cannot take a claim", n.ID, n.Status)
+	}
+	if n.Fence != nil {
+		// Fenced, heartbeating: attested off, so nothing may be published
+		// there until an operator unfences it (issue 14).
+		return structs.Conflict("node %q is fenced (%s: %s) and cannot take a claim until `volhost node unfence`", n.ID, n.Fence.Source, n.Fence.Reason)
 	}
 	if v.Stuck != nil {
 		return structs.Conflict("volume %q is stuck: %s", name, v.Stuck.Reason)

@@ -28,6 +28,9 @@ const (
 	// persisted number: 17-29 claim safety (fencing, conditional
 	// checkpoints), 30-49 ACL (tokens, policies, bootstrap), 50-69
 	// integrity (keyring, snapshots), 70-89 node agent (heartbeats, fencing).
+
+	NodeFenceType    MessageType = 70 // fence or unfence a node, with the reason
+	NodeLivenessType MessageType = 71 // a heartbeat transition: ready, down, gone
 )
 
 // PluginUpsertRequest registers or updates a CSI plugin.
@@ -177,3 +180,32 @@ type ClaimRequest struct {
 	AccessMode     AccessMode     `json:"access_mode,omitempty"`     // defaults to the volume's
 	AttachmentMode AttachmentMode `json:"attachment_mode,omitempty"` // defaults to the volume's
 }
+
+// NodeFenceRequest fences (Fence != nil) or unfences (Fence == nil) a node.
+type NodeFenceRequest struct {
+	NodeID string     `json:"node_id"`
+	Fence  *NodeFence `json:"fence,omitempty"`
+	// Accessor names who unfenced, for the event (a fence carries its own).
+	Accessor string `json:"accessor,omitempty"`
+}
+
+// NodeLivenessRequest records a transition the leader's heartbeat tracker
+// decided: ready when the node's agent heartbeats (again), down after the
+// heartbeat TTL, gone after node_gc_threshold down. Time is when the
+// transition was decided (the last heartbeat for a down node).
+type NodeLivenessRequest struct {
+	NodeID string     `json:"node_id"`
+	Status NodeStatus `json:"status"`
+	Reason string     `json:"reason,omitempty"`
+	// From is the status the tracker saw; the store refuses the entry when
+	// the node has moved since, so a stale decision never overwrites a
+	// newer one (a heartbeat racing the TTL).
+	From NodeStatus `json:"from"`
+	Time time.Time  `json:"time"`
+	// Term is the leadership term of the tracker that decided it: a
+	// deposed leader's tracker never marks a node down (FSM term fence).
+	Term uint64 `json:"term,omitempty"`
+}
+
+// FencedTerm implements the FSM's term fence.
+func (r *NodeLivenessRequest) FencedTerm() uint64 { return r.Term }

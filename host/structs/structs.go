@@ -165,6 +165,11 @@ type Claim struct {
 	FirstFailure time.Time   `json:"first_failure,omitempty"` // start of the current run of failures, for stuck_after
 	LastError    *ClaimError `json:"last_error,omitempty"`
 	SkipNodeStep bool        `json:"skip_node_step,omitempty"`
+	// FenceReason is set when the node steps were skipped because the
+	// claim's node is fenced: the operator's (or module's) attestation
+	// that the node is off, kept on the claim as the reason for the
+	// forced detach (issue 14).
+	FenceReason string `json:"fence_reason,omitempty"`
 	// Hold is set while a release policy keeps a releasable claim waiting:
 	// who holds it, why and until when (`volume status`), and since when,
 	// so a hold counts toward stuck_after like a failure does.
@@ -352,10 +357,14 @@ type NodeStatus string
 const (
 	NodeReady NodeStatus = "ready"
 	NodeDown  NodeStatus = "down"
+	// NodeGone is a node down for longer than node_gc_threshold: its node
+	// agent is not expected back (issue 14). The release policy sees it
+	// as it sees a node removed from the store.
+	NodeGone NodeStatus = "gone"
 )
 
 // Valid reports whether s is a known node status.
-func (s NodeStatus) Valid() bool { return s == NodeReady || s == NodeDown }
+func (s NodeStatus) Valid() bool { return s == NodeReady || s == NodeDown || s == NodeGone }
 
 // NodePlugin is a CSI node plugin running on a node.
 type NodePlugin struct {
@@ -399,9 +408,52 @@ type Node struct {
 	RootDir  string            `json:"root_dir,omitempty"` // staging and target paths are derived under it
 	LastSeen time.Time         `json:"last_seen"`
 	// Plugins by plugin ID.
-	Plugins     map[string]*NodePlugin `json:"plugins,omitempty"`
-	CreateIndex uint64                 `json:"create_index"`
-	ModifyIndex uint64                 `json:"modify_index"`
+	Plugins map[string]*NodePlugin `json:"plugins,omitempty"`
+	// Agent is set when the node registered through its node agent
+	// (`volhost agent -client`): its plugin endpoints are node-local, so
+	// the leader sends node steps down the agent's connection and never
+	// dials them itself (issue 14).
+	Agent bool `json:"agent,omitempty"`
+	// HeartbeatLost says the status is down or gone because the node's
+	// agent stopped heartbeating: a timeout, which on its own never lets
+	// a claim skip its node steps (Kubernetes #120344); only a fence does.
+	HeartbeatLost bool `json:"heartbeat_lost,omitempty"`
+	// StatusReason says why the host set the status (missed heartbeats).
+	StatusReason string `json:"status_reason,omitempty"`
+	// StatusSince is when the status last changed through the heartbeat
+	// path; down plus node_gc_threshold makes the node gone.
+	StatusSince time.Time `json:"status_since,omitzero"`
+	// Fence, when set, is an attestation that the node is off: claims on
+	// it skip their node steps and go to the controller step, and it
+	// takes no new claim until unfenced. It belongs to the store: a node
+	// re-registering keeps it.
+	Fence       *NodeFence `json:"fence,omitempty"`
+	CreateIndex uint64     `json:"create_index"`
+	ModifyIndex uint64     `json:"modify_index"`
+}
+
+// NodeFence records who attested that a node is off, and why.
+type NodeFence struct {
+	Reason string `json:"reason"`
+	// Source is "operator" (`volhost node fence`) or "module:NAME@VERSION"
+	// (an adapter module confirming the fence, ABI 1.1).
+	Source string `json:"source"`
+	// Accessor is the ACL token accessor of the operator ("anonymous"
+	// without ACLs), for the audit trail.
+	Accessor string    `json:"accessor,omitempty"`
+	Time     time.Time `json:"time"`
+}
+
+// DisplayStatus is the status an operator reads: a fenced node that still
+// heartbeats says so, because it is refused new claims although it is up.
+func (n *Node) DisplayStatus() string {
+	switch {
+	case n.Fence != nil && n.Status == NodeReady:
+		return "fenced, heartbeating"
+	case n.Fence != nil:
+		return "fenced, " + string(n.Status)
+	}
+	return string(n.Status)
 }
 
 // Copy returns a deep copy.
@@ -411,6 +463,10 @@ func (n *Node) Copy() *Node {
 	}
 	c := *n
 	c.Meta = copyMap(n.Meta)
+	if n.Fence != nil {
+		f := *n.Fence
+		c.Fence = &f
+	}
 	if n.Plugins != nil {
 		c.Plugins = make(map[string]*NodePlugin, len(n.Plugins))
 		for k, p := range n.Plugins {
@@ -464,6 +520,10 @@ const (
 	EventAutoForce       = "auto-force-deregister"
 	EventModule          = "module"
 	EventGC              = "claim-gc"
+	// EventNodeStatus records a heartbeat transition (ready, down, gone)
+	// and EventNodeFence a fence or unfence, with its reason (issue 14).
+	EventNodeStatus = "node-status"
+	EventNodeFence  = "node-fence"
 	// EventAudit records a privileged action (force deregister, detach,
 	// restore, join, remove-peer, module reload, token and policy changes).
 	// Fields["action"] names the action and Fields["accessor"] the ACL

@@ -93,6 +93,19 @@ func (b *StoreBackend) UpdateNodeStatus(_ context.Context, id string, st structs
 	return idx, err
 }
 
+// FenceNode implements api.Backend.
+func (b *StoreBackend) FenceNode(_ context.Context, id, reason, accessor string) (uint64, error) {
+	_, idx, err := b.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: id,
+		Fence: &structs.NodeFence{Reason: reason, Source: "operator", Accessor: accessor, Time: time.Now()}})
+	return idx, err
+}
+
+// UnfenceNode implements api.Backend.
+func (b *StoreBackend) UnfenceNode(_ context.Context, id, accessor string) (uint64, error) {
+	_, idx, err := b.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: id, Accessor: accessor})
+	return idx, err
+}
+
 // RegisterVolumes implements api.Backend.
 func (b *StoreBackend) RegisterVolumes(_ context.Context, vols []*structs.Volume) (uint64, error) {
 	_, idx, err := b.apply(structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: vols})

@@ -379,6 +379,20 @@ func (c *Client) SetNodeStatus(ctx context.Context, id string, st structs.NodeSt
 	return out.Index, err
 }
 
+// FenceNode records that an operator attests node id is off (reason required).
+func (c *Client) FenceNode(ctx context.Context, id, reason string) (uint64, error) {
+	var out api.IndexResponse
+	_, err := c.do(ctx, http.MethodPut, "/v1/node/"+seg(id)+"/fence", nil, &api.NodeFenceRequest{Reason: reason}, &out)
+	return out.Index, err
+}
+
+// UnfenceNode lifts a node's fence.
+func (c *Client) UnfenceNode(ctx context.Context, id string) (uint64, error) {
+	var out api.IndexResponse
+	_, err := c.do(ctx, http.MethodDelete, "/v1/node/"+seg(id)+"/fence", nil, nil, &out)
+	return out.Index, err
+}
+
 // Plugins lists CSI plugins.
 func (c *Client) Plugins(ctx context.Context, o *QueryOptions) ([]*structs.Plugin, QueryMeta, error) {
 	return list[*structs.Plugin](c, ctx, "/v1/plugins", nil, o)

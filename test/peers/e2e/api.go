@@ -27,6 +27,11 @@ type Claim struct {
 	Attempts       int         `json:"attempts"`
 	LastError      *ClaimError `json:"last_error"`
 	SkipNodeStep   bool        `json:"skip_node_step"`
+	FenceReason    string      `json:"fence_reason"`
+	Hold           *struct {
+		Module string `json:"module"`
+		Reason string `json:"reason"`
+	} `json:"hold"`
 }
 
 // ClaimError is a claim's last release error.
@@ -150,6 +155,24 @@ func (a *API) do(ctx context.Context, method, path string, body, out any) (uint6
 		}
 	}
 	return idx, nil
+}
+
+// Metrics scrapes /v1/metrics (Prometheus text format).
+func (a *API) Metrics(ctx context.Context) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/v1/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", &HTTPError{Status: resp.StatusCode, Body: string(b)}
+	}
+	return string(b), err
 }
 
 // Leader reports whether the agent leads.

@@ -34,6 +34,12 @@ type Cluster struct {
 // body of every agent file) and returns once one of them leads: s1 is the
 // bootstrap_expect seed, the others join it.
 func StartCluster(ctx context.Context, dir, bin string, n int, config string) (*Cluster, error) {
+	return StartClusterWith(ctx, dir, bin, n, config, nil)
+}
+
+// StartClusterWith is StartCluster with extra command-line arguments per
+// server (perServer may be nil), e.g. each server's own -node-rpc-addr.
+func StartClusterWith(ctx context.Context, dir, bin string, n int, config string, perServer func(id string) []string) (*Cluster, error) {
 	cfgPath := filepath.Join(dir, "server.hcl")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
 		return nil, err
@@ -56,6 +62,9 @@ func StartCluster(ctx context.Context, dir, bin string, n int, config string) (*
 		}
 		args := []string{"agent", "-server", "-node-id", id, "-data-dir", sdir, "-bind", raftAddr,
 			"-http-addr", httpAddr, "-config", cfgPath}
+		if perServer != nil {
+			args = append(args, perServer(id)...)
+		}
 		if i == 1 {
 			seed = httpAddr
 			args = append(args, "-bootstrap-expect", fmt.Sprint(n))

@@ -57,6 +57,8 @@ type env struct {
 	drv    *GCEPD
 	agent  *Agent
 	plugin string
+	// nodeRPC is the server's node_rpc address (agentNodes only).
+	nodeRPC string
 }
 
 type envOptions struct {
@@ -68,13 +70,16 @@ type envOptions struct {
 	// with this metadata (the adapter module then names them).
 	nodeMeta  map[string]string
 	agentArgs []string
+	// agentNodes are served by the driver but registered by node agents
+	// (the test starts them); the server then listens on node_rpc.
+	agentNodes []string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
-	if len(o.nodes) == 0 {
+	if len(o.nodes) == 0 && len(o.agentNodes) == 0 {
 		o.nodes = []string{"node1"}
 	}
 	if o.disks == 0 {
@@ -95,7 +100,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	t.Cleanup(func() { os.RemoveAll(sock) })
 
 	drv, err := StartGCEPD(ctx, sock, dir, bins.Gcepd, GCEPDOptions{
-		Nodes: o.nodes, Disks: o.disks, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Verbosity: "4",
+		Nodes: append(slices.Clone(o.nodes), o.agentNodes...), Disks: o.disks, BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond, Verbosity: "4",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +111,16 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Logf("gcepd log tail:\n%s", drv.Tail(6000))
 		}
 	})
-	agent, err := StartAgent(ctx, dir, bins.Volhost, "log_level = \"debug\"\n"+o.watcher, o.agentArgs...)
+	agentCfg := "log_level = \"debug\"\n" + o.watcher
+	var nodeRPC string
+	if len(o.agentNodes) > 0 {
+		if nodeRPC, err = FreeAddr(); err != nil {
+			t.Fatal(err)
+		}
+		// Short heartbeats so a lost node is down within seconds.
+		agentCfg += fmt.Sprintf("node_rpc {\n  address = %q\n  heartbeat_interval = \"500ms\"\n  heartbeat_ttl = \"3s\"\n}\n", nodeRPC)
+	}
+	agent, err := StartAgent(ctx, dir, bins.Volhost, agentCfg, o.agentArgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +130,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Logf("agent log tail:\n%s", agent.Tail(8000))
 		}
 	})
-	e := &env{t: t, ctx: ctx, dir: dir, drv: drv, agent: agent, plugin: o.plugin}
+	e := &env{t: t, ctx: ctx, dir: dir, drv: drv, agent: agent, plugin: o.plugin, nodeRPC: nodeRPC}
 	e.registerPluginAndNodes(o.nodes, o.nodeMeta)
 	return e
 }

@@ -1,0 +1,263 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/volhost/volhost/host/acl"
+	"github.com/volhost/volhost/host/client"
+	"github.com/volhost/volhost/host/nodeconn"
+	"github.com/volhost/volhost/host/server"
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/host/tlsutil"
+)
+
+// NodeRPCConfig is the servers' side of the node agents' connection
+// (issue 14): where servers listen for agents, and the heartbeat settings
+// the leader applies. Off unless address is set.
+type NodeRPCConfig struct {
+	// Address is where node agents connect (default port 4749).
+	Address string `hcl:"address,optional"`
+	// HeartbeatInterval is what agents are told to heartbeat at (10s).
+	HeartbeatInterval string `hcl:"heartbeat_interval,optional"`
+	// HeartbeatTTL: a node is down after this long without a heartbeat (30s).
+	HeartbeatTTL string `hcl:"heartbeat_ttl,optional"`
+	// HeartbeatGrace is what a leader that just stepped up gives every node
+	// before it may mark one down (default heartbeat_ttl).
+	HeartbeatGrace string `hcl:"heartbeat_grace,optional"`
+	// NodeGCThreshold: a node down for this long is gone (24h).
+	NodeGCThreshold string `hcl:"node_gc_threshold,optional"`
+}
+
+// ClientConfig runs the agent as a node agent (`volhost agent -client`).
+type ClientConfig struct {
+	Enabled bool `hcl:"enabled,optional"`
+	// Servers are the servers' node_rpc addresses.
+	Servers []string `hcl:"servers,optional"`
+	NodeID  string   `hcl:"node_id,optional"`
+	// RootDir holds the staging and target directories.
+	RootDir string            `hcl:"root_dir,optional"`
+	Meta    map[string]string `hcl:"meta,optional"`
+	// Token is the ACL token secret the agent presents (node:write).
+	Token   string          `hcl:"token,optional"`
+	Plugins []*ClientPlugin `hcl:"plugin,block"`
+}
+
+// ClientPlugin is one node plugin's local socket.
+type ClientPlugin struct {
+	ID     string `hcl:"id,label"`
+	Socket string `hcl:"socket"`
+}
+
+// nodeRPCDurations parses the node_rpc durations.
+type nodeRPCDurations struct {
+	Interval, TTL, Grace, GCThreshold time.Duration
+}
+
+func (c *NodeRPCConfig) durations() (nodeRPCDurations, error) {
+	d := nodeRPCDurations{Interval: nodeconn.DefaultHeartbeatInterval, TTL: nodeconn.DefaultHeartbeatTTL,
+		GCThreshold: nodeconn.DefaultNodeGCThreshold}
+	var errs []error
+	parse := func(name, v string, dst *time.Duration) {
+		if v == "" {
+			return
+		}
+		p, err := time.ParseDuration(v)
+		if err != nil || p <= 0 {
+			errs = append(errs, fmt.Errorf("node_rpc.%s: %q is not a positive duration", name, v))
+			return
+		}
+		*dst = p
+	}
+	parse("heartbeat_interval", c.HeartbeatInterval, &d.Interval)
+	parse("heartbeat_ttl", c.HeartbeatTTL, &d.TTL)
+	parse("heartbeat_grace", c.HeartbeatGrace, &d.Grace)
+	parse("node_gc_threshold", c.NodeGCThreshold, &d.GCThreshold)
+	if d.Grace == 0 {
+		d.Grace = d.TTL
+	}
+	if d.Interval >= d.TTL {
+		errs = append(errs, fmt.Errorf("node_rpc.heartbeat_interval (%s) must be shorter than heartbeat_ttl (%s), or every node flaps down", d.Interval, d.TTL))
+	}
+	if _, port, err := net.SplitHostPort(c.Address); err != nil {
+		errs = append(errs, fmt.Errorf("node_rpc.address: %q is not host:port", c.Address))
+	} else if _, err := strconv.Atoi(port); err != nil {
+		errs = append(errs, fmt.Errorf("node_rpc.address: %q has no numeric port", c.Address))
+	}
+	return d, errors.Join(errs...)
+}
+
+// storeNodes reads nodes for the heartbeat tracker.
+type storeNodes struct{ a *Agent }
+
+func (s storeNodes) Nodes() ([]*structs.Node, error) { return s.a.Store.Snapshot().Nodes(nil) }
+func (s storeNodes) Node(id string) (*structs.Node, error) {
+	return s.a.Store.Snapshot().NodeByID(nil, id)
+}
+
+// lazyServer lets the node connection reach the Server built after it.
+type lazyServer struct{ a *Agent }
+
+func (l lazyServer) RegisterAgentNode(ctx context.Context, n *structs.Node) (*structs.Node, error) {
+	return l.a.Server.RegisterAgentNode(ctx, n)
+}
+func (l lazyServer) NodeLiveness(ctx context.Context, r *structs.NodeLivenessRequest) error {
+	return l.a.Server.NodeLiveness(ctx, r)
+}
+
+// clusterLeader adapts the cluster to nodeconn.Leader.
+type clusterLeader struct{ a *Agent }
+
+func (c clusterLeader) IsLeader() bool           { return c.a.Cluster.ReadyTerm() != 0 }
+func (c clusterLeader) Leader() (string, string) { return c.a.Cluster.Leader() }
+
+// claimAgents adapts the node connection to the claim path's NodeAgents.
+type claimAgents struct{ s *nodeconn.Server }
+
+func (c claimAgents) NodeSteps(nodeID string) (server.NodeSteps, bool) {
+	a := c.s.Agent(nodeID)
+	return a, a != nil
+}
+
+// setupNodeRPC builds the node connection and the heartbeat tracker when
+// node_rpc.address is set.
+func (a *Agent) setupNodeRPC() error {
+	nr := a.cfg.NodeRPC
+	if nr == nil || nr.Address == "" {
+		return nil
+	}
+	d, err := nr.durations()
+	if err != nil {
+		return err
+	}
+	a.Tracker = nodeconn.NewTracker(nodeconn.TrackerConfig{TTL: d.TTL, GCThreshold: d.GCThreshold, Grace: d.Grace,
+		Clock: a.clock, Logger: a.logger}, storeNodes{a}, lazyServer{a})
+	cfg := nodeconn.Config{Registrar: lazyServer{a}, Leader: clusterLeader{a}, Tracker: a.Tracker,
+		HeartbeatInterval: d.Interval, Logger: a.logger}
+	if a.TLS != nil && a.cfg.TLS.RPC {
+		// Mutual TLS: an agent presents a certificate from the cluster CA.
+		cfg.TLS = requireClientCert(a.TLS.HTTPServerConfig())
+	}
+	if a.cfg.ACL != nil && a.cfg.ACL.Enabled {
+		cfg.Authorize = a.authorizeAgent
+	}
+	a.NodeRPC = nodeconn.NewServer(cfg)
+	return a.NodeRPC.Listen(nr.Address)
+}
+
+// authorizeAgent: with ACLs on, an agent's token must grant node:write.
+func (a *Agent) authorizeAgent(_ context.Context, token, nodeID string) error {
+	id, err := a.ACL.Resolve(token)
+	if err != nil {
+		return err
+	}
+	if id.ACL == nil || !id.ACL.Allowed(acl.NodeWrite, "") {
+		return fmt.Errorf("token %s does not grant %s: %w", id.Accessor(), acl.NodeWrite, structs.ErrPermissionDenied)
+	}
+	return nil
+}
+
+// requireClientCert makes a server config demand a certificate from the
+// cluster CA of every peer (an agent's need not name a server).
+func requireClientCert(base *tls.Config) *tls.Config {
+	get := base.GetConfigForClient
+	base.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
+		c, err := get(hi)
+		if c != nil {
+			c.ClientAuth = tls.RequireAndVerifyClientCert
+		}
+		return c, err
+	}
+	return base
+}
+
+func newLogger(cfg *Config) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "volhost", Level: hclog.LevelFromString(cfg.LogLevel), JSONFormat: cfg.LogJSON})
+}
+
+// runTracker sweeps heartbeats while this server leads with its step-up
+// complete: Enable takes the term every transition is written under.
+func (a *Agent) runTracker(ctx context.Context) {
+	if err := a.Cluster.WaitForLeader(ctx); err != nil {
+		return
+	}
+	term := a.Cluster.ReadyTerm()
+	if term == 0 {
+		return
+	}
+	a.Tracker.Enable(term)
+	defer a.Tracker.Disable()
+	a.Tracker.Run(ctx)
+}
+
+// RunClient runs a node agent until ctx ends (`volhost agent -client`).
+func RunClient(ctx context.Context, cfg *Config) error {
+	cc := cfg.Client
+	if cc == nil || !cc.Enabled {
+		return errors.New("client.enabled is not set")
+	}
+	plugins := map[string]string{}
+	for _, p := range cc.Plugins {
+		if p.ID == "" || p.Socket == "" {
+			return fmt.Errorf(`client.plugin %q: socket is required`, p.ID)
+		}
+		if _, dup := plugins[p.ID]; dup {
+			return fmt.Errorf("client.plugin %q appears twice", p.ID)
+		}
+		plugins[p.ID] = p.Socket
+	}
+	ccfg := client.Config{Servers: cc.Servers, NodeID: cc.NodeID, RootDir: cc.RootDir, Plugins: plugins,
+		Meta: cc.Meta, Token: cc.Token, Logger: newLogger(cfg)}
+	if t := cfg.TLS; t != nil && t.RPC {
+		h, err := tlsutil.Load(tlsutil.Config{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile,
+			Region: cfg.Region, VerifyServerHostname: t.VerifyServerHostname})
+		if err != nil {
+			return err
+		}
+		ccfg.TLS = h.ClientConfig()
+	}
+	ag, err := client.New(ccfg)
+	if err != nil {
+		return err
+	}
+	return ag.Run(ctx)
+}
+
+// mergeNodeAgent overlays o's node_rpc and client blocks onto c.
+func mergeNodeAgent(c, o *Config) {
+	if nr := o.NodeRPC; nr != nil {
+		if c.NodeRPC == nil {
+			c.NodeRPC = &NodeRPCConfig{}
+		}
+		setString(&c.NodeRPC.Address, nr.Address)
+		setString(&c.NodeRPC.HeartbeatInterval, nr.HeartbeatInterval)
+		setString(&c.NodeRPC.HeartbeatTTL, nr.HeartbeatTTL)
+		setString(&c.NodeRPC.HeartbeatGrace, nr.HeartbeatGrace)
+		setString(&c.NodeRPC.NodeGCThreshold, nr.NodeGCThreshold)
+	}
+	if cl := o.Client; cl != nil {
+		if c.Client == nil {
+			c.Client = &ClientConfig{}
+		}
+		c.Client.Enabled = c.Client.Enabled || cl.Enabled
+		if len(cl.Servers) > 0 {
+			c.Client.Servers = append([]string(nil), cl.Servers...)
+		}
+		setString(&c.Client.NodeID, cl.NodeID)
+		setString(&c.Client.RootDir, cl.RootDir)
+		setString(&c.Client.Token, cl.Token)
+		if len(cl.Plugins) > 0 {
+			c.Client.Plugins = append([]*ClientPlugin(nil), cl.Plugins...)
+		}
+		if cl.Meta != nil {
+			c.Client.Meta = cl.Meta
+		}
+	}
+}

@@ -1,0 +1,399 @@
+// Package client is the node agent (`volhost agent -client`): one per node.
+// It probes the node's CSI plugins on their local sockets, opens one
+// long-lived connection to the servers (any of them; it follows the
+// leader), registers its node there, heartbeats on the connection, and
+// runs the node steps the leader sends (NodeStage, NodePublish,
+// NodeUnpublish, NodeUnstage) against the local sockets, with the leader's
+// deadline and the directory work the CSI spec leaves to the CO
+// (host/nodestep).
+//
+// It keeps no claim state of its own: which claims are staged or published
+// on the node is what the servers' committed claims say, and the leader
+// decides every unstage from them (watcher lastOnNodeCommitted), so a
+// restarted agent resumes without a refcount to rebuild (Nomad #25813:
+// staging refcounts kept in the client's memory were lost on restart).
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/volhost/volhost/host/csi"
+	"github.com/volhost/volhost/host/nodeconn"
+	"github.com/volhost/volhost/host/nodestep"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Config configures a node agent.
+type Config struct {
+	// Servers are the servers' node RPC addresses (host:port); the agent
+	// tries them in turn until one leads.
+	Servers []string
+	NodeID  string
+	// RootDir holds every staging and target path (host/csi.Paths); the
+	// agent refuses paths outside it.
+	RootDir string
+	// Plugins maps plugin IDs to their local node plugin sockets
+	// (unix:///run/csi/gce-pd.sock).
+	Plugins map[string]string
+	Meta    map[string]string
+	// Token is the ACL token secret (node:write on this node).
+	Token string
+	// TLS, when set, dials with mutual TLS (tls.rpc).
+	TLS *tls.Config
+	// CallTimeout bounds a step that arrives without a deadline.
+	CallTimeout time.Duration
+	// BackoffBase and BackoffMax bound the reconnect backoff.
+	BackoffBase, BackoffMax time.Duration
+	Clock                   clockwork.Clock
+	Logger                  hclog.Logger
+}
+
+// Agent is a running node agent.
+type Agent struct {
+	cfg   Config
+	log   hclog.Logger
+	csi   *csi.Client
+	steps *nodestep.Executor
+	// sockets are the endpoints the agent serves; a step naming another
+	// is refused (a server never makes a node dial an arbitrary address).
+	sockets map[string]bool
+
+	mu        sync.Mutex
+	connected string // server address while connected
+	changed   chan struct{}
+}
+
+// New validates cfg and returns an agent; Run starts it.
+func New(cfg Config) (*Agent, error) {
+	var errs []error
+	if cfg.NodeID == "" {
+		errs = append(errs, errors.New("client.node_id is required"))
+	}
+	if len(cfg.Servers) == 0 {
+		errs = append(errs, errors.New("client.servers: at least one server's node RPC address is required"))
+	}
+	if cfg.RootDir == "" {
+		errs = append(errs, errors.New("client.root_dir is required: staging and target directories are created under it"))
+	}
+	if len(cfg.Plugins) == 0 {
+		errs = append(errs, errors.New(`client: at least one plugin "ID" { socket = "unix:///..." } block is required`))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 2 * time.Minute
+	}
+	if cfg.BackoffBase <= 0 {
+		cfg.BackoffBase = 500 * time.Millisecond
+	}
+	if cfg.BackoffMax <= 0 {
+		cfg.BackoffMax = 30 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	log := cfg.Logger.Named("client")
+	c := csi.New(csi.Config{CallTimeout: cfg.CallTimeout, Logger: log.Named("csi"), Caller: cfg.NodeID})
+	a := &Agent{cfg: cfg, log: log, csi: c, steps: &nodestep.Executor{CSI: c, Root: cfg.RootDir},
+		sockets: map[string]bool{}, changed: make(chan struct{})}
+	for _, s := range cfg.Plugins {
+		a.sockets[s] = true
+	}
+	return a, nil
+}
+
+// Connected is the server the agent is connected to, "" while it is not.
+func (a *Agent) Connected() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.connected
+}
+
+// WaitConnected blocks until the agent is connected or ctx ends.
+func (a *Agent) WaitConnected(ctx context.Context) error {
+	for {
+		a.mu.Lock()
+		ok, ch := a.connected != "", a.changed
+		a.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+func (a *Agent) setConnected(addr string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.connected = addr
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+// Run connects and serves until ctx ends, reconnecting with exponential
+// backoff and jitter (no thundering herd of agents after a failover) and
+// moving on to the next server when one does not lead.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.csi.Close()
+	attempt := 0
+	for i := 0; ; i++ {
+		addr := a.cfg.Servers[i%len(a.cfg.Servers)]
+		served, err := a.session(ctx, addr)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if served {
+			attempt = 0 // it was up: reconnect promptly
+		}
+		attempt++
+		d := a.backoff(attempt)
+		a.log.Info("not connected to a leader; retrying", "server", addr, "error", err, "retry_in", d)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.cfg.Clock.After(d):
+		}
+	}
+}
+
+func (a *Agent) backoff(attempt int) time.Duration {
+	d := a.cfg.BackoffBase << min(attempt-1, 16)
+	if d > a.cfg.BackoffMax || d <= 0 {
+		d = a.cfg.BackoffMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+// session is one connection: hello, then heartbeats and steps until the
+// stream breaks. served reports whether a leader accepted it.
+func (a *Agent) session(ctx context.Context, addr string) (served bool, err error) {
+	node, err := a.probe(ctx)
+	if err != nil {
+		return false, err
+	}
+	creds := insecure.NewCredentials()
+	if a.cfg.TLS != nil {
+		creds = credentials.NewTLS(a.cfg.TLS)
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(nodeconn.Codec)))
+	if err != nil {
+		return false, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	defer cc.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if a.cfg.Token != "" {
+		sctx = metadata.AppendToOutgoingContext(sctx, nodeconn.TokenMetadata, a.cfg.Token)
+	}
+	stream, err := cc.NewStream(sctx, &nodeconn.StreamDesc, nodeconn.ConnectMethod)
+	if err != nil {
+		return false, err
+	}
+	s := &session{a: a, stream: stream, running: map[uint64]context.CancelFunc{}}
+	if err := s.send(&nodeconn.AgentMsg{Hello: &nodeconn.Hello{Node: node}}); err != nil {
+		return false, err
+	}
+	var first nodeconn.ServerMsg
+	if err := stream.RecvMsg(&first); err != nil {
+		return false, err
+	}
+	if first.NotLeader != nil {
+		return false, fmt.Errorf("server %s does not lead (leader %q)", addr, first.NotLeader.Leader)
+	}
+	if first.Welcome == nil {
+		return false, fmt.Errorf("server %s answered the hello with neither welcome nor not-leader", addr)
+	}
+	a.setConnected(addr)
+	defer a.setConnected("")
+	a.log.Info("connected", "server", addr, "node", a.cfg.NodeID)
+	interval := time.Duration(first.Welcome.HeartbeatIntervalMs) * time.Millisecond
+	if interval <= 0 {
+		interval = nodeconn.DefaultHeartbeatInterval
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel() // before wg.Wait: stops the heartbeats and running steps
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.heartbeat(sctx, interval)
+	}()
+	for {
+		var m nodeconn.ServerMsg
+		if err := stream.RecvMsg(&m); err != nil {
+			return true, err
+		}
+		switch {
+		case m.Step != nil:
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				s.run(sctx, m.Step)
+			}()
+		case m.Cancel != nil:
+			s.cancel(m.Cancel.ID)
+		}
+	}
+}
+
+// probe asks each local plugin for its node ID and capabilities, as the
+// node is registered with the servers.
+func (a *Agent) probe(ctx context.Context) (*structs.Node, error) {
+	n := &structs.Node{ID: a.cfg.NodeID, RootDir: a.cfg.RootDir, Meta: a.cfg.Meta, Agent: true,
+		Plugins: map[string]*structs.NodePlugin{}}
+	ids := make([]string, 0, len(a.cfg.Plugins))
+	for id := range a.cfg.Plugins {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		np, err := a.csi.ProbeNode(ctx, a.cfg.Plugins[id])
+		if err != nil {
+			return nil, fmt.Errorf("plugin %q at %s: %w", id, a.cfg.Plugins[id], err)
+		}
+		np.PluginID = id
+		n.Plugins[id] = np
+	}
+	return n, nil
+}
+
+// session is one live stream.
+type session struct {
+	a      *Agent
+	stream grpc.ClientStream
+	sendMu sync.Mutex
+
+	mu      sync.Mutex
+	running map[uint64]context.CancelFunc
+}
+
+func (s *session) send(m *nodeconn.AgentMsg) error {
+	s.sendMu.Lock()
+	defer s.sendMu.Unlock()
+	return s.stream.SendMsg(m)
+}
+
+func (s *session) heartbeat(ctx context.Context, interval time.Duration) {
+	tick := s.a.cfg.Clock.NewTicker(interval)
+	defer tick.Stop()
+	var seq uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.Chan():
+			seq++
+			if err := s.send(&nodeconn.AgentMsg{Heartbeat: &nodeconn.Heartbeat{Seq: seq}}); err != nil {
+				return
+			}
+		}
+	}
+}
+
+func (s *session) cancel(id uint64) {
+	s.mu.Lock()
+	c := s.running[id]
+	s.mu.Unlock()
+	if c != nil {
+		c()
+	}
+}
+
+// run executes one step under the leader's deadline and answers it.
+func (s *session) run(ctx context.Context, req *nodeconn.StepRequest) {
+	var cancel context.CancelFunc
+	if req.DeadlineUnixNano > 0 {
+		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, req.DeadlineUnixNano))
+	} else {
+		ctx, cancel = context.WithTimeout(ctx, s.a.cfg.CallTimeout)
+	}
+	s.mu.Lock()
+	s.running[req.ID] = cancel
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.running, req.ID)
+		s.mu.Unlock()
+		cancel()
+	}()
+	err := s.a.execute(ctx, req)
+	res := &nodeconn.StepResult{ID: req.ID}
+	if err != nil {
+		st, ok := status.FromError(err)
+		if !ok {
+			st = status.FromContextError(err)
+		}
+		res.Code, res.Message = uint32(st.Code()), st.Message()
+	}
+	if err := s.send(&nodeconn.AgentMsg{Result: res}); err != nil {
+		s.a.log.Warn("could not answer a step; the leader retries it", "method", req.Method, "error", err)
+	}
+}
+
+// execute decodes and runs one node step against a local socket.
+func (a *Agent) execute(ctx context.Context, req *nodeconn.StepRequest) error {
+	if !a.sockets[req.Endpoint] {
+		return status.Errorf(codes.InvalidArgument, "endpoint %q is not a plugin socket of node %q", req.Endpoint, a.cfg.NodeID)
+	}
+	decode := func(m proto.Message) error {
+		if err := proto.Unmarshal(req.Request, m); err != nil {
+			return status.Errorf(codes.InvalidArgument, "decode %s: %v", req.Method, err)
+		}
+		return nil
+	}
+	a.log.Debug("node step", "method", req.Method, "endpoint", req.Endpoint, "id", req.ID)
+	switch req.Method {
+	case nodeconn.MethodStage:
+		m := &csipb.NodeStageVolumeRequest{}
+		if err := decode(m); err != nil {
+			return err
+		}
+		return a.steps.NodeStageVolume(ctx, req.Endpoint, m)
+	case nodeconn.MethodPublish:
+		m := &csipb.NodePublishVolumeRequest{}
+		if err := decode(m); err != nil {
+			return err
+		}
+		return a.steps.NodePublishVolume(ctx, req.Endpoint, m)
+	case nodeconn.MethodUnpublish:
+		m := &csipb.NodeUnpublishVolumeRequest{}
+		if err := decode(m); err != nil {
+			return err
+		}
+		return a.steps.NodeUnpublishVolume(ctx, req.Endpoint, m)
+	case nodeconn.MethodUnstage:
+		m := &csipb.NodeUnstageVolumeRequest{}
+		if err := decode(m); err != nil {
+			return err
+		}
+		return a.steps.NodeUnstageVolume(ctx, req.Endpoint, m)
+	}
+	return status.Errorf(codes.Unimplemented, "unknown node step %q", req.Method)
+}

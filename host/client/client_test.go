@@ -1,0 +1,301 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/volhost/volhost/host/client"
+	"github.com/volhost/volhost/host/csi"
+	"github.com/volhost/volhost/host/csi/csitest"
+	"github.com/volhost/volhost/host/nodeconn"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// registrar records the nodes agents register.
+type registrar struct {
+	mu    sync.Mutex
+	nodes []*structs.Node
+}
+
+func (r *registrar) RegisterAgentNode(_ context.Context, n *structs.Node) (*structs.Node, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.nodes = append(r.nodes, n.Copy())
+	return n, nil
+}
+
+type leader bool
+
+func (l leader) IsLeader() bool           { return bool(l) }
+func (l leader) Leader() (string, string) { return "10.0.0.1:4748", "s1" }
+
+// switchLeader is a leadership that a test takes away.
+type switchLeader struct{ lost atomic.Bool }
+
+func (l *switchLeader) IsLeader() bool           { return !l.lost.Load() }
+func (l *switchLeader) Leader() (string, string) { return "10.0.0.2:4748", "s2" }
+
+func ctxT(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// startServer serves nodeconn on a loopback port.
+func startServer(t *testing.T, lead bool, reg *registrar) *nodeconn.Server {
+	t.Helper()
+	s := nodeconn.NewServer(nodeconn.Config{Registrar: reg, Leader: leader(lead), HeartbeatInterval: time.Second})
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve() }()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+type rig struct {
+	root   string
+	plugin *csitest.Server
+	srv    *nodeconn.Server
+	reg    *registrar
+	agent  *client.Agent
+	clock  *clockwork.FakeClock
+}
+
+// newRig starts a plugin, the servers (the last one leads) and an agent
+// connected to the leader.
+func newRig(t *testing.T, leads ...bool) *rig {
+	t.Helper()
+	ctx := ctxT(t)
+	r := &rig{root: t.TempDir(), reg: &registrar{}, clock: clockwork.NewFakeClock()}
+	r.plugin = csitest.NewServer(t, csitest.Options{NodeID: "projects/p/zones/z/instances/n1", StageUnstage: true,
+		OnCall: func(c csitest.Call) { r.checkDirs(t, c) }})
+	var addrs []string
+	for _, l := range leads {
+		s := startServer(t, l, r.reg)
+		addrs = append(addrs, s.Addr())
+		if l {
+			r.srv = s
+		}
+	}
+	a, err := client.New(client.Config{Servers: addrs, NodeID: "n1", RootDir: r.root,
+		Plugins: map[string]string{"gce-pd": r.plugin.Endpoint()}, Clock: r.clock,
+		BackoffBase: time.Second, BackoffMax: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.agent = a
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	t.Cleanup(func() {
+		stop()
+		<-done
+	})
+	// Each refused server costs one backoff on the fake clock.
+	for range len(leads) - 1 {
+		if err := r.clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		r.clock.Advance(time.Second)
+	}
+	if err := a.WaitConnected(ctx); err != nil {
+		t.Fatalf("agent did not connect: %v", err)
+	}
+	return r
+}
+
+// checkDirs is what the Kubernetes e2e mock driver checks: the staging
+// path is a directory at NodeStage, the target's parent exists at
+// NodePublish ("could not create target dir" otherwise).
+func (r *rig) checkDirs(t *testing.T, c csitest.Call) {
+	switch c.Method {
+	case csitest.NodeStage:
+		if fi, err := os.Stat(c.StagingPath); err != nil || !fi.IsDir() {
+			t.Errorf("NodeStage: staging path %s is not a directory: %v", c.StagingPath, err)
+		}
+	case csitest.NodePublish:
+		if fi, err := os.Stat(filepath.Dir(c.TargetPath)); err != nil || !fi.IsDir() {
+			t.Errorf("NodePublish: could not create target dir: parent of %s: %v", c.TargetPath, err)
+		}
+	}
+}
+
+func TestAgentRegistersAndRunsNodeSteps(t *testing.T) {
+	r := newRig(t, true)
+	ctx := ctxT(t)
+	r.reg.mu.Lock()
+	got := r.reg.nodes[0]
+	r.reg.mu.Unlock()
+	np := got.Plugins["gce-pd"]
+	if !got.Agent || got.RootDir != r.root || np == nil || np.ExternalNodeID != "projects/p/zones/z/instances/n1" || !np.StageUnstage ||
+		np.Endpoint != r.plugin.Endpoint() {
+		t.Fatalf("registered node = %+v, plugin %+v", got, np)
+	}
+	a := r.srv.Agent("n1")
+	if a == nil {
+		t.Fatal("the server has no connection for n1")
+	}
+	staging, target := csi.Paths(r.root, "gce-pd", "default", "vol1", "alloc1")
+	ep := r.plugin.Endpoint()
+	if err := a.NodeStageVolume(ctx, ep, &csipb.NodeStageVolumeRequest{VolumeId: "d1", StagingTargetPath: staging,
+		VolumeCapability: csi.Capability(structs.AccessSingleNodeWriter, structs.AttachFilesystem, "", nil)}); err != nil {
+		t.Fatalf("stage: %v", err)
+	}
+	if err := a.NodePublishVolume(ctx, ep, &csipb.NodePublishVolumeRequest{VolumeId: "d1", StagingTargetPath: staging, TargetPath: target,
+		VolumeCapability: csi.Capability(structs.AccessSingleNodeWriter, structs.AttachFilesystem, "", nil)}); err != nil {
+		t.Fatalf("publish: %v", err)
+	}
+	if err := a.NodeUnpublishVolume(ctx, ep, &csipb.NodeUnpublishVolumeRequest{VolumeId: "d1", TargetPath: target}); err != nil {
+		t.Fatalf("unpublish: %v", err)
+	}
+	if err := a.NodeUnstageVolume(ctx, ep, &csipb.NodeUnstageVolumeRequest{VolumeId: "d1", StagingTargetPath: staging}); err != nil {
+		t.Fatalf("unstage: %v", err)
+	}
+	for _, m := range []string{csitest.NodeStage, csitest.NodePublish, csitest.NodeUnpublish, csitest.NodeUnstage} {
+		if n := len(r.plugin.Calls(m)); n != 1 {
+			t.Fatalf("%s calls = %d, want 1", m, n)
+		}
+	}
+	for _, dir := range []string{staging, filepath.Dir(filepath.Dir(target))} {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s left after unpublish and unstage (%v)", dir, err)
+		}
+	}
+}
+
+// The driver's gRPC code crosses the connection unchanged; a step naming
+// an endpoint the agent does not serve is refused before any call.
+func TestStepErrorsKeepTheirCode(t *testing.T) {
+	r := newRig(t, true)
+	ctx := ctxT(t)
+	a := r.srv.Agent("n1")
+	_, target := csi.Paths(r.root, "gce-pd", "default", "vol1", "alloc1")
+	r.plugin.Script(csitest.NodeUnpublish, csitest.Result{Code: codes.FailedPrecondition, Message: "device busy"})
+	err := a.NodeUnpublishVolume(ctx, r.plugin.Endpoint(), &csipb.NodeUnpublishVolumeRequest{VolumeId: "d1", TargetPath: target})
+	if st, _ := status.FromError(err); st.Code() != codes.FailedPrecondition || st.Message() != "device busy" {
+		t.Fatalf("err = %v, want the driver's FailedPrecondition", err)
+	}
+	err = a.NodeUnpublishVolume(ctx, "tcp://10.0.0.9:1", &csipb.NodeUnpublishVolumeRequest{VolumeId: "d1", TargetPath: target})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("foreign endpoint: err = %v, want InvalidArgument", err)
+	}
+	err = a.NodeUnpublishVolume(ctx, r.plugin.Endpoint(), &csipb.NodeUnpublishVolumeRequest{VolumeId: "d1", TargetPath: "/etc/x"})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("path outside root_dir: err = %v, want InvalidArgument", err)
+	}
+	if n := len(r.plugin.Calls(csitest.NodeUnpublish)); n != 1 {
+		t.Fatalf("NodeUnpublish reached the plugin %d times, want 1", n)
+	}
+}
+
+// The leader's cancellation reaches the call on the node: a step whose
+// caller gives up is cancelled there, not left running.
+func TestCancellationCrossesTheConnection(t *testing.T) {
+	r := newRig(t, true)
+	ctx := ctxT(t)
+	a := r.srv.Agent("n1")
+	_, target := csi.Paths(r.root, "gce-pd", "default", "vol1", "alloc1")
+	never := make(chan struct{})
+	r.plugin.Script(csitest.NodeUnpublish, csitest.Result{Block: never})
+	callCtx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() {
+		errc <- a.NodeUnpublishVolume(callCtx, r.plugin.Endpoint(), &csipb.NodeUnpublishVolumeRequest{VolumeId: "d1", TargetPath: target})
+	}()
+	if err := r.plugin.WaitFor(ctx, func() bool { return r.plugin.InFlight(csitest.NodeUnpublish) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-errc; status.Code(err) != codes.Canceled {
+		t.Fatalf("err = %v, want Canceled", err)
+	}
+	if err := r.plugin.WaitFor(ctx, func() bool {
+		c := r.plugin.Calls(csitest.NodeUnpublish)
+		return len(c) == 1 && c[0].Done
+	}); err != nil {
+		t.Fatalf("the call on the node was not cancelled: %v", err)
+	}
+	if c := r.plugin.Calls(csitest.NodeUnpublish)[0]; c.Code != codes.Canceled {
+		t.Fatalf("the node's call ended with %s, want Canceled", c.Code)
+	}
+}
+
+// An agent follows the leader: a server that does not lead refuses it and
+// it moves on to the next one.
+func TestAgentFollowsTheLeader(t *testing.T) {
+	r := newRig(t, false, true)
+	if r.srv.Agent("n1") == nil {
+		t.Fatal("the agent is not connected to the leader")
+	}
+	r.reg.mu.Lock()
+	defer r.reg.mu.Unlock()
+	if len(r.reg.nodes) != 1 {
+		t.Fatalf("registrations = %d, want 1 (only the leader registers)", len(r.reg.nodes))
+	}
+}
+
+// A server that steps down sends its agents away at their next heartbeat,
+// so they find the new leader before their TTL runs out there (the
+// deposed leader stays up as a follower: nothing breaks the stream).
+func TestSteppedDownServerSendsAgentsAway(t *testing.T) {
+	ctx := ctxT(t)
+	lead := &switchLeader{}
+	s := nodeconn.NewServer(nodeconn.Config{Registrar: &registrar{}, Leader: lead, HeartbeatInterval: time.Second})
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve() }()
+	t.Cleanup(s.Stop)
+	plugin := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
+	clk := clockwork.NewFakeClock()
+	a, err := client.New(client.Config{Servers: []string{s.Addr()}, NodeID: "n1", RootDir: t.TempDir(),
+		Plugins: map[string]string{"p": plugin.Endpoint()}, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	if err := a.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lead.lost.Store(true)
+	// The heartbeat ticker is the agent's only wait while connected.
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for a.Connected() != "" || s.Agent("n1") != nil {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the agent stayed connected to a server that no longer leads")
+		case <-tick.C:
+		}
+	}
+}
+
+func TestConfigIsValidated(t *testing.T) {
+	_, err := client.New(client.Config{})
+	for _, want := range []string{"node_id", "servers", "root_dir", "plugin"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v, want it to name %s", err, want)
+		}
+	}
+}

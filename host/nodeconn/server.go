@@ -1,0 +1,327 @@
+package nodeconn
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher"
+)
+
+// Registrar records a node as its agent reported it (host/server).
+type Registrar interface {
+	RegisterAgentNode(ctx context.Context, n *structs.Node) (*structs.Node, error)
+}
+
+// Leader says whether this server leads, and where the leader is.
+type Leader interface {
+	IsLeader() bool
+	Leader() (addr, id string)
+}
+
+// Config wires a Server.
+type Config struct {
+	Registrar Registrar
+	Leader    Leader
+	Tracker   *Tracker
+	// Authorize checks the agent's token for node nodeID (ACLs on); nil
+	// accepts every agent (ACLs off).
+	Authorize func(ctx context.Context, token, nodeID string) error
+	// TLS, when set, serves mutual TLS (tls.rpc).
+	TLS *tls.Config
+	// HeartbeatInterval is what agents are told to heartbeat at.
+	HeartbeatInterval time.Duration
+	Logger            hclog.Logger
+}
+
+// Server accepts node agents' connections and sends them node steps.
+type Server struct {
+	cfg  Config
+	log  hclog.Logger
+	grpc *grpc.Server
+	lis  net.Listener
+
+	mu    sync.Mutex
+	conns map[string]*Agent // by node ID: the latest connection
+}
+
+// NewServer returns a Server; Serve starts it.
+func NewServer(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger.Named("nodeconn"), conns: map[string]*Agent{}}
+	var opts []grpc.ServerOption
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.grpc = grpc.NewServer(opts...)
+	s.grpc.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "volhost.nodeconn.v1.NodeConn",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{StreamName: "Connect", ServerStreams: true, ClientStreams: true,
+			Handler: func(_ any, stream grpc.ServerStream) error { return s.connect(stream) }}},
+	}, s)
+	return s
+}
+
+// Listen opens addr; Serve then serves it.
+func (s *Server) Listen(addr string) error {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("node_rpc: listen on %s: %w", addr, err)
+	}
+	s.lis = lis
+	return nil
+}
+
+// Addr is the address Listen opened.
+func (s *Server) Addr() string {
+	if s.lis == nil {
+		return ""
+	}
+	return s.lis.Addr().String()
+}
+
+// Serve serves until Stop.
+func (s *Server) Serve() error {
+	err := s.grpc.Serve(s.lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Stop closes every agent's stream and the listener.
+func (s *Server) Stop() { s.grpc.Stop() }
+
+// NodeAgent implements watcher.NodeAgents.
+func (s *Server) NodeAgent(nodeID string) (watcher.NodeCSI, bool) {
+	a := s.Agent(nodeID)
+	return a, a != nil
+}
+
+// Connected lists the nodes whose agents are connected here.
+func (s *Server) Connected() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]string, 0, len(s.conns))
+	for id := range s.conns {
+		out = append(out, id)
+	}
+	return out
+}
+
+// Agent is node's connected agent, nil when none is connected here.
+func (s *Server) Agent(nodeID string) *Agent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if a := s.conns[nodeID]; a != nil {
+		return a
+	}
+	return nil
+}
+
+// connect serves one agent's stream: hello, registration, then heartbeats
+// and step results until the stream ends.
+func (s *Server) connect(stream grpc.ServerStream) error {
+	ctx := stream.Context()
+	var first AgentMsg
+	if err := stream.RecvMsg(&first); err != nil {
+		return err
+	}
+	if first.Hello == nil || first.Hello.Node == nil || first.Hello.Node.ID == "" {
+		return status.Error(codes.InvalidArgument, "the first message must be a hello naming the node")
+	}
+	node := first.Hello.Node
+	if s.cfg.Authorize != nil {
+		if err := s.cfg.Authorize(ctx, tokenOf(ctx), node.ID); err != nil {
+			return status.Errorf(codes.PermissionDenied, "node agent of %q: %v", node.ID, err)
+		}
+	}
+	if !s.cfg.Leader.IsLeader() {
+		addr, _ := s.cfg.Leader.Leader()
+		return stream.SendMsg(&ServerMsg{NotLeader: &NotLeader{Leader: addr}})
+	}
+	if _, err := s.cfg.Registrar.RegisterAgentNode(ctx, node); err != nil {
+		return status.Errorf(codes.InvalidArgument, "register node %q: %v", node.ID, err)
+	}
+	a := &Agent{nodeID: node.ID, stream: stream, pending: map[uint64]chan *StepResult{}, done: make(chan struct{})}
+	s.mu.Lock()
+	old := s.conns[node.ID]
+	s.conns[node.ID] = a
+	s.mu.Unlock()
+	if old != nil {
+		old.close() // a reconnect replaces the stream; its steps fail Unavailable
+	}
+	defer func() {
+		s.mu.Lock()
+		if s.conns[node.ID] == a {
+			delete(s.conns, node.ID)
+		}
+		s.mu.Unlock()
+		a.close()
+	}()
+	if err := a.send(&ServerMsg{Welcome: &Welcome{HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds()}}); err != nil {
+		return err
+	}
+	s.log.Info("node agent connected", "node", node.ID, "plugins", len(node.Plugins))
+	s.beat(ctx, node.ID)
+	for {
+		var m AgentMsg
+		if err := stream.RecvMsg(&m); err != nil {
+			s.log.Info("node agent disconnected", "node", node.ID, "error", err)
+			return nil
+		}
+		switch {
+		case m.Heartbeat != nil:
+			if !s.cfg.Leader.IsLeader() {
+				// Stepped down: the agent must find the new leader before
+				// its heartbeat TTL runs out there, so it is sent away.
+				addr, _ := s.cfg.Leader.Leader()
+				_ = a.send(&ServerMsg{NotLeader: &NotLeader{Leader: addr}})
+				s.log.Info("node agent sent to the new leader", "node", node.ID, "leader", addr)
+				return nil
+			}
+			s.beat(ctx, node.ID)
+		case m.Result != nil:
+			a.deliver(m.Result)
+		}
+	}
+}
+
+func (s *Server) beat(ctx context.Context, nodeID string) {
+	if s.cfg.Tracker != nil {
+		s.cfg.Tracker.Beat(ctx, nodeID)
+	}
+}
+
+func tokenOf(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(TokenMetadata); len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// Agent is one connected node agent: the node steps sent to it run on its
+// node, against the plugin sockets it registered. It implements the
+// watcher's NodeCSI and the claim path's node steps.
+type Agent struct {
+	nodeID string
+	stream grpc.ServerStream
+	sendMu sync.Mutex
+
+	mu      sync.Mutex
+	next    uint64
+	pending map[uint64]chan *StepResult
+	done    chan struct{}
+	closed  bool
+}
+
+func (a *Agent) send(m *ServerMsg) error {
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	return a.stream.SendMsg(m)
+}
+
+func (a *Agent) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.closed {
+		a.closed = true
+		close(a.done)
+	}
+}
+
+func (a *Agent) deliver(r *StepResult) {
+	a.mu.Lock()
+	ch := a.pending[r.ID]
+	delete(a.pending, r.ID)
+	a.mu.Unlock()
+	if ch != nil {
+		ch <- r
+	}
+}
+
+// step sends one node step and waits for its result, ctx's end (the step
+// is then cancelled on the node) or the stream's end.
+func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Message) error {
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return status.Errorf(codes.Internal, "encode %s: %v", method, err)
+	}
+	ch := make(chan *StepResult, 1)
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return status.Errorf(codes.Unavailable, "node agent of %q disconnected", a.nodeID)
+	}
+	a.next++
+	id := a.next
+	a.pending[id] = ch
+	a.mu.Unlock()
+	forget := func() {
+		a.mu.Lock()
+		delete(a.pending, id)
+		a.mu.Unlock()
+	}
+	sr := &StepRequest{ID: id, Method: method, Endpoint: endpoint, Request: body}
+	if dl, ok := ctx.Deadline(); ok {
+		sr.DeadlineUnixNano = dl.UnixNano()
+	}
+	if err := a.send(&ServerMsg{Step: sr}); err != nil {
+		forget()
+		return status.Errorf(codes.Unavailable, "send %s to the node agent of %q: %v", method, a.nodeID, err)
+	}
+	select {
+	case r := <-ch:
+		if r.Code == 0 {
+			return nil
+		}
+		return status.Error(codes.Code(r.Code), r.Message)
+	case <-ctx.Done():
+		forget()
+		_ = a.send(&ServerMsg{Cancel: &Cancel{ID: id}})
+		return status.FromContextError(ctx.Err()).Err()
+	case <-a.done:
+		forget()
+		// The step may have run: Unavailable is retried, and every node
+		// step is idempotent (CSI spec).
+		return status.Errorf(codes.Unavailable, "node agent of %q disconnected during %s", a.nodeID, method)
+	}
+}
+
+// NodeStageVolume runs NodeStageVolume on the agent's node.
+func (a *Agent) NodeStageVolume(ctx context.Context, endpoint string, req *csipb.NodeStageVolumeRequest) error {
+	return a.step(ctx, MethodStage, endpoint, req)
+}
+
+// NodePublishVolume runs NodePublishVolume on the agent's node.
+func (a *Agent) NodePublishVolume(ctx context.Context, endpoint string, req *csipb.NodePublishVolumeRequest) error {
+	return a.step(ctx, MethodPublish, endpoint, req)
+}
+
+// NodeUnpublishVolume runs NodeUnpublishVolume on the agent's node.
+func (a *Agent) NodeUnpublishVolume(ctx context.Context, endpoint string, req *csipb.NodeUnpublishVolumeRequest) error {
+	return a.step(ctx, MethodUnpublish, endpoint, req)
+}
+
+// NodeUnstageVolume runs NodeUnstageVolume on the agent's node.
+func (a *Agent) NodeUnstageVolume(ctx context.Context, endpoint string, req *csipb.NodeUnstageVolumeRequest) error {
+	return a.step(ctx, MethodUnstage, endpoint, req)
+}

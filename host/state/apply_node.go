@@ -1,0 +1,133 @@
+package state
+
+import (
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Node agent writes (issue 14): fences and heartbeat transitions. Both
+// record an event and wake the volumes claimed on the node, so the
+// watcher reassesses them through the same path as any other write.
+
+// MaxFenceReasonLength bounds an operator's fence reason (it travels in
+// events, claims and the CLI).
+const MaxFenceReasonLength = 512
+
+func init() {
+	ops[structs.NodeFenceType] = mkOp(validateNodeFence, (*writer).fenceNode)
+	ops[structs.NodeLivenessType] = mkOp(validateNodeLiveness, (*writer).nodeLiveness)
+}
+
+func validateNodeFence(snap *Snapshot, r *structs.NodeFenceRequest) error {
+	if err := validID("node_id", r.NodeID); err != nil {
+		return err
+	}
+	n, err := mustExist(snap.NodeByID, "node", r.NodeID)
+	if err != nil {
+		return err
+	}
+	if r.Fence == nil {
+		if n.Fence == nil {
+			return structs.Conflict("node %q is not fenced", r.NodeID)
+		}
+		return nil
+	}
+	f := r.Fence
+	switch {
+	case f.Reason == "":
+		// The reason is the operator's attestation; a forced detach
+		// without one could not be explained afterwards.
+		return structs.Invalid("fence.reason", "is required: say why the node is known to be off")
+	case len(f.Reason) > MaxFenceReasonLength:
+		return structs.Invalid("fence.reason", "is %d bytes long, at most %d allowed", len(f.Reason), MaxFenceReasonLength)
+	case !utf8.ValidString(f.Reason):
+		return structs.Invalid("fence.reason", "is not valid UTF-8")
+	case f.Source == "":
+		return structs.Invalid("fence.source", "is required")
+	case f.Time.IsZero():
+		return structs.Invalid("fence.time", "is required")
+	}
+	return nil
+}
+
+func (w *writer) fenceNode(r *structs.NodeFenceRequest) (any, error) {
+	old, err := w.snap.NodeByID(nil, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	n := old.Copy()
+	n.ModifyIndex = w.index
+	ev := &structs.Event{Type: structs.EventNodeFence, NodeID: n.ID}
+	if r.Fence != nil {
+		f := *r.Fence
+		n.Fence = &f
+		ev.Message = fmt.Sprintf("node %s fenced by %s: %s", n.ID, f.Source, f.Reason)
+		ev.Fields = map[string]string{"action": "fence", "reason": f.Reason, "source": f.Source, "accessor": f.Accessor}
+	} else {
+		ev.Message = fmt.Sprintf("node %s unfenced (was fenced by %s: %s)", n.ID, old.Fence.Source, old.Fence.Reason)
+		ev.Fields = map[string]string{"action": "unfence", "reason": old.Fence.Reason, "accessor": r.Accessor}
+		n.Fence = nil
+	}
+	if err := w.insert(TableNodes, n); err != nil {
+		return nil, err
+	}
+	if err := w.event(ev); err != nil {
+		return nil, err
+	}
+	return nil, w.nodeMoved(n.ID)
+}
+
+func validateNodeLiveness(snap *Snapshot, r *structs.NodeLivenessRequest) error {
+	if err := validID("node_id", r.NodeID); err != nil {
+		return err
+	}
+	if !r.Status.Valid() {
+		return structs.Invalid("status", "unknown status %q", r.Status)
+	}
+	if r.Time.IsZero() {
+		return structs.Invalid("time", "is required")
+	}
+	n, err := mustExist(snap.NodeByID, "node", r.NodeID)
+	if err != nil {
+		return err
+	}
+	if n.Status != r.From {
+		// The tracker decided from a status that has moved since (a
+		// heartbeat or an operator raced it): the decision is stale.
+		return structs.Conflict("node %q is %s, not %s as the transition to %s assumed", r.NodeID, n.Status, r.From, r.Status)
+	}
+	return nil
+}
+
+func (w *writer) nodeLiveness(r *structs.NodeLivenessRequest) (any, error) {
+	old, err := w.snap.NodeByID(nil, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	n := old.Copy()
+	n.Status = r.Status
+	n.StatusReason = r.Reason
+	n.StatusSince = r.Time.UTC()
+	n.HeartbeatLost = r.Status != structs.NodeReady
+	if r.Status == structs.NodeReady {
+		n.LastSeen = r.Time.UTC()
+	}
+	n.ModifyIndex = w.index
+	if err := w.insert(TableNodes, n); err != nil {
+		return nil, err
+	}
+	msg := fmt.Sprintf("node %s is %s", n.ID, n.Status)
+	if r.Reason != "" {
+		msg += ": " + r.Reason
+	}
+	if err := w.event(&structs.Event{Type: structs.EventNodeStatus, NodeID: n.ID, Message: msg,
+		Fields: map[string]string{"from": string(old.Status), "to": string(n.Status)}}); err != nil {
+		return nil, err
+	}
+	if old.Status != n.Status {
+		return nil, w.nodeMoved(n.ID)
+	}
+	return nil, nil
+}

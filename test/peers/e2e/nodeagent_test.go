@@ -1,0 +1,312 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestNodeAgents runs the node agent with real processes: one server
+// listening for agents, two `volhost agent -client` processes each serving
+// one GCE PD node socket (the driver's fake mounter), and the driver's
+// controller reached from the server. The claim and its release go
+// through the clients; then a client is killed: its node goes down after
+// the heartbeat TTL, its released claim waits (visible in volume status),
+// `node fence` sends it to the controller detach with the reason.
+func TestNodeAgents(t *testing.T) {
+	nodes := []string{"n1", "n2"}
+	e := newEnv(t, envOptions{agentNodes: nodes})
+	// Each node also runs the csi-test mock driver, as a second plugin;
+	// the server reaches n1's for the mock's controller service.
+	mocks := map[string]*Control{}
+	mockSock := map[string]string{}
+	for _, n := range nodes {
+		mockSock[n] = filepath.Join(filepath.Dir(e.drv.Controller), "m-"+n+".sock")
+		ctl := filepath.Join(filepath.Dir(e.drv.Controller), "mctl-"+n+".sock")
+		p, err := Start(e.dir, "mockcsi-"+n, bins.Mockcsi, "-endpoint", mockSock[n], "-control", ctl, "-node-id", "mock-"+n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Stop(5 * time.Second) })
+		mocks[n] = NewControl(ctl)
+		if err := Poll(e.ctx, 10*time.Millisecond, func() (bool, error) { return mocks[n].Ready(e.ctx), nil }); err != nil {
+			t.Fatalf("mockcsi on %s did not start: %v\n%s", n, err, p.Tail(2000))
+		}
+	}
+	e.cli(0, "plugin", "register", e.spec("mock-plugin.hcl", fmt.Sprintf("plugin \"mock\" {\n  controller_endpoint = %q\n}\n", Endpoint(mockSock["n1"]))))
+	clients := map[string]*Proc{}
+	for _, n := range nodes {
+		cfg := e.spec("client-"+n+".hcl", fmt.Sprintf(`
+log_level = "debug"
+client {
+  servers  = [%q]
+  node_id  = %q
+  root_dir = %q
+  plugin %q {
+    socket = %q
+  }
+  plugin "mock" {
+    socket = %q
+  }
+}
+`, e.nodeRPC, n, filepath.Join(e.dir, "root-"+n), e.plugin, Endpoint(e.drv.Nodes[n]), Endpoint(mockSock[n])))
+		p, err := Start(e.dir, "client-"+n, bins.Volhost, "agent", "-client", "-config", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[n] = p
+		t.Cleanup(func() {
+			p.Stop(5 * time.Second)
+			if t.Failed() {
+				t.Logf("client %s log tail:\n%s", n, p.Tail(4000))
+			}
+		})
+	}
+	for _, n := range nodes {
+		e.waitNode(n, func(out string) bool { return strings.Contains(out, "yes (node steps go through the node agent)") })
+		mustContain(t, "node status", e.cli(0, "node", "status", n), e.drv.NodeID(n), "mock-"+n, "ready")
+	}
+
+	// The csi-test mock on n1, through its client.
+	e.cli(0, "volume", "register", e.spec("mvol.hcl", "volume \"mvol\" {\n  external_id = \"mock-vol-1\"\n  plugin_id = \"mock\"\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n}\n"))
+	e.cli(0, "alloc", "register", e.spec("malloc.hcl", "alloc \"m1\" {\n  node_id = \"n1\"\n  client_status = \"running\"\n}\n"))
+	e.cli(0, "volume", "claim", "-alloc", "m1", "-node", "n1", "-mode", "write", "mvol")
+	e.cli(0, "alloc", "update", "-status", "complete", "m1")
+	e.waitReleased("mvol")
+	mc, err := mocks["n1"].Calls(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mockCalls []string
+	for _, c := range mc.Calls {
+		if c.VolumeID != "" {
+			mockCalls = append(mockCalls, c.Method+":"+c.Code)
+		}
+	}
+	wantMock := []string{"ControllerPublishVolume:OK", "NodeStageVolume:OK", "NodePublishVolume:OK",
+		"NodeUnpublishVolume:OK", "NodeUnstageVolume:OK", "ControllerUnpublishVolume:OK"}
+	if !slices.Equal(mockCalls, wantMock) {
+		t.Fatalf("mock calls = %v, want %v", mockCalls, wantMock)
+	}
+
+	// Claim and release on n1, every node step through its client.
+	e.claim("vol1", "disk-0", "a1", "n1")
+	staging := filepath.Join(e.dir, "root-n1", "csi", e.plugin, "staging", "default", "vol1")
+	if fi, err := os.Stat(staging); err != nil || !fi.IsDir() {
+		t.Fatalf("the client did not create the staging directory %s: %v", staging, err)
+	}
+	if !e.attached("disk-0", "n1") {
+		t.Fatal("disk-0 not attached to n1 after the claim")
+	}
+	e.cli(0, "alloc", "update", "-status", "complete", "a1")
+	e.waitReleased("vol1")
+	if e.attached("disk-0", "n1") {
+		t.Fatal("disk-0 still attached to n1 after the release")
+	}
+	if _, err := os.Stat(staging); !os.IsNotExist(err) {
+		t.Fatalf("the staging directory survived the unstage: %v", err)
+	}
+	want := []string{"controller:ControllerPublishVolume:OK", "n1:NodeStageVolume:OK", "n1:NodePublishVolume:OK",
+		"n1:NodeUnpublishVolume:OK", "n1:NodeUnstageVolume:OK", "controller:ControllerUnpublishVolume:OK"}
+	if got := e.calls(); !slices.Equal(got, want) {
+		t.Fatalf("driver calls = %v, want %v", got, want)
+	}
+
+	// n2 is lost: its client is killed while a claim is published there.
+	e.claim("vol2", "disk-1", "a2", "n2")
+	clients["n2"].Kill()
+	e.waitNode("n2", func(out string) bool { return strings.Contains(out, "down") })
+	e.cli(0, "alloc", "update", "-status", "complete", "a2")
+	v, err := e.agent.API.WaitVolume(e.ctx, "vol2", func(v *Volume) bool {
+		c := v.Claims["a2"]
+		return c != nil && c.Hold != nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for the lost node's claim to wait: %v", err)
+	}
+	if h := v.Claims["a2"].Hold; h.Module != "volhost" || !strings.Contains(h.Reason, "volhost node fence") {
+		t.Fatalf("hold = %+v", h)
+	}
+	mustContain(t, "volume status", e.cli(0, "volume", "status", "vol2"), "volhost node fence")
+	if !e.attached("disk-1", "n2") {
+		t.Fatal("disk-1 detached from the lost node before any fence: a timeout must never detach")
+	}
+
+	e.cli(0, "node", "fence", "-reason", "powered off in console", "n2")
+	mustContain(t, "node status", e.cli(0, "node", "status", "n2"), "fenced, down", "powered off in console")
+	e.waitReleased("vol2")
+	if e.attached("disk-1", "n2") {
+		t.Fatal("disk-1 still attached after the fence")
+	}
+	mustContain(t, "events", e.cli(0, "events"), "powered off in console")
+	metrics, err := e.agent.API.Metrics(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustContain(t, "metrics", metrics, `volhost_forced_detaches_total{reason="operator-fence"} 1`)
+}
+
+// waitNode polls `node status ID` until ok accepts its output.
+func (e *env) waitNode(id string, ok func(string) bool) {
+	e.t.Helper()
+	var last string
+	err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) {
+		out, code, err := e.agent.CLI(e.ctx, "node", "status", id)
+		last = out
+		return err == nil && code == 0 && ok(out), nil
+	})
+	if err != nil {
+		e.t.Fatalf("waiting for node %s: %v; last status:\n%s", id, err, last)
+	}
+}
+
+// TestNodeAgentLeaderFailover: three servers each listening for node
+// agents, one client connected to the leader with a claim published
+// through it; the leader is SIGKILLed; the client follows the new leader,
+// which releases the claim through it. The node is never marked down on
+// the way (the new leader's heartbeat grace).
+func TestNodeAgentLeaderFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	sock, err := os.MkdirTemp("", "vh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(sock)
+	drv, err := StartGCEPD(ctx, sock, dir, bins.Gcepd, GCEPDOptions{Nodes: []string{"n1"}, Disks: 1,
+		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer drv.Stop(5 * time.Second)
+	rpc := map[string]string{}
+	var rpcAddrs []string
+	for _, id := range []string{"s1", "s2", "s3"} {
+		if rpc[id], err = FreeAddr(); err != nil {
+			t.Fatal(err)
+		}
+		rpcAddrs = append(rpcAddrs, rpc[id])
+	}
+	cl, err := StartClusterWith(ctx, dir, bins.Volhost, 3, defaultWatcher+"node_rpc {\n  heartbeat_interval = \"500ms\"\n  heartbeat_ttl = \"5s\"\n}\n",
+		func(id string) []string { return []string{"-node-rpc-addr", rpc[id]} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cl.Stop()
+		if t.Failed() {
+			for _, s := range cl.Servers {
+				t.Logf("%s log tail:\n%s", s.ID, s.Tail(3000))
+			}
+		}
+	})
+	cli := func(args ...string) string {
+		t.Helper()
+		var out string
+		err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
+			s := cl.Any(0)
+			o, code, err := (&Agent{Proc: s.Proc, Addr: s.Addr, bin: bins.Volhost}).CLI(ctx, args...)
+			out = o
+			if err != nil {
+				return false, err
+			}
+			if code != 0 && (strings.Contains(o, "leader") || strings.Contains(o, "not connected")) {
+				return false, nil // a failover in progress
+			}
+			if code != 0 {
+				return false, fmt.Errorf("volhost %s: exit %d: %s", strings.Join(args, " "), code, o)
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	spec := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cli("plugin", "register", spec("plugin.hcl", fmt.Sprintf("plugin \"gcepd\" {\n  controller_endpoint = %q\n}\n", Endpoint(drv.Controller))))
+	quoted := make([]string, len(rpcAddrs))
+	for i, a := range rpcAddrs {
+		quoted[i] = fmt.Sprintf("%q", a)
+	}
+	client, err := Start(dir, "client-n1", bins.Volhost, "agent", "-client", "-config", spec("client.hcl", fmt.Sprintf(`
+client {
+  servers  = [%s]
+  node_id  = "n1"
+  root_dir = %q
+  plugin "gcepd" {
+    socket = %q
+  }
+}
+`, strings.Join(quoted, ", "), filepath.Join(dir, "root-n1"), Endpoint(drv.Nodes["n1"]))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		client.Stop(5 * time.Second)
+		if t.Failed() {
+			t.Logf("client log tail:\n%s", client.Tail(4000))
+		}
+	}()
+	err = Poll(ctx, 100*time.Millisecond, func() (bool, error) {
+		s := cl.Any(0)
+		out, code, err := (&Agent{Proc: s.Proc, Addr: s.Addr, bin: bins.Volhost}).CLI(ctx, "node", "status", "n1")
+		return err == nil && code == 0 && strings.Contains(out, "node steps go through the node agent"), nil
+	})
+	if err != nil {
+		t.Fatalf("the client did not register n1: %v", err)
+	}
+	cli("volume", "register", spec("vol.hcl", fmt.Sprintf("volume \"vol1\" {\n  external_id = %q\n  plugin_id = \"gcepd\"\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n  fs_type = \"ext4\"\n}\n", drv.VolumeID("disk-0"))))
+	cli("alloc", "register", spec("alloc.hcl", "alloc \"a1\" {\n  node_id = \"n1\"\n  client_status = \"running\"\n}\n"))
+	cli("volume", "claim", "-alloc", "a1", "-node", "n1", "-mode", "write", "vol1")
+
+	leader, err := cl.WaitLeader(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.KillNow()
+	if _, err := cl.WaitLeader(ctx, leader); err != nil {
+		t.Fatal(err)
+	}
+	cli("alloc", "update", "-status", "complete", "a1")
+	err = Poll(ctx, 100*time.Millisecond, func() (bool, error) {
+		s := cl.Any(0)
+		v, _, err := s.API.Volume(ctx, "vol1", 0, 0)
+		return err == nil && len(v.Claims) == 0, nil
+	})
+	if err != nil {
+		t.Fatalf("the new leader did not release the claim through the client: %v", err)
+	}
+	on, err := drv.Control.Attached(ctx, "disk-0", "n1")
+	if err != nil || on {
+		t.Fatalf("disk-0 attached after the release: %v %v", on, err)
+	}
+	r, err := drv.Control.Calls(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var unpublish int
+	for _, c := range r.Calls {
+		if c.Method == "NodeUnpublishVolume" && c.Code == "OK" {
+			unpublish++
+		}
+	}
+	if unpublish != 1 {
+		t.Fatalf("NodeUnpublishVolume succeeded %d times, want exactly 1", unpublish)
+	}
+	if out := cli("events"); strings.Contains(out, "node n1 is down") {
+		t.Fatalf("the failover marked n1 down:\n%s", out)
+	}
+}

@@ -1,0 +1,135 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Node agents, fences and lost heartbeats (issue 14).
+//
+// A node registered by its node agent is reached only through the agent's
+// connection: its plugin endpoints are node-local. A node whose agent
+// stopped heartbeating is down (later gone) on a timeout, and a timeout
+// never lets a claim skip its node steps: a slow or partitioned node may
+// still write to the volume, and detaching it there corrupts data
+// (Kubernetes #120344). Only a fence, an operator's (or a module's)
+// attestation that the node is off, does; the claim and the metric carry
+// its reason.
+
+// ForcedDetachMetrics is optionally implemented by a Metrics to count
+// claims whose node steps were skipped because their node is fenced.
+// source is "operator" or "module" (bounded label values; the free-text
+// reason goes to the claim and the event).
+type ForcedDetachMetrics interface {
+	ForcedDetach(source string)
+}
+
+// AbandonReason* say why a claim was abandoned without its CSI calls,
+// after AbandonAfter attempts (Nomad #25349, #16728: such claims retried
+// forever, restarting on every leader change).
+const (
+	AbandonPluginGone = "plugin %q is no longer registered"
+	AbandonNodeGone   = "node %q is gone and no external node ID is known"
+)
+
+// HostHolder names the host as the holder of a claim it keeps waiting.
+const HostHolder = "volhost"
+
+// fence is the fence of a claim's node, nil when it is not fenced.
+func (p *pass) fence(nodeID string) *structs.NodeFence {
+	if n := p.nodes[nodeID]; n != nil {
+		return n.Fence
+	}
+	return nil
+}
+
+// heartbeatLost: the node is down or gone because its agent stopped
+// heartbeating, and nobody has fenced it.
+func (p *pass) heartbeatLost(nodeID string) bool {
+	n := p.nodes[nodeID]
+	return n != nil && n.HeartbeatLost && n.Status != structs.NodeReady && n.Fence == nil
+}
+
+// lostHeartbeatHold is the verdict for a policy that would skip the node
+// step of a node that only missed heartbeats: wait, visibly, for the node
+// to come back or for an operator to fence it.
+func (p *pass) lostHeartbeatHold(c *structs.Claim) verdict {
+	n := p.nodes[c.NodeID]
+	since := n.StatusSince
+	if since.IsZero() {
+		since = n.LastSeen
+	}
+	return verdict{action: abi.ActionWait, hostHold: true, reason: fmt.Sprintf(
+		"node %s is %s since %s (%s): its node steps are skipped only once an operator attests it is off with `volhost node fence`",
+		c.NodeID, n.Status, since.UTC().Format(time.RFC3339), orText(n.StatusReason, "missed heartbeats"))}
+}
+
+func orText(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+// nodeService is where a claim's node steps go: the node's agent when it
+// registered through one (and nowhere while that agent is not connected
+// to this server), else the plugin endpoint directly.
+func (p *pass) nodeService(node *structs.Node, step string) (NodeCSI, *structs.ClaimError) {
+	if !node.Agent {
+		return p.w.deps.Node, nil
+	}
+	if p.w.deps.Agents != nil {
+		if a, ok := p.w.deps.Agents.NodeAgent(node.ID); ok {
+			return a, nil
+		}
+	}
+	return nil, p.precondition(step, "the node agent of node %q is not connected to this server (node %s)", node.ID, node.Status)
+}
+
+// abandonReason says why no CSI call can ever release claim c, or "".
+func (p *pass) abandonReason(c *structs.Claim) string {
+	if p.plugin == nil {
+		return fmt.Sprintf(AbandonPluginGone, p.v.PluginID)
+	}
+	n := p.nodes[c.NodeID]
+	if n != nil && n.Status != structs.NodeGone {
+		return ""
+	}
+	if c.ExternalNodeID != "" {
+		return ""
+	}
+	if n != nil {
+		if np := n.Plugins[p.v.PluginID]; np != nil && np.ExternalNodeID != "" {
+			return ""
+		}
+	}
+	return fmt.Sprintf(AbandonNodeGone, c.NodeID)
+}
+
+// abandon moves a claim that nothing can release past its CSI steps with a
+// note saying why; the transition events carry it. It is one checkpoint:
+// the attempts that led here were counted on the claim, committed, so a
+// new leader continues the count instead of restarting it.
+func (p *pass) abandon(ctx context.Context, c *structs.Claim, reason string) error {
+	note := p.precondition(StepControllerUnpublish, "claim abandoned after %d attempts without its CSI calls: %s", c.Attempts, reason)
+	note.Time = p.now
+	p.log.Warn("abandoning claim", "alloc", c.AllocID, "node", c.NodeID, "attempts", c.Attempts, "reason", reason)
+	return p.advance(ctx, c, structs.ClaimControllerDetached, note, stepFlags{})
+}
+
+// forcedDetach counts a node step skipped because the node is fenced.
+func (p *pass) forcedDetach(f *structs.NodeFence) {
+	m, ok := p.w.metrics.(ForcedDetachMetrics)
+	if !ok {
+		return
+	}
+	source := "operator"
+	if f.Source != "operator" {
+		source = "module"
+	}
+	m.ForcedDetach(source)
+}
