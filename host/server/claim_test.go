@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -311,5 +313,39 @@ func TestRegisterNodeWithNullPluginEntry(t *testing.T) {
 	}
 	if n, _ := h.store.Snapshot().NodeByID(nil, "n9"); n != nil {
 		t.Fatal("the node was recorded")
+	}
+}
+
+// A node registered with plugin endpoints needs a root for the staging
+// directory and the target's parent the CO must provide (CSI spec): one
+// given is absolute and clean, and one left out defaults under TMPDIR
+// instead of the relative paths drivers refuse.
+func TestRegisterNodeRootDir(t *testing.T) {
+	h := newHarness(t, "node1")
+	ep := h.nodes["node1"].Endpoint()
+	for _, tt := range []struct {
+		root, want string
+		invalid    bool
+	}{
+		{"", DefaultNodeRoot("n9"), false},
+		{"/srv/volhost/n9", "/srv/volhost/n9", false},
+		{"relative/dir", "", true},
+		{"/srv/../etc", "", true},
+	} {
+		n, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: "n9", RootDir: tt.root,
+			Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: ep}}})
+		var ve *structs.ValidationError
+		if tt.invalid {
+			if !errors.As(err, &ve) || ve.Field != "node.root_dir" {
+				t.Errorf("root_dir %q: %v, want a validation error on node.root_dir", tt.root, err)
+			}
+			continue
+		}
+		if err != nil || n.RootDir != tt.want || !filepath.IsAbs(n.RootDir) {
+			t.Errorf("root_dir %q: node %+v, %v; want root %q", tt.root, n, err, tt.want)
+		}
+	}
+	if got := DefaultNodeRoot(".."); filepath.Base(got) == ".." || !strings.HasPrefix(got, os.TempDir()) {
+		t.Errorf("DefaultNodeRoot(..) = %q escapes its parent", got)
 	}
 }

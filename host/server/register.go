@@ -3,6 +3,10 @@ package server
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/volhost/volhost/host/structs"
@@ -44,9 +48,22 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 			return nil, structs.Invalid(fmt.Sprintf("node.plugins[%s]", id), "is null: give the plugin's endpoint, or {} for none")
 		}
 	}
+	if n.RootDir != "" && (!filepath.IsAbs(n.RootDir) || filepath.Clean(n.RootDir) != n.RootDir) {
+		return nil, structs.Invalid("node.root_dir", "%q must be an absolute, clean path (staging and target paths are made under it)", n.RootDir)
+	}
 	n = n.Copy()
 	if n.Status == "" {
 		n.Status = structs.NodeReady
+	}
+	if n.RootDir == "" && hasEndpoint(n) {
+		// The CO provides the staging directory and the target's parent
+		// (CSI spec, NodeStageVolume/NodePublishVolume), so it needs a root
+		// to make them under; without one, paths were relative, which the
+		// spec forbids and drivers refuse. A node registered without one
+		// gets a default beside the driver on this machine (direct mode is
+		// for single-box use), shown by `node status`.
+		n.RootDir = DefaultNodeRoot(n.ID)
+		s.logger.Info("node registered without root_dir: staging and target paths go under the default", "node", n.ID, "root_dir", n.RootDir)
 	}
 	n.LastSeen = s.clock.Now()
 	for id, np := range n.Plugins {
@@ -72,6 +89,26 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 		s.logger.Warn(w)
 	}
 	return snap.NodeByID(nil, n.ID)
+}
+
+// DefaultNodeRoot is the root_dir of a node registered with plugin
+// endpoints but none of its own: TMPDIR/volhost/nodes/ID (ID escaped to
+// one path element).
+func DefaultNodeRoot(nodeID string) string {
+	elem := url.PathEscape(nodeID)
+	if elem == "." || elem == ".." {
+		elem = strings.ReplaceAll(elem, ".", "%2E") // never the parent directory
+	}
+	return filepath.Join(os.TempDir(), "volhost", "nodes", elem)
+}
+
+func hasEndpoint(n *structs.Node) bool {
+	for _, np := range n.Plugins {
+		if np != nil && np.Endpoint != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // UpdateNodeStatus marks a node ready or down.
