@@ -12,9 +12,17 @@ type ACL struct {
 	exact      map[string]nsCap
 	globs      []glob // most literal characters first
 	node       level
+	nodeExact  map[string]level
+	nodeGlobs  []nodeGlob // most literal characters first
 	operator   level
 	modules    level
 	events     level
+}
+
+type nodeGlob struct {
+	pattern string
+	level   level
+	literal int
 }
 
 type glob struct {
@@ -31,8 +39,9 @@ func DenyAll() *ACL { return &ACL{} }
 
 // New merges policies into one ACL: capabilities are unioned, deny wins.
 func New(policies ...*Policy) *ACL {
-	a := &ACL{exact: map[string]nsCap{}}
+	a := &ACL{exact: map[string]nsCap{}, nodeExact: map[string]level{}}
 	globs := map[string]nsCap{}
+	nodeGlobs := map[string]level{}
 	for _, p := range policies {
 		if p == nil {
 			continue
@@ -45,6 +54,13 @@ func New(policies ...*Policy) *ACL {
 			}
 		}
 		a.node = mergeLevel(a.node, p.Node)
+		for pat, l := range p.NodeIDs {
+			if strings.Contains(pat, "*") {
+				nodeGlobs[pat] = mergeNodeLevel(nodeGlobs[pat], l)
+			} else {
+				a.nodeExact[pat] = mergeNodeLevel(a.nodeExact[pat], l)
+			}
+		}
 		a.operator = mergeLevel(a.operator, p.Operator)
 		a.modules = mergeLevel(a.modules, p.Modules)
 		a.events = mergeLevel(a.events, p.Events)
@@ -58,7 +74,48 @@ func New(policies ...*Policy) *ACL {
 		}
 		return strings.Compare(x.pattern, y.pattern)
 	})
+	for pat, l := range nodeGlobs {
+		a.nodeGlobs = append(a.nodeGlobs, nodeGlob{pattern: pat, level: l, literal: len(pat) - strings.Count(pat, "*")})
+	}
+	slices.SortFunc(a.nodeGlobs, func(x, y nodeGlob) int {
+		if x.literal != y.literal {
+			return y.literal - x.literal
+		}
+		return strings.Compare(x.pattern, y.pattern)
+	})
 	return a
+}
+
+// AllowedNode reports whether a grants the node capability c (NodeRead or
+// NodeWrite) for the one node nodeID: the node block's grant, or the
+// node_id rule governing nodeID (exact, else the most literal glob),
+// whichever is higher, except that a deny in either wins. A node agent's
+// token scoped with node_id "n1" thus writes n1 and nothing else.
+func (a *ACL) AllowedNode(c Capability, nodeID string) bool {
+	if a.management {
+		return true
+	}
+	need := levelRead
+	switch c {
+	case NodeRead:
+	case NodeWrite:
+		need = levelWrite
+	default:
+		return false
+	}
+	rule, ok := a.nodeExact[nodeID]
+	if !ok {
+		for _, g := range a.nodeGlobs {
+			if globMatch(g.pattern, nodeID) {
+				rule = g.level
+				break
+			}
+		}
+	}
+	if rule == levelDeny || a.node == levelDeny {
+		return false
+	}
+	return max(rule, a.node) >= need
 }
 
 // IsManagement reports whether a is a management ACL.

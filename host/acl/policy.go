@@ -12,6 +12,7 @@
 //	}
 //	namespace "team-*" { policy = "read" }     # globs: '*' matches any run
 //	node     { policy = "write" }              # read | write | deny
+//	node_id "web-*" { policy = "write" }       # one node (or a glob) only
 //	operator { policy = "read" }               # read | write | deny
 //	modules  { policy = "read" }               # read | reload | deny
 //	events   { policy = "read" }               # read | deny
@@ -23,9 +24,18 @@
 // other rule for that namespace pattern. Several policies merge by union,
 // with deny winning. A request's namespace is matched exactly first, then
 // against the glob with the most literal characters.
+//
+// node_id blocks scope node access to named nodes (issue 14: a node
+// agent's token should write its own node only): a request about node N
+// (a node agent connecting as N, registering N, setting N's status) is
+// allowed by the node block or by the node_id rule that governs N (exact,
+// else the glob with the most literal characters); a deny in that rule
+// wins. Node routes not about one node (plugins, allocations, lists) need
+// the node block.
 package acl
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -98,6 +108,7 @@ const (
 type Policy struct {
 	Namespaces map[string]nsCap // pattern -> capabilities
 	Node       level
+	NodeIDs    map[string]level // node_id pattern -> level
 	Operator   level
 	Modules    level
 	Events     level
@@ -106,6 +117,7 @@ type Policy struct {
 type policyFile struct {
 	Namespaces []nsBlock     `hcl:"namespace,block"`
 	Node       []policyBlock `hcl:"node,block"`
+	NodeIDs    []nodeIDBlock `hcl:"node_id,block"`
 	Operator   []policyBlock `hcl:"operator,block"`
 	Modules    []policyBlock `hcl:"modules,block"`
 	Events     []policyBlock `hcl:"events,block"`
@@ -118,6 +130,11 @@ type nsBlock struct {
 }
 
 type policyBlock struct {
+	Policy string `hcl:"policy"`
+}
+
+type nodeIDBlock struct {
+	Name   string `hcl:"name,label"`
 	Policy string `hcl:"policy"`
 }
 
@@ -138,7 +155,7 @@ func ParsePolicy(rules string) (*Policy, error) {
 	if err := hclsimple.Decode("policy.hcl", []byte(rules), nil, &pf); err != nil {
 		return nil, structs.Invalid("rules", "%s", oneLine(err.Error()))
 	}
-	p := &Policy{Namespaces: map[string]nsCap{}}
+	p := &Policy{Namespaces: map[string]nsCap{}, NodeIDs: map[string]level{}}
 	for _, ns := range pf.Namespaces {
 		if err := validPattern(ns.Name); err != nil {
 			return nil, err
@@ -152,6 +169,19 @@ func ParsePolicy(rules string) (*Policy, error) {
 	var err error
 	if p.Node, err = levelOf("node", pf.Node, "read", "write"); err != nil {
 		return nil, err
+	}
+	for _, b := range pf.NodeIDs {
+		if err := validNodePattern(b.Name); err != nil {
+			return nil, err
+		}
+		l, err := levelOf(fmt.Sprintf("node_id %q", b.Name), []policyBlock{{Policy: b.Policy}}, "read", "write")
+		if err != nil {
+			return nil, err
+		}
+		if old, ok := p.NodeIDs[b.Name]; ok {
+			l = mergeNodeLevel(old, l)
+		}
+		p.NodeIDs[b.Name] = l
 	}
 	if p.Operator, err = levelOf("operator", pf.Operator, "read", "write"); err != nil {
 		return nil, err
@@ -250,6 +280,22 @@ func merge(a, b nsCap) nsCap {
 }
 
 func mergeLevel(a, b level) level { return max(a, b) }
+
+// mergeNodeLevel unions two node_id grants of one pattern; deny wins (as
+// levelDeny is the largest level, mergeLevel already does).
+func mergeNodeLevel(a, b level) level { return mergeLevel(a, b) }
+
+func validNodePattern(name string) error {
+	if name == "" {
+		return structs.Invalid("rules", "node_id block needs a name (a node ID or a glob such as \"web-*\")")
+	}
+	for _, r := range name {
+		if r <= ' ' || r == 0x7f {
+			return structs.Invalid("rules", "node_id %q: must not contain whitespace or control characters", name)
+		}
+	}
+	return nil
+}
 
 // String renders a level for `acl policy info`.
 func (l level) String() string {

@@ -124,6 +124,9 @@ func TestParseErrors(t *testing.T) {
 		{`node { policy = "read" }` + "\n" + `node { policy = "write" }`, "at most one node block"},
 		{`namespace "a b" { policy = "read" }`, "whitespace"},
 		{`namespace { policy = "read" }`, "label"},
+		{`node_id "n1" { policy = "reload" }`, `node_id "n1": unknown policy "reload"`},
+		{`node_id "a b" { policy = "write" }`, "whitespace"},
+		{`node_id { policy = "write" }`, "label"},
 		{strings.Repeat("#", MaxPolicyBytes+1), "at most"},
 	} {
 		_, err := ParsePolicy(c.rules)
@@ -131,6 +134,49 @@ func TestParseErrors(t *testing.T) {
 		if err == nil || !errors.As(err, &ve) || ve.Field != "rules" || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("ParsePolicy(%.40q): %v, want a rules error naming %q", c.rules, err, c.want)
 		}
+	}
+}
+
+// TestNodeScopedAccess: node_id rules scope node access to named nodes (a
+// node agent's token writes its own node only, issue 14); the node block
+// covers every node and the routes that are about no one node.
+func TestNodeScopedAccess(t *testing.T) {
+	agent := New(mustParse(t, `node_id "n1" { policy = "write" }`))
+	web := New(mustParse(t, `
+node { policy = "read" }
+node_id "web-*" { policy = "write" }
+node_id "web-db" { policy = "deny" }
+`))
+	denyAll := New(mustParse(t, `
+node { policy = "deny" }
+node_id "n1" { policy = "write" }
+`))
+	for _, c := range []struct {
+		name string
+		a    *ACL
+		c    Capability
+		node string
+		want bool
+	}{
+		{"agent writes its node", agent, NodeWrite, "n1", true},
+		{"agent reads its node", agent, NodeRead, "n1", true},
+		{"agent writes no other node", agent, NodeWrite, "n2", false},
+		{"agent reads no other node", agent, NodeRead, "n2", false},
+		{"glob writes", web, NodeWrite, "web-1", true},
+		{"exact deny beats the glob", web, NodeRead, "web-db", false},
+		{"node block reads others", web, NodeRead, "batch-1", true},
+		{"node block does not write others", web, NodeWrite, "batch-1", false},
+		{"node block deny wins", denyAll, NodeWrite, "n1", false},
+		{"not a node capability", agent, OperatorWrite, "n1", false},
+		{"management", ManagementACL(), NodeWrite, "any", true},
+	} {
+		if got := c.a.AllowedNode(c.c, c.node); got != c.want {
+			t.Errorf("%s: AllowedNode(%s, %q) = %v, want %v", c.name, c.c, c.node, got, c.want)
+		}
+	}
+	// A route about no one node (plugins, allocations) needs the node block.
+	if agent.Allowed(NodeWrite, "") || agent.Allowed(NodeRead, "") {
+		t.Error("a node_id-scoped token passes a route that is about every node")
 	}
 }
 

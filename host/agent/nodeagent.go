@@ -152,14 +152,16 @@ func (a *Agent) setupNodeRPC() error {
 	return a.NodeRPC.Listen(nr.Address)
 }
 
-// authorizeAgent: with ACLs on, an agent's token must grant node:write.
+// authorizeAgent: with ACLs on, an agent's token must grant node:write on
+// the node it connects as (a node block, or a node_id rule naming it), so
+// a token handed to one node cannot drive another (issue 14).
 func (a *Agent) authorizeAgent(_ context.Context, token, nodeID string) error {
 	id, err := a.ACL.Resolve(token)
 	if err != nil {
 		return err
 	}
-	if id.ACL == nil || !id.ACL.Allowed(acl.NodeWrite, "") {
-		return fmt.Errorf("token %s does not grant %s: %w", id.Accessor(), acl.NodeWrite, structs.ErrPermissionDenied)
+	if id.ACL == nil || !id.ACL.AllowedNode(acl.NodeWrite, nodeID) {
+		return fmt.Errorf("token %s does not grant %s on node %q: %w", id.Accessor(), acl.NodeWrite, nodeID, structs.ErrPermissionDenied)
 	}
 	return nil
 }

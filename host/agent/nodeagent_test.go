@@ -251,7 +251,8 @@ func TestNodeAgentNeedsNodeWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, rules := range map[string]string{"node-reader": `node { policy = "read" }`, "node-writer": `node { policy = "write" }`} {
+	for name, rules := range map[string]string{"node-reader": `node { policy = "read" }`, "node-writer": `node { policy = "write" }`,
+		"node1-writer": `node_id "node1" { policy = "write" }`, "node2-writer": `node_id "node2" { policy = "write" }`} {
 		if _, err := a.ACL.UpsertPolicy(ctx, "test", &structs.ACLPolicy{Name: name, Rules: rules}); err != nil {
 			t.Fatal(err)
 		}
@@ -274,6 +275,8 @@ func TestNodeAgentNeedsNodeWrite(t *testing.T) {
 		{"no token", "", false},
 		{"read only", token("node-reader"), false},
 		{"node write", token("node-writer"), true},
+		{"its own node only", token("node1-writer"), true},
+		{"another node's token", token("node2-writer"), false},
 		{"management", mgmt, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

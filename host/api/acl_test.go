@@ -151,6 +151,13 @@ var aclCases = []struct {
 	{"node write", "PUT", "/v1/node/n1/status", `{"status":"down"}`, "node:write", `node { policy = "write" }`, `node { policy = "read" }`},
 	{"alloc write", "PUT", "/v1/allocs", `{"allocs":[{"id":"a1","node_id":"n1","client_status":"running"}]}`, "node:write",
 		`node { policy = "write" }`, `node { policy = "read" }`},
+	// Node-scoped tokens (issue 14: a node agent's writes its own node).
+	{"node write scoped", "PUT", "/v1/node/n1/status", `{"status":"down"}`, `node:write on node "n1"`,
+		`node_id "n1" { policy = "write" }`, `node_id "n2" { policy = "write" }`},
+	{"node register scoped", "PUT", "/v1/nodes", `{"node":{"id":"n1"}}`, `node:write on node "n1"`,
+		`node_id "n1" { policy = "write" }`, `node_id "n1" { policy = "read" }`},
+	{"plugin write needs every node", "PUT", "/v1/plugins", `{"plugin":{"id":"p3"}}`, "node:write",
+		`node { policy = "write" }`, `node_id "*" { policy = "write" }`},
 	{"plugin write", "PUT", "/v1/plugins", `{"plugin":{"id":"p2"}}`, "node:write", `node { policy = "write" }`, `node { policy = "read" }`},
 	{"events read", "GET", "/v1/events", "", "events:read", `events { policy = "read" }`, `node { policy = "write" }`},
 	{"system gc", "PUT", "/v1/system/gc", "", "operator:write", `operator { policy = "write" }`, `operator { policy = "read" }`},

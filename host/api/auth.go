@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -95,10 +96,21 @@ const (
 	nsVolumesBody               // every volume's namespace in the register body
 )
 
+// nodeFrom says where a node route finds the one node it is about, so a
+// token scoped to nodes (acl node_id rules) is checked against it.
+type nodeFrom int
+
+const (
+	nodeNone nodeFrom = iota // about no one node: the node block decides
+	nodePath                 // the {id} path segment
+	nodeBody                 // the node registration body's node.id
+)
+
 // rule is what a route needs.
 type rule struct {
-	cap acl.Capability
-	ns  nsFrom
+	cap  acl.Capability
+	ns   nsFrom
+	node nodeFrom
 	// force: DELETE /v1/volume/ID?force=true needs force-deregister.
 	force bool
 	// open routes need nothing: the health check, the one-time bootstrap
@@ -112,9 +124,10 @@ type rule struct {
 	audit string
 }
 
-func need(c acl.Capability) rule             { return rule{cap: c} }
-func needNS(c acl.Capability, f nsFrom) rule { return rule{cap: c, ns: f} }
-func audited(r rule, action string) rule     { r.audit = action; return r }
+func need(c acl.Capability) rule                 { return rule{cap: c} }
+func needNode(c acl.Capability, f nodeFrom) rule { return rule{cap: c, node: f} }
+func needNS(c acl.Capability, f nsFrom) rule     { return rule{cap: c, ns: f} }
+func audited(r rule, action string) rule         { r.audit = action; return r }
 
 // routeRules declares the capability of every route, by the exact pattern
 // it is registered with. A route missing here is denied while ACLs are on
@@ -132,12 +145,14 @@ var routeRules = map[string]rule{
 	"PUT /v1/volume/{id}/detach":   audited(needNS(acl.NamespaceDetach, nsQuery), "detach"),
 	"POST /v1/volume/{id}/detach":  audited(needNS(acl.NamespaceDetach, nsQuery), "detach"),
 
-	"GET /v1/nodes":             need(acl.NodeRead),
-	"PUT /v1/nodes":             need(acl.NodeWrite),
-	"POST /v1/nodes":            need(acl.NodeWrite),
-	"GET /v1/node/{id}":         need(acl.NodeRead),
-	"PUT /v1/node/{id}/status":  audited(need(acl.NodeWrite), "node-status"),
-	"POST /v1/node/{id}/status": audited(need(acl.NodeWrite), "node-status"),
+	"GET /v1/nodes": need(acl.NodeRead),
+	// A node agent's token may be scoped to its own node (node_id rules):
+	// these routes are about one node and are checked against it.
+	"PUT /v1/nodes":             needNode(acl.NodeWrite, nodeBody),
+	"POST /v1/nodes":            needNode(acl.NodeWrite, nodeBody),
+	"GET /v1/node/{id}":         needNode(acl.NodeRead, nodePath),
+	"PUT /v1/node/{id}/status":  audited(needNode(acl.NodeWrite, nodePath), "node-status"),
+	"POST /v1/node/{id}/status": audited(needNode(acl.NodeWrite, nodePath), "node-status"),
 	// A fence lets claims skip their node steps (a forced detach): an
 	// operator's attestation, never a node agent's (issue 14).
 	"PUT /v1/node/{id}/fence":    audited(need(acl.OperatorWrite), "node-fence"),
@@ -202,7 +217,8 @@ var routeRules = map[string]rule{
 type PermissionDenied struct {
 	Capability acl.Capability
 	Namespace  string
-	Reason     error // the token problem, nil when the token lacks the capability
+	Node       string // the node of a node-scoped check
+	Reason     error  // the token problem, nil when the token lacks the capability
 }
 
 func (e *PermissionDenied) Error() string {
@@ -213,6 +229,9 @@ func (e *PermissionDenied) Error() string {
 		} else {
 			msg += fmt.Sprintf(" on namespace %q", e.Namespace)
 		}
+	}
+	if e.Node != "" {
+		msg += fmt.Sprintf(" on node %q", e.Node)
 	}
 	if e.Reason != nil {
 		msg += " (" + e.Reason.Error() + ")"
@@ -362,6 +381,13 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request, ru rule, id *acl.
 			c = acl.NamespaceForceDeregister
 		}
 	}
+	if ru.node != nodeNone {
+		node := s.requestNode(w, r, ru.node)
+		if tokenErr != nil || !id.ACL.AllowedNode(c, node) {
+			return &PermissionDenied{Capability: c, Node: node, Reason: tokenErr}
+		}
+		return nil
+	}
 	if !c.Namespaced() {
 		if tokenErr != nil || !id.ACL.Allowed(c, "") {
 			return &PermissionDenied{Capability: c, Reason: tokenErr}
@@ -431,6 +457,32 @@ func (s *Server) requestNamespaces(w http.ResponseWriter, r *http.Request, from 
 		return out, false, nil
 	}
 	return nil, false, fmt.Errorf("unknown namespace source %d", from)
+}
+
+// requestNode finds the node a node route is about. An unreadable body
+// gives "", which only a node-wide grant allows (the handler then answers
+// 400 if allowed to run).
+func (s *Server) requestNode(w http.ResponseWriter, r *http.Request, from nodeFrom) string {
+	if from == nodePath {
+		// The middleware runs before the mux sets PathValue: take the
+		// segment after /v1/node/ as the mux does, escaped, then unescape.
+		seg, _, _ := strings.Cut(strings.TrimPrefix(r.URL.EscapedPath(), "/v1/node/"), "/")
+		id, err := url.PathUnescape(seg)
+		if err != nil {
+			return ""
+		}
+		return id
+	}
+	var body struct {
+		Node *struct {
+			ID string `json:"id"`
+		} `json:"node"`
+	}
+	s.peekBody(w, r, &body)
+	if body.Node == nil {
+		return ""
+	}
+	return body.Node.ID
 }
 
 func orDefault(ns string) string {
