@@ -78,9 +78,16 @@ type writer struct {
 	// (Store.volEvents before it); rings lists the rings written to.
 	volEvents int
 	rings     map[string]bool
+	// stats is this write's change to VolumeStats (stats.go).
+	stats volumeDelta
 }
 
 func (w *writer) insert(table string, obj any) error {
+	if v, ok := obj.(*structs.Volume); ok && table == TableVolumes {
+		if err := w.trackVolumeWrite(v, v); err != nil {
+			return err
+		}
+	}
 	if err := w.txn.Insert(table, obj); err != nil {
 		return fmt.Errorf("insert into %s: %w", table, err)
 	}
@@ -89,6 +96,11 @@ func (w *writer) insert(table string, obj any) error {
 }
 
 func (w *writer) delete(table string, obj any) error {
+	if v, ok := obj.(*structs.Volume); ok && table == TableVolumes {
+		if err := w.trackVolumeWrite(v, nil); err != nil {
+			return err
+		}
+	}
 	if err := w.txn.Delete(table, obj); err != nil {
 		return fmt.Errorf("delete from %s: %w", table, err)
 	}
@@ -96,13 +108,16 @@ func (w *writer) delete(table string, obj any) error {
 	return nil
 }
 
-// finish trims the event rings to their bounds (events.go) and writes the
-// index of every table touched.
+// finish trims the event rings to their bounds (events.go), updates the
+// volume statistics (stats.go) and writes the index of every table touched.
 func (w *writer) finish() error {
 	if w.events > 0 {
 		if err := w.trimEvents(); err != nil {
 			return err
 		}
+	}
+	if err := w.finishStats(); err != nil {
+		return err
 	}
 	tables := make([]string, 0, len(w.bumped))
 	for t := range w.bumped {
