@@ -55,6 +55,8 @@ func newRequest(t structs.MessageType) (any, error) {
 		return &structs.AllocDeleteRequest{}, nil
 	case structs.VolumeClaimRemoveType:
 		return &structs.VolumeClaimRemoveRequest{}, nil
+	case structs.ClaimCheckpointBatchType:
+		return &structs.ClaimCheckpointBatchRequest{}, nil
 	}
 	if r := structs.NewACLRequest(t); r != nil {
 		return r, nil

@@ -27,8 +27,9 @@ func (s *Store) Apply(index uint64, t structs.MessageType, req any) (resp any, e
 // entry, never from the wall clock, so every replica (and a replay after a
 // restart) computes the same state.
 //
-// The response is []*structs.Leftover for a forced VolumeDeregisterType and
-// nil otherwise.
+// The response is []*structs.Leftover for a forced VolumeDeregisterType,
+// []error (one per checkpoint, nil when applied) for a
+// ClaimCheckpointBatchType (batch.go), and nil otherwise.
 func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req any) (resp any, err error) {
 	o, ok := ops[t]
 	if !ok {

@@ -28,7 +28,25 @@ const (
 	// persisted number: 17-29 claim safety (fencing, conditional
 	// checkpoints), 30-49 ACL (tokens, policies, bootstrap), 50-69
 	// integrity (keyring, snapshots), 70-89 node agent (heartbeats, fencing).
+
+	// 100-109 batched raft writes (issue 17).
+
+	// ClaimCheckpointBatchType carries several claim checkpoints in one
+	// log entry (group commit). Each is checked (term fence, validation)
+	// and answered on its own, in order, in one store transaction.
+	ClaimCheckpointBatchType MessageType = 100
 )
+
+// ClaimCheckpointBatchRequest is a group commit of claim checkpoints. The
+// FSM fences every checkpoint by its own Term; the store validates each
+// against the state the ones before it left and applies those that pass:
+// a refused checkpoint changes nothing and fails no other.
+type ClaimCheckpointBatchRequest struct {
+	Checkpoints []*ClaimCheckpointRequest `json:"checkpoints"`
+}
+
+// MaxCheckpointBatch bounds the checkpoints of one batch entry.
+const MaxCheckpointBatch = 256
 
 // PluginUpsertRequest registers or updates a CSI plugin.
 type PluginUpsertRequest struct {
