@@ -2,6 +2,7 @@ package extism
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,7 +35,8 @@ import (
 //
 // VOLHOST_ROUNDS (default 7) and VOLHOST_ROUND_CALLS (default 2000 warm,
 // a tenth of that cold) size it; VOLHOST_RATIOS_OUT=FILE writes the table
-// as markdown for scripts/bench.sh.
+// as markdown and VOLHOST_RATIOS_JSON=FILE every round's figures (for
+// the plot) for scripts/bench.sh.
 func BenchmarkCallRatios(b *testing.B) {
 	rounds := envInt(b, "VOLHOST_ROUNDS", 7)
 	calls := envInt(b, "VOLHOST_ROUND_CALLS", 2000)
@@ -144,6 +146,21 @@ func BenchmarkCallRatios(b *testing.B) {
 	b.Logf("\n%s", md.String())
 	if path := os.Getenv("VOLHOST_RATIOS_OUT"); path != "" {
 		if err := os.WriteFile(path, []byte(md.String()), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if path := os.Getenv("VOLHOST_RATIOS_JSON"); path != "" {
+		type sideJSON struct {
+			Name  string    `json:"name"`
+			Means []float64 `json:"mean_ns"`
+			P50s  []float64 `json:"p50_ns"`
+		}
+		var out []sideJSON
+		for _, s := range sides {
+			out = append(out, sideJSON{s.name, s.means, s.p50s})
+		}
+		raw, _ := json.MarshalIndent(out, "", "  ")
+		if err := os.WriteFile(path, raw, 0o644); err != nil {
 			b.Fatal(err)
 		}
 	}
