@@ -84,11 +84,14 @@ type writer struct {
 }
 
 func (w *writer) insert(table string, obj any) error {
-	if v, ok := obj.(*structs.Volume); ok && table == TableVolumes {
-		if err := w.trackVolumeWrite(v, v); err != nil {
-			return err
-		}
+	if table == TableVolumes {
+		// Volume writes keep VolumeStats in step: putVolume, deleteVolume.
+		return fmt.Errorf("insert into %s: a volume write must go through putVolume", table)
 	}
+	return w.insertRow(table, obj)
+}
+
+func (w *writer) insertRow(table string, obj any) error {
 	if err := w.txn.Insert(table, obj); err != nil {
 		return fmt.Errorf("insert into %s: %w", table, err)
 	}
@@ -97,11 +100,13 @@ func (w *writer) insert(table string, obj any) error {
 }
 
 func (w *writer) delete(table string, obj any) error {
-	if v, ok := obj.(*structs.Volume); ok && table == TableVolumes {
-		if err := w.trackVolumeWrite(v, nil); err != nil {
-			return err
-		}
+	if table == TableVolumes {
+		return fmt.Errorf("delete from %s: a volume write must go through deleteVolume", table)
 	}
+	return w.deleteRow(table, obj)
+}
+
+func (w *writer) deleteRow(table string, obj any) error {
 	if err := w.txn.Delete(table, obj); err != nil {
 		return fmt.Errorf("delete from %s: %w", table, err)
 	}
@@ -139,7 +144,7 @@ func (w *writer) touchVolumes(vols []*structs.Volume) error {
 	for _, v := range vols {
 		n := v.Copy()
 		n.ModifyIndex = w.index
-		if err := w.insert(TableVolumes, n); err != nil {
+		if err := w.putVolume(v, n); err != nil {
 			return err
 		}
 	}
@@ -246,7 +251,7 @@ func (w *writer) registerVolumes(r *structs.VolumeRegisterRequest) (any, error) 
 			v.Claims, v.Stuck = o.Claims, o.Stuck
 		}
 		v.ModifyIndex = w.index
-		if err := w.insert(TableVolumes, v); err != nil {
+		if err := w.putVolume(old, v); err != nil {
 			return nil, err
 		}
 	}
@@ -258,7 +263,7 @@ func (w *writer) deregisterVolume(r *structs.VolumeDeregisterRequest) (any, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := w.delete(TableVolumes, v); err != nil {
+	if err := w.deleteVolume(v); err != nil {
 		return nil, err
 	}
 	if !r.Force {
@@ -418,7 +423,7 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 	}
 	v.Claims[c.AllocID] = c
 	v.ModifyIndex = w.index
-	if err := w.insert(TableVolumes, v); err != nil {
+	if err := w.putVolume(old, v); err != nil {
 		return nil, err
 	}
 	return nil, w.event(&structs.Event{
@@ -447,7 +452,7 @@ func (w *writer) removeClaim(r *structs.VolumeClaimRemoveRequest) (any, error) {
 	c := v.Claims[r.AllocID]
 	dropClaim(v, r.AllocID)
 	v.ModifyIndex = w.index
-	if err := w.insert(TableVolumes, v); err != nil {
+	if err := w.putVolume(old, v); err != nil {
 		return nil, err
 	}
 	return nil, w.event(&structs.Event{
@@ -504,7 +509,7 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 	}
 	ev.Fields["from"] = string(prev.State)
 	v.ModifyIndex = w.index
-	if err := w.insert(TableVolumes, v); err != nil {
+	if err := w.putVolume(old, v); err != nil {
 		return nil, err
 	}
 	return nil, w.event(ev)
@@ -540,7 +545,7 @@ func (w *writer) markStuck(r *structs.VolumeStuckRequest) (any, error) {
 		}
 	}
 	v.ModifyIndex = w.index
-	if err := w.insert(TableVolumes, v); err != nil {
+	if err := w.putVolume(old, v); err != nil {
 		return nil, err
 	}
 	return nil, w.event(ev)

@@ -95,18 +95,19 @@ func (d *volumeDelta) applyTo(s VolumeStats) VolumeStats {
 	return n
 }
 
-// trackVolumeWrite records the replacement of the stored volume with the
-// same key as v (if any) by v (nil for a delete), before the write.
-func (w *writer) trackVolumeWrite(key, v *structs.Volume) error {
-	raw, err := w.txn.First(TableVolumes, indexID, key.Namespace, key.ID)
-	if err != nil {
-		return fmt.Errorf("read volume %s/%s: %w", key.Namespace, key.ID, err)
-	}
-	if old, ok := raw.(*structs.Volume); ok {
-		w.stats.add(old, -1)
-	}
+// putVolume writes v over old, the stored volume with its key (nil when
+// new), keeping VolumeStats in step. Every volume write goes through it or
+// deleteVolume (writer.insert refuses the volumes table).
+func (w *writer) putVolume(old, v *structs.Volume) error {
+	w.stats.add(old, -1)
 	w.stats.add(v, +1)
-	return nil
+	return w.insertRow(TableVolumes, v)
+}
+
+// deleteVolume removes the stored volume v.
+func (w *writer) deleteVolume(v *structs.Volume) error {
+	w.stats.add(v, -1)
+	return w.deleteRow(TableVolumes, v)
 }
 
 // finishStats writes the volume statistics when this write changed them.
