@@ -37,7 +37,7 @@ benchtime_of() {
     BenchmarkAgentRelease) echo 2x ;;
     BenchmarkGuestCostCold) echo 300x ;;
     # Issue 17's own sections run them (below), with their own knobs.
-    BenchmarkCallRatios|BenchmarkScale) echo skip ;;
+    BenchmarkCallRatios|BenchmarkScale|BenchmarkCheckpointGroupCommit) echo skip ;;
     *) echo "$benchtime" ;;
   esac
 }
@@ -73,6 +73,8 @@ fi
 if [ "${SKIP_ISSUE17:-}" != 1 ]; then
   (cd test/extism && VOLHOST_ROUNDS=${CALL_ROUNDS:-7} VOLHOST_RATIOS_OUT="$out/call.md" VOLHOST_RATIOS_JSON="$out/call.json" \
     go test -run '^$' -bench '^BenchmarkCallRatios$' -benchtime 1x -timeout 20m . 2>&1) | tee "$out/call.txt" | grep -E '^(Benchmark|ok|FAIL)' || true
+  VOLHOST_GROUPCOMMIT_OUT="$out/groupcommit.md" go test -run '^$' -bench '^BenchmarkCheckpointGroupCommit$' -benchtime 1x -timeout 20m ./host/cluster/ 2>&1 |
+    tee "$out/groupcommit.txt" | grep -E '^(Benchmark|ok|FAIL)' || true
   if [ "${SKIP_SCALE:-}" != 1 ]; then
     rm -f "$out"/scale-*.json
     for n in ${SCALE_VOLUMES:-10000 100000 1000000}; do
@@ -120,7 +122,9 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2- | sed 's/^ 
   echo "| load average at start | $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) |"
   echo "| command | \`make bench\` (BENCHTIME=$benchtime CLAIMS=$claims NODES=$nodes ROUNDS=$rounds LATENCY=$latency) |"
 } >"$out/machine.md"
-replace_section machine "Machine and command (make bench)" "$out/machine.md"
+if [ "${SKIP_GO:-}" != 1 ] || [ "${SKIP_E2E:-}" != 1 ]; then
+  replace_section machine "Machine and command (make bench)" "$out/machine.md"
+fi
 
 if [ -f "$out/release.md" ] && [ "${SKIP_E2E:-}" != 1 ]; then
   {
@@ -190,6 +194,20 @@ if [ "${SKIP_ISSUE17:-}" != 1 ] && [ -s "$out/call.md" ]; then
     echo "![one policy call by side](BENCHMARKS-call.png)"
   } >"$out/call-section.md"
   replace_section call-ratios "Module call, interleaved rounds (issue 17)" "$out/call-section.md"
+fi
+if [ "${SKIP_ISSUE17:-}" != 1 ] && [ -s "$out/groupcommit.md" ]; then
+  {
+    echo "The watcher's release writes (three checkpoints per claim) from 16 concurrent"
+    echo "writers on one server with raft-boltdb on disk: one raft entry per checkpoint"
+    echo "(as before) against the group commit, alternating in one process:"
+    echo
+    echo '```sh'
+    echo "go test -run '^\$' -bench '^BenchmarkCheckpointGroupCommit\$' -benchtime 1x ./host/cluster/"
+    echo '```'
+    echo
+    cat "$out/groupcommit.md"
+  } >"$out/groupcommit-section.md"
+  replace_section groupcommit "Group commit of claim checkpoints (issue 17)" "$out/groupcommit-section.md"
 fi
 if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SKIP_SCALE:-}" != 1 ] && ls "$out"/scale-*.md >/dev/null 2>&1; then
   {
