@@ -33,7 +33,8 @@ import (
 //	make plugins
 //	cd test/extism && go test -run '^$' -bench CallRatios -benchtime 1x
 //
-// VOLHOST_ROUNDS (default 7) and VOLHOST_ROUND_CALLS (default 2000 warm,
+// VOLHOST_CALL_BASELINE=FILE.wasm adds that Go guest as a side of its own
+// (a before/after in the same rounds). VOLHOST_ROUNDS (default 7) and VOLHOST_ROUND_CALLS (default 2000 warm,
 // a tenth of that cold) size it; VOLHOST_RATIOS_OUT=FILE writes the table
 // as markdown and VOLHOST_RATIOS_JSON=FILE every round's figures (for
 // the plot) for scripts/bench.sh.
@@ -92,6 +93,19 @@ func BenchmarkCallRatios(b *testing.B) {
 		{name: "go-cold", calls: max(calls/10, 50), between: evict, call: volhostCall(goM)},
 		{name: "as-cold", calls: max(calls/10, 50), between: evict, call: volhostCall(asM)},
 	}
+	ratios := []ratio{
+		{"Extism / volhost Go guest", "extism", "go", false, ">= 10"},
+		{"volhost Go guest / native", "go", "native", false, "<= 15"},
+		{"volhost AS guest / native", "as", "native", false, "<= 5"},
+		{"Go guest cold / warm", "go-cold", "go", true, "<= 3 (p50)"},
+		{"AS guest cold / warm", "as-cold", "as", true, "<= 3 (p50)"},
+	}
+	// A before/after of the Go guest in the same rounds: the module built
+	// from an older commit (for example the SDK before a change).
+	if base := os.Getenv("VOLHOST_CALL_BASELINE"); base != "" {
+		sides = append(sides, &side{name: "go-baseline", calls: calls, call: volhostCall(newManager(b, base))})
+		ratios = append(ratios, ratio{"Go guest / the same built from VOLHOST_CALL_BASELINE", "go", "go-baseline", false, "< 1 is faster"})
+	}
 	for _, s := range sides { // warm every side once, untimed
 		for range 100 {
 			if err := s.call(); err != nil {
@@ -113,13 +127,6 @@ func BenchmarkCallRatios(b *testing.B) {
 	byName := map[string]*side{}
 	for _, s := range sides {
 		byName[s.name] = s
-	}
-	ratios := []ratio{
-		{"Extism / volhost Go guest", "extism", "go", false, ">= 10"},
-		{"volhost Go guest / native", "go", "native", false, "<= 15"},
-		{"volhost AS guest / native", "as", "native", false, "<= 5"},
-		{"Go guest cold / warm", "go-cold", "go", true, "<= 3 (p50)"},
-		{"AS guest cold / warm", "as-cold", "as", true, "<= 3 (p50)"},
 	}
 	var md strings.Builder
 	fmt.Fprintf(&md, "%d rounds; in each, every side in turn: native %d calls, Go and AS guests %d each, Extism %d, cold sides %d.\n\n",

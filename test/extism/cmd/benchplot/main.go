@@ -75,26 +75,28 @@ func plotCall(path, png string) error {
 	p.Y.Label.Text = "µs per call (log)"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	w := vg.Points(18)
 	names := make([]string, len(sides))
-	means, p50s := make(plotter.Values, len(sides)), make(plotter.Values, len(sides))
+	means, p50s := make(plotter.XYs, len(sides)), make(plotter.XYs, len(sides))
 	for i, s := range sides {
 		names[i] = s.Name
-		means[i], p50s[i] = median(s.Means)/1000, median(s.P50s)/1000
+		means[i] = plotter.XY{X: float64(i), Y: median(s.Means) / 1000}
+		p50s[i] = plotter.XY{X: float64(i), Y: median(s.P50s) / 1000}
 	}
-	for i, series := range []struct {
-		name string
-		v    plotter.Values
-		c    color.Color
-	}{{"mean", means, color.RGBA{R: 66, G: 133, B: 244, A: 255}}, {"p50", p50s, color.RGBA{R: 52, G: 168, B: 83, A: 255}}} {
-		bars, err := plotter.NewBarChart(series.v, w)
+	// Points, not bars: a bar starts at 0, which a log axis cannot show.
+	for _, series := range []struct {
+		name  string
+		v     plotter.XYs
+		c     color.Color
+		shape draw.GlyphDrawer
+	}{{"mean", means, color.RGBA{R: 66, G: 133, B: 244, A: 255}, draw.CircleGlyph{}},
+		{"p50", p50s, color.RGBA{R: 52, G: 168, B: 83, A: 255}, draw.TriangleGlyph{}}} {
+		pts, err := plotter.NewScatter(series.v)
 		if err != nil {
 			return err
 		}
-		bars.Color, bars.LineStyle.Width = series.c, 0
-		bars.Offset = vg.Length(2*i-1) * w / 2
-		p.Add(bars)
-		p.Legend.Add(series.name, bars)
+		pts.Color, pts.Shape, pts.Radius = series.c, series.shape, vg.Points(5)
+		p.Add(pts)
+		p.Legend.Add(series.name, pts)
 	}
 	p.Legend.Top = true
 	p.NominalX(names...)
