@@ -11,7 +11,7 @@ PLUGIN_BUILD  := examples/plugins/build
 TEST_MODULE_BUILD := bin/test-modules
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: build plugins test-modules test test-short lint run bench e2e chaos clean
+.PHONY: build plugins test-modules test test-short lint run bench bench-quick e2e chaos clean
 
 build:
 	$(GO) build -o bin/volhost ./cmd/volhost
@@ -67,6 +67,18 @@ chaos: plugins
 # BENCHMARKS.md and BENCHMARKS-release.png (scripts/bench.sh).
 bench: build plugins
 	@bash scripts/bench.sh
+
+# The headline ratios for a reviewer on a fresh clone, in under 3 minutes
+# (issue 17): the module call (native, Go and AS guests, Extism, cold
+# caches), 5 interleaved rounds, medians with min and max, and the state
+# store at 100,000 volumes built by bulk FSM apply. Writes bin/bench/quick-*.md.
+bench-quick: plugins
+	@mkdir -p bin/bench
+	cd test/extism && VOLHOST_ROUNDS=5 VOLHOST_ROUND_CALLS=1000 VOLHOST_RATIOS_OUT=$(CURDIR)/bin/bench/quick-call.md \
+		$(GO) test -run '^$$' -bench '^BenchmarkCallRatios$$' -benchtime 1x -timeout 10m . >/dev/null
+	VOLHOST_SCALE_VOLUMES=100000 VOLHOST_SCALE_OUT=$(CURDIR)/bin/bench/quick-scale.md \
+		$(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 10m ./host/state/ >/dev/null
+	@cat bin/bench/quick-call.md; echo; cat bin/bench/quick-scale.md
 
 run: build plugins
 	./bin/volhost agent -dev -module-dir $(PLUGIN_BUILD)

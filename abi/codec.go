@@ -1221,6 +1221,47 @@ func (m *PolicyRequest) Unmarshal(b []byte) error {
 	return nil
 }
 
+// UnmarshalReusing is Unmarshal into m's own repeated fields: their
+// backing arrays are reused when large enough, so a guest that decodes
+// every call into one PolicyRequest allocates only the request's string
+// copy, not its claims, allocs and nodes (each allocation costs a Go guest
+// about 20 exits, and its garbage GC cycles and yields: ABI.md section 12).
+// Whatever m held before, slices included, is overwritten: callers must
+// not keep m's previous contents. The strings stay valid (they are a copy
+// of b). On an error m is left empty.
+func (m *PolicyRequest) UnmarshalReusing(b []byte) error {
+	claims, allocs, nodes := m.Claims[:0], m.Allocs[:0], m.Nodes[:0]
+	clear(claims[:cap(claims)]) // drop the old strings for the GC
+	clear(allocs[:cap(allocs)])
+	clear(nodes[:cap(nodes)])
+	*m = PolicyRequest{}
+	d, err := newDecoder(b)
+	if err == nil {
+		m.Claims, m.Allocs, m.Nodes = claims, allocs, nodes
+		m.presizeReusing(b)
+		err = m.merge(&d, d.base)
+	}
+	if err != nil {
+		*m = PolicyRequest{}
+		return malformed("PolicyRequest", err)
+	}
+	return nil
+}
+
+// presizeReusing grows a reused repeated field, once, to the items b
+// holds, so the merge's appends never reallocate. Nil fields stay nil:
+// merge's own presize sizes them.
+func (m *PolicyRequest) presizeReusing(b []byte) {
+	if m.Claims == nil && m.Allocs == nil && m.Nodes == nil {
+		return
+	}
+	c := countFields(b)
+	grow := func(n, have int) int { return max(min(n, MaxRepeated)-have, 0) }
+	m.Claims = slices.Grow(m.Claims, grow(c[3], cap(m.Claims)))
+	m.Allocs = slices.Grow(m.Allocs, grow(c[4], cap(m.Allocs)))
+	m.Nodes = slices.Grow(m.Nodes, grow(c[5], cap(m.Nodes)))
+}
+
 func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 	// Fast path (see "decoding helpers"): the fields in number order.
 	if len(b) > 1 && b[0] == 1<<3 { // a time or age in ms: several bytes

@@ -289,3 +289,63 @@ func TestRepeatedPresized(t *testing.T) {
 func itoa(i int) string {
 	return string(protowire.AppendVarint(nil, uint64(i)))
 }
+
+// UnmarshalReusing decodes exactly what Unmarshal does, whatever the
+// value held before (more items, fewer, none, a failed decode), and once
+// its slices are large enough it allocates only the request's string copy.
+func TestPolicyRequestUnmarshalReusing(t *testing.T) {
+	big := samplePolicyRequest()
+	small := &PolicyRequest{NowUnixMs: 7, Claims: []ClaimView{{AllocID: "x", NodeID: "n", State: "taken"}}}
+	empty := &PolicyRequest{Volume: VolumeView{ID: "v"}}
+	var reused PolicyRequest
+	for i, m := range []*PolicyRequest{big, small, empty, big, small, big} {
+		in := m.MarshalAppend(nil)
+		var fresh PolicyRequest
+		if err := fresh.Unmarshal(in); err != nil {
+			t.Fatal(err)
+		}
+		if err := reused.UnmarshalReusing(in); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if !reflect.DeepEqual(normalizeEmpty(reused), normalizeEmpty(fresh)) {
+			t.Fatalf("step %d: reused decode\n%+v\nfresh decode\n%+v", i, reused, fresh)
+		}
+	}
+	if err := reused.UnmarshalReusing([]byte{0xff}); err == nil {
+		t.Fatal("malformed request decoded")
+	}
+	if !reflect.DeepEqual(reused, PolicyRequest{}) {
+		t.Fatalf("a failed decode left %+v", reused)
+	}
+	// Without maps (a policy request's nodes carry no meta), a reused
+	// decode is the string copy alone.
+	noMaps := samplePolicyRequest()
+	noMaps.Volume.Context = nil
+	for i := range noMaps.Nodes {
+		noMaps.Nodes[i].Meta = nil
+	}
+	in := noMaps.MarshalAppend(nil)
+	_ = reused.UnmarshalReusing(in)
+	if n := testing.AllocsPerRun(100, func() { _ = reused.UnmarshalReusing(in) }); n != 1 {
+		t.Fatalf("%.0f allocations per reused decode, want 1 (the string copy)", n)
+	}
+	var fresh PolicyRequest
+	if n := testing.AllocsPerRun(100, func() { _ = fresh.Unmarshal(in) }); n < 4 {
+		t.Fatalf("a fresh decode makes %.0f allocations: the comparison above proves nothing", n)
+	}
+}
+
+// normalizeEmpty makes empty repeated fields nil, as Unmarshal leaves
+// them, so a reused (empty, non-nil) slice compares equal.
+func normalizeEmpty(m PolicyRequest) PolicyRequest {
+	if len(m.Claims) == 0 {
+		m.Claims = nil
+	}
+	if len(m.Allocs) == 0 {
+		m.Allocs = nil
+	}
+	if len(m.Nodes) == 0 {
+		m.Nodes = nil
+	}
+	return m
+}

@@ -100,7 +100,24 @@ func FuzzConfigureResponse(f *testing.F) {
 }
 
 func FuzzPolicyRequest(f *testing.F) {
-	f.Fuzz(func(t *testing.T, b []byte) { fuzzRoundTrip(t, func() Message { return &PolicyRequest{} }, b) })
+	// The guest SDK decodes every call into one reused value: after a
+	// full sample, any input must decode (or fail) as a fresh Unmarshal.
+	reused := samplePolicyRequest()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fuzzRoundTrip(t, func() Message { return &PolicyRequest{} }, b)
+		var fresh PolicyRequest
+		ferr := fresh.Unmarshal(b)
+		rerr := reused.UnmarshalReusing(b)
+		if (ferr == nil) != (rerr == nil) {
+			t.Fatalf("Unmarshal: %v, UnmarshalReusing: %v", ferr, rerr)
+		}
+		if ferr == nil && !reflect.DeepEqual(normalizeEmpty(fresh), normalizeEmpty(*reused)) {
+			t.Fatalf("reused decode %+v, fresh %+v", *reused, fresh)
+		}
+		if err := reused.UnmarshalReusing(samplePolicyRequest().MarshalAppend(nil)); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 func FuzzPolicyResponse(f *testing.F) {

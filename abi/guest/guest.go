@@ -29,7 +29,10 @@ import (
 	"github.com/volhost/volhost/abi"
 )
 
-// ReleaseFunc judges the claims of one volume (kind release-policy).
+// ReleaseFunc judges the claims of one volume (kind release-policy). req
+// and its Claims, Allocs and Nodes slices belong to the SDK and are reused
+// by the next call (the decode allocates no slices then): a handler that
+// keeps any of them past its return must copy them. Strings may be kept.
 type ReleaseFunc func(req *abi.PolicyRequest) (*abi.PolicyResponse, error)
 
 // ConfigureFunc receives the manifest's config block once per instance and
@@ -64,6 +67,8 @@ type Handlers struct {
 	ReleaseRaw RawFunc
 
 	moduleName string
+	// releaseReq is decoded into on every release call (UnmarshalReusing).
+	releaseReq abi.PolicyRequest
 }
 
 // registered are the handlers the wasm exports serve.
@@ -147,9 +152,33 @@ func (h *Handlers) DispatchRelease(in, out []byte) []byte {
 		}
 		return res
 	}
-	return dispatch(in, out, h.Release, func(msg string) *abi.PolicyResponse {
-		return &abi.PolicyResponse{Error: msg}
-	})
+	return h.dispatchRelease(in, out)
+}
+
+// dispatchRelease is dispatch for the release handler, decoding into the
+// reused h.releaseReq instead of a new request per call.
+func (h *Handlers) dispatchRelease(in, out []byte) (res []byte) {
+	failed := func(msg string) []byte { return (&abi.PolicyResponse{Error: msg}).MarshalAppend(out) }
+	defer func() {
+		if r := recover(); r != nil {
+			res = failed(fmt.Sprintf("panic: %v", r))
+		}
+	}()
+	if h.Release == nil {
+		return failed(errNoHandler.Error())
+	}
+	req := &h.releaseReq
+	if err := req.UnmarshalReusing(in); err != nil {
+		return failed(err.Error())
+	}
+	resp, err := h.Release(req)
+	switch {
+	case err != nil:
+		return failed(err.Error())
+	case resp == nil:
+		return failed("handler returned no response")
+	}
+	return resp.MarshalAppend(out)
 }
 
 // DispatchAdapt decodes an AdapterRequest from in, runs the adapt handler and

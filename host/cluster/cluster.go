@@ -151,6 +151,7 @@ type Cluster struct {
 	meta        *meta
 	trans       raft.Transport
 	reconcileCh chan struct{}
+	checkpoints *checkpointBatcher // group commit of claim checkpoints (batch.go)
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -326,8 +327,10 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	c.raft = r
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.forwardLeadership()
+	c.checkpoints = newCheckpointBatcher(c)
+	go c.checkpoints.run(c.stopCh)
 	return c, nil
 }
 

@@ -59,6 +59,8 @@ func newRequest(t structs.MessageType) (any, error) {
 		return &structs.NodeFenceRequest{}, nil
 	case structs.NodeLivenessType:
 		return &structs.NodeLivenessRequest{}, nil
+	case structs.ClaimCheckpointBatchType:
+		return &structs.ClaimCheckpointBatchRequest{}, nil
 	}
 	if r := structs.NewACLRequest(t); r != nil {
 		return r, nil

@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -44,6 +45,9 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.logger.Error("undecodable log entry skipped", "index", l.Index, "error", err)
 		return fsmResult{err: err}
 	}
+	if batch, ok := req.(*structs.ClaimCheckpointBatchRequest); ok {
+		return f.applyCheckpointBatch(l, at, batch)
+	}
 	if err := fenceTerm(req, l.Term); err != nil {
 		f.logger.Warn("log entry of an older leadership term refused", "index", l.Index, "type", t, "error", err)
 		return fsmResult{err: err}
@@ -55,6 +59,55 @@ func (f *fsm) Apply(l *raft.Log) any {
 		f.logger.Debug("log entry refused at apply", "index", l.Index, "type", t, "error", err)
 	}
 	return fsmResult{resp: resp, err: err}
+}
+
+// applyCheckpointBatch applies a group commit (batch.go): the term fence
+// is checked for every checkpoint on its own, the admitted ones go to the
+// store in one transaction, and the response is one error per checkpoint
+// (nil: applied), in the batch's order. A fenced-out checkpoint fails
+// alone.
+func (f *fsm) applyCheckpointBatch(l *raft.Log, at time.Time, batch *structs.ClaimCheckpointBatchRequest) any {
+	errs := make([]error, len(batch.Checkpoints))
+	admitted := &structs.ClaimCheckpointBatchRequest{Checkpoints: make([]*structs.ClaimCheckpointRequest, 0, len(batch.Checkpoints))}
+	slot := make([]int, 0, len(batch.Checkpoints)) // admitted[i] is batch.Checkpoints[slot[i]]
+	for i, ck := range batch.Checkpoints {
+		if ck == nil {
+			errs[i] = structs.Invalid("checkpoints", "item %d is nil", i)
+			continue
+		}
+		if err := fenceTerm(ck, l.Term); err != nil {
+			f.logger.Warn("checkpoint of an older leadership term refused", "index", l.Index, "item", i, "error", err)
+			errs[i] = err
+			continue
+		}
+		admitted.Checkpoints = append(admitted.Checkpoints, ck)
+		slot = append(slot, i)
+	}
+	if len(admitted.Checkpoints) == 0 {
+		return fsmResult{resp: errs}
+	}
+	resp, err := f.store.ApplyAt(l.Index, at, structs.ClaimCheckpointBatchType, admitted)
+	if err != nil {
+		// The whole transaction was refused (a store error): nothing of
+		// the entry applied, every admitted checkpoint gets the error.
+		f.logger.Debug("checkpoint batch refused at apply", "index", l.Index, "error", err)
+		for _, i := range slot {
+			errs[i] = err
+		}
+		return fsmResult{resp: errs}
+	}
+	sub, ok := resp.([]error)
+	if !ok || len(sub) != len(slot) {
+		err := fmt.Errorf("checkpoint batch: unexpected store response %T", resp)
+		for _, i := range slot {
+			errs[i] = err
+		}
+		return fsmResult{resp: errs}
+	}
+	for j, i := range slot {
+		errs[i] = sub[j]
+	}
+	return fsmResult{resp: errs}
 }
 
 // fenced is a request written by leader work under a leadership term

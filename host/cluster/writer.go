@@ -7,7 +7,9 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// ClaimWriter commits the watcher's writes through the cluster, one log
+// ClaimWriter commits the watcher's writes through the cluster. Claim
+// checkpoints are group-committed (batch.go): concurrent ones share a log
+// entry, each checked and answered on its own; the other writes take one
 // entry per call. It implements the watcher's ClaimWriter interface.
 type ClaimWriter struct{ c *Cluster }
 
@@ -15,10 +17,13 @@ type ClaimWriter struct{ c *Cluster }
 func (c *Cluster) ClaimWriter() ClaimWriter { return ClaimWriter{c: c} }
 
 // CheckpointClaim writes the whole claim; at ready-to-free the store removes
-// it from the volume in the same entry.
+// it from the volume in the same entry. Checkpoints of other volumes
+// written meanwhile may share the entry (group commit).
 func (w ClaimWriter) CheckpointClaim(ctx context.Context, req *structs.ClaimCheckpointRequest) (uint64, error) {
-	idx, _, err := w.c.Apply(ctx, structs.ClaimCheckpointType, req)
-	return idx, err
+	if req == nil {
+		return 0, structs.Invalid("request", "is nil")
+	}
+	return w.c.checkpoints.submit(ctx, req)
 }
 
 // MarkStuck marks (or, with a nil Stuck, clears) a volume as stuck.

@@ -12,8 +12,9 @@ var claimStates = []structs.ClaimState{
 	structs.ClaimTaken, structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree,
 }
 
-// stateCollector computes gauges from one snapshot per scrape, so nothing
-// has to keep counts in step with the store.
+// stateCollector reads its gauges from one snapshot per scrape: the counts
+// the store keeps in step with every write (state.VolumeStats), so a scrape
+// costs the same at 10 volumes and at 1,000,000.
 type stateCollector struct {
 	snapshot func() Source
 
@@ -48,31 +49,18 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	src := c.snapshot()
-	vols, err := src.Volumes()
+	stats, err := src.VolumeStats()
 	if err != nil {
 		for _, d := range []*prometheus.Desc{c.volumes, c.claims, c.failing, c.stuck} {
 			ch <- prometheus.NewInvalidMetric(d, err)
 		}
 	} else {
-		byState := make(map[structs.ClaimState]int, len(claimStates))
-		var failing, stuck int
-		for _, v := range vols {
-			if v.Stuck != nil {
-				stuck++
-			}
-			for _, cl := range v.Claims {
-				byState[cl.State]++
-				if cl.LastError != nil {
-					failing++
-				}
-			}
-		}
-		ch <- prometheus.MustNewConstMetric(c.volumes, prometheus.GaugeValue, float64(len(vols)))
+		ch <- prometheus.MustNewConstMetric(c.volumes, prometheus.GaugeValue, float64(stats.Volumes))
 		for _, s := range claimStates {
-			ch <- prometheus.MustNewConstMetric(c.claims, prometheus.GaugeValue, float64(byState[s]), string(s))
+			ch <- prometheus.MustNewConstMetric(c.claims, prometheus.GaugeValue, float64(stats.Claims[s]), string(s))
 		}
-		ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, float64(failing))
-		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(stuck))
+		ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, float64(stats.Failing))
+		ch <- prometheus.MustNewConstMetric(c.stuck, prometheus.GaugeValue, float64(stats.Stuck))
 	}
 	left, err := src.Leftovers()
 	if err != nil {

@@ -172,7 +172,9 @@ func TestNilMetricsIsNoop(t *testing.T) {
 
 type failingSource struct{}
 
-func (failingSource) Volumes() ([]*structs.Volume, error)     { return nil, errors.New("snapshot broke") }
+func (failingSource) VolumeStats() (state.VolumeStats, error) {
+	return state.VolumeStats{}, errors.New("snapshot broke")
+}
 func (failingSource) Leftovers() ([]*structs.Leftover, error) { return nil, nil }
 
 func TestSourceErrorKeepsOtherSeries(t *testing.T) {

@@ -27,8 +27,9 @@ func (s *Store) Apply(index uint64, t structs.MessageType, req any) (resp any, e
 // entry, never from the wall clock, so every replica (and a replay after a
 // restart) computes the same state.
 //
-// The response is []*structs.Leftover for a forced VolumeDeregisterType and
-// nil otherwise.
+// The response is []*structs.Leftover for a forced VolumeDeregisterType,
+// []error (one per checkpoint, nil when applied) for a
+// ClaimCheckpointBatchType (batch.go), and nil otherwise.
 func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req any) (resp any, err error) {
 	o, ok := ops[t]
 	if !ok {
@@ -78,9 +79,19 @@ type writer struct {
 	// (Store.volEvents before it); rings lists the rings written to.
 	volEvents int
 	rings     map[string]bool
+	// stats is this write's change to VolumeStats (stats.go).
+	stats volumeDelta
 }
 
 func (w *writer) insert(table string, obj any) error {
+	if table == TableVolumes {
+		// Volume writes keep VolumeStats in step: putVolume, deleteVolume.
+		return fmt.Errorf("insert into %s: a volume write must go through putVolume", table)
+	}
+	return w.insertRow(table, obj)
+}
+
+func (w *writer) insertRow(table string, obj any) error {
 	if err := w.txn.Insert(table, obj); err != nil {
 		return fmt.Errorf("insert into %s: %w", table, err)
 	}
@@ -89,6 +100,13 @@ func (w *writer) insert(table string, obj any) error {
 }
 
 func (w *writer) delete(table string, obj any) error {
+	if table == TableVolumes {
+		return fmt.Errorf("delete from %s: a volume write must go through deleteVolume", table)
+	}
+	return w.deleteRow(table, obj)
+}
+
+func (w *writer) deleteRow(table string, obj any) error {
 	if err := w.txn.Delete(table, obj); err != nil {
 		return fmt.Errorf("delete from %s: %w", table, err)
 	}
@@ -96,13 +114,16 @@ func (w *writer) delete(table string, obj any) error {
 	return nil
 }
 
-// finish trims the event rings to their bounds (events.go) and writes the
-// index of every table touched.
+// finish trims the event rings to their bounds (events.go), updates the
+// volume statistics (stats.go) and writes the index of every table touched.
 func (w *writer) finish() error {
 	if w.events > 0 {
 		if err := w.trimEvents(); err != nil {
 			return err
 		}
+	}
+	if err := w.finishStats(); err != nil {
+		return err
 	}
 	tables := make([]string, 0, len(w.bumped))
 	for t := range w.bumped {
@@ -123,7 +144,7 @@ func (w *writer) touchVolumes(vols []*structs.Volume) error {
 	for _, v := range vols {
 		n := v.Copy()
 		n.ModifyIndex = w.index
-		if err := w.insert(TableVolumes, n); err != nil {
+		if err := w.putVolume(v, n); err != nil {
 			return err
 		}
 	}
@@ -235,7 +256,7 @@ func (w *writer) registerVolumes(r *structs.VolumeRegisterRequest) (any, error) 
 			v.Claims, v.Stuck = o.Claims, o.Stuck
 		}
 		v.ModifyIndex = w.index
-		if err := w.insert(TableVolumes, v); err != nil {
+		if err := w.putVolume(old, v); err != nil {
 			return nil, err
 		}
 	}
@@ -247,7 +268,7 @@ func (w *writer) deregisterVolume(r *structs.VolumeDeregisterRequest) (any, erro
 	if err != nil {
 		return nil, err
 	}
-	if err := w.delete(TableVolumes, v); err != nil {
+	if err := w.deleteVolume(v); err != nil {
 		return nil, err
 	}
 	if !r.Force {
@@ -411,7 +432,7 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 	}
 	v.Claims[c.AllocID] = c
 	v.ModifyIndex = w.index
-	if err := w.insert(TableVolumes, v); err != nil {
+	if err := w.putVolume(old, v); err != nil {
 		return nil, err
 	}
 	return nil, w.event(&structs.Event{
@@ -440,7 +461,7 @@ func (w *writer) removeClaim(r *structs.VolumeClaimRemoveRequest) (any, error) {
 	c := v.Claims[r.AllocID]
 	dropClaim(v, r.AllocID)
 	v.ModifyIndex = w.index
-	if err := w.insert(TableVolumes, v); err != nil {
+	if err := w.putVolume(old, v); err != nil {
 		return nil, err
 	}
 	return nil, w.event(&structs.Event{
@@ -497,7 +518,7 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 	}
 	ev.Fields["from"] = string(prev.State)
 	v.ModifyIndex = w.index
-	if err := w.insert(TableVolumes, v); err != nil {
+	if err := w.putVolume(old, v); err != nil {
 		return nil, err
 	}
 	return nil, w.event(ev)
@@ -533,7 +554,7 @@ func (w *writer) markStuck(r *structs.VolumeStuckRequest) (any, error) {
 		}
 	}
 	v.ModifyIndex = w.index
-	if err := w.insert(TableVolumes, v); err != nil {
+	if err := w.putVolume(old, v); err != nil {
 		return nil, err
 	}
 	return nil, w.event(ev)

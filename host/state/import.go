@@ -185,6 +185,10 @@ func (b *Builder) placeEvent(e *eventRow) error {
 
 // Store commits the rows into a new store (opts as for NewStore).
 func (b *Builder) Store(opts ...Option) *Store {
+	if err := recountStats(b.txn); err != nil {
+		// Reading a table of the builder's own transaction: an error is a bug.
+		panic(fmt.Sprintf("state: %v", err))
+	}
 	b.txn.Commit()
 	s := NewStore(opts...)
 	s.cur.Store(&dbState{db: b.db, abandon: make(chan struct{})})

@@ -101,6 +101,9 @@ func (s *Store) Restore(r io.Reader) error {
 			return fmt.Errorf("restore: row %d into %s: %w", line, pr.Table, err)
 		}
 	}
+	if err := recountStats(txn); err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
 	txn.Commit()
 
 	s.writeMu.Lock()

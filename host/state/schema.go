@@ -106,6 +106,7 @@ func schema() *memdb.DBSchema {
 			},
 		},
 		TableIndex: {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id("Key")}},
+		tableStats: statsTableSchema(),
 	}}
 	addACLTables(s.Tables)
 	return s

@@ -361,6 +361,7 @@ func TestApplyEveryWriteType(t *testing.T) {
 				t.Errorf("LatestIndex = %d, want %d", f.s.LatestIndex(), f.idx)
 			}
 			tc.check(t, f, resp)
+			checkStats(t, f.s)
 		})
 	}
 }

@@ -87,6 +87,8 @@ var ops = map[structs.MessageType]op{
 	structs.ClaimGCType:           mkOp(validateGC, (*writer).gcClaims),
 	structs.LeftoversClearType:    mkOp(validateLeftoversClear, (*writer).clearLeftovers),
 	structs.EventAppendType:       mkOp(validateEvents, (*writer).appendEvents),
+	// Issue 17's group commit (batch.go).
+	structs.ClaimCheckpointBatchType: mkOp(validateCheckpointBatch, (*writer).checkpointBatch),
 }
 
 // validID checks an ID: non-empty, at most MaxIDLength characters, valid

@@ -31,7 +31,25 @@ const (
 
 	NodeFenceType    MessageType = 70 // fence or unfence a node, with the reason
 	NodeLivenessType MessageType = 71 // a heartbeat transition: ready, down, gone
+
+	// 100-109 batched raft writes (issue 17).
+
+	// ClaimCheckpointBatchType carries several claim checkpoints in one
+	// log entry (group commit). Each is checked (term fence, validation)
+	// and answered on its own, in order, in one store transaction.
+	ClaimCheckpointBatchType MessageType = 100
 )
+
+// ClaimCheckpointBatchRequest is a group commit of claim checkpoints. The
+// FSM fences every checkpoint by its own Term; the store validates each
+// against the state the ones before it left and applies those that pass:
+// a refused checkpoint changes nothing and fails no other.
+type ClaimCheckpointBatchRequest struct {
+	Checkpoints []*ClaimCheckpointRequest `json:"checkpoints"`
+}
+
+// MaxCheckpointBatch bounds the checkpoints of one batch entry.
+const MaxCheckpointBatch = 256
 
 // PluginUpsertRequest registers or updates a CSI plugin.
 type PluginUpsertRequest struct {

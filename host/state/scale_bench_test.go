@@ -1,0 +1,330 @@
+package state
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// scaleShape is the issue 17 target shape: volumes, a tenth of them
+// claimed, a tenth of those releasable (the claim's alloc has completed).
+type scaleShape struct{ volumes, claimed, releasable int }
+
+func shapeOf(volumes int) scaleShape {
+	return scaleShape{volumes: volumes, claimed: volumes / 10, releasable: volumes / 100}
+}
+
+// bulkLoad builds shape in a new store through the FSM's write path
+// (ApplyAt, every request validated as a raft entry would be), in large
+// entries where the request type allows it: volumes and allocations 10,000
+// per entry, one claim per entry (claims have no batch request). No HTTP,
+// no raft: what is measured afterwards is the store.
+func bulkLoad(tb testing.TB, shape scaleShape) *Store {
+	tb.Helper()
+	s := NewStore()
+	idx := uint64(0)
+	apply := func(t structs.MessageType, req any) {
+		idx++
+		if _, err := s.ApplyAt(idx, t0, t, req); err != nil {
+			tb.Fatalf("bulk load, entry %d (type %d): %v", idx, t, err)
+		}
+	}
+	const batch, nodes = 10_000, 100
+	apply(structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: &structs.Plugin{ID: "ebs", Provider: "ebs.csi.example", ControllerEndpoint: "tcp://127.0.0.1:9000",
+		Capabilities: structs.ControllerCapabilities{PublishUnpublish: true}}})
+	for n := range nodes {
+		id := fmt.Sprintf("node-%03d", n)
+		apply(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: &structs.Node{ID: id, Status: structs.NodeReady, LastSeen: t0,
+			Plugins: map[string]*structs.NodePlugin{"ebs": {PluginID: "ebs", Endpoint: "unix:///run/csi.sock", ExternalNodeID: "i-" + id}}}})
+	}
+	for i := 0; i < shape.volumes; i += batch {
+		vols := make([]*structs.Volume, 0, batch)
+		for j := i; j < min(i+batch, shape.volumes); j++ {
+			vols = append(vols, &structs.Volume{Namespace: "default", ID: fmt.Sprintf("vol-%07d", j), ExternalID: fmt.Sprintf("disk-%07d", j),
+				PluginID: "ebs", AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem})
+		}
+		apply(structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: vols})
+	}
+	allocs := func(from, to int, status structs.AllocClientStatus) {
+		for i := from; i < to; i += batch {
+			as := make([]*structs.Alloc, 0, batch)
+			for j := i; j < min(i+batch, to); j++ {
+				as = append(as, &structs.Alloc{ID: fmt.Sprintf("alloc-%07d", j), Namespace: "default", JobID: "job",
+					NodeID: fmt.Sprintf("node-%03d", j%nodes), ClientStatus: status})
+			}
+			apply(structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: as})
+		}
+	}
+	allocs(0, shape.claimed, structs.AllocRunning)
+	// Claimed volumes are spread over the table (every tenth), as they
+	// would be in a real cluster.
+	stride := shape.volumes / max(shape.claimed, 1)
+	for j := range shape.claimed {
+		apply(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: fmt.Sprintf("vol-%07d", j*stride),
+			Claim: &structs.Claim{AllocID: fmt.Sprintf("alloc-%07d", j), NodeID: fmt.Sprintf("node-%03d", j%nodes), Mode: structs.ClaimWrite}})
+	}
+	allocs(0, shape.releasable, structs.AllocComplete)
+	return s
+}
+
+// BenchmarkScale (issue 17): a store of VOLHOST_SCALE_VOLUMES volumes
+// (default 1,000,000; a tenth claimed, a hundredth releasable) built by
+// bulk FSM apply, then what a server does with it, each timed as the
+// median of 5 runs (min-max beside it): save and restore a snapshot
+// (Persist to a file, Restore from it), a 1,000-volume list page read
+// from the ID index and, for comparison, cut from a scan of every volume
+// (how the HTTP list route reads it before issue 17's paged read is wired
+// in), the counts a metrics scrape reads and the scan they replace, the
+// releasable volumes step-up visits, and the volumes changed since a
+// write (what a blocking query wakes). Heap and RSS after a GC.
+//
+//	go test -run '^$' -bench '^BenchmarkScale$' -benchtime 1x -timeout 30m ./host/state/
+//
+// VOLHOST_SCALE_OUT=FILE writes the table as markdown and
+// VOLHOST_SCALE_JSON=FILE the medians, for make bench. Save and restore
+// run 3 times rather than 5 from 500,000 volumes on (each takes tens of
+// seconds there).
+func BenchmarkScale(b *testing.B) {
+	n := 1_000_000
+	if v := os.Getenv("VOLHOST_SCALE_VOLUMES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1000 {
+			b.Fatalf("VOLHOST_SCALE_VOLUMES=%q: want an integer >= 1000", v)
+		}
+	}
+	shape := shapeOf(n)
+	for b.Loop() {
+		start := time.Now()
+		s := bulkLoad(b, shape)
+		build := time.Since(start)
+		heap, rss := memoryNow()
+		rows := []scaleRow{{"build-s", "bulk FSM apply of the whole state (s)", []float64{build.Seconds()}}}
+		rows = append(rows, scaleRow{"heap-MiB", "Go heap in use after GC (MiB)", []float64{heap}},
+			scaleRow{"rss-MiB", "process RSS after GC and FreeOSMemory, the test binary included (MiB; bound 2048)", []float64{rss}})
+
+		path := filepath.Join(b.TempDir(), "state.snap")
+		var size int64
+		reps := 5
+		if n >= 500_000 {
+			reps = 3
+		}
+		rows = append(rows, timed("save-s", "snapshot save: Persist to a file (s; bound 15)", reps, time.Second, func() {
+			f, err := os.Create(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			w := bufio.NewWriterSize(f, 1<<20)
+			if err := s.Persist(w); err != nil {
+				b.Fatal(err)
+			}
+			if err := w.Flush(); err != nil {
+				b.Fatal(err)
+			}
+			if st, err := f.Stat(); err == nil {
+				size = st.Size()
+			}
+			f.Close()
+		}))
+		var restored *Store
+		rows = append(rows, timed("restore-s", "snapshot restore: Restore from the file (s; bound 15)", reps, time.Second, func() {
+			f, err := os.Open(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			restored = NewStore()
+			if err := restored.Restore(f); err != nil {
+				b.Fatal(err)
+			}
+		}))
+		if a, _ := s.Snapshot().VolumeStats(); a.Volumes != n {
+			b.Fatalf("%d volumes counted, %d loaded", a.Volumes, n)
+		}
+		if r, _ := restored.Snapshot().VolumeStats(); r.Volumes != n {
+			b.Fatalf("restored store counts %d volumes, want %d", r.Volumes, n)
+		}
+		restored = nil
+		snap := s.Snapshot()
+		mid := fmt.Sprintf("vol-%07d", n/2)
+		rows = append(rows, timed("page-ms", "list page of 1,000 from the ID index, mid-table (ms; bound 50)", 5, time.Millisecond, func() {
+			page, _, next, err := snap.VolumesPage(nil, "default", "default", mid, 1000)
+			if err != nil || len(page) != 1000 || next == "" {
+				b.Fatalf("page of %d, next %q: %v", len(page), next, err)
+			}
+		}), timed("page-scan-ms", "list page of 1,000 cut from a scan of every volume (ms)", 5, time.Millisecond, func() {
+			all, err := snap.Volumes(nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			i, _ := slices.BinarySearchFunc(all, mid, func(v *structs.Volume, id string) int { return strings.Compare(v.ID, id) })
+			if len(all[i:min(i+1000, len(all))]) != 1000 {
+				b.Fatal("short page")
+			}
+		}), timed("scrape-counts-ms", "scrape counts: VolumeStats (ms; bound 50)", 5, time.Millisecond, func() {
+			if st, err := snap.VolumeStats(); err != nil || st.Claims[structs.ClaimTaken] != shape.claimed {
+				b.Fatalf("%+v %v", st, err)
+			}
+		}), timed("scrape-scan-ms", "the same counted by scanning every volume (before issue 17) (ms)", 5, time.Millisecond, func() {
+			all, _ := snap.Volumes(nil)
+			taken := 0
+			for _, v := range all {
+				for _, c := range v.Claims {
+					if c.State == structs.ClaimTaken {
+						taken++
+					}
+				}
+			}
+			if taken != shape.claimed {
+				b.Fatalf("%d taken", taken)
+			}
+		}), timed("releasable-ms", "releasable volumes (what step-up visits) (ms)", 5, time.Millisecond, func() {
+			if refs, err := snap.ReleasableVolumes(nil); err != nil || len(refs) != shape.releasable {
+				b.Fatalf("%d releasable, %v", len(refs), err)
+			}
+		}))
+		// One claim write, then what a blocking query on the volumes reads:
+		// only the changed volume.
+		mark := s.LatestIndex()
+		if _, err := s.ApplyAt(mark+1, t0, structs.VolumeClaimRemoveType, &structs.VolumeClaimRemoveRequest{
+			Namespace: "default", VolumeID: "vol-0000000", AllocID: "alloc-0000000"}); err != nil {
+			b.Fatal(err)
+		}
+		after := s.Snapshot()
+		rows = append(rows, timed("changed-ms", "volumes changed since one write (blocking-query wake) (ms)", 5, time.Millisecond, func() {
+			if vols, err := after.VolumesModifiedSince(nil, mark); err != nil || len(vols) != 1 {
+				b.Fatalf("%d volumes changed, %v", len(vols), err)
+			}
+		}))
+		var md strings.Builder
+		fmt.Fprintf(&md, "%d volumes, %d claimed, %d releasable; snapshot file %d MiB.\n\n", shape.volumes, shape.claimed, shape.releasable, size>>20)
+		md.WriteString("| measure | median [min-max] |\n| --- | ---: |\n")
+		for _, r := range rows {
+			fmt.Fprintf(&md, "| %s | %s |\n", r.name, r.spread())
+			b.ReportMetric(r.median(), r.key)
+		}
+		b.Logf("\n%s", md.String())
+		if out := os.Getenv("VOLHOST_SCALE_OUT"); out != "" {
+			if err := os.WriteFile(out, []byte(md.String()), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if out := os.Getenv("VOLHOST_SCALE_JSON"); out != "" {
+			medians := map[string]any{"volumes": shape.volumes}
+			for _, r := range rows {
+				medians[r.key] = r.median()
+			}
+			raw, _ := json.Marshal(medians)
+			if err := os.WriteFile(out, raw, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+}
+
+type scaleRow struct {
+	key  string // metric name for b.ReportMetric
+	name string
+	vals []float64
+}
+
+func (r scaleRow) median() float64 {
+	s := slices.Clone(r.vals)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func (r scaleRow) spread() string {
+	if len(r.vals) == 1 {
+		return fmt.Sprintf("%.3g", r.vals[0])
+	}
+	return fmt.Sprintf("%.3g [%.3g-%.3g]", r.median(), slices.Min(r.vals), slices.Max(r.vals))
+}
+
+// timed runs fn reps times and records each duration in units of unit.
+func timed(key, name string, reps int, unit time.Duration, fn func()) scaleRow {
+	r := scaleRow{key: key, name: name}
+	for range reps {
+		start := time.Now()
+		fn()
+		r.vals = append(r.vals, float64(time.Since(start))/float64(unit))
+	}
+	return r
+}
+
+// memoryNow is the Go heap in use and the process's RSS, in MiB, after a
+// GC that returns freed memory to the OS: the floor of a server holding
+// this state (between GC cycles a server's RSS rises towards twice its
+// heap with the default GOGC).
+func memoryNow() (heap, rss float64) {
+	debug.FreeOSMemory()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	heap = float64(ms.HeapInuse) / (1 << 20)
+	if raw, err := os.ReadFile("/proc/self/status"); err == nil {
+		for line := range strings.SplitSeq(string(raw), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseFloat(f[1], 64)
+				rss = kb / 1024
+			}
+		}
+	}
+	return heap, rss
+}
+
+// Walking every page visits each volume once, in order, and a namespace
+// filter stops at the namespace's end.
+func TestVolumesPage(t *testing.T) {
+	s := bulkLoad(t, scaleShape{volumes: 2500, claimed: 10, releasable: 1})
+	idx := s.LatestIndex() + 1
+	if _, err := s.ApplyAt(idx, t0, structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{
+		{Namespace: "other", ID: "a", ExternalID: "x", PluginID: "ebs", AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	snap := s.Snapshot()
+	all, _ := snap.Volumes(nil)
+	for _, tc := range []struct {
+		ns    string
+		limit int
+		want  int
+	}{{"", 1000, len(all)}, {"default", 700, 2500}, {"other", 1, 1}, {"none", 10, 0}} {
+		var got []*structs.Volume
+		ns, id := "", ""
+		for pages := 0; ; pages++ {
+			if pages > len(all) {
+				t.Fatalf("%q: the page walk does not end", tc.ns)
+			}
+			page, nextNS, nextID, err := snap.VolumesPage(nil, tc.ns, ns, id, tc.limit)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) > tc.limit {
+				t.Fatalf("%q: page of %d over the limit %d", tc.ns, len(page), tc.limit)
+			}
+			got = append(got, page...)
+			if nextID == "" {
+				break
+			}
+			ns, id = nextNS, nextID
+		}
+		if len(got) != tc.want {
+			t.Fatalf("namespace %q: %d volumes over the pages, want %d", tc.ns, len(got), tc.want)
+		}
+		for i := 1; i < len(got); i++ {
+			if k0, k1 := got[i-1].Namespace+"\x00"+got[i-1].ID, got[i].Namespace+"\x00"+got[i].ID; k0 >= k1 {
+				t.Fatalf("namespace %q: %q before %q", tc.ns, k0, k1)
+			}
+		}
+	}
+}

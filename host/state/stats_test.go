@@ -1,0 +1,94 @@
+package state
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// checkStats fails t unless the store's maintained VolumeStats equal a
+// count over every volume of the same snapshot.
+func checkStats(t *testing.T, s *Store) {
+	t.Helper()
+	snap := s.Snapshot()
+	got, err := snap.VolumeStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	vols, err := snap.Volumes(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := VolumeStats{Volumes: len(vols), Claims: map[structs.ClaimState]int{}}
+	for _, v := range vols {
+		if v.Stuck != nil {
+			want.Stuck++
+		}
+		for _, cl := range v.Claims {
+			want.Claims[cl.State]++
+			if cl.LastError != nil {
+				want.Failing++
+			}
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("maintained volume stats %+v, a scan counts %+v", got, want)
+	}
+}
+
+// The counters follow every kind of volume write (claims through their
+// states, a last error, stuck and unstuck, removal, deregistration), and a
+// restore recounts them; a refused write leaves them as they were.
+func TestVolumeStatsFollowWrites(t *testing.T) {
+	f := newFixture(t)
+	checkStats(t, f.s)
+	if st, _ := f.s.Snapshot().VolumeStats(); st.Volumes == 0 {
+		t.Fatal("base data has no volumes: the test proves nothing")
+	}
+	f.claim("vol-mw", "a1", structs.ClaimWrite)
+	f.claim("vol-mw", "a2", structs.ClaimRead)
+	checkStats(t, f.s)
+	if st, _ := f.s.Snapshot().VolumeStats(); st.Claims[structs.ClaimTaken] != 2 {
+		t.Fatalf("two claims taken, stats say %+v", st)
+	}
+	before, _ := f.s.Snapshot().VolumeStats()
+	// Refused: a claim cannot jump to ready-to-free while its alloc runs.
+	if err := f.checkpoint("vol-mw", "a1", structs.ClaimReadyToFree); err == nil {
+		t.Fatal("a refused transition was accepted: pick another refused write")
+	}
+	if after, _ := f.s.Snapshot().VolumeStats(); !reflect.DeepEqual(before, after) {
+		t.Fatalf("refused write changed the stats: %+v -> %+v", before, after)
+	}
+	f.setAlloc("a1", structs.AllocComplete)
+	c := f.volume("default", "vol-mw").Claims["a1"].Copy()
+	c.State = structs.ClaimNodeDetached
+	c.LastError = &structs.ClaimError{Message: "controller said no"}
+	f.must(structs.ClaimCheckpointType, &structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: "vol-mw", Claim: c})
+	checkStats(t, f.s)
+	if st, _ := f.s.Snapshot().VolumeStats(); st.Failing != 1 || st.Claims[structs.ClaimNodeDetached] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	f.must(structs.VolumeStuckType, &structs.VolumeStuckRequest{Namespace: "default", VolumeID: "vol-mw", Stuck: &structs.Stuck{Reason: "test"}})
+	checkStats(t, f.s)
+	f.must(structs.VolumeStuckType, &structs.VolumeStuckRequest{Namespace: "default", VolumeID: "vol-mw"})
+	checkStats(t, f.s)
+	f.must(structs.VolumeClaimRemoveType, &structs.VolumeClaimRemoveRequest{Namespace: "default", VolumeID: "vol-mw", AllocID: "a2"})
+	checkStats(t, f.s)
+
+	var buf bytes.Buffer
+	if err := f.s.Persist(&buf); err != nil {
+		t.Fatal(err)
+	}
+	restored := NewStore()
+	if err := restored.Restore(&buf); err != nil {
+		t.Fatal(err)
+	}
+	checkStats(t, restored)
+	a, _ := f.s.Snapshot().VolumeStats()
+	b, _ := restored.Snapshot().VolumeStats()
+	if !reflect.DeepEqual(a, b) {
+		t.Fatalf("restored stats %+v, original %+v", b, a)
+	}
+}
