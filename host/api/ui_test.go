@@ -22,7 +22,7 @@ type settableClock struct {
 	now time.Time
 }
 
-func (c *settableClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *settableClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
 func (c *settableClock) Set(t time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.now = t }
 
 // uiState builds: v1 (default) released through both steps, 2s after its
