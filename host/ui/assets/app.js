@@ -31,6 +31,12 @@ function append(e, children) {
   }
 }
 
+// fill replaces e's children (arrays flattened, null/false skipped).
+function fill(e, ...children) {
+  e.replaceChildren();
+  append(e, children);
+}
+
 const main = document.getElementById("main");
 
 function isZeroTime(t) {
@@ -105,7 +111,7 @@ async function loadIdentity() {
       caps = null;
     }
   }
-  box.replaceChildren();
+  fill(box);
   if (!caps || !caps.acl) return;
   if (token()) {
     box.append(h("span", {id: "whoami"}, `Token: ${caps.raw.name || caps.raw.accessor}`),
@@ -146,7 +152,7 @@ function actionButton(label, cap, c, onclick, extra) {
 function confirmAction(title, body, okLabel) {
   const dlg = document.getElementById("confirm");
   document.getElementById("confirm-title").textContent = title;
-  document.getElementById("confirm-body").replaceChildren(...[body].flat());
+  fill(document.getElementById("confirm-body"), ...[body].flat());
   document.getElementById("confirm-ok").textContent = okLabel || "Confirm";
   dlg.returnValue = "";
   dlg.showModal();
@@ -174,9 +180,13 @@ async function lastEvents(query, n, signal) {
 
 // ---- pages
 
+// markRendered records how long the page took (render start to data on
+// screen) and, once per document, the time since navigation started: the
+// browser tests read both (BENCHMARKS.md "Web UI").
 function markRendered(started) {
   const ms = performance.now() - started;
   main.dataset.renderMs = ms.toFixed(1);
+  if (!main.dataset.firstRenderMs) main.dataset.firstRenderMs = performance.now().toFixed(1);
   main.dataset.rendered = String(Number(main.dataset.rendered || 0) + 1);
 }
 
@@ -185,7 +195,7 @@ async function overview(q, signal, started) {
   const cluster = h("div", {id: "cluster"});
   const stats = h("div", {id: "stats"});
   const audit = h("div", {id: "audit"});
-  main.replaceChildren(title, cluster, stats, audit);
+  fill(main, title, cluster, stats, audit);
 
   const [leader, raft] = await Promise.all([
     get("/v1/status/leader").catch((e) => e),
@@ -194,21 +204,21 @@ async function overview(q, signal, started) {
   const peers = raft instanceof Error ? errorBox(raft) : table("Servers", ["ID", "Raft address", "HTTP address", "Role"],
     raft.body.servers.map((p) => h("tr", {}, h("td", {}, p.id), h("td", {}, p.raft_addr), h("td", {}, p.http_addr),
       h("td", {}, p.leader ? badge("leader", "ok") : p.voter ? "voter" : "non-voter"))));
-  cluster.replaceChildren(section("Cluster",
+  fill(cluster, section("Cluster",
     leader instanceof Error ? errorBox(leader) :
       h("p", {}, "Leader: ", h("strong", {id: "leader"}, leader.body.address || "this agent"), leader.body.is_leader ? " (this agent)" : ""),
     peers));
 
   const auditRes = await lastEvents({type: "audit"}, 10, signal).catch((e) => e);
-  audit.replaceChildren(section("Recent privileged actions", auditRes instanceof Error ? errorBox(auditRes) :
+  fill(audit, section("Recent privileged actions", auditRes instanceof Error ? errorBox(auditRes) :
     table("Audit events, newest first", ["Time", "Action", "Accessor", "Request", "Volume"],
       auditRes.events.slice().reverse().map((e) => h("tr", {}, h("td", {}, fmtTime(e.time)), h("td", {}, (e.fields || {}).action),
         h("td", {}, (e.fields || {}).accessor), h("td", {}, e.message), h("td", {}, e.volume_id ? volLink(e.namespace, e.volume_id) : "—"))))));
 
   await watch("/v1/stats", {}, signal, (r) => {
-    stats.replaceChildren(renderStats(r.body));
+    fill(stats, renderStats(r.body));
     markRendered(started);
-  }, (e) => { stats.replaceChildren(errorBox(e)); markRendered(started); return !(e instanceof APIError && e.status === 403); });
+  }, (e) => { fill(stats, errorBox(e)); markRendered(started); return !(e instanceof APIError && e.status === 403); });
 }
 
 const STATES = ["taken", "node-detached", "controller-detached", "ready-to-free"];
@@ -277,7 +287,7 @@ async function volumes(q, signal, started) {
     n.set("page", r.next);
     pager.append(h("a", {href: "/ui/volumes?" + n, id: "next-page", rel: "next"}, "Next page →"));
   }
-  main.replaceChildren(h("h1", {}, "Volumes"), form,
+  fill(main, h("h1", {}, "Volumes"), form,
     table(`Volumes (${r.body.length} on this page${stats ? `, ${stats.body.volumes} in total` : ""})`,
       ["Volume", "Namespace", "Plugin", "External ID", "Claims", "Stuck"], rows, {id: "volumes-table"}), pager);
   markRendered(started);
@@ -291,15 +301,15 @@ async function volume(q, signal, started) {
   const body = h("div", {id: "volume-body"});
   const timeline = h("div", {id: "timeline"});
   const left = h("div", {id: "leftovers"});
-  main.replaceChildren(head, body, timeline, left);
+  fill(main, head, body, timeline, left);
   let current = null;
   let gone = false;
 
   const refreshSide = async () => {
     const ev = await get("/v1/events", {volume_id: id, namespace: ns, per_page: 1000}, signal).catch((e) => e);
-    timeline.replaceChildren(section("Timeline", ev instanceof Error ? errorBox(ev) : renderTimeline(ev.body)));
+    fill(timeline, section("Timeline", ev instanceof Error ? errorBox(ev) : renderTimeline(ev.body)));
     const lo = await allLeftovers(signal).catch((e) => e);
-    left.replaceChildren(section("Leftovers", lo instanceof Error ? errorBox(lo) : renderLeftovers(lo.filter((l) => l.namespace === ns && l.volume_id === id))));
+    fill(left, section("Leftovers", lo instanceof Error ? errorBox(lo) : renderLeftovers(lo.filter((l) => l.namespace === ns && l.volume_id === id))));
   };
 
   const forceDeregister = async () => {
@@ -315,7 +325,7 @@ async function volume(q, signal, started) {
     try {
       const r = await request("DELETE", `/v1/volume/${encodeURIComponent(id)}`, {query: {namespace: ns, force: "true"}});
       gone = true;
-      body.replaceChildren(h("p", {class: "ok", role: "status", id: "deregistered"}, `Volume ${ns}/${id} force-deregistered; ${r.body.leftovers.length} leftover(s) recorded.`),
+      fill(body, h("p", {class: "ok", role: "status", id: "deregistered"}, `Volume ${ns}/${id} force-deregistered; ${r.body.leftovers.length} leftover(s) recorded.`),
         section("Recorded leftovers", renderLeftovers(r.body.leftovers)));
       toast(`Force-deregistered ${ns}/${id}`);
       await refreshSide();
@@ -339,12 +349,12 @@ async function volume(q, signal, started) {
   await watch(`/v1/volume/${encodeURIComponent(id)}`, {namespace: ns}, signal, async (r) => {
     if (gone) return;
     current = r.body;
-    body.replaceChildren(renderVolume(current, nsCaps, {forceDeregister, detach}));
+    fill(body, renderVolume(current, nsCaps, {forceDeregister, detach}));
     await refreshSide();
     markRendered(started);
   }, (e) => {
     if (e instanceof APIError && (e.status === 404 || e.status === 403)) {
-      if (!gone) body.replaceChildren(errorBox(e));
+      if (!gone) fill(body, errorBox(e));
       refreshSide();
       markRendered(started);
       return false;
@@ -435,7 +445,7 @@ async function modules(q, signal, started) {
       h("td", {}, m.state === "open-circuit" ? badge("open", "stuck") : "closed"),
       h("td", {}, m.calls), h("td", {}, Object.keys(m.faults || {}).length ? Object.entries(m.faults).map(([k, n]) => `${k}: ${n}`).join(", ") : "none"),
       h("td", {}, `p50 ${ms(m.p50_ns)}, p99 ${ms(m.p99_ns)}`),
-      h("td", {}, info ? `${info.served_volumes.length} volume(s)` : (m.volumes || []).join(", ") || "—"),
+      h("td", {}, info ? `${(info.served_volumes || []).length} volume(s)` : (m.volumes || []).join(", ") || "—"),
       h("td", {class: "sub"}, "not reported"));
   });
   const reload = async () => {
@@ -449,7 +459,7 @@ async function modules(q, signal, started) {
       toast("Reload failed: " + e.message, true);
     }
   };
-  main.replaceChildren(h("h1", {}, "Modules"),
+  fill(main, h("h1", {}, "Modules"),
     h("div", {class: "actions"}, actionButton("Reload modules…", "modules:reload", null, reload, {id: "reload-modules"})),
     table("Modules on this agent (shadow agreement appears once the module lifecycle kit reports it; promote and roll back are not in this agent's API yet)",
       ["Module", "Kind", "Version", "Generation", "SHA-256", "Loaded", "State", "Breaker", "Calls", "Faults", "Latency", "Serves", "Shadow agreement"], rows, {id: "modules-table"}));
@@ -486,7 +496,7 @@ async function nodes(q, signal, started) {
     h("td", {}, Object.values(n.plugins || {}).map((p) => h("div", {}, p.plugin_id, h("span", {class: "sub mono"}, ` ${p.external_node_id || ""}`))), Object.keys(n.plugins || {}).length ? null : "—"),
     h("td", {}, stats ? (stats.body.claims_by_node[n.id] || 0) : "—"),
     h("td", {}, actionButton(n.status === "down" ? "Mark ready…" : "Mark down…", "node:write", null, () => setStatus(n, n.status === "down" ? "ready" : "down")))));
-  main.replaceChildren(h("h1", {}, "Nodes"),
+  fill(main, h("h1", {}, "Nodes"),
     table("Nodes (heartbeats and fencing show once the node agent reports them)", ["Node", "Status", "Last heartbeat", "Fenced", "Plugins", "Claims", "Actions"], rows, {id: "nodes-table"}));
   markRendered(started);
 }
@@ -508,13 +518,13 @@ async function events(q, signal, started) {
   h("button", {type: "submit"}, "Apply"));
   const live = h("p", {id: "live", class: "sub"}, "Connecting…");
   const list = h("ol", {class: "timeline feed", id: "feed", "aria-live": "polite"});
-  main.replaceChildren(h("h1", {}, "Events"), form, live, list);
+  fill(main, h("h1", {}, "Events"), form, live, list);
   const matches = (e) => !text || [e.volume_id, e.node_id, e.alloc_id, e.module, e.message, e.plugin_id].some((x) => x && x.toLowerCase().includes(text));
   const item = (e) => h("li", {"data-type": e.type}, fmtTime(e.time), " ", badge(e.type, "type"), " ",
     e.volume_id ? [volLink(e.namespace || "default", e.volume_id), " "] : "", e.message,
     e.node_id ? h("span", {class: "sub"}, ` node ${e.node_id}`) : "", e.fields && e.fields.accessor ? h("span", {class: "sub"}, ` by ${e.fields.accessor}`) : "");
   const first = await lastEvents({type}, 200, signal);
-  list.replaceChildren(...first.events.filter(matches).reverse().map(item));
+  fill(list, ...first.events.filter(matches).reverse().map(item));
   markRendered(started);
   let index = first.index;
   while (!signal.aborted) {
@@ -535,7 +545,7 @@ async function events(q, signal, started) {
 }
 
 function notFound() {
-  main.replaceChildren(h("h1", {}, "Not found"), h("p", {}, "No such page. ", h("a", {href: "/ui/"}, "Back to the overview")));
+  fill(main, h("h1", {}, "Not found"), h("p", {}, "No such page. ", h("a", {href: "/ui/"}, "Back to the overview")));
 }
 
 // ---- router
@@ -559,12 +569,12 @@ async function render() {
   document.title = `volhost · ${nav || "not found"}`;
   main.dataset.page = name || "overview";
   delete main.dataset.rendered;
-  main.replaceChildren(h("p", {}, "Loading…"));
+  fill(main, h("p", {}, "Loading…"));
   try {
     await page(new URLSearchParams(location.search), signal, started);
   } catch (e) {
     if (signal.aborted) return;
-    main.replaceChildren(h("h1", {}, "Could not load the page"), errorBox(e),
+    fill(main, h("h1", {}, "Could not load the page"), errorBox(e),
       e instanceof APIError && e.status === 403 && caps && caps.acl && !token() ? h("p", {}, "Sign in with an ACL token (top right).") : null);
     markRendered(started);
   }

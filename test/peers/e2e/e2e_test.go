@@ -57,6 +57,7 @@ type env struct {
 	drv    *GCEPD
 	agent  *Agent
 	plugin string
+	mgmt   string // the management token when ACL is on
 }
 
 type envOptions struct {
@@ -68,6 +69,9 @@ type envOptions struct {
 	// with this metadata (the adapter module then names them).
 	nodeMeta  map[string]string
 	agentArgs []string
+	// acl turns ACL enforcement on: the env bootstraps it and runs the CLI
+	// (and API client) with the management token, env.mgmt.
+	acl bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -106,7 +110,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Logf("gcepd log tail:\n%s", drv.Tail(6000))
 		}
 	})
-	agent, err := StartAgent(ctx, dir, bins.Volhost, "log_level = \"debug\"\n"+o.watcher, o.agentArgs...)
+	config := "log_level = \"debug\"\n" + o.watcher
+	if o.acl {
+		config += "acl {\n  enabled = true\n}\n"
+	}
+	agent, err := StartAgent(ctx, dir, bins.Volhost, config, o.agentArgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +125,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 		}
 	})
 	e := &env{t: t, ctx: ctx, dir: dir, drv: drv, agent: agent, plugin: o.plugin}
+	if o.acl {
+		if e.mgmt, err = agent.API.Bootstrap(ctx); err != nil {
+			t.Fatalf("ACL bootstrap: %v", err)
+		}
+		agent.API.Token = e.mgmt
+		t.Setenv("VOLHOST_TOKEN", e.mgmt) // the CLI's token (Agent.CLI passes the environment on)
+	}
 	e.registerPluginAndNodes(o.nodes, o.nodeMeta)
 	return e
 }
