@@ -5,7 +5,7 @@
 // open and redraw when the agent's index moves, so a release in progress
 // updates without a reload.
 
-import {APIError, capabilities, get, request, setToken, token, watch} from "./api.js";
+import {APIError, Caps, capabilities, get, request, setToken, token, watch} from "./api.js";
 import {barChart, stepChart} from "./charts.js";
 
 // ---- DOM helpers: elements are built, never parsed from strings, so no
@@ -98,6 +98,10 @@ function toast(msg, isError) {
 
 let caps = null; // Caps for the "default" namespace and the global capabilities
 
+// anonymousCaps is what a caller without a token has when ACL is on and
+// the agent lets anonymous callers do nothing, not even introspect.
+const anonymousCaps = new Caps({acl_enabled: true, accessor: "anonymous", management: false, global: [], in_namespace: [], everywhere: []});
+
 async function loadIdentity() {
   const box = document.getElementById("identity");
   try {
@@ -105,8 +109,10 @@ async function loadIdentity() {
   } catch (e) {
     if (e instanceof APIError && e.status === 403 && token()) {
       setToken(""); // a stale or revoked token: ask again
-      caps = await capabilities().catch(() => null);
+      caps = await capabilities().catch(() => anonymousCaps);
       toast("The stored token was not accepted: " + e.message, true);
+    } else if (e instanceof APIError && e.status === 403) {
+      caps = anonymousCaps; // ACL on, and no anonymous access at all
     } else {
       caps = null;
     }
