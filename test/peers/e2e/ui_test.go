@@ -367,7 +367,7 @@ operator {
 
 	b := newBrowser(t, e.agent.Addr)
 	b.open("/ui/", "#token-input")
-	b.run(chromedp.SendKeys(chromedp.CSS("#token-input"), secret), chromedp.Submit(chromedp.CSS("#token-input")),
+	b.run(chromedp.SendKeys(chromedp.CSS("#token-input"), secret), chromedp.Click(chromedp.CSS(`form.signin button[type="submit"]`)),
 		visible("#whoami"))
 	if got := b.text("#whoami"); !strings.Contains(got, "viewer") {
 		t.Fatalf("signed in as %q, want viewer", got)
