@@ -41,7 +41,11 @@ e2e: plugins
 	cd test/peers && $(GO) build -o $(E2E_BIN)/ ./cmd/gcepd ./cmd/mockcsi
 	cd test/peers && $(GO) vet ./...
 	cd test/peers && $(GO) test -race -count=1 ./internal/... ./cmd/mockcsi
+	# The web UI's browser tests (TestUI*, issue 16) drive Debian's chromium
+	# (/usr/bin/chromium, or VOLHOST_E2E_CHROMIUM) and save a screenshot of
+	# every page under bin/ui/.
 	cd test/peers && VOLHOST_E2E_BIN_DIR=$(E2E_BIN) VOLHOST_E2E_PLUGIN_BUILD=$(CURDIR)/$(PLUGIN_BUILD) \
+		VOLHOST_E2E_UI_SHOTS=$(CURDIR)/bin/ui \
 		$(GO) test -count=1 -timeout 30m ./e2e/...
 	# Issue 12's secured cluster with the real binary: 3 servers with ACL and
 	# mutual TLS, a CLI release with a client token, a node token refused

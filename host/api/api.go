@@ -10,7 +10,7 @@
 //
 // Routes (JSON in and out; PUT and POST are the same on writes):
 //
-//	GET    /v1/volumes                  ?namespace= ?plugin_id=
+//	GET    /v1/volumes                  ?namespace= ?plugin_id= ?claim_state= ?stuck= ?search=
 //	PUT    /v1/volumes                  {"volumes": [...]}            -> {"index"}
 //	GET    /v1/volume/ID                ?namespace=                   -> volume + force_deregister check
 //	DELETE /v1/volume/ID                ?namespace= ?force=true       -> {"leftovers", "index"}
@@ -25,6 +25,7 @@
 //	PUT    /v1/system/gc                -> {"volumes"}
 //	GET    /v1/status/leader            -> {"address", "is_leader"}; 503 while no leader is known
 //	GET    /v1/metrics                  Prometheus text format
+//	GET    /ui/                         the web UI (host/ui; ui.go has its read routes)
 //
 // With EnableACL (issue 12) every route needs the capability routeRules
 // declares for it (auth.go) and the /v1/acl routes are served (acl.go);
@@ -136,6 +137,8 @@ type Server struct {
 
 	hosts    map[string]bool // AllowedHosts, lower case
 	blocking chan struct{}   // one slot per blocking query in flight
+
+	stuckSamples stuckSampler // the stuck-over-time series of GET /v1/stats (ui.go)
 }
 
 // connStates tracks the state of every open connection (http.Server's
@@ -203,6 +206,7 @@ func New(cfg Config, store Store, backend Backend, metrics http.Handler) *Server
 	}
 	s.blocking = make(chan struct{}, cfg.MaxBlockingQueries)
 	s.routes()
+	s.uiRoutes()
 	// Authorization runs where a request is served: a follower forwards
 	// without judging (its copy of the tokens may lag) and the leader
 	// checks; reads a follower serves itself (?stale=true, its own
@@ -237,6 +241,7 @@ func (s *Server) Start(ctx context.Context) error {
 		_ = l.Close()
 		return errors.New("api: server already started")
 	}
+	go s.runStuckSampler()
 	go func() {
 		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("serve failed", "addr", l.Addr().String(), "error", err)
@@ -264,6 +269,7 @@ func (s *Server) Serve(l net.Listener) error {
 	if srv == nil {
 		return errors.New("api: server already started")
 	}
+	go s.runStuckSampler() // ends with s.base (Shutdown)
 	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("api: serve: %w", err)
 	}

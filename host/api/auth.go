@@ -197,6 +197,12 @@ var routeRules = map[string]rule{
 	"PUT /v1/operator/raft/transfer-leader":  audited(need(acl.OperatorWrite), "raft-transfer-leader"),
 	"POST /v1/operator/raft/transfer-leader": audited(need(acl.OperatorWrite), "raft-transfer-leader"),
 
+	// The web UI (issue 16): its static assets are public, every datum it
+	// shows comes from an authorized API call carrying the operator's token.
+	"GET /ui/":                            {open: true},
+	"GET /v1/acl/token/self/capabilities": {self: true},
+	"GET /v1/stats":                       needNS(acl.NamespaceRead, nsQueryOrAll),
+
 	"POST /v1/acl/bootstrap":       {open: true},
 	"PUT /v1/acl/bootstrap":        {open: true},
 	"GET /v1/acl/policies":         need(acl.Management),

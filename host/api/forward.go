@@ -85,9 +85,10 @@ func (s *Server) EnableCluster(op ClusterOperator) {
 // leads: its own view of leadership and peers, its metrics and its modules.
 func servedLocally(r *http.Request) bool {
 	p := r.URL.Path
-	// Modules are loaded from each server's own directory.
+	// Modules are loaded from each server's own directory; the UI's
+	// assets are in every binary (its data calls are forwarded as usual).
 	return strings.HasPrefix(p, "/v1/status/") || p == "/v1/metrics" ||
-		strings.HasPrefix(p, "/v1/module")
+		strings.HasPrefix(p, "/v1/module") || strings.HasPrefix(p, "/ui/")
 }
 
 // forwarding sends a request to the leader when this server should not

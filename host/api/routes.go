@@ -211,6 +211,11 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	filter, err := volumeFilter(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
 	pp, err := s.pageParams(r)
 	if err != nil {
 		WriteError(w, err)
@@ -223,7 +228,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		}
 		match := make([]*structs.Volume, 0, len(vols))
 		for _, v := range vols {
-			if (ns == "" || v.Namespace == ns) && (plugin == "" || v.PluginID == plugin) {
+			if (ns == "" || v.Namespace == ns) && (plugin == "" || v.PluginID == plugin) && filter(v) {
 				match = append(match, v)
 			}
 		}
@@ -236,6 +241,56 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		idx, err := rd.Index(tableVolumes)
 		return out, idx, err
 	})
+}
+
+// unclaimedState is the ?claim_state= value that selects volumes without claims.
+const unclaimedState = "unclaimed"
+
+// volumeFilter reads the list filters the UI uses (issue 16), applied
+// before paging so a page is always full:
+//
+//	?claim_state=S  volumes with a claim in state S ("unclaimed": none)
+//	?stuck=true     stuck volumes only (false: not stuck)
+//	?search=TEXT    volumes whose ID or name contains TEXT
+func volumeFilter(r *http.Request) (func(*structs.Volume) bool, error) {
+	q := r.URL.Query()
+	state := structs.ClaimState(q.Get("claim_state"))
+	if state != "" && state != unclaimedState && !state.Valid() {
+		return nil, badRequest("claim_state", "must be one of %s, %s, %s, %s or %s, got %q", structs.ClaimTaken,
+			structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree, unclaimedState, state)
+	}
+	var stuck *bool
+	if q.Has("stuck") {
+		b, err := queryBool(r, "stuck")
+		if err != nil {
+			return nil, err
+		}
+		stuck = &b
+	}
+	search := q.Get("search")
+	if len(search) > 256 {
+		return nil, badRequest("search", "longer than 256 characters")
+	}
+	return func(v *structs.Volume) bool {
+		if stuck != nil && (v.Stuck != nil) != *stuck {
+			return false
+		}
+		if search != "" && !strings.Contains(v.ID, search) && !strings.Contains(v.Name, search) {
+			return false
+		}
+		switch state {
+		case "":
+			return true
+		case unclaimedState:
+			return len(v.Claims) == 0
+		}
+		for _, c := range v.Claims {
+			if c.State == state {
+				return true
+			}
+		}
+		return false
+	}, nil
 }
 
 func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {

@@ -3,6 +3,7 @@ module github.com/volhost/volhost/test/peers
 go 1.26.0
 
 require (
+	github.com/chromedp/chromedp v0.23.0
 	github.com/kubernetes-csi/csi-test/v5 v5.6.0
 	gonum.org/v1/plot v0.17.0
 	sigs.k8s.io/gcp-compute-persistent-disk-csi-driver v1.28.1
@@ -14,6 +15,8 @@ require (
 	codeberg.org/go-pdf/fpdf v0.11.1 // indirect
 	git.sr.ht/~sbinet/gg v0.7.0 // indirect
 	github.com/ajstarks/svgo v0.0.0-20211024235047-1546f124cd8b // indirect
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	golang.org/x/image v0.30.0 // indirect
 )

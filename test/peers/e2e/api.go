@@ -108,6 +108,8 @@ type ClaimRequest struct {
 type API struct {
 	base string
 	hc   *http.Client
+	// Token, when set, is sent as X-Volhost-Token (an agent with ACL on).
+	Token string
 }
 
 // NewAPI returns a client for the agent at base (http://host:port).
@@ -138,6 +140,9 @@ func (a *API) do(ctx context.Context, method, path string, body, out any) (uint6
 	}
 	if body != nil || method == http.MethodPut || method == http.MethodPost {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if a.Token != "" {
+		req.Header.Set("X-Volhost-Token", a.Token)
 	}
 	resp, err := a.hc.Do(req)
 	if err != nil {
@@ -213,6 +218,16 @@ func (a *API) UpsertAllocs(ctx context.Context, allocs []AllocSpec) error {
 func (a *API) Claim(ctx context.Context, r ClaimRequest) error {
 	_, err := a.do(ctx, http.MethodPut, "/v1/volume/"+url.PathEscape(r.VolumeID)+"/claim", r, nil)
 	return err
+}
+
+// Bootstrap creates the first management token of an agent with ACL on
+// and returns its secret.
+func (a *API) Bootstrap(ctx context.Context) (string, error) {
+	var r struct {
+		SecretID string `json:"secret_id"`
+	}
+	_, err := a.do(ctx, http.MethodPost, "/v1/acl/bootstrap", nil, &r)
+	return r.SecretID, err
 }
 
 // Leftovers lists what force-deregistered volumes may have left attached.

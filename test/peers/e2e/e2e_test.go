@@ -59,6 +59,7 @@ type env struct {
 	plugin string
 	// nodeRPC is the server's node_rpc address (agentNodes only).
 	nodeRPC string
+	mgmt   string // the management token when ACL is on
 }
 
 type envOptions struct {
@@ -73,6 +74,9 @@ type envOptions struct {
 	// agentNodes are served by the driver but registered by node agents
 	// (the test starts them); the server then listens on node_rpc.
 	agentNodes []string
+	// acl turns ACL enforcement on: the env bootstraps it and runs the CLI
+	// (and API client) with the management token, env.mgmt.
+	acl bool
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
@@ -112,6 +116,9 @@ func newEnv(t *testing.T, o envOptions) *env {
 		}
 	})
 	agentCfg := "log_level = \"debug\"\n" + o.watcher
+	if o.acl {
+		agentCfg += "acl {\n  enabled = true\n}\n"
+	}
 	var nodeRPC string
 	if len(o.agentNodes) > 0 {
 		if nodeRPC, err = FreeAddr(); err != nil {
@@ -131,6 +138,13 @@ func newEnv(t *testing.T, o envOptions) *env {
 		}
 	})
 	e := &env{t: t, ctx: ctx, dir: dir, drv: drv, agent: agent, plugin: o.plugin, nodeRPC: nodeRPC}
+	if o.acl {
+		if e.mgmt, err = agent.API.Bootstrap(ctx); err != nil {
+			t.Fatalf("ACL bootstrap: %v", err)
+		}
+		agent.API.Token = e.mgmt
+		t.Setenv("VOLHOST_TOKEN", e.mgmt) // the CLI's token (Agent.CLI passes the environment on)
+	}
 	e.registerPluginAndNodes(o.nodes, o.nodeMeta)
 	return e
 }
