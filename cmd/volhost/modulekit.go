@@ -309,3 +309,82 @@ func (c *ModuleNewCommand) Run(args []string) int {
 	c.Ui.Output(fmt.Sprintf("Created %s (%s release policy): cd there, then make && make test", folder, *lang))
 	return 0
 }
+
+// ModuleRecordCommand is `volhost module record VOLUME [-step STEP]`.
+type ModuleRecordCommand struct{ *Meta }
+
+func (c *ModuleRecordCommand) Synopsis() string {
+	return "Record the view a module would get for a volume now"
+}
+func (c *ModuleRecordCommand) Help() string {
+	return helpText("module record [options] VOLUME", `
+  Ask the agent for the exact view its watcher would hand a module about
+  VOLUME now (built by the watcher's own code from the agent's state) and
+  write it as a case file: the release policy's view, or with -step the CSI
+  adapter's view of one claim at that step. Secrets are redacted. Replay it
+  with module run -view FILE; add "expect" (or "expect_fault") to make it a
+  case for module test.
+
+Options:
+
+  -namespace=<ns>
+    The volume's namespace. Default: default.
+
+  -step=<step>
+    policy (default), node-unpublish, node-unstage, controller-unpublish or
+    controller-publish.
+
+  -alloc=<id>
+    The claim of an adapter view. Default: the first claim by allocation ID.
+
+  -o=<file>
+    Write the case file there instead of standard output (never over an
+    existing file).`, false)
+}
+
+func (c *ModuleRecordCommand) Run(args []string) int {
+	fs := c.flagSet("module record", false)
+	ns := fs.String("namespace", "", "")
+	step := fs.String("step", "", "")
+	alloc := fs.String("alloc", "", "")
+	out := fs.String("o", "", "")
+	rest, err := c.parse(fs, args, 1, 1, "module record [options] VOLUME")
+	if err != nil {
+		return c.fail(err)
+	}
+	cl, err := c.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	ctx, stop := c.context()
+	defer stop()
+	rec, err := cl.ModuleView(ctx, *ns, rest[0], *step, *alloc)
+	if err != nil {
+		return c.fail(err)
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // "<redacted>" stays readable
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(rec); err != nil {
+		return c.fail(err)
+	}
+	b := bytes.TrimRight(buf.Bytes(), "\n")
+	if *out == "" {
+		c.Ui.Output(string(b))
+		return 0
+	}
+	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return c.fail(fmt.Errorf("case file: %w", err))
+	}
+	_, err = f.Write(append(b, '\n'))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return c.fail(fmt.Errorf("case file: %w", err))
+	}
+	c.Ui.Output(fmt.Sprintf("Wrote %s; add \"expect\" to make it a case for module test", *out))
+	return 0
+}

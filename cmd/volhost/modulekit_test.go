@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/volhost/volhost/host/api/client"
+	"github.com/volhost/volhost/host/csi/csitest"
+	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins/pluginstest"
 )
 
@@ -166,6 +170,75 @@ func TestModuleNewCommand(t *testing.T) {
 		r := e.run(append([]string{"module", "new"}, tc.args...)...)
 		if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("module new %q: exit %d, stderr %q; want %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+}
+
+// TestModuleRecordThenRun: record a live volume's view from a running
+// agent (secrets redacted), replay it offline, and the module answers as
+// it would on the agent.
+func TestModuleRecordThenRun(t *testing.T) {
+	t.Setenv("VOLHOST_WAZERO_CACHE", pluginstest.CacheDir())
+	e := moduleAgent(t, "")
+	cl, err := client.New(e.addr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	drv := csitest.NewServer(t, csitest.Options{NodeID: "ext-node1", PublishUnpublish: true, StageUnstage: true})
+	if _, err := cl.RegisterPlugin(ctx, &structs.Plugin{ID: "csi", ControllerEndpoint: drv.Endpoint()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.RegisterNode(ctx, &structs.Node{ID: "node1", RootDir: t.TempDir(),
+		Plugins: map[string]*structs.NodePlugin{"csi": {Endpoint: drv.Endpoint()}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.RegisterVolumes(ctx, []*structs.Volume{{ID: "rec", ExternalID: "disk-rec", PluginID: "csi",
+		AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem,
+		Secrets: map[string]string{"password": "hunter2"},
+		Context: map[string]string{"tier": "gold", "copied": "hunter2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.UpsertAllocs(ctx, []*structs.Alloc{{ID: "a-rec", NodeID: "node1", ClientStatus: structs.AllocRunning}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.ClaimVolume(ctx, &structs.ClaimRequest{VolumeID: "rec", AllocID: "a-rec", NodeID: "node1", Mode: structs.ClaimWrite}); err != nil {
+		t.Fatal(err)
+	}
+
+	out := e.ok("module", "record", "rec")
+	contains(t, "module record", out, `"alloc_id": "a-rec"`, `"client_status": "running"`, `"tier": "gold"`, `"copied": "<redacted>"`)
+	if strings.Contains(out, "hunter2") {
+		t.Fatalf("a secret in the recording:\n%s", out)
+	}
+	adapter := e.ok("module", "record", "-step", "controller-unpublish", "rec")
+	contains(t, "module record -step", adapter, `"step": "controller-unpublish"`, `"external_id": "disk-rec"`, `"publish_unpublish": true`)
+
+	file := filepath.Join(t.TempDir(), "rec.json")
+	contains(t, "module record -o", e.ok("module", "record", "-o", file, "rec"), "Wrote "+file)
+	if r := e.run("module", "record", "-o", file, "rec"); r.code != 1 || !strings.Contains(r.stderr, "exists") {
+		t.Fatalf("record over an existing file: exit %d, %q", r.code, r.stderr)
+	}
+	dir := kitFolder(t, "default-policy")
+	run := e.ok("module", "run", "-view", file, filepath.Join(dir, "default-policy.wasm"))
+	contains(t, "module run on the recording", run, `"alloc_id": "a-rec"`, `"action": "wait"`, `"reason": "allocation running"`)
+	// Without an expectation the recording is not yet a case.
+	os.Rename(file, filepath.Join(dir, "cases", "rec.json"))
+	if r := e.run("module", "test", dir); r.code != 1 || !strings.Contains(r.stderr, `neither "expect" nor "expect_fault"`) {
+		t.Fatalf("module test on a bare recording: exit %d, %q", r.code, r.stderr)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"nope"}, "not found"},
+		{[]string{"-step", "explode", "rec"}, "unknown step"},
+		{[]string{"-step", "controller-unpublish", "-alloc", "a-other", "rec"}, "not found"},
+	} {
+		r := e.run(append([]string{"module", "record"}, tc.args...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
+			t.Errorf("module record %q: exit %d, stderr %q; want %q", tc.args, r.code, r.stderr, tc.want)
 		}
 	}
 }

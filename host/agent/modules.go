@@ -12,6 +12,7 @@ import (
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
+	"github.com/volhost/volhost/plugins/kit"
 	"github.com/volhost/volhost/watcher"
 )
 
@@ -265,4 +266,29 @@ func (e *moduleEvents) flush() {
 	if _, _, err := e.a.Cluster.Apply(context.Background(), structs.EventAppendType, &structs.EventAppendRequest{Events: batch}); err != nil {
 		e.a.logger.Warn("could not record module events", "count", len(batch), "error", err)
 	}
+}
+
+// ModuleView records the views the watcher would hand volume ns/id's
+// modules now (`volhost module record`): the policy's, or with step the
+// adapter's for one claim; secrets redacted. It reads this server's state,
+// which on a follower may trail the leader's by a few entries.
+func (a *Agent) ModuleView(ns, id, step, allocID string) (*kit.Recording, error) {
+	ref := structs.VolumeRef{Namespace: ns, ID: id}
+	views, err := watcher.ViewOf(a.Store.Reader(), ref, step, allocID, a.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	v, err := a.Store.Reader().Volume(ns, id)
+	if err != nil {
+		return nil, err
+	}
+	var secrets map[string]string
+	if v != nil {
+		secrets = v.Secrets
+	}
+	name := fmt.Sprintf("%s/%s policy", ns, id)
+	if views.Adapter != nil {
+		name = fmt.Sprintf("%s/%s %s %s", ns, id, views.Adapter.Step, views.Adapter.Claim.AllocID)
+	}
+	return kit.Record(name, views.Policy, views.Adapter, secrets), nil
 }

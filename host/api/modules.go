@@ -6,6 +6,7 @@ import (
 
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
+	"github.com/volhost/volhost/plugins/kit"
 )
 
 // ModuleBackend is the Wasm module runtime of this server. Modules are
@@ -15,6 +16,7 @@ type ModuleBackend interface {
 	ModuleStatuses() ([]plugins.Status, error)
 	ModuleInfo(name string) (*ModuleInfo, error)
 	ReloadModules(ctx context.Context) ([]plugins.Status, error)
+	ModuleViewer
 }
 
 // ModuleInfo is a module's runtime status and what it serves now.
@@ -65,6 +67,7 @@ func (s *Server) EnableModules(b ModuleBackend) {
 	}
 	s.mux.HandleFunc("PUT /v1/modules/reload", reload)
 	s.mux.HandleFunc("POST /v1/modules/reload", reload)
+	s.enableModuleView(b)
 }
 
 func nonNil(st []plugins.Status) []plugins.Status {
@@ -72,4 +75,35 @@ func nonNil(st []plugins.Status) []plugins.Status {
 		return []plugins.Status{}
 	}
 	return st
+}
+
+// ModuleViewer answers `volhost module record` (issue 15): the views the
+// watcher would hand a volume's modules now, secrets redacted.
+type ModuleViewer interface {
+	ModuleView(ns, id, step, allocID string) (*kit.Recording, error)
+}
+
+// enableModuleView adds GET /v1/volume/{id}/module-view?namespace=&step=&alloc=.
+// It reads volume data, so it is authorised like GET /v1/volume/{id}
+// (namespace read), not by a modules capability.
+func (s *Server) enableModuleView(b ModuleBackend) {
+	s.mux.HandleFunc("GET /v1/volume/{id}/module-view", func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathID(r, "volume_id")
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		ns, err := namespace(r)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		q := r.URL.Query()
+		rec, err := b.ModuleView(ns, id, q.Get("step"), q.Get("alloc"))
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, rec)
+	})
 }

@@ -2,6 +2,7 @@ package kit
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/volhost/volhost/abi"
 )
@@ -133,9 +134,11 @@ func (v VolumeJSON) abi() abi.VolumeView {
 		AttachmentMode: v.AttachmentMode, ExternalID: v.ExternalID, Context: v.Context}
 }
 
+// volumeJSON and nodeJSON copy the maps: a recording redacts them, and
+// the request's maps may be the state store's own.
 func volumeJSON(v abi.VolumeView) VolumeJSON {
 	return VolumeJSON{Namespace: v.Namespace, ID: v.ID, PluginID: v.PluginID, AccessMode: v.AccessMode,
-		AttachmentMode: v.AttachmentMode, ExternalID: v.ExternalID, Context: v.Context}
+		AttachmentMode: v.AttachmentMode, ExternalID: v.ExternalID, Context: maps.Clone(v.Context)}
 }
 
 func (c ClaimJSON) abi() abi.ClaimView {
@@ -155,7 +158,7 @@ func (n NodeJSON) abi() abi.NodeView {
 }
 
 func nodeJSON(n abi.NodeView) NodeJSON {
-	return NodeJSON{ID: n.ID, Status: n.Status, LastSeenAgeMs: n.LastSeenAgeMs, Meta: n.Meta, ExternalID: n.ExternalID}
+	return NodeJSON{ID: n.ID, Status: n.Status, LastSeenAgeMs: n.LastSeenAgeMs, Meta: maps.Clone(n.Meta), ExternalID: n.ExternalID}
 }
 
 // Request converts the policy view to the wire message.

@@ -3,9 +3,11 @@ package client
 import (
 	"context"
 	"net/http"
+	"net/url"
 
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/plugins"
+	"github.com/volhost/volhost/plugins/kit"
 )
 
 // Modules lists the Wasm modules of the agent asked (modules are per server).
@@ -29,4 +31,25 @@ func (c *Client) ReloadModules(ctx context.Context) ([]plugins.Status, error) {
 	var out api.ModulesResponse
 	_, err := c.do(ctx, http.MethodPut, "/v1/modules/reload", nil, nil, &out)
 	return out.Modules, err
+}
+
+// ModuleView records the views the watcher would hand volume ns/id's
+// modules now (step "" for the policy's; a CSI step and an allocation ID
+// for the adapter's), secrets redacted.
+func (c *Client) ModuleView(ctx context.Context, ns, id, step, allocID string) (*kit.Recording, error) {
+	q := url.Values{}
+	if ns != "" {
+		q.Set("namespace", ns)
+	}
+	if step != "" {
+		q.Set("step", step)
+	}
+	if allocID != "" {
+		q.Set("alloc", allocID)
+	}
+	var out kit.Recording
+	if _, err := c.do(ctx, http.MethodGet, "/v1/volume/"+seg(id)+"/module-view", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
