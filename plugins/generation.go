@@ -45,6 +45,11 @@ type generation struct {
 	num      uint64
 	man      *Manifest
 	sha      string
+	fp       string // fingerprint of wasm + manifest (set before it serves)
+	// promoted: it came in by Manager.Promote; faults counts its recent
+	// faults against man.Rollback (rollout.go).
+	promoted atomic.Bool
+	faults   faultWindow
 	version  string // the manifest's version, or the guest's own if unset
 	log      hclog.Logger
 	rt       wazero.Runtime
