@@ -380,8 +380,7 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, next map[string]*modul
 		return
 	}
 	start := time.Now()
-	g, err := loadGeneration(ctx, genDeps{cache: m.cache, log: m.log, initTimeout: m.opts.InitTimeout,
-		onOpen: func() { m.runtimes.Add(1) }, onClose: func() { m.runtimes.Add(-1) }}, mod.name, num, wasm, man)
+	g, err := loadGeneration(ctx, m.genDeps(), mod.name, num, wasm, man)
 	if err != nil {
 		if ctx.Err() != nil {
 			// Interrupted, not refused: the same files are tried again on
@@ -427,6 +426,11 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, next map[string]*modul
 			Reason: "new generation"})
 	}
 	m.notifySwap(Swap{Module: mod.name, Kind: man.Kind, Generation: num, old: oldMan, new: man})
+}
+
+func (m *Manager) genDeps() genDeps {
+	return genDeps{cache: m.cache, log: m.log, initTimeout: m.opts.InitTimeout,
+		onOpen: func() { m.runtimes.Add(1) }, onClose: func() { m.runtimes.Add(-1) }}
 }
 
 // notifySwap calls Options.OnSwap.

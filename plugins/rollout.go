@@ -252,6 +252,9 @@ func (m *Manager) Promote(ctx context.Context, name string) (Status, error) {
 	mod.shadow.Store(nil)
 	old := mod.cur.Swap(g)
 	mod.mu.Lock()
+	// The files that served until now are not loaded again by a reload
+	// (a candidate from `module shadow` leaves them in the directory).
+	mod.refusedFP, mod.refusal = mod.servingFP, ""
 	mod.state, mod.gens, mod.servingFP, mod.shadowFP, mod.recent = StateServing, g.num, g.fp, "", nil
 	mod.mu.Unlock()
 	var oldMan *Manifest
@@ -440,4 +443,67 @@ func (m *Manager) ClassifyErrorLastKnownGood(ctx context.Context, name string, r
 		return nil, err
 	}
 	return resp, nil
+}
+
+// ErrCandidate wraps why Shadow refused a candidate (the caller's input).
+var ErrCandidate = errors.New("shadow candidate refused")
+
+// Shadow loads wasm as name's shadow candidate (`volhost module shadow`),
+// through the same validation as a reload: manifest (manifestSrc, or the
+// serving generation's when nil, without its sha256 pin, which names the
+// serving file), maxima, compile, canary and self-test. It replaces any
+// shadow candidate. Like the module directory, it is this agent's state:
+// it lasts until a reload brings new files, or the agent restarts.
+func (m *Manager) Shadow(ctx context.Context, name string, wasm, manifestSrc []byte) (Status, error) {
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
+	if m.closed {
+		return Status{}, ErrClosed
+	}
+	mod := (*m.modules.Load())[name]
+	if mod == nil {
+		return Status{}, fmt.Errorf("module %s: %w", name, ErrNoModule)
+	}
+	cur := mod.cur.Load()
+	if cur == nil {
+		return Status{}, fmt.Errorf("module %s: %w: nothing serves to be shadowed", name, ErrCandidate)
+	}
+	if int64(len(wasm)) > m.opts.Maxima.ModuleSize {
+		return Status{}, fmt.Errorf("%w: %d bytes, over module_limits.max_module_size (%d bytes)", ErrCandidate, len(wasm), m.opts.Maxima.ModuleSize)
+	}
+	var man *Manifest
+	if manifestSrc == nil {
+		c := *cur.man
+		c.SHA256, c.Mode = "", ModeShadow
+		man = &c
+		manifestSrc = []byte("serving manifest of generation " + fmt.Sprint(cur.num))
+	} else {
+		var err error
+		if man, err = ParseManifest(name+".hcl", manifestSrc); err != nil {
+			return Status{}, fmt.Errorf("%w: %v", ErrCandidate, err)
+		}
+		if err := man.CheckMaxima(m.opts.Maxima); err != nil {
+			return Status{}, fmt.Errorf("%w: manifest %s.hcl: %v", ErrCandidate, name, err)
+		}
+		if man.Kind != cur.man.Kind {
+			return Status{}, fmt.Errorf("%w: a %s cannot shadow %s, a %s", ErrCandidate, man.Kind, name, cur.man.Kind)
+		}
+		man.Mode = ModeShadow
+	}
+	mod.mu.Lock()
+	num := mod.loads + 1
+	mod.mu.Unlock()
+	g, err := loadGeneration(ctx, m.genDeps(), name, num, wasm, man)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Status{}, err
+		}
+		return Status{}, fmt.Errorf("%w: %v", ErrCandidate, err)
+	}
+	g.fp = fingerprint(wasm, manifestSrc)
+	mod.mu.Lock()
+	mod.loads = num
+	mod.mu.Unlock()
+	m.shadowLocked(mod, g)
+	return mod.status(), nil
 }

@@ -177,3 +177,59 @@ func TestShadowWithoutServing(t *testing.T) {
 		}
 	}
 }
+
+// TestShadowUpload: `module shadow` loads a candidate beside the serving
+// generation (the serving manifest unless one is given); a promoted upload
+// survives reloads of the directory's older files; bad candidates are
+// refused with ErrCandidate and change nothing.
+func TestShadowUpload(t *testing.T) {
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "policy", exampleWasm(t, "default-policy"), []byte(servingManifest))
+	}, nil)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		wasm []byte
+		man  string
+		want string
+	}{
+		{[]byte("not wasm"), "", "not a valid module"},
+		{exampleWasm(t, "grace-policy"), "kind = \"csi-adapter\"\n", "cannot shadow"},
+		{exampleWasm(t, "grace-policy"), "kind = \"release-policy\"\nlimits {\n call_timeout = \"1h\"\n}\n", "max_call_timeout"},
+	} {
+		var man []byte
+		if tc.man != "" {
+			man = []byte(tc.man)
+		}
+		if _, err := e.m.Shadow(ctx, "policy", tc.wasm, man); !errors.Is(err, ErrCandidate) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Shadow(%q): %v, want a refusal naming %q", tc.man, err, tc.want)
+		}
+	}
+	if st, _ := e.m.StatusOf("policy"); st.Shadow != nil {
+		t.Fatalf("a refused candidate shadows: %+v", st.Shadow)
+	}
+	if _, err := e.m.Shadow(ctx, "nope", exampleWasm(t, "grace-policy"), nil); !errors.Is(err, ErrNoModule) {
+		t.Fatalf("shadow of an unknown module: %v", err)
+	}
+	st, err := e.m.Shadow(ctx, "policy", exampleWasm(t, "grace-policy"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Shadow == nil || st.Shadow.Generation != 2 || st.Version != "1.0.0" {
+		t.Fatalf("after the upload: %+v", st)
+	}
+	if _, err := e.m.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := e.m.StatusOf("policy"); st.Shadow == nil {
+		t.Fatal("a reload of unchanged files dropped the shadow")
+	}
+	if _, err := e.m.Promote(ctx, "policy"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.m.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := e.m.DecideRelease(ctx, "policy", policyReq("b", 10_000, nil)); resp.Decisions[0].Action != abi.ActionWait {
+		t.Fatalf("a reload put the directory's older files back over the promoted upload: %+v", resp)
+	}
+}
