@@ -86,10 +86,13 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"module status": cmd(&ModuleStatusCommand{Meta: m}),
 		"module reload": cmd(&ModuleReloadCommand{Meta: m}),
 		// Module lifecycle kit (issue 15).
-		"module run":    cmd(&ModuleRunCommand{Meta: m}),
-		"module test":   cmd(&ModuleTestCommand{Meta: m}),
-		"module new":    cmd(&ModuleNewCommand{Meta: m}),
-		"module record": cmd(&ModuleRecordCommand{Meta: m}),
+		"module run":      cmd(&ModuleRunCommand{Meta: m}),
+		"module test":     cmd(&ModuleTestCommand{Meta: m}),
+		"module new":      cmd(&ModuleNewCommand{Meta: m}),
+		"module record":   cmd(&ModuleRecordCommand{Meta: m}),
+		"module shadow":   cmd(&ModuleShadowCommand{Meta: m}),
+		"module promote":  cmd(&ModulePromoteCommand{Meta: m}),
+		"module rollback": cmd(&ModuleRollbackCommand{Meta: m}),
 
 		"plugin":          cmd(&groupCommand{Meta: m, name: "plugin", synopsis: "Register and inspect CSI plugins"}),
 		"plugin register": cmd(&PluginRegisterCommand{Meta: m}),

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,14 +34,19 @@ func (a *Agent) loadModules(maxima plugins.Maxima) (watcher.Modules, error) {
 		CacheDir: a.moduleCacheDir(),
 		Logger:   a.logger,
 		Clock:    a.clock,
-		OnEvent:  a.moduleEvents.add,
-		OnSwap:   a.moduleSwaps.add,
-		Maxima:   maxima,
+		OnEvent: func(ev plugins.Event) {
+			a.Metrics.ModuleEvent(ev)
+			a.moduleEvents.add(ev)
+		},
+		OnSwap: a.moduleSwaps.add,
+		OnCall: a.Metrics.ModuleGenerationCall,
+		Maxima: maxima,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("module directory %s: %w", a.cfg.ModuleDir, err)
 	}
 	a.Modules = m
+	a.Metrics.RegisterModuleStatus(m.Status)
 	return watcher.WasmModules(m, a.Metrics), nil
 }
 
@@ -291,4 +297,48 @@ func (a *Agent) ModuleView(ns, id, step, allocID string) (*kit.Recording, error)
 		name = fmt.Sprintf("%s/%s %s %s", ns, id, views.Adapter.Step, views.Adapter.Claim.AllocID)
 	}
 	return kit.Record(name, views.Policy, views.Adapter, secrets), nil
+}
+
+// PromoteModule makes a module's shadow candidate serve (`volhost module
+// promote`).
+func (a *Agent) PromoteModule(ctx context.Context, name string) (plugins.Status, error) {
+	if a.Modules == nil {
+		return plugins.Status{}, structs.NotFound("module", name)
+	}
+	st, err := a.Modules.Promote(ctx, name)
+	return st, rolloutError(name, err)
+}
+
+// RollbackModule returns a module to its last known good generation.
+func (a *Agent) RollbackModule(ctx context.Context, name string) (plugins.Status, error) {
+	if a.Modules == nil {
+		return plugins.Status{}, structs.NotFound("module", name)
+	}
+	st, err := a.Modules.Rollback(ctx, name)
+	return st, rolloutError(name, err)
+}
+
+// ShadowModule loads an uploaded candidate beside a module's serving
+// generation (`volhost module shadow`).
+func (a *Agent) ShadowModule(ctx context.Context, name string, wasm, manifest []byte) (plugins.Status, error) {
+	if a.Modules == nil {
+		return plugins.Status{}, structs.NotFound("module", name)
+	}
+	st, err := a.Modules.Shadow(ctx, name, wasm, manifest)
+	return st, rolloutError(name, err)
+}
+
+// rolloutError maps the runtime's rollout errors onto the API's types.
+func rolloutError(name string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, plugins.ErrNoModule):
+		return structs.NotFound("module", name)
+	case errors.Is(err, plugins.ErrNoShadow), errors.Is(err, plugins.ErrNoLastKnownGood):
+		return structs.Conflict("%v", err)
+	case errors.Is(err, plugins.ErrCandidate):
+		return &structs.ValidationError{Field: "module", Msg: err.Error()}
+	}
+	return err
 }

@@ -33,6 +33,15 @@ func (f *fakeModules) ModuleInfo(name string) (*api.ModuleInfo, error) {
 func (f *fakeModules) ModuleView(ns, id, _, _ string) (*kit.Recording, error) {
 	return nil, structs.NotFound("volume", ns+"/"+id)
 }
+func (f *fakeModules) PromoteModule(_ context.Context, name string) (plugins.Status, error) {
+	return plugins.Status{}, structs.NotFound("module", name)
+}
+func (f *fakeModules) RollbackModule(_ context.Context, name string) (plugins.Status, error) {
+	return plugins.Status{}, structs.NotFound("module", name)
+}
+func (f *fakeModules) ShadowModule(_ context.Context, name string, _, _ []byte) (plugins.Status, error) {
+	return plugins.Status{}, structs.NotFound("module", name)
+}
 func (f *fakeModules) ReloadModules(context.Context) ([]plugins.Status, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -47,6 +47,8 @@ type Metrics struct {
 	moduleCalls    *prometheus.CounterVec
 	moduleFaults   *prometheus.CounterVec
 	moduleDuration *prometheus.HistogramVec
+
+	mods *moduleMetrics // issue 15 (modules.go)
 }
 
 // New returns metrics whose gauges read store's current snapshot on scrape.
@@ -104,6 +106,8 @@ func NewWithSource(snapshot func() Source) *Metrics {
 			Buckets: []float64{1e-6, 5e-6, 25e-6, 1e-4, 5e-4, .0025, .01, .05, .25, 1},
 		}, []string{"module", "kind"}),
 	}
+	m.mods = newModuleMetrics()
+	m.reg.MustRegister(m.mods.collectors()...)
 	m.reg.MustRegister(
 		m.csiCalls, m.csiDuration, m.released, m.releaseFailed, m.markedStuck, m.assessed, m.autoForce,
 		m.moduleCalls, m.moduleFaults, m.moduleDuration,

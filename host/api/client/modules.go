@@ -53,3 +53,31 @@ func (c *Client) ModuleView(ctx context.Context, ns, id, step, allocID string) (
 	}
 	return &out, nil
 }
+
+// PromoteModule makes a module's shadow candidate serve on the agent asked.
+func (c *Client) PromoteModule(ctx context.Context, name string) (*plugins.Status, error) {
+	var out plugins.Status
+	if _, err := c.do(ctx, http.MethodPut, "/v1/module/"+seg(name)+"/promote", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RollbackModule returns a module to its last known good generation.
+func (c *Client) RollbackModule(ctx context.Context, name string) (*plugins.Status, error) {
+	var out plugins.Status
+	if _, err := c.do(ctx, http.MethodPut, "/v1/module/"+seg(name)+"/rollback", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ShadowModule uploads wasm (and optionally its manifest) as a module's
+// shadow candidate.
+func (c *Client) ShadowModule(ctx context.Context, name string, wasm []byte, manifest *string) (*plugins.Status, error) {
+	var out plugins.Status
+	if _, err := c.do(ctx, http.MethodPut, "/v1/module/"+seg(name)+"/shadow", nil, api.ShadowUpload{Wasm: wasm, Manifest: manifest}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
