@@ -746,7 +746,7 @@ func (m *Manager) call(ctx context.Context, name string, kind abi.Kind, export s
 	if !ok {
 		m.autoRollback(mod, g, "automatically: its circuit is open")
 		mod.stats.record(0, FaultOpenCircuit)
-		return 0, &FaultError{Module: name, Version: g.version, Kind: FaultOpenCircuit,
+		return 0, &FaultError{Module: name, Version: g.version, Generation: g.num, Kind: FaultOpenCircuit,
 			Err: errors.New("circuit open after consecutive faults")}
 	}
 	buf := getBuf()
@@ -771,7 +771,10 @@ func (m *Manager) call(ctx context.Context, name string, kind abi.Kind, export s
 	}
 	putBuf(buf)
 	var fe *FaultError
-	isFault := errors.As(err, &fe) && fe.Kind.countsForBreaker()
+	if errors.As(err, &fe) {
+		fe.Generation = g.num
+	}
+	isFault := fe != nil && fe.Kind.countsForBreaker()
 	if err != nil && !isFault {
 		// The caller's own cancellation says nothing about the module:
 		// release a probe slot without judging.

@@ -391,16 +391,24 @@ func (m *Manager) OnFailure(name string) string {
 	return OnFailureWait
 }
 
-// lastKnownGoodCall runs a call on name's last known good generation, for
-// on_failure = "last_known_good". Its answer is validated like any other
-// (the decoder), and the watcher checks it again.
-func (m *Manager) lastKnownGoodCall(ctx context.Context, name, export string, req abi.Message, decode func([]byte) (string, error)) error {
+// lastKnownGoodCall runs a call for on_failure = "last_known_good" on
+// name's last known good generation: the previous one, or, when generation
+// faulted has just been rolled back, the one serving now. Never on faulted
+// itself. Its answer is validated like any other (the decoder), and the
+// watcher checks it again.
+func (m *Manager) lastKnownGoodCall(ctx context.Context, name string, faulted uint64, export string, req abi.Message, decode func([]byte) (string, error)) error {
 	mod := (*m.modules.Load())[name]
 	if mod == nil {
 		return &FaultError{Module: name, Kind: FaultNotLoaded, Err: errors.New("no such module")}
 	}
-	g := mod.prev.Load()
-	if g == nil || !g.acquire() {
+	var g *generation
+	for _, c := range []*generation{mod.prev.Load(), mod.cur.Load()} {
+		if c != nil && c.num != faulted && c.acquire() {
+			g = c
+			break
+		}
+	}
+	if g == nil {
 		return &FaultError{Module: name, Kind: FaultNotLoaded, Err: ErrNoLastKnownGood}
 	}
 	defer g.release()
@@ -412,34 +420,34 @@ func (m *Manager) lastKnownGoodCall(ctx context.Context, name, export string, re
 	c := Call{Module: name, Generation: g.num, Role: RoleLastKnownGood, Duration: time.Since(start)}
 	var fe *FaultError
 	if errors.As(err, &fe) {
-		c.Fault = fe.Kind
+		c.Fault, fe.Generation = fe.Kind, g.num
 	}
 	m.observe(c)
 	return err
 }
 
 // DecideReleaseLastKnownGood asks name's last known good generation.
-func (m *Manager) DecideReleaseLastKnownGood(ctx context.Context, name string, req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
+func (m *Manager) DecideReleaseLastKnownGood(ctx context.Context, name string, faulted uint64, req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
 	resp := new(abi.PolicyResponse)
-	if err := m.lastKnownGoodCall(ctx, name, abi.ExportDecideRelease, req, policyDecoder(req, resp)); err != nil {
+	if err := m.lastKnownGoodCall(ctx, name, faulted, abi.ExportDecideRelease, req, policyDecoder(req, resp)); err != nil {
 		return nil, err
 	}
 	return resp, nil
 }
 
 // AdaptRequestLastKnownGood asks name's last known good generation.
-func (m *Manager) AdaptRequestLastKnownGood(ctx context.Context, name string, req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
+func (m *Manager) AdaptRequestLastKnownGood(ctx context.Context, name string, faulted uint64, req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
 	resp := new(abi.AdapterResponse)
-	if err := m.lastKnownGoodCall(ctx, name, abi.ExportAdaptRequest, req, adapterDecoder(resp)); err != nil {
+	if err := m.lastKnownGoodCall(ctx, name, faulted, abi.ExportAdaptRequest, req, adapterDecoder(resp)); err != nil {
 		return nil, err
 	}
 	return resp, nil
 }
 
 // ClassifyErrorLastKnownGood asks name's last known good generation.
-func (m *Manager) ClassifyErrorLastKnownGood(ctx context.Context, name string, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
+func (m *Manager) ClassifyErrorLastKnownGood(ctx context.Context, name string, faulted uint64, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
 	resp := new(abi.ClassifyResponse)
-	if err := m.lastKnownGoodCall(ctx, name, abi.ExportClassifyError, req, classifyDecoder(resp)); err != nil {
+	if err := m.lastKnownGoodCall(ctx, name, faulted, abi.ExportClassifyError, req, classifyDecoder(resp)); err != nil {
 		return nil, err
 	}
 	return resp, nil

@@ -86,7 +86,7 @@ config = { grace = "30s" }
 		t.Fatalf("second promote: %v", err)
 	}
 	// The last known good answers for on_failure = "last_known_good".
-	if resp, err := e.m.DecideReleaseLastKnownGood(ctx, "policy", policyReq("b", 10_000, nil)); err != nil || resp.Decisions[0].Action != abi.ActionRelease {
+	if resp, err := e.m.DecideReleaseLastKnownGood(ctx, "policy", 0, policyReq("b", 10_000, nil)); err != nil || resp.Decisions[0].Action != abi.ActionRelease {
 		t.Fatalf("last known good: %+v, %v", resp, err)
 	}
 

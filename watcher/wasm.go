@@ -23,9 +23,11 @@ type ModuleRuntime interface {
 
 	// The failure strategy (issue 15): what answers when a module faults.
 	OnFailure(module string) string
-	DecideReleaseLastKnownGood(ctx context.Context, module string, req *abi.PolicyRequest) (*abi.PolicyResponse, error)
-	AdaptRequestLastKnownGood(ctx context.Context, module string, req *abi.AdapterRequest) (*abi.AdapterResponse, error)
-	ClassifyErrorLastKnownGood(ctx context.Context, module string, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error)
+	// The *LastKnownGood calls ask a generation other than faulted (the
+	// generation the fault came from), preferring the previous one.
+	DecideReleaseLastKnownGood(ctx context.Context, module string, faulted uint64, req *abi.PolicyRequest) (*abi.PolicyResponse, error)
+	AdaptRequestLastKnownGood(ctx context.Context, module string, faulted uint64, req *abi.AdapterRequest) (*abi.AdapterResponse, error)
+	ClassifyErrorLastKnownGood(ctx context.Context, module string, faulted uint64, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error)
 }
 
 // ModuleObserver records each module call (Prometheus in the agent).
@@ -109,29 +111,41 @@ func (w *wasmModule) observe(start time.Time, errp *error) {
 	w.m.obs.ModuleCall(w.name, string(w.kind), time.Since(start), fault)
 }
 
+// strategy is the module's on_failure, read before a call: the call may
+// roll its generation back, and the strategy is the one of the generation
+// asked.
+func (w *wasmModule) strategy() string { return w.m.rt.OnFailure(w.name) }
+
 // fallback reports whether a failed call gets another answer under the
 // module's on_failure strategy, and which: "native" asks the built-in
 // default policy or spec adapter, "last_known_good" the module's previous
 // generation; "wait" (and a caller that gave up) keeps the fault, so the
 // claim waits, visibly. Whichever answers, the watcher checks the answer as
 // it checks any module's (decide, CheckAdapterIDs, classify): a strategy
-// changes who is asked, never what the host allows.
-func (w *wasmModule) fallback(ctx context.Context, err error) string {
+// changes who is asked, never what the host allows. It also returns the
+// generation that faulted.
+func fallback(ctx context.Context, strategy string, err error) (string, uint64) {
 	var mf ModuleFault
 	if err == nil || ctx.Err() != nil || !errors.As(err, &mf) {
-		return plugins.OnFailureWait
+		return plugins.OnFailureWait, 0
 	}
-	return w.m.rt.OnFailure(w.name)
+	var gen uint64
+	var g interface{ ModuleGeneration() uint64 }
+	if errors.As(err, &g) {
+		gen = g.ModuleGeneration()
+	}
+	return strategy, gen
 }
 
 // DecideRelease implements Policy.
 func (w *wasmModule) DecideRelease(ctx context.Context, req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
+	strategy := w.strategy()
 	resp, err := w.decide(ctx, req)
-	switch w.fallback(ctx, err) {
+	switch s, gen := fallback(ctx, strategy, err); s {
 	case plugins.OnFailureNative:
 		return DefaultPolicy{}.DecideRelease(ctx, req)
 	case plugins.OnFailureLastKnownGood:
-		if r, lerr := w.m.rt.DecideReleaseLastKnownGood(ctx, w.name, req); lerr == nil {
+		if r, lerr := w.m.rt.DecideReleaseLastKnownGood(ctx, w.name, gen, req); lerr == nil {
 			return r, nil
 		}
 	}
@@ -152,12 +166,13 @@ func (w *wasmModule) AdaptRequest(ctx context.Context, req *abi.AdapterRequest) 
 	if !w.m.rt.AdaptsStep(w.name, req.Step) {
 		return SpecAdapter{}.AdaptRequest(ctx, req)
 	}
+	strategy := w.strategy()
 	resp, err := w.adapt(ctx, req)
-	switch w.fallback(ctx, err) {
+	switch s, gen := fallback(ctx, strategy, err); s {
 	case plugins.OnFailureNative:
 		return SpecAdapter{}.AdaptRequest(ctx, req)
 	case plugins.OnFailureLastKnownGood:
-		if r, lerr := w.m.rt.AdaptRequestLastKnownGood(ctx, w.name, req); lerr == nil {
+		if r, lerr := w.m.rt.AdaptRequestLastKnownGood(ctx, w.name, gen, req); lerr == nil {
 			return r, nil
 		}
 	}
@@ -171,12 +186,13 @@ func (w *wasmModule) adapt(ctx context.Context, req *abi.AdapterRequest) (resp *
 
 // ClassifyError implements Adapter.
 func (w *wasmModule) ClassifyError(ctx context.Context, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
+	strategy := w.strategy()
 	resp, err := w.classify(ctx, req)
-	switch w.fallback(ctx, err) {
+	switch s, gen := fallback(ctx, strategy, err); s {
 	case plugins.OnFailureNative:
 		return SpecAdapter{}.ClassifyError(ctx, req)
 	case plugins.OnFailureLastKnownGood:
-		if r, lerr := w.m.rt.ClassifyErrorLastKnownGood(ctx, w.name, req); lerr == nil {
+		if r, lerr := w.m.rt.ClassifyErrorLastKnownGood(ctx, w.name, gen, req); lerr == nil {
 			return r, nil
 		}
 	}
