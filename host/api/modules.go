@@ -202,4 +202,3 @@ func (s *Server) enableModuleView(b ModuleBackend) {
 		WriteJSON(w, http.StatusOK, rec)
 	})
 }
-
