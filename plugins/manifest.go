@@ -51,6 +51,9 @@ type Maxima struct {
 	RequireSHA256 bool
 }
 
+// WithDefaults fills the zero fields with the Default* maxima.
+func (x Maxima) WithDefaults() Maxima { return x.withDefaults() }
+
 // withDefaults fills the zero fields.
 func (x Maxima) withDefaults() Maxima {
 	if x.CallTimeout <= 0 {

@@ -93,6 +93,8 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"module shadow":   cmd(&ModuleShadowCommand{Meta: m}),
 		"module promote":  cmd(&ModulePromoteCommand{Meta: m}),
 		"module rollback": cmd(&ModuleRollbackCommand{Meta: m}),
+		"module push":     cmd(&ModulePushCommand{Meta: m}),
+		"module sign":     cmd(&ModuleSignCommand{Meta: m}),
 
 		"plugin":          cmd(&groupCommand{Meta: m, name: "plugin", synopsis: "Register and inspect CSI plugins"}),
 		"plugin register": cmd(&PluginRegisterCommand{Meta: m}),

@@ -43,6 +43,10 @@ type Agent struct {
 
 	moduleEvents *moduleEvents
 	moduleSwaps  *moduleSwaps
+	// sources are the module_source blocks (issue 15, sources.go) and
+	// moduleMaxima the module_limits they are pulled under.
+	sources      []moduleSource
+	moduleMaxima plugins.Maxima
 	stop         context.CancelFunc
 	wg           sync.WaitGroup
 
@@ -129,6 +133,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("starting the replicated log: %w", err)
 	}
 	a.setupProbe(cc)
+	a.sources, a.moduleMaxima = d.moduleSources, d.ModuleMaxima.WithDefaults()
 	modules, err := a.loadModules(d.ModuleMaxima)
 	if err != nil {
 		a.CSI.Close()
@@ -217,6 +222,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.followLeadership(ctx)
 	}()
 	a.startModules(ctx)
+	a.startSources(ctx)
 	if sv := a.cfg.Server; sv != nil && sv.Enabled && len(sv.Join) > 0 {
 		a.wg.Add(1)
 		go func() {

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -57,6 +58,9 @@ var (
 	ErrBadBundle    = errors.New("not a volhost module bundle")
 )
 
+// emptyPin is a top-level sha256 = "" line.
+var emptyPin = regexp.MustCompile(`(?m)^sha256[ \t]*=[ \t]*""[ \t]*$`)
+
 // Pin returns the manifest with a sha256 pin of wasm: unchanged when it
 // pins that already, with the pin appended when it has none, and an error
 // when it pins other code. A pinned bundle swaps in as one generation
@@ -72,12 +76,16 @@ func Pin(name string, wasm, manifest []byte) ([]byte, error) {
 	case sha:
 		return manifest, nil
 	case "":
-		if bytes.Contains(manifest, []byte("sha256")) {
-			// An empty sha256 = "" attribute: HCL refuses a second one.
-			return nil, fmt.Errorf("manifest %s.hcl has an empty sha256 attribute: set it to %q or remove it", name, sha)
+		pin := fmt.Sprintf("sha256 = %q", sha)
+		if emptyPin.Match(manifest) {
+			// sha256 = "" (as the examples ship): filled in, since HCL
+			// refuses a second attribute of the name.
+			return emptyPin.ReplaceAll(manifest, []byte(pin)), nil
 		}
-		out := append(bytes.TrimRight(bytes.Clone(manifest), "\n"), []byte(fmt.Sprintf("\nsha256 = %q\n", sha))...)
-		return out, nil
+		if bytes.Contains(manifest, []byte("sha256")) {
+			return nil, fmt.Errorf("manifest %s.hcl names sha256 in a form this tool does not rewrite: set sha256 = %q yourself", name, sha)
+		}
+		return append(bytes.TrimRight(bytes.Clone(manifest), "\n"), []byte("\n"+pin+"\n")...), nil
 	}
 	return nil, fmt.Errorf("manifest %s.hcl pins sha256 %s, but the module's is %s", name, man.SHA256, sha)
 }
@@ -275,6 +283,11 @@ func verifySignature(ctx context.Context, repo name.Repository, digest v1.Hash, 
 		}
 		payload, err := readLayer(l, 64<<10, "signature payload")
 		if err != nil {
+			if !errors.Is(err, ErrBadBundle) {
+				// Not the signature's fault (a read that failed or did not
+				// match its digest): tried again at the next poll.
+				return fmt.Errorf("signature %s: %w", tag.TagStr(), err)
+			}
 			reasons = append(reasons, err.Error())
 			continue
 		}

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // tamperer flips a byte of every blob it serves while on (a registry, or a
@@ -164,8 +165,9 @@ func TestPin(t *testing.T) {
 	if _, err := Pin("p", []byte("other"), man); err == nil || !strings.Contains(err.Error(), "pins sha256") {
 		t.Fatalf("Pin of other code: %v", err)
 	}
-	if _, err := Pin("p", testWasm, []byte("kind = \"release-policy\"\nsha256 = \"\"\n")); err == nil {
-		t.Fatal("Pin over an empty sha256 attribute")
+	filled, err := Pin("p", testWasm, []byte("kind = \"release-policy\"\nsha256 = \"\"\n"))
+	if err != nil || bytes.Count(filled, []byte("sha256")) != 1 || !bytes.Contains(filled, man[bytes.Index(man, []byte("sha256")):]) {
+		t.Fatalf("Pin over an empty sha256 attribute: %q %v", filled, err)
 	}
 }
 
@@ -190,3 +192,34 @@ func TestKeys(t *testing.T) {
 }
 
 
+
+// TestPollerSignAfterPush: a poll between push and sign does not refuse
+// the digest for good; a bad signature does, until the tag moves.
+func TestPollerSignAfterPush(t *testing.T) {
+	host, _ := newRegistry(t)
+	ref := host + "/modules/policy:stable"
+	key := newKey(t)
+	var applied, refusals int
+	p := &Poller{Module: "policy", Ref: ref, Key: &key.PublicKey, MaxWasm: 1 << 20,
+		Apply:   func(context.Context, Bundle, v1.Hash) error { applied++; return nil },
+		Refused: func(v1.Hash, error) { refusals++ }}
+	pushSigned(t, ref, nil)
+	ctx := context.Background()
+	for range 2 {
+		if ok, err := p.Poll(ctx); ok || !errors.Is(err, ErrUnsigned) {
+			t.Fatalf("poll before the signature: %v %v", ok, err)
+		}
+	}
+	if refusals != 1 {
+		t.Fatalf("%d refusals reported for one unsigned digest, want 1", refusals)
+	}
+	if _, err := Sign(ctx, ref, key); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := p.Poll(ctx); !ok || err != nil || applied != 1 {
+		t.Fatalf("poll after the signature: %v %v (applied %d)", ok, err, applied)
+	}
+	if ok, err := p.Poll(ctx); ok || err != nil || applied != 1 {
+		t.Fatalf("poll of an applied digest: %v %v", ok, err)
+	}
+}
