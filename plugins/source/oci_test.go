@@ -191,8 +191,6 @@ func TestKeys(t *testing.T) {
 	}
 }
 
-
-
 // TestPollerSignAfterPush: a poll between push and sign does not refuse
 // the digest for good; a bad signature does, until the tag moves.
 func TestPollerSignAfterPush(t *testing.T) {
