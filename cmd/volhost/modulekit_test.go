@@ -242,3 +242,35 @@ func TestModuleRecordThenRun(t *testing.T) {
 		}
 	}
 }
+
+// TestModuleRolloutCommands: shadow an upload, see it in status, promote,
+// roll back; each refusal is one line and exit 1.
+func TestModuleRolloutCommands(t *testing.T) {
+	dir := t.TempDir()
+	pluginstest.Install(t, dir, "policy", pluginstest.Wasm(t, "default-policy"), defaultPolicyManifest)
+	e := moduleAgent(t, dir)
+	grace := kitFolder(t, "grace-policy")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"promote", "policy"}, "no shadow candidate"},
+		{[]string{"rollback", "policy"}, "no last known good"},
+		{[]string{"promote", "nope"}, `module "nope": not found`},
+		{[]string{"shadow", "policy", filepath.Join(grace, "missing.wasm")}, "missing.wasm"},
+		{[]string{"shadow", "policy", filepath.Join(grace, "grace-policy.hcl")}, "not a valid module"},
+		{[]string{"shadow", "-manifest", filepath.Join(grace, "nope.hcl"), "policy", filepath.Join(grace, "grace-policy.wasm")}, "nope.hcl"},
+	} {
+		r := e.run(append([]string{"module"}, tc.args...)...)
+		if r.code != 1 || !strings.Contains(r.stderr, tc.want) || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 {
+			t.Errorf("module %q: exit %d, stderr %q; want one line with %q", tc.args, r.code, r.stderr, tc.want)
+		}
+	}
+	contains(t, "module shadow", e.ok("module", "shadow", "policy", filepath.Join(grace, "grace-policy.wasm")),
+		"generation 2 (version 1.0.0) shadows generation 1")
+	contains(t, "module status", e.ok("module", "status", "policy"), "Shadow           = generation 2", "100.0% agreement over 0 calls",
+		"Breaker          = closed", "Recent Faults    = -")
+	contains(t, "module promote", e.ok("module", "promote", "policy"), "Module policy promoted: generation 2")
+	contains(t, "module status", e.ok("module", "status", "policy"), "Promoted         = true", "Last Known Good  = generation 1")
+	contains(t, "module rollback", e.ok("module", "rollback", "policy"), "Module policy rolled back: generation 1")
+}
