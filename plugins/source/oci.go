@@ -36,10 +36,14 @@ const (
 	MediaTypeConfig   types.MediaType = "application/vnd.volhost.module.config.v1+json"
 	MediaTypeWasm     types.MediaType = "application/vnd.volhost.module.wasm.v1"
 	MediaTypeManifest types.MediaType = "application/vnd.volhost.module.manifest.v1+hcl"
-	// cosign's simple-signing payload and signature annotation.
+	// MediaTypeSimpleSigning is cosign's signed payload.
 	MediaTypeSimpleSigning types.MediaType = "application/vnd.dev.cosign.simplesigning.v1+json"
-	SignatureAnnotation                    = "dev.cosignproject.cosign/signature"
-	simpleSigningType                      = "cosign container image signature"
+)
+
+// cosign's signature annotation and payload type.
+const (
+	SignatureAnnotation = "dev.cosignproject.cosign/signature"
+	simpleSigningType   = "cosign container image signature"
 )
 
 // maxManifestBytes bounds a bundle's manifest layer.
