@@ -81,7 +81,7 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"node status":     cmd(&NodeStatusCommand{Meta: m}),
 		"node set-status": cmd(&NodeSetStatusCommand{Meta: m}),
 
-		"module":        cmd(&groupCommand{Meta: m, name: "module", synopsis: "Inspect and reload the agent's Wasm modules"}),
+		"module":        cmd(&groupCommand{Meta: m, name: "module", synopsis: "Author, test, inspect, roll out and reload Wasm modules"}),
 		"module list":   cmd(&ModuleListCommand{Meta: m}),
 		"module status": cmd(&ModuleStatusCommand{Meta: m}),
 		"module reload": cmd(&ModuleReloadCommand{Meta: m}),
