@@ -159,3 +159,44 @@ func TestModuleSourceOCI(t *testing.T) {
 	tamper.on.Store(false)
 	waitFor(t, ctx, "version 3.0.0 serving once the layers verify", serving("3.0.0"))
 }
+
+// TestModuleSourceShadow: with shadow = true a signed bundle becomes the
+// shadow candidate of the serving module, never serving until promoted.
+func TestModuleSourceShadow(t *testing.T) {
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	ref := strings.TrimPrefix(reg.URL, "http://") + "/modules/policy:canary"
+	key, pub := writeKeys(t, t.TempDir(), "k")
+	e := &cliEnv{t: t}
+	grace := kitFolder(t, "grace-policy")
+	man := filepath.Join(grace, "candidate.hcl")
+	os.WriteFile(man, []byte("kind = \"release-policy\"\nversion = \"2.0.0\"\ndefault = true\n"), 0o644)
+	e.ok("module", "push", "-manifest", man, filepath.Join(grace, "grace-policy.wasm"), ref)
+	e.ok("module", "sign", "-key", key, ref)
+
+	dir := t.TempDir()
+	pluginstest.Install(t, dir, "policy", pluginstest.Wasm(t, "default-policy"), defaultPolicyManifest)
+	cfg := agent.DefaultConfig()
+	cfg.Dev = true
+	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg.ModuleDir = dir
+	cfg.ModuleCacheDir = pluginstest.CacheDir()
+	cfg.ModuleSources = []agent.ModuleSourceConfig{{Name: "policy", OCI: ref, PublicKey: pub, PollInterval: "50ms", Shadow: true}}
+	a, err := agent.New(cfg, agent.Options{Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	waitFor(t, ctx, "the pulled bundle shadowing", func() (bool, bool) {
+		st, _ := a.Modules.StatusOf("policy")
+		return true, st.Shadow != nil && st.Shadow.Version == "2.0.0"
+	})
+	if st, _ := a.Modules.StatusOf("policy"); st.Version != "1.0.0" {
+		t.Fatalf("the shadowed bundle serves: %+v", st)
+	}
+}
