@@ -181,8 +181,10 @@ func shadowCompare[R any](ctx context.Context, m *Manager, name, export string, 
 	}
 	defer g.release()
 	var sfe *FaultError
-	if servedErr != nil && !errors.As(servedErr, &sfe) {
-		return // not the module's doing (the caller gave up)
+	if servedErr != nil && (!errors.As(servedErr, &sfe) || !sfe.Kind.countsForBreaker()) {
+		// Not an answer of the serving generation: the caller gave up,
+		// or the host refused the call (open circuit).
+		return
 	}
 	buf := getBuf()
 	*buf = req.MarshalAppend((*buf)[:0])
