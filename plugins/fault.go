@@ -41,7 +41,9 @@ const (
 type FaultError struct {
 	Module  string
 	Version string
-	Kind    FaultKind
+	// Generation is the generation that faulted (0 when none was asked).
+	Generation uint64
+	Kind       FaultKind
 	// Err is the underlying cause (a wazero error, a decode error, or the
 	// guest's own Error string for FaultGuestError).
 	Err error
@@ -71,6 +73,9 @@ func (e *FaultError) Unwrap() error { return e.Err }
 
 // ModuleName is the module's name (its file name without .wasm).
 func (e *FaultError) ModuleName() string { return e.Module }
+
+// ModuleGeneration is the generation that faulted.
+func (e *FaultError) ModuleGeneration() uint64 { return e.Generation }
 
 // ModuleVersion is the version from the module's manifest.
 func (e *FaultError) ModuleVersion() string { return e.Version }

@@ -41,10 +41,15 @@ const (
 // retired (replaced, removed or the manager closed) and the last call has
 // returned, so a hot swap never interrupts a call.
 type generation struct {
-	name     string
-	num      uint64
-	man      *Manifest
-	sha      string
+	name string
+	num  uint64
+	man  *Manifest
+	sha  string
+	fp   string // fingerprint of wasm + manifest (set before it serves)
+	// promoted: it came in by Manager.Promote; faults counts its recent
+	// faults against man.Rollback (rollout.go).
+	promoted atomic.Bool
+	faults   faultWindow
 	version  string // the manifest's version, or the guest's own if unset
 	log      hclog.Logger
 	rt       wazero.Runtime

@@ -64,6 +64,10 @@ type Options struct {
 	// Maxima are the host's bounds on manifests and module files (zero
 	// fields: the Default* maxima).
 	Maxima Maxima
+	// OnCall, if set, is told of every call on any generation (serving,
+	// shadow, last known good), for per-generation metrics. It is called
+	// on the call's goroutine and must not block.
+	OnCall func(Call)
 	// InitTimeout bounds an instance's set-up: instantiation, the start
 	// function, _initialize and configure (DefaultInitTimeout if 0; at
 	// least 10 call_timeouts either way).
@@ -147,6 +151,21 @@ type Status struct {
 	Timeouts string `json:"timeouts,omitempty"`
 	// TableLimit is the manifest's limits.table_elements.
 	TableLimit uint32 `json:"table_limit,omitempty"`
+
+	// Issue 15: rollout and failure strategy.
+	Mode      string `json:"mode,omitempty"`
+	OnFailure string `json:"on_failure,omitempty"`
+	// Promoted: the serving generation came in by `module promote`, and
+	// is rolled back automatically if it faults past its rollback limit.
+	Promoted bool `json:"promoted,omitempty"`
+	// LastKnownGood is the previous generation, kept for rollback.
+	LastKnownGood *GenerationInfo `json:"last_known_good,omitempty"`
+	// Shadow is the candidate answering beside the serving generation.
+	Shadow *ShadowStatus `json:"shadow,omitempty"`
+	// RecentFaults are the serving generation's last faults, newest last.
+	RecentFaults []RecentFault `json:"recent_faults,omitempty"`
+	// BreakerOpen: calls are refused until the cool-down's trial call.
+	BreakerOpen bool `json:"breaker_open"`
 }
 
 // TimeoutsFlag is the value of Status.Timeouts.
@@ -163,13 +182,24 @@ type module struct {
 	cur     atomic.Pointer[generation]
 	breaker *breaker
 	stats   stats
+	// shadow is a candidate answering beside cur, never acting (issue 15);
+	// prev is the last known good generation: the one cur replaced, kept
+	// loaded for `module rollback`, automatic rollback and on_failure =
+	// "last_known_good".
+	shadow atomic.Pointer[generation]
+	prev   atomic.Pointer[generation]
+	shadowStats
 
 	mu        sync.Mutex // guards the fields below (written by reloads)
 	state     string     // serving, refused or retired
 	refusal   string
-	gens      uint64 // generations that have served
+	gens      uint64 // number of the serving generation (the last that served)
+	loads     uint64 // generations loaded (serving or shadow): the next one's number
 	servingFP string // fingerprint (wasm+manifest) of the serving generation
-	refusedFP string // fingerprint of the last refused candidate
+	refusedFP string // fingerprint of the last refused (or rolled back) candidate
+	shadowFP  string // fingerprint of the shadow candidate
+	// recent are the last faults of the serving generation, for status.
+	recent []RecentFault
 }
 
 // Manager loads the modules of a directory and runs calls on them.
@@ -328,8 +358,8 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, next map[string]*modul
 		m.log.Info("module files match the serving generation again; refusal cleared", "module", mod.name)
 		mod.refusal, mod.refusedFP, mod.state = "", "", StateServing
 	}
-	unchanged := serving || fp == mod.refusedFP
-	num := mod.gens + 1
+	unchanged := serving || fp == mod.refusedFP || (fp == mod.shadowFP && mod.shadow.Load() != nil)
+	num := mod.loads + 1
 	mod.mu.Unlock()
 	if unchanged {
 		return
@@ -350,8 +380,7 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, next map[string]*modul
 		return
 	}
 	start := time.Now()
-	g, err := loadGeneration(ctx, genDeps{cache: m.cache, log: m.log, initTimeout: m.opts.InitTimeout,
-		onOpen: func() { m.runtimes.Add(1) }, onClose: func() { m.runtimes.Add(-1) }}, mod.name, num, wasm, man)
+	g, err := loadGeneration(ctx, m.genDeps(), mod.name, num, wasm, man)
 	if err != nil {
 		if ctx.Err() != nil {
 			// Interrupted, not refused: the same files are tried again on
@@ -362,15 +391,32 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, next map[string]*modul
 		m.refuseLocked(mod, fp, err.Error())
 		return
 	}
+	g.fp = fp
+	mod.mu.Lock()
+	mod.loads = num
+	mod.mu.Unlock()
+	if man.Mode == ModeShadow {
+		m.shadowLocked(mod, g)
+		return
+	}
 	old := mod.cur.Swap(g)
 	mod.mu.Lock()
-	mod.state, mod.refusal, mod.gens, mod.servingFP, mod.refusedFP = StateServing, "", num, fp, ""
+	mod.state, mod.refusal, mod.gens, mod.servingFP, mod.refusedFP, mod.recent = StateServing, "", num, fp, "", nil
 	mod.mu.Unlock()
 	kind := EventLoaded
 	var oldMan *Manifest
 	if old != nil {
 		kind, oldMan = EventSwapped, old.man
-		m.retireGeneration(old)
+		if man.OnFailure == OnFailureLastKnownGood {
+			m.keepLastKnownGood(mod, old)
+		} else {
+			// Kept loaded only where it may be asked (a runtime per
+			// generation is memory): a promote keeps it too.
+			m.retireGeneration(old)
+			if p := mod.prev.Swap(nil); p != nil {
+				m.retireGeneration(p)
+			}
+		}
 	}
 	m.log.Info("module serving", "module", mod.name, "version", g.version, "generation", num,
 		"sha256", g.sha, "load_time", time.Since(start))
@@ -380,6 +426,11 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, next map[string]*modul
 			Reason: "new generation"})
 	}
 	m.notifySwap(Swap{Module: mod.name, Kind: man.Kind, Generation: num, old: oldMan, new: man})
+}
+
+func (m *Manager) genDeps() genDeps {
+	return genDeps{cache: m.cache, log: m.log, initTimeout: m.opts.InitTimeout,
+		onOpen: func() { m.runtimes.Add(1) }, onClose: func() { m.runtimes.Add(-1) }}
 }
 
 // notifySwap calls Options.OnSwap.
@@ -521,6 +572,7 @@ func (m *Manager) retireModuleLocked(mod *module) {
 	if g != nil {
 		m.retireGeneration(g)
 	}
+	m.dropShadowAndPrev(mod)
 	m.log.Info("module retired", "module", mod.name)
 	m.emit(Event{Kind: EventRetired, Module: mod.name, Generation: gen})
 	if g != nil {
@@ -565,6 +617,7 @@ func (m *Manager) Close(ctx context.Context) error {
 		if g := mod.cur.Swap(nil); g != nil {
 			m.retireGeneration(g)
 		}
+		m.dropShadowAndPrev(mod)
 	}
 	m.reloadMu.Unlock()
 	m.retiredMu.Lock()
@@ -624,7 +677,11 @@ func (m *Manager) Match(kind abi.Kind, t Target) (string, bool) {
 // AdaptRequest and ClassifyError.
 func (m *Manager) DecideRelease(ctx context.Context, module string, req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
 	resp := new(abi.PolicyResponse)
-	if _, err := m.call(ctx, module, abi.KindReleasePolicy, abi.ExportDecideRelease, req, policyDecoder(req, resp)); err != nil {
+	_, err := m.call(ctx, module, abi.KindReleasePolicy, abi.ExportDecideRelease, req, policyDecoder(req, resp))
+	shadowCompare(ctx, m, module, abi.ExportDecideRelease, req, resp, err, func(r *abi.PolicyResponse) func([]byte) (string, error) {
+		return policyDecoder(req, r)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return resp, nil
@@ -634,7 +691,9 @@ func (m *Manager) DecideRelease(ctx context.Context, module string, req *abi.Pol
 // driver's CSI request fields.
 func (m *Manager) AdaptRequest(ctx context.Context, module string, req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
 	resp := new(abi.AdapterResponse)
-	if _, err := m.call(ctx, module, abi.KindCSIAdapter, abi.ExportAdaptRequest, req, adapterDecoder(resp)); err != nil {
+	_, err := m.call(ctx, module, abi.KindCSIAdapter, abi.ExportAdaptRequest, req, adapterDecoder(resp))
+	shadowCompare(ctx, m, module, abi.ExportAdaptRequest, req, resp, err, adapterDecoder)
+	if err != nil {
 		return nil, err
 	}
 	return resp, nil
@@ -657,7 +716,9 @@ func (m *Manager) AdaptsStep(module, step string) bool {
 // ClassifyError asks a csi-adapter module what a driver's error means.
 func (m *Manager) ClassifyError(ctx context.Context, module string, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
 	resp := new(abi.ClassifyResponse)
-	if _, err := m.call(ctx, module, abi.KindCSIAdapter, abi.ExportClassifyError, req, classifyDecoder(resp)); err != nil {
+	_, err := m.call(ctx, module, abi.KindCSIAdapter, abi.ExportClassifyError, req, classifyDecoder(resp))
+	shadowCompare(ctx, m, module, abi.ExportClassifyError, req, resp, err, classifyDecoder)
+	if err != nil {
 		return nil, err
 	}
 	return resp, nil
@@ -683,8 +744,9 @@ func (m *Manager) call(ctx context.Context, name string, kind abi.Kind, export s
 	}
 	ok, probe := mod.breaker.allow()
 	if !ok {
+		m.autoRollback(mod, g, "automatically: its circuit is open")
 		mod.stats.record(0, FaultOpenCircuit)
-		return 0, &FaultError{Module: name, Version: g.version, Kind: FaultOpenCircuit,
+		return 0, &FaultError{Module: name, Version: g.version, Generation: g.num, Kind: FaultOpenCircuit,
 			Err: errors.New("circuit open after consecutive faults")}
 	}
 	buf := getBuf()
@@ -700,13 +762,19 @@ func (m *Manager) call(ctx context.Context, name string, kind abi.Kind, export s
 		switch {
 		case err == nil:
 			mod.stats.record(elapsed, "")
+			m.observe(Call{Module: name, Generation: g.num, Role: RoleServing, Duration: elapsed})
 		case errors.As(err, &fe):
 			mod.stats.record(elapsed, fe.Kind)
+			m.observe(Call{Module: name, Generation: g.num, Role: RoleServing, Duration: elapsed, Fault: fe.Kind})
+			m.noteFault(mod, g, fe)
 		}
 	}
 	putBuf(buf)
 	var fe *FaultError
-	isFault := errors.As(err, &fe) && fe.Kind.countsForBreaker()
+	if errors.As(err, &fe) {
+		fe.Generation = g.num
+	}
+	isFault := fe != nil && fe.Kind.countsForBreaker()
 	if err != nil && !isFault {
 		// The caller's own cancellation says nothing about the module:
 		// release a probe slot without judging.
@@ -719,6 +787,7 @@ func (m *Manager) call(ctx context.Context, name string, kind abi.Kind, export s
 	case 1:
 		m.log.Warn("circuit open", "module", name, "version", g.version, "last_fault", err)
 		m.emit(Event{Kind: EventCircuitOpen, Module: name, Generation: g.num, Version: g.version, Reason: err.Error()})
+		m.autoRollback(mod, g, "its circuit opened after consecutive faults")
 	case -1:
 		m.log.Info("circuit closed", "module", name, "version", g.version)
 		m.emit(Event{Kind: EventCircuitClosed, Module: name, Generation: g.num, Version: g.version})
@@ -762,7 +831,8 @@ func (m *Manager) StatusOf(name string) (Status, bool) {
 
 func (mod *module) status() Status {
 	mod.mu.Lock()
-	s := Status{Name: mod.name, State: mod.state, Refusal: mod.refusal, Generation: mod.gens}
+	s := Status{Name: mod.name, State: mod.state, Refusal: mod.refusal, Generation: mod.gens,
+		RecentFaults: slices.Clone(mod.recent)}
 	mod.mu.Unlock()
 	if g := mod.cur.Load(); g != nil {
 		s.Kind, s.Version, s.SHA256 = string(g.man.Kind), g.version, g.sha
@@ -776,5 +846,6 @@ func (mod *module) status() Status {
 		}
 	}
 	s.Calls, s.Faults, s.P50, s.P99 = mod.stats.snapshot()
+	mod.rolloutStatus(&s)
 	return s
 }

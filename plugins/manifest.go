@@ -51,6 +51,9 @@ type Maxima struct {
 	RequireSHA256 bool
 }
 
+// WithDefaults fills the zero fields with the Default* maxima.
+func (x Maxima) WithDefaults() Maxima { return x.withDefaults() }
+
 // withDefaults fills the zero fields.
 func (x Maxima) withDefaults() Maxima {
 	if x.CallTimeout <= 0 {
@@ -107,7 +110,48 @@ type Manifest struct {
 	Limits    Limits
 	Config    map[string]string
 	SHA256    string // lower-case hex pin of the .wasm, "" for none
+	// Mode is ModeServe, or ModeShadow: the generation runs beside the
+	// serving one on the same requests, never acts, and its disagreements
+	// are counted until `module promote` makes it serve (issue 15).
+	Mode string
+	// OnFailure is what a volume gets when this module faults or its
+	// circuit is open: OnFailureWait, OnFailureNative or
+	// OnFailureLastKnownGood. Every answer is still checked by the host.
+	OnFailure string
+	// Rollback bounds a promoted generation's faults: more than MaxFaults
+	// within Window (or its circuit opening) returns the module to its
+	// last known good generation.
+	Rollback RollbackLimit
 }
+
+// Module modes (manifest mode).
+const (
+	ModeServe  = "serve"
+	ModeShadow = "shadow"
+)
+
+// Failure strategies (manifest on_failure).
+const (
+	// OnFailureWait keeps the claim waiting and visible (the default).
+	OnFailureWait = "wait"
+	// OnFailureNative asks the built-in default policy or spec adapter.
+	OnFailureNative = "native"
+	// OnFailureLastKnownGood asks the module's previous generation.
+	OnFailureLastKnownGood = "last_known_good"
+)
+
+// RollbackLimit is a manifest's rollback block.
+type RollbackLimit struct {
+	MaxFaults int
+	Window    time.Duration
+}
+
+// Rollback defaults: three faults within a minute is no blip for a
+// module whose calls take microseconds.
+const (
+	DefaultRollbackMaxFaults = 3
+	DefaultRollbackWindow    = time.Minute
+)
 
 // Limits bound what one module may consume.
 type Limits struct {
@@ -131,6 +175,14 @@ type manifestHCL struct {
 	Limits    *limitsHCL        `hcl:"limits,block"`
 	Config    map[string]string `hcl:"config,optional"`
 	SHA256    string            `hcl:"sha256,optional"`
+	Mode      string            `hcl:"mode,optional"`
+	OnFailure string            `hcl:"on_failure,optional"`
+	Rollback  *rollbackHCL      `hcl:"rollback,block"`
+}
+
+type rollbackHCL struct {
+	MaxFaults *int    `hcl:"max_faults,optional"`
+	Window    *string `hcl:"window,optional"`
 }
 
 type limitsHCL struct {
@@ -158,6 +210,9 @@ func ParseManifest(filename string, src []byte) (*Manifest, error) {
 		Default:   h.Default,
 		Config:    h.Config,
 		SHA256:    strings.ToLower(h.SHA256),
+		Mode:      cmpOr(h.Mode, ModeServe),
+		OnFailure: cmpOr(h.OnFailure, OnFailureWait),
+		Rollback:  RollbackLimit{MaxFaults: DefaultRollbackMaxFaults, Window: DefaultRollbackWindow},
 		Limits: Limits{
 			MemoryPages:   DefaultMemoryPages,
 			CallTimeout:   DefaultCallTimeout,
@@ -167,6 +222,9 @@ func ParseManifest(filename string, src []byte) (*Manifest, error) {
 		},
 	}
 	if err := m.applyLimits(h.Limits); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", filename, err)
+	}
+	if err := m.applyRollback(h.Rollback); err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", filename, err)
 	}
 	if err := m.validate(); err != nil {
@@ -225,11 +283,51 @@ func (m *Manifest) applyLimits(l *limitsHCL) error {
 	return nil
 }
 
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func (m *Manifest) applyRollback(r *rollbackHCL) error {
+	if r == nil {
+		return nil
+	}
+	if r.MaxFaults != nil {
+		if *r.MaxFaults < 1 {
+			return fmt.Errorf("rollback.max_faults = %d: must be at least 1", *r.MaxFaults)
+		}
+		m.Rollback.MaxFaults = *r.MaxFaults
+	}
+	if r.Window != nil {
+		d, err := time.ParseDuration(*r.Window)
+		if err != nil {
+			return fmt.Errorf("rollback.window = %q: %w", *r.Window, err)
+		}
+		if d <= 0 {
+			return fmt.Errorf("rollback.window = %q: must be positive", *r.Window)
+		}
+		m.Rollback.Window = d
+	}
+	return nil
+}
+
 func (m *Manifest) validate() error {
 	switch m.Kind {
 	case abi.KindReleasePolicy, abi.KindCSIAdapter:
 	default:
 		return fmt.Errorf("kind = %q: must be %q or %q", m.Kind, abi.KindReleasePolicy, abi.KindCSIAdapter)
+	}
+	switch m.Mode {
+	case ModeServe, ModeShadow:
+	default:
+		return fmt.Errorf("mode = %q: must be %q or %q", m.Mode, ModeServe, ModeShadow)
+	}
+	switch m.OnFailure {
+	case OnFailureWait, OnFailureNative, OnFailureLastKnownGood:
+	default:
+		return fmt.Errorf("on_failure = %q: must be %q, %q or %q", m.OnFailure, OnFailureWait, OnFailureNative, OnFailureLastKnownGood)
 	}
 	for _, p := range m.PluginIDs {
 		if p == "" {

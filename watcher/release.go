@@ -70,7 +70,23 @@ type pass struct {
 // load reads the volume and everything its claims refer to; (nil, nil) when
 // the volume is gone.
 func (w *Watcher) load(ref structs.VolumeRef) (*pass, error) {
-	st := w.deps.State
+	p, err := readPass(w.deps.State, ref, w.clock.Now())
+	if err != nil || p == nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	p.term = w.term
+	w.mu.Unlock()
+	p.w = w
+	p.policy, p.adapter = w.mods.PolicyFor(p.v), w.mods.AdapterFor(p.v)
+	p.log = w.logger.With("namespace", ref.Namespace, "volume", ref.ID)
+	return p, nil
+}
+
+// readPass reads the volume and everything its claims refer to, as of
+// now; (nil, nil) when the volume is gone. The views a pass hands modules
+// are built from what it reads (ModuleViews reads the same way).
+func readPass(st StateReader, ref structs.VolumeRef, now time.Time) (*pass, error) {
 	v, err := st.Volume(ref.Namespace, ref.ID)
 	if err != nil {
 		return nil, fmt.Errorf("read volume %s/%s: %w", ref.Namespace, ref.ID, err)
@@ -78,21 +94,13 @@ func (w *Watcher) load(ref structs.VolumeRef) (*pass, error) {
 	if v == nil {
 		return nil, nil
 	}
-	w.mu.Lock()
-	term := w.term
-	w.mu.Unlock()
 	p := &pass{
-		w:       w,
-		ref:     ref,
-		v:       v,
-		now:     w.clock.Now(),
-		term:    term,
-		claims:  make(map[string]*structs.Claim, len(v.Claims)),
-		allocs:  make(map[string]*structs.Alloc, len(v.Claims)),
-		nodes:   make(map[string]*structs.Node),
-		policy:  w.mods.PolicyFor(v),
-		adapter: w.mods.AdapterFor(v),
-		log:     w.logger.With("namespace", ref.Namespace, "volume", ref.ID),
+		ref:    ref,
+		v:      v,
+		now:    now,
+		claims: make(map[string]*structs.Claim, len(v.Claims)),
+		allocs: make(map[string]*structs.Alloc, len(v.Claims)),
+		nodes:  make(map[string]*structs.Node),
 	}
 	for id, c := range v.Claims {
 		if c.State == structs.ClaimReadyToFree {

@@ -83,10 +83,20 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"node fence":      cmd(&NodeFenceCommand{Meta: m}),
 		"node unfence":    cmd(&NodeUnfenceCommand{Meta: m}),
 
-		"module":        cmd(&groupCommand{Meta: m, name: "module", synopsis: "Inspect and reload the agent's Wasm modules"}),
+		"module":        cmd(&groupCommand{Meta: m, name: "module", synopsis: "Author, test, inspect, roll out and reload Wasm modules"}),
 		"module list":   cmd(&ModuleListCommand{Meta: m}),
 		"module status": cmd(&ModuleStatusCommand{Meta: m}),
 		"module reload": cmd(&ModuleReloadCommand{Meta: m}),
+		// Module lifecycle kit (issue 15).
+		"module run":      cmd(&ModuleRunCommand{Meta: m}),
+		"module test":     cmd(&ModuleTestCommand{Meta: m}),
+		"module new":      cmd(&ModuleNewCommand{Meta: m}),
+		"module record":   cmd(&ModuleRecordCommand{Meta: m}),
+		"module shadow":   cmd(&ModuleShadowCommand{Meta: m}),
+		"module promote":  cmd(&ModulePromoteCommand{Meta: m}),
+		"module rollback": cmd(&ModuleRollbackCommand{Meta: m}),
+		"module push":     cmd(&ModulePushCommand{Meta: m}),
+		"module sign":     cmd(&ModuleSignCommand{Meta: m}),
 
 		"plugin":          cmd(&groupCommand{Meta: m, name: "plugin", synopsis: "Register and inspect CSI plugins"}),
 		"plugin register": cmd(&PluginRegisterCommand{Meta: m}),

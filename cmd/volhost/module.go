@@ -123,7 +123,7 @@ func (c *ModuleStatusCommand) Run(args []string) int {
 			adapts = strings.Join(info.AdaptSteps, ", ")
 		}
 	}
-	c.Ui.Output(kv([][2]string{
+	c.Ui.Output(kv(append([][2]string{
 		{"Name", info.Name},
 		{"Kind", info.Kind},
 		{"State", info.State},
@@ -142,7 +142,8 @@ func (c *ModuleStatusCommand) Run(args []string) int {
 		{"Pool (idle/size)", fmt.Sprintf("%d/%d", info.PoolIdle, info.PoolSize)},
 		{"Memory Pages", fmt.Sprintf("%d of %d", info.MemoryPages, info.MemoryLimitPages)},
 		{"Table Limit", orDash(tableLimit(info.TableLimit))},
-	}))
+		{"Breaker", breakerText(info.BreakerOpen)},
+	}, rolloutRows(info.Status)...)))
 	return 0
 }
 
@@ -183,4 +184,11 @@ func tableLimit(n uint32) string {
 		return ""
 	}
 	return fmt.Sprintf("%d elements", n)
+}
+
+func breakerText(open bool) string {
+	if open {
+		return "open (calls refused until the cool-down's trial call)"
+	}
+	return "closed"
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -28,6 +29,11 @@ func moduleAgent(t *testing.T, moduleDir string) *cliEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = a.Shutdown() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := a.Cluster.WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
 	return &cliEnv{t: t, addr: "http://" + a.HTTPAddr()}
 }
 

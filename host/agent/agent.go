@@ -45,6 +45,10 @@ type Agent struct {
 
 	moduleEvents *moduleEvents
 	moduleSwaps  *moduleSwaps
+	// sources are the module_source blocks (issue 15, sources.go) and
+	// moduleMaxima the module_limits they are pulled under.
+	sources      []moduleSource
+	moduleMaxima plugins.Maxima
 	stop         context.CancelFunc
 	wg           sync.WaitGroup
 
@@ -136,6 +140,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("starting the replicated log: %w", err)
 	}
 	a.setupProbe(cc)
+	a.sources, a.moduleMaxima = d.moduleSources, d.ModuleMaxima.WithDefaults()
 	modules, err := a.loadModules(d.ModuleMaxima)
 	if err != nil {
 		a.CSI.Close()
@@ -249,6 +254,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		}()
 		a.logger.Info("listening for node agents", "node_rpc", a.NodeRPC.Addr())
 	}
+	a.startSources(ctx)
 	if sv := a.cfg.Server; sv != nil && sv.Enabled && len(sv.Join) > 0 {
 		a.wg.Add(1)
 		go func() {

@@ -42,6 +42,8 @@ type Config struct {
 	// file (RATIONALE "Modules"): a manifest asking for more is refused,
 	// naming the limit.
 	ModuleLimits *ModuleLimitsConfig `hcl:"module_limits,block"`
+	// ModuleSources pull modules from signed OCI bundles (issue 15).
+	ModuleSources []ModuleSourceConfig `hcl:"module_source,block"`
 	// Region names this cluster's servers in TLS certificates
 	// (server.<region>.volhost; default "global").
 	Region string        `hcl:"region,optional"`
@@ -269,6 +271,7 @@ func (c *Config) Merge(o *Config) {
 		setString(&c.TLS.CertFile, t.CertFile)
 		setString(&c.TLS.KeyFile, t.KeyFile)
 	}
+	c.ModuleSources = append(c.ModuleSources, o.ModuleSources...)
 	if e := o.EscapeHatch; e != nil {
 		c.EscapeHatch.AutoForceDeregister = c.EscapeHatch.AutoForceDeregister || e.AutoForceDeregister
 		setString(&c.EscapeHatch.After, e.After)
@@ -295,6 +298,8 @@ type Durations struct {
 	RetryMaxInterval, MaxRetryAfter                                                                    time.Duration
 	// ModuleMaxima are module_limits, parsed.
 	ModuleMaxima plugins.Maxima
+	// moduleSources are the module_source blocks, checked.
+	moduleSources []moduleSource
 	// HTTP timeouts (0: the API's defaults).
 	HTTPRead, HTTPWrite, HTTPIdle time.Duration
 }
@@ -429,6 +434,9 @@ func (c *Config) Validate() (Durations, error) {
 		}
 	}
 	errs = append(errs, c.validateLimits(&d)...)
+	var serr []error
+	d.moduleSources, serr = c.validateSources()
+	errs = append(errs, serr...)
 	return d, errors.Join(errs...)
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
+	"github.com/volhost/volhost/plugins/kit"
 	"github.com/volhost/volhost/watcher"
 )
 
@@ -33,14 +35,19 @@ func (a *Agent) loadModules(maxima plugins.Maxima) (watcher.Modules, error) {
 		CacheDir: a.moduleCacheDir(),
 		Logger:   a.logger,
 		Clock:    a.clock,
-		OnEvent:  a.moduleEvents.add,
-		OnSwap:   a.moduleSwaps.add,
-		Maxima:   maxima,
+		OnEvent: func(ev plugins.Event) {
+			a.Metrics.ModuleEvent(ev)
+			a.moduleEvents.add(ev)
+		},
+		OnSwap: a.moduleSwaps.add,
+		OnCall: a.Metrics.ModuleGenerationCall,
+		Maxima: maxima,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("module directory %s: %w", a.cfg.ModuleDir, err)
 	}
 	a.Modules = m
+	a.Metrics.RegisterModuleStatus(m.Status)
 	return watcher.WasmModules(m, a.Metrics), nil
 }
 
@@ -285,4 +292,73 @@ func (e *moduleEvents) flush() {
 	if _, _, err := e.a.Cluster.Apply(context.Background(), structs.EventAppendType, &structs.EventAppendRequest{Events: batch}); err != nil {
 		e.a.logger.Warn("could not record module events", "count", len(batch), "error", err)
 	}
+}
+
+// ModuleView records the views the watcher would hand volume ns/id's
+// modules now (`volhost module record`): the policy's, or with step the
+// adapter's for one claim; secrets redacted. It reads this server's state,
+// which on a follower may trail the leader's by a few entries.
+func (a *Agent) ModuleView(ns, id, step, allocID string) (*kit.Recording, error) {
+	ref := structs.VolumeRef{Namespace: ns, ID: id}
+	views, err := watcher.ViewOf(a.Store.Reader(), ref, step, allocID, a.clock.Now())
+	if err != nil {
+		return nil, err
+	}
+	v, err := a.Store.Reader().Volume(ns, id)
+	if err != nil {
+		return nil, err
+	}
+	var secrets map[string]string
+	if v != nil {
+		secrets = v.Secrets
+	}
+	name := fmt.Sprintf("%s/%s policy", ns, id)
+	if views.Adapter != nil {
+		name = fmt.Sprintf("%s/%s %s %s", ns, id, views.Adapter.Step, views.Adapter.Claim.AllocID)
+	}
+	return kit.Record(name, views.Policy, views.Adapter, secrets), nil
+}
+
+// PromoteModule makes a module's shadow candidate serve (`volhost module
+// promote`).
+func (a *Agent) PromoteModule(ctx context.Context, name string) (plugins.Status, error) {
+	if a.Modules == nil {
+		return plugins.Status{}, structs.NotFound("module", name)
+	}
+	st, err := a.Modules.Promote(ctx, name)
+	return st, rolloutError(name, err)
+}
+
+// RollbackModule returns a module to its last known good generation.
+func (a *Agent) RollbackModule(ctx context.Context, name string) (plugins.Status, error) {
+	if a.Modules == nil {
+		return plugins.Status{}, structs.NotFound("module", name)
+	}
+	st, err := a.Modules.Rollback(ctx, name)
+	return st, rolloutError(name, err)
+}
+
+// ShadowModule loads an uploaded candidate beside a module's serving
+// generation (`volhost module shadow`).
+func (a *Agent) ShadowModule(ctx context.Context, name string, wasm, manifest []byte) (plugins.Status, error) {
+	if a.Modules == nil {
+		return plugins.Status{}, structs.NotFound("module", name)
+	}
+	st, err := a.Modules.Shadow(ctx, name, wasm, manifest)
+	return st, rolloutError(name, err)
+}
+
+// rolloutError maps the runtime's rollout errors onto the API's types.
+func rolloutError(name string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, plugins.ErrNoModule):
+		return structs.NotFound("module", name)
+	case errors.Is(err, plugins.ErrNoShadow), errors.Is(err, plugins.ErrNoLastKnownGood):
+		return structs.Conflict("%v", err)
+	case errors.Is(err, plugins.ErrCandidate):
+		return &structs.ValidationError{Field: "module", Msg: err.Error()}
+	}
+	return err
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/volhost/volhost/host/api/apitest"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
+	"github.com/volhost/volhost/plugins/kit"
 )
 
 // fakeModules counts reloads.
@@ -28,6 +29,18 @@ type fakeModules struct {
 func (f *fakeModules) ModuleStatuses() ([]plugins.Status, error) { return nil, nil }
 func (f *fakeModules) ModuleInfo(name string) (*api.ModuleInfo, error) {
 	return nil, structs.NotFound("module", name)
+}
+func (f *fakeModules) ModuleView(ns, id, _, _ string) (*kit.Recording, error) {
+	return nil, structs.NotFound("volume", ns+"/"+id)
+}
+func (f *fakeModules) PromoteModule(_ context.Context, name string) (plugins.Status, error) {
+	return plugins.Status{}, structs.NotFound("module", name)
+}
+func (f *fakeModules) RollbackModule(_ context.Context, name string) (plugins.Status, error) {
+	return plugins.Status{}, structs.NotFound("module", name)
+}
+func (f *fakeModules) ShadowModule(_ context.Context, name string, _, _ []byte) (plugins.Status, error) {
+	return plugins.Status{}, structs.NotFound("module", name)
 }
 func (f *fakeModules) ReloadModules(context.Context) ([]plugins.Status, error) {
 	f.mu.Lock()

@@ -179,6 +179,16 @@ var routeRules = map[string]rule{
 	"GET /v1/module/{id}":        need(acl.ModulesRead),
 	"PUT /v1/modules/reload":     audited(need(acl.ModulesReload), "module-reload"),
 	"POST /v1/modules/reload":    audited(need(acl.ModulesReload), "module-reload"),
+	// Issue 15: a recorded module view shows the volume's claims, nodes
+	// and context, so it is read like the volume itself.
+	"GET /v1/volume/{id}/module-view": needNS(acl.NamespaceRead, nsQuery),
+	// Rollout changes what judges volumes: privileged like a reload, audited.
+	"PUT /v1/module/{id}/promote":   audited(need(acl.ModulesReload), "module-promote"),
+	"POST /v1/module/{id}/promote":  audited(need(acl.ModulesReload), "module-promote"),
+	"PUT /v1/module/{id}/rollback":  audited(need(acl.ModulesReload), "module-rollback"),
+	"POST /v1/module/{id}/rollback": audited(need(acl.ModulesReload), "module-rollback"),
+	"PUT /v1/module/{id}/shadow":    audited(need(acl.ModulesReload), "module-shadow"),
+	"POST /v1/module/{id}/shadow":   audited(need(acl.ModulesReload), "module-shadow"),
 	// A snapshot carries volume secrets sealed with the keyring (issue
 	// 13): saving one needs operator:write. Restoring replaces the ACL
 	// tokens and policies too, so it needs a management token: with

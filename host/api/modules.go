@@ -2,10 +2,13 @@ package api
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"net/http"
 
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
+	"github.com/volhost/volhost/plugins/kit"
 )
 
 // ModuleBackend is the Wasm module runtime of this server. Modules are
@@ -15,6 +18,17 @@ type ModuleBackend interface {
 	ModuleStatuses() ([]plugins.Status, error)
 	ModuleInfo(name string) (*ModuleInfo, error)
 	ReloadModules(ctx context.Context) ([]plugins.Status, error)
+	ModuleViewer
+	ModuleRollout
+}
+
+// ModuleRollout is issue 15's rollout: promote a shadow candidate, roll
+// back to the last known good, upload a shadow candidate. Like reload,
+// these act on the server asked.
+type ModuleRollout interface {
+	PromoteModule(ctx context.Context, name string) (plugins.Status, error)
+	RollbackModule(ctx context.Context, name string) (plugins.Status, error)
+	ShadowModule(ctx context.Context, name string, wasm, manifest []byte) (plugins.Status, error)
 }
 
 // ModuleInfo is a module's runtime status and what it serves now.
@@ -65,11 +79,126 @@ func (s *Server) EnableModules(b ModuleBackend) {
 	}
 	s.mux.HandleFunc("PUT /v1/modules/reload", reload)
 	s.mux.HandleFunc("POST /v1/modules/reload", reload)
+	s.enableModuleView(b)
+	s.enableModuleRollout(b)
 }
 
+// maxShadowUpload bounds a shadow upload: the largest module the host
+// accepts (the agent's own module_limits may be lower and are checked by
+// the runtime), base64-encoded, and a manifest.
+const maxShadowUpload = plugins.DefaultMaxModuleSize*4/3 + 2<<20
+
+// ShadowUpload is the body of PUT /v1/module/{id}/shadow. JSON like every
+// write (the CSRF guard refuses form types), the module base64-encoded.
+type ShadowUpload struct {
+	Wasm []byte `json:"wasm"`
+	// Manifest is the candidate's NAME.hcl; nil takes the serving one's.
+	Manifest *string `json:"manifest,omitempty"`
+}
+
+// enableModuleRollout adds PUT|POST /v1/module/{id}/promote, .../rollback
+// and .../shadow (a ShadowUpload).
+func (s *Server) enableModuleRollout(b ModuleBackend) {
+	act := func(do func(ctx context.Context, name string) (plugins.Status, error)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			name, err := pathID(r, "module")
+			if err != nil {
+				WriteError(w, err)
+				return
+			}
+			st, err := do(r.Context(), name)
+			if err != nil {
+				WriteError(w, err)
+				return
+			}
+			WriteJSON(w, http.StatusOK, st)
+		}
+	}
+	promote := act(func(ctx context.Context, name string) (plugins.Status, error) { return b.PromoteModule(ctx, name) })
+	rollback := act(func(ctx context.Context, name string) (plugins.Status, error) { return b.RollbackModule(ctx, name) })
+	shadow := func(w http.ResponseWriter, r *http.Request) {
+		name, err := pathID(r, "module")
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		wasm, manifest, err := readShadowUpload(w, r)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		st, err := b.ShadowModule(r.Context(), name, wasm, manifest)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, st)
+	}
+	for _, method := range []string{"PUT", "POST"} {
+		s.mux.HandleFunc(method+" /v1/module/{id}/promote", promote)
+		s.mux.HandleFunc(method+" /v1/module/{id}/rollback", rollback)
+		s.mux.HandleFunc(method+" /v1/module/{id}/shadow", shadow)
+	}
+}
+
+// readShadowUpload decodes a ShadowUpload under its own bound (a module is
+// larger than the API's usual body limit).
+func readShadowUpload(w http.ResponseWriter, r *http.Request) (wasm, manifest []byte, err error) {
+	if r.ContentLength > maxShadowUpload {
+		return nil, nil, tooLarge(maxShadowUpload)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxShadowUpload))
+	dec.DisallowUnknownFields()
+	var up ShadowUpload
+	if err := dec.Decode(&up); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, nil, tooLarge(mbe.Limit)
+		}
+		return nil, nil, badRequest("", "shadow upload: %v", err)
+	}
+	if len(up.Wasm) == 0 {
+		return nil, nil, badRequest("wasm", "no module: upload the candidate's .wasm (base64) as \"wasm\"")
+	}
+	if up.Manifest != nil {
+		manifest = []byte(*up.Manifest)
+	}
+	return up.Wasm, manifest, nil
+}
 func nonNil(st []plugins.Status) []plugins.Status {
 	if st == nil {
 		return []plugins.Status{}
 	}
 	return st
+}
+
+// ModuleViewer answers `volhost module record` (issue 15): the views the
+// watcher would hand a volume's modules now, secrets redacted.
+type ModuleViewer interface {
+	ModuleView(ns, id, step, allocID string) (*kit.Recording, error)
+}
+
+// enableModuleView adds GET /v1/volume/{id}/module-view?namespace=&step=&alloc=.
+// It reads volume data, so it is authorised like GET /v1/volume/{id}
+// (namespace read), not by a modules capability.
+func (s *Server) enableModuleView(b ModuleBackend) {
+	s.mux.HandleFunc("GET /v1/volume/{id}/module-view", func(w http.ResponseWriter, r *http.Request) {
+		id, err := pathID(r, "volume_id")
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		ns, err := namespace(r)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		q := r.URL.Query()
+		rec, err := b.ModuleView(ns, id, q.Get("step"), q.Get("alloc"))
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, rec)
+	})
 }

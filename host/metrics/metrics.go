@@ -49,6 +49,8 @@ type Metrics struct {
 	moduleCalls    *prometheus.CounterVec
 	moduleFaults   *prometheus.CounterVec
 	moduleDuration *prometheus.HistogramVec
+
+	mods *moduleMetrics // issue 15 (modules.go)
 }
 
 // New returns metrics whose gauges read store's current snapshot on scrape.
@@ -113,6 +115,8 @@ func NewWithSource(snapshot func() Source) *Metrics {
 	for _, r := range []string{"operator-fence", "module-fence"} {
 		m.forcedDetach.WithLabelValues(r) // visible at 0 before the first
 	}
+	m.mods = newModuleMetrics()
+	m.reg.MustRegister(m.mods.collectors()...)
 	m.reg.MustRegister(
 		m.csiCalls, m.csiDuration, m.released, m.releaseFailed, m.markedStuck, m.assessed, m.autoForce, m.forcedDetach,
 		m.moduleCalls, m.moduleFaults, m.moduleDuration,

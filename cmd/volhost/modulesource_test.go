@@ -1,0 +1,202 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/volhost/volhost/host/agent"
+	"github.com/volhost/volhost/host/api/client"
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/plugins/pluginstest"
+)
+
+// blobTamperer flips a byte of every blob the registry serves while on.
+type blobTamperer struct {
+	next http.Handler
+	on   atomic.Bool
+}
+
+func (b *blobTamperer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !b.on.Load() || r.Method != http.MethodGet || !strings.Contains(r.URL.Path, "/blobs/") {
+		b.next.ServeHTTP(w, r)
+		return
+	}
+	rec := httptest.NewRecorder()
+	b.next.ServeHTTP(rec, r)
+	body := rec.Body.Bytes()
+	if len(body) > 0 {
+		body[len(body)/2] ^= 0xff
+	}
+	for k, v := range rec.Header() {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(rec.Code)
+	_, _ = w.Write(body)
+}
+
+// writeKeys writes a P-256 key pair as module sign and module_source read them.
+func writeKeys(t *testing.T, dir, name string) (priv, pub string) {
+	t.Helper()
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, _ := x509.MarshalPKCS8PrivateKey(k)
+	pder, _ := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	priv, pub = filepath.Join(dir, name+".key"), filepath.Join(dir, name+".pub")
+	os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+	os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pder}), 0o644)
+	return priv, pub
+}
+
+// TestModuleSourceOCI: push and sign a module to an in-process registry;
+// the agent's module_source pulls, verifies and serves it. A push signed
+// with another key and a layer tampered with on the way are refused with
+// an event naming why, and the last good generation keeps serving; once
+// the registry serves the signed bytes again, the new version serves.
+func TestModuleSourceOCI(t *testing.T) {
+	tamper := &blobTamperer{next: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
+	reg := httptest.NewServer(tamper)
+	t.Cleanup(reg.Close)
+	ref := strings.TrimPrefix(reg.URL, "http://") + "/modules/policy:stable"
+	keys := t.TempDir()
+	key, pub := writeKeys(t, keys, "good")
+	wrongKey, _ := writeKeys(t, keys, "wrong")
+	e := &cliEnv{t: t}
+
+	// Version 1.0.0: the default policy, pushed and signed with the CLI.
+	v1 := kitFolder(t, "default-policy")
+	contains(t, "module push", e.ok("module", "push", filepath.Join(v1, "default-policy.wasm"), ref), "Pushed default-policy as "+ref, "digest sha256:")
+	contains(t, "module sign", e.ok("module", "sign", "-key", key, ref), "Signed "+ref)
+
+	cfg := agent.DefaultConfig()
+	cfg.Dev = true
+	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg.ModuleDir = t.TempDir()
+	cfg.ModuleCacheDir = pluginstest.CacheDir()
+	cfg.ModuleSources = []agent.ModuleSourceConfig{{Name: "policy", OCI: ref, PublicKey: pub, PollInterval: "50ms"}}
+	a, err := agent.New(cfg, agent.Options{Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := a.Cluster.WaitForLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New("http://"+a.HTTPAddr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving := func(version string) func() (bool, bool) {
+		return func() (bool, bool) {
+			st, ok := a.Modules.StatusOf("policy")
+			return true, ok && st.State == "serving" && st.Version == version
+		}
+	}
+	waitFor(t, ctx, "version 1.0.0 pulled and serving", serving("1.0.0"))
+	refused := func(substr string) func() (bool, bool) {
+		return func() (bool, bool) {
+			evs, _, err := cl.Events(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, ev := range evs {
+				if ev.Type == structs.EventModule && ev.Module == "policy" && ev.Fields["event"] == "refused" && strings.Contains(ev.Message, substr) {
+					return true, true
+				}
+			}
+			return false, false
+		}
+	}
+
+	// Version 2.0.0 signed with another key: refused, 1.0.0 serves on.
+	v2 := kitFolder(t, "grace-policy")
+	man2 := filepath.Join(v2, "v2.hcl")
+	os.WriteFile(man2, []byte("kind = \"release-policy\"\nversion = \"2.0.0\"\ndefault = true\n"), 0o644)
+	e.ok("module", "push", "-manifest", man2, filepath.Join(v2, "grace-policy.wasm"), ref)
+	e.ok("module", "sign", "-key", wrongKey, ref)
+	waitFor(t, ctx, "the wrongly signed version refused", refused("signature does not verify"))
+	if st, _ := a.Modules.StatusOf("policy"); st.Version != "1.0.0" || st.State != "serving" {
+		t.Fatalf("after the wrongly signed push: %+v", st)
+	}
+
+	// Version 3.0.0 signed with the right key, its layers tampered with on
+	// the way: refused by digest, 1.0.0 serves on.
+	man3 := filepath.Join(v2, "v3.hcl")
+	os.WriteFile(man3, []byte("kind = \"release-policy\"\nversion = \"3.0.0\"\ndefault = true\n"), 0o644)
+	tamper.on.Store(true)
+	pushed := e.ok("module", "push", "-manifest", man3, filepath.Join(v2, "grace-policy.wasm"), ref)
+	e.ok("module", "sign", "-key", key, ref)
+	_, digest, _ := strings.Cut(strings.TrimSpace(pushed), "(digest ")
+	digest = strings.TrimSuffix(digest, ")")
+	waitFor(t, ctx, "the tampered version refused", refused(digest))
+	if st, _ := a.Modules.StatusOf("policy"); st.Version != "1.0.0" {
+		t.Fatalf("after the tampered pull: %+v", st)
+	}
+	// The registry serves the signed bytes again: the next poll applies them.
+	tamper.on.Store(false)
+	waitFor(t, ctx, "version 3.0.0 serving once the layers verify", serving("3.0.0"))
+}
+
+// TestModuleSourceShadow: with shadow = true a signed bundle becomes the
+// shadow candidate of the serving module, never serving until promoted.
+func TestModuleSourceShadow(t *testing.T) {
+	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	ref := strings.TrimPrefix(reg.URL, "http://") + "/modules/policy:canary"
+	key, pub := writeKeys(t, t.TempDir(), "k")
+	e := &cliEnv{t: t}
+	grace := kitFolder(t, "grace-policy")
+	man := filepath.Join(grace, "candidate.hcl")
+	os.WriteFile(man, []byte("kind = \"release-policy\"\nversion = \"2.0.0\"\ndefault = true\n"), 0o644)
+	e.ok("module", "push", "-manifest", man, filepath.Join(grace, "grace-policy.wasm"), ref)
+	e.ok("module", "sign", "-key", key, ref)
+
+	dir := t.TempDir()
+	pluginstest.Install(t, dir, "policy", pluginstest.Wasm(t, "default-policy"), defaultPolicyManifest)
+	cfg := agent.DefaultConfig()
+	cfg.Dev = true
+	cfg.HTTP.Address = "127.0.0.1:0"
+	cfg.ModuleDir = dir
+	cfg.ModuleCacheDir = pluginstest.CacheDir()
+	cfg.ModuleSources = []agent.ModuleSourceConfig{{Name: "policy", OCI: ref, PublicKey: pub, PollInterval: "50ms", Shadow: true}}
+	a, err := agent.New(cfg, agent.Options{Logger: hclog.NewNullLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown() })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	waitFor(t, ctx, "the pulled bundle shadowing", func() (bool, bool) {
+		st, _ := a.Modules.StatusOf("policy")
+		return true, st.Shadow != nil && st.Shadow.Version == "2.0.0"
+	})
+	if st, _ := a.Modules.StatusOf("policy"); st.Version != "1.0.0" {
+		t.Fatalf("the shadowed bundle serves: %+v", st)
+	}
+}

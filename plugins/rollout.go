@@ -1,0 +1,519 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/volhost/volhost/abi"
+)
+
+// Rollout (issue 15): a shadow candidate answers beside the serving
+// generation on the same requests and never acts; `module promote` makes it
+// serve and keeps the generation it replaced as the last known good;
+// `module rollback` (or too many faults of a promoted generation) returns
+// to it. Every swap here is the same atomic pointer swap a reload makes, so
+// calls in flight finish on the generation they started on.
+
+// Rollout events.
+const (
+	EventShadowing       EventKind = "shadowing"        // a candidate runs beside the serving generation
+	EventShadowDisagreed EventKind = "shadow-disagreed" // the candidate answered otherwise (Reason: both answers)
+	EventPromoted        EventKind = "promoted"         // the candidate serves; the old one is the last known good
+	EventRolledBack      EventKind = "rolled-back"      // the last known good serves again (Reason: why)
+)
+
+// Roles of a generation in Call.
+const (
+	RoleServing       = "serving"
+	RoleShadow        = "shadow"
+	RoleLastKnownGood = "last_known_good"
+)
+
+// Call is one module call, reported to Options.OnCall (per-generation
+// metrics).
+type Call struct {
+	Module     string
+	Generation uint64
+	Role       string
+	Duration   time.Duration
+	Fault      FaultKind // "" for success
+}
+
+// Errors of Promote and Rollback; callers branch on them (404 / 409).
+var (
+	ErrNoModule        = errors.New("no such module")
+	ErrNoShadow        = errors.New("no shadow candidate to promote")
+	ErrNoLastKnownGood = errors.New("no last known good generation to return to")
+)
+
+// GenerationInfo names a generation.
+type GenerationInfo struct {
+	Generation uint64 `json:"generation"`
+	Version    string `json:"version"`
+	SHA256     string `json:"sha256"`
+}
+
+// ShadowStatus is a shadow candidate and how often it agreed.
+type ShadowStatus struct {
+	GenerationInfo
+	Calls         uint64 `json:"calls"`
+	Disagreements uint64 `json:"disagreements"`
+	// AgreementPercent is 100 * (calls - disagreements) / calls (100 with
+	// no calls yet).
+	AgreementPercent float64 `json:"agreement_percent"`
+	LastDisagreement string  `json:"last_disagreement,omitempty"`
+}
+
+// RecentFault is one of the serving generation's last faults.
+type RecentFault struct {
+	Time       time.Time `json:"time"`
+	Generation uint64    `json:"generation"`
+	Kind       string    `json:"kind"`
+	Message    string    `json:"message"`
+}
+
+// maxRecentFaults bounds RecentFaults.
+const maxRecentFaults = 10
+
+// shadowStats count a shadow candidate's comparisons (reset per candidate).
+type shadowStats struct {
+	shadowCalls    atomic.Uint64
+	shadowDisagree atomic.Uint64
+	lastDisagreeMu sync.Mutex
+	lastDisagree   string
+}
+
+// faultWindow keeps a promoted generation's recent fault times.
+type faultWindow struct {
+	mu    sync.Mutex
+	times []time.Time
+}
+
+// add records a fault at now and returns how many fell within window.
+func (w *faultWindow) add(now time.Time, window time.Duration) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kept := w.times[:0]
+	for _, t := range w.times {
+		if now.Sub(t) < window {
+			kept = append(kept, t)
+		}
+	}
+	w.times = append(kept, now)
+	return len(w.times)
+}
+
+func info(g *generation) *GenerationInfo {
+	if g == nil {
+		return nil
+	}
+	return &GenerationInfo{Generation: g.num, Version: g.version, SHA256: g.sha}
+}
+
+func (m *Manager) observe(c Call) {
+	if m.opts.OnCall != nil {
+		m.opts.OnCall(c)
+	}
+}
+
+// shadowLocked makes g the shadow candidate of mod. A module with nothing
+// serving has nothing to be compared with: the candidate is refused.
+func (m *Manager) shadowLocked(mod *module, g *generation) {
+	if mod.cur.Load() == nil {
+		g.retire()
+		m.refuseLocked(mod, g.fp, fmt.Sprintf("mode = %q, but no generation of %s serves to be shadowed: load one with mode = %q first", ModeShadow, mod.name, ModeServe))
+		return
+	}
+	if old := mod.shadow.Swap(g); old != nil {
+		m.retireGeneration(old)
+	}
+	mod.shadowCalls.Store(0)
+	mod.shadowDisagree.Store(0)
+	mod.lastDisagreeMu.Lock()
+	mod.lastDisagree = ""
+	mod.lastDisagreeMu.Unlock()
+	mod.mu.Lock()
+	mod.shadowFP, mod.refusal, mod.refusedFP = g.fp, "", ""
+	mod.mu.Unlock()
+	m.log.Info("module shadowing", "module", mod.name, "version", g.version, "generation", g.num, "sha256", g.sha)
+	m.emit(Event{Kind: EventShadowing, Module: mod.name, Generation: g.num, Version: g.version})
+}
+
+// keepLastKnownGood keeps old (just replaced) for rollback; the one before
+// it retires.
+func (m *Manager) keepLastKnownGood(mod *module, old *generation) {
+	if before := mod.prev.Swap(old); before != nil {
+		m.retireGeneration(before)
+	}
+}
+
+func (m *Manager) dropShadowAndPrev(mod *module) {
+	if g := mod.shadow.Swap(nil); g != nil {
+		m.retireGeneration(g)
+	}
+	if g := mod.prev.Swap(nil); g != nil {
+		m.retireGeneration(g)
+	}
+	mod.mu.Lock()
+	mod.shadowFP = ""
+	mod.mu.Unlock()
+}
+
+// shadowCompare runs the request on mod's shadow candidate, if any, and
+// counts whether it answered like the serving generation did (served, or
+// the fault servedErr). The candidate's answer is never returned: it only
+// counts. The caller's own cancellation skips the comparison.
+func shadowCompare[R any](ctx context.Context, m *Manager, name, export string, req abi.Message, served *R, servedErr error,
+	decoder func(*R) func([]byte) (string, error)) {
+	mod := (*m.modules.Load())[name]
+	if mod == nil {
+		return
+	}
+	g := mod.shadow.Load()
+	if g == nil || ctx.Err() != nil || !g.acquire() {
+		return
+	}
+	defer g.release()
+	var sfe *FaultError
+	if servedErr != nil && (!errors.As(servedErr, &sfe) || !sfe.Kind.countsForBreaker()) {
+		// Not an answer of the serving generation: the caller gave up,
+		// or the host refused the call (open circuit).
+		return
+	}
+	buf := getBuf()
+	*buf = req.MarshalAppend((*buf)[:0])
+	shadow := new(R)
+	start := time.Now()
+	err := g.call(ctx, export, *buf, decoder(shadow))
+	putBuf(buf)
+	if ctx.Err() != nil {
+		return
+	}
+	var fe *FaultError
+	errors.As(err, &fe)
+	c := Call{Module: name, Generation: g.num, Role: RoleShadow, Duration: time.Since(start)}
+	if fe != nil {
+		c.Fault = fe.Kind
+	}
+	m.observe(c)
+	agree := false
+	switch {
+	case sfe == nil && fe == nil:
+		agree = reflect.DeepEqual(served, shadow)
+	case sfe != nil && fe != nil:
+		agree = sfe.Kind == fe.Kind
+	}
+	mod.shadowCalls.Add(1)
+	if agree {
+		return
+	}
+	mod.shadowDisagree.Add(1)
+	reason := fmt.Sprintf("%s: serving generation answered %s, shadow generation %d answered %s",
+		export, answerText(served, sfe), g.num, answerText(shadow, fe))
+	mod.lastDisagreeMu.Lock()
+	mod.lastDisagree = reason
+	mod.lastDisagreeMu.Unlock()
+	m.emit(Event{Kind: EventShadowDisagreed, Module: name, Generation: g.num, Version: g.version, Reason: reason})
+}
+
+func answerText(resp any, fe *FaultError) string {
+	if fe != nil {
+		return "fault " + string(fe.Kind) + " (" + fe.Error() + ")"
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return fmt.Sprintf("%+v", resp)
+	}
+	return string(b)
+}
+
+// Promote makes name's shadow candidate serve; the generation it replaces
+// becomes the last known good. A promoted generation is rolled back
+// automatically when it faults past its manifest's rollback limit.
+func (m *Manager) Promote(ctx context.Context, name string) (Status, error) {
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
+	if m.closed {
+		return Status{}, ErrClosed
+	}
+	mod := (*m.modules.Load())[name]
+	if mod == nil {
+		return Status{}, fmt.Errorf("module %s: %w", name, ErrNoModule)
+	}
+	g := mod.shadow.Load()
+	if g == nil {
+		return Status{}, fmt.Errorf("module %s: %w (load one with mode = %q or `volhost module shadow`)", name, ErrNoShadow, ModeShadow)
+	}
+	g.promoted.Store(true)
+	mod.shadow.Store(nil)
+	old := mod.cur.Swap(g)
+	mod.mu.Lock()
+	// The files that served until now are not loaded again by a reload
+	// (a candidate from `module shadow` leaves them in the directory).
+	mod.refusedFP, mod.refusal = mod.servingFP, ""
+	mod.state, mod.gens, mod.servingFP, mod.shadowFP, mod.recent = StateServing, g.num, g.fp, "", nil
+	mod.mu.Unlock()
+	var oldMan *Manifest
+	if old != nil {
+		oldMan = old.man
+		m.keepLastKnownGood(mod, old)
+	}
+	mod.breaker.reset()
+	m.log.Info("module promoted", "module", name, "version", g.version, "generation", g.num)
+	m.emit(Event{Kind: EventPromoted, Module: name, Generation: g.num, Version: g.version,
+		Reason: fmt.Sprintf("agreed on %.1f%% of %d shadow calls", agreement(mod), mod.shadowCalls.Load())})
+	m.notifySwap(Swap{Module: name, Kind: g.man.Kind, Generation: g.num, old: oldMan, new: g.man})
+	return mod.status(), nil
+}
+
+// Rollback returns name to its last known good generation. The generation
+// rolled back from is remembered as refused, so a reload does not bring
+// the same files back; new files load as usual.
+func (m *Manager) Rollback(ctx context.Context, name string) (Status, error) {
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
+	if m.closed {
+		return Status{}, ErrClosed
+	}
+	mod := (*m.modules.Load())[name]
+	if mod == nil {
+		return Status{}, fmt.Errorf("module %s: %w", name, ErrNoModule)
+	}
+	if err := m.rollbackLocked(mod, nil, "by the operator"); err != nil {
+		return Status{}, err
+	}
+	return mod.status(), nil
+}
+
+// rollbackLocked swaps the last known good in for the serving generation
+// (for only, when not nil: an automatic rollback must not undo a newer
+// swap). Called with reloadMu held.
+func (m *Manager) rollbackLocked(mod *module, only *generation, why string) error {
+	cur := mod.cur.Load()
+	if only != nil && cur != only {
+		return nil
+	}
+	prev := mod.prev.Load()
+	if prev == nil || cur == nil {
+		return fmt.Errorf("module %s: %w", mod.name, ErrNoLastKnownGood)
+	}
+	mod.prev.Store(nil)
+	mod.cur.Store(prev)
+	reason := fmt.Sprintf("generation %d (version %s) rolled back to generation %d (version %s) %s", cur.num, cur.version, prev.num, prev.version, why)
+	mod.mu.Lock()
+	mod.state, mod.gens, mod.servingFP = StateServing, prev.num, prev.fp
+	mod.refusedFP, mod.refusal = cur.fp, reason
+	mod.mu.Unlock()
+	m.retireGeneration(cur)
+	if mod.breaker.reset() {
+		m.emit(Event{Kind: EventCircuitClosed, Module: mod.name, Generation: prev.num, Version: prev.version, Reason: "rolled back"})
+	}
+	m.log.Warn("module rolled back", "module", mod.name, "reason", reason)
+	m.emit(Event{Kind: EventRolledBack, Module: mod.name, Generation: prev.num, Version: prev.version, Reason: reason})
+	m.notifySwap(Swap{Module: mod.name, Kind: prev.man.Kind, Generation: prev.num, old: cur.man, new: prev.man})
+	return nil
+}
+
+// noteFault keeps a serving generation's fault for status and, for a
+// promoted one, counts it against its rollback limit.
+func (m *Manager) noteFault(mod *module, g *generation, fe *FaultError) {
+	if !fe.Kind.countsForBreaker() {
+		return
+	}
+	now := m.opts.Clock.Now()
+	mod.mu.Lock()
+	if mod.cur.Load() == g {
+		mod.recent = append(mod.recent, RecentFault{Time: now, Generation: g.num, Kind: string(fe.Kind), Message: fe.Error()})
+		if len(mod.recent) > maxRecentFaults {
+			mod.recent = mod.recent[len(mod.recent)-maxRecentFaults:]
+		}
+	}
+	mod.mu.Unlock()
+	if !g.promoted.Load() {
+		return
+	}
+	lim := g.man.Rollback
+	if n := g.faults.add(now, lim.Window); n >= lim.MaxFaults {
+		m.autoRollback(mod, g, fmt.Sprintf("automatically: %d faults within rollback.window = %s (rollback.max_faults = %d)", n, lim.Window, lim.MaxFaults))
+	}
+}
+
+// autoRollback rolls a faulting promoted generation back. It never waits
+// for a reload in progress (this runs on a call's path): the next fault,
+// or the next call its open circuit refuses, tries again.
+func (m *Manager) autoRollback(mod *module, g *generation, why string) {
+	if !g.promoted.Load() || mod.prev.Load() == nil || !m.reloadMu.TryLock() {
+		return
+	}
+	defer m.reloadMu.Unlock()
+	if m.closed {
+		return
+	}
+	_ = m.rollbackLocked(mod, g, why)
+}
+
+func agreement(mod *module) float64 {
+	calls := mod.shadowCalls.Load()
+	if calls == 0 {
+		return 100
+	}
+	return 100 * float64(calls-mod.shadowDisagree.Load()) / float64(calls)
+}
+
+// rolloutStatus fills the rollout fields of s.
+func (mod *module) rolloutStatus(s *Status) {
+	if g := mod.cur.Load(); g != nil {
+		s.OnFailure, s.Promoted = g.man.OnFailure, g.promoted.Load()
+	}
+	s.LastKnownGood = info(mod.prev.Load())
+	s.BreakerOpen = mod.breaker.isOpen()
+	if g := mod.shadow.Load(); g != nil {
+		mod.lastDisagreeMu.Lock()
+		last := mod.lastDisagree
+		mod.lastDisagreeMu.Unlock()
+		s.Shadow = &ShadowStatus{GenerationInfo: *info(g), Calls: mod.shadowCalls.Load(),
+			Disagreements: mod.shadowDisagree.Load(), AgreementPercent: agreement(mod), LastDisagreement: last}
+	}
+}
+
+// OnFailure is the failure strategy of name's serving generation
+// (OnFailureWait when it has none).
+func (m *Manager) OnFailure(name string) string {
+	if mod := (*m.modules.Load())[name]; mod != nil {
+		if g := mod.cur.Load(); g != nil {
+			return g.man.OnFailure
+		}
+	}
+	return OnFailureWait
+}
+
+// lastKnownGoodCall runs a call for on_failure = "last_known_good" on
+// name's last known good generation: the previous one, or, when generation
+// faulted has just been rolled back, the one serving now. Never on faulted
+// itself. Its answer is validated like any other (the decoder), and the
+// watcher checks it again.
+func (m *Manager) lastKnownGoodCall(ctx context.Context, name string, faulted uint64, export string, req abi.Message, decode func([]byte) (string, error)) error {
+	mod := (*m.modules.Load())[name]
+	if mod == nil {
+		return &FaultError{Module: name, Kind: FaultNotLoaded, Err: errors.New("no such module")}
+	}
+	var g *generation
+	for _, c := range []*generation{mod.prev.Load(), mod.cur.Load()} {
+		if c != nil && c.num != faulted && c.acquire() {
+			g = c
+			break
+		}
+	}
+	if g == nil {
+		return &FaultError{Module: name, Kind: FaultNotLoaded, Err: ErrNoLastKnownGood}
+	}
+	defer g.release()
+	buf := getBuf()
+	*buf = req.MarshalAppend((*buf)[:0])
+	start := time.Now()
+	err := g.call(ctx, export, *buf, decode)
+	putBuf(buf)
+	c := Call{Module: name, Generation: g.num, Role: RoleLastKnownGood, Duration: time.Since(start)}
+	var fe *FaultError
+	if errors.As(err, &fe) {
+		c.Fault, fe.Generation = fe.Kind, g.num
+	}
+	m.observe(c)
+	return err
+}
+
+// DecideReleaseLastKnownGood asks name's last known good generation.
+func (m *Manager) DecideReleaseLastKnownGood(ctx context.Context, name string, faulted uint64, req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
+	resp := new(abi.PolicyResponse)
+	if err := m.lastKnownGoodCall(ctx, name, faulted, abi.ExportDecideRelease, req, policyDecoder(req, resp)); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// AdaptRequestLastKnownGood asks name's last known good generation.
+func (m *Manager) AdaptRequestLastKnownGood(ctx context.Context, name string, faulted uint64, req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
+	resp := new(abi.AdapterResponse)
+	if err := m.lastKnownGoodCall(ctx, name, faulted, abi.ExportAdaptRequest, req, adapterDecoder(resp)); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// ClassifyErrorLastKnownGood asks name's last known good generation.
+func (m *Manager) ClassifyErrorLastKnownGood(ctx context.Context, name string, faulted uint64, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
+	resp := new(abi.ClassifyResponse)
+	if err := m.lastKnownGoodCall(ctx, name, faulted, abi.ExportClassifyError, req, classifyDecoder(resp)); err != nil {
+		return nil, err
+	}
+	return resp, nil
+}
+
+// ErrCandidate wraps why Shadow refused a candidate (the caller's input).
+var ErrCandidate = errors.New("shadow candidate refused")
+
+// Shadow loads wasm as name's shadow candidate (`volhost module shadow`),
+// through the same validation as a reload: manifest (manifestSrc, or the
+// serving generation's when nil, without its sha256 pin, which names the
+// serving file), maxima, compile, canary and self-test. It replaces any
+// shadow candidate. Like the module directory, it is this agent's state:
+// it lasts until a reload brings new files, or the agent restarts.
+func (m *Manager) Shadow(ctx context.Context, name string, wasm, manifestSrc []byte) (Status, error) {
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
+	if m.closed {
+		return Status{}, ErrClosed
+	}
+	mod := (*m.modules.Load())[name]
+	if mod == nil {
+		return Status{}, fmt.Errorf("module %s: %w", name, ErrNoModule)
+	}
+	cur := mod.cur.Load()
+	if cur == nil {
+		return Status{}, fmt.Errorf("module %s: %w: nothing serves to be shadowed", name, ErrCandidate)
+	}
+	if int64(len(wasm)) > m.opts.Maxima.ModuleSize {
+		return Status{}, fmt.Errorf("%w: %d bytes, over module_limits.max_module_size (%d bytes)", ErrCandidate, len(wasm), m.opts.Maxima.ModuleSize)
+	}
+	var man *Manifest
+	if manifestSrc == nil {
+		c := *cur.man
+		c.SHA256, c.Mode = "", ModeShadow
+		man = &c
+		manifestSrc = []byte("serving manifest of generation " + fmt.Sprint(cur.num))
+	} else {
+		var err error
+		if man, err = ParseManifest(name+".hcl", manifestSrc); err != nil {
+			return Status{}, fmt.Errorf("%w: %v", ErrCandidate, err)
+		}
+		if err := man.CheckMaxima(m.opts.Maxima); err != nil {
+			return Status{}, fmt.Errorf("%w: manifest %s.hcl: %v", ErrCandidate, name, err)
+		}
+		if man.Kind != cur.man.Kind {
+			return Status{}, fmt.Errorf("%w: a %s cannot shadow %s, a %s", ErrCandidate, man.Kind, name, cur.man.Kind)
+		}
+		man.Mode = ModeShadow
+	}
+	mod.mu.Lock()
+	num := mod.loads + 1
+	mod.mu.Unlock()
+	g, err := loadGeneration(ctx, m.genDeps(), name, num, wasm, man)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Status{}, err
+		}
+		return Status{}, fmt.Errorf("%w: %v", ErrCandidate, err)
+	}
+	g.fp = fingerprint(wasm, manifestSrc)
+	mod.mu.Lock()
+	mod.loads = num
+	mod.mu.Unlock()
+	m.shadowLocked(mod, g)
+	return mod.status(), nil
+}
