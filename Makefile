@@ -36,7 +36,7 @@ lint:
 # The first build of the GCE PD driver takes minutes; later runs reuse the
 # Go build cache.
 E2E_BIN := $(CURDIR)/bin/e2e
-e2e: plugins
+e2e: plugins test-modules
 	$(GO) build -o $(E2E_BIN)/volhost ./cmd/volhost
 	cd test/peers && $(GO) build -o $(E2E_BIN)/ ./cmd/gcepd ./cmd/mockcsi
 	cd test/peers && $(GO) vet ./...
@@ -45,7 +45,7 @@ e2e: plugins
 	# (/usr/bin/chromium, or VOLHOST_E2E_CHROMIUM) and save a screenshot of
 	# every page under bin/ui/.
 	cd test/peers && VOLHOST_E2E_BIN_DIR=$(E2E_BIN) VOLHOST_E2E_PLUGIN_BUILD=$(CURDIR)/$(PLUGIN_BUILD) \
-		VOLHOST_E2E_UI_SHOTS=$(CURDIR)/bin/ui \
+		VOLHOST_E2E_TEST_MODULES=$(CURDIR)/$(TEST_MODULE_BUILD) VOLHOST_E2E_UI_SHOTS=$(CURDIR)/bin/ui \
 		$(GO) test -count=1 -timeout 30m ./e2e/...
 	# Issue 12's secured cluster with the real binary: 3 servers with ACL and
 	# mutual TLS, a CLI release with a client token, a node token refused

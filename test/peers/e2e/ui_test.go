@@ -158,24 +158,36 @@ func (b *browser) shot(name string) {
 	b.t.Logf("screenshot %s", p)
 }
 
-// withModules returns a module directory holding the named example
-// modules from the plugin build (make plugins).
+// withModules returns a module directory holding the named modules: a
+// working example from the plugin build (make plugins), else a
+// deliberately faulty one from the test-module build (make test-modules).
 func withModules(t *testing.T, names ...string) string {
 	t.Helper()
-	build := os.Getenv("VOLHOST_E2E_PLUGIN_BUILD")
-	if build == "" {
+	root := ""
+	builds := []string{os.Getenv("VOLHOST_E2E_PLUGIN_BUILD"), os.Getenv("VOLHOST_E2E_TEST_MODULES")}
+	if builds[0] == "" || builds[1] == "" {
 		peers, err := goOutput(context.Background(), "", "list", "-m", "-f", "{{.Dir}}", "github.com/volhost/volhost/test/peers")
 		if err != nil {
 			t.Fatal(err)
 		}
-		build = filepath.Join(peers, "..", "..", "examples", "plugins", "build")
+		root = filepath.Join(peers, "..", "..")
+	}
+	if builds[0] == "" {
+		builds[0] = filepath.Join(root, "examples", "plugins", "build")
+	}
+	if builds[1] == "" {
+		builds[1] = filepath.Join(root, "bin", "test-modules")
 	}
 	dir := t.TempDir()
 	for _, n := range names {
+		build := builds[0]
+		if _, err := os.Stat(filepath.Join(build, n+".wasm")); err != nil {
+			build = builds[1]
+		}
 		for _, ext := range []string{".wasm", ".hcl"} {
 			b, err := os.ReadFile(filepath.Join(build, n+ext))
 			if err != nil {
-				t.Fatalf("module %s is not built (make plugins): %v", n, err)
+				t.Fatalf("module %s is not built (make plugins test-modules): %v", n, err)
 			}
 			if err := os.WriteFile(filepath.Join(dir, n+ext), b, 0o600); err != nil {
 				t.Fatal(err)
