@@ -375,7 +375,10 @@ func (c *Cluster) forwardLeadership() {
 func (c *Cluster) stepUp() bool {
 	term := c.raft.CurrentTerm()
 	for attempt := 1; ; attempt++ {
-		err := c.raft.Barrier(c.cfg.ApplyTimeout).Error()
+		stopped, err := c.waitOrStop(c.raft.Barrier(c.cfg.ApplyTimeout))
+		if stopped {
+			return false
+		}
 		if err == nil {
 			break
 		}
@@ -628,6 +631,23 @@ func applyErr(ctx context.Context, err error) error {
 
 // wait blocks until f resolves or ctx ends. The goroutine is bounded by the
 // future: raft resolves every future, at the latest on Shutdown.
+// waitOrStop waits for f or for Shutdown. raft answers no future that is
+// still queued when it shuts down or stops leading before reading it, so
+// the step-up's barrier could block the leadership forwarder, and
+// Shutdown waiting for it, forever (TestTransferClearsReadyTerm hung for
+// 20 minutes in make test). The goroutine reading such a future is left
+// behind at shutdown, blocked on a future nothing will answer.
+func (c *Cluster) waitOrStop(f raft.Future) (stopped bool, err error) {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return false, err
+	case <-c.stopCh:
+		return true, nil
+	}
+}
+
 func wait(ctx context.Context, f raft.Future) error {
 	done := make(chan error, 1)
 	go func() { done <- f.Error() }()
