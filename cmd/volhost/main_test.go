@@ -263,7 +263,7 @@ func TestErrors(t *testing.T) {
 		{"node not found", []string{"node", "status", "nope"}, []string{`node "nope" does not exist`}},
 		{"set-status bad", []string{"node", "set-status", "node1", "sleepy"}, []string{`status must be ready or down, got "sleepy"`}},
 		{"fence without reason", []string{"node", "fence", "node1"}, []string{"-reason is required", "node1"}},
-		{"fence unknown node", []string{"node", "fence", "-reason", "off", "ghost"}, []string{`node "ghost": not found`}},
+		{"fence unknown node", []string{"node", "fence", "-reason", "off", "ghost"}, []string{`node "ghost" does not exist`}},
 		{"unfence unfenced", []string{"node", "unfence", "node1"}, []string{`node "node1" is not fenced`}},
 		{"alloc update bad", []string{"alloc", "update", "-status", "done", "web-1"}, []string{`got "done"`}},
 		{"alloc update missing", []string{"alloc", "update", "-status", "complete", "ghost"}, []string{`alloc "ghost" does not exist`}},

@@ -232,9 +232,9 @@ func TestModuleRecordThenRun(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"nope"}, "not found"},
+		{[]string{"nope"}, `volume "default/nope" does not exist`},
 		{[]string{"-step", "explode", "rec"}, "unknown step"},
-		{[]string{"-step", "controller-unpublish", "-alloc", "a-other", "rec"}, "not found"},
+		{[]string{"-step", "controller-unpublish", "-alloc", "a-other", "rec"}, `claim "a-other" does not exist`},
 	} {
 		r := e.run(append([]string{"module", "record"}, tc.args...)...)
 		if r.code != 1 || !strings.Contains(r.stderr, tc.want) {
@@ -256,7 +256,7 @@ func TestModuleRolloutCommands(t *testing.T) {
 	}{
 		{[]string{"promote", "policy"}, "no shadow candidate"},
 		{[]string{"rollback", "policy"}, "no last known good"},
-		{[]string{"promote", "nope"}, `module "nope": not found`},
+		{[]string{"promote", "nope"}, `module "nope" does not exist`},
 		{[]string{"shadow", "policy", filepath.Join(grace, "missing.wasm")}, "missing.wasm"},
 		{[]string{"shadow", "policy", filepath.Join(grace, "grace-policy.hcl")}, "not a valid module"},
 		{[]string{"shadow", "-manifest", filepath.Join(grace, "nope.hcl"), "policy", filepath.Join(grace, "grace-policy.wasm")}, "nope.hcl"},

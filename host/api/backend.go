@@ -54,6 +54,10 @@ type Backend interface {
 // ws may be nil; a missing object is (nil, nil).
 type Reader interface {
 	Volumes(ws memdb.WatchSet) ([]*structs.Volume, error)
+	// VolumesFrom walks the volumes in (namespace, ID) order from the
+	// first at or after (namespace, id); next returns nil after the last.
+	// A list page costs its own size, not the table's (issue 17).
+	VolumesFrom(ws memdb.WatchSet, namespace, id string) (next func() *structs.Volume, err error)
 	VolumeByID(ws memdb.WatchSet, ns, id string) (*structs.Volume, error)
 	Allocs(ws memdb.WatchSet) ([]*structs.Alloc, error)
 	AllocByID(ws memdb.WatchSet, id string) (*structs.Alloc, error)

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -80,6 +81,23 @@ func (f *fakeStore) Query(ctx context.Context, minIndex uint64, maxWait time.Dur
 type fakeReader struct{ f *fakeStore }
 
 func (r fakeReader) Volumes(memdb.WatchSet) ([]*structs.Volume, error) { return r.f.volumes, nil }
+
+func (r fakeReader) VolumesFrom(_ memdb.WatchSet, ns, id string) (func() *structs.Volume, error) {
+	vols := slices.Clone(r.f.volumes)
+	slices.SortFunc(vols, func(a, b *structs.Volume) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.ID, b.ID))
+	})
+	i := 0
+	return func() *structs.Volume {
+		for ; i < len(vols); i++ {
+			if v := vols[i]; v.Namespace > ns || (v.Namespace == ns && v.ID >= id) {
+				i++
+				return v
+			}
+		}
+		return nil
+	}, nil
+}
 func (r fakeReader) VolumeByID(_ memdb.WatchSet, ns, id string) (*structs.Volume, error) {
 	for _, v := range r.f.volumes {
 		if v.Namespace == ns && v.ID == id {

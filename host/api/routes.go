@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -222,21 +223,32 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
-		vols, err := rd.Volumes(ws)
+		// Walk the ID index from the page's first key and stop once the
+		// page is full: a page costs its size (plus the volumes the
+		// filters skip), not the table's (issue 17: 346 ms per page at
+		// 1,000,000 volumes when every list read the whole table).
+		fromNS, fromID, _ := strings.Cut(pp.start, "\x00")
+		if ns != "" && fromNS < ns {
+			fromNS, fromID = ns, ""
+		}
+		next, err := rd.VolumesFrom(ws, fromNS, fromID)
 		if err != nil {
 			return nil, 0, err
 		}
-		match := make([]*structs.Volume, 0, len(vols))
-		for _, v := range vols {
-			if (ns == "" || v.Namespace == ns) && (plugin == "" || v.PluginID == plugin) && filter(v) {
-				match = append(match, v)
+		out := make([]volumeJSON, 0, min(pp.perPage, 1024))
+		w.Header().Del(NextTokenHeader)
+		for v := next(); v != nil; v = next() {
+			if ns != "" && v.Namespace != ns {
+				break // past the namespace in key order
 			}
-		}
-		// Redact (copy) only the page that is answered.
-		page := paginate(w, match, func(v *structs.Volume) string { return volumeKey(v.Namespace, v.ID) }, pp)
-		out := make([]volumeJSON, len(page))
-		for i, v := range page {
-			out[i] = newVolumeJSON(redact(v))
+			if (plugin != "" && v.PluginID != plugin) || !filter(v) {
+				continue
+			}
+			if len(out) == pp.perPage {
+				w.Header().Set(NextTokenHeader, base64.RawURLEncoding.EncodeToString([]byte(volumeKey(v.Namespace, v.ID))))
+				break
+			}
+			out = append(out, newVolumeJSON(redact(v))) // redact (copy) only what is answered
 		}
 		idx, err := rd.Index(tableVolumes)
 		return out, idx, err

@@ -61,6 +61,35 @@ func (snap *Snapshot) VolumesByPlugin(ws memdb.WatchSet, pluginID string) ([]*st
 	return get[*structs.Volume](snap, ws, TableVolumes, indexPlugin, pluginID)
 }
 
+// VolumesFrom walks the volumes in primary key order from the first whose
+// (namespace, ID) is at or after (namespace, id), through the ID index with
+// LowerBound: a caller that stops after a page pays for the page, not the
+// table. next returns nil after the last volume; ws wakes on any volume
+// write.
+func (snap *Snapshot) VolumesFrom(ws memdb.WatchSet, namespace, id string) (func() *structs.Volume, error) {
+	if ws != nil {
+		// A LowerBound iterator's channel does not cover every key the
+		// walk may reach: ws is woken by any write to the volumes table,
+		// through its index row, as a whole-table read would be.
+		ch, _, err := snap.txn.FirstWatch(TableIndex, indexID, TableVolumes)
+		if err != nil {
+			return nil, fmt.Errorf("read index of %s: %w", TableVolumes, err)
+		}
+		ws.Add(ch)
+	}
+	it, err := snap.txn.LowerBound(TableVolumes, indexID, namespace, id)
+	if err != nil {
+		return nil, fmt.Errorf("read volumes from %s/%s: %w", namespace, id, err)
+	}
+	return func() *structs.Volume {
+		raw := it.Next()
+		if raw == nil {
+			return nil
+		}
+		return raw.(*structs.Volume)
+	}, nil
+}
+
 // VolumesByExternalID lists the volumes registered on plugin pluginID for
 // the storage object externalID (normally at most one).
 func (snap *Snapshot) VolumesByExternalID(ws memdb.WatchSet, pluginID, externalID string) ([]*structs.Volume, error) {

@@ -119,7 +119,7 @@ func TestRunFilter(t *testing.T) {
 // TestTrappingModule: a trap is reported as the trap fault; a case
 // expecting an answer fails, one expecting the trap passes.
 func TestTrappingModule(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join(pluginstest.RepoRoot(), "examples", "plugins", "fault-policy", "variants", "fault-trap.hcl"))
+	src, err := os.ReadFile(filepath.Join(pluginstest.RepoRoot(), pluginstest.TestModules, "fault-policy", "variants", "fault-trap.hcl"))
 	if err != nil {
 		t.Fatal(err)
 	}
