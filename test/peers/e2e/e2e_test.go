@@ -59,7 +59,7 @@ type env struct {
 	plugin string
 	// nodeRPC is the server's node_rpc address (agentNodes only).
 	nodeRPC string
-	mgmt   string // the management token when ACL is on
+	mgmt    string // the management token when ACL is on
 }
 
 type envOptions struct {
