@@ -183,12 +183,7 @@ type ModuleViewer interface {
 // (namespace read), not by a modules capability.
 func (s *Server) enableModuleView(b ModuleBackend) {
 	s.mux.HandleFunc("GET /v1/volume/{id}/module-view", func(w http.ResponseWriter, r *http.Request) {
-		id, err := pathID(r, "volume_id")
-		if err != nil {
-			WriteError(w, err)
-			return
-		}
-		ns, err := namespace(r)
+		ns, id, err := volumeRef(r)
 		if err != nil {
 			WriteError(w, err)
 			return

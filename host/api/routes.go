@@ -305,13 +305,20 @@ func volumeFilter(r *http.Request) (func(*structs.Volume) bool, error) {
 	}, nil
 }
 
-func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "volume_id")
-	if err != nil {
-		WriteError(w, err)
-		return
+// volumeRef reads the namespace (?namespace=, "default" when omitted) and
+// the {id} of a volume route, each validated.
+func volumeRef(r *http.Request) (ns, id string, err error) {
+	if id, err = pathID(r, "volume_id"); err != nil {
+		return "", "", err
 	}
-	ns, err := namespace(r)
+	if ns, err = namespace(r); err != nil {
+		return "", "", err
+	}
+	return ns, id, nil
+}
+
+func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
+	ns, id, err := volumeRef(r)
 	if err != nil {
 		WriteError(w, err)
 		return
@@ -387,12 +394,7 @@ func (s *Server) answerIndex(w http.ResponseWriter, index uint64, err error) {
 }
 
 func (s *Server) deregisterVolume(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "volume_id")
-	if err != nil {
-		WriteError(w, err)
-		return
-	}
-	ns, err := namespace(r)
+	ns, id, err := volumeRef(r)
 	if err != nil {
 		WriteError(w, err)
 		return
@@ -415,12 +417,7 @@ func (s *Server) deregisterVolume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "volume_id")
-	if err != nil {
-		WriteError(w, err)
-		return
-	}
-	ns, err := namespace(r)
+	ns, id, err := volumeRef(r)
 	if err != nil {
 		WriteError(w, err)
 		return
@@ -464,12 +461,7 @@ func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) detachVolume(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r, "volume_id")
-	if err != nil {
-		WriteError(w, err)
-		return
-	}
-	ns, err := namespace(r)
+	ns, id, err := volumeRef(r)
 	if err != nil {
 		WriteError(w, err)
 		return

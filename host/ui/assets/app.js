@@ -448,12 +448,31 @@ async function modules(q, signal, started) {
       h("td", {class: "mono", title: m.sha256}, m.sha256 ? m.sha256.slice(0, 12) + "…" : "—"),
       h("td", {}, ev ? [fmtTime(ev.time), h("div", {class: "sub"}, ev.message)] : "—"),
       h("td", {class: "module-state"}, badge(m.state, m.state === "serving" ? "ok" : "stuck"), m.refusal ? h("div", {class: "refusal"}, m.refusal) : null),
-      h("td", {}, m.state === "open-circuit" ? badge("open", "stuck") : "closed"),
+      h("td", {}, m.breaker_open || m.state === "open-circuit" ? badge("open", "stuck") : "closed"),
       h("td", {}, m.calls), h("td", {}, Object.keys(m.faults || {}).length ? Object.entries(m.faults).map(([k, n]) => `${k}: ${n}`).join(", ") : "none"),
       h("td", {}, `p50 ${ms(m.p50_ns)}, p99 ${ms(m.p99_ns)}`),
       h("td", {}, info ? `${(info.served_volumes || []).length} volume(s)` : (m.volumes || []).join(", ") || "—"),
-      h("td", {class: "sub"}, "not reported"));
+      h("td", {class: "shadow"}, m.shadow
+        ? [`${m.shadow.agreement_percent.toFixed(1)}% of ${m.shadow.calls} call(s)`, h("div", {class: "sub"}, `candidate ${m.shadow.version || "?"} (generation ${m.shadow.generation})`)]
+        : "no shadow"),
+      h("td", {}, m.shadow ? actionButton("Promote…", "modules:reload", null, () => rollout(m, "promote"), {"data-action": "promote"}) : null,
+        m.last_known_good ? actionButton("Roll back…", "modules:reload", null, () => rollout(m, "rollback"), {"data-action": "rollback"}) : null));
   });
+  // Promote makes the shadow candidate serve (the serving generation is
+  // kept as the last known good); roll back returns to that one (issue 15).
+  const rollout = async (m, action) => {
+    const what = action === "promote"
+      ? `The shadow candidate ${m.shadow.version || ""} of ${m.name} starts serving on this agent; the generation serving now is kept as the last known good, and a promoted version that faults past its rollback limit is rolled back automatically.`
+      : `${m.name} returns to its last known good generation ${m.last_known_good.version || ""} (generation ${m.last_known_good.generation}) on this agent; the files rolled back from are not loaded again until they change.`;
+    if (!await confirmAction(action === "promote" ? `Promote ${m.name}?` : `Roll back ${m.name}?`, h("p", {}, what), action === "promote" ? "Promote" : "Roll back")) return;
+    try {
+      await request("PUT", `/v1/module/${encodeURIComponent(m.name)}/${action}`);
+      toast(`${m.name}: ${action === "promote" ? "promoted" : "rolled back"}`);
+      render();
+    } catch (e) {
+      toast(`${action} failed: ` + e.message, true);
+    }
+  };
   const reload = async () => {
     const ok = await confirmAction("Reload modules?", h("p", {}, "This agent re-reads its module directory: new or changed modules are validated, compiled and swapped in; a candidate that fails validation is refused and the generation serving now keeps serving. Calls in flight finish on the generation they started on."), "Reload");
     if (!ok) return;
@@ -467,8 +486,8 @@ async function modules(q, signal, started) {
   };
   fill(main, h("h1", {}, "Modules"),
     h("div", {class: "actions"}, actionButton("Reload modules…", "modules:reload", null, reload, {id: "reload-modules"})),
-    table("Modules on this agent (shadow agreement appears once the module lifecycle kit reports it; promote and roll back are not in this agent's API yet)",
-      ["Module", "Kind", "Version", "Generation", "SHA-256", "Loaded", "State", "Breaker", "Calls", "Faults", "Latency", "Serves", "Shadow agreement"], rows, {id: "modules-table"}));
+    table("Modules on this agent",
+      ["Module", "Kind", "Version", "Generation", "SHA-256", "Loaded", "State", "Breaker", "Calls", "Faults", "Latency", "Serves", "Shadow agreement", "Rollout"], rows, {id: "modules-table"}));
   markRendered(started);
 }
 
@@ -495,15 +514,55 @@ async function nodes(q, signal, started) {
       toast("Failed: " + e.message, true);
     }
   };
-  const rows = list.map((n) => h("tr", {"data-node": n.id},
-    h("th", {scope: "row"}, n.id), h("td", {}, badge(n.status, n.status === "ready" ? "ok" : "stuck")),
-    h("td", {}, ago(n.last_heartbeat || n.last_seen)),
-    h("td", {}, n.fenced === undefined ? "not reported" : n.fenced ? badge("fenced", "stuck") : "no"),
+  // A fence is an operator's attestation that the node is off: its claims
+  // skip their node steps and go to the controller detach (issue 14).
+  const fence = async (n) => {
+    const reason = h("input", {id: "confirm-reason", type: "text", "aria-required": "true", placeholder: "e.g. powered off in the cloud console"});
+    const body = [
+      h("p", {}, `You attest that node ${n.id} is off. Its claims skip NodeUnpublish and NodeUnstage and go straight to ControllerUnpublish, which detaches its disks; the claims and events carry your reason. The node refuses new claims until it is unfenced. Fence only a node you know is down: a forced detach under a running workload corrupts data.`),
+      h("div", {class: "field"}, h("label", {for: "confirm-reason"}, "Reason (required)"), reason)];
+    if (!await confirmAction(`Fence node ${n.id}?`, body, "Fence")) return;
+    if (!reason.value.trim()) {
+      toast("Not fenced: a reason is required", true);
+      return;
+    }
+    try {
+      await request("PUT", `/v1/node/${encodeURIComponent(n.id)}/fence`, {body: {reason: reason.value.trim()}});
+      toast(`Node ${n.id} fenced`);
+      render();
+    } catch (e) {
+      toast("Fence failed: " + e.message, true);
+    }
+  };
+  const unfence = async (n) => {
+    if (!await confirmAction(`Unfence node ${n.id}?`, h("p", {}, `Node ${n.id} takes new claims again, and releases run its node steps again.`), "Unfence")) return;
+    try {
+      await request("DELETE", `/v1/node/${encodeURIComponent(n.id)}/fence`);
+      toast(`Node ${n.id} unfenced`);
+      render();
+    } catch (e) {
+      toast("Unfence failed: " + e.message, true);
+    }
+  };
+  const fenceCell = (n) => {
+    if (!n.fence) return "no";
+    const heartbeating = n.agent && !n.heartbeat_lost && n.status === "ready";
+    return [badge(heartbeating ? "fenced, heartbeating" : "fenced", "stuck"),
+      h("div", {class: "sub fence-reason"}, n.fence.reason, n.fence.accessor ? ` (by ${n.fence.accessor})` : "")];
+  };
+  const rows = list.map((n) => h("tr", {"data-node": n.id, "data-fenced": n.fence ? "true" : "false"},
+    h("th", {scope: "row"}, n.id), h("td", {}, badge(n.status, n.status === "ready" ? "ok" : "stuck"),
+      n.status_reason ? h("div", {class: "sub"}, n.status_reason) : null),
+    h("td", {}, n.agent ? ago(n.status_since || n.last_seen) : "direct mode"),
+    h("td", {}, fenceCell(n)),
     h("td", {}, Object.values(n.plugins || {}).map((p) => h("div", {}, p.plugin_id, h("span", {class: "sub mono"}, ` ${p.external_node_id || ""}`))), Object.keys(n.plugins || {}).length ? null : "—"),
     h("td", {}, stats ? (stats.body.claims_by_node[n.id] || 0) : "—"),
-    h("td", {}, actionButton(n.status === "down" ? "Mark ready…" : "Mark down…", "node:write", null, () => setStatus(n, n.status === "down" ? "ready" : "down")))));
+    h("td", {}, actionButton(n.status === "down" ? "Mark ready…" : "Mark down…", "node:write", null, () => setStatus(n, n.status === "down" ? "ready" : "down")),
+      n.fence
+        ? actionButton("Unfence…", "operator:write", null, () => unfence(n), {"data-action": "unfence"})
+        : actionButton("Fence…", "operator:write", null, () => fence(n), {"data-action": "fence"}))));
   fill(main, h("h1", {}, "Nodes"),
-    table("Nodes (heartbeats and fencing show once the node agent reports them)", ["Node", "Status", "Last heartbeat", "Fenced", "Plugins", "Claims", "Actions"], rows, {id: "nodes-table"}));
+    table("Nodes (a node agent's heartbeats decide down and gone; a fence is an operator's attestation)", ["Node", "Status", "Status since", "Fenced", "Plugins", "Claims", "Actions"], rows, {id: "nodes-table"}));
   markRendered(started);
 }
 

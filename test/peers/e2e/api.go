@@ -230,6 +230,21 @@ func (a *API) Bootstrap(ctx context.Context) (string, error) {
 	return r.SecretID, err
 }
 
+// NodeFence is the fence recorded on a node (nil when it has none).
+func (a *API) NodeFence(ctx context.Context, id string) (*NodeFence, error) {
+	var n struct {
+		Fence *NodeFence `json:"fence"`
+	}
+	_, err := a.do(ctx, http.MethodGet, "/v1/node/"+url.PathEscape(id), nil, &n)
+	return n.Fence, err
+}
+
+// NodeFence is an operator's attestation that a node is off (issue 14).
+type NodeFence struct {
+	Reason string `json:"reason"`
+	Source string `json:"source"`
+}
+
 // Leftovers lists what force-deregistered volumes may have left attached.
 func (a *API) Leftovers(ctx context.Context) ([]Leftover, error) {
 	var l []Leftover

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -282,11 +283,49 @@ func TestUIPages(t *testing.T) {
 	b.run(visible(`#modules-table tr[data-module="default-policy"][data-state="serving"]`))
 	b.shot("modules")
 
+	// Rollout (issue 15) through the UI: a shadow candidate's agreement
+	// shows, Promote makes it serve, Roll back returns to the last known
+	// good generation.
+	e.cli(0, "module", "shadow", "default-policy", filepath.Join(modDir, "default-policy.wasm"))
+	b.open("/ui/modules", `#modules-table tr[data-module="default-policy"] button[data-action="promote"]`)
+	if got := b.text(`#modules-table tr[data-module="default-policy"] .shadow`); !strings.Contains(got, "%") {
+		t.Fatalf("shadow agreement cell %q shows no agreement", got)
+	}
+	b.run(chromedp.Click(chromedp.CSS(`#modules-table tr[data-module="default-policy"] button[data-action="promote"]`)), visible(`#confirm-ok`))
+	b.run(chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		visible(`#modules-table tr[data-module="default-policy"] button[data-action="rollback"]`))
+	if out := e.cli(0, "module", "status", "default-policy"); !regexp.MustCompile(`Promoted\s+=\s+true`).MatchString(out) {
+		t.Fatalf("module status after the UI's promote does not say promoted:\n%s", out)
+	}
+	b.run(chromedp.Click(chromedp.CSS(`#modules-table tr[data-module="default-policy"] button[data-action="rollback"]`)), visible(`#confirm-ok`))
+	b.run(chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		chromedp.WaitNotPresent(chromedp.CSS(`#modules-table tr[data-module="default-policy"] button[data-action="rollback"]`)))
+	b.shot("modules-rollout")
+
 	b.open("/ui/nodes", `#nodes-table tr[data-node="node1"]`)
 	if got := b.text(`#nodes-table tr[data-node="node1"]`); !strings.Contains(got, "ready") || !strings.Contains(got, e.plugin) {
 		t.Fatalf("node row %q lacks its status and plugin", got)
 	}
 	b.shot("nodes")
+
+	// Fence through the UI (issue 14): the confirmation asks for the
+	// reason, the node shows fenced with it, the API records it; unfence
+	// clears it.
+	b.run(chromedp.Click(chromedp.CSS(`#nodes-table tr[data-node="node1"] button[data-action="fence"]`)), visible(`#confirm-reason`))
+	b.run(chromedp.SendKeys(chromedp.CSS(`#confirm-reason`), "powered off in console"), chromedp.Click(chromedp.CSS(`#confirm-ok`)),
+		visible(`#nodes-table tr[data-node="node1"][data-fenced="true"] .fence-reason`))
+	if got := b.text(`#nodes-table tr[data-node="node1"] .fence-reason`); !strings.Contains(got, "powered off in console") {
+		t.Fatalf("fenced node shows reason %q", got)
+	}
+	if f, err := e.agent.API.NodeFence(e.ctx, "node1"); err != nil || f == nil || f.Reason != "powered off in console" {
+		t.Fatalf("the API's fence of node1 after the UI's fence: %+v, %v", f, err)
+	}
+	b.shot("nodes-fenced")
+	b.run(chromedp.Click(chromedp.CSS(`#nodes-table tr[data-node="node1"] button[data-action="unfence"]`)), visible(`#confirm-ok`))
+	b.run(chromedp.Click(chromedp.CSS(`#confirm-ok`)), visible(`#nodes-table tr[data-node="node1"][data-fenced="false"]`))
+	if f, err := e.agent.API.NodeFence(e.ctx, "node1"); err != nil || f != nil {
+		t.Fatalf("node1 still fenced after the UI's unfence: %+v, %v", f, err)
+	}
 
 	// The event feed is live: a claim made after the page loaded appears.
 	b.open("/ui/events", `#feed li`)
