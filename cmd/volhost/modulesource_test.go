@@ -7,49 +7,20 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/registry"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/volhost/volhost/host/agent"
 	"github.com/volhost/volhost/host/api/client"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins/pluginstest"
+	"github.com/volhost/volhost/plugins/source/sourcetest"
 )
-
-// blobTamperer flips a byte of every blob the registry serves while on.
-type blobTamperer struct {
-	next http.Handler
-	on   atomic.Bool
-}
-
-func (b *blobTamperer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !b.on.Load() || r.Method != http.MethodGet || !strings.Contains(r.URL.Path, "/blobs/") {
-		b.next.ServeHTTP(w, r)
-		return
-	}
-	rec := httptest.NewRecorder()
-	b.next.ServeHTTP(rec, r)
-	body := rec.Body.Bytes()
-	if len(body) > 0 {
-		body[len(body)/2] ^= 0xff
-	}
-	for k, v := range rec.Header() {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(rec.Code)
-	_, _ = w.Write(body)
-}
 
 // writeKeys writes a P-256 key pair as module sign and module_source read them.
 func writeKeys(t *testing.T, dir, name string) (priv, pub string) {
@@ -72,10 +43,8 @@ func writeKeys(t *testing.T, dir, name string) (priv, pub string) {
 // an event naming why, and the last good generation keeps serving; once
 // the registry serves the signed bytes again, the new version serves.
 func TestModuleSourceOCI(t *testing.T) {
-	tamper := &blobTamperer{next: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
-	reg := httptest.NewServer(tamper)
-	t.Cleanup(reg.Close)
-	ref := strings.TrimPrefix(reg.URL, "http://") + "/modules/policy:stable"
+	host, tamper := sourcetest.NewRegistry(t)
+	ref := host + "/modules/policy:stable"
 	keys := t.TempDir()
 	key, pub := writeKeys(t, keys, "good")
 	wrongKey, _ := writeKeys(t, keys, "wrong")
@@ -146,7 +115,7 @@ func TestModuleSourceOCI(t *testing.T) {
 	// the way: refused by digest, 1.0.0 serves on.
 	man3 := filepath.Join(v2, "v3.hcl")
 	os.WriteFile(man3, []byte("kind = \"release-policy\"\nversion = \"3.0.0\"\ndefault = true\n"), 0o644)
-	tamper.on.Store(true)
+	tamper.On.Store(true)
 	pushed := e.ok("module", "push", "-manifest", man3, filepath.Join(v2, "grace-policy.wasm"), ref)
 	e.ok("module", "sign", "-key", key, ref)
 	_, digest, _ := strings.Cut(strings.TrimSpace(pushed), "(digest ")
@@ -156,16 +125,15 @@ func TestModuleSourceOCI(t *testing.T) {
 		t.Fatalf("after the tampered pull: %+v", st)
 	}
 	// The registry serves the signed bytes again: the next poll applies them.
-	tamper.on.Store(false)
+	tamper.On.Store(false)
 	waitFor(t, ctx, "version 3.0.0 serving once the layers verify", serving("3.0.0"))
 }
 
 // TestModuleSourceShadow: with shadow = true a signed bundle becomes the
 // shadow candidate of the serving module, never serving until promoted.
 func TestModuleSourceShadow(t *testing.T) {
-	reg := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
-	t.Cleanup(reg.Close)
-	ref := strings.TrimPrefix(reg.URL, "http://") + "/modules/policy:canary"
+	host, _ := sourcetest.NewRegistry(t)
+	ref := host + "/modules/policy:canary"
 	key, pub := writeKeys(t, t.TempDir(), "k")
 	e := &cliEnv{t: t}
 	grace := kitFolder(t, "grace-policy")

@@ -10,25 +10,37 @@ import (
 type ACL struct {
 	management bool
 	exact      map[string]nsCap
-	globs      []glob // most literal characters first
+	globs      []glob[nsCap] // most literal characters first
 	node       level
 	nodeExact  map[string]level
-	nodeGlobs  []nodeGlob // most literal characters first
+	nodeGlobs  []glob[level] // most literal characters first
 	operator   level
 	modules    level
 	events     level
 }
 
-type nodeGlob struct {
+// glob is a pattern with '*' and what it grants; literal counts its other
+// characters, so the most specific glob is tried first.
+type glob[T any] struct {
 	pattern string
-	level   level
+	grant   T
 	literal int
 }
 
-type glob struct {
-	pattern string
-	caps    nsCap
-	literal int
+// sortedGlobs lists the globs of m, most literal characters first (ties by
+// pattern, so the order is stable).
+func sortedGlobs[T any](m map[string]T) []glob[T] {
+	out := make([]glob[T], 0, len(m))
+	for pat, g := range m {
+		out = append(out, glob[T]{pattern: pat, grant: g, literal: len(pat) - strings.Count(pat, "*")})
+	}
+	slices.SortFunc(out, func(x, y glob[T]) int {
+		if x.literal != y.literal {
+			return y.literal - x.literal
+		}
+		return strings.Compare(x.pattern, y.pattern)
+	})
+	return out
 }
 
 // ManagementACL allows everything.
@@ -56,33 +68,17 @@ func New(policies ...*Policy) *ACL {
 		a.node = mergeLevel(a.node, p.Node)
 		for pat, l := range p.NodeIDs {
 			if strings.Contains(pat, "*") {
-				nodeGlobs[pat] = mergeNodeLevel(nodeGlobs[pat], l)
+				nodeGlobs[pat] = mergeLevel(nodeGlobs[pat], l)
 			} else {
-				a.nodeExact[pat] = mergeNodeLevel(a.nodeExact[pat], l)
+				a.nodeExact[pat] = mergeLevel(a.nodeExact[pat], l)
 			}
 		}
 		a.operator = mergeLevel(a.operator, p.Operator)
 		a.modules = mergeLevel(a.modules, p.Modules)
 		a.events = mergeLevel(a.events, p.Events)
 	}
-	for pat, caps := range globs {
-		a.globs = append(a.globs, glob{pattern: pat, caps: caps, literal: len(pat) - strings.Count(pat, "*")})
-	}
-	slices.SortFunc(a.globs, func(x, y glob) int {
-		if x.literal != y.literal {
-			return y.literal - x.literal
-		}
-		return strings.Compare(x.pattern, y.pattern)
-	})
-	for pat, l := range nodeGlobs {
-		a.nodeGlobs = append(a.nodeGlobs, nodeGlob{pattern: pat, level: l, literal: len(pat) - strings.Count(pat, "*")})
-	}
-	slices.SortFunc(a.nodeGlobs, func(x, y nodeGlob) int {
-		if x.literal != y.literal {
-			return y.literal - x.literal
-		}
-		return strings.Compare(x.pattern, y.pattern)
-	})
+	a.globs = sortedGlobs(globs)
+	a.nodeGlobs = sortedGlobs(nodeGlobs)
 	return a
 }
 
@@ -107,7 +103,7 @@ func (a *ACL) AllowedNode(c Capability, nodeID string) bool {
 	if !ok {
 		for _, g := range a.nodeGlobs {
 			if globMatch(g.pattern, nodeID) {
-				rule = g.level
+				rule = g.grant
 				break
 			}
 		}
@@ -165,8 +161,8 @@ func (a *ACL) AllowedEverywhere(c Capability) bool {
 	var star nsCap
 	for _, g := range a.globs {
 		if g.pattern == "*" {
-			star = g.caps
-		} else if g.caps&b == 0 || g.caps&capDeny != 0 {
+			star = g.grant
+		} else if g.grant&b == 0 || g.grant&capDeny != 0 {
 			return false
 		}
 	}
@@ -188,7 +184,7 @@ func (a *ACL) namespaceCaps(ns string) nsCap {
 	}
 	for _, g := range a.globs {
 		if globMatch(g.pattern, ns) {
-			return g.caps
+			return g.grant
 		}
 	}
 	return 0

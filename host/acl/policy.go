@@ -179,7 +179,7 @@ func ParsePolicy(rules string) (*Policy, error) {
 			return nil, err
 		}
 		if old, ok := p.NodeIDs[b.Name]; ok {
-			l = mergeNodeLevel(old, l)
+			l = mergeLevel(old, l) // deny (the largest level) wins
 		}
 		p.NodeIDs[b.Name] = l
 	}
@@ -280,10 +280,6 @@ func merge(a, b nsCap) nsCap {
 }
 
 func mergeLevel(a, b level) level { return max(a, b) }
-
-// mergeNodeLevel unions two node_id grants of one pattern; deny wins (as
-// levelDeny is the largest level, mergeLevel already does).
-func mergeNodeLevel(a, b level) level { return mergeLevel(a, b) }
 
 func validNodePattern(name string) error {
 	if name == "" {

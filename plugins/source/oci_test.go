@@ -9,50 +9,13 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
-	"io"
-	"log"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
-	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/volhost/volhost/plugins/source/sourcetest"
 )
-
-// tamperer flips a byte of every blob it serves while on (a registry, or a
-// proxy in front of one, serving a layer other than the one signed).
-type tamperer struct {
-	next http.Handler
-	on   atomic.Bool
-}
-
-func (t *tamperer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !t.on.Load() || r.Method != http.MethodGet || !strings.Contains(r.URL.Path, "/blobs/") {
-		t.next.ServeHTTP(w, r)
-		return
-	}
-	rec := httptest.NewRecorder()
-	t.next.ServeHTTP(rec, r)
-	body := rec.Body.Bytes()
-	if len(body) > 0 {
-		body[len(body)/2] ^= 0xff
-	}
-	for k, v := range rec.Header() {
-		w.Header()[k] = v
-	}
-	w.WriteHeader(rec.Code)
-	_, _ = w.Write(body)
-}
-
-func newRegistry(t *testing.T) (host string, tamper *tamperer) {
-	t.Helper()
-	tamper = &tamperer{next: registry.New(registry.Logger(log.New(io.Discard, "", 0)))}
-	srv := httptest.NewServer(tamper)
-	t.Cleanup(srv.Close)
-	return strings.TrimPrefix(srv.URL, "http://"), tamper
-}
 
 func newKey(t *testing.T) *ecdsa.PrivateKey {
 	t.Helper()
@@ -92,7 +55,7 @@ func pushSigned(t *testing.T, ref string, key *ecdsa.PrivateKey) Bundle {
 }
 
 func TestPushSignPull(t *testing.T) {
-	host, tamper := newRegistry(t)
+	host, tamper := sourcetest.NewRegistry(t)
 	ref := host + "/modules/policy:v2"
 	key := newKey(t)
 	want := pushSigned(t, ref, key)
@@ -114,11 +77,11 @@ func TestPushSignPull(t *testing.T) {
 		t.Fatalf("pull verified with the wrong key: %v", err)
 	}
 	// A layer changed in transit: refused by its digest.
-	tamper.on.Store(true)
+	tamper.On.Store(true)
 	if _, err := Pull(ctx, ref, d, &key.PublicKey, 1<<20); err == nil {
 		t.Fatal("a tampered layer was accepted")
 	}
-	tamper.on.Store(false)
+	tamper.On.Store(false)
 	// A new push to the tag, unsigned: refused as unsigned.
 	other := host + "/modules/policy:v3"
 	w3 := append([]byte("\x00asm\x01\x00\x00\x00"), "v3"...)
@@ -139,7 +102,7 @@ func TestPushSignPull(t *testing.T) {
 // TestPullRefusesUnpinned: a bundle whose manifest does not pin its wasm
 // is refused (pushed by hand, not by Push's callers).
 func TestPullRefusesUnpinned(t *testing.T) {
-	host, _ := newRegistry(t)
+	host, _ := sourcetest.NewRegistry(t)
 	ref := host + "/modules/raw:1"
 	key := newKey(t)
 	if _, err := Push(context.Background(), ref, Bundle{Wasm: testWasm, Manifest: testManifest}); err != nil {
@@ -194,7 +157,7 @@ func TestKeys(t *testing.T) {
 // TestPollerSignAfterPush: a poll between push and sign does not refuse
 // the digest for good; a bad signature does, until the tag moves.
 func TestPollerSignAfterPush(t *testing.T) {
-	host, _ := newRegistry(t)
+	host, _ := sourcetest.NewRegistry(t)
 	ref := host + "/modules/policy:stable"
 	key := newKey(t)
 	var applied, refusals int
