@@ -239,12 +239,9 @@ func answerText(resp any, fe *FaultError) string {
 func (m *Manager) Promote(ctx context.Context, name string) (Status, error) {
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
-	if m.closed {
-		return Status{}, ErrClosed
-	}
-	mod := (*m.modules.Load())[name]
-	if mod == nil {
-		return Status{}, fmt.Errorf("module %s: %w", name, ErrNoModule)
+	mod, err := m.moduleLocked(name)
+	if err != nil {
+		return Status{}, err
 	}
 	g := mod.shadow.Load()
 	if g == nil {
@@ -278,12 +275,9 @@ func (m *Manager) Promote(ctx context.Context, name string) (Status, error) {
 func (m *Manager) Rollback(ctx context.Context, name string) (Status, error) {
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
-	if m.closed {
-		return Status{}, ErrClosed
-	}
-	mod := (*m.modules.Load())[name]
-	if mod == nil {
-		return Status{}, fmt.Errorf("module %s: %w", name, ErrNoModule)
+	mod, err := m.moduleLocked(name)
+	if err != nil {
+		return Status{}, err
 	}
 	if err := m.rollbackLocked(mod, nil, "by the operator"); err != nil {
 		return Status{}, err
@@ -382,6 +376,20 @@ func (mod *module) rolloutStatus(s *Status) {
 	}
 }
 
+// moduleLocked is the module an operator's rollout command names, called
+// with reloadMu held: ErrClosed after Close, ErrNoModule for a name no
+// module has.
+func (m *Manager) moduleLocked(name string) (*module, error) {
+	if m.closed {
+		return nil, ErrClosed
+	}
+	mod := (*m.modules.Load())[name]
+	if mod == nil {
+		return nil, fmt.Errorf("module %s: %w", name, ErrNoModule)
+	}
+	return mod, nil
+}
+
 // OnFailure is the failure strategy of name's serving generation
 // (OnFailureWait when it has none).
 func (m *Manager) OnFailure(name string) string {
@@ -467,12 +475,9 @@ var ErrCandidate = errors.New("shadow candidate refused")
 func (m *Manager) Shadow(ctx context.Context, name string, wasm, manifestSrc []byte) (Status, error) {
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
-	if m.closed {
-		return Status{}, ErrClosed
-	}
-	mod := (*m.modules.Load())[name]
-	if mod == nil {
-		return Status{}, fmt.Errorf("module %s: %w", name, ErrNoModule)
+	mod, err := m.moduleLocked(name)
+	if err != nil {
+		return Status{}, err
 	}
 	cur := mod.cur.Load()
 	if cur == nil {
