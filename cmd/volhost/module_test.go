@@ -16,11 +16,20 @@ import (
 // CLI pointed at it.
 func moduleAgent(t *testing.T, moduleDir string) *cliEnv {
 	t.Helper()
+	a := startModuleAgent(t, func(cfg *agent.Config) { cfg.ModuleDir = moduleDir })
+	return &cliEnv{t: t, addr: "http://" + a.HTTPAddr()}
+}
+
+// startModuleAgent starts a dev agent with the shared module compilation
+// cache and tweak applied to its config, waits until it leads, and shuts
+// it down when the test ends.
+func startModuleAgent(t *testing.T, tweak func(*agent.Config)) *agent.Agent {
+	t.Helper()
 	cfg := agent.DefaultConfig()
 	cfg.Dev = true
 	cfg.HTTP.Address = "127.0.0.1:0"
-	cfg.ModuleDir = moduleDir
 	cfg.ModuleCacheDir = pluginstest.CacheDir()
+	tweak(cfg)
 	a, err := agent.New(cfg, agent.Options{Logger: hclog.NewNullLogger()})
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +43,7 @@ func moduleAgent(t *testing.T, moduleDir string) *cliEnv {
 	if err := a.Cluster.WaitForLeader(ctx); err != nil {
 		t.Fatal(err)
 	}
-	return &cliEnv{t: t, addr: "http://" + a.HTTPAddr()}
+	return a
 }
 
 const defaultPolicyManifest = `kind = "release-policy"

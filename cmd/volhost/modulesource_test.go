@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
-
 	"github.com/volhost/volhost/host/agent"
 	"github.com/volhost/volhost/host/api/client"
 	"github.com/volhost/volhost/host/structs"
@@ -55,25 +53,12 @@ func TestModuleSourceOCI(t *testing.T) {
 	contains(t, "module push", e.ok("module", "push", filepath.Join(v1, "default-policy.wasm"), ref), "Pushed default-policy as "+ref, "digest sha256:")
 	contains(t, "module sign", e.ok("module", "sign", "-key", key, ref), "Signed "+ref)
 
-	cfg := agent.DefaultConfig()
-	cfg.Dev = true
-	cfg.HTTP.Address = "127.0.0.1:0"
-	cfg.ModuleDir = t.TempDir()
-	cfg.ModuleCacheDir = pluginstest.CacheDir()
-	cfg.ModuleSources = []agent.ModuleSourceConfig{{Name: "policy", OCI: ref, PublicKey: pub, PollInterval: "50ms"}}
-	a, err := agent.New(cfg, agent.Options{Logger: hclog.NewNullLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Shutdown() })
+	a := startModuleAgent(t, func(cfg *agent.Config) {
+		cfg.ModuleDir = t.TempDir()
+		cfg.ModuleSources = []agent.ModuleSourceConfig{{Name: "policy", OCI: ref, PublicKey: pub, PollInterval: "50ms"}}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := a.Cluster.WaitForLeader(ctx); err != nil {
-		t.Fatal(err)
-	}
 	cl, err := client.New("http://"+a.HTTPAddr(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -144,20 +129,10 @@ func TestModuleSourceShadow(t *testing.T) {
 
 	dir := t.TempDir()
 	pluginstest.Install(t, dir, "policy", pluginstest.Wasm(t, "default-policy"), defaultPolicyManifest)
-	cfg := agent.DefaultConfig()
-	cfg.Dev = true
-	cfg.HTTP.Address = "127.0.0.1:0"
-	cfg.ModuleDir = dir
-	cfg.ModuleCacheDir = pluginstest.CacheDir()
-	cfg.ModuleSources = []agent.ModuleSourceConfig{{Name: "policy", OCI: ref, PublicKey: pub, PollInterval: "50ms", Shadow: true}}
-	a, err := agent.New(cfg, agent.Options{Logger: hclog.NewNullLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := a.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Shutdown() })
+	a := startModuleAgent(t, func(cfg *agent.Config) {
+		cfg.ModuleDir = dir
+		cfg.ModuleSources = []agent.ModuleSourceConfig{{Name: "policy", OCI: ref, PublicKey: pub, PollInterval: "50ms", Shadow: true}}
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	waitFor(t, ctx, "the pulled bundle shadowing", func() (bool, bool) {

@@ -57,6 +57,10 @@ func Paths(rootDir, pluginID, ns, volID, allocID string) (staging, target string
 	return staging, target
 }
 
+// PathElem escapes s into one path element (never "", "." or ".."), the
+// escaping Paths uses for every ID it places in a path.
+func PathElem(s string) string { return elem(s) }
+
 // elem escapes s into one path element. url.PathEscape escapes '/' and '%',
 // so its output only needs "", "." and ".." handled; "%" and "%2E" can never
 // come out of PathEscape, which keeps the mapping one to one.

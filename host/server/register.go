@@ -3,12 +3,11 @@ package server
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -93,13 +92,9 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 
 // DefaultNodeRoot is the root_dir of a node registered with plugin
 // endpoints but none of its own: TMPDIR/volhost/nodes/ID (ID escaped to
-// one path element).
+// one path element as csi.Paths escapes IDs).
 func DefaultNodeRoot(nodeID string) string {
-	elem := url.PathEscape(nodeID)
-	if elem == "." || elem == ".." {
-		elem = strings.ReplaceAll(elem, ".", "%2E") // never the parent directory
-	}
-	return filepath.Join(os.TempDir(), "volhost", "nodes", elem)
+	return filepath.Join(os.TempDir(), "volhost", "nodes", csi.PathElem(nodeID))
 }
 
 func hasEndpoint(n *structs.Node) bool {
