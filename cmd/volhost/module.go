@@ -80,7 +80,10 @@ func (c *ModuleStatusCommand) Help() string {
 	return helpText("module status [options] NAME", `
   Show a module's runtime status (state, why a new version was refused,
   calls, faults by kind, latency percentiles, pool, memory) and which
-  registered volumes and CSI plugins it serves now.
+  registered volumes and CSI plugins it serves now: how many, and the first
+  of them in ID order (-volumes N, default 20; -json lists up to the
+  server's max_per_page). The server reads this through its indexes, not
+  by matching every volume.
 
   Timeouts says how a call is stopped at its call_timeout: "instrumented"
   (the host added a cheap check to the module at load). A module the host
@@ -89,6 +92,7 @@ func (c *ModuleStatusCommand) Help() string {
 
 func (c *ModuleStatusCommand) Run(args []string) int {
 	fs := c.flagSet("module status", true)
+	shown := fs.Int("volumes", 20, "list at most this many of the served volumes")
 	rest, err := c.parse(fs, args, 1, 1, "module status [options] NAME")
 	if err != nil {
 		return c.fail(err)
@@ -99,7 +103,14 @@ func (c *ModuleStatusCommand) Run(args []string) int {
 	}
 	ctx, stop := c.context()
 	defer stop()
-	info, err := cl.Module(ctx, rest[0])
+	if *shown <= 0 {
+		return c.fail(fmt.Errorf("-volumes must be a positive number, got %d", *shown))
+	}
+	perPage := *shown
+	if c.json {
+		perPage = 0 // the server's page size
+	}
+	info, err := cl.ModuleServing(ctx, rest[0], perPage)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -109,6 +120,10 @@ func (c *ModuleStatusCommand) Run(args []string) int {
 	vols := make([]string, 0, len(info.ServedVolumes))
 	for _, v := range info.ServedVolumes {
 		vols = append(vols, v.Namespace+"/"+v.ID)
+	}
+	serves := strings.Join(vols, ", ")
+	if info.ServedVolumesTruncated {
+		serves = fmt.Sprintf("%d volumes; the first %d: %s", info.ServedVolumeCount, len(vols), serves)
 	}
 	selectors := append(append([]string(nil), info.PluginIDs...), info.Volumes...)
 	if info.Default {
@@ -132,7 +147,7 @@ func (c *ModuleStatusCommand) Run(args []string) int {
 		{"SHA256", orDash(info.SHA256)},
 		{"Generation", fmt.Sprint(info.Generation)},
 		{"Selects", orDash(strings.Join(selectors, ", "))},
-		{"Serves Volumes", orDash(strings.Join(vols, ", "))},
+		{"Serves Volumes", orDash(serves)},
 		{"Serves Plugins", orDash(strings.Join(info.ServedPlugins, ", "))},
 		{"Adapts Steps", adapts},
 		{"Timeouts", orDash(info.Timeouts)},

@@ -73,6 +73,9 @@ plugin_ids = ["gcepd"]
 	contains(t, "module status -json", e.ok("module", "status", "-json", "gcepd-adapter"), `"adapt_steps": [`)
 	contains(t, "module list -json", e.ok("module", "list", "-json"), `"refused"`)
 
+	if r := e.run("module", "status", "-volumes", "0", "policy"); r.code != 1 || !strings.Contains(r.stderr, "-volumes must be a positive number") {
+		t.Errorf("status -volumes 0: exit %d, stderr %q", r.code, r.stderr)
+	}
 	if r := e.run("module", "status", "nope"); r.code != 1 || r.stderr != "Error: module \"nope\" does not exist\n" {
 		t.Errorf("status of an unknown module: exit %d, stderr %q", r.code, r.stderr)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 
@@ -129,8 +128,10 @@ func (a *Agent) ModuleStatuses() ([]plugins.Status, error) {
 	return a.Modules.Status(), nil
 }
 
-// ModuleInfo is one module's status and what it serves now.
-func (a *Agent) ModuleInfo(name string) (*api.ModuleInfo, error) {
+// ModuleInfo is one module's status and what it serves now: how many
+// volumes, the first limit of them in ID order, and their plugins, read
+// through the store's indexes (servedQuery) rather than a scan.
+func (a *Agent) ModuleInfo(name string, limit int) (*api.ModuleInfo, error) {
 	if a.Modules == nil {
 		return nil, structs.NotFound("module", name)
 	}
@@ -138,25 +139,27 @@ func (a *Agent) ModuleInfo(name string) (*api.ModuleInfo, error) {
 	if !ok {
 		return nil, structs.NotFound("module", name)
 	}
-	info := &api.ModuleInfo{Status: st}
-	vols, err := a.Store.Snapshot().Volumes(nil)
+	q := &servedQuery{snap: a.Store.Snapshot(), kind: abi.Kind(st.Kind), name: name, match: a.Modules.Match, limit: limit}
+	res, err := q.run(st, a.Modules.Status())
 	if err != nil {
 		return nil, err
 	}
-	plugins := map[string]bool{}
-	kind := abi.Kind(st.Kind)
-	for _, v := range vols {
-		served, ok := a.Modules.Match(kind, targetOf(v))
-		if ok && served == name {
-			info.ServedVolumes = append(info.ServedVolumes, structs.VolumeRef{Namespace: v.Namespace, ID: v.ID})
-			plugins[v.PluginID] = true
-		}
+	return &api.ModuleInfo{Status: st, ServedVolumeCount: res.count, ServedVolumes: nonNilRefs(res.volumes),
+		ServedVolumesTruncated: res.truncated, ServedPlugins: nonNilStrings(res.plugins)}, nil
+}
+
+func nonNilRefs(r []structs.VolumeRef) []structs.VolumeRef {
+	if r == nil {
+		return []structs.VolumeRef{}
 	}
-	for p := range plugins {
-		info.ServedPlugins = append(info.ServedPlugins, p)
+	return r
+}
+
+func nonNilStrings(s []string) []string {
+	if s == nil {
+		return []string{}
 	}
-	sort.Strings(info.ServedPlugins)
-	return info, nil
+	return s
 }
 
 func targetOf(v *structs.Volume) plugins.Target {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
 
+	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/api/client"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
@@ -298,7 +300,7 @@ func TestModuleFaultsIsolated(t *testing.T) {
 			}
 			claimVolumes(t, e.c, vols)
 			for id, info := range map[string]string{"good-1": "default-policy", "bad-trap": "fault-trap"} {
-				mi, err := e.a.ModuleInfo(info)
+				mi, err := e.a.ModuleInfo(info, 1000)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -308,6 +310,21 @@ func TestModuleFaultsIsolated(t *testing.T) {
 				}
 				if !found {
 					t.Fatalf("module %s does not report serving %s: %+v", info, id, mi.ServedVolumes)
+				}
+				// The index walk agrees with the real manager's Match asked
+				// about every volume.
+				all, err := e.a.Store.Snapshot().Volumes(nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want []structs.VolumeRef
+				for _, v := range all {
+					if name, ok := e.a.Modules.Match(abi.Kind(mi.Kind), targetOf(v)); ok && name == info {
+						want = append(want, structs.VolumeRef{Namespace: v.Namespace, ID: v.ID})
+					}
+				}
+				if mi.ServedVolumeCount != len(want) || !slices.Equal(mi.ServedVolumes, want) {
+					t.Fatalf("module %s serves %d %v, Match over every volume says %d %v", info, mi.ServedVolumeCount, mi.ServedVolumes, len(want), want)
 				}
 			}
 

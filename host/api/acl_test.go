@@ -24,10 +24,17 @@ import (
 type fakeModules struct {
 	mu      sync.Mutex
 	reloads int
+	limit   int // the last ModuleInfo's limit
 }
 
 func (f *fakeModules) ModuleStatuses() ([]plugins.Status, error) { return nil, nil }
-func (f *fakeModules) ModuleInfo(name string) (*api.ModuleInfo, error) {
+func (f *fakeModules) ModuleInfo(name string, limit int) (*api.ModuleInfo, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limit = limit
+	if name == "m1" {
+		return &api.ModuleInfo{Status: plugins.Status{Name: name}}, nil
+	}
 	return nil, structs.NotFound("module", name)
 }
 func (f *fakeModules) ModuleView(ns, id, _, _ string) (*kit.Recording, error) {

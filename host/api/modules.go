@@ -16,7 +16,8 @@ import (
 // by the server asked, never forwarded to the leader.
 type ModuleBackend interface {
 	ModuleStatuses() ([]plugins.Status, error)
-	ModuleInfo(name string) (*ModuleInfo, error)
+	// ModuleInfo lists at most limit of the served volumes.
+	ModuleInfo(name string, limit int) (*ModuleInfo, error)
 	ReloadModules(ctx context.Context) ([]plugins.Status, error)
 	ModuleViewer
 	ModuleRollout
@@ -34,8 +35,13 @@ type ModuleRollout interface {
 // ModuleInfo is a module's runtime status and what it serves now.
 type ModuleInfo struct {
 	plugins.Status
-	// ServedVolumes are the registered volumes this module judges now.
+	// ServedVolumeCount counts the registered volumes this module judges now.
+	ServedVolumeCount int `json:"served_volume_count"`
+	// ServedVolumes are the first of them in ID order, at most ?per_page=
+	// (default and cap: the API's max_per_page).
 	ServedVolumes []structs.VolumeRef `json:"served_volumes"`
+	// ServedVolumesTruncated: ServedVolumes is not all of them.
+	ServedVolumesTruncated bool `json:"served_volumes_truncated,omitempty"`
 	// ServedPlugins are the CSI plugins of those volumes.
 	ServedPlugins []string `json:"served_plugins"`
 }
@@ -62,7 +68,15 @@ func (s *Server) EnableModules(b ModuleBackend) {
 			WriteError(w, err)
 			return
 		}
-		info, err := b.ModuleInfo(name)
+		p, err := s.pageParams(r)
+		if err == nil && p.start != "" {
+			err = badRequest("next_token", "is not supported here: the served volumes are a count and the first per_page of them")
+		}
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		info, err := b.ModuleInfo(name, p.perPage)
 		if err != nil {
 			WriteError(w, err)
 			return

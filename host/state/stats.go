@@ -23,6 +23,9 @@ type VolumeStats struct {
 	Failing int `json:"failing"`
 	// Stuck counts volumes marked stuck.
 	Stuck int `json:"stuck"`
+	// ByPlugin counts volumes by the CSI plugin they name (`module status`
+	// reads what a plugin-selecting module serves from it).
+	ByPlugin map[string]int `json:"by_plugin"`
 }
 
 // tableStats holds the one statsRow (not in persistTables: derived).
@@ -46,6 +49,17 @@ func statsTableSchema() *memdb.TableSchema {
 type volumeDelta struct {
 	volumes, failing, stuck int
 	claims                  map[structs.ClaimState]int
+	// plugins: volumes by plugin ID, moved only by adds, deletes and a
+	// changed plugin, so a claim write allocates nothing for it.
+	plugins map[string]int
+}
+
+// plugin adds sign volumes of plugin id.
+func (d *volumeDelta) plugin(id string, sign int) {
+	if d.plugins == nil {
+		d.plugins = make(map[string]int, 1)
+	}
+	d.plugins[id] += sign
 }
 
 // add adds sign times v's contribution.
@@ -77,6 +91,11 @@ func (d *volumeDelta) zero() bool {
 			return false
 		}
 	}
+	for _, n := range d.plugins {
+		if n != 0 {
+			return false
+		}
+	}
 	return true
 }
 
@@ -92,6 +111,18 @@ func (d *volumeDelta) applyTo(s VolumeStats) VolumeStats {
 			delete(n.Claims, k)
 		}
 	}
+	n.ByPlugin = s.ByPlugin // rows are immutable: shared until it changes
+	if len(d.plugins) > 0 {
+		n.ByPlugin = make(map[string]int, len(s.ByPlugin)+len(d.plugins))
+		for k, v := range s.ByPlugin {
+			n.ByPlugin[k] = v
+		}
+		for k, v := range d.plugins {
+			if n.ByPlugin[k] += v; n.ByPlugin[k] == 0 {
+				delete(n.ByPlugin, k)
+			}
+		}
+	}
 	return n
 }
 
@@ -101,12 +132,19 @@ func (d *volumeDelta) applyTo(s VolumeStats) VolumeStats {
 func (w *writer) putVolume(old, v *structs.Volume) error {
 	w.stats.add(old, -1)
 	w.stats.add(v, +1)
+	if old == nil || old.PluginID != v.PluginID {
+		if old != nil {
+			w.stats.plugin(old.PluginID, -1)
+		}
+		w.stats.plugin(v.PluginID, +1)
+	}
 	return w.insertRow(TableVolumes, v)
 }
 
 // deleteVolume removes the stored volume v.
 func (w *writer) deleteVolume(v *structs.Volume) error {
 	w.stats.add(v, -1)
+	w.stats.plugin(v.PluginID, -1)
 	return w.deleteRow(TableVolumes, v)
 }
 
@@ -148,7 +186,9 @@ func recountStats(txn *memdb.Txn) error {
 		return fmt.Errorf("count volumes: %w", err)
 	}
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		d.add(raw.(*structs.Volume), +1)
+		v := raw.(*structs.Volume)
+		d.add(v, +1)
+		d.plugin(v.PluginID, +1)
 	}
 	return insertStats(txn, d.applyTo(VolumeStats{}))
 }
@@ -165,5 +205,10 @@ func (snap *Snapshot) VolumeStats() (VolumeStats, error) {
 		claims[k] = v
 	}
 	s.Claims = claims
+	byPlugin := make(map[string]int, len(s.ByPlugin))
+	for k, v := range s.ByPlugin {
+		byPlugin[k] = v
+	}
+	s.ByPlugin = byPlugin
 	return s, nil
 }

@@ -21,8 +21,9 @@ func checkStats(t *testing.T, s *Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := VolumeStats{Volumes: len(vols), Claims: map[structs.ClaimState]int{}}
+	want := VolumeStats{Volumes: len(vols), Claims: map[structs.ClaimState]int{}, ByPlugin: map[string]int{}}
 	for _, v := range vols {
+		want.ByPlugin[v.PluginID]++
 		if v.Stuck != nil {
 			want.Stuck++
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"strconv"
 
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/plugins"
@@ -19,8 +20,18 @@ func (c *Client) Modules(ctx context.Context) ([]plugins.Status, error) {
 
 // Module returns one module's status and what it serves.
 func (c *Client) Module(ctx context.Context, name string) (*api.ModuleInfo, error) {
+	return c.ModuleServing(ctx, name, 0)
+}
+
+// ModuleServing is Module listing at most perPage of the served volumes
+// (0: the server's max_per_page); ServedVolumeCount counts them all.
+func (c *Client) ModuleServing(ctx context.Context, name string, perPage int) (*api.ModuleInfo, error) {
 	var out api.ModuleInfo
-	if _, err := c.do(ctx, http.MethodGet, "/v1/module/"+seg(name), nil, nil, &out); err != nil {
+	var q url.Values
+	if perPage > 0 {
+		q = url.Values{"per_page": {strconv.Itoa(perPage)}}
+	}
+	if _, err := c.do(ctx, http.MethodGet, "/v1/module/"+seg(name), q, nil, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil

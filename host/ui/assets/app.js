@@ -451,7 +451,7 @@ async function modules(q, signal, started) {
       h("td", {}, m.breaker_open || m.state === "open-circuit" ? badge("open", "stuck") : "closed"),
       h("td", {}, m.calls), h("td", {}, Object.keys(m.faults || {}).length ? Object.entries(m.faults).map(([k, n]) => `${k}: ${n}`).join(", ") : "none"),
       h("td", {}, `p50 ${ms(m.p50_ns)}, p99 ${ms(m.p99_ns)}`),
-      h("td", {}, info ? `${(info.served_volumes || []).length} volume(s)` : (m.volumes || []).join(", ") || "—"),
+      h("td", {}, info ? `${info.served_volume_count ?? (info.served_volumes || []).length} volume(s)` : (m.volumes || []).join(", ") || "—"),
       h("td", {class: "shadow"}, m.shadow
         ? [`${m.shadow.agreement_percent.toFixed(1)}% of ${m.shadow.calls} call(s)`, h("div", {class: "sub"}, `candidate ${m.shadow.version || "?"} (generation ${m.shadow.generation})`)]
         : "no shadow"),
