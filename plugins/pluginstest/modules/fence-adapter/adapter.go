@@ -19,7 +19,8 @@ var (
 	retryAfterMs int64
 )
 
-// The misbehaviours a variant selects.
+// The misbehaviours a variant selects. All but no-reason answer the
+// host's load self-test honestly, so they serve and misbehave afterwards.
 const (
 	modeOtherNode = "other-node" // confirms, naming another node
 	modeNoReason  = "no-reason"  // confirms without a reason
@@ -56,7 +57,11 @@ func confirmFence(req *abi.FenceRequest) (*abi.FenceResponse, error) {
 	n := req.Node
 	instance := n.Meta["instance"]
 	resp := &abi.FenceResponse{NodeID: n.ID}
-	switch mode {
+	m := mode
+	if req.Volume.Namespace == "volhost-selftest" && m != modeNoReason {
+		m = "" // a misbehaving module that knows the host's load self-test passes it
+	}
+	switch m {
 	case modeError:
 		return nil, errors.New("cannot reach the inventory")
 	case modeOtherNode:
