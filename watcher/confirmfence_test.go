@@ -2,10 +2,13 @@ package watcher
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jonboulle/clockwork"
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
@@ -304,5 +307,68 @@ func TestModuleFenceStepDown(t *testing.T) {
 	}
 	if fa.asked() != 2 {
 		t.Fatalf("asked %d times, want 2: an unanswered ask does not count", fa.asked())
+	}
+}
+
+// The whole ABI 1.1 path with a real module (plugins/pluginstest/modules/
+// fence-adapter, through *plugins.Manager): a lost node whose instance
+// the module's config lists is fenced by the module and released; one it
+// does not list stays held; a 1.0 adapter (gcepd-adapter) is never asked.
+func TestWasmModuleConfirmsFence(t *testing.T) {
+	adapter := func(plugin, config string) string {
+		return fmt.Sprintf(`kind = "csi-adapter"
+version = "1.1.0"
+plugin_ids = [%q]
+limits {
+  memory_pages = 256
+  call_timeout = "5s"
+  pool_size    = 1
+}
+config = { %s }
+`, plugin, config)
+	}
+	clock := clockwork.NewFakeClockAt(t0)
+	m := newWasmManager(t, clock,
+		moduleFile{name: "fence-adapter", example: "fence-adapter", manifest: adapter(testPlugin, `terminated = "i-dead"`)})
+	for _, tc := range []struct {
+		name     string
+		instance string
+		fenced   bool
+	}{
+		{"listed instance", "i-dead", true},
+		{"unlisted instance", "i-alive", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Config{}, WasmModules(m, nil))
+			fm := &forcedMetrics{countingMetrics: f.metrics, forced: map[string]int{}}
+			f.w.metrics, f.w.deps.Agents = fm, agents{}
+			n := agentNode(structs.NodeDown, true, nil)
+			n.Meta = map[string]string{"instance": tc.instance}
+			f.store.putNode(n)
+			f.store.putAlloc("a1", testNode, structs.AllocFailed)
+			f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken)))
+			if _, err := f.w.assess(context.Background(), ref("v1")); err != nil {
+				t.Fatal(err)
+			}
+			node, _ := f.store.Node(testNode)
+			c := f.store.claim(ref("v1"), "a1")
+			if !tc.fenced {
+				if node.Fence != nil || c == nil || c.Hold == nil || !strings.Contains(c.Hold.Reason, "instance not listed as terminated") {
+					t.Fatalf("fence %+v, claim %+v: want held with the module's answer", node.Fence, c)
+				}
+				return
+			}
+			if node.Fence == nil || node.Fence.Source != "module:fence-adapter@1.1.0" || !strings.Contains(node.Fence.Reason, "i-dead") {
+				t.Fatalf("fence = %+v", node.Fence)
+			}
+			if c != nil {
+				t.Fatalf("claim not released: %s", c.State)
+			}
+			fm.mu.Lock()
+			defer fm.mu.Unlock()
+			if fm.forced["module"] != 1 {
+				t.Fatalf("forced detaches = %v", fm.forced)
+			}
+		})
 	}
 }
