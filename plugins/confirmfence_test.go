@@ -105,3 +105,44 @@ func TestOptionalExportSignature(t *testing.T) {
 		t.Fatalf("policy-stray: state %s abi %q refusal %q", st.State, st.ABI, st.Refusal)
 	}
 }
+
+// TestASConfirmFenceMatchesGo: the AssemblyScript SDK's serveConfirmFence
+// (as-fence-adapter) answers every request as the Go SDK's module
+// (fence-adapter) does, through the host, and is detected as ABI 1.1.
+func TestASConfirmFenceMatchesGo(t *testing.T) {
+	goWasm, asWasm := exampleWasm(t, "fence-adapter"), exampleWasm(t, "as-fence-adapter")
+	cfg := `config = { terminated = "i-dead, projects/p/zones/z/instances/vm-9", retry_after_ms = "45000" }`
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "fence-adapter", goWasm, manifest("csi-adapter", cfg))
+		writeModule(t, dir, "as-fence-adapter", asWasm, manifest("csi-adapter", cfg))
+	}, nil)
+	if st, _ := e.m.StatusOf("as-fence-adapter"); st.State != StateServing || st.ABI != "1.1" {
+		t.Fatalf("as-fence-adapter: state %s abi %q refusal %q", st.State, st.ABI, st.Refusal)
+	}
+	ctx := context.Background()
+	var reqs []*abi.FenceRequest
+	for i, node := range []abi.NodeView{
+		{ID: "n1", Status: "down", ExternalID: "i-dead"},
+		{ID: "n2", Status: "gone", ExternalID: "projects/p/zones/z/instances/vm-9", LastSeenAgeMs: 1},
+		{ID: "n3", Status: "down", Meta: map[string]string{"instance": "i-dead"}},
+		{ID: "n4", Status: "down", ExternalID: "i-alive", Meta: map[string]string{"instance": "i-alive"}},
+		{ID: "n5", Status: "down", ExternalID: "i-dea"},
+		{ID: "", Status: "down"},
+	} {
+		r := fenceRequest(node.ID, "")
+		r.Node = node
+		r.Attempts = uint32(i)
+		r.Claims = []abi.ClaimView{{AllocID: "a1", NodeID: node.ID, State: "taken"}, {AllocID: "a2", NodeID: node.ID}}
+		reqs = append(reqs, r)
+	}
+	for _, req := range reqs {
+		want, werr := e.m.ConfirmFence(ctx, "fence-adapter", req)
+		got, gerr := e.m.ConfirmFence(ctx, "as-fence-adapter", req)
+		if (werr == nil) != (gerr == nil) {
+			t.Fatalf("node %q: Go %v, AS %v", req.Node.ID, werr, gerr)
+		}
+		if werr == nil && *got != *want {
+			t.Errorf("node %q: AS answers %+v, Go %+v", req.Node.ID, *got, *want)
+		}
+	}
+}
