@@ -27,3 +27,19 @@ func TestFenceText(t *testing.T) {
 		}
 	}
 }
+
+func TestABIText(t *testing.T) {
+	for _, tc := range []struct {
+		version  string
+		optional []string
+		want     string
+	}{
+		{"", nil, "-"},
+		{"1.0", nil, "1.0"},
+		{"1.1", []string{"volhost_confirm_fence"}, "1.1 (volhost_confirm_fence)"},
+	} {
+		if got := abiText(tc.version, tc.optional); got != tc.want {
+			t.Errorf("abiText(%q, %q) = %q, want %q", tc.version, tc.optional, got, tc.want)
+		}
+	}
+}
