@@ -17,6 +17,9 @@
 // (DESIGN "Wasm modules"), and a yield after every call costs more than a
 // small decision.
 //
+// The optional export of ABI 1.1, volhost_confirm_fence, is in package
+// abi/guest/confirmfence: a module that imports it has the export.
+//
 // Off wasm the package still compiles (Log is a no-op) and the dispatch
 // layer, Handlers, is plain bytes in, bytes out, so it and every handler are
 // testable with go test on the build machine.
