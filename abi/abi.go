@@ -6,9 +6,16 @@
 // It must stay small and free of heavy dependencies: every Go guest compiles it.
 package abi
 
-// Version is the ABI version this host and SDK speak. A module whose
+// Version is the ABI major version this host and SDK speak. A module whose
 // version marker export returns anything else is refused at load.
 const Version = 1
+
+// MinorVersion is the ABI minor version this host and SDK know (ABI.md
+// section 10). A minor version only adds optional exports, fields and enum
+// values, so a host of 1.N serves every 1.M module: a module says which
+// minor features it uses by exporting their functions, each checked with
+// its exact signature at load. 1.1 adds ExportConfirmFence.
+const MinorVersion = 1
 
 // Kind is what a module judges.
 type Kind string
@@ -35,6 +42,9 @@ const (
 	ExportClassifyError = "volhost_classify_error"
 	// ExportInitialize is the WASI reactor start function of a c-shared Go guest.
 	ExportInitialize = "_initialize"
+	// ExportConfirmFence: (len i32) -> i64. ABI 1.1, csi-adapter, optional:
+	// FenceRequest in, FenceResponse out. Only a module exporting it is asked.
+	ExportConfirmFence = "volhost_confirm_fence"
 )
 
 // Host module and its functions a guest may import.

@@ -349,3 +349,61 @@ func normalizeEmpty(m PolicyRequest) PolicyRequest {
 	}
 	return m
 }
+
+// TestFenceCodecMalformed: the ABI 1.1 messages refuse what the others
+// refuse (section 6), and merge as proto3 says.
+func TestFenceCodecMalformed(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		msg  Message
+		in   []byte
+		want string
+	}{
+		{"node as varint", &FenceRequest{}, []byte{2 << 3, 1}, "field 2"},
+		{"confirmed as bytes", &FenceResponse{}, []byte{2<<3 | 2, 1, 'x'}, "field 2"},
+		{"truncated reason", &FenceResponse{}, []byte{3<<3 | 2, 5, 'a'}, "field 3"},
+		{"bad tag", &FenceResponse{}, []byte{0xff}, "tag"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.msg.Unmarshal(tc.in)
+			if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Unmarshal(%x) = %v, want ErrMalformed naming %q", tc.in, err, tc.want)
+			}
+		})
+	}
+	// Claims accumulate; a nested node seen twice merges.
+	a := (&FenceRequest{Node: NodeView{ID: "n1"}, Claims: []ClaimView{{AllocID: "a"}}}).MarshalAppend(nil)
+	b := (&FenceRequest{Node: NodeView{Status: "down"}, Claims: []ClaimView{{AllocID: "b"}}}).MarshalAppend(nil)
+	var got FenceRequest
+	if err := got.Unmarshal(append(a, b...)); err != nil {
+		t.Fatal(err)
+	}
+	if got.Node.ID != "n1" || got.Node.Status != "down" || len(got.Claims) != 2 {
+		t.Fatalf("merge: %+v", got)
+	}
+}
+
+func TestFenceAnswerError(t *testing.T) {
+	req := &FenceRequest{Node: NodeView{ID: "n1"}}
+	for _, tc := range []struct {
+		name string
+		resp FenceResponse
+		want string
+	}{
+		{"confirmed", FenceResponse{NodeID: "n1", Confirmed: true, Reason: "terminated"}, ""},
+		{"not confirmed, no reason", FenceResponse{NodeID: "n1"}, ""},
+		{"other node", FenceResponse{NodeID: "n2", Confirmed: true, Reason: "x"}, `asked about node "n1"`},
+		{"no node", FenceResponse{Confirmed: true, Reason: "x"}, `names node ""`},
+		{"no reason", FenceResponse{NodeID: "n1", Confirmed: true}, "without a reason"},
+		{"long reason", FenceResponse{NodeID: "n1", Confirmed: true, Reason: strings.Repeat("r", MaxFenceReasonLength+1)}, "at most 256"},
+		{"bad utf8", FenceResponse{NodeID: "n1", Confirmed: true, Reason: "\xff"}, "UTF-8"},
+		{"negative retry", FenceResponse{NodeID: "n1", RetryAfterMs: -1}, "negative"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := FenceAnswerError(req, &tc.resp)
+			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+				t.Fatalf("FenceAnswerError = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}

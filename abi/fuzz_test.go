@@ -66,6 +66,7 @@ var nestedFields = map[string]map[protowire.Number]string{
 	"PolicyResponse":   {1: "Decision"},
 	"AdapterRequest":   {2: "ClaimView", 3: "VolumeView", 4: "NodeView", 5: "PluginView"},
 	"AdapterResponse":  {4: "entry"},
+	"FenceRequest":     {2: "NodeView", 3: "PluginView", 6: "VolumeView", 7: "ClaimView"},
 }
 
 // withUnknownFields returns b, a valid encoding of message name, with an
@@ -138,6 +139,14 @@ func FuzzClassifyRequest(f *testing.F) {
 
 func FuzzClassifyResponse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) { fuzzRoundTrip(t, func() Message { return &ClassifyResponse{} }, b) })
+}
+
+func FuzzFenceRequest(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) { fuzzRoundTrip(t, func() Message { return &FenceRequest{} }, b) })
+}
+
+func FuzzFenceResponse(f *testing.F) {
+	f.Fuzz(func(t *testing.T, b []byte) { fuzzRoundTrip(t, func() Message { return &FenceResponse{} }, b) })
 }
 
 // seedInputs are the corpus entries per message: the populated sample, its

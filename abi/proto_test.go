@@ -19,6 +19,7 @@ func full() map[string]Message {
 	s["PolicyResponse"] = &PolicyResponse{Decisions: []Decision{{AllocID: "a", Action: ActionWait, RetryAfterMs: 1, Reason: "r"}}, Error: "e"}
 	s["AdapterResponse"] = &AdapterResponse{VolumeID: "v", NodeID: "n", SecretKeys: []string{"k"}, VolumeContext: map[string]string{"a": "b"}, Error: "e"}
 	s["ClassifyResponse"] = &ClassifyResponse{Outcome: OutcomeRetry, RetryAfterMs: 1, Reason: "r", Error: "e"}
+	s["FenceResponse"] = &FenceResponse{NodeID: "n", Confirmed: true, Reason: "r", RetryAfterMs: 1, Error: "e"}
 	v, c, n := sampleVolume(), sampleClaim("1"), sampleNode("1")
 	s["VolumeView"] = &v
 	s["ClaimView"] = &c

@@ -73,5 +73,16 @@ func samples() map[string]Message {
 		"AdapterResponse":   sampleAdapterResponse(),
 		"ClassifyRequest":   &ClassifyRequest{Step: "node-unpublish", Code: 5, Message: "disk not found", Attempts: 2, PluginID: "gcepd", VolumeID: "vol"},
 		"ClassifyResponse":  &ClassifyResponse{Outcome: OutcomeRetry, RetryAfterMs: 1000, Reason: "aborted", Error: ""},
+		"FenceRequest":      sampleFenceRequest(),
+		"FenceResponse":     &FenceResponse{NodeID: "node-1", Confirmed: true, Reason: "instance n1 is TERMINATED", RetryAfterMs: 60000},
+	}
+}
+
+func sampleFenceRequest() *FenceRequest {
+	return &FenceRequest{
+		NowUnixMs: 1_790_000_000_000, Node: sampleNode("1"),
+		Plugin:    PluginView{ID: "gcepd", Provider: "pd.csi.storage.gke.io", PublishUnpublish: true, StageUnstage: true},
+		LostAgeMs: 90_000, StatusReason: "missed heartbeats for 30s", Volume: sampleVolume(),
+		Claims: []ClaimView{sampleClaim("1"), sampleClaim("2")}, Attempts: 2,
 	}
 }

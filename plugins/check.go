@@ -120,7 +120,15 @@ func (g *generation) selfTest(ctx context.Context, inst *instance) error {
 		}
 		creq := selfTestClassifyRequest()
 		var cresp abi.ClassifyResponse
-		return run(abi.ExportClassifyError, creq.MarshalAppend(nil), classifyDecoder(&cresp))
+		if err := run(abi.ExportClassifyError, creq.MarshalAppend(nil), classifyDecoder(&cresp)); err != nil {
+			return err
+		}
+		if !g.exports(abi.ExportConfirmFence) {
+			return nil
+		}
+		freq := selfTestFenceRequest()
+		var fresp abi.FenceResponse
+		return run(abi.ExportConfirmFence, freq.MarshalAppend(nil), fenceDecoder(freq, &fresp))
 	}
 }
 

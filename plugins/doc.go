@@ -4,7 +4,9 @@
 // cache, pools their instances under per-module limits (memory pages, call
 // timeout, pool size, calls per instance), invokes them with fault isolation
 // and a circuit breaker, hot-swaps new versions without dropping calls, and
-// reports per-module status.
+// reports per-module status. Optional exports of a minor ABI version
+// (ABI 1.1: volhost_confirm_fence, confirmfence.go) are found at load with
+// their exact signature and called only on generations that have them.
 //
 // Nothing here knows about volumes beyond the abi messages: the watcher
 // (which imports this package, never the reverse) decides what to ask and

@@ -58,6 +58,9 @@ type generation struct {
 	// adaptSteps are the steps a csi-adapter declared it changes (from the
 	// canary's configure response); nil means every step.
 	adaptSteps []string
+	// optional are the optional exports (ABI 1.1, confirmfence.go) the
+	// module has, resolved in every instance.
+	optional []string
 	// recyclePages: an instance whose memory grew past this is discarded
 	// after its call, so a leaking guest is reset before it hits the cap.
 	recyclePages uint32
@@ -176,6 +179,11 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	if err := validateExports(g.compiled, man.Kind); err != nil {
 		return nil, err
 	}
+	optional, err := detectOptionalExports(g.compiled, man.Kind)
+	if err != nil {
+		return nil, err
+	}
+	g.optional = optional
 	g.cfgReq = (&abi.ConfigureRequest{ModuleName: name, Config: man.Config}).MarshalAppend(nil)
 
 	canary, conf, err := g.newInstance(ctx, true)
@@ -323,6 +331,9 @@ func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*insta
 		stack:  make([]uint64, 1),
 	}
 	for name := range requiredExports(g.man.Kind) {
+		inst.fns[name] = mod.ExportedFunction(name)
+	}
+	for _, name := range g.optional {
 		inst.fns[name] = mod.ExportedFunction(name)
 	}
 	inst.flag, _ = mod.ExportedGlobal(wasmbin.PreemptExport).(api.MutableGlobal)

@@ -145,6 +145,10 @@ type Status struct {
 	Default          bool              `json:"default"`
 	// AdaptSteps are the steps a csi-adapter asked to adapt; empty: all.
 	AdaptSteps []string `json:"adapt_steps,omitempty"`
+	// OptionalExports are the optional exports the serving generation has
+	// (ABI 1.1: volhost_confirm_fence), and ABI the version they add up to.
+	OptionalExports []string `json:"optional_exports,omitempty"`
+	ABI             string   `json:"abi,omitempty"`
 	// Timeouts is how a call is stopped at its call_timeout: always
 	// TimeoutsFlag (the module is instrumented). A module the host cannot
 	// instrument is refused, never served under a weaker bound.
@@ -742,6 +746,9 @@ func (m *Manager) call(ctx context.Context, name string, kind abi.Kind, export s
 		return 0, &FaultError{Module: name, Version: g.version, Kind: FaultNotLoaded,
 			Err: fmt.Errorf("module is a %s, not a %s", g.man.Kind, kind)}
 	}
+	if !g.exports(export) { // an optional export (confirmfence.go) this generation lacks
+		return 0, fmt.Errorf("module %s (version %s): %s: %w", name, g.version, export, ErrNotExported)
+	}
 	ok, probe := mod.breaker.allow()
 	if !ok {
 		m.autoRollback(mod, g, "automatically: its circuit is open")
@@ -840,6 +847,7 @@ func (mod *module) status() Status {
 		s.MemoryPages, s.MemoryLimitPages = g.memPages.Load(), g.man.Limits.MemoryPages
 		s.PluginIDs, s.Volumes, s.Default = slices.Clone(g.man.PluginIDs), slices.Clone(g.man.Volumes), g.man.Default
 		s.AdaptSteps = slices.Clone(g.adaptSteps)
+		s.OptionalExports, s.ABI = slices.Clone(g.optional), g.abiVersion()
 		s.Timeouts, s.TableLimit = TimeoutsFlag, g.man.Limits.TableElements
 		if s.State == StateServing && mod.breaker.isOpen() {
 			s.State = StateOpenCircuit

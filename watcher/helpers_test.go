@@ -39,6 +39,7 @@ type fakeStore struct {
 	stucks      []*structs.VolumeStuckRequest
 	gcs         []*structs.ClaimGCRequest
 	forced      []*structs.VolumeDeregisterRequest
+	fences      []*structs.NodeFenceRequest // module fences (confirmfence_test.go)
 	failWrites  error
 	noRecord    bool // benchmarks: keep no history
 }

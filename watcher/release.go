@@ -300,7 +300,11 @@ func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]ver
 				vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultUnsafe,
 					"decided to skip the node step of allocation %q on node %q, which is %s", d.AllocID, c.NodeID, p.nodes[c.NodeID].Status)}
 			case p.heartbeatLost(c.NodeID) && (c.TargetPath != "" || c.StagingPath != ""):
-				vd = p.lostHeartbeatHold(c)
+				// Held unless the adapter confirms a fence (confirmfence.go).
+				var err error
+				if vd, err = p.lostNodeVerdict(ctx, c, vd); err != nil {
+					return nil, err
+				}
 			}
 		default:
 			vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultBadOutput,

@@ -60,6 +60,9 @@ type Watcher struct {
 	logger  hclog.Logger
 	ctl     *controllerLimiter
 	locks   *VolumeLocks
+	// fenceAsks paces the questions to adapter modules about lost nodes
+	// (confirmfence.go).
+	fenceAsks fenceAsks
 
 	// enableMu serialises SetEnabled so a step-down waits for the goroutines
 	// of the step-up it undoes.

@@ -106,6 +106,19 @@ func exportClassifyError(n int32) int64 {
 	return result()
 }
 
+// ServeExport serves an optional export (ABI.md section 10) that lives in
+// its own package, so that only a module importing that package exports
+// it (abi/guest/confirmfence): it runs dispatch on the registered handlers
+// over the request of length n in the SDK's buffer, like the exports above.
+func ServeExport(n int32, export string, dispatch func(h *Handlers, in, out []byte) []byte) int64 {
+	if req, ok := request(n); ok {
+		out = dispatch(&registered, req, out[:0])
+	} else {
+		out = errorResponse(export, lengthError(n, len(in)), out[:0])
+	}
+	return result()
+}
+
 //go:wasmimport volhost log
 func hostLog(level int32, ptr unsafe.Pointer, n int32)
 

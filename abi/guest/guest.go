@@ -17,6 +17,9 @@
 // (DESIGN "Wasm modules"), and a yield after every call costs more than a
 // small decision.
 //
+// The optional export of ABI 1.1, volhost_confirm_fence, is in package
+// abi/guest/confirmfence: a module that imports it has the export.
+//
 // Off wasm the package still compiles (Log is a no-op) and the dispatch
 // layer, Handlers, is plain bytes in, bytes out, so it and every handler are
 // testable with go test on the build machine.
@@ -52,6 +55,11 @@ type RawFunc func(in, out []byte) ([]byte, error)
 // ClassifyFunc says what a driver's error means (kind csi-adapter).
 type ClassifyFunc func(req *abi.ClassifyRequest) (*abi.ClassifyResponse, error)
 
+// ConfirmFenceFunc says whether a node the host lost (heartbeats stopped,
+// not fenced) is known to be off (kind csi-adapter, ABI 1.1). It is
+// registered with confirmfence.Handle, whose import adds the export.
+type ConfirmFenceFunc func(req *abi.FenceRequest) (*abi.FenceResponse, error)
+
 // Handlers holds a module's handlers and turns encoded requests into encoded
 // responses. The zero value has none: a decision export without a handler
 // answers with Error set, configure without a handler succeeds with an empty
@@ -61,6 +69,9 @@ type Handlers struct {
 	Release   ReleaseFunc
 	Adapt     AdaptFunc
 	Classify  ClassifyFunc
+	// ConfirmFence serves volhost_confirm_fence (ABI 1.1), an export only
+	// a module importing abi/guest/confirmfence has.
+	ConfirmFence ConfirmFenceFunc
 	// AdaptSteps is sent in the configure response (see AdaptSteps).
 	AdaptSteps []string
 	// ReleaseRaw, when set, serves volhost_decide_release instead of Release.
@@ -197,6 +208,20 @@ func (h *Handlers) DispatchClassify(in, out []byte) []byte {
 	})
 }
 
+// DispatchConfirmFence decodes a FenceRequest from in, runs the confirm
+// fence handler and appends the encoded FenceResponse to out.
+func (h *Handlers) DispatchConfirmFence(in, out []byte) []byte {
+	return dispatch(in, out, h.ConfirmFence, func(msg string) *abi.FenceResponse {
+		return &abi.FenceResponse{Error: msg}
+	})
+}
+
+// RegisterConfirmFence registers the handler of volhost_confirm_fence.
+// Modules call confirmfence.Handle, which also links the export: without
+// the export the host never asks, so a handler registered here alone
+// would never run.
+func RegisterConfirmFence(f ConfirmFenceFunc) { registered.ConfirmFence = f }
+
 // dispatch decodes a request from in, runs handle and appends the encoded
 // response to out. Any failure (no handler, a malformed request, a handler
 // error or panic, a nil response) becomes a response whose Error says so,
@@ -250,6 +275,8 @@ func errorResponse(export string, err error, out []byte) []byte {
 		return (&abi.AdapterResponse{Error: msg}).MarshalAppend(out)
 	case abi.ExportClassifyError:
 		return (&abi.ClassifyResponse{Error: msg}).MarshalAppend(out)
+	case abi.ExportConfirmFence:
+		return (&abi.FenceResponse{Error: msg}).MarshalAppend(out)
 	}
 	return out
 }

@@ -150,6 +150,7 @@ func (c *ModuleStatusCommand) Run(args []string) int {
 		{"Serves Volumes", orDash(serves)},
 		{"Serves Plugins", orDash(strings.Join(info.ServedPlugins, ", "))},
 		{"Adapts Steps", adapts},
+		{"ABI", abiText(info.ABI, info.OptionalExports)},
 		{"Timeouts", orDash(info.Timeouts)},
 		{"Calls", fmt.Sprint(info.Calls)},
 		{"Faults", faultSummary(info.Faults)},
@@ -206,4 +207,17 @@ func breakerText(open bool) string {
 		return "open (calls refused until the cool-down's trial call)"
 	}
 	return "closed"
+}
+
+// abiText is the ABI version a module's exports add up to and its
+// optional exports (ABI.md section 10): an adapter without
+// volhost_confirm_fence is never asked to confirm a fence.
+func abiText(version string, optional []string) string {
+	if version == "" {
+		return "-"
+	}
+	if len(optional) == 0 {
+		return version
+	}
+	return version + " (" + strings.Join(optional, ", ") + ")"
 }

@@ -171,6 +171,9 @@ func fenceText(f *structs.NodeFence) string {
 	if f == nil {
 		return "-"
 	}
+	if f.ByModule() {
+		return fmt.Sprintf("%s, confirmed by adapter module %s at %s", f.Reason, strings.TrimPrefix(f.Source, "module:"), fmtTime(f.Time))
+	}
 	return fmt.Sprintf("%s by %s (%s) at %s", f.Reason, f.Source, f.Accessor, fmtTime(f.Time))
 }
 
@@ -190,6 +193,12 @@ func (c *NodeFenceCommand) Help() string {
 
   A fenced node that heartbeats again is shown as "fenced, heartbeating"
   and takes no new claim until 'volhost node unfence'.
+
+  A csi-adapter module exporting volhost_confirm_fence (ABI 1.1) may fence
+  a heartbeat-lost node itself, for instance from a list of terminated
+  instances in its config; 'volhost node status' then shows the fence as
+  "confirmed by adapter module NAME@VERSION", and 'node unfence' lifts it
+  the same way.
 
   -reason TEXT   why the node is known to be off (required)`, false)
 }

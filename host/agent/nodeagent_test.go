@@ -129,9 +129,18 @@ type agentRig struct {
 
 func newAgentRig(t *testing.T, ctx context.Context, clk clockwork.Clock, drv *csitest.Server, root string) *agentRig {
 	t.Helper()
+	return newAgentRigWith(t, ctx, clk, drv, root, nil)
+}
+
+// newAgentRigWith is newAgentRig with tweak applied to the server's config.
+func newAgentRigWith(t *testing.T, ctx context.Context, clk clockwork.Clock, drv *csitest.Server, root string, tweak func(*Config)) *agentRig {
+	t.Helper()
 	cfg := localConfig()
 	cfg.Watcher.BackoffBase, cfg.Watcher.BackoffMax = "10ms", "50ms"
 	cfg.NodeRPC = &NodeRPCConfig{Address: "127.0.0.1:0", HeartbeatInterval: "10s", HeartbeatTTL: "30s"}
+	if tweak != nil {
+		tweak(cfg)
+	}
 	a, c := startAgent(t, cfg, Options{Clock: clk, Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Warn})})
 	t.Cleanup(func() { _ = a.Shutdown() })
 	r := &agentRig{a: a, c: c}

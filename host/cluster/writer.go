@@ -57,3 +57,14 @@ func (w ClaimWriter) ForceDeregister(ctx context.Context, req *structs.VolumeDer
 	}
 	return ls, nil
 }
+
+// FenceNode commits a fence an adapter module confirmed (ABI 1.1): the
+// watcher's write, fenced by its term; the store refuses it unless the
+// node is still heartbeat-lost as the module was told.
+func (w ClaimWriter) FenceNode(ctx context.Context, req *structs.NodeFenceRequest) (uint64, error) {
+	if req == nil {
+		return 0, structs.Invalid("request", "is nil")
+	}
+	idx, _, err := w.c.Apply(ctx, structs.NodeFenceType, req)
+	return idx, err
+}

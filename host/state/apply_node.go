@@ -2,8 +2,10 @@ package state
 
 import (
 	"fmt"
+	"time"
 	"unicode/utf8"
 
+	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -49,6 +51,29 @@ func validateNodeFence(snap *Snapshot, r *structs.NodeFenceRequest) error {
 	case f.Time.IsZero():
 		return structs.Invalid("fence.time", "is required")
 	}
+	if f.ByModule() {
+		return validateModuleFence(n, r)
+	}
+	return nil
+}
+
+// validateModuleFence is where a module's fence (ABI 1.1) is held to what
+// it may do: shorten the wait for a node that is still heartbeat-lost,
+// the same loss the module was asked about, and nobody has fenced. A node
+// that heartbeated since, even if it was lost again, is not the node the
+// module judged.
+func validateModuleFence(n *structs.Node, r *structs.NodeFenceRequest) error {
+	switch {
+	case len(r.Fence.Reason) > abi.MaxFenceReasonLength:
+		return structs.Invalid("fence.reason", "is %d bytes long, at most %d allowed for a module", len(r.Fence.Reason), abi.MaxFenceReasonLength)
+	case n.Fence != nil:
+		return structs.Conflict("node %q is already fenced by %s", r.NodeID, n.Fence.Source)
+	case !n.HeartbeatLost || n.Status == structs.NodeReady:
+		return structs.Conflict("node %q is %s and heartbeating: a module may only confirm the fence of a heartbeat-lost node", r.NodeID, n.Status)
+	case r.LostSince.IsZero() || !n.StatusSince.Equal(r.LostSince):
+		return structs.Conflict("node %q has been %s since %s, not since %s as the module was told",
+			r.NodeID, n.Status, n.StatusSince.UTC().Format(time.RFC3339Nano), r.LostSince.UTC().Format(time.RFC3339Nano))
+	}
 	return nil
 }
 
@@ -75,6 +100,15 @@ func (w *writer) fenceNode(r *structs.NodeFenceRequest) (any, error) {
 	}
 	if err := w.event(ev); err != nil {
 		return nil, err
+	}
+	if f := r.Fence; f != nil && f.ByModule() {
+		// An operator's fence is audited by the API route that took it; a
+		// module's has no route, so its audit event is written here, in
+		// the same entry as the fence.
+		if err := w.event(&structs.Event{Type: structs.EventAudit, NodeID: n.ID, Message: ev.Message,
+			Fields: map[string]string{"action": "node-fence", "accessor": f.Source, "reason": f.Reason}}); err != nil {
+			return nil, err
+		}
 	}
 	return nil, w.nodeMoved(n.ID)
 }

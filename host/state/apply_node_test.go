@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/volhost/volhost/host/structs"
 )
@@ -143,4 +144,48 @@ func TestNodeLiveness(t *testing.T) {
 	if n := f.node("n1"); n.HeartbeatLost {
 		t.Fatal("an operator's status update kept heartbeat_lost")
 	}
+}
+
+// A module's fence (ABI 1.1) is committed only for the heartbeat loss the
+// module was asked about, with an audit event in the same entry; for a
+// node that is ready, heartbeated since, or is fenced already, it is
+// refused and nothing changes.
+func TestModuleFence(t *testing.T) {
+	lost := t0.Add(time.Minute)
+	moduleFence := func(since time.Time) *structs.NodeFenceRequest {
+		return &structs.NodeFenceRequest{NodeID: "n1", LostSince: since, Fence: &structs.NodeFence{
+			Reason: "instance terminated", Source: structs.FenceSourceModule("fence-adapter", "1.1.0"), Time: lost.Add(time.Minute)}}
+	}
+	f := newFixture(t)
+	refused := func(req *structs.NodeFenceRequest, want string) {
+		t.Helper()
+		before := f.digest()
+		_, err := f.apply(structs.NodeFenceType, req)
+		if !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("err = %v, want a conflict containing %q", err, want)
+		}
+		if f.digest() != before {
+			t.Fatal("a refused module fence changed the state")
+		}
+	}
+	refused(moduleFence(t0), "heartbeating")
+	f.must(structs.NodeLivenessType, &structs.NodeLivenessRequest{NodeID: "n1", From: structs.NodeReady,
+		Status: structs.NodeDown, Reason: "missed heartbeats", Time: lost})
+	refused(moduleFence(lost.Add(-time.Second)), "not since")
+	refused(moduleFence(time.Time{}), "not since")
+
+	f.must(structs.NodeFenceType, moduleFence(lost))
+	n := f.node("n1")
+	if n.Fence == nil || !n.Fence.ByModule() || n.Fence.Source != "module:fence-adapter@1.1.0" || n.Fence.Reason != "instance terminated" {
+		t.Fatalf("fence = %+v", n.Fence)
+	}
+	evs := f.events()
+	audit, fence := evs[len(evs)-1], evs[len(evs)-2]
+	if fence.Type != structs.EventNodeFence || fence.Fields["source"] != "module:fence-adapter@1.1.0" {
+		t.Fatalf("fence event = %+v", fence)
+	}
+	if audit.Type != structs.EventAudit || audit.Fields["action"] != "node-fence" || audit.Fields["accessor"] != "module:fence-adapter@1.1.0" {
+		t.Fatalf("audit event = %+v", audit)
+	}
+	refused(moduleFence(lost), "already fenced")
 }

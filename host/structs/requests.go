@@ -205,7 +205,17 @@ type NodeFenceRequest struct {
 	Fence  *NodeFence `json:"fence,omitempty"`
 	// Accessor names who unfenced, for the event (a fence carries its own).
 	Accessor string `json:"accessor,omitempty"`
+	// A module's fence (Fence.ByModule, ABI 1.1) is the watcher's write:
+	// LostSince is the node's StatusSince the module was asked about, and
+	// the store refuses the fence unless the node is still heartbeat-lost
+	// since then, unfenced; Term fences it by leadership term like every
+	// watcher write (0 for an operator's fence).
+	LostSince time.Time `json:"lost_since,omitzero"`
+	Term      uint64    `json:"term,omitempty"`
 }
+
+// FencedTerm implements the FSM's term fence.
+func (r *NodeFenceRequest) FencedTerm() uint64 { return r.Term }
 
 // NodeLivenessRequest records a transition the leader's heartbeat tracker
 // decided: ready when the node's agent heartbeats (again), down after the

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -443,6 +444,17 @@ type NodeFence struct {
 	Accessor string    `json:"accessor,omitempty"`
 	Time     time.Time `json:"time"`
 }
+
+// FenceSourceOperator is the Source of an operator's fence.
+const FenceSourceOperator = "operator"
+
+// FenceSourceModule is the Source of a fence an adapter module confirmed.
+func FenceSourceModule(name, version string) string {
+	return "module:" + name + "@" + version
+}
+
+// ByModule reports whether an adapter module confirmed the fence.
+func (f *NodeFence) ByModule() bool { return strings.HasPrefix(f.Source, "module:") }
 
 // DisplayStatus is the status an operator reads: a fenced node that still
 // heartbeats says so, because it is refused new claims although it is up.

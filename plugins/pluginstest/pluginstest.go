@@ -58,6 +58,9 @@ func Wasm(t testing.TB, name string) []byte {
 	if _, err := os.Stat(filepath.Join(RepoRoot(), "examples", "plugins", name, "assembly", "index.ts")); err == nil {
 		return asWasm(t, name)
 	}
+	if _, err := os.Stat(filepath.Join(RepoRoot(), TestModules, name, "assembly", "index.ts")); err == nil {
+		return asWasm(t, name) // an AssemblyScript test module (as-fence-adapter)
+	}
 	src := "./examples/plugins/" + name
 	if _, err := os.Stat(filepath.Join(RepoRoot(), TestModules, name)); err == nil {
 		src = "./" + TestModules + "/" + name
@@ -172,6 +175,12 @@ func buildASModules() {
 		asErr = err
 		return
 	}
+	testEntries, err := filepath.Glob(filepath.Join(root, TestModules, "*", "assembly", "index.ts"))
+	if err != nil {
+		asErr = err
+		return
+	}
+	entries = append(entries, testEntries...)
 	asBuilt = make(map[string]error, len(entries))
 	var mu sync.Mutex
 	var wg sync.WaitGroup

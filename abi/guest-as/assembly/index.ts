@@ -17,8 +17,9 @@ import { Bytes, bytesOf, text, textEnd, textStart, textU64 } from "./bytes";
 import { alloc, arenaReset, requestBase, requestBuffer, requestCap } from "./mem";
 import {
   AdapterRequest, AdapterResponse, ClassifyRequest, ClassifyResponse, ConfigureRequest, ConfigureResponse,
-  decodeAdapterRequest, decodeClassifyRequest, decodeConfigureRequest, decodePolicyRequest,
-  newAdapterResponse, newClassifyResponse, newConfigureResponse, newPolicyResponse,
+  decodeAdapterRequest, decodeClassifyRequest, decodeConfigureRequest, decodeFenceRequest, decodePolicyRequest,
+  FenceRequest, FenceResponse, newAdapterResponse, newClassifyResponse, newConfigureResponse, newFenceResponse,
+  newPolicyResponse, putFenceResponse, sizeFenceResponse,
   PolicyRequest, PolicyResponse, putAdapterResponse, putClassifyResponse, putConfigureResponse,
   putPolicyResponse, sizeAdapterResponse, sizeClassifyResponse, sizeConfigureResponse, sizePolicyResponse,
 } from "./messages";
@@ -31,6 +32,12 @@ export { MAX_MESSAGE_SIZE, MAX_REPEATED } from "./mem";
 
 /** The ABI version this SDK speaks (ABI.md section 10). */
 export const ABI_VERSION: i32 = 1;
+/**
+ * The minor version it knows: 1.1 adds the optional export
+ * volhost_confirm_fence (serveConfirmFence). A module speaks 1.1 by
+ * defining that export; the host checks its signature at load.
+ */
+export const ABI_MINOR_VERSION: i32 = 1;
 
 /** Export volhost_abi_version: the version marker. */
 export function volhost_abi_version(): i32 { return ABI_VERSION; }
@@ -43,6 +50,7 @@ export type ConfigureHandler = (req: ConfigureRequest, resp: ConfigureResponse) 
 export type ReleaseHandler = (req: PolicyRequest, resp: PolicyResponse) => void;
 export type AdaptHandler = (req: AdapterRequest, resp: AdapterResponse) => void;
 export type ClassifyHandler = (req: ClassifyRequest, resp: ClassifyResponse) => void;
+export type ConfirmFenceHandler = (req: FenceRequest, resp: FenceResponse) => void;
 
 // pack is ABI.md section 5's result: ptr << 32 | len (len 0: empty response).
 function pack(p: usize, n: i32): i64 {
@@ -151,6 +159,33 @@ export function serveClassify(n: i32, handler: ClassifyHandler): i64 {
   const p = alloc(<usize>size);
   writeStart(p);
   putClassifyResponse(resp);
+  return pack(p, <i32>(wp - p));
+}
+
+/**
+ * Serves volhost_confirm_fence (ABI 1.1, csi-adapter, optional) with
+ * handler. Define the export only in a module that answers it:
+ *
+ *   export function volhost_confirm_fence(n: i32): i64 { return serveConfirmFence(n, confirm); }
+ *
+ * resp.nodeId starts as req.node.id (the host refuses an answer about
+ * another node); set resp.confirmed with a resp.reason (at most 256
+ * bytes) to attest the node is off.
+ */
+export function serveConfirmFence(n: i32, handler: ConfirmFenceHandler): i64 {
+  arenaReset();
+  const lerr = lengthError(n);
+  if (lerr != 0) return errorOnly(lerr);
+  const req = decodeFenceRequest(requestBase(), n);
+  if (decodeError != 0) return errorOnly(decodeError);
+  const resp = newFenceResponse();
+  resp.nodeId = req.node.id;
+  handler(req, resp);
+  if (resp.error != 0) return errorOnly(resp.error);
+  const size = sizeFenceResponse(resp);
+  const p = alloc(<usize>size);
+  writeStart(p);
+  putFenceResponse(resp);
   return pack(p, <i32>(wp - p));
 }
 

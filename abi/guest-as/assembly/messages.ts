@@ -646,3 +646,96 @@ export function putClassifyResponse(m: ClassifyResponse): void {
   putStr(3, m.reason);
   putStr(15, m.error);
 }
+
+// ---- FenceRequest / FenceResponse (ABI 1.1, optional export) ----
+
+/** volhost_confirm_fence's request: a node the host lost (heartbeats stopped, not fenced). */
+@unmanaged
+export class FenceRequest {
+  nowUnixMs: i64;
+  /** status down or gone, lastSeenAgeMs, meta, externalId */
+  node: NodeView;
+  plugin: PluginView;
+  /** how long the node has been down or gone through missed heartbeats */
+  lostAgeMs: i64;
+  statusReason: Bytes;
+  /** a volume waiting on the node, and its claims there */
+  volume: VolumeView;
+  claims: Vec;
+  /** earlier answers about this loss of the node */
+  attempts: u32;
+
+  /** Number of claims. */
+  // @ts-ignore: decorator
+  @inline get claimCount(): i32 { return this.claims.len; }
+  /** Claim i. */
+  // @ts-ignore: decorator
+  @inline claim(i: i32): ClaimView { return changetype<ClaimView>(<usize>this.claims.at(i)); }
+}
+
+export function decodeFenceRequest(p: usize, n: i32): FenceRequest {
+  const m = changetype<FenceRequest>(allocZero(offsetof<FenceRequest>()));
+  m.node = newNodeView();
+  m.plugin = changetype<PluginView>(allocZero(offsetof<PluginView>()));
+  m.volume = newVolumeView();
+  m.claims = newVec();
+  if (!start("FenceRequest", p, n)) return m;
+  const end = p + <usize>n;
+  while (rp < end && decodeError == 0) {
+    const tag = readTag(end);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    let e: usize = 0;
+    switch (f) {
+      case 1: m.nowUnixMs = <i64>varint(end, f, t); break;
+      case 2: if ((e = body(end, f, t)) != 0) { enter(f, -1); mergeNodeView(m.node, e); leave(); } break;
+      case 3: if ((e = body(end, f, t)) != 0) { enter(f, -1); mergePluginView(m.plugin, e); leave(); } break;
+      case 4: m.lostAgeMs = <i64>varint(end, f, t); break;
+      case 5: m.statusReason = str(end, f, t, m.statusReason); break;
+      case 6: if ((e = body(end, f, t)) != 0) { enter(f, -1); mergeVolumeView(m.volume, e); leave(); } break;
+      case 7: {
+        if (!item(m.claims, f)) break;
+        if ((e = body(end, f, t)) == 0) break;
+        const c = changetype<ClaimView>(allocZero(offsetof<ClaimView>()));
+        enter(f, m.claims.len);
+        mergeClaimView(c, e);
+        leave();
+        m.claims.push(<u64>changetype<usize>(c));
+        break;
+      }
+      case 8: m.attempts = <u32>varint(end, f, t); break;
+      default: skipValue(end, f, t);
+    }
+  }
+  return m;
+}
+
+/** volhost_confirm_fence's response. */
+@unmanaged
+export class FenceResponse {
+  /** must be the request's node.id */
+  nodeId: Bytes;
+  /** the module attests the node is off */
+  confirmed: bool;
+  /** required when confirmed, at most 256 bytes: the fence's reason */
+  reason: Bytes;
+  /** ask again no sooner (0: the host's backoff) */
+  retryAfterMs: i64;
+  error: Bytes;
+}
+
+export function newFenceResponse(): FenceResponse {
+  return changetype<FenceResponse>(allocZero(offsetof<FenceResponse>()));
+}
+
+export function sizeFenceResponse(m: FenceResponse): i32 {
+  return sizeStr(m.nodeId) + sizeU64(m.confirmed ? 1 : 0) + sizeStr(m.reason) + sizeU64(<u64>m.retryAfterMs) + sizeStr(m.error);
+}
+
+export function putFenceResponse(m: FenceResponse): void {
+  putStr(1, m.nodeId);
+  putU64(2, m.confirmed ? 1 : 0);
+  putStr(3, m.reason);
+  putU64(4, <u64>m.retryAfterMs);
+  putStr(15, m.error);
+}
