@@ -462,7 +462,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			if fe != nil {
 				return false, p.failAdapt(ctx, c, fe)
 			}
-			err := p.callCSI(withStepKey(ctx, p.stepKey(c, StepNodeUnpublish)), func(ctx context.Context) error {
+			err := p.callCSI(WithStepKey(ctx, p.stepKey(c, StepNodeUnpublish)), func(ctx context.Context) error {
 				return nodeCSI.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
 					VolumeId:   resp.VolumeID,
 					TargetPath: c.TargetPath,
@@ -503,7 +503,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 				if fe != nil {
 					return false, p.failAdapt(ctx, c, fe)
 				}
-				err := p.callCSI(withStepKey(ctx, p.stepKey(c, StepNodeUnstage)), func(ctx context.Context) error {
+				err := p.callCSI(WithStepKey(ctx, p.stepKey(c, StepNodeUnstage)), func(ctx context.Context) error {
 					return nodeCSI.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
 						VolumeId:          resp.VolumeID,
 						StagingTargetPath: c.StagingPath,

@@ -27,7 +27,8 @@ import (
 
 type stepKeyCtx struct{}
 
-func withStepKey(ctx context.Context, key string) context.Context {
+// WithStepKey returns ctx carrying the idempotency key of a release step.
+func WithStepKey(ctx context.Context, key string) context.Context {
 	return context.WithValue(ctx, stepKeyCtx{}, key)
 }
 
