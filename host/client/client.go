@@ -7,13 +7,13 @@
 // deadline and the directory work the CSI spec leaves to the CO
 // (host/nodestep).
 //
-// It keeps no claim state of its own, only a journal of the release steps
-// it ran (journal.go), so a leader's retry of one whose answer was lost is
-// not run twice: which claims are staged or published
+// It keeps no claim state of its own: which claims are staged or published
 // on the node is what the servers' committed claims say, and the leader
 // decides every unstage from them (watcher lastOnNodeCommitted), so a
 // restarted agent resumes without a refcount to rebuild (Nomad #25813:
 // staging refcounts kept in the client's memory were lost on restart).
+// What it does keep is a journal of the release steps it ran (journal.go),
+// so a leader's retry of one whose answer was lost is not run twice.
 package client
 
 import (

@@ -369,6 +369,7 @@ client {
 	if c := v.Claims["a1"]; c == nil || c.State != "taken" || !c.NodeUnpublished {
 		t.Fatalf("claim during the held unstage = %+v, want taken with node_unpublished", c)
 	}
+	mustContain(t, "volume status", e.cli(0, "volume", "status", "vol1"), "taken (unpublished, unstage next)")
 	first.Kill()
 	second := start("client-n1-restarted")
 	e.waitReleased("vol1")
