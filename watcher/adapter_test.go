@@ -3,6 +3,7 @@ package watcher
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -159,8 +160,10 @@ func TestStoreWriteFailure(t *testing.T) {
 	if !errors.Is(err, structs.ErrNoLeader) {
 		t.Fatalf("assess = %v, want the write error", err)
 	}
-	if got := f.csi.methods(); len(got) != 2 { // node unpublish + unstage, then the checkpoint failed
-		t.Fatalf("calls = %v, want the node step only", got)
+	// NodeUnpublish, then the checkpoint of its success failed: no
+	// NodeUnstage follows an unrecorded unpublish (issue 14).
+	if got := f.csi.methods(); !slices.Equal(got, []string{mNodeUnpublish}) {
+		t.Fatalf("calls = %v, want NodeUnpublish only", got)
 	}
 	if c := f.store.claim(ref("v1"), "a1"); c.State != structs.ClaimTaken {
 		t.Fatalf("state = %s", c.State)

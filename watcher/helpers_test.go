@@ -274,10 +274,18 @@ func (s *fakeStore) checkpointStates() []structs.ClaimState {
 	defer s.mu.Unlock()
 	var out []structs.ClaimState
 	for _, c := range s.checkpoints {
-		out = append(out, c.Claim.State)
+		st := c.Claim.State
+		if st == structs.ClaimTaken && c.Claim.NodeUnpublished {
+			st = unpublishedMark
+		}
+		out = append(out, st)
 	}
 	return out
 }
+
+// unpublishedMark is how checkpointStates shows a taken claim checkpointed
+// with its NodeUnpublish done (issue 14).
+const unpublishedMark structs.ClaimState = "taken/node-unpublished"
 
 func (s *fakeStore) checkpointCalls() []*structs.ClaimCheckpointRequest {
 	s.mu.Lock()

@@ -436,6 +436,8 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 	}
 	published := c.TargetPath != "" || c.StagingPath != ""
 	var flags stepFlags
+	var nodeCSI NodeCSI
+	var acks []string // keyed steps whose outcome the advance commits
 	fence := p.fence(c.NodeID)
 	if !skip && fence != nil {
 		skip = true // attested off (Detach, a policy release)
@@ -452,16 +454,19 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 		return false, p.fail(ctx, c, p.precondition(StepNodeUnpublish,
 			"node %q has no endpoint for plugin %q", c.NodeID, p.v.PluginID), 0)
 	default:
-		nodeCSI, fe := p.nodeService(node, StepNodeUnpublish)
-		if fe != nil {
+		var fe *structs.ClaimError
+		if nodeCSI, fe = p.nodeService(node, StepNodeUnpublish); fe != nil {
 			return false, p.fail(ctx, c, fe, 0)
 		}
-		if c.TargetPath != "" {
+		// A claim whose NodeUnpublish is already committed resumes at the
+		// unstage: the unpublish is never repeated (issue 14).
+		unpublished := false
+		if c.TargetPath != "" && !c.NodeUnpublished {
 			resp, fe := p.adapt(ctx, c, StepNodeUnpublish)
 			if fe != nil {
 				return false, p.failAdapt(ctx, c, fe)
 			}
-			err := p.callCSI(ctx, func(ctx context.Context) error {
+			err := p.callCSI(WithStepKey(ctx, p.stepKey(c, StepNodeUnpublish)), func(ctx context.Context) error {
 				return nodeCSI.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
 					VolumeId:   resp.VolumeID,
 					TargetPath: c.TargetPath,
@@ -470,6 +475,8 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			if ok, err := p.csiOutcome(ctx, c, StepNodeUnpublish, err); !ok || err != nil {
 				return false, err
 			}
+			unpublished = true
+			acks = append(acks, p.stepKey(c, StepNodeUnpublish))
 		}
 		// The staging path is shared by the volume's claims on this
 		// node: unstage only when this is the last one published there,
@@ -486,11 +493,21 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 				return false, err
 			}
 			if last {
+				if unpublished {
+					// Commit the unpublish before the unstage runs, so
+					// no retry sends it twice. Only here: a claim with
+					// no unstage to follow keeps one write per step.
+					if err := p.recordUnpublished(ctx, c); err != nil {
+						return false, err
+					}
+					ackSteps(nodeCSI, acks...)
+					acks = nil
+				}
 				resp, fe := p.adapt(ctx, c, StepNodeUnstage)
 				if fe != nil {
 					return false, p.failAdapt(ctx, c, fe)
 				}
-				err := p.callCSI(ctx, func(ctx context.Context) error {
+				err := p.callCSI(WithStepKey(ctx, p.stepKey(c, StepNodeUnstage)), func(ctx context.Context) error {
 					return nodeCSI.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
 						VolumeId:          resp.VolumeID,
 						StagingTargetPath: c.StagingPath,
@@ -500,6 +517,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 					return false, err
 				}
 				flags.unstaged = true
+				acks = append(acks, p.stepKey(c, StepNodeUnstage))
 			}
 		}
 	}
@@ -511,12 +529,30 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 	if err := p.advance(ctx, c, structs.ClaimNodeDetached, nil, flags); err != nil {
 		return false, err
 	}
+	ackSteps(nodeCSI, acks...)
 	if forced {
 		p.forcedDetach(fence)
 		p.log.Warn("node steps skipped: node is fenced", "alloc", c.AllocID, "node", c.NodeID,
 			"fenced_by", fence.Source, "reason", fence.Reason)
 	}
 	return true, nil
+}
+
+// recordUnpublished checkpoints that c's NodeUnpublish succeeded, with its
+// NodeUnstage next. The success ends a run of failures, as advance does.
+func (p *pass) recordUnpublished(ctx context.Context, c *structs.Claim) error {
+	c.NodeUnpublished = true
+	c.Attempts = 0
+	c.FirstFailure = time.Time{}
+	c.NextAttempt = time.Time{}
+	c.LastError = nil
+	c.Hold = nil
+	c.ModifyTime = p.now
+	if err := p.checkpoint(ctx, c, stepFlags{}); err != nil {
+		return err
+	}
+	p.log.Debug("claim node-unpublished; unstage next", "alloc", c.AllocID, "node", c.NodeID)
+	return nil
 }
 
 // lastOnNodeCommitted: no other claim of the volume on c's node is still

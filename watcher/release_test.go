@@ -47,16 +47,22 @@ func TestReleaseStateMachine(t *testing.T) {
 		okStates []structs.ClaimState
 		// failStates are the checkpoints before the failure's own one.
 		failStates []structs.ClaimState
+		// failMark is how the failure's own checkpoint shows (default stays).
+		failMark structs.ClaimState
 	}
 	all := []string{mNodeUnpublish, mNodeUnstage, mCtlUnpublish}
 	full := []structs.ClaimState{structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree}
+	// The node plugin stages: NodeUnpublish's success is committed before
+	// NodeUnstage runs (issue 14), one write more than a claim without an
+	// unstage to follow (TestNodeUnpublishedOnlyBeforeUnstage).
+	staged := append([]structs.ClaimState{unpublishedMark}, full...)
 	steps := []step{
 		{start: structs.ClaimTaken, failAt: mNodeUnpublish, calls: all[:1], allCalls: all,
-			stays: structs.ClaimTaken, okStates: full},
+			stays: structs.ClaimTaken, okStates: staged},
 		{start: structs.ClaimTaken, failAt: mNodeUnstage, calls: all[:2], allCalls: all,
-			stays: structs.ClaimTaken, okStates: full},
+			stays: structs.ClaimTaken, okStates: staged, failStates: staged[:1], failMark: unpublishedMark},
 		{start: structs.ClaimTaken, failAt: mCtlUnpublish, calls: all, allCalls: all,
-			stays: structs.ClaimNodeDetached, okStates: full, failStates: full[:1]},
+			stays: structs.ClaimNodeDetached, okStates: staged, failStates: staged[:2]},
 		{start: structs.ClaimNodeDetached, failAt: mCtlUnpublish, calls: all[2:], allCalls: all[2:],
 			stays: structs.ClaimNodeDetached, okStates: full[1:]},
 		// controller-detached makes no CSI call: every outcome ends released.
@@ -126,7 +132,11 @@ func TestReleaseStateMachine(t *testing.T) {
 				if !c.NextAttempt.Equal(t0.Add(wantDelay)) || !wake.Equal(c.NextAttempt) {
 					t.Errorf("next attempt = %v wake = %v, want %v", c.NextAttempt, wake, t0.Add(wantDelay))
 				}
-				wantStates := append(slices.Clone(st.failStates), st.stays)
+				mark := st.stays
+				if st.failMark != "" {
+					mark = st.failMark
+				}
+				wantStates := append(slices.Clone(st.failStates), mark)
 				if got := f.store.checkpointStates(); !slices.Equal(got, wantStates) {
 					t.Errorf("checkpoints = %v, want %v (one write per failed attempt)", got, wantStates)
 				}

@@ -28,7 +28,8 @@ const agentHelp = `Usage: volhost agent [options]
   A node agent on every node: registers the node, heartbeats, and runs
   the node steps the leader sends against the node's local plugin sockets
   (see README "Running node agents"). The servers listen for agents with
-  node_rpc { address = "10.0.0.1:4749" }.
+  node_rpc { address = "10.0.0.1:4749" }. It journals the release steps
+  it ran under root_dir/journal, so a restart never runs one twice.
   volhost agent -client -config client.hcl
 
 Options:

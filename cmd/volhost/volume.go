@@ -207,7 +207,11 @@ func formatVolume(v *api.VolumeResponse) string {
 				next = fmtTime(cl.Hold.Until)
 			}
 		}
-		rows = append(rows, []string{cl.AllocID, cl.NodeID, string(cl.Mode), string(cl.State),
+		state := string(cl.State)
+		if cl.State == structs.ClaimTaken && cl.NodeUnpublished {
+			state += " (unpublished, unstage next)" // issue 14
+		}
+		rows = append(rows, []string{cl.AllocID, cl.NodeID, string(cl.Mode), state,
 			strconv.Itoa(cl.Attempts), next, oneLine(lastErr)})
 	}
 	b.WriteString(table(rows))

@@ -42,7 +42,8 @@ type ClientConfig struct {
 	// Servers are the servers' node_rpc addresses.
 	Servers []string `hcl:"servers,optional"`
 	NodeID  string   `hcl:"node_id,optional"`
-	// RootDir holds the staging and target directories.
+	// RootDir holds the staging and target directories, and the step
+	// journal (root_dir/journal, host/client).
 	RootDir string            `hcl:"root_dir,optional"`
 	Meta    map[string]string `hcl:"meta,optional"`
 	// Token is the ACL token secret the agent presents (node:write).

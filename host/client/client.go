@@ -12,6 +12,8 @@
 // decides every unstage from them (watcher lastOnNodeCommitted), so a
 // restarted agent resumes without a refcount to rebuild (Nomad #25813:
 // staging refcounts kept in the client's memory were lost on restart).
+// What it does keep is a journal of the release steps it ran (journal.go),
+// so a leader's retry of one whose answer was lost is not run twice.
 package client
 
 import (
@@ -72,6 +74,9 @@ type Agent struct {
 	log   hclog.Logger
 	csi   *csi.Client
 	steps *nodestep.Executor
+	// journal answers a leader's retry of a keyed release step that
+	// already succeeded here (issue 14).
+	journal *journal
 	// sockets are the endpoints the agent serves; a step naming another
 	// is refused (a server never makes a node dial an arbitrary address).
 	sockets map[string]bool
@@ -115,8 +120,12 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	log := cfg.Logger.Named("client")
+	j, err := openJournal(cfg.RootDir, cfg.Clock)
+	if err != nil {
+		return nil, fmt.Errorf("client.root_dir %s: %w", cfg.RootDir, err)
+	}
 	c := csi.New(csi.Config{CallTimeout: cfg.CallTimeout, Logger: log.Named("csi"), Caller: cfg.NodeID})
-	a := &Agent{cfg: cfg, log: log, csi: c, steps: &nodestep.Executor{CSI: c, Root: cfg.RootDir},
+	a := &Agent{cfg: cfg, log: log, csi: c, steps: &nodestep.Executor{CSI: c, Root: cfg.RootDir}, journal: j,
 		sockets: map[string]bool{}, changed: make(chan struct{})}
 	for _, s := range cfg.Plugins {
 		a.sockets[s] = true
@@ -259,6 +268,10 @@ func (a *Agent) session(ctx context.Context, addr string) (served bool, err erro
 			}()
 		case m.Cancel != nil:
 			s.cancel(m.Cancel.ID)
+		case m.Ack != nil:
+			if err := a.journal.ack(m.Ack.Key); err != nil {
+				a.log.Warn("could not drop an acknowledged step from the journal; its TTL will", "key", m.Ack.Key, "error", err)
+			}
 		}
 	}
 }
@@ -343,7 +356,7 @@ func (s *session) run(ctx context.Context, req *nodeconn.StepRequest) {
 		s.mu.Unlock()
 		cancel()
 	}()
-	err := s.a.execute(ctx, req)
+	err := s.a.executeKeyed(ctx, req)
 	res := &nodeconn.StepResult{ID: req.ID}
 	if err != nil {
 		st, ok := status.FromError(err)
@@ -355,6 +368,39 @@ func (s *session) run(ctx context.Context, req *nodeconn.StepRequest) {
 	if err := s.send(&nodeconn.AgentMsg{Result: res}); err != nil {
 		s.a.log.Warn("could not answer a step; the leader retries it", "method", req.Method, "error", err)
 	}
+}
+
+// executeKeyed runs a step through the journal when the leader keyed it
+// (a release step): a retry of a step that already succeeded here is
+// answered from the journal, without calling the driver again. A journal
+// that cannot be written refuses the step rather than run it unrecorded.
+func (a *Agent) executeKeyed(ctx context.Context, req *nodeconn.StepRequest) error {
+	if req.Key == "" {
+		return a.execute(ctx, req)
+	}
+	prev, err := a.journal.begin(req.Key, req.Method)
+	switch {
+	case errors.Is(err, errStepInFlight):
+		// CSI spec: ABORTED, an operation is pending for the volume.
+		return status.Errorf(codes.Aborted, "%s %s: %v", req.Method, req.Key, err)
+	case err != nil:
+		return status.Errorf(codes.Internal, "%s %s not run: %v", req.Method, req.Key, err)
+	case prev != nil && prev.State == entryDone:
+		a.log.Info("node step already done here: answered from the step journal, the driver is not called again",
+			"method", req.Method, "key", req.Key, "done", prev.Done)
+		return nil
+	case prev != nil:
+		a.log.Warn("node step was started by an earlier run of the agent that stopped before the driver answered: "+
+			"it may or may not have run, so it is called again (node steps are idempotent, CSI spec)",
+			"method", req.Method, "key", req.Key, "started", prev.Started)
+	}
+	err = a.execute(ctx, req)
+	if jerr := a.journal.finish(req.Key, req.Method, err == nil); jerr != nil {
+		// The answer is still the driver's: only a replay of it is lost,
+		// which costs one more idempotent call.
+		a.log.Warn("could not journal a node step's answer", "method", req.Method, "key", req.Key, "error", jerr)
+	}
+	return err
 }
 
 // execute decodes and runs one node step against a local socket.

@@ -21,6 +21,7 @@ import (
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/nodeconn"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher"
 )
 
 // registrar records the nodes agents register.
@@ -297,5 +298,35 @@ func TestConfigIsValidated(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("err = %v, want it to name %s", err, want)
 		}
+	}
+}
+
+// A release step's idempotency key crosses the connection: the leader's
+// retry of a step that succeeded is answered from the agent's journal
+// without a second driver call, until the leader acknowledges the key
+// (its outcome committed); the ack and the next step travel in order on
+// the one stream.
+func TestKeyedStepsThroughTheConnection(t *testing.T) {
+	r := newRig(t, true)
+	ctx := ctxT(t)
+	a := r.srv.Agent("n1")
+	_, target := csi.Paths(r.root, "gce-pd", "default", "vol1", "alloc1")
+	key := "default/vol1/alloc1/7/node-unpublish"
+	kctx := watcher.WithStepKey(ctx, key)
+	req := &csipb.NodeUnpublishVolumeRequest{VolumeId: "d1", TargetPath: target}
+	for range 2 {
+		if err := a.NodeUnpublishVolume(kctx, r.plugin.Endpoint(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(r.plugin.Calls(csitest.NodeUnpublish)); n != 1 {
+		t.Fatalf("NodeUnpublish reached the driver %d times, want 1", n)
+	}
+	a.AckStep(key)
+	if err := a.NodeUnpublishVolume(kctx, r.plugin.Endpoint(), req); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(r.plugin.Calls(csitest.NodeUnpublish)); n != 2 {
+		t.Fatalf("after the ack, NodeUnpublish reached the driver %d times in all, want 2", n)
 	}
 }

@@ -280,7 +280,7 @@ func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Mes
 		delete(a.pending, id)
 		a.mu.Unlock()
 	}
-	sr := &StepRequest{ID: id, Method: method, Endpoint: endpoint, Request: body}
+	sr := &StepRequest{ID: id, Method: method, Endpoint: endpoint, Request: body, Key: watcher.StepKey(ctx)}
 	if dl, ok := ctx.Deadline(); ok {
 		sr.DeadlineUnixNano = dl.UnixNano()
 	}
@@ -304,6 +304,19 @@ func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Mes
 		// step is idempotent (CSI spec).
 		return status.Errorf(codes.Unavailable, "node agent of %q disconnected during %s", a.nodeID, method)
 	}
+}
+
+// AckStep implements watcher.StepAcker: it tells the agent that the
+// keyed step's outcome is committed. Best effort: an ack lost with the
+// stream leaves the entry to the journal's TTL.
+func (a *Agent) AckStep(key string) {
+	a.mu.Lock()
+	closed := a.closed
+	a.mu.Unlock()
+	if closed || key == "" {
+		return
+	}
+	_ = a.send(&ServerMsg{Ack: &Ack{Key: key}})
 }
 
 // NodeStageVolume runs NodeStageVolume on the agent's node.

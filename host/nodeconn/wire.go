@@ -76,6 +76,7 @@ type ServerMsg struct {
 	NotLeader *NotLeader   `json:"not_leader,omitempty"`
 	Step      *StepRequest `json:"step,omitempty"`
 	Cancel    *Cancel      `json:"cancel,omitempty"`
+	Ack       *Ack         `json:"ack,omitempty"`
 }
 
 // Welcome accepts the agent: heartbeat every HeartbeatIntervalMs.
@@ -91,12 +92,26 @@ type NotLeader struct {
 
 // StepRequest is one node step. Request is the CSI request, protobuf
 // encoded; DeadlineUnixNano is the leader's deadline (0: none).
+//
+// Key, when set, is the idempotency key of the release step it runs
+// (watcher.StepKey: volume, allocation, the claim's create index and the
+// step): the same for every retry of that step, by this leader or the
+// next. The agent journals a keyed step's success before answering and
+// answers a retry with the same key from its journal instead of calling
+// the driver again (issue 14). The claim path's steps carry none.
 type StepRequest struct {
 	ID               uint64 `json:"id"`
 	Method           string `json:"method"`
 	Endpoint         string `json:"endpoint"`
 	Request          []byte `json:"request"`
 	DeadlineUnixNano int64  `json:"deadline_unix_nano,omitempty"`
+	Key              string `json:"key,omitempty"`
+}
+
+// Ack says the outcome of the keyed step is committed on the servers: the
+// agent may drop its journal entry.
+type Ack struct {
+	Key string `json:"key"`
 }
 
 // Cancel cancels a step in flight (the leader's caller gave up).

@@ -46,8 +46,8 @@ func TestClaimModel(t *testing.T) {
 	h := newHarness(t, modelNodes...)
 	var total stats
 	defer func() {
-		t.Logf("%d seeds: %d claims accepted (%d during a release), %d refused, %d released, %d NodeUnstage, %d ControllerUnpublish",
-			seeds, total.claims, total.interleaved, total.refused, total.released, total.unstages, total.unpublishes)
+		t.Logf("%d seeds: %d claims accepted (%d during a release), %d refused, %d released, %d NodeUnpublish (each once), %d NodeUnstage, %d ControllerUnpublish",
+			seeds, total.claims, total.interleaved, total.refused, total.released, total.nodeUnpublishes, total.unstages, total.unpublishes)
 	}()
 	for seed := first; seed < first+seeds; seed++ {
 		ops := genOps(rand.New(rand.NewPCG(uint64(seed), 0x5eed)), 30)
@@ -242,7 +242,7 @@ func (m *model) count(f func(*stats)) {
 // stats say what the runs exercised, so a generator that stopped making
 // interesting sequences shows.
 type stats struct {
-	claims, interleaved, refused, released, unstages, unpublishes int
+	claims, interleaved, refused, released, unstages, unpublishes, nodeUnpublishes int
 }
 
 // runModel runs ops in namespace ns and returns the first violation, or "".
@@ -267,7 +267,33 @@ func runModel(h *harness, ns string, ops []op, st *stats) string {
 		}
 	}
 	m.drain()
+	m.checkUnpublishedOnce()
 	return m.violated()
+}
+
+// checkUnpublishedOnce: a target path is node-unpublished successfully at
+// most once per successful publish of it (issue 14: a retry after a failed
+// NodeUnstage repeated the NodeUnpublish).
+func (m *model) checkUnpublishedOnce() {
+	for _, node := range modelNodes {
+		published := map[string]bool{}
+		for _, c := range m.h.nodes[node].AllCalls() {
+			if _, ours := m.byExt[c.VolumeID]; !ours || !c.Done || c.Code != codes.OK {
+				continue
+			}
+			switch c.Method {
+			case csitest.NodePublish:
+				published[c.TargetPath] = true
+			case csitest.NodeUnpublish:
+				if !published[c.TargetPath] {
+					m.violate("NodeUnpublish of %s on %s succeeded again with no NodePublish since", c.TargetPath, node)
+					return
+				}
+				published[c.TargetPath] = false
+				m.count(func(s *stats) { s.nodeUnpublishes++ })
+			}
+		}
+	}
 }
 
 // reset leaves the shared harness as the next run expects it.

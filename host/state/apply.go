@@ -506,6 +506,10 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 	case c.State != prev.State:
 		v.Claims[c.AllocID] = c
 		ev.Message = fmt.Sprintf("claim %s -> %s", prev.State, c.State)
+	case c.NodeUnpublished && !prev.NodeUnpublished:
+		v.Claims[c.AllocID] = c
+		ev.Fields["node_unpublished"] = "true"
+		ev.Message = fmt.Sprintf("claim %s: NodeUnpublish done, NodeUnstage next", c.State)
 	case c.Attempts == 0 && c.Hold != nil:
 		v.Claims[c.AllocID] = c
 		ev.Type = structs.EventClaimHeld

@@ -672,9 +672,13 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, id, o.State)
 		}
 	}
-	if c.State.Order() > old.State.Order() {
+	if err := validateNodeUnpublished(old, c, r); err != nil {
+		return err
+	}
+	if c.State.Order() > old.State.Order() || (c.NodeUnpublished && !old.NodeUnpublished) {
 		// The host's safety invariant, enforced at the store too: never
-		// release a claim whose allocation still runs (DESIGN "Release" 1).
+		// release a claim whose allocation still runs (DESIGN "Release" 1),
+		// nor record that its target was unpublished.
 		live, err := snap.liveAllocs([]string{c.AllocID})
 		if err != nil {
 			return err
@@ -684,6 +688,28 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 			return structs.Conflict("allocation %q is %s: its claim on volume %q cannot move to %s",
 				c.AllocID, a.ClientStatus, volName(r.Namespace, r.VolumeID), c.State)
 		}
+	}
+	return nil
+}
+
+// validateNodeUnpublished checks the claim's NodeUnpublished mark (issue
+// 14): it is set only on a taken claim that has a target path to
+// unpublish, and never cleared, so a checkpoint from a copy read before it
+// was set cannot make the next attempt repeat NodeUnpublishVolume.
+func validateNodeUnpublished(old, c *structs.Claim, r *structs.ClaimCheckpointRequest) error {
+	name := volName(r.Namespace, r.VolumeID)
+	switch {
+	case old.NodeUnpublished && !c.NodeUnpublished:
+		return structs.Conflict("claim of allocation %q on volume %q cannot clear node_unpublished: NodeUnpublish already succeeded",
+			c.AllocID, name)
+	case !c.NodeUnpublished || old.NodeUnpublished:
+		return nil
+	case c.State != structs.ClaimTaken:
+		return structs.Invalid("claim.node_unpublished", "is set only on a %s claim (NodeUnstage next), not on one moving to %s",
+			structs.ClaimTaken, c.State)
+	case old.TargetPath == "" || c.TargetPath != old.TargetPath:
+		return structs.Invalid("claim.node_unpublished", "claim of allocation %q on volume %q has no target path %q to unpublish",
+			c.AllocID, name, c.TargetPath)
 	}
 	return nil
 }

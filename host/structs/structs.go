@@ -166,6 +166,13 @@ type Claim struct {
 	FirstFailure time.Time   `json:"first_failure,omitempty"` // start of the current run of failures, for stuck_after
 	LastError    *ClaimError `json:"last_error,omitempty"`
 	SkipNodeStep bool        `json:"skip_node_step,omitempty"`
+	// NodeUnpublished records, while the claim is still taken, that its
+	// NodeUnpublishVolume succeeded and its NodeUnstageVolume is next: a
+	// retry, a leader change or a node agent restart resumes at the
+	// unstage instead of repeating the unpublish (issue 14). It is written
+	// only when an unstage follows; a claim without one goes from taken to
+	// node-detached in one checkpoint. Once set it is never cleared.
+	NodeUnpublished bool `json:"node_unpublished,omitempty"`
 	// FenceReason is set when the node steps were skipped because the
 	// claim's node is fenced: the operator's (or module's) attestation
 	// that the node is off, kept on the claim as the reason for the

@@ -27,8 +27,10 @@ type Claim struct {
 	Attempts       int         `json:"attempts"`
 	LastError      *ClaimError `json:"last_error"`
 	SkipNodeStep   bool        `json:"skip_node_step"`
-	FenceReason    string      `json:"fence_reason"`
-	Hold           *struct {
+	// NodeUnpublished: NodeUnpublish succeeded, NodeUnstage next (issue 14).
+	NodeUnpublished bool   `json:"node_unpublished"`
+	FenceReason     string `json:"fence_reason"`
+	Hold            *struct {
 		Module string `json:"module"`
 		Reason string `json:"reason"`
 	} `json:"hold"`

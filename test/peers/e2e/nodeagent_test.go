@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/volhost/volhost/test/peers/internal/fault"
 )
 
 // TestNodeAgents runs the node agent with real processes: one server
@@ -309,4 +311,97 @@ client {
 	if out := cli("events"); strings.Contains(out, "node n1 is down") {
 		t.Fatalf("the failover marked n1 down:\n%s", out)
 	}
+}
+
+// TestNodeAgentRestartMidRelease: a node agent is SIGKILLed and started
+// again in the middle of a release, while the GCE PD driver holds its
+// NodeUnstage (a fault rule, so the kill lands there every time, with no
+// timing). The release resumes through the new agent at the unstage: the
+// driver sees exactly one successful NodeUnpublish for the claim, the
+// release completes, the staging directory is removed, and the new agent
+// says in its log that it called the unanswered step again (issue 14).
+func TestNodeAgentRestartMidRelease(t *testing.T) {
+	e := newEnv(t, envOptions{agentNodes: []string{"n1"}})
+	root := filepath.Join(e.dir, "root-n1")
+	cfg := e.spec("client-n1.hcl", fmt.Sprintf(`
+log_level = "debug"
+client {
+  servers  = [%q]
+  node_id  = "n1"
+  root_dir = %q
+  plugin %q {
+    socket = %q
+  }
+}
+`, e.nodeRPC, root, e.plugin, Endpoint(e.drv.Nodes["n1"])))
+	start := func(name string) *Proc {
+		p, err := Start(e.dir, name, bins.Volhost, "agent", "-client", "-config", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			p.Stop(5 * time.Second)
+			if t.Failed() {
+				t.Logf("%s log tail:\n%s", name, p.Tail(4000))
+			}
+		})
+		return p
+	}
+	first := start("client-n1")
+	e.waitNode("n1", func(out string) bool { return strings.Contains(out, "yes (node steps go through the node agent)") })
+	e.claim("vol1", "disk-0", "a1", "n1")
+	staging := filepath.Join(root, "csi", e.plugin, "staging", "default", "vol1")
+	if fi, err := os.Stat(staging); err != nil || !fi.IsDir() {
+		t.Fatalf("no staging directory %s after the claim: %v", staging, err)
+	}
+
+	// Hold the next NodeUnstage in the driver until its caller is gone.
+	if err := e.drv.Control.Fault(e.ctx, fault.Rule{Method: "NodeUnstageVolume", Hang: "10m", Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.cli(0, "alloc", "update", "-status", "complete", "a1")
+	e.waitStarted("NodeUnstageVolume")
+	// The unpublish is committed before the unstage is sent.
+	v, _, err := e.agent.API.Volume(e.ctx, "vol1", 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := v.Claims["a1"]; c == nil || c.State != "taken" || !c.NodeUnpublished {
+		t.Fatalf("claim during the held unstage = %+v, want taken with node_unpublished", c)
+	}
+	mustContain(t, "volume status", e.cli(0, "volume", "status", "vol1"), "taken (unpublished, unstage next)")
+	first.Kill()
+	second := start("client-n1-restarted")
+	e.waitReleased("vol1")
+
+	var unpublished, unstaged int
+	var calls []string
+	r, err := e.drv.Control.Calls(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range r.Calls {
+		if c.VolumeID == "" {
+			continue
+		}
+		calls = append(calls, c.Service+":"+c.Method+":"+c.Code)
+		switch {
+		case c.Method == "NodeUnpublishVolume" && c.Code == "OK":
+			unpublished++
+		case c.Method == "NodeUnstageVolume" && c.Code == "OK":
+			unstaged++
+		}
+	}
+	if unpublished != 1 || unstaged != 1 {
+		t.Fatalf("successful NodeUnpublish %d, NodeUnstage %d; want exactly 1 each; driver calls %v", unpublished, unstaged, calls)
+	}
+	if e.attached("disk-0", "n1") {
+		t.Fatal("disk-0 still attached to n1 after the release")
+	}
+	if _, err := os.Stat(staging); !os.IsNotExist(err) {
+		t.Fatalf("the staging directory survived the unstage: %v", err)
+	}
+	// The killed agent journaled the unstage as started and never
+	// answered: the new one called it again, and said so.
+	mustContain(t, "restarted client log", second.Tail(1<<20), "may or may not have run")
 }

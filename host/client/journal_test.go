@@ -1,0 +1,267 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"github.com/hashicorp/go-hclog"
+	"github.com/jonboulle/clockwork"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/volhost/volhost/host/csi"
+	"github.com/volhost/volhost/host/csi/csitest"
+	"github.com/volhost/volhost/host/nodeconn"
+)
+
+const keyA = "default/vol1/alloc1/7/node-unpublish"
+
+func TestJournal(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		// run drives a journal opened on root, then reopens it (an agent
+		// restart) and checks what the new one says.
+		run func(t *testing.T, j *journal, clk *clockwork.FakeClock) (check func(t *testing.T, j *journal))
+	}{
+		{name: "a success survives a restart and answers the retry", run: func(t *testing.T, j *journal, _ *clockwork.FakeClock) func(*testing.T, *journal) {
+			mustBegin(t, j, keyA, nil)
+			if err := j.finish(keyA, nodeconn.MethodUnpublish, true); err != nil {
+				t.Fatal(err)
+			}
+			return func(t *testing.T, j *journal) { mustBegin(t, j, keyA, &journalEntry{State: entryDone}) }
+		}},
+		{name: "started with no answer is called again", run: func(t *testing.T, j *journal, _ *clockwork.FakeClock) func(*testing.T, *journal) {
+			mustBegin(t, j, keyA, nil) // the agent dies during the driver call
+			return func(t *testing.T, j *journal) { mustBegin(t, j, keyA, &journalEntry{State: entryStarted}) }
+		}},
+		{name: "a driver error is not kept", run: func(t *testing.T, j *journal, _ *clockwork.FakeClock) func(*testing.T, *journal) {
+			mustBegin(t, j, keyA, nil)
+			if err := j.finish(keyA, nodeconn.MethodUnpublish, false); err != nil {
+				t.Fatal(err)
+			}
+			return func(t *testing.T, j *journal) { mustBegin(t, j, keyA, nil) }
+		}},
+		{name: "an acknowledged step is forgotten", run: func(t *testing.T, j *journal, _ *clockwork.FakeClock) func(*testing.T, *journal) {
+			mustBegin(t, j, keyA, nil)
+			_ = j.finish(keyA, nodeconn.MethodUnpublish, true)
+			if err := j.ack(keyA); err != nil {
+				t.Fatal(err)
+			}
+			return func(t *testing.T, j *journal) { mustBegin(t, j, keyA, nil) }
+		}},
+		{name: "another method under the same key is not its answer", run: func(t *testing.T, j *journal, _ *clockwork.FakeClock) func(*testing.T, *journal) {
+			mustBegin(t, j, keyA, nil)
+			_ = j.finish(keyA, nodeconn.MethodUnpublish, true)
+			return func(t *testing.T, j *journal) {
+				if prev, err := j.begin(keyA, nodeconn.MethodUnstage); err != nil || prev != nil {
+					t.Fatalf("begin = %+v, %v; want no entry", prev, err)
+				}
+			}
+		}},
+		{name: "entries expire after the TTL", run: func(t *testing.T, j *journal, clk *clockwork.FakeClock) func(*testing.T, *journal) {
+			mustBegin(t, j, keyA, nil)
+			_ = j.finish(keyA, nodeconn.MethodUnpublish, true)
+			clk.Advance(journalTTL)
+			return func(t *testing.T, j *journal) {
+				if n := j.len(); n != 0 {
+					t.Fatalf("entries after the TTL = %d, want 0", n)
+				}
+				mustBegin(t, j, keyA, nil)
+			}
+		}},
+		{name: "a torn entry is dropped", run: func(t *testing.T, j *journal, _ *clockwork.FakeClock) func(*testing.T, *journal) {
+			if err := os.WriteFile(filepath.Join(j.dir, fileName(keyA)), []byte(`{"key":"default/vo`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return func(t *testing.T, j *journal) { mustBegin(t, j, keyA, nil) }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root, clk := t.TempDir(), clockwork.NewFakeClockAt(t0)
+			j, err := openJournal(root, clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := tc.run(t, j, clk)
+			j2, err := openJournal(root, clk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(t, j2)
+		})
+	}
+}
+
+func mustBegin(t *testing.T, j *journal, key string, want *journalEntry) {
+	t.Helper()
+	prev, err := j.begin(key, nodeconn.MethodUnpublish)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	switch {
+	case want == nil && prev != nil:
+		t.Fatalf("begin found %+v, want no entry", prev)
+	case want != nil && (prev == nil || prev.State != want.State || prev.Key != key):
+		t.Fatalf("begin found %+v, want a %s entry", prev, want.State)
+	}
+}
+
+func TestJournalInFlightAndBound(t *testing.T) {
+	clk := clockwork.NewFakeClock()
+	j, err := openJournal(t.TempDir(), clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustBegin(t, j, keyA, nil)
+	if _, err := j.begin(keyA, nodeconn.MethodUnpublish); !errors.Is(err, errStepInFlight) {
+		t.Fatalf("second begin = %v, want errStepInFlight", err)
+	}
+	j.max = 3
+	for i := range 5 {
+		clk.Advance(time.Second)
+		k := keyA + string(rune('a'+i))
+		mustBegin(t, j, k, nil)
+		_ = j.finish(k, nodeconn.MethodUnpublish, true)
+	}
+	if n := j.len(); n != 3 {
+		t.Fatalf("entries = %d, want the bound 3", n)
+	}
+	files, _ := filepath.Glob(filepath.Join(j.dir, "*.json"))
+	if len(files) != 3 {
+		t.Fatalf("files = %d, want 3", len(files))
+	}
+	// The in-flight key survives the bound; the oldest finished ones went.
+	if _, err := j.begin(keyA, nodeconn.MethodUnpublish); !errors.Is(err, errStepInFlight) {
+		t.Fatalf("in-flight entry dropped by the bound: %v", err)
+	}
+	if prev, _ := j.begin(keyA+"a", nodeconn.MethodUnpublish); prev != nil {
+		t.Fatalf("the oldest entry survived the bound: %+v", prev)
+	}
+}
+
+// syncBuffer is a log sink the test reads while the agent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// An agent restarted over a journal runs each keyed step against the
+// driver once: a success is answered from the journal, a step started by
+// the previous run with no answer is called again and logged as such.
+func TestAgentAnswersKeyedRetryFromJournal(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	plugin := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1", StageUnstage: true})
+	_, target := csi.Paths(root, "p", "default", "vol1", "alloc1")
+	body, err := proto.Marshal(&csipb.NodeUnpublishVolumeRequest{VolumeId: "d1", TargetPath: target})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := &nodeconn.StepRequest{ID: 1, Method: nodeconn.MethodUnpublish, Endpoint: plugin.Endpoint(), Request: body, Key: keyA}
+	var logs syncBuffer
+	newAgent := func() *Agent {
+		a, err := New(Config{Servers: []string{"127.0.0.1:1"}, NodeID: "n1", RootDir: root,
+			Plugins: map[string]string{"p": plugin.Endpoint()}, Clock: clockwork.NewFakeClock(),
+			Logger: hclog.New(&hclog.LoggerOptions{Output: &logs, Level: hclog.Info})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.csi.Close() })
+		return a
+	}
+
+	// Run 1: the driver answers, the answer is journaled; its reply is
+	// then lost with the agent.
+	if err := newAgent().executeKeyed(ctx, step); err != nil {
+		t.Fatal(err)
+	}
+	// Run 2: the leader's retry is answered from the journal.
+	a2 := newAgent()
+	if err := a2.executeKeyed(ctx, step); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(plugin.Calls(csitest.NodeUnpublish)); n != 1 {
+		t.Fatalf("NodeUnpublish reached the driver %d times, want 1", n)
+	}
+	if !strings.Contains(logs.String(), "answered from the step journal") {
+		t.Fatalf("log does not say the retry was answered from the journal:\n%s", logs.String())
+	}
+	// A step without a key is never answered from the journal.
+	unkeyed := *step
+	unkeyed.Key = ""
+	if err := a2.executeKeyed(ctx, &unkeyed); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(plugin.Calls(csitest.NodeUnpublish)); n != 2 {
+		t.Fatalf("an unkeyed step reached the driver %d times in all, want 2", n)
+	}
+
+	// A step the previous run started and never finished (it was killed
+	// during the driver call) is called again, and the log says why.
+	unstage := &nodeconn.StepRequest{ID: 2, Method: nodeconn.MethodUnstage, Endpoint: plugin.Endpoint(), Key: keyA + "-unstage"}
+	staging, _ := csi.Paths(root, "p", "default", "vol1", "alloc1")
+	if unstage.Request, err = proto.Marshal(&csipb.NodeUnstageVolumeRequest{VolumeId: "d1", StagingTargetPath: staging}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a2.journal.begin(unstage.Key, unstage.Method); err != nil {
+		t.Fatal(err)
+	}
+	a3 := newAgent()
+	if err := a3.executeKeyed(ctx, unstage); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(plugin.Calls(csitest.NodeUnstage)); n != 1 {
+		t.Fatalf("NodeUnstage reached the driver %d times, want 1 (called again)", n)
+	}
+	if !strings.Contains(logs.String(), "may or may not have run") {
+		t.Fatalf("log does not say the started step was called again:\n%s", logs.String())
+	}
+	// A driver error is answered as the driver gave it and not journaled.
+	plugin.Script(csitest.NodeUnstage, csitest.Result{Code: codes.Internal, Message: "busy"})
+	step3 := *unstage
+	step3.Key = keyA + "-other"
+	if err := a3.executeKeyed(ctx, &step3); status.Code(err) != codes.Internal {
+		t.Fatalf("err = %v, want the driver's Internal", err)
+	}
+	if err := a3.executeKeyed(ctx, &step3); err != nil {
+		t.Fatalf("retry after a driver error: %v", err)
+	}
+	if n := len(plugin.Calls(csitest.NodeUnstage)); n != 3 {
+		t.Fatalf("NodeUnstage calls = %d, want 3 (the failed one retried for real)", n)
+	}
+}
+
+// A root_dir where the journal cannot be created is one clear error at
+// start, not a silently unjournaled agent.
+func TestJournalUnwritableRoot(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(root, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := New(Config{Servers: []string{"127.0.0.1:1"}, NodeID: "n1", RootDir: root, Plugins: map[string]string{"p": "unix:///x"}})
+	if err == nil || !strings.Contains(err.Error(), "client.root_dir") || !strings.Contains(err.Error(), "journal") {
+		t.Fatalf("err = %v, want one naming client.root_dir and the journal", err)
+	}
+}

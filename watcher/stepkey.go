@@ -1,0 +1,68 @@
+package watcher
+
+import (
+	"context"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Idempotency keys of release steps (issue 14). A node step sent through a
+// node agent carries the key of the claim step it runs, so an agent that
+// ran the step and died before its answer reached the leader can answer
+// the leader's retry from its journal (host/client) instead of calling the
+// driver a second time.
+//
+// The key names the claim's life (volume, allocation and the log index
+// that created the claim) and the step. It deliberately carries no attempt
+// counter: the retry that matters is the one after the lost answer, which
+// the leader records as a failed attempt, so a key with the attempt in it
+// would never match. Each claim runs each release step to success once:
+// nothing publishes a releasing claim's target again, and an unstage is
+// only sent when committed state says no other claim on the node uses the
+// staging path (lastOnNodeCommitted, under the volume's lock), so a
+// recorded success of the same key is still the truth when it is replayed.
+
+type stepKeyCtx struct{}
+
+// WithStepKey returns ctx carrying the idempotency key of a release step.
+func WithStepKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, stepKeyCtx{}, key)
+}
+
+// StepKey is the idempotency key of the release step ctx runs, "" when ctx
+// carries none (the claim path's steps and their rollback: a publish
+// undone and retried must run again, so those are never answered from a
+// journal).
+func StepKey(ctx context.Context) string {
+	k, _ := ctx.Value(stepKeyCtx{}).(string)
+	return k
+}
+
+// StepAcker is implemented by a NodeCSI that keeps a journal of keyed
+// steps (a connected node agent): once the outcome of a step is committed
+// the watcher acknowledges its key, and the journal forgets it.
+type StepAcker interface {
+	AckStep(key string)
+}
+
+func (p *pass) stepKey(c *structs.Claim, step string) string {
+	parts := []string{p.ref.Namespace, p.ref.ID, c.AllocID, strconv.FormatUint(c.CreateIndex, 10), step}
+	for i, s := range parts {
+		parts[i] = url.PathEscape(s) // IDs may hold '/': one key, one claim step
+	}
+	return strings.Join(parts, "/")
+}
+
+// ackSteps acknowledges the keys of steps whose outcome is now committed.
+func ackSteps(node NodeCSI, keys ...string) {
+	a, ok := node.(StepAcker)
+	if !ok {
+		return
+	}
+	for _, k := range keys {
+		a.AckStep(k)
+	}
+}
