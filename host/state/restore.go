@@ -1,0 +1,222 @@
+package state
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+)
+
+// The restore pipeline: one goroutine cuts the stream into batches of
+// lines, a few decode them, and Restore's goroutine takes the batches back
+// in stream order and inserts their rows. Decoding a row is independent of
+// every other row; inserting is not (memdb has one writer, event rings
+// count in order), so only the decoding is spread.
+
+// restoreBatchLines is how many rows travel together: enough to make the
+// channel hand-offs negligible, small enough to keep a few batches in
+// flight cheaply.
+const restoreBatchLines = 512
+
+// decodedRow is one snapshot row, decoded (or the error that refused it).
+type decodedRow struct {
+	line  int
+	table string
+	obj   any
+	err   error
+}
+
+type rowBatch struct {
+	lines [][]byte // the raw rows, sliced out of buf
+	buf   []byte
+	first int // line number of lines[0]
+	rows  []decodedRow
+	done  chan struct{} // closed when rows is filled
+}
+
+// rowDecoder owns the pipeline's goroutines; stop ends them all.
+type rowDecoder struct {
+	ordered  chan *rowBatch // batches in stream order, as they are read
+	quit     chan struct{}
+	quitOnce sync.Once
+	wg       sync.WaitGroup
+	readErr  error // set by the reader before it closes ordered
+}
+
+// startRowDecoder reads rows from r, the first on line number firstLine.
+func startRowDecoder(r *bufio.Reader, firstLine int) *rowDecoder {
+	workers := max(1, min(4, runtime.GOMAXPROCS(0)-1))
+	d := &rowDecoder{ordered: make(chan *rowBatch, 2*workers+2), quit: make(chan struct{})}
+	work := make(chan *rowBatch, 2*workers)
+	d.wg.Add(1 + workers)
+	go func() {
+		defer d.wg.Done()
+		defer close(work)
+		defer close(d.ordered)
+		d.readErr = d.read(r, firstLine, work)
+	}()
+	for range workers {
+		go func() {
+			defer d.wg.Done()
+			for b := range work {
+				b.decode()
+			}
+		}()
+	}
+	return d
+}
+
+// read cuts r into batches and hands each to the decoders and, in order,
+// to the inserter. Blank lines are skipped (a trailing newline).
+func (d *rowDecoder) read(r *bufio.Reader, line int, work chan<- *rowBatch) error {
+	b := newRowBatch(line)
+	send := func() bool {
+		select {
+		case d.ordered <- b:
+		case <-d.quit:
+			return false
+		}
+		select {
+		case work <- b:
+		case <-d.quit:
+			return false
+		}
+		return true
+	}
+	for ; ; line++ {
+		start := len(b.buf)
+		var err error
+		b.buf, err = appendLine(r, b.buf)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("row %d: %w", line, err)
+		}
+		if row := b.buf[start:]; len(bytes.TrimSpace(row)) > 0 {
+			if len(b.lines) == 0 {
+				b.first = line
+			}
+			b.lines = append(b.lines, row)
+		} else {
+			b.buf = b.buf[:start]
+		}
+		if len(b.lines) > 0 && (len(b.lines) == restoreBatchLines || err != nil) {
+			if !send() {
+				return nil
+			}
+			b = newRowBatch(line + 1)
+		}
+		if err != nil { // io.EOF
+			return nil
+		}
+	}
+}
+
+func newRowBatch(first int) *rowBatch {
+	return &rowBatch{first: first, lines: make([][]byte, 0, restoreBatchLines), buf: make([]byte, 0, 256<<10), done: make(chan struct{})}
+}
+
+// next returns the next batch in stream order, decoded, or nil at the end
+// of the stream (then err says whether reading failed).
+func (d *rowDecoder) next() *rowBatch {
+	b, ok := <-d.ordered
+	if !ok {
+		return nil
+	}
+	<-b.done
+	return b
+}
+
+// err is the reader's error; valid once next has returned nil.
+func (d *rowDecoder) err() error { return d.readErr }
+
+// stop ends the pipeline (early, after a bad row, or at the end) and
+// waits for its goroutines.
+func (d *rowDecoder) stop() {
+	d.quitOnce.Do(func() { close(d.quit) })
+	for range d.ordered { // unblock the reader; decoders drain work
+	}
+	d.wg.Wait()
+}
+
+func (b *rowBatch) decode() {
+	defer close(b.done)
+	b.rows = make([]decodedRow, len(b.lines))
+	for i, raw := range b.lines {
+		row := &b.rows[i]
+		row.line = b.first + i
+		row.table, row.obj, row.err = decodeLine(raw)
+	}
+	// Rows now hold their own copies of every string: the raw bytes can go.
+	b.lines, b.buf = nil, nil
+}
+
+// decodeLine decodes one persisted row. Persist writes
+// {"t":"TABLE","r":ROW}: a line of exactly that shape has ROW decoded
+// directly, in one pass (not once as a json.RawMessage and again into the
+// row type); any other line, or one whose ROW fails there, takes the
+// general path, so the lines accepted are exactly those json.Unmarshal
+// accepts. Both validate all of the row.
+func decodeLine(line []byte) (string, any, error) {
+	if table, row, ok := splitPersistRow(line); ok {
+		if obj, err := decodeRow(table, row); err == nil {
+			return table, obj, nil
+		}
+	}
+	var pr persistRow
+	if err := json.Unmarshal(line, &pr); err != nil {
+		return "", nil, err
+	}
+	obj, err := decodeRow(pr.Table, pr.Row)
+	return pr.Table, obj, err
+}
+
+// splitPersistRow cuts {"t":"TABLE","r":ROW} into the table name (one of
+// persistTables, so later code shares the constant) and ROW. It does not
+// check ROW: decodeRow refuses anything but one JSON value there, so a
+// line it accepts is exactly that object.
+func splitPersistRow(line []byte) (string, []byte, bool) {
+	line = bytes.TrimSpace(line)
+	rest, ok := bytes.CutPrefix(line, []byte(`{"t":"`))
+	if !ok {
+		return "", nil, false
+	}
+	name, rest, ok := bytes.Cut(rest, []byte(`","r":`))
+	if !ok {
+		return "", nil, false
+	}
+	row, ok := bytes.CutSuffix(rest, []byte(`}`))
+	if !ok {
+		return "", nil, false
+	}
+	for _, table := range persistTables {
+		if string(name) == table {
+			return table, row, true
+		}
+	}
+	return "", nil, false
+}
+
+// readLine reads one line (without the newline) into buf[:0].
+func readLine(r *bufio.Reader, buf []byte) ([]byte, error) {
+	return appendLine(r, buf[:0])
+}
+
+// appendLine appends one line of r, without its newline, to buf. At the end
+// of the stream it returns what it read and io.EOF.
+func appendLine(r *bufio.Reader, buf []byte) ([]byte, error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		buf = append(buf, chunk...)
+		switch {
+		case err == nil:
+			return buf[:len(buf)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return buf, err
+		}
+	}
+}
