@@ -40,7 +40,7 @@ func bulkLoad(tb testing.TB, shape scaleShape) *Store {
 			tb.Fatalf("bulk load, entry %d (type %d): %v", idx, t, err)
 		}
 	}
-	const batch, nodes = 10_000, 100
+	const batch, nodes = 1000, 100
 	apply(structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: &structs.Plugin{ID: "ebs", Provider: "ebs.csi.example", ControllerEndpoint: "tcp://127.0.0.1:9000",
 		Capabilities: structs.ControllerCapabilities{PublishUnpublish: true}}})
 	for n := range nodes {
