@@ -37,26 +37,20 @@ func (s *Store) Persist(w io.Writer) error { return s.Snapshot().Persist(w) }
 
 // Persist writes the snapshot's tables to w (see Store.Persist). The output
 // is canonical: equal states give equal bytes.
+//
+// Rows are marshalled on other goroutines (persistRows) and written here in
+// order; each line is written as {"t":TABLE,"r":ROW} directly, the bytes a
+// json.Encoder of persistRow writes, without marshalling each row twice.
 func (snap *Snapshot) Persist(w io.Writer) error {
-	bw := bufio.NewWriter(w)
-	enc := json.NewEncoder(bw)
-	if err := enc.Encode(persistHeader{Version: persistVersion}); err != nil {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	hdr, err := json.Marshal(persistHeader{Version: persistVersion})
+	if err != nil {
 		return fmt.Errorf("persist header: %w", err)
 	}
-	for _, table := range persistTables {
-		it, err := snap.txn.Get(table, indexID)
-		if err != nil {
-			return fmt.Errorf("persist %s: %w", table, err)
-		}
-		for raw := it.Next(); raw != nil; raw = it.Next() {
-			row, err := json.Marshal(raw)
-			if err != nil {
-				return fmt.Errorf("persist %s: %w", table, err)
-			}
-			if err := enc.Encode(persistRow{Table: table, Row: row}); err != nil {
-				return fmt.Errorf("persist %s: %w", table, err)
-			}
-		}
+	bw.Write(hdr)
+	bw.WriteByte('\n')
+	if err := persistRows(snap, bw); err != nil {
+		return err
 	}
 	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("persist: %w", err)

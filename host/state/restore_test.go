@@ -2,6 +2,8 @@ package state
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -163,4 +165,84 @@ func TestVolumesByPluginPrefix(t *testing.T) {
 			t.Errorf("plugin %q: %v, want %v", tc.plugin, got, tc.want)
 		}
 	}
+}
+
+// The volumes' key indexers build exactly the keys memdb's CompoundIndex
+// of StringFieldIndexes builds (the index order, lookups and prefixes
+// depend on it).
+func TestVolumeKeyIndexer(t *testing.T) {
+	idx := schema().Tables[TableVolumes].Indexes
+	for _, v := range []*structs.Volume{
+		{Namespace: "default", ID: "vol-1", PluginID: "ebs", ExternalID: "disk-1"},
+		{Namespace: "ns-é", ID: "a\x01b", PluginID: "p", ExternalID: "vol/with/slashes"},
+		{Namespace: "", ID: "x", PluginID: "ebs", ExternalID: ""},
+		{Namespace: "n", ID: "", PluginID: "", ExternalID: "e"},
+	} {
+		for _, name := range []string{indexID, indexExternal} {
+			x := idx[name].Indexer.(volumeKeyIndexer)
+			ok, got, err := x.FromObject(v)
+			wantOK, want, wantErr := x.CompoundIndex.FromObject(v)
+			if ok != wantOK || !bytes.Equal(got, want) || (err == nil) != (wantErr == nil) {
+				t.Errorf("%s of %+v: (%v, %q, %v), CompoundIndex gives (%v, %q, %v)", name, v, ok, got, err, wantOK, want, wantErr)
+			}
+		}
+	}
+	if _, _, err := idx[indexID].Indexer.(volumeKeyIndexer).FromObject(&structs.Alloc{}); err == nil {
+		t.Error("an alloc was indexed as a volume")
+	}
+}
+
+// Persist writes, over many marshal batches, exactly what encoding each row
+// with a json.Encoder as a persistRow writes, in table and key order; a
+// failing writer stops it with the writer's error.
+func TestPersistBatches(t *testing.T) {
+	s := bulkLoad(t, scaleShape{volumes: 3000, claimed: 300, releasable: 30})
+	var want bytes.Buffer
+	enc := json.NewEncoder(&want)
+	if err := enc.Encode(persistHeader{Version: persistVersion}); err != nil {
+		t.Fatal(err)
+	}
+	snap := s.Snapshot()
+	for _, table := range persistTables {
+		it, err := snap.txn.Get(table, indexID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			row, err := json.Marshal(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := enc.Encode(persistRow{Table: table, Row: row}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var got bytes.Buffer
+	if err := snap.Persist(&got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("Persist wrote %d bytes that differ from the row-by-row encoding (%d bytes)", got.Len(), want.Len())
+	}
+	errDisk := errors.New("disk full")
+	if err := snap.Persist(&failAfter{n: 100_000, err: errDisk}); !errors.Is(err, errDisk) {
+		t.Fatalf("got %v, want the writer's error", err)
+	}
+}
+
+// failAfter accepts n bytes, then fails every write with err.
+type failAfter struct {
+	n   int
+	err error
+}
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if len(p) > f.n {
+		n := f.n
+		f.n = 0
+		return n, f.err
+	}
+	f.n -= len(p)
+	return len(p), nil
 }
