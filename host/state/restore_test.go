@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/volhost/volhost/host/structs"
 )
@@ -33,6 +34,12 @@ func TestRestorePipeline(t *testing.T) {
 	}
 	if got, _ := s.Digest(); got != want {
 		t.Fatal("digest changed across persist/restore")
+	}
+	// Strings repeated row after row are shared, not one copy per row.
+	vols, _ := s.Snapshot().Volumes(nil)
+	if a, b := vols[0], vols[1]; unsafe.StringData(a.Namespace) != unsafe.StringData(b.Namespace) ||
+		unsafe.StringData(string(a.AccessMode)) != unsafe.StringData(string(b.AccessMode)) {
+		t.Error("restored volumes hold their own copies of the namespace and access mode")
 	}
 	if st, _ := s.Snapshot().VolumeStats(); st.Volumes != wantStats.Volumes || st.Claims[structs.ClaimTaken] != wantStats.Claims[structs.ClaimTaken] {
 		t.Fatalf("restored stats %+v, want %+v", st, wantStats)
