@@ -342,7 +342,8 @@ func TestVolumesPage(t *testing.T) {
 //	VOLHOST_SCALE_SNAPSHOT=/tmp/scale.snap go test -run '^$' -bench '^BenchmarkScale$' -benchtime 1x -timeout 30m ./host/state/
 //	VOLHOST_SCALE_SNAPSHOT=/tmp/scale.snap go test -run '^$' -bench '^BenchmarkScaleRestored$' -benchtime 1x -timeout 30m ./host/state/
 //
-// VOLHOST_SCALE_JSON=FILE adds its figures to that file's object.
+// VOLHOST_SCALE_OUT and VOLHOST_SCALE_JSON, when set, name the files
+// BenchmarkScale wrote: its figures are added to them.
 func BenchmarkScaleRestored(b *testing.B) {
 	path := os.Getenv("VOLHOST_SCALE_SNAPSHOT")
 	if path == "" {
@@ -369,16 +370,46 @@ func BenchmarkScaleRestored(b *testing.B) {
 		b.ReportMetric(rss, "rss-restored-MiB")
 		b.ReportMetric(heap*(1<<20)/float64(max(st.Volumes, 1)), "heap-B/volume")
 		b.Logf("%d volumes restored in a fresh process in %.1f s: heap %.0f MiB, RSS %.0f MiB", st.Volumes, took.Seconds(), heap, rss)
-		if out := os.Getenv("VOLHOST_SCALE_JSON"); out != "" {
-			medians := map[string]any{}
-			if raw, err := os.ReadFile(out); err == nil {
-				_ = json.Unmarshal(raw, &medians)
-			}
-			medians["heap-restored-MiB"], medians["rss-restored-MiB"] = heap, rss
-			raw, _ := json.Marshal(medians)
-			if err := os.WriteFile(out, raw, 0o644); err != nil {
-				b.Fatal(err)
-			}
+		addScaleFigures(b, []scaleRow{
+			{"heap-restored-MiB", "Go heap in use after GC, restored in a fresh process (MiB)", []float64{heap}},
+			{"rss-restored-MiB", "process RSS after GC and FreeOSMemory, restored in a fresh process (MiB; bound 2048)", []float64{rss}},
+		})
+	}
+}
+
+// addScaleFigures adds rows to the files BenchmarkScale wrote (the
+// markdown table VOLHOST_SCALE_OUT, the medians VOLHOST_SCALE_JSON), for
+// the benchmarks that measure the same shape in a process of their own.
+func addScaleFigures(b *testing.B, rows []scaleRow) {
+	if out := os.Getenv("VOLHOST_SCALE_OUT"); out != "" {
+		f, err := os.OpenFile(out, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range rows {
+			fmt.Fprintf(f, "| %s | %s |\n", r.name, r.spread())
+		}
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if out := os.Getenv("VOLHOST_SCALE_JSON"); out != "" {
+		medians := map[string]any{}
+		raw, err := os.ReadFile(out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &medians); err != nil {
+			b.Fatalf("%s: %v", out, err)
+		}
+		for _, r := range rows {
+			medians[r.key] = r.median()
+		}
+		if raw, err = json.Marshal(medians); err == nil {
+			err = os.WriteFile(out, raw, 0o644)
+		}
+		if err != nil {
+			b.Fatal(err)
 		}
 	}
 }

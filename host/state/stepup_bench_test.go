@@ -29,9 +29,11 @@ import (
 //
 //	VOLHOST_SCALE_VOLUMES=1000000 go test -run '^$' -bench '^BenchmarkStepUpRealStore$' -benchtime 1x -timeout 30m ./host/state/
 //
-// Reported: assessed-s, step-up until every releasable volume has been
-// assessed once and the feed's first batch read through; released-s, until
-// every releasable claim is gone.
+// Reported: stepup-assessed-s, step-up until every releasable volume has
+// been assessed once and the feed's first batch read through;
+// stepup-released-s, until every releasable claim is gone.
+// VOLHOST_SCALE_OUT and VOLHOST_SCALE_JSON, when set, name the files
+// BenchmarkScale wrote for the same shape: the figures are added to them.
 func BenchmarkStepUpRealStore(b *testing.B) {
 	n := 1_000_000
 	if v := os.Getenv("VOLHOST_SCALE_VOLUMES"); v != "" {
@@ -62,8 +64,12 @@ func BenchmarkStepUpRealStore(b *testing.B) {
 		if r, _ := s.Snapshot().ReleasableVolumes(nil); len(r) != 0 {
 			b.Fatalf("%d volumes still releasable after step-up", len(r))
 		}
-		b.ReportMetric(assessed.Seconds(), "assessed-s")
-		b.ReportMetric(released.Seconds(), "released-s")
+		b.ReportMetric(assessed.Seconds(), "stepup-assessed-s")
+		b.ReportMetric(released.Seconds(), "stepup-released-s")
+		addScaleFigures(b, []scaleRow{
+			{"stepup-assessed-s", "watcher step-up over this store, until every releasable volume is assessed (s; bound 10)", []float64{assessed.Seconds()}},
+			{"stepup-released-s", "the same, until every releasable claim is released (s)", []float64{released.Seconds()}},
+		})
 		b.Logf("%d volumes, %d claimed, %d releasable: all assessed %.2f s, all released %.2f s",
 			shape.volumes, shape.claimed, shape.releasable, assessed.Seconds(), released.Seconds())
 	}
