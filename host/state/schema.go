@@ -1,6 +1,7 @@
 package state
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/hashicorp/go-memdb"
@@ -75,7 +76,7 @@ func schema() *memdb.DBSchema {
 				// The watcher reads "volumes modified since N" with LowerBound
 				// instead of scanning every volume (ANCHORS: wake only volumes
 				// whose index moved).
-				indexModifyIndex: {Name: indexModifyIndex, Indexer: &memdb.UintFieldIndex{Field: "ModifyIndex"}},
+				indexModifyIndex: {Name: indexModifyIndex, Indexer: modifyIndexIndexer{&memdb.UintFieldIndex{Field: "ModifyIndex"}}},
 				// Claims by alloc and by node: an alloc turning terminal or a
 				// node going down bumps exactly the volumes it holds.
 				indexClaimAlloc: {Name: indexClaimAlloc, AllowMissing: true, Indexer: claimIndexer{byNode: false}},
@@ -139,9 +140,27 @@ func (x volumeKeyIndexer) FromObject(raw any) (bool, []byte, error) {
 	if a == "" || b == "" {
 		return false, nil, nil
 	}
-	key := make([]byte, 0, len(a)+len(b)+2)
+	key := make([]byte, 0, len(a)+len(b)+2+primaryKeyLen(v))
 	key = append(append(append(append(key, a...), 0), b...), 0)
 	return true, key, nil
+}
+
+// primaryKeyLen is the length of v's ID index key, which memdb appends to
+// the key of a non-unique index: keys are allocated with room for it, so
+// the append does not copy them again.
+func primaryKeyLen(v *structs.Volume) int { return len(v.Namespace) + len(v.ID) + 2 }
+
+// modifyIndexIndexer is memdb's UintFieldIndex on ModifyIndex (8 bytes, big
+// endian: the same keys, TestVolumeKeyIndexer) without reflection.
+type modifyIndexIndexer struct{ *memdb.UintFieldIndex }
+
+// FromObject implements memdb.SingleIndexer.
+func (x modifyIndexIndexer) FromObject(raw any) (bool, []byte, error) {
+	v, ok := raw.(*structs.Volume)
+	if !ok {
+		return false, nil, fmt.Errorf("modify index: want *structs.Volume, got %T", raw)
+	}
+	return true, binary.BigEndian.AppendUint64(make([]byte, 0, 8+primaryKeyLen(v)), v.ModifyIndex), nil
 }
 
 // claimIndexer indexes a volume by the alloc IDs (or node IDs) of its claims.
