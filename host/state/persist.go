@@ -2,6 +2,7 @@ package state
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -87,7 +88,13 @@ func (s *Store) Restore(r io.Reader) error {
 	rows := startRowDecoder(br, 2)
 	defer rows.stop()
 	rings := ringCounter{}
+	// VolumeStats are counted as the volumes go in, which is exact when
+	// each volume comes once: Persist writes them in strictly increasing
+	// key order. A stream that does not (a key repeated overwrites the
+	// row) is still restored as before, and recounted from the table.
 	var stats volumeDelta
+	var key, prevKey []byte
+	ordered := true
 	for b := rows.next(); b != nil; b = rows.next() {
 		for i := range b.rows {
 			row := &b.rows[i]
@@ -99,6 +106,11 @@ func (s *Store) Restore(r io.Reader) error {
 				rings.place(obj)
 			case *structs.Volume:
 				stats.add(obj, +1)
+				key = append(append(append(append(key[:0], obj.Namespace...), 0), obj.ID...), 0)
+				if prevKey != nil && bytes.Compare(prevKey, key) >= 0 {
+					ordered = false
+				}
+				key, prevKey = prevKey, key
 			}
 			if err := txn.Insert(row.table, row.obj); err != nil {
 				return fmt.Errorf("restore: row %d into %s: %w", row.line, row.table, err)
@@ -108,7 +120,12 @@ func (s *Store) Restore(r io.Reader) error {
 	if err := rows.err(); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	if err := insertStats(txn, stats.applyTo(VolumeStats{})); err != nil {
+	if !ordered {
+		err = recountStats(txn)
+	} else {
+		err = insertStats(txn, stats.applyTo(VolumeStats{}))
+	}
+	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	txn.Commit()
