@@ -38,7 +38,7 @@ func (snap *Snapshot) Rows(fn func(table string, row any) error) error {
 // DecodeRow decodes one persisted row of table (as Rows hands it out and
 // Persist writes it).
 func DecodeRow(table string, raw json.RawMessage) (any, error) {
-	return decodeRow(persistRow{Table: table, Row: raw})
+	return decodeRow(table, raw)
 }
 
 // Builder builds a store from rows that come from outside (an operator

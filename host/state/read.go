@@ -1,8 +1,11 @@
 package state
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -56,9 +59,19 @@ func (snap *Snapshot) VolumeByID(ws memdb.WatchSet, namespace, id string) (*stru
 	return first[*structs.Volume](snap, ws, TableVolumes, indexID, namespace, id)
 }
 
-// VolumesByPlugin lists the volumes of a CSI plugin.
+// VolumesByPlugin lists the volumes of a CSI plugin, ordered by namespace
+// and ID. It reads the plugin prefix of the external index: the plugin ID
+// in full (its terminator included, so "ebs" does not match "ebs2") and an
+// empty external ID prefix.
 func (snap *Snapshot) VolumesByPlugin(ws memdb.WatchSet, pluginID string) ([]*structs.Volume, error) {
-	return get[*structs.Volume](snap, ws, TableVolumes, indexPlugin, pluginID)
+	vols, err := get[*structs.Volume](snap, ws, TableVolumes, indexExternal+"_prefix", pluginID, "")
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(vols, func(a, b *structs.Volume) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.ID, b.ID))
+	})
+	return vols, nil
 }
 
 // VolumesFrom walks the volumes in primary key order from the first whose

@@ -40,7 +40,7 @@ func bulkLoad(tb testing.TB, shape scaleShape) *Store {
 			tb.Fatalf("bulk load, entry %d (type %d): %v", idx, t, err)
 		}
 	}
-	const batch, nodes = 10_000, 100
+	const batch, nodes = 1000, 100
 	apply(structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: &structs.Plugin{ID: "ebs", Provider: "ebs.csi.example", ControllerEndpoint: "tcp://127.0.0.1:9000",
 		Capabilities: structs.ControllerCapabilities{PublishUnpublish: true}}})
 	for n := range nodes {
@@ -91,7 +91,8 @@ func bulkLoad(tb testing.TB, shape scaleShape) *Store {
 //
 //	go test -run '^$' -bench '^BenchmarkScale$' -benchtime 1x -timeout 30m ./host/state/
 //
-// VOLHOST_SCALE_OUT=FILE writes the table as markdown and
+// VOLHOST_SCALE_SNAPSHOT=FILE keeps the snapshot file there, for
+// BenchmarkScaleRestored. VOLHOST_SCALE_OUT=FILE writes the table as markdown and
 // VOLHOST_SCALE_JSON=FILE the medians, for make bench. Save and restore
 // run 3 times rather than 5 from 500,000 volumes on (each takes tens of
 // seconds there).
@@ -114,6 +115,9 @@ func BenchmarkScale(b *testing.B) {
 			scaleRow{"rss-MiB", "process RSS after GC and FreeOSMemory, the test binary included (MiB; bound 2048)", []float64{rss}})
 
 		path := filepath.Join(b.TempDir(), "state.snap")
+		if keep := os.Getenv("VOLHOST_SCALE_SNAPSHOT"); keep != "" {
+			path = keep
+		}
 		var size int64
 		reps := 5
 		if n >= 500_000 {
@@ -154,7 +158,6 @@ func BenchmarkScale(b *testing.B) {
 		if r, _ := restored.Snapshot().VolumeStats(); r.Volumes != n {
 			b.Fatalf("restored store counts %d volumes, want %d", r.Volumes, n)
 		}
-		restored = nil
 		snap := s.Snapshot()
 		mid := fmt.Sprintf("vol-%07d", n/2)
 		rows = append(rows, timed("page-ms", "list page of 1,000 from the ID index, mid-table (ms; bound 50)", 5, time.Millisecond, func() {
@@ -325,6 +328,88 @@ func TestVolumesPage(t *testing.T) {
 			if k0, k1 := got[i-1].Namespace+"\x00"+got[i-1].ID, got[i].Namespace+"\x00"+got[i].ID; k0 >= k1 {
 				t.Fatalf("namespace %q: %q before %q", tc.ns, k0, k1)
 			}
+		}
+	}
+}
+
+// BenchmarkScaleRestored: the memory of a server restarted on the state
+// BenchmarkScale built, in a process of its own: it restores the snapshot
+// file BenchmarkScale kept at VOLHOST_SCALE_SNAPSHOT and reports the heap
+// and RSS after GC and FreeOSMemory. In BenchmarkScale's process the
+// restored state would land in the spans the build's many small
+// transactions left half filled, and the figure would be the build's.
+//
+//	VOLHOST_SCALE_SNAPSHOT=/tmp/scale.snap go test -run '^$' -bench '^BenchmarkScale$' -benchtime 1x -timeout 30m ./host/state/
+//	VOLHOST_SCALE_SNAPSHOT=/tmp/scale.snap go test -run '^$' -bench '^BenchmarkScaleRestored$' -benchtime 1x -timeout 30m ./host/state/
+//
+// VOLHOST_SCALE_OUT and VOLHOST_SCALE_JSON, when set, name the files
+// BenchmarkScale wrote: its figures are added to them.
+func BenchmarkScaleRestored(b *testing.B) {
+	path := os.Getenv("VOLHOST_SCALE_SNAPSHOT")
+	if path == "" {
+		b.Skip("VOLHOST_SCALE_SNAPSHOT names no snapshot file (BenchmarkScale writes one)")
+	}
+	b.StopTimer()
+	for range b.N {
+		f, err := os.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := NewStore()
+		start := time.Now()
+		err = s.Restore(bufio.NewReaderSize(f, 1<<20))
+		f.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
+		took := time.Since(start)
+		st, _ := s.Snapshot().VolumeStats()
+		heap, rss := memoryNow()
+		runtime.KeepAlive(s)
+		b.ReportMetric(heap, "heap-restored-MiB")
+		b.ReportMetric(rss, "rss-restored-MiB")
+		b.ReportMetric(heap*(1<<20)/float64(max(st.Volumes, 1)), "heap-B/volume")
+		b.Logf("%d volumes restored in a fresh process in %.1f s: heap %.0f MiB, RSS %.0f MiB", st.Volumes, took.Seconds(), heap, rss)
+		addScaleFigures(b, []scaleRow{
+			{"heap-restored-MiB", "Go heap in use after GC, restored in a fresh process (MiB)", []float64{heap}},
+			{"rss-restored-MiB", "process RSS after GC and FreeOSMemory, restored in a fresh process (MiB; bound 2048)", []float64{rss}},
+		})
+	}
+}
+
+// addScaleFigures adds rows to the files BenchmarkScale wrote (the
+// markdown table VOLHOST_SCALE_OUT, the medians VOLHOST_SCALE_JSON), for
+// the benchmarks that measure the same shape in a process of their own.
+func addScaleFigures(b *testing.B, rows []scaleRow) {
+	if out := os.Getenv("VOLHOST_SCALE_OUT"); out != "" {
+		f, err := os.OpenFile(out, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range rows {
+			fmt.Fprintf(f, "| %s | %s |\n", r.name, r.spread())
+		}
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if out := os.Getenv("VOLHOST_SCALE_JSON"); out != "" {
+		medians := map[string]any{}
+		raw, err := os.ReadFile(out)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := json.Unmarshal(raw, &medians); err != nil {
+			b.Fatalf("%s: %v", out, err)
+		}
+		for _, r := range rows {
+			medians[r.key] = r.median()
+		}
+		if raw, err = json.Marshal(medians); err == nil {
+			err = os.WriteFile(out, raw, 0o644)
+		}
+		if err != nil {
+			b.Fatal(err)
 		}
 	}
 }

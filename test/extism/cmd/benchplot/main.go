@@ -138,6 +138,7 @@ func plotScale(glob, png string) error {
 	}
 	blue, red, green, orange := color.RGBA{R: 66, G: 133, B: 244, A: 255}, color.RGBA{R: 234, G: 67, B: 53, A: 255},
 		color.RGBA{R: 52, G: 168, B: 83, A: 255}, color.RGBA{R: 251, G: 140, B: 0, A: 255}
+	gray := color.RGBA{R: 90, G: 90, B: 90, A: 255}
 	mem := plot.New()
 	mem.Title.Text = "Memory against volume count"
 	mem.X.Label.Text, mem.Y.Label.Text = "volumes (log)", "MiB"
@@ -155,8 +156,15 @@ func plotScale(glob, png string) error {
 		{mem, "rss-MiB", "RSS after GC", red}, {mem, "heap-MiB", "Go heap", blue},
 		{times, "save-s", "snapshot save", blue}, {times, "restore-s", "snapshot restore", red},
 		{times, "releasable-s", "step-up's releasable read", green}, {times, "build-s", "bulk FSM apply (build)", orange},
+		// BenchmarkScaleRestored and BenchmarkStepUpRealStore (task D);
+		// drawn only when the run has them.
+		{mem, "rss-restored-MiB", "RSS, restored in a fresh process", green},
+		{times, "stepup-assessed-s", "watcher step-up, all assessed", gray},
 	}
 	for _, l := range all {
+		if !slices.ContainsFunc(rows, func(r map[string]float64) bool { _, ok := r[l.key]; return ok || l.key == "releasable-s" }) {
+			continue
+		}
 		if l.key == "releasable-s" {
 			for _, r := range rows {
 				r["releasable-s"] = r["releasable-ms"] / 1000

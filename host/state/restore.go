@@ -1,0 +1,367 @@
+package state
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// The restore pipeline: one goroutine cuts the stream into batches of
+// lines, a few decode them, and Restore's goroutine takes the batches back
+// in stream order and inserts their rows. Decoding a row is independent of
+// every other row; inserting is not (memdb has one writer, event rings
+// count in order), so only the decoding is spread.
+
+// restoreBatchLines is how many rows travel together: enough to make the
+// channel hand-offs negligible, small enough to keep a few batches in
+// flight cheaply.
+const restoreBatchLines = 512
+
+// decodedRow is one snapshot row, decoded (or the error that refused it).
+type decodedRow struct {
+	line  int
+	table string
+	obj   any
+	err   error
+}
+
+type rowBatch struct {
+	lines [][]byte // the raw rows, sliced out of buf
+	buf   []byte
+	first int // line number of lines[0]
+	rows  []decodedRow
+	done  chan struct{} // closed when rows is filled
+}
+
+// rowDecoder owns the pipeline's goroutines; stop ends them all.
+type rowDecoder struct {
+	ordered  chan *rowBatch // batches in stream order, as they are read
+	quit     chan struct{}
+	quitOnce sync.Once
+	wg       sync.WaitGroup
+	readErr  error // set by the reader before it closes ordered
+}
+
+// startRowDecoder reads rows from r, the first on line number firstLine.
+func startRowDecoder(r *bufio.Reader, firstLine int) *rowDecoder {
+	workers := max(1, min(4, runtime.GOMAXPROCS(0)-1))
+	d := &rowDecoder{ordered: make(chan *rowBatch, 2*workers+2), quit: make(chan struct{})}
+	work := make(chan *rowBatch, 2*workers)
+	d.wg.Add(1 + workers)
+	go func() {
+		defer d.wg.Done()
+		defer close(work)
+		defer close(d.ordered)
+		d.readErr = d.read(r, firstLine, work)
+	}()
+	for range workers {
+		go func() {
+			defer d.wg.Done()
+			in := interner{}
+			for b := range work {
+				b.decode(in)
+			}
+		}()
+	}
+	return d
+}
+
+// read cuts r into batches and hands each to the decoders and, in order,
+// to the inserter. Blank lines are skipped (a trailing newline).
+func (d *rowDecoder) read(r *bufio.Reader, line int, work chan<- *rowBatch) error {
+	b := newRowBatch(line)
+	send := func() bool {
+		select {
+		case d.ordered <- b:
+		case <-d.quit:
+			return false
+		}
+		select {
+		case work <- b:
+		case <-d.quit:
+			return false
+		}
+		return true
+	}
+	for ; ; line++ {
+		start := len(b.buf)
+		var err error
+		b.buf, err = appendLine(r, b.buf)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("row %d: %w", line, err)
+		}
+		if row := b.buf[start:]; len(bytes.TrimSpace(row)) > 0 {
+			if len(b.lines) == 0 {
+				b.first = line
+			}
+			b.lines = append(b.lines, row)
+		} else {
+			b.buf = b.buf[:start]
+		}
+		if len(b.lines) > 0 && (len(b.lines) == restoreBatchLines || err != nil) {
+			if !send() {
+				return nil
+			}
+			b = newRowBatch(line + 1)
+		}
+		if err != nil { // io.EOF
+			return nil
+		}
+	}
+}
+
+func newRowBatch(first int) *rowBatch {
+	return &rowBatch{first: first, lines: make([][]byte, 0, restoreBatchLines), buf: make([]byte, 0, 256<<10), done: make(chan struct{})}
+}
+
+// next returns the next batch in stream order, decoded, or nil at the end
+// of the stream (then err says whether reading failed).
+func (d *rowDecoder) next() *rowBatch {
+	b, ok := <-d.ordered
+	if !ok {
+		return nil
+	}
+	<-b.done
+	return b
+}
+
+// err is the reader's error; valid once next has returned nil.
+func (d *rowDecoder) err() error { return d.readErr }
+
+// stop ends the pipeline (early, after a bad row, or at the end) and
+// waits for its goroutines.
+func (d *rowDecoder) stop() {
+	d.quitOnce.Do(func() { close(d.quit) })
+	for range d.ordered { // unblock the reader; decoders drain work
+	}
+	d.wg.Wait()
+}
+
+func (b *rowBatch) decode(in interner) {
+	defer close(b.done)
+	b.rows = make([]decodedRow, len(b.lines))
+	for i, raw := range b.lines {
+		row := &b.rows[i]
+		row.line = b.first + i
+		row.table, row.obj, row.err = decodeLine(raw)
+		if row.err == nil {
+			in.row(row.obj)
+		}
+	}
+	// Rows now hold their own copies of every string: the raw bytes can go.
+	b.lines, b.buf = nil, nil
+}
+
+// decodeLine decodes one persisted row. Persist writes
+// {"t":"TABLE","r":ROW}: a line of exactly that shape has ROW decoded
+// directly, in one pass (not once as a json.RawMessage and again into the
+// row type); any other line, or one whose ROW fails there, takes the
+// general path, so the lines accepted are exactly those json.Unmarshal
+// accepts. Both validate all of the row.
+func decodeLine(line []byte) (string, any, error) {
+	if table, row, ok := splitPersistRow(line); ok {
+		if obj, err := decodeRow(table, row); err == nil {
+			return table, obj, nil
+		}
+	}
+	var pr persistRow
+	if err := json.Unmarshal(line, &pr); err != nil {
+		return "", nil, err
+	}
+	obj, err := decodeRow(pr.Table, pr.Row)
+	return pr.Table, obj, err
+}
+
+// splitPersistRow cuts {"t":"TABLE","r":ROW} into the table name (one of
+// persistTables, so later code shares the constant) and ROW. It does not
+// check ROW: decodeRow refuses anything but one JSON value there, so a
+// line it accepts is exactly that object.
+func splitPersistRow(line []byte) (string, []byte, bool) {
+	line = bytes.TrimSpace(line)
+	rest, ok := bytes.CutPrefix(line, []byte(`{"t":"`))
+	if !ok {
+		return "", nil, false
+	}
+	name, rest, ok := bytes.Cut(rest, []byte(`","r":`))
+	if !ok {
+		return "", nil, false
+	}
+	row, ok := bytes.CutSuffix(rest, []byte(`}`))
+	if !ok {
+		return "", nil, false
+	}
+	for _, table := range persistTables {
+		if string(name) == table {
+			return table, row, true
+		}
+	}
+	return "", nil, false
+}
+
+// readLine reads one line (without the newline) into buf[:0].
+func readLine(r *bufio.Reader, buf []byte) ([]byte, error) {
+	return appendLine(r, buf[:0])
+}
+
+// appendLine appends one line of r, without its newline, to buf. At the end
+// of the stream it returns what it read and io.EOF.
+func appendLine(r *bufio.Reader, buf []byte) ([]byte, error) {
+	for {
+		chunk, err := r.ReadSlice('\n')
+		buf = append(buf, chunk...)
+		switch {
+		case err == nil:
+			return buf[:len(buf)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		default:
+			return buf, err
+		}
+	}
+}
+
+// persistBatchRows is how many rows a marshal batch of Persist holds.
+const persistBatchRows = 512
+
+type marshalBatch struct {
+	table string
+	rows  []any
+	out   []byte
+	err   error
+	done  chan struct{}
+}
+
+// persistRows writes every row of snap's persisted tables to w, in table
+// and primary key order, one line each. The snapshot is immutable, so
+// marshalling is spread over a few goroutines; writing stays in order here.
+func persistRows(snap *Snapshot, w *bufio.Writer) error {
+	workers := max(1, min(4, runtime.GOMAXPROCS(0)-1))
+	work := make(chan *marshalBatch, 2*workers)
+	ordered := make(chan *marshalBatch, 2*workers+2)
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(workers)
+	for range workers {
+		go func() {
+			defer wg.Done()
+			for b := range work {
+				b.marshal()
+			}
+		}()
+	}
+	var iterErr error
+	go func() {
+		defer close(work)
+		defer close(ordered)
+		iterErr = snap.eachPersistedRow(func(b *marshalBatch) bool {
+			select {
+			case ordered <- b:
+			case <-quit:
+				return false
+			}
+			select {
+			case work <- b:
+				return true
+			case <-quit:
+				return false
+			}
+		})
+	}()
+	defer wg.Wait()
+	defer func() {
+		close(quit)
+		for range ordered {
+		}
+	}()
+	for b := range ordered {
+		<-b.done
+		if b.err != nil {
+			return b.err
+		}
+		if _, err := w.Write(b.out); err != nil {
+			return fmt.Errorf("persist: %w", err)
+		}
+	}
+	return iterErr
+}
+
+// eachPersistedRow cuts the persisted tables into batches for send; it
+// stops when send returns false.
+func (snap *Snapshot) eachPersistedRow(send func(*marshalBatch) bool) error {
+	for _, table := range persistTables {
+		it, err := snap.txn.Get(table, indexID)
+		if err != nil {
+			return fmt.Errorf("persist %s: %w", table, err)
+		}
+		b := &marshalBatch{table: table, done: make(chan struct{})}
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			b.rows = append(b.rows, raw)
+			if len(b.rows) == persistBatchRows {
+				if !send(b) {
+					return nil
+				}
+				b = &marshalBatch{table: table, done: make(chan struct{})}
+			}
+		}
+		if len(b.rows) > 0 && !send(b) {
+			return nil
+		}
+	}
+	return nil
+}
+
+func (b *marshalBatch) marshal() {
+	defer close(b.done)
+	prefix := `{"t":"` + b.table + `","r":`
+	for _, raw := range b.rows {
+		row, err := json.Marshal(raw)
+		if err != nil {
+			b.err = fmt.Errorf("persist %s: %w", b.table, err)
+			return
+		}
+		b.out = append(b.out, prefix...)
+		b.out = append(b.out, row...)
+		b.out = append(b.out, "}\n"...)
+	}
+	b.rows = nil
+}
+
+// interner shares one copy of the strings a restore decodes over and over
+// (namespaces, plugin and node IDs, modes, states): JSON decoding gives
+// every row its own. One per decoding goroutine, dropped after the restore.
+// At 1,000,000 volumes it keeps about 50 MiB fewer strings.
+type interner map[string]string
+
+func (in interner) s(v string) string {
+	if c, ok := in[v]; ok {
+		return c
+	}
+	in[v] = v
+	return v
+}
+
+func internAs[T ~string](in interner, v T) T { return T(in.s(string(v))) }
+
+// row interns the repeated fields of a decoded row.
+func (in interner) row(obj any) {
+	switch o := obj.(type) {
+	case *structs.Volume:
+		o.Namespace, o.PluginID, o.FSType = in.s(o.Namespace), in.s(o.PluginID), in.s(o.FSType)
+		o.AccessMode, o.AttachmentMode = internAs(in, o.AccessMode), internAs(in, o.AttachmentMode)
+		for _, c := range o.Claims {
+			c.NodeID, c.ExternalNodeID = in.s(c.NodeID), in.s(c.ExternalNodeID)
+			c.Mode, c.State = internAs(in, c.Mode), internAs(in, c.State)
+			c.AccessMode, c.AttachmentMode = internAs(in, c.AccessMode), internAs(in, c.AttachmentMode)
+		}
+	case *structs.Alloc:
+		o.Namespace, o.NodeID, o.JobID = in.s(o.Namespace), in.s(o.NodeID), in.s(o.JobID)
+		o.ClientStatus = internAs(in, o.ClientStatus)
+	}
+}
