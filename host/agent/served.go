@@ -21,7 +21,7 @@ import (
 //     plugin (the first-named module whose pattern matches the plugin ID,
 //     else the first-named default), which depends on the plugin alone:
 //     such volumes are counted from the store's per-plugin counts and
-//     listed through the plugin index;
+//     listed through the (plugin, external ID) index;
 //   - the volumes some module's volume selector may name (walked through
 //     the ID index from the selector's literal prefix) are judged one by
 //     one by Match itself, and correct the counts.
@@ -40,8 +40,11 @@ type servedQuery struct {
 
 // servedResult is what servedQuery finds.
 type servedResult struct {
-	count     int
-	volumes   []structs.VolumeRef // the first limit, in ID order
+	count int
+	// volumes: the first limit in the (plugin, external ID) index's
+	// order, which a page can be read from without sorting them all;
+	// given sorted by namespace and ID.
+	volumes   []structs.VolumeRef
 	truncated bool
 	plugins   []string
 }
@@ -71,7 +74,7 @@ func (q *servedQuery) run(st plugins.Status, all []plugins.Status) (*servedResul
 	}
 
 	// The volumes a selector may name: Match decides each.
-	in := map[structs.VolumeRef]string{} // selected and served by st: ref -> plugin
+	in := map[structs.VolumeRef]*structs.Volume{} // selected and served by st
 	out := map[structs.VolumeRef]bool{}  // of an owned plugin, but served by another
 	lost := map[string]int{}             // out, by plugin
 	for _, m := range mods {
@@ -82,7 +85,7 @@ func (q *servedQuery) run(st plugins.Status, all []plugins.Status) (*servedResul
 				name, ok := q.match(q.kind, targetOf(v))
 				switch served := ok && name == st.Name; {
 				case served && !owned[v.PluginID]:
-					in[ref] = v.PluginID
+					in[ref] = v
 				case !served && owned[v.PluginID] && !out[ref]:
 					out[ref] = true
 					lost[v.PluginID]++
@@ -112,8 +115,8 @@ func (q *servedQuery) run(st plugins.Status, all []plugins.Status) (*servedResul
 		}
 		walks = append(walks, next)
 	}
-	for _, p := range in {
-		pluginSet[p] = true
+	for _, v := range in {
+		pluginSet[v.PluginID] = true
 	}
 	res.plugins = sortedKeys(pluginSet)
 	res.volumes = firstServed(walks, in, out, q.limit)
@@ -141,18 +144,19 @@ func pluginOwner(mods []plugins.Status, p string) string {
 	return cmp.Or(byPattern, byDefault)
 }
 
-// firstServed merges the owned plugins' volumes (each walk in ID order),
-// less out, with in, and returns the first limit in ID order.
-func firstServed(walks []func() *structs.Volume, in map[structs.VolumeRef]string, out map[structs.VolumeRef]bool, limit int) []structs.VolumeRef {
-	extra := make([]structs.VolumeRef, 0, len(in))
-	for ref := range in {
-		extra = append(extra, ref)
+// firstServed merges the owned plugins' volumes (each walk in the order
+// of the store's (plugin, external ID) index), less out, with in, and
+// returns the first limit in that order, sorted by namespace and ID.
+func firstServed(walks []func() *structs.Volume, in map[structs.VolumeRef]*structs.Volume, out map[structs.VolumeRef]bool, limit int) []structs.VolumeRef {
+	extra := make([]*structs.Volume, 0, len(in))
+	for _, v := range in {
+		extra = append(extra, v)
 	}
-	slices.SortFunc(extra, compareRefs)
+	slices.SortFunc(extra, compareDisks)
 	heads := make([]*structs.Volume, len(walks))
 	advance := func(i int) {
 		for v := walks[i](); ; v = walks[i]() {
-			if v == nil || !out[structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}] {
+			if v == nil || !out[refOf(v)] {
 				heads[i] = v
 				return
 			}
@@ -165,21 +169,30 @@ func firstServed(walks []func() *structs.Volume, in map[structs.VolumeRef]string
 	for len(page) < limit {
 		best := -1
 		for i, h := range heads {
-			if h != nil && (best < 0 || compareRefs(refOf(h), refOf(heads[best])) < 0) {
+			if h != nil && (best < 0 || compareDisks(h, heads[best]) < 0) {
 				best = i
 			}
 		}
 		switch {
 		case best < 0 && len(extra) == 0:
+			slices.SortFunc(page, compareRefs)
 			return page
-		case best < 0 || (len(extra) > 0 && compareRefs(extra[0], refOf(heads[best])) < 0):
-			page, extra = append(page, extra[0]), extra[1:]
+		case best < 0 || (len(extra) > 0 && compareDisks(extra[0], heads[best]) < 0):
+			page, extra = append(page, refOf(extra[0])), extra[1:]
 		default:
 			page = append(page, refOf(heads[best]))
 			advance(best)
 		}
 	}
+	slices.SortFunc(page, compareRefs)
 	return page
+}
+
+// compareDisks is the order of the (plugin, external ID) index, whose
+// entries end with the volume's key.
+func compareDisks(a, b *structs.Volume) int {
+	return cmp.Or(cmp.Compare(a.PluginID, b.PluginID), cmp.Compare(a.ExternalID, b.ExternalID),
+		compareRefs(refOf(a), refOf(b)))
 }
 
 // walkSelector visits the volumes whose (namespace, ID) match the glob

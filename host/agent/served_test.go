@@ -120,16 +120,20 @@ func scanServed(t *testing.T, snap *state.Snapshot, match func(abi.Kind, plugins
 	}
 	res := &servedResult{}
 	seen := map[string]bool{}
+	var served []*structs.Volume
 	for _, v := range vols {
-		if name, ok := match(abi.Kind(st.Kind), targetOf(v)); !ok || name != st.Name {
-			continue
+		if name, ok := match(abi.Kind(st.Kind), targetOf(v)); ok && name == st.Name {
+			served = append(served, v)
+			seen[v.PluginID] = true
 		}
-		res.count++
-		if len(res.volumes) < limit {
-			res.volumes = append(res.volumes, structs.VolumeRef{Namespace: v.Namespace, ID: v.ID})
-		}
-		seen[v.PluginID] = true
 	}
+	res.count = len(served)
+	// The page is the first limit by (plugin, external ID), sorted by ID.
+	slices.SortFunc(served, compareDisks)
+	for _, v := range served[:min(limit, len(served))] {
+		res.volumes = append(res.volumes, refOf(v))
+	}
+	slices.SortFunc(res.volumes, compareRefs)
 	res.truncated = res.count > len(res.volumes)
 	res.plugins = sortedKeys(seen)
 	return res

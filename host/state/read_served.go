@@ -7,14 +7,14 @@ import (
 )
 
 // VolumePluginIDs lists the distinct plugin IDs the volumes name, registered
-// or not, in order. It hops through the plugin index with LowerBound, one
-// seek per distinct ID, so it costs the number of plugins, not of volumes
-// (issue 17: `module status` at 1,000,000 volumes).
+// or not, in order. It hops through the (plugin, external ID) index with
+// LowerBound, one seek per distinct ID, so it costs the number of plugins,
+// not of volumes (issue 17: `module status` at 1,000,000 volumes).
 func (snap *Snapshot) VolumePluginIDs() ([]string, error) {
 	var ids []string
 	from := ""
 	for {
-		it, err := snap.txn.LowerBound(TableVolumes, indexPlugin, from)
+		it, err := snap.txn.LowerBound(TableVolumes, indexExternal, from, "")
 		if err != nil {
 			return nil, fmt.Errorf("read the plugin IDs of volumes: %w", err)
 		}
@@ -29,16 +29,18 @@ func (snap *Snapshot) VolumePluginIDs() ([]string, error) {
 			return nil, fmt.Errorf("read the plugin IDs of volumes: plugin ID %q does not sort after %q", id, ids[len(ids)-1])
 		}
 		ids = append(ids, id)
-		// Index keys are the ID and a NUL; "\x01" sorts after every key of
-		// this ID and before the next ID (IDs are printable: validate.go).
+		// Index keys start with the ID and a NUL; "\x01" sorts after every
+		// key of this ID and before the next ID (IDs are printable:
+		// validate.go).
 		from = id + "\x01"
 	}
 }
 
-// VolumesOfPlugin walks the volumes of one plugin lazily: a caller that
-// stops early pays for what it read.
+// VolumesOfPlugin walks the volumes of one plugin lazily, in external ID
+// order (then namespace and ID): a caller that stops early pays for what
+// it read.
 func (snap *Snapshot) VolumesOfPlugin(pluginID string) (func() *structs.Volume, error) {
-	it, err := snap.txn.Get(TableVolumes, indexPlugin, pluginID)
+	it, err := snap.txn.Get(TableVolumes, indexExternal+"_prefix", pluginID, "")
 	if err != nil {
 		return nil, fmt.Errorf("read volumes of plugin %q: %w", pluginID, err)
 	}
