@@ -638,6 +638,9 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 	if c.Attempts < 0 {
 		return structs.Invalid("claim.attempts", "must not be negative")
 	}
+	if r.Free && c.State != structs.ClaimControllerDetached {
+		return structs.Invalid("free", "frees only a claim checkpointed at %s, not %s", structs.ClaimControllerDetached, c.State)
+	}
 	v, err := snap.volumeFor(r.Namespace, r.VolumeID)
 	if err != nil {
 		return err
@@ -672,7 +675,7 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, id, o.State)
 		}
 	}
-	if c.State.Order() > old.State.Order() {
+	if c.State.Order() > old.State.Order() || r.Free {
 		// The host's safety invariant, enforced at the store too: never
 		// release a claim whose allocation still runs (DESIGN "Release" 1).
 		live, err := snap.liveAllocs([]string{c.AllocID})

@@ -1,0 +1,115 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/volhost/volhost/host/csi/csitest"
+)
+
+// BenchmarkAgentReleaseNative is issue 17's "whole-host release CPU per
+// claim" on one agent alone: BenchmarkAgentRelease's native side without
+// the two Wasm agents beside it, so the process CPU over a timed batch is
+// this agent's release and nothing idle next to it. One batch of 1,000
+// claims per iteration (claiming untimed, a GC before the timed part) at
+// controller concurrency 16; the first batch warms up, unmeasured.
+//
+// Reported: the median, min and max over the iterations of the process CPU
+// per claim (cpu-us/claim...), the raft entries appended per claim
+// released (raft-entries/claim: the group commit's effect) and the
+// throughput.
+//
+// VOLHOST_RELEASE_CPUPROFILE=FILE writes a CPU profile of each timed part,
+// not of the claiming (FILE.0, FILE.1, ...; `go tool pprof` merges them),
+// and allocation profiles at both ends of each (startProfile). Goroutine
+// labels separate the host ("side=host": HTTP, raft, store, watcher, gRPC
+// clients) from the scripted CSI driver's gRPC server
+// ("side=csi-driver"), which a real deployment runs in another process;
+// the Go runtime's GC workers carry no label.
+// It cannot be combined with -cpuprofile.
+//
+//	go test -run '^$' -bench '^BenchmarkAgentReleaseNative$' -benchtime 5x ./host/agent/
+//	go tool pprof -tags FILE.*   # CPU by side
+func BenchmarkAgentReleaseNative(b *testing.B) {
+	const claims = 1000
+	var s *benchAgent
+	pprof.Do(context.Background(), pprof.Labels("side", "host"), func(context.Context) {
+		cfg := localConfig()
+		cfg.Watcher.ControllerConcurrency = 16
+		a, c := startAgent(b, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: hclog.DefaultOutput})})
+		b.Cleanup(func() { _ = a.Shutdown() })
+		s = &benchAgent{name: "native", a: a, c: c}
+	})
+	var drv *csitest.Server
+	pprof.Do(context.Background(), pprof.Labels("side", "csi-driver"), func(context.Context) {
+		drv = csitest.NewServer(b, csitest.Options{PublishUnpublish: true, StageUnstage: true})
+	})
+	setupPlugins(b, s.c, map[string]*csitest.Server{"gcepd": drv})
+	s.release(b, claims) // warm-up
+
+	profile := os.Getenv("VOLHOST_RELEASE_CPUPROFILE")
+	var cpus, rates, entries []float64
+	for i := range b.N {
+		s.claimBatch(b, claims)
+		first := s.a.Cluster.LastIndex()
+		stop := startProfile(b, profile, i)
+		r, c := s.releaseClaimed(b)
+		stop()
+		cpus = append(cpus, float64(c.Nanoseconds())/1e3)
+		rates = append(rates, r)
+		entries = append(entries, float64(s.a.Cluster.LastIndex()-first)/claims)
+	}
+	report := func(xs []float64, unit string) {
+		slices.Sort(xs)
+		b.ReportMetric(xs[len(xs)/2], unit)
+		b.ReportMetric(xs[0], "min-"+unit)
+		b.ReportMetric(xs[len(xs)-1], "max-"+unit)
+	}
+	report(cpus, "cpu-us/claim")
+	report(rates, "claims/s")
+	report(entries, "raft-entries/claim")
+}
+
+// startProfile starts a CPU profile into path.i when path is set and
+// returns what stops it. It also writes the allocation profile at both
+// ends (path.i.allocs-start, path.i.allocs-end), so that
+// `go tool pprof -sample_index=alloc_space -diff_base START END` shows
+// what the timed part allocated.
+func startProfile(b *testing.B, path string, i int) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	base := fmt.Sprintf("%s.%d", path, i)
+	writeAllocs(b, base+".allocs-start")
+	f, err := os.Create(base)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+		writeAllocs(b, base+".allocs-end")
+	}
+}
+
+func writeAllocs(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
+}
