@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"testing"
@@ -103,7 +104,10 @@ func startProfile(b *testing.B, path string, i int) (stop func()) {
 	}
 }
 
+// writeAllocs writes the allocation profile after a GC: the profile is as
+// of the last completed cycle.
 func writeAllocs(b *testing.B, path string) {
+	runtime.GC()
 	f, err := os.Create(path)
 	if err != nil {
 		b.Fatal(err)

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"time"
@@ -476,7 +477,7 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	v := old.Copy()
+	v := withNewClaims(old)
 	prev := v.Claims[r.Claim.AllocID]
 	c := r.Claim.Copy()
 	c.CreateIndex = prev.CreateIndex
@@ -511,6 +512,18 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 		}
 	}
 	return nil, nil
+}
+
+// withNewClaims copies v for a write that replaces or removes whole claims
+// and sets the volume's own scalar fields, nothing else: a stored object is
+// never changed in place (memdb's readers share it), so what the write
+// does not replace (the other claims, the maps and slices) is shared with
+// v, and only the claims map is new. A checkpoint copied the whole volume,
+// every claim included, twice per release (issue 17).
+func withNewClaims(v *structs.Volume) *structs.Volume {
+	n := *v
+	n.Claims = maps.Clone(v.Claims)
+	return &n
 }
 
 // claimTransition writes c over prev into v (a copy being written) and
