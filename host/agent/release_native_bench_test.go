@@ -23,7 +23,9 @@ import (
 //
 // Reported: the median, min and max over the iterations of the process CPU
 // per claim (cpu-us/claim...), the raft entries appended per claim
-// released (raft-entries/claim: the group commit's effect) and the
+// released (raft-entries/claim: the group commit's effect), the bytes and
+// objects the timed part allocated per claim (alloc-B/claim, allocs/claim:
+// unlike CPU time, they do not move with the machine's load) and the
 // throughput.
 //
 // VOLHOST_RELEASE_CPUPROFILE=FILE writes a CPU profile of each timed part,
@@ -55,16 +57,23 @@ func BenchmarkAgentReleaseNative(b *testing.B) {
 	s.release(b, claims) // warm-up
 
 	profile := os.Getenv("VOLHOST_RELEASE_CPUPROFILE")
-	var cpus, rates, entries []float64
+	var cpus, rates, entries, bytes, objects []float64
+	var m0, m1 runtime.MemStats
 	for i := range b.N {
 		s.claimBatch(b, claims)
 		first := s.a.Cluster.LastIndex()
 		stop := startProfile(b, profile, i)
+		runtime.ReadMemStats(&m0)
 		r, c := s.releaseClaimed(b)
+		runtime.ReadMemStats(&m1)
 		stop()
 		cpus = append(cpus, float64(c.Nanoseconds())/1e3)
 		rates = append(rates, r)
 		entries = append(entries, float64(s.a.Cluster.LastIndex()-first)/claims)
+		// What the timed part allocated: unlike CPU time, it does not
+		// move with the machine's load.
+		bytes = append(bytes, float64(m1.TotalAlloc-m0.TotalAlloc)/claims)
+		objects = append(objects, float64(m1.Mallocs-m0.Mallocs)/claims)
 	}
 	report := func(xs []float64, unit string) {
 		slices.Sort(xs)
@@ -75,20 +84,22 @@ func BenchmarkAgentReleaseNative(b *testing.B) {
 	report(cpus, "cpu-us/claim")
 	report(rates, "claims/s")
 	report(entries, "raft-entries/claim")
+	report(bytes, "alloc-B/claim")
+	report(objects, "allocs/claim")
 }
 
 // startProfile starts a CPU profile into path.i when path is set and
 // returns what stops it. It also writes the allocation profile at both
-// ends (path.i.allocs-start, path.i.allocs-end), so that
+// ends (path-allocs.i.start, path-allocs.i.end), so that
 // `go tool pprof -sample_index=alloc_space -diff_base START END` shows
 // what the timed part allocated.
 func startProfile(b *testing.B, path string, i int) (stop func()) {
 	if path == "" {
 		return func() {}
 	}
-	base := fmt.Sprintf("%s.%d", path, i)
-	writeAllocs(b, base+".allocs-start")
-	f, err := os.Create(base)
+	allocs := fmt.Sprintf("%s-allocs.%d", path, i)
+	writeAllocs(b, allocs+".start")
+	f, err := os.Create(fmt.Sprintf("%s.%d", path, i))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -100,7 +111,7 @@ func startProfile(b *testing.B, path string, i int) (stop func()) {
 		if err := f.Close(); err != nil {
 			b.Error(err)
 		}
-		writeAllocs(b, base+".allocs-end")
+		writeAllocs(b, allocs+".end")
 	}
 }
 
