@@ -161,7 +161,8 @@ func (s *fakeStore) CheckpointClaim(_ context.Context, req *structs.ClaimCheckpo
 		s.checkpoints = append(s.checkpoints, &ck)
 		if req.Free {
 			// The store applies both transitions (state.checkpointClaim);
-			// the tests see both states.
+			// the tests see both states, both marked Free, so one write
+			// is told from two.
 			freed := ck
 			freed.Claim = req.Claim.Copy()
 			freed.Claim.State = structs.ClaimReadyToFree
