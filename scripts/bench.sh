@@ -37,6 +37,7 @@ benchtime_of() {
     BenchmarkFailover) echo 3x ;;
     BenchmarkClaimTransitions) echo 2000x ;;
     BenchmarkAgentRelease) echo 2x ;;
+    BenchmarkAgentReleaseNative) echo 5x ;;
     BenchmarkGuestCostCold) echo 300x ;;
     # Issue 17's own sections run them (below), with their own knobs.
     BenchmarkCallRatios|BenchmarkScale|BenchmarkCheckpointGroupCommit) echo skip ;;

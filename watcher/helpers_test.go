@@ -160,8 +160,17 @@ func (s *fakeStore) CheckpointClaim(_ context.Context, req *structs.ClaimCheckpo
 		ck := *req
 		ck.Claim = req.Claim.Copy()
 		s.checkpoints = append(s.checkpoints, &ck)
+		if req.Free {
+			// The store applies both transitions (state.checkpointClaim);
+			// the tests see both states, both marked Free, so one write
+			// is told from two.
+			freed := ck
+			freed.Claim = req.Claim.Copy()
+			freed.Claim.State = structs.ClaimReadyToFree
+			s.checkpoints = append(s.checkpoints, &freed)
+		}
 	}
-	if req.Claim.State == structs.ClaimReadyToFree {
+	if req.Claim.State == structs.ClaimReadyToFree || req.Free {
 		delete(v.Claims, req.Claim.AllocID)
 	} else {
 		v.Claims[req.Claim.AllocID] = req.Claim.Copy()

@@ -888,7 +888,15 @@ func (p *pass) failAdapt(ctx context.Context, c *structs.Claim, fe *structs.Clai
 // advance checkpoints a successful step: the whole claim, one log entry.
 // Success ends a run of failures. note, when set, is kept as the claim's
 // last error (an abandoned claim says why).
+//
+// A claim advanced to controller-detached is freed in the same write
+// (structs.ClaimCheckpointRequest.Free; issue 17): nothing runs between
+// the two states, so their own log entries bought a log append, an FSM
+// transaction and a watcher pass per claim and no safety. A claim found at
+// controller-detached (written by an older leader) still gets its own
+// ready-to-free checkpoint (release).
 func (p *pass) advance(ctx context.Context, c *structs.Claim, to structs.ClaimState, note *structs.ClaimError, flags stepFlags) error {
+	flags.free = to == structs.ClaimControllerDetached
 	c.State = to
 	c.Attempts = 0
 	c.FirstFailure = time.Time{}
@@ -900,6 +908,10 @@ func (p *pass) advance(ctx context.Context, c *structs.Claim, to structs.ClaimSt
 		return err
 	}
 	p.log.Debug("claim transition", "alloc", c.AllocID, "node", c.NodeID, "state", to)
+	if flags.free {
+		to, c.State = structs.ClaimReadyToFree, structs.ClaimReadyToFree
+		p.log.Debug("claim transition", "alloc", c.AllocID, "node", c.NodeID, "state", to)
+	}
 	if to == structs.ClaimReadyToFree {
 		delete(p.claims, c.AllocID)
 		p.released = append(p.released, c.AllocID)
@@ -1041,12 +1053,14 @@ func (p *pass) clearStuck(ctx context.Context) error {
 type stepFlags struct {
 	unstaged              bool
 	controllerUnpublished bool
+	// free: the claim goes on to ready-to-free in the same write (advance).
+	free bool
 }
 
 func (p *pass) checkpoint(ctx context.Context, c *structs.Claim, flags stepFlags) error {
 	_, err := p.w.deps.Writer.CheckpointClaim(ctx, &structs.ClaimCheckpointRequest{
 		Namespace: p.ref.Namespace, VolumeID: p.ref.ID, Claim: c.Copy(), Term: p.term,
-		Unstaged: flags.unstaged, ControllerUnpublished: flags.controllerUnpublished,
+		Unstaged: flags.unstaged, ControllerUnpublished: flags.controllerUnpublished, Free: flags.free,
 	})
 	if err != nil {
 		return fmt.Errorf("checkpoint claim %s of %s/%s at %s: %w", c.AllocID, p.ref.Namespace, p.ref.ID, c.State, err)

@@ -93,6 +93,9 @@ type benchAgent struct {
 	a       *Agent
 	c       *client.Client
 	batches int
+	// The batch claimed and not yet released: volume ID -> plugin, IDs.
+	vols map[string]string
+	ids  []string
 }
 
 func newBenchAgent(b *testing.B, name, moduleDir string, ctl int) *benchAgent {
@@ -132,15 +135,29 @@ func (s *benchAgent) release(b *testing.B, n int) float64 {
 // cores away.
 func (s *benchAgent) releaseCPU(b *testing.B, n int) (claimsPerSec float64, cpuPerClaim time.Duration) {
 	b.Helper()
+	s.claimBatch(b, n)
+	return s.releaseClaimed(b)
+}
+
+// claimBatch claims n new volumes (the untimed part of a batch).
+func (s *benchAgent) claimBatch(b *testing.B, n int) {
+	b.Helper()
 	s.batches++
-	vols := make(map[string]string, n)
-	ids := make([]string, 0, n)
+	s.vols = make(map[string]string, n)
+	s.ids = make([]string, 0, n)
 	for i := range n {
 		id := fmt.Sprintf("b%d-v%04d", s.batches, i)
-		vols[id] = "gcepd"
-		ids = append(ids, id)
+		s.vols[id] = "gcepd"
+		s.ids = append(s.ids, id)
 	}
-	claimVolumes(b, s.c, vols)
+	claimVolumes(b, s.c, s.vols)
+}
+
+// releaseClaimed ends the allocations of the batch claimBatch claimed and
+// times until the store shows none of its claims left.
+func (s *benchAgent) releaseClaimed(b *testing.B) (claimsPerSec float64, cpuPerClaim time.Duration) {
+	b.Helper()
+	vols, n := s.vols, len(s.ids)
 	// The agents share one Go heap: start each batch on a fresh GC cycle
 	// rather than on the debt the previous side's batch left.
 	runtime.GC()
@@ -148,7 +165,7 @@ func (s *benchAgent) releaseCPU(b *testing.B, n int) (claimsPerSec float64, cpuP
 	defer cancel()
 	index := s.a.Store.LatestIndex()
 	start, cpu0 := time.Now(), processCPU(b)
-	endAllocs(b, s.c, ids...)
+	endAllocs(b, s.c, s.ids...)
 	for len(vols) > 0 {
 		changed, next, err := s.a.Store.VolumesChangedSince(ctx, index)
 		if err != nil {

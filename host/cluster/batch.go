@@ -148,7 +148,15 @@ func (b *checkpointBatcher) commit(batch []*pendingCheckpoint) {
 		return
 	}
 	f := b.c.raft.Apply(data, b.c.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
+	// Not f.Error(): raft answers no future still queued when it shuts
+	// down, and Shutdown waits for this goroutine (TestClusterFailoverMidRelease
+	// hung for 10 minutes killing a leader with an entry in flight).
+	stopped, err := b.c.waitOrStop(f)
+	if stopped {
+		answerAll(live, checkpointResult{err: fmt.Errorf("apply: %w (%w)", structs.ErrOutcomeUnknown, raft.ErrRaftShutdown)})
+		return
+	}
+	if err != nil {
 		answerAll(live, checkpointResult{err: applyErr(context.Background(), err)})
 		return
 	}

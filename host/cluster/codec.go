@@ -68,17 +68,26 @@ func newRequest(t structs.MessageType) (any, error) {
 	return nil, structs.Invalid("type", "unknown message type %d", t)
 }
 
-// encodeCommand renders a log entry.
+// encodeCommand renders a log entry. The envelope is written around the
+// request's encoding rather than marshalled: json.Marshal of the envelope
+// would scan and copy the request's bytes again (json.RawMessage is
+// compacted) to produce the same bytes (TestEncodeCommandEnvelope), once
+// per log entry on the release path (issue 17).
 func encodeCommand(t structs.MessageType, now time.Time, req any) ([]byte, error) {
+	at, err := now.UTC().MarshalJSON()
+	if err != nil {
+		return nil, fmt.Errorf("encode %d envelope: %w", t, err)
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode %d request: %w", t, err)
 	}
-	env, err := json.Marshal(envelope{Time: now.UTC(), Req: body})
-	if err != nil {
-		return nil, fmt.Errorf("encode %d envelope: %w", t, err)
-	}
-	return append([]byte{byte(t)}, env...), nil
+	const open, mid = `{"time":`, `,"req":`
+	out := make([]byte, 0, 1+len(open)+len(at)+len(mid)+len(body)+1)
+	out = append(out, byte(t))
+	out = append(append(out, open...), at...)
+	out = append(append(out, mid...), body...)
+	return append(out, '}'), nil
 }
 
 // decodeCommand parses a log entry.

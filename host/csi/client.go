@@ -221,18 +221,27 @@ func (c *Client) invoke(ctx context.Context, endpoint, method string, f fields, 
 	if c.cfg.Metrics != nil {
 		c.cfg.Metrics.ObserveCall(method, code, d)
 	}
-	args := []any{"method", method, "endpoint", endpoint, "code", code.String(), "duration", d}
-	if f.volumeID != "" {
-		args = append(args, "volume_id", f.volumeID)
-	}
-	if f.nodeID != "" {
-		args = append(args, "node_id", f.nodeID)
+	// The log lines' fields are built only when their level is on: every
+	// release makes three calls (issue 17).
+	args := func() []any {
+		args := []any{"method", method, "endpoint", endpoint, "code", code.String(), "duration", d}
+		if f.volumeID != "" {
+			args = append(args, "volume_id", f.volumeID)
+		}
+		if f.nodeID != "" {
+			args = append(args, "node_id", f.nodeID)
+		}
+		return args
 	}
 	if err != nil {
-		c.log.Debug("csi call failed", append(args, "error", status.Convert(err).Message())...)
+		if c.log.IsDebug() {
+			c.log.Debug("csi call failed", append(args(), "error", status.Convert(err).Message())...)
+		}
 		return &Error{Method: method, Endpoint: endpoint, err: err}
 	}
-	c.log.Trace("csi call", args...)
+	if c.log.IsTrace() {
+		c.log.Trace("csi call", args()...)
+	}
 	return nil
 }
 

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strconv"
 	"time"
@@ -476,7 +477,7 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	v := old.Copy()
+	v := withNewClaims(old)
 	prev := v.Claims[r.Claim.AllocID]
 	c := r.Claim.Copy()
 	c.CreateIndex = prev.CreateIndex
@@ -493,6 +494,42 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 	if c.AttachmentMode == "" {
 		c.AttachmentMode = prev.AttachmentMode
 	}
+	evs := []*structs.Event{claimTransition(v, prev, c)}
+	if r.Free {
+		// Freed in the same write (structs.ClaimCheckpointRequest.Free):
+		// the second transition starts from the claim just written.
+		f := c.Copy()
+		f.State = structs.ClaimReadyToFree
+		evs = append(evs, claimTransition(v, c, f))
+	}
+	v.ModifyIndex = w.index
+	if err := w.putVolume(old, v); err != nil {
+		return nil, err
+	}
+	for _, ev := range evs {
+		if err := w.event(ev); err != nil {
+			return nil, err
+		}
+	}
+	return nil, nil
+}
+
+// withNewClaims copies v for a write that replaces or removes whole claims
+// and sets the volume's own scalar fields, nothing else: a stored object is
+// never changed in place (memdb's readers share it), so what the write
+// does not replace (the other claims, the maps and slices) is shared with
+// v, and only the claims map is new. A checkpoint copied the whole volume,
+// every claim included, twice per release (issue 17).
+func withNewClaims(v *structs.Volume) *structs.Volume {
+	n := *v
+	n.Claims = maps.Clone(v.Claims)
+	return &n
+}
+
+// claimTransition writes c over prev into v (a copy being written) and
+// returns the event that says what happened: a transition (the claim
+// leaves v at ready-to-free), a hold or a failed attempt.
+func claimTransition(v *structs.Volume, prev, c *structs.Claim) *structs.Event {
 	ev := &structs.Event{
 		Type: structs.EventClaimTransition, Namespace: v.Namespace, VolumeID: v.ID,
 		AllocID: c.AllocID, NodeID: c.NodeID, PluginID: v.PluginID, Fields: claimFields(c),
@@ -521,11 +558,7 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 		ev.Message = fmt.Sprintf("claim release attempt %d failed at %s", c.Attempts, c.State)
 	}
 	ev.Fields["from"] = string(prev.State)
-	v.ModifyIndex = w.index
-	if err := w.putVolume(old, v); err != nil {
-		return nil, err
-	}
-	return nil, w.event(ev)
+	return ev
 }
 
 func (w *writer) markStuck(r *structs.VolumeStuckRequest) (any, error) {

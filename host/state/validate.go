@@ -638,6 +638,9 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 	if c.Attempts < 0 {
 		return structs.Invalid("claim.attempts", "must not be negative")
 	}
+	if r.Free && c.State != structs.ClaimControllerDetached {
+		return structs.Invalid("free", "frees only a claim checkpointed at %s, not %s", structs.ClaimControllerDetached, c.State)
+	}
 	v, err := snap.volumeFor(r.Namespace, r.VolumeID)
 	if err != nil {
 		return err
@@ -675,7 +678,7 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 	if err := validateNodeUnpublished(old, c, r); err != nil {
 		return err
 	}
-	if c.State.Order() > old.State.Order() || (c.NodeUnpublished && !old.NodeUnpublished) {
+	if c.State.Order() > old.State.Order() || (c.NodeUnpublished && !old.NodeUnpublished) || r.Free {
 		// The host's safety invariant, enforced at the store too: never
 		// release a claim whose allocation still runs (DESIGN "Release" 1),
 		// nor record that its target was unpublished.

@@ -142,6 +142,14 @@ type ClaimCheckpointRequest struct {
 	// while the release was deciding).
 	Unstaged              bool `json:"unstaged,omitempty"`
 	ControllerUnpublished bool `json:"controller_unpublished,omitempty"`
+	// Free (issue 17) frees a claim checkpointed at controller-detached in
+	// the same write: the store applies the controller-detached
+	// transition, then ready-to-free (the claim leaves the volume), each
+	// with its transition event, atomically. Nothing runs between the two
+	// (no CSI call, no decision), so a separate log entry for the second
+	// bought nothing but a log append, an FSM transaction and a watcher
+	// pass per claim. Only valid with Claim.State controller-detached.
+	Free bool `json:"free,omitempty"`
 }
 
 // FencedTerm implements the FSM's term fence.

@@ -1,0 +1,130 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/volhost/volhost/host/csi/csitest"
+)
+
+// BenchmarkAgentReleaseNative is issue 17's "whole-host release CPU per
+// claim" on one agent alone: BenchmarkAgentRelease's native side without
+// the two Wasm agents beside it, so the process CPU over a timed batch is
+// this agent's release and nothing idle next to it. One batch of 1,000
+// claims per iteration (claiming untimed, a GC before the timed part) at
+// controller concurrency 16; the first batch warms up, unmeasured.
+//
+// Reported: the median, min and max over the iterations of the process CPU
+// per claim (cpu-us/claim...), the raft entries appended per claim
+// released (raft-entries/claim: the group commit's effect), the bytes and
+// objects the timed part allocated per claim (alloc-B/claim, allocs/claim:
+// unlike CPU time, they do not move with the machine's load) and the
+// throughput.
+//
+// VOLHOST_RELEASE_CPUPROFILE=FILE writes a CPU profile of each timed part,
+// not of the claiming (FILE.0, FILE.1, ...; `go tool pprof` merges them),
+// and allocation profiles at both ends of each (startProfile). Goroutine
+// labels separate the host ("side=host": HTTP, raft, store, watcher, gRPC
+// clients) from the scripted CSI driver's gRPC server
+// ("side=csi-driver"), which a real deployment runs in another process;
+// the Go runtime's GC workers carry no label.
+// It cannot be combined with -cpuprofile.
+//
+//	go test -run '^$' -bench '^BenchmarkAgentReleaseNative$' -benchtime 5x ./host/agent/
+//	go tool pprof -tags FILE.*   # CPU by side
+func BenchmarkAgentReleaseNative(b *testing.B) {
+	const claims = 1000
+	var s *benchAgent
+	pprof.Do(context.Background(), pprof.Labels("side", "host"), func(context.Context) {
+		cfg := localConfig()
+		cfg.Watcher.ControllerConcurrency = 16
+		a, c := startAgent(b, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: hclog.DefaultOutput})})
+		b.Cleanup(func() { _ = a.Shutdown() })
+		s = &benchAgent{name: "native", a: a, c: c}
+	})
+	var drv *csitest.Server
+	pprof.Do(context.Background(), pprof.Labels("side", "csi-driver"), func(context.Context) {
+		drv = csitest.NewServer(b, csitest.Options{PublishUnpublish: true, StageUnstage: true})
+	})
+	setupPlugins(b, s.c, map[string]*csitest.Server{"gcepd": drv})
+	s.release(b, claims) // warm-up
+
+	profile := os.Getenv("VOLHOST_RELEASE_CPUPROFILE")
+	var cpus, rates, entries, bytes, objects []float64
+	var m0, m1 runtime.MemStats
+	for i := range b.N {
+		s.claimBatch(b, claims)
+		first := s.a.Cluster.LastIndex()
+		stop := startProfile(b, profile, i)
+		runtime.ReadMemStats(&m0)
+		r, c := s.releaseClaimed(b)
+		runtime.ReadMemStats(&m1)
+		stop()
+		cpus = append(cpus, float64(c.Nanoseconds())/1e3)
+		rates = append(rates, r)
+		entries = append(entries, float64(s.a.Cluster.LastIndex()-first)/claims)
+		// What the timed part allocated: unlike CPU time, it does not
+		// move with the machine's load.
+		bytes = append(bytes, float64(m1.TotalAlloc-m0.TotalAlloc)/claims)
+		objects = append(objects, float64(m1.Mallocs-m0.Mallocs)/claims)
+	}
+	report := func(xs []float64, unit string) {
+		slices.Sort(xs)
+		b.ReportMetric(xs[len(xs)/2], unit)
+		b.ReportMetric(xs[0], "min-"+unit)
+		b.ReportMetric(xs[len(xs)-1], "max-"+unit)
+	}
+	report(cpus, "cpu-us/claim")
+	report(rates, "claims/s")
+	report(entries, "raft-entries/claim")
+	report(bytes, "alloc-B/claim")
+	report(objects, "allocs/claim")
+}
+
+// startProfile starts a CPU profile into path.i when path is set and
+// returns what stops it. It also writes the allocation profile at both
+// ends (path-allocs.i.start, path-allocs.i.end), so that
+// `go tool pprof -sample_index=alloc_space -diff_base START END` shows
+// what the timed part allocated.
+func startProfile(b *testing.B, path string, i int) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	allocs := fmt.Sprintf("%s-allocs.%d", path, i)
+	writeAllocs(b, allocs+".start")
+	f, err := os.Create(fmt.Sprintf("%s.%d", path, i))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Error(err)
+		}
+		writeAllocs(b, allocs+".end")
+	}
+}
+
+// writeAllocs writes the allocation profile after a GC: the profile is as
+// of the last completed cycle.
+func writeAllocs(b *testing.B, path string) {
+	runtime.GC()
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
+}
