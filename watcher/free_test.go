@@ -9,8 +9,9 @@ import (
 )
 
 // TestReleaseFreesInTheControllerDetachedWrite: a release writes two
-// checkpoints (issue 17): node-detached, then controller-detached with
-// Free, which the store applies together with ready-to-free; a claim found
+// checkpoints after the node steps (issue 17): node-detached, then
+// controller-detached with Free (the staging test plugin adds the
+// NodeUnpublished mark before NodeUnstage, issue 14), which the store applies together with ready-to-free; a claim found
 // at controller-detached (an older leader's write) gets its own
 // ready-to-free checkpoint.
 func TestReleaseFreesInTheControllerDetachedWrite(t *testing.T) {
@@ -20,8 +21,8 @@ func TestReleaseFreesInTheControllerDetachedWrite(t *testing.T) {
 		wantFree   []bool // per recorded state; a freeing write is recorded as two
 	}{
 		{structs.ClaimTaken,
-			[]structs.ClaimState{structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree},
-			[]bool{false, true, true}},
+			[]structs.ClaimState{structs.ClaimTaken, structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree},
+			[]bool{false, false, true, true}},
 		{structs.ClaimNodeDetached,
 			[]structs.ClaimState{structs.ClaimControllerDetached, structs.ClaimReadyToFree},
 			[]bool{true, true}},

@@ -105,7 +105,7 @@ func (s *Store) Restore(r io.Reader) error {
 			case *eventRow:
 				rings.place(obj)
 			case *structs.Volume:
-				stats.add(obj, +1)
+				stats.count(obj)
 				key = append(append(append(append(key[:0], obj.Namespace...), 0), obj.ID...), 0)
 				if prevKey != nil && bytes.Compare(prevKey, key) >= 0 {
 					ordered = false

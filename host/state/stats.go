@@ -54,6 +54,12 @@ type volumeDelta struct {
 	plugins map[string]int
 }
 
+// count adds a stored volume, its plugin included (a recount, a restore).
+func (d *volumeDelta) count(v *structs.Volume) {
+	d.add(v, +1)
+	d.plugin(v.PluginID, +1)
+}
+
 // plugin adds sign volumes of plugin id.
 func (d *volumeDelta) plugin(id string, sign int) {
 	if d.plugins == nil {
@@ -186,9 +192,7 @@ func recountStats(txn *memdb.Txn) error {
 		return fmt.Errorf("count volumes: %w", err)
 	}
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		v := raw.(*structs.Volume)
-		d.add(v, +1)
-		d.plugin(v.PluginID, +1)
+		d.count(raw.(*structs.Volume))
 	}
 	return insertStats(txn, d.applyTo(VolumeStats{}))
 }
