@@ -13,11 +13,18 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// The restore pipeline: one goroutine cuts the stream into batches of
-// lines, a few decode them, and Restore's goroutine takes the batches back
-// in stream order and inserts their rows. Decoding a row is independent of
-// every other row; inserting is not (memdb has one writer, event rings
-// count in order), so only the decoding is spread.
+// The snapshot stream's pipelines (issue 17: save and restore of 1,000,000
+// volumes within 15 s each).
+//
+// Restore: one goroutine cuts the stream into batches of lines, a few
+// decode them, and Restore's goroutine takes the batches back in stream
+// order and inserts their rows. Decoding a row is independent of every
+// other row; inserting is not (memdb has one writer, event rings count in
+// order), so only the decoding is spread.
+//
+// Persist (persistRows, below): the mirror image; one goroutine walks the
+// immutable snapshot in batches, a few marshal them, Persist's goroutine
+// writes them in order.
 
 // restoreBatchLines is how many rows travel together: enough to make the
 // channel hand-offs negligible, small enough to keep a few batches in
