@@ -438,6 +438,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 	var flags stepFlags
 	var nodeCSI NodeCSI
 	var acks []string // keyed steps whose outcome the advance commits
+	passCtx := ctx    // ctx becomes a recording context once a step is done
 	fence := p.fence(c.NodeID)
 	if !skip && fence != nil {
 		skip = true // attested off (Detach, a policy release)
@@ -477,6 +478,13 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			}
 			unpublished = true
 			acks = append(acks, p.stepKey(c, StepNodeUnpublish))
+			// From here on the pass records what the node did: a pass
+			// cancelled now (the watcher disabled, a step-down under
+			// way) must still commit the unpublish, or the next pass
+			// repeats it (issue 14: exactly one NodeUnpublish).
+			rctx, cancel := recording(ctx)
+			defer cancel()
+			ctx = rctx
 		}
 		// The staging path is shared by the volume's claims on this
 		// node: unstage only when this is the last one published there,
@@ -507,7 +515,9 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 				if fe != nil {
 					return false, p.failAdapt(ctx, c, fe)
 				}
-				err := p.callCSI(WithStepKey(ctx, p.stepKey(c, StepNodeUnstage)), func(ctx context.Context) error {
+				// A new destructive call starts only under the pass's own
+				// context: a cancelled pass records, it does not act.
+				err := p.callCSI(WithStepKey(passCtx, p.stepKey(c, StepNodeUnstage)), func(ctx context.Context) error {
 					return nodeCSI.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
 						VolumeId:          resp.VolumeID,
 						StagingTargetPath: c.StagingPath,
@@ -536,6 +546,19 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			"fenced_by", fence.Source, "reason", fence.Reason)
 	}
 	return true, nil
+}
+
+// recordTimeout bounds a write that records a CSI step already done.
+const recordTimeout = 10 * time.Second
+
+// recording is the context for committing what a CSI call that succeeded
+// did: not cancelled with the pass, bounded, and, like every checkpoint,
+// refused by the FSM unless the pass's leadership term is still current.
+// A deposed leader's record fails there, and the next leader repeats the
+// step (idempotent by the CSI spec); a pass merely cancelled while its
+// leader stays does not lose what it did.
+func recording(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
 }
 
 // recordUnpublished checkpoints that c's NodeUnpublish succeeded, with its

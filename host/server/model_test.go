@@ -271,25 +271,37 @@ func runModel(h *harness, ns string, ops []op, st *stats) string {
 	return m.violated()
 }
 
-// checkUnpublishedOnce: a target path is node-unpublished successfully at
-// most once per successful publish of it (issue 14: a retry after a failed
-// NodeUnstage repeated the NodeUnpublish).
+// checkUnpublishedOnce: once NodeUnpublish of a target path succeeded, a
+// failed NodeUnstage of the volume on that node does not make the leader
+// send the NodeUnpublish again (issue 14: the retry of a failed unstage
+// repeated the unpublish; the NodeUnpublished mark prevents it). A repeat
+// after a pass was cancelled mid-call is not counted: the plugin may have
+// answered OK to a caller that had gone, and the leader cannot know.
 func (m *model) checkUnpublishedOnce() {
 	for _, node := range modelNodes {
 		published := map[string]bool{}
+		lastTarget := map[string]string{}  // volume ID -> target last unpublished
+		unstageFailed := map[string]bool{} // volume ID -> a NodeUnstage failed since
 		for _, c := range m.h.nodes[node].AllCalls() {
-			if _, ours := m.byExt[c.VolumeID]; !ours || !c.Done || c.Code != codes.OK {
+			if _, ours := m.byExt[c.VolumeID]; !ours || !c.Done {
+				continue
+			}
+			if c.Method == csitest.NodeUnstage && c.Code != codes.OK {
+				unstageFailed[c.VolumeID] = true
+			}
+			if c.Code != codes.OK {
 				continue
 			}
 			switch c.Method {
 			case csitest.NodePublish:
 				published[c.TargetPath] = true
 			case csitest.NodeUnpublish:
-				if !published[c.TargetPath] {
-					m.violate("NodeUnpublish of %s on %s succeeded again with no NodePublish since", c.TargetPath, node)
+				if !published[c.TargetPath] && lastTarget[c.VolumeID] == c.TargetPath && unstageFailed[c.VolumeID] {
+					m.violate("NodeUnpublish of %s on %s was sent again after a failed NodeUnstage, with no NodePublish since", c.TargetPath, node)
 					return
 				}
 				published[c.TargetPath] = false
+				lastTarget[c.VolumeID], unstageFailed[c.VolumeID] = c.TargetPath, false
 				m.count(func(s *stats) { s.nodeUnpublishes++ })
 			}
 		}
