@@ -1,9 +1,12 @@
 package plugins
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/volhost/volhost/abi"
 )
@@ -52,5 +55,48 @@ func TestCheckPolicyResponse(t *testing.T) {
 	req := &abi.PolicyRequest{Claims: []abi.ClaimView{{AllocID: "a"}, {AllocID: "b"}, {AllocID: "a"}}}
 	if err := checkPolicyResponse(req, &abi.PolicyResponse{Decisions: []abi.Decision{{AllocID: "a", Action: abi.ActionWait}, {AllocID: "a", Action: abi.ActionWait}}}); err == nil || !strings.Contains(err.Error(), "two decisions") {
 		t.Fatalf("duplicate alloc ID: %v", err)
+	}
+}
+
+// TestTimerStaleFire: an instance's call timer is reset per call, so its
+// function may run for an earlier call after a later one armed it; it must
+// stop only a call whose own deadline has passed (issue 17's per-instance
+// timer), and a stop must read as that call's timeout.
+func TestTimerStaleFire(t *testing.T) {
+	wasm := exampleWasm(t, "as-default-policy")
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "p", wasm, manifest("release-policy", "limits {\n pool_size = 1\n call_timeout = \"10s\"\n}\n"))
+	}, nil)
+	ctx := context.Background()
+	g := (*e.m.modules.Load())["p"].cur.Load()
+	if g == nil {
+		t.Fatal("module p is not serving")
+	}
+	inst, err := g.checkout(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.checkin(inst, true)
+	if err := inst.armTimer(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	inst.expire() // a fire left over from an earlier call
+	if inst.interrupted() || (*timerBound)(inst).Err() != nil {
+		t.Fatalf("a stale fire stopped a call an hour from its deadline")
+	}
+	inst.flagMu.Lock()
+	inst.deadline = time.Now().Add(-time.Millisecond) // this call's deadline passed
+	inst.flagMu.Unlock()
+	inst.expire()
+	if !inst.interrupted() || !errors.Is((*timerBound)(inst).Err(), context.DeadlineExceeded) {
+		t.Fatalf("the call's own deadline passed and it was not stopped")
+	}
+	inst.disarmTimer()
+	if inst.interrupted() {
+		t.Fatal("the flag outlived the call")
+	}
+	inst.expire() // after the call: nothing is armed
+	if inst.interrupted() {
+		t.Fatal("a fire between calls set the flag")
 	}
 }
