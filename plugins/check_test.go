@@ -1,0 +1,102 @@
+package plugins
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/volhost/volhost/abi"
+)
+
+// TestCheckPolicyResponse covers the answer checks on both sides of the
+// 64-claim switch from the bit set to the index (issue 17).
+func TestCheckPolicyResponse(t *testing.T) {
+	decision := func(alloc string) abi.Decision {
+		return abi.Decision{AllocID: alloc, Action: abi.ActionRelease}
+	}
+	for _, n := range []int{2, 8, 64, 65, 200} {
+		req := volumeRequest(n)
+		last := fmt.Sprintf("alloc-%d", n-1)
+		all := make([]abi.Decision, n)
+		for i := range all {
+			all[i] = decision(req.Claims[i].AllocID)
+		}
+		cases := []struct {
+			name      string
+			decisions []abi.Decision
+			want      string // "" for valid
+		}{
+			{"none", nil, ""},
+			{"every claim", all, ""},
+			{"the last claim", []abi.Decision{decision(last)}, ""},
+			{"unknown alloc", []abi.Decision{decision("alloc-x")}, `decision for alloc "alloc-x", which is not a claim`},
+			{"two for the last claim", []abi.Decision{decision(last), decision(last)}, fmt.Sprintf("two decisions for alloc %q", last)},
+			{"more than claims", append(all[:n:n], decision(last)), fmt.Sprintf("%d decisions for %d claims", n+1, n)},
+			{"unknown action", []abi.Decision{{AllocID: last, Action: 7}}, "unknown action 7"},
+			{"negative wait", []abi.Decision{{AllocID: last, Action: abi.ActionWait, RetryAfterMs: -1}}, "negative retry_after_ms -1"},
+		}
+		for _, tc := range cases {
+			t.Run(fmt.Sprintf("%d claims/%s", n, tc.name), func(t *testing.T) {
+				err := checkPolicyResponse(req, &abi.PolicyResponse{Decisions: tc.decisions})
+				switch {
+				case tc.want == "" && err != nil:
+					t.Fatalf("refused: %v", err)
+				case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+					t.Fatalf("error %v, want one with %q", err, tc.want)
+				}
+			})
+		}
+	}
+	// Two claims with one alloc ID: one decision is answered for both, a
+	// second is a duplicate (as when the check was by alloc ID).
+	req := &abi.PolicyRequest{Claims: []abi.ClaimView{{AllocID: "a"}, {AllocID: "b"}, {AllocID: "a"}}}
+	if err := checkPolicyResponse(req, &abi.PolicyResponse{Decisions: []abi.Decision{{AllocID: "a", Action: abi.ActionWait}, {AllocID: "a", Action: abi.ActionWait}}}); err == nil || !strings.Contains(err.Error(), "two decisions") {
+		t.Fatalf("duplicate alloc ID: %v", err)
+	}
+}
+
+// TestTimerStaleFire: an instance's call timer is reset per call, so its
+// function may run for an earlier call after a later one armed it; it must
+// stop only a call whose own deadline has passed (issue 17's per-instance
+// timer), and a stop must read as that call's timeout.
+func TestTimerStaleFire(t *testing.T) {
+	wasm := exampleWasm(t, "as-default-policy")
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "p", wasm, manifest("release-policy", "limits {\n pool_size = 1\n call_timeout = \"10s\"\n}\n"))
+	}, nil)
+	ctx := context.Background()
+	g := (*e.m.modules.Load())["p"].cur.Load()
+	if g == nil {
+		t.Fatal("module p is not serving")
+	}
+	inst, err := g.checkout(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.checkin(inst, true)
+	if err := inst.armTimer(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	inst.expire() // a fire left over from an earlier call
+	if inst.interrupted() || (*timerBound)(inst).Err() != nil {
+		t.Fatalf("a stale fire stopped a call an hour from its deadline")
+	}
+	inst.flagMu.Lock()
+	inst.deadline = time.Now().Add(-time.Millisecond) // this call's deadline passed
+	inst.flagMu.Unlock()
+	inst.expire()
+	if !inst.interrupted() || !errors.Is((*timerBound)(inst).Err(), context.DeadlineExceeded) {
+		t.Fatalf("the call's own deadline passed and it was not stopped")
+	}
+	inst.disarmTimer()
+	if inst.interrupted() {
+		t.Fatal("the flag outlived the call")
+	}
+	inst.expire() // after the call: nothing is armed
+	if inst.interrupted() {
+		t.Fatal("a fire between calls set the flag")
+	}
+}

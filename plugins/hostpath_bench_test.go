@@ -1,0 +1,140 @@
+package plugins
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/volhost/volhost/abi"
+)
+
+// BenchmarkHostPath is the host side of one decision call before and after
+// issue 17, on the same instance of the same guest, in interleaved rounds
+// (A, B, A, B, ...), so its ratio is the lever's alone. "issue-17" is
+// Manager.DecideRelease. "before" is the call path it replaced, rebuilt
+// here from the parts that remain: a context.WithTimeout per call armed
+// with context.AfterFunc (invokeOn, which the set-up calls still use), a
+// copy of the response out of guest memory before decoding, and the
+// answer checked with a map per call. Both run on the caller's context
+// with a cancel (the watcher's leadership context), and neither includes
+// the instance checkout for the second (both use the pool the same way).
+//
+//	go test -run '^$' -bench HostPath -benchtime 1x ./plugins/
+func BenchmarkHostPath(b *testing.B) {
+	for _, module := range []string{"as-default-policy", "default-policy"} {
+		b.Run(module, func(b *testing.B) {
+			wasm := exampleWasm(b, module)
+			e := newEnv(b, func(dir string) {
+				writeModule(b, dir, "p", wasm, manifest("release-policy", "limits {\n pool_size = 1\n max_calls = 100000000\n call_timeout = \"1s\"\n}\n"))
+			}, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req := volumeRequest(8)
+			g := (*e.m.modules.Load())["p"].cur.Load()
+			after := func() error {
+				resp, err := e.m.DecideRelease(ctx, "p", req)
+				if err == nil && len(resp.Decisions) != 8 {
+					err = fmt.Errorf("%d decisions", len(resp.Decisions))
+				}
+				return err
+			}
+			before := func() error {
+				buf := getBuf()
+				*buf = req.MarshalAppend((*buf)[:0])
+				inst, err := g.checkout(ctx)
+				if err != nil {
+					return err
+				}
+				resp := new(abi.PolicyResponse)
+				cctx, cancelCall := context.WithTimeout(ctx, g.man.Limits.CallTimeout)
+				err = g.invokeOn(cctx, ctx, inst, abi.ExportDecideRelease, *buf, func(view []byte) (string, error) {
+					out := getBuf()
+					defer putBuf(out)
+					*out = append((*out)[:0], view...)
+					if err := resp.Unmarshal(*out); err != nil {
+						return "", err
+					}
+					return resp.Error, checkWithMap(req, resp)
+				})
+				cancelCall()
+				g.checkin(inst, err != nil)
+				putBuf(buf)
+				if err == nil && len(resp.Decisions) != 8 {
+					err = fmt.Errorf("%d decisions", len(resp.Decisions))
+				}
+				return err
+			}
+			const rounds, calls = 7, 2000
+			sides := []struct {
+				name string
+				call func() error
+			}{{"before", before}, {"issue-17", after}}
+			p50s := make([][]float64, len(sides))
+			d := make([]time.Duration, calls)
+			for b.Loop() {
+				for range rounds {
+					for i, s := range sides {
+						for k := range d {
+							t0 := time.Now()
+							if err := s.call(); err != nil {
+								b.Fatalf("%s: %v", s.name, err)
+							}
+							d[k] = time.Since(t0)
+						}
+						slices.Sort(d)
+						p50s[i] = append(p50s[i], float64(d[calls/2].Nanoseconds()))
+					}
+				}
+			}
+			ratio := make([]float64, len(p50s[0]))
+			for i := range ratio {
+				ratio[i] = p50s[1][i] / p50s[0][i]
+			}
+			b.ReportMetric(medianOf(p50s[0]), "before-p50-ns")
+			b.ReportMetric(medianOf(p50s[1]), "issue17-p50-ns")
+			b.ReportMetric(medianOf(ratio), "after/before")
+			b.Logf("%s, %d rounds of %d calls per side: p50 before %.0f [%.0f-%.0f] ns, issue-17 %.0f [%.0f-%.0f] ns, ratio %.3f [%.3f-%.3f]",
+				module, rounds, calls, medianOf(p50s[0]), slices.Min(p50s[0]), slices.Max(p50s[0]),
+				medianOf(p50s[1]), slices.Min(p50s[1]), slices.Max(p50s[1]), medianOf(ratio), slices.Min(ratio), slices.Max(ratio))
+		})
+	}
+}
+
+// checkWithMap is checkPolicyResponse as it was before issue 17 (a map of
+// the alloc IDs answered, per call), for BenchmarkHostPath's "before".
+func checkWithMap(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {
+	if len(resp.Decisions) > len(req.Claims) {
+		return fmt.Errorf("%d decisions for %d claims", len(resp.Decisions), len(req.Claims))
+	}
+	seen := make(map[string]bool, len(resp.Decisions))
+	for i := range resp.Decisions {
+		d := &resp.Decisions[i]
+		if claimIndex(req, nil, d.AllocID) < 0 {
+			return fmt.Errorf("decision for alloc %q, which is not a claim of the request", d.AllocID)
+		}
+		if seen[d.AllocID] {
+			return fmt.Errorf("two decisions for alloc %q", d.AllocID)
+		}
+		seen[d.AllocID] = true
+		switch d.Action {
+		case abi.ActionRelease, abi.ActionWait, abi.ActionReleaseSkipNode:
+		default:
+			return fmt.Errorf("unknown action %d", d.Action)
+		}
+		if d.RetryAfterMs < 0 {
+			return fmt.Errorf("negative retry_after_ms %d", d.RetryAfterMs)
+		}
+	}
+	return nil
+}
+
+func medianOf(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
