@@ -445,6 +445,11 @@ func (inst *instance) arm(ctx context.Context) error {
 func (inst *instance) disarm() {
 	inst.stopWatch()
 	inst.stopWatch = nil
+	inst.unarm()
+}
+
+// unarm ends the armed state and clears a flag an interrupt set too late.
+func (inst *instance) unarm() {
 	inst.flagMu.Lock()
 	inst.armed = false
 	if inst.flag.Get() != 0 {
@@ -506,12 +511,7 @@ func (inst *instance) disarmTimer() {
 		inst.stopWatch()
 		inst.stopWatch = nil
 	}
-	inst.flagMu.Lock()
-	inst.armed = false
-	if inst.flag.Get() != 0 {
-		inst.flag.Set(0)
-	}
-	inst.flagMu.Unlock()
+	inst.unarm()
 }
 
 // expire is the timer's function: it stops the armed call once its

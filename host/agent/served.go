@@ -75,8 +75,8 @@ func (q *servedQuery) run(st plugins.Status, all []plugins.Status) (*servedResul
 
 	// The volumes a selector may name: Match decides each.
 	in := map[structs.VolumeRef]*structs.Volume{} // selected and served by st
-	out := map[structs.VolumeRef]bool{}  // of an owned plugin, but served by another
-	lost := map[string]int{}             // out, by plugin
+	out := map[structs.VolumeRef]bool{}           // of an owned plugin, but served by another
+	lost := map[string]int{}                      // out, by plugin
 	for _, m := range mods {
 		for _, sel := range m.Volumes {
 			ns, id, _ := strings.Cut(sel, "/")

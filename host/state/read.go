@@ -94,13 +94,7 @@ func (snap *Snapshot) VolumesFrom(ws memdb.WatchSet, namespace, id string) (func
 	if err != nil {
 		return nil, fmt.Errorf("read volumes from %s/%s: %w", namespace, id, err)
 	}
-	return func() *structs.Volume {
-		raw := it.Next()
-		if raw == nil {
-			return nil
-		}
-		return raw.(*structs.Volume)
-	}, nil
+	return volumeWalk(it), nil
 }
 
 // VolumesByExternalID lists the volumes registered on plugin pluginID for

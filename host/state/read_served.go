@@ -3,6 +3,8 @@ package state
 import (
 	"fmt"
 
+	"github.com/hashicorp/go-memdb"
+
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -44,11 +46,17 @@ func (snap *Snapshot) VolumesOfPlugin(pluginID string) (func() *structs.Volume, 
 	if err != nil {
 		return nil, fmt.Errorf("read volumes of plugin %q: %w", pluginID, err)
 	}
+	return volumeWalk(it), nil
+}
+
+// volumeWalk turns a memdb iterator over volumes into a next function that
+// returns nil after the last one.
+func volumeWalk(it memdb.ResultIterator) func() *structs.Volume {
 	return func() *structs.Volume {
 		raw := it.Next()
 		if raw == nil {
 			return nil
 		}
 		return raw.(*structs.Volume)
-	}, nil
+	}
 }
