@@ -1,37 +1,19 @@
 package plugins
 
 import (
-	"bytes"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/volhost/volhost/internal/testutil"
 )
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestGuestLogRouted checks that volhost.log lines land in the module's
 // named logger with its name and version (fault-policy logs from configure).
 func TestGuestLogRouted(t *testing.T) {
 	faulty := exampleWasm(t, "fault-policy")
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	newEnv(t, func(dir string) {
 		writeModule(t, dir, "noisy", faulty, manifest("release-policy", ""))
 	}, func(o *Options) {

@@ -134,19 +134,6 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// waitFor polls cond until it holds or the deadline passes. It is for
-// conditions reached by other goroutines (a drained generation closing).
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond) // polling, not synchronising: cond is re-checked
-	}
-}
-
 // runtimeYield lets other goroutines run while a test spins on a counter.
 func runtimeYield() { runtime.Gosched() }
 

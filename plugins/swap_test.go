@@ -13,6 +13,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/abi/defaultpolicy"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 func goodManifest(version int) []byte {
@@ -198,5 +199,5 @@ func TestWatchSwapsAndRetires(t *testing.T) {
 	}
 	_, err := e.m.DecideRelease(ctx, "policy", volumeRequest(2))
 	assertFault(t, err, FaultNotLoaded)
-	waitFor(t, "the retired generation to close", func() bool { return e.m.runtimes.Load() == 0 })
+	testutil.WaitFor(t, "the retired generation to close", func() bool { return e.m.runtimes.Load() == 0 })
 }

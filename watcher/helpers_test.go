@@ -3,7 +3,6 @@ package watcher
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sort"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // t0 is the fake clock's start.
@@ -554,20 +554,6 @@ func newVolume(id string, claims ...*structs.Claim) *structs.Volume {
 	return v
 }
 
-// waitFor polls cond until it holds or the deadline passes. It is the
-// wait-for-condition helper: no fixed sleeps decide an outcome.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		runtime.Gosched()
-		<-time.After(time.Millisecond)
-	}
-}
-
 // idleWorkers reports whether no worker goroutine runs and nothing is queued.
 func (w *Watcher) idle() bool {
 	w.mu.Lock()
@@ -605,5 +591,5 @@ func (f *fixture) enable(t testing.TB) {
 	idx := f.store.index
 	f.store.mu.Unlock()
 	f.w.SetEnabled(true)
-	waitFor(t, "watcher caught up with the store", func() bool { return f.w.feedIndex.Load() >= idx })
+	testutil.WaitFor(t, "watcher caught up with the store", func() bool { return f.w.feedIndex.Load() >= idx })
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // swappablePolicy answers WAIT with a 30 s retry_after until swapped, then
@@ -60,7 +61,7 @@ func TestReassessRejudgesAtOnce(t *testing.T) {
 	f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken)))
 	f.store.putVolume(newVolume("other", newClaim("b1", testNode, structs.ClaimTaken)))
 	f.enable(t)
-	waitFor(t, "the first judgement of both volumes", func() bool { return pol.callCount() >= 2 && f.w.idle() })
+	testutil.WaitFor(t, "the first judgement of both volumes", func() bool { return pol.callCount() >= 2 && f.w.idle() })
 	if n := f.metrics.releasedCount(); n != 0 {
 		t.Fatalf("%d claims released while the policy said wait", n)
 	}
@@ -71,8 +72,8 @@ func TestReassessRejudgesAtOnce(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Fatalf("Reassess = %d, %v; want 1 volume", n, err)
 	}
-	waitFor(t, "v1's claim released by the new judgement", func() bool { return f.metrics.releasedCount() == 1 })
-	waitFor(t, "the watcher idle", f.w.idle)
+	testutil.WaitFor(t, "v1's claim released by the new judgement", func() bool { return f.metrics.releasedCount() == 1 })
+	testutil.WaitFor(t, "the watcher idle", f.w.idle)
 	if got := pol.callCount(); got != calls+1 {
 		t.Fatalf("policy asked %d more times, want once (v1 only)", got-calls)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // TestReleaseStateMachine drives one claim from every starting state through
@@ -162,18 +163,18 @@ func TestRetryAfterBackoff(t *testing.T) {
 	f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimNodeDetached)))
 	f.csi.setScript(mCtlUnpublish, status.Error(codes.Unavailable, "x"), status.Error(codes.Unavailable, "x"))
 	f.w.SetEnabled(true)
-	waitFor(t, "first failure", func() bool { c := f.store.claim(r, "a1"); return c != nil && c.Attempts == 1 })
-	waitFor(t, "watcher idle", f.w.idle)
+	testutil.WaitFor(t, "first failure", func() bool { c := f.store.claim(r, "a1"); return c != nil && c.Attempts == 1 })
+	testutil.WaitFor(t, "watcher idle", f.w.idle)
 	if n := f.csi.count(mCtlUnpublish); n != 1 {
 		t.Fatalf("controller calls before backoff = %d, want 1", n)
 	}
 	f.clock.Advance(DefaultBackoffBase - time.Millisecond)
-	waitFor(t, "watcher idle", f.w.idle)
+	testutil.WaitFor(t, "watcher idle", f.w.idle)
 	if n := f.csi.count(mCtlUnpublish); n != 1 {
 		t.Fatalf("retried before NextAttempt: %d calls", n)
 	}
 	f.clock.Advance(time.Millisecond)
-	waitFor(t, "second failure", func() bool { c := f.store.claim(r, "a1"); return c != nil && c.Attempts == 2 })
+	testutil.WaitFor(t, "second failure", func() bool { c := f.store.claim(r, "a1"); return c != nil && c.Attempts == 2 })
 	c := f.store.claim(r, "a1")
 	if want := t0.Add(DefaultBackoffBase + 2*DefaultBackoffBase); !c.NextAttempt.Equal(want) {
 		t.Fatalf("second backoff: next attempt %v, want %v (doubling)", c.NextAttempt, want)
@@ -182,7 +183,7 @@ func TestRetryAfterBackoff(t *testing.T) {
 		t.Fatalf("first failure moved to %v", c.FirstFailure)
 	}
 	f.clock.Advance(2 * DefaultBackoffBase)
-	waitFor(t, "release", func() bool { return f.store.claim(r, "a1") == nil })
+	testutil.WaitFor(t, "release", func() bool { return f.store.claim(r, "a1") == nil })
 }
 
 // TestStuck: MaxAttempts and StuckAfter mark the volume stuck once per

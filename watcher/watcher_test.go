@@ -12,6 +12,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // TestStepDownCancelsAndResumes: disabling mid-release cancels the in-flight
@@ -60,7 +61,7 @@ func TestStepDownCancelsAndResumes(t *testing.T) {
 
 	f.csi.setBlock(mCtlUnpublish, false)
 	f.w.SetEnabled(true)
-	waitFor(t, "claim released after re-enable", func() bool { return f.store.claim(ref("v1"), "a1") == nil })
+	testutil.WaitFor(t, "claim released after re-enable", func() bool { return f.store.claim(ref("v1"), "a1") == nil })
 	if n := f.csi.count(mNodeUnpublish); n != 1 {
 		t.Fatalf("NodeUnpublish called %d times, want 1 (resume at node-detached)", n)
 	}
@@ -84,18 +85,18 @@ func TestOnlyChangedVolumesEnqueued(t *testing.T) {
 	}
 	f.store.putVolume(newVolume("empty"))
 	f.enable(t)
-	waitFor(t, "releasable volumes released", func() bool {
+	testutil.WaitFor(t, "releasable volumes released", func() bool {
 		return f.store.claim(ref("r1"), "a-r1") == nil && f.store.claim(ref("r2"), "a-r2") == nil
 	})
-	waitFor(t, "idle", f.w.idle)
+	testutil.WaitFor(t, "idle", f.w.idle)
 	for i := range 5 {
 		if n := f.metrics.get(ref(fmt.Sprintf("live%d", i))); n != 0 {
 			t.Fatalf("live%d assessed %d times on step-up, want 0", i, n)
 		}
 	}
 	f.store.touch(ref("live3"))
-	waitFor(t, "live3 assessed", func() bool { return f.metrics.get(ref("live3")) == 1 })
-	waitFor(t, "idle", f.w.idle)
+	testutil.WaitFor(t, "live3 assessed", func() bool { return f.metrics.get(ref("live3")) == 1 })
+	testutil.WaitFor(t, "idle", f.w.idle)
 	for _, id := range []string{"live0", "live1", "live2", "live4", "empty"} {
 		if n := f.metrics.get(ref(id)); n != 0 {
 			t.Fatalf("%s assessed %d times, want 0 (index did not move)", id, n)
@@ -113,13 +114,13 @@ func TestGCWakesWatcher(t *testing.T) {
 		f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken)))
 		f.enable(t)
 		f.store.touch(ref("v1"))
-		waitFor(t, "first pass", func() bool { return f.metrics.get(ref("v1")) == 1 })
+		testutil.WaitFor(t, "first pass", func() bool { return f.metrics.get(ref("v1")) == 1 })
 		f.store.putAlloc("a1", testNode, structs.AllocComplete) // no volume bump
 		n, err := f.w.GC(context.Background())
 		if err != nil || n != 1 {
 			t.Fatalf("GC = %d, %v; want 1 volume", n, err)
 		}
-		waitFor(t, "release after GC", func() bool { return f.store.claim(ref("v1"), "a1") == nil })
+		testutil.WaitFor(t, "release after GC", func() bool { return f.store.claim(ref("v1"), "a1") == nil })
 	})
 	t.Run("periodic", func(t *testing.T) {
 		f := newFixture(t, Config{}, nil)
@@ -135,7 +136,7 @@ func TestGCWakesWatcher(t *testing.T) {
 		f.store.putAlloc("a1", testNode, structs.AllocComplete) // ModifyTime t0
 		f.clock.Advance(DefaultGCInterval - time.Second)
 		f.clock.Advance(time.Second)
-		waitFor(t, "release after periodic GC", func() bool { return f.store.claim(ref("v1"), "a1") == nil })
+		testutil.WaitFor(t, "release after periodic GC", func() bool { return f.store.claim(ref("v1"), "a1") == nil })
 		f.store.mu.Lock()
 		gcs := len(f.store.gcs)
 		f.store.mu.Unlock()
@@ -160,14 +161,14 @@ func TestIdleVolumesHoldNoGoroutine(t *testing.T) {
 		for i := range n {
 			f.store.touch(ref(fmt.Sprintf("v%d", i)))
 		}
-		waitFor(t, "all assessed", func() bool { return f.metrics.distinct() == n })
-		waitFor(t, "idle", f.w.idle)
+		testutil.WaitFor(t, "all assessed", func() bool { return f.metrics.distinct() == n })
+		testutil.WaitFor(t, "idle", f.w.idle)
 		g := runtime.NumGoroutine()
 		if got := f.w.trackedVolumes(); got != n {
 			t.Fatalf("tracked %d volumes, want %d before the idle timeout", got, n)
 		}
 		f.clock.Advance(DefaultIdleTimeout)
-		waitFor(t, "idle bookkeeping dropped", func() bool { return f.w.trackedVolumes() == 0 })
+		testutil.WaitFor(t, "idle bookkeeping dropped", func() bool { return f.w.trackedVolumes() == 0 })
 		f.w.SetEnabled(false)
 		return g
 	}
@@ -208,9 +209,9 @@ func TestConcurrencyLimits(t *testing.T) {
 				defer f.csi.mu.Unlock()
 				return f.csi.inFlight[ctlEP]
 			}
-			waitFor(t, "calls in flight", func() bool { return inFlight() == tc.want })
+			testutil.WaitFor(t, "calls in flight", func() bool { return inFlight() == tc.want })
 			close(gate)
-			waitFor(t, "all released", func() bool { return f.metrics.releasedCount() == n })
+			testutil.WaitFor(t, "all released", func() bool { return f.metrics.releasedCount() == n })
 			f.csi.mu.Lock()
 			maxSeen := f.csi.maxFlight[ctlEP]
 			f.csi.mu.Unlock()
@@ -249,7 +250,7 @@ func TestDetach(t *testing.T) {
 	// The step-up pass records the policy's hold on b1, the one due
 	// releasable claim (issue 10: a hold is visible); wait for it, so what
 	// the refused detach writes is counted alone.
-	waitFor(t, "the step-up pass's hold", func() bool {
+	testutil.WaitFor(t, "the step-up pass's hold", func() bool {
 		c := f.store.claim(ref("v1"), "b1")
 		return c != nil && c.Hold != nil && f.w.idle()
 	})
@@ -303,15 +304,15 @@ func TestRateLimit(t *testing.T) {
 	f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken)))
 	f.enable(t)
 	f.store.touch(ref("v1"))
-	waitFor(t, "first pass", func() bool { return f.metrics.get(ref("v1")) == 1 })
-	waitFor(t, "idle", f.w.idle)
+	testutil.WaitFor(t, "first pass", func() bool { return f.metrics.get(ref("v1")) == 1 })
+	testutil.WaitFor(t, "idle", f.w.idle)
 	f.store.touch(ref("v1"))
-	waitFor(t, "deferred", f.w.idle)
+	testutil.WaitFor(t, "deferred", f.w.idle)
 	if n := f.metrics.get(ref("v1")); n != 1 {
 		t.Fatalf("%d passes within the rate limit, want 1", n)
 	}
 	f.clock.Advance(time.Second)
-	waitFor(t, "second pass after the limiter's delay", func() bool { return f.metrics.get(ref("v1")) == 2 })
+	testutil.WaitFor(t, "second pass after the limiter's delay", func() bool { return f.metrics.get(ref("v1")) == 2 })
 }
 
 // TestStoreFailureRetried: a pass that fails on a log write (not the
@@ -324,8 +325,8 @@ func TestStoreFailureRetried(t *testing.T) {
 	f.store.failWrites = structs.ErrNoLeader
 	f.store.mu.Unlock()
 	f.w.SetEnabled(true)
-	waitFor(t, "failed pass", func() bool { return f.csi.count(mNodeUnpublish) == 1 })
-	waitFor(t, "idle", f.w.idle)
+	testutil.WaitFor(t, "failed pass", func() bool { return f.csi.count(mNodeUnpublish) == 1 })
+	testutil.WaitFor(t, "idle", f.w.idle)
 	if c := f.store.claim(ref("v1"), "a1"); c.State != structs.ClaimTaken || c.Attempts != 0 {
 		t.Fatalf("claim = %s attempts %d, want untouched", c.State, c.Attempts)
 	}
@@ -333,5 +334,5 @@ func TestStoreFailureRetried(t *testing.T) {
 	f.store.failWrites = nil
 	f.store.mu.Unlock()
 	f.clock.Advance(DefaultBackoffBase)
-	waitFor(t, "release after the retry", func() bool { return f.store.claim(ref("v1"), "a1") == nil })
+	testutil.WaitFor(t, "release after the retry", func() bool { return f.store.claim(ref("v1"), "a1") == nil })
 }

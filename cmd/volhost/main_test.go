@@ -6,12 +6,12 @@ import (
 	"encoding/json"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/volhost/volhost/host/api/apitest"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // cliEnv is a CLI pointed at a real API server over a real state store.
@@ -331,24 +331,6 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for a command writing while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestEventsFollow(t *testing.T) {
 	e := newCLIEnv(t)
 	e.setup()
@@ -360,7 +342,7 @@ func TestEventsFollow(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb syncBuffer
+	var out, errb testutil.SyncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"events", "-follow"}, env, &out, &errb) }()
 

@@ -22,6 +22,7 @@ import (
 	"github.com/volhost/volhost/host/cluster"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // Raft timings of the agent cluster tests: short enough for a quick
@@ -127,17 +128,7 @@ func startAgentCluster(t testing.TB, n int) *agentCluster {
 
 func (ac *agentCluster) waitFor(what string, cond func() bool) {
 	ac.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			ac.t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
+	testutil.WaitFor(ac.t, what, cond)
 }
 
 func (ac *agentCluster) live() []*clusterAgent {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 	"github.com/volhost/volhost/plugins/pluginstest"
 )
 
@@ -47,7 +48,7 @@ config = { terminated = "ext-node1" }
 
 	r.claim("a1")
 	r.stopAgent()
-	waitFor(t, ctx, "node1 down after the heartbeat TTL", func() bool {
+	testutil.WaitForCtx(t, ctx, "node1 down after the heartbeat TTL", func() bool {
 		clk.Advance(10 * time.Second)
 		n, _, err := c.Node(ctx, "node1", nil)
 		return err == nil && n.Status == structs.NodeDown && n.HeartbeatLost

@@ -18,6 +18,7 @@ import (
 	nodeagent "github.com/volhost/volhost/host/client"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // The node agent's whole story against one server: the claim and its
@@ -62,7 +63,7 @@ func TestNodeAgentClaimReleaseAndFence(t *testing.T) {
 	// The node is lost: its agent stops; after the TTL the node is down.
 	claim("a2")
 	stopAgent()
-	waitFor(t, ctx, "node1 down after the heartbeat TTL", func() bool {
+	testutil.WaitForCtx(t, ctx, "node1 down after the heartbeat TTL", func() bool {
 		clk.Advance(10 * time.Second)
 		n, _, err := c.Node(ctx, "node1", nil)
 		return err == nil && n.Status == structs.NodeDown && n.HeartbeatLost
@@ -165,7 +166,7 @@ func newAgentRigWith(t *testing.T, ctx context.Context, clk clockwork.Clock, drv
 		}
 		// Connected means the server registered it: the node's steps go
 		// through this agent from now on.
-		waitFor(t, ctx, "the server to route node1 to the new agent", func() bool { return a.NodeRPC.Agent("node1") != nil })
+		testutil.WaitForCtx(t, ctx, "the server to route node1 to the new agent", func() bool { return a.NodeRPC.Agent("node1") != nil })
 	}
 	r.stopAgent = func() {
 		if stop != nil {
@@ -230,19 +231,6 @@ func TestStagingSurvivesAgentRestart(t *testing.T) {
 	waitVolume(t, r.c, "vol1", func(v *structs.Volume) bool { return len(v.Claims) == 0 })
 	if u, s := len(drv.Calls(csitest.NodeUnpublish)), len(drv.Calls(csitest.NodeUnstage)); u != 2 || s != 1 {
 		t.Fatalf("last release: %d NodeUnpublish, %d NodeUnstage; want 2 and 1", u, s)
-	}
-}
-
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/cluster"
 	"github.com/volhost/volhost/host/tlsutil"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // testPKI is a CA and certificates written under a directory.
@@ -100,21 +101,6 @@ func newSecureAgent(t *testing.T, cfg *Config) *Agent {
 	return a
 }
 
-// waitUntil polls cond (a cluster forming over real sockets has no event
-// to wait on from outside) until it holds or the deadline passes.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		<-tick.C
-	}
-}
-
 // TestSecureCluster: three servers with ACLs and mutual TLS everywhere
 // form a cluster (joins authorized by their server certificates), a
 // client token works through a follower (forwarding over HTTPS), a
@@ -134,7 +120,7 @@ func TestSecureCluster(t *testing.T) {
 		agents = append(agents, newSecureAgent(t, cfg))
 	}
 	var leader *Agent
-	waitUntil(t, "a leader with all three members known", func() bool {
+	testutil.WaitFor(t, "a leader with all three members known", func() bool {
 		for _, a := range agents {
 			if a.Cluster.IsLeader() && len(a.Cluster.Members()) == 3 {
 				leader = a
@@ -254,7 +240,7 @@ func TestSecureCluster(t *testing.T) {
 			}
 		}
 	}()
-	waitUntil(t, "requests flowing", func() bool { return requests.Load() >= 5 })
+	testutil.WaitFor(t, "requests flowing", func() bool { return requests.Load() >= 5 })
 	c, err := tlsutil.CreateCert(tlsutil.CertRequest{Kind: tlsutil.KindServer, Days: 1, Now: time.Now(), CA: p.ca})
 	if err != nil {
 		t.Fatal(err)
@@ -265,7 +251,7 @@ func TestSecureCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := requests.Load()
-	waitUntil(t, "requests after the reload", func() bool { return requests.Load() >= n+5 })
+	testutil.WaitFor(t, "requests after the reload", func() bool { return requests.Load() >= n+5 })
 	close(stop)
 	wg.Wait()
 	if f := failures.Load(); f > 0 {

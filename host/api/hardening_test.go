@@ -2,7 +2,6 @@ package api_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +22,7 @@ import (
 	"github.com/volhost/volhost/host/api/client"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // hardened is an API over a real store with a plugin, a node and a volume.
@@ -305,27 +304,10 @@ func TestPagination(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // serve runs the API on a real listener (the limits live there).
-func serveLimited(t *testing.T, cfg api.Config) (string, *syncBuffer) {
+func serveLimited(t *testing.T, cfg api.Config) (string, *testutil.SyncBuffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &testutil.SyncBuffer{}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Warn})
 	b := apitest.NewStoreBackend()
 	srv := api.NewServer(cfg, b.Store, b, nil)

@@ -1,13 +1,11 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/nodeconn"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 const keyA = "default/vol1/alloc1/7/node-unpublish"
@@ -149,24 +148,6 @@ func TestJournalInFlightAndBound(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink the test reads while the agent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // An agent restarted over a journal runs each keyed step against the
 // driver once: a success is answered from the journal, a step started by
 // the previous run with no answer is called again and logged as such.
@@ -180,7 +161,7 @@ func TestAgentAnswersKeyedRetryFromJournal(t *testing.T) {
 		t.Fatal(err)
 	}
 	step := &nodeconn.StepRequest{ID: 1, Method: nodeconn.MethodUnpublish, Endpoint: plugin.Endpoint(), Request: body, Key: keyA}
-	var logs syncBuffer
+	var logs testutil.SyncBuffer
 	newAgent := func() *Agent {
 		a, err := New(Config{Servers: []string{"127.0.0.1:1"}, NodeID: "n1", RootDir: root,
 			Plugins: map[string]string{"p": plugin.Endpoint()}, Clock: clockwork.NewFakeClock(),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // batchFixture: base data, claims vol-sw/a1, vol-mw/a2 and vol-snr/a4
@@ -131,7 +132,7 @@ func TestCheckpointBatcherUnknownOutcome(t *testing.T) {
 		_, err := idle.submit(ctx, checkpointReq(s, "vol-sw", "a1", structs.ClaimNodeDetached, term))
 		errc <- err
 	}()
-	waitFor(t, "the checkpoint to be queued", func() bool {
+	testutil.WaitFor(t, "the checkpoint to be queued", func() bool {
 		idle.mu.Lock()
 		defer idle.mu.Unlock()
 		return len(idle.queue) == 1

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // Issue 10 defect 5: leader work runs under the term its step-up was
@@ -64,7 +65,7 @@ func TestConfirmLeaderFailsWithoutQuorum(t *testing.T) {
 	tc.partition(l)
 	// The shared verification is younger than confirmMaxAge right now;
 	// wait it out so the next confirmation must ask the quorum.
-	waitFor(t, "the cut-off leader to refuse", func() bool {
+	testutil.WaitFor(t, "the cut-off leader to refuse", func() bool {
 		return l.c.ConfirmLeader(testCtx(t), term) != nil
 	})
 	if err := l.c.ConfirmLeader(testCtx(t), term); !errors.Is(err, structs.ErrNoLeader) {

@@ -15,6 +15,7 @@ import (
 	"github.com/volhost/volhost/host/snapshot"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // Test timings: fast enough for a short suite, slow enough that a loaded
@@ -115,21 +116,6 @@ func newCluster(t testing.TB, n int, dirs ...string) *tcluster {
 	return tc
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	ctx := testCtx(t)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
 // leader waits until exactly one of the live nodes leads and reported it.
 func (tc *tcluster) leader(live ...*node) *node {
 	tc.t.Helper()
@@ -137,7 +123,7 @@ func (tc *tcluster) leader(live ...*node) *node {
 		live = tc.nodes
 	}
 	var l *node
-	waitFor(tc.t, "a leader", func() bool {
+	testutil.WaitFor(tc.t, "a leader", func() bool {
 		l = nil
 		for _, n := range live {
 			if n.c.IsLeader() {
@@ -169,7 +155,7 @@ func (tc *tcluster) waitConverged(live ...*node) {
 		tc.t.Fatal(err)
 	}
 	want := l.c.AppliedIndex()
-	waitFor(tc.t, "replicas to converge", func() bool {
+	testutil.WaitFor(tc.t, "replicas to converge", func() bool {
 		d := digest(tc.t, l.s)
 		for _, n := range live {
 			if n.c.AppliedIndex() < want || digest(tc.t, n.s) != d || n.c.ID() != l.c.ID() {
@@ -287,7 +273,7 @@ func TestBootstrapExpect(t *testing.T) {
 	if len(peers) != 3 {
 		t.Fatalf("peers %+v", peers)
 	}
-	waitFor(t, "every member's HTTP address", func() bool { return len(l.c.Members()) == 3 })
+	testutil.WaitFor(t, "every member's HTTP address", func() bool { return len(l.c.Members()) == 3 })
 }
 
 func TestJoinRefused(t *testing.T) {
@@ -353,7 +339,7 @@ func TestQuorumLossFailsFast(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var err error
-	waitFor(t, "a write to fail", func() bool {
+	testutil.WaitFor(t, "a write to fail", func() bool {
 		_, _, err = l.c.Apply(ctx, structs.NodeStatusUpdateType, &structs.NodeStatusUpdateRequest{NodeID: "n1", Status: structs.NodeDown})
 		return err != nil
 	})
@@ -361,7 +347,7 @@ func TestQuorumLossFailsFast(t *testing.T) {
 		t.Fatalf("write without quorum: %v", err)
 	}
 	if _, err := l.c.LeaderHTTPAddr(); !errors.Is(err, structs.ErrNoLeader) {
-		waitFor(t, "leader to be forgotten", func() bool {
+		testutil.WaitFor(t, "leader to be forgotten", func() bool {
 			_, err := l.c.LeaderHTTPAddr()
 			return errors.Is(err, structs.ErrNoLeader)
 		})
