@@ -71,9 +71,9 @@ func TestMockScriptedErrorSequence(t *testing.T) {
 	}
 	want := []string{
 		"NodeUnpublishVolume:Unavailable", "NodeUnpublishVolume:Aborted", "NodeUnpublishVolume:OK",
-		// The node step is unpublish then unstage as one unit, so a failed
-		// unstage repeats the (idempotent, CSI spec) unpublish first.
-		"NodeUnstageVolume:Internal", "NodeUnpublishVolume:OK", "NodeUnstageVolume:OK",
+		// The unpublish's success is committed before the unstage runs
+		// (issue 14), so the retry of a failed unstage does not repeat it.
+		"NodeUnstageVolume:Internal", "NodeUnstageVolume:OK",
 		"ControllerUnpublishVolume:DeadlineExceeded", "ControllerUnpublishVolume:Unavailable",
 		"ControllerUnpublishVolume:ResourceExhausted", "ControllerUnpublishVolume:OK",
 	}
