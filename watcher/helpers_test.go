@@ -328,6 +328,7 @@ type fakeCSI struct {
 	gate      chan struct{}      // non-nil: controller calls wait for it (or ctx)
 	started   chan string        // non-nil: receives the method as a call starts
 	ctxErrs   []error            // ctx errors seen by blocked calls
+	answered  map[string]func()  // method -> run as the call answers (the plugin has done it)
 	inFlight  map[string]int     // controller calls in flight per endpoint
 	maxFlight map[string]int
 	noRecord  bool
@@ -353,7 +354,7 @@ func (f *fakeCSI) do(ctx context.Context, c csiCall) error {
 	if q := f.script[c.Method]; len(q) > 0 {
 		err, f.script[c.Method] = q[0], q[1:]
 	}
-	block, gate, started := f.block[c.Method], f.gate, f.started
+	block, gate, started, answered := f.block[c.Method], f.gate, f.started, f.answered[c.Method]
 	ctl := c.Method == mCtlUnpublish
 	if ctl {
 		f.inFlight[c.Endpoint]++
@@ -385,6 +386,9 @@ func (f *fakeCSI) do(ctx context.Context, c csiCall) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	if answered != nil {
+		answered()
 	}
 	return err
 }

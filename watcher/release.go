@@ -437,8 +437,8 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 	published := c.TargetPath != "" || c.StagingPath != ""
 	var flags stepFlags
 	var nodeCSI NodeCSI
-	var acks []string // keyed steps whose outcome the advance commits
-	passCtx := ctx    // ctx becomes a recording context once a step is done
+	var acks []string           // keyed steps whose outcome the advance commits
+	rec, recorded := ctx, false // the context of the writes that record what the node did
 	fence := p.fence(c.NodeID)
 	if !skip && fence != nil {
 		skip = true // attested off (Detach, a policy release)
@@ -484,14 +484,14 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			// repeats it (issue 14: exactly one NodeUnpublish).
 			rctx, cancel := recording(ctx)
 			defer cancel()
-			ctx = rctx
+			rec, recorded = rctx, true
 		}
 		// The staging path is shared by the volume's claims on this
 		// node: unstage only when this is the last one published there,
 		// as committed state says right now, with the claim path held
 		// off until the checkpoint is written (VolumeLocks).
 		if np.StageUnstage && c.StagingPath != "" {
-			unlock, err := p.w.locks.Lock(ctx, p.ref)
+			unlock, err := p.w.locks.Lock(rec, p.ref)
 			if err != nil {
 				return false, err
 			}
@@ -505,7 +505,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 					// Commit the unpublish before the unstage runs, so
 					// no retry sends it twice. Only here: a claim with
 					// no unstage to follow keeps one write per step.
-					if err := p.recordUnpublished(ctx, c); err != nil {
+					if err := p.recordUnpublished(rec, c); err != nil {
 						return false, err
 					}
 					ackSteps(nodeCSI, acks...)
@@ -515,9 +515,9 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 				if fe != nil {
 					return false, p.failAdapt(ctx, c, fe)
 				}
-				// A new destructive call starts only under the pass's own
-				// context: a cancelled pass records, it does not act.
-				err := p.callCSI(WithStepKey(passCtx, p.stepKey(c, StepNodeUnstage)), func(ctx context.Context) error {
+				// The unstage, a new destructive call, runs under the pass's
+				// own context: a cancelled pass records, it does not act.
+				err := p.callCSI(WithStepKey(ctx, p.stepKey(c, StepNodeUnstage)), func(ctx context.Context) error {
 					return nodeCSI.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
 						VolumeId:          resp.VolumeID,
 						StagingTargetPath: c.StagingPath,
@@ -536,7 +536,13 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 	if forced {
 		c.FenceReason = fence.Source + ": " + fence.Reason
 	}
-	if err := p.advance(ctx, c, structs.ClaimNodeDetached, nil, flags); err != nil {
+	if flags.unstaged && !recorded {
+		// The unstage is done too: its record must not be lost either.
+		rctx, cancel := recording(ctx)
+		defer cancel()
+		rec = rctx
+	}
+	if err := p.advance(rec, c, structs.ClaimNodeDetached, nil, flags); err != nil {
 		return false, err
 	}
 	ackSteps(nodeCSI, acks...)

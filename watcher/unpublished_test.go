@@ -191,3 +191,43 @@ func TestStepKeyAbsentOutsideRelease(t *testing.T) {
 		t.Fatalf("key = %q", k)
 	}
 }
+
+// A pass cancelled just as NodeUnpublish answered OK (the watcher disabled,
+// a step-down under way, with the leader's term still current) still
+// commits what the node did: the next pass does not repeat the unpublish.
+// (Without the recording context the volume lock, taken under the
+// cancelled context, failed and the unpublish went unrecorded.)
+func TestCancelledPassRecordsItsUnpublish(t *testing.T) {
+	f := newFixture(t, Config{}, nil)
+	r := ref("v1")
+	f.store.putAlloc("a1", testNode, structs.AllocComplete)
+	f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken)))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.csi.mu.Lock()
+	f.csi.answered = map[string]func(){mNodeUnpublish: cancel}
+	f.csi.mu.Unlock()
+	_, _ = f.w.assess(ctx, r)
+	if c := f.store.claim(r, "a1"); c != nil && !c.NodeUnpublished {
+		t.Fatalf("after the cancelled pass: claim %+v lost its done NodeUnpublish", c)
+	}
+	f.csi.mu.Lock()
+	f.csi.answered = nil
+	f.csi.mu.Unlock()
+	f.clock.Advance(DefaultBackoffMax)
+	if _, err := f.w.assess(context.Background(), r); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range f.csi.methods() {
+		if m == mNodeUnpublish {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("calls = %v: NodeUnpublish %d times, want once", f.csi.methods(), n)
+	}
+	if c := f.store.claim(r, "a1"); c != nil {
+		t.Fatalf("claim not released: %+v", c)
+	}
+}
