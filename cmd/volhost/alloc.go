@@ -96,15 +96,10 @@ func (c *AllocStatusCommand) Help() string {
 func (c *AllocStatusCommand) Run(args []string) int {
 	fs := c.flagSet("alloc status", true)
 	node := fs.String("node", "", "")
-	rest, err := c.parse(fs, args, 0, 1, "alloc status [options] [ID]")
+	rest, cl, ctx, stop, err := c.begin(fs, args, 0, 1, "alloc status [options] [ID]")
 	if err != nil {
 		return c.fail(err)
 	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
 	defer stop()
 	if len(rest) == 0 {
 		allocs, _, err := cl.Allocs(ctx, *node, nil)

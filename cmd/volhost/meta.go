@@ -107,6 +107,22 @@ func (m *Meta) parse(fs *flag.FlagSet, args []string, minArgs, maxArgs int, usag
 	return rest, nil
 }
 
+// begin is how a command that talks to an agent starts: it parses its
+// flags and positional arguments, makes the client, and gives the context
+// of its calls, which the command must stop.
+func (m *Meta) begin(fs *flag.FlagSet, args []string, minArgs, maxArgs int, usage string) ([]string, *client.Client, context.Context, context.CancelFunc, error) {
+	rest, err := m.parse(fs, args, minArgs, maxArgs, usage)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	cl, err := m.client()
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ctx, stop := m.context()
+	return rest, cl, ctx, stop, nil
+}
+
 // client returns an API client for -address, VOLHOST_ADDR or the default.
 func (m *Meta) client() (*client.Client, error) {
 	addr := m.address

@@ -24,14 +24,10 @@ func (c *ModuleListCommand) Help() string {
 
 func (c *ModuleListCommand) Run(args []string) int {
 	fs := c.flagSet("module list", true)
-	if _, err := c.parse(fs, args, 0, 0, "module list [options]"); err != nil {
-		return c.fail(err)
-	}
-	cl, err := c.client()
+	_, cl, ctx, stop, err := c.begin(fs, args, 0, 0, "module list [options]")
 	if err != nil {
 		return c.fail(err)
 	}
-	ctx, stop := c.context()
 	defer stop()
 	mods, err := cl.Modules(ctx)
 	if err != nil {
@@ -93,15 +89,10 @@ func (c *ModuleStatusCommand) Help() string {
 func (c *ModuleStatusCommand) Run(args []string) int {
 	fs := c.flagSet("module status", true)
 	shown := fs.Int("volumes", 20, "list at most this many of the served volumes")
-	rest, err := c.parse(fs, args, 1, 1, "module status [options] NAME")
+	rest, cl, ctx, stop, err := c.begin(fs, args, 1, 1, "module status [options] NAME")
 	if err != nil {
 		return c.fail(err)
 	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
 	defer stop()
 	if *shown <= 0 {
 		return c.fail(fmt.Errorf("-volumes must be a positive number, got %d", *shown))
@@ -177,14 +168,10 @@ func (c *ModuleReloadCommand) Help() string {
 
 func (c *ModuleReloadCommand) Run(args []string) int {
 	fs := c.flagSet("module reload", false)
-	if _, err := c.parse(fs, args, 0, 0, "module reload [options]"); err != nil {
-		return c.fail(err)
-	}
-	cl, err := c.client()
+	_, cl, ctx, stop, err := c.begin(fs, args, 0, 0, "module reload [options]")
 	if err != nil {
 		return c.fail(err)
 	}
-	ctx, stop := c.context()
 	defer stop()
 	mods, err := cl.ReloadModules(ctx)
 	if err != nil {

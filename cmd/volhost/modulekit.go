@@ -348,15 +348,10 @@ func (c *ModuleRecordCommand) Run(args []string) int {
 	step := fs.String("step", "", "")
 	alloc := fs.String("alloc", "", "")
 	out := fs.String("o", "", "")
-	rest, err := c.parse(fs, args, 1, 1, "module record [options] VOLUME")
+	rest, cl, ctx, stop, err := c.begin(fs, args, 1, 1, "module record [options] VOLUME")
 	if err != nil {
 		return c.fail(err)
 	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
 	defer stop()
 	rec, err := cl.ModuleView(ctx, *ns, rest[0], *step, *alloc)
 	if err != nil {

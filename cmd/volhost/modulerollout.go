@@ -112,15 +112,10 @@ func (c *ModuleRollbackCommand) Run(args []string) int {
 
 func (c *ModulePromoteCommand) rollout(args []string, verb, done string) int {
 	fs := c.flagSet("module "+verb, false)
-	rest, err := c.parse(fs, args, 1, 1, "module "+verb+" [options] NAME")
+	rest, cl, ctx, stop, err := c.begin(fs, args, 1, 1, "module "+verb+" [options] NAME")
 	if err != nil {
 		return c.fail(err)
 	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
 	defer stop()
 	var st *plugins.Status
 	if verb == "promote" {

@@ -58,15 +58,10 @@ func (c *NodeStatusCommand) Help() string {
 
 func (c *NodeStatusCommand) Run(args []string) int {
 	fs := c.flagSet("node status", true)
-	rest, err := c.parse(fs, args, 0, 1, "node status [options] [ID]")
+	rest, cl, ctx, stop, err := c.begin(fs, args, 0, 1, "node status [options] [ID]")
 	if err != nil {
 		return c.fail(err)
 	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
 	defer stop()
 	if len(rest) == 0 {
 		nodes, _, err := cl.Nodes(ctx, nil)
@@ -238,15 +233,10 @@ func (c *NodeUnfenceCommand) Help() string {
 
 func (c *NodeUnfenceCommand) Run(args []string) int {
 	fs := c.flagSet("node unfence", false)
-	rest, err := c.parse(fs, args, 1, 1, "node unfence [options] ID")
+	rest, cl, ctx, stop, err := c.begin(fs, args, 1, 1, "node unfence [options] ID")
 	if err != nil {
 		return c.fail(err)
 	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
 	defer stop()
 	if _, err := cl.UnfenceNode(ctx, rest[0]); err != nil {
 		return c.fail(err)

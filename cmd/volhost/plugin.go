@@ -50,15 +50,10 @@ func (c *PluginStatusCommand) Help() string {
 
 func (c *PluginStatusCommand) Run(args []string) int {
 	fs := c.flagSet("plugin status", true)
-	rest, err := c.parse(fs, args, 0, 1, "plugin status [options] [ID]")
+	rest, cl, ctx, stop, err := c.begin(fs, args, 0, 1, "plugin status [options] [ID]")
 	if err != nil {
 		return c.fail(err)
 	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
 	defer stop()
 	if len(rest) == 0 {
 		ps, _, err := cl.Plugins(ctx, nil)

@@ -23,14 +23,10 @@ func (c *SystemGCCommand) Help() string {
 
 func (c *SystemGCCommand) Run(args []string) int {
 	fs := c.flagSet("system gc", false)
-	if _, err := c.parse(fs, args, 0, 0, "system gc [options]"); err != nil {
-		return c.fail(err)
-	}
-	cl, err := c.client()
+	_, cl, ctx, stop, err := c.begin(fs, args, 0, 0, "system gc [options]")
 	if err != nil {
 		return c.fail(err)
 	}
-	ctx, stop := c.context()
 	defer stop()
 	n, err := cl.SystemGC(ctx)
 	if err != nil {

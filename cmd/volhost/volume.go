@@ -81,15 +81,10 @@ func (c *VolumeStatusCommand) Run(args []string) int {
 	fs := c.flagSet("volume status", true)
 	ns := fs.String("namespace", "", "")
 	plugin := fs.String("plugin", "", "")
-	rest, err := c.parse(fs, args, 0, 1, "volume status [options] [ID]")
+	rest, cl, ctx, stop, err := c.begin(fs, args, 0, 1, "volume status [options] [ID]")
 	if err != nil {
 		return c.fail(err)
 	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
 	defer stop()
 	if len(rest) == 0 {
 		vols, _, err := cl.Volumes(ctx, *ns, *plugin, nil)
@@ -315,15 +310,10 @@ func (c *VolumeDeregisterCommand) Run(args []string) int {
 	fs := c.flagSet("volume deregister", false)
 	ns := namespaceFlag(fs)
 	force := fs.Bool("force", false, "")
-	rest, err := c.parse(fs, args, 1, 1, "volume deregister [options] ID")
+	rest, cl, ctx, stop, err := c.begin(fs, args, 1, 1, "volume deregister [options] ID")
 	if err != nil {
 		return c.fail(err)
 	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
 	defer stop()
 	resp, err := cl.DeregisterVolume(ctx, *ns, rest[0], *force)
 	if err != nil {
@@ -360,15 +350,10 @@ func (c *VolumeDetachCommand) Help() string {
 func (c *VolumeDetachCommand) Run(args []string) int {
 	fs := c.flagSet("volume detach", false)
 	ns := namespaceFlag(fs)
-	rest, err := c.parse(fs, args, 2, 2, "volume detach [options] ID NODE")
+	rest, cl, ctx, stop, err := c.begin(fs, args, 2, 2, "volume detach [options] ID NODE")
 	if err != nil {
 		return c.fail(err)
 	}
-	cl, err := c.client()
-	if err != nil {
-		return c.fail(err)
-	}
-	ctx, stop := c.context()
 	defer stop()
 	res, err := cl.DetachVolume(ctx, *ns, rest[0], rest[1])
 	if err != nil {
