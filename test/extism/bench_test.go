@@ -14,7 +14,6 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/abi/defaultpolicy"
-	"github.com/volhost/volhost/plugins"
 )
 
 // All three judge the same volume with 8 claims; every Wasm call runs with
@@ -108,27 +107,8 @@ func BenchmarkVolhost(b *testing.B) { benchVolhost(b, volumeRequest()) }
 func BenchmarkVolhostEmpty(b *testing.B) { benchVolhost(b, volumeRequestN(0)) }
 
 func benchVolhost(b *testing.B, req *abi.PolicyRequest) {
-	dir := b.TempDir()
-	wasm, err := os.ReadFile(filepath.Join(buildDir, "default-policy.wasm"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	hcl := fmt.Sprintf("kind = \"release-policy\"\nlimits {\n call_timeout = \"%dms\"\n pool_size = 1\n memory_pages = 256\n}\n", timeoutMs)
-	if err := os.WriteFile(filepath.Join(dir, "policy.hcl"), []byte(hcl), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "policy.wasm"), wasm, 0o644); err != nil {
-		b.Fatal(err)
-	}
+	m := newManager(b, filepath.Join(buildDir, "default-policy.wasm"))
 	ctx := context.Background()
-	m, err := plugins.NewManager(ctx, plugins.Options{Dir: dir, CacheDir: cacheDir})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close(ctx)
-	if st, _ := m.StatusOf("policy"); st.State != plugins.StateServing {
-		b.Fatalf("module not serving: %+v", st)
-	}
 	b.ReportAllocs()
 	for b.Loop() {
 		resp, err := m.DecideRelease(ctx, "policy", req)

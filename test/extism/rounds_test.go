@@ -241,8 +241,9 @@ func envInt(tb testing.TB, name string, def int) int {
 	return n
 }
 
-// newManager loads wasm as the release-policy module "policy", one
-// instance, call_timeout 1s (as benchVolhost).
+// newManager loads wasm as the release-policy module "policy": one
+// instance, never recycled within a benchmark (max_calls), so a call is
+// measured as the Extism plugin's is.
 func newManager(b *testing.B, wasmPath string) *plugins.Manager {
 	dir := b.TempDir()
 	wasm, err := os.ReadFile(wasmPath)
