@@ -569,8 +569,9 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
 
 // warnMissingController answers a Warning header per plugin of the node
 // that would silently skip ControllerUnpublish (structs.
-// MissingControllerWarnings); the CLI prints them. A failed read only
-// loses the warning: the registration itself succeeded.
+// MissingControllerWarnings), which the CLI prints, and logs each at WARN
+// for the agent's operator. A failed read only loses the warning: the
+// registration itself succeeded.
 func (s *Server) warnMissingController(r *http.Request, w http.ResponseWriter, n *structs.Node) {
 	plugins := map[string]*structs.Plugin{}
 	_, _ = s.store.Query(r.Context(), 0, 0, func(_ memdb.WatchSet, rd Reader) (uint64, error) {
@@ -581,7 +582,11 @@ func (s *Server) warnMissingController(r *http.Request, w http.ResponseWriter, n
 		}
 		return 0, nil
 	})
-	setWarnings(w, structs.MissingControllerWarnings(n, func(id string) *structs.Plugin { return plugins[id] }))
+	warnings := structs.MissingControllerWarnings(n, func(id string) *structs.Plugin { return plugins[id] })
+	for _, msg := range warnings {
+		s.log.Warn(msg)
+	}
+	setWarnings(w, warnings)
 }
 
 func (s *Server) nodeStatus(w http.ResponseWriter, r *http.Request) {

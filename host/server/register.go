@@ -80,14 +80,9 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 	if _, _, err := s.log.Apply(ctx, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n}); err != nil {
 		return nil, err
 	}
-	snap := s.store.Snapshot()
-	for _, w := range structs.MissingControllerWarnings(n, func(id string) *structs.Plugin {
-		p, _ := snap.PluginByID(nil, id)
-		return p
-	}) {
-		s.logger.Warn(w)
-	}
-	return snap.NodeByID(nil, n.ID)
+	// A plugin that would skip ControllerUnpublish is warned of by the
+	// API, which answers the warning and logs it (api.warnMissingController).
+	return s.store.Snapshot().NodeByID(nil, n.ID)
 }
 
 // DefaultNodeRoot is the root_dir of a node registered with plugin
