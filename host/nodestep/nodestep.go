@@ -40,9 +40,11 @@ type CSI interface {
 type Executor struct {
 	CSI CSI
 	// Root, when set, confines every path to this directory (the node
-	// agent's root_dir): a path elsewhere is refused before any call, so
-	// a confused or hostile server cannot make the node create or remove
-	// directories outside it.
+	// agent's root_dir), in the host/csi.Paths layout below it: a path
+	// elsewhere is refused before any call, so a confused or hostile
+	// server cannot make the node create or remove directories outside
+	// it, nor inside it outside the layout (the agent's step journal
+	// lives under Root too).
 	Root string
 }
 
@@ -58,11 +60,26 @@ const (
 	targetLevels  = 2 // <ns>, <alloc>
 )
 
+// The host/csi.Paths layout below Root, one entry per path element; ""
+// stands for any one element (an escaped ID). A step's path must have
+// exactly this shape: "under root_dir" alone would let a leader aim an
+// unstage's cleanup at root_dir/journal, the agent's record of the steps
+// it ran (issue 14), and make it repeat one.
+var (
+	stagingLayout = layout{[]string{"csi", "", "staging", "", ""}, "csi/<plugin>/staging/<ns>/<volume>"}
+	targetLayout  = layout{[]string{"csi", "", "per-alloc", "", "", ""}, "csi/<plugin>/per-alloc/<alloc>/<ns>/<volume>"}
+)
+
+type layout struct {
+	elems []string
+	shape string // the same, for an error message
+}
+
 // NodeStageVolume creates the staging directory, then stages. A failed
 // stage removes the directory again if it is empty (nothing was mounted).
 func (e *Executor) NodeStageVolume(ctx context.Context, endpoint string, req *csipb.NodeStageVolumeRequest) error {
 	p := req.GetStagingTargetPath()
-	if err := e.check("staging_target_path", p); err != nil {
+	if err := e.check("staging_target_path", p, stagingLayout); err != nil {
 		return err
 	}
 	created, err := mkdirAll(p)
@@ -80,11 +97,11 @@ func (e *Executor) NodeStageVolume(ctx context.Context, endpoint string, req *cs
 // target itself), then publishes.
 func (e *Executor) NodePublishVolume(ctx context.Context, endpoint string, req *csipb.NodePublishVolumeRequest) error {
 	p := req.GetTargetPath()
-	if err := e.check("target_path", p); err != nil {
+	if err := e.check("target_path", p, targetLayout); err != nil {
 		return err
 	}
 	if sp := req.GetStagingTargetPath(); sp != "" {
-		if err := e.check("staging_target_path", sp); err != nil {
+		if err := e.check("staging_target_path", sp, stagingLayout); err != nil {
 			return err
 		}
 	}
@@ -105,7 +122,7 @@ func (e *Executor) NodePublishVolume(ctx context.Context, endpoint string, req *
 // empty: a directory that still holds anything is left alone.
 func (e *Executor) NodeUnpublishVolume(ctx context.Context, endpoint string, req *csipb.NodeUnpublishVolumeRequest) error {
 	p := req.GetTargetPath()
-	if err := e.check("target_path", p); err != nil {
+	if err := e.check("target_path", p, targetLayout); err != nil {
 		return err
 	}
 	if err := e.CSI.NodeUnpublishVolume(ctx, endpoint, req); err != nil {
@@ -118,7 +135,7 @@ func (e *Executor) NodeUnpublishVolume(ctx context.Context, endpoint string, req
 // NodeUnstageVolume unstages, then removes the staging directory if empty.
 func (e *Executor) NodeUnstageVolume(ctx context.Context, endpoint string, req *csipb.NodeUnstageVolumeRequest) error {
 	p := req.GetStagingTargetPath()
-	if err := e.check("staging_target_path", p); err != nil {
+	if err := e.check("staging_target_path", p, stagingLayout); err != nil {
 		return err
 	}
 	if err := e.CSI.NodeUnstageVolume(ctx, endpoint, req); err != nil {
@@ -129,10 +146,11 @@ func (e *Executor) NodeUnstageVolume(ctx context.Context, endpoint string, req *
 }
 
 // check refuses a path the executor must not touch: relative (it would
-// land in the process's working directory), not clean, or outside Root.
-// The answer is a gRPC InvalidArgument, so the leader records it like a
-// driver's refusal, with its code.
-func (e *Executor) check(field, p string) error {
+// land in the process's working directory), not clean, outside Root, or
+// under Root but not in the layout's shape. The answer is a gRPC
+// InvalidArgument, so the leader records it like a driver's refusal, with
+// its code.
+func (e *Executor) check(field, p string, want layout) error {
 	switch {
 	case p == "":
 		return status.Errorf(codes.InvalidArgument, "%s is empty", field)
@@ -142,8 +160,30 @@ func (e *Executor) check(field, p string) error {
 		return status.Errorf(codes.InvalidArgument, "%s %q is not a clean path", field, p)
 	case e.Root != "" && !within(e.Root, p):
 		return status.Errorf(codes.InvalidArgument, "%s %q is outside this node's root_dir %q", field, p, e.Root)
+	case e.Root != "" && !want.holds(e.Root, p):
+		return status.Errorf(codes.InvalidArgument, "%s %q is not a volhost path under root_dir %q (want %s)",
+			field, p, e.Root, filepath.Join(e.Root, want.shape))
 	}
 	return nil
+}
+
+// holds reports whether p, which is clean and within root, is root
+// followed by exactly the layout's elements.
+func (l layout) holds(root, p string) bool {
+	rel, err := filepath.Rel(filepath.Clean(root), p)
+	if err != nil {
+		return false
+	}
+	elems := strings.Split(rel, string(filepath.Separator))
+	if len(elems) != len(l.elems) {
+		return false
+	}
+	for i, want := range l.elems {
+		if want != "" && elems[i] != want {
+			return false
+		}
+	}
+	return true
 }
 
 func within(root, p string) bool {

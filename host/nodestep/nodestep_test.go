@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -151,6 +152,30 @@ func TestFailedStepsRemoveWhatTheyCreated(t *testing.T) {
 	}
 }
 
+// A publish checks its target in the per-allocation layout, not the
+// staging one, and the staging path it carries in the staging one.
+func TestPublishPathsAreCheckedByKind(t *testing.T) {
+	root := t.TempDir()
+	staging, target := csi.Paths(root, "p", "default", "vol1", "alloc1")
+	for _, tc := range []struct{ name, staging, target string }{
+		{"staging as target", "", staging},
+		{"target as staging", target, target},
+		{"journal as target", "", root + "/journal/a/b/c/d/e"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &specNode{}
+			e := &Executor{CSI: n, Root: root}
+			err := e.NodePublishVolume(context.Background(), "", &csipb.NodePublishVolumeRequest{VolumeId: "d", StagingTargetPath: tc.staging, TargetPath: tc.target})
+			if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "not a volhost path") {
+				t.Fatalf("err = %v, want InvalidArgument naming the layout", err)
+			}
+			if len(n.calls) != 0 {
+				t.Fatalf("the plugin was called: %v", n.calls)
+			}
+		})
+	}
+}
+
 func TestPathsAreChecked(t *testing.T) {
 	root := t.TempDir()
 	cases := []struct{ name, path string }{
@@ -159,6 +184,14 @@ func TestPathsAreChecked(t *testing.T) {
 		{"unclean", root + "/csi/../../etc"},
 		{"outside root", "/etc/volhost"},
 		{"the root itself", root},
+		// Under root_dir but not in the host/csi.Paths layout: the agent's
+		// step journal, and paths of the wrong shape or kind.
+		{"the step journal", root + "/journal"},
+		{"in the step journal", root + "/journal/key"},
+		{"the plugin directory", root + "/csi/p"},
+		{"too deep", root + "/csi/p/staging/default/v/x"},
+		{"a target as staging", root + "/csi/p/per-alloc/a/default/v"},
+		{"not csi", root + "/other/p/staging/default/v"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
