@@ -5,10 +5,12 @@ import (
 	"os"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 	"github.com/volhost/volhost/plugins"
 )
 
@@ -17,43 +19,66 @@ import (
 // issue 17), for the default policy and for an adapter selecting one
 // plugin, at 10,000 and 100,000 volumes over four plugins (and at
 // VOLHOST_STATUS_VOLUMES, e.g. 1000000). The index side should not grow
-// with the volumes; the scan side does.
+// with the volumes; the scan side does. The two sides alternate, round
+// after round (VOLHOST_ROUNDS, default 5, of 20 calls each), and each
+// row is logged as median [min-max] of the rounds, with the per-round
+// ratio scan / index:
 //
-//	go test -run '^$' -bench '^BenchmarkModuleStatus$' ./host/agent/
+//	go test -run '^$' -bench '^BenchmarkModuleStatus$' -benchtime 1x ./host/agent/
 func BenchmarkModuleStatus(b *testing.B) {
 	sizes := []int{10_000, 100_000}
 	if n, err := strconv.Atoi(os.Getenv("VOLHOST_STATUS_VOLUMES")); err == nil && n > 0 {
 		sizes = []int{n}
 	}
+	rounds := 5
+	if n, err := strconv.Atoi(os.Getenv("VOLHOST_ROUNDS")); err == nil && n > 0 {
+		rounds = n
+	}
+	const calls = 20
 	mods := []plugins.Status{
 		{Name: "default-policy", Kind: string(abi.KindReleasePolicy), Default: true},
 		{Name: "db-policy", Kind: string(abi.KindReleasePolicy), Volumes: []string{"prod/db-*"}},
 		{Name: "ebs-adapter", Kind: string(abi.KindCSIAdapter), PluginIDs: []string{"ebs"}},
 	}
 	match := rankMatch(mods)
+	msPerCall := func(fn func()) func() float64 {
+		return func() float64 {
+			start := time.Now()
+			for range calls {
+				fn()
+			}
+			return float64(time.Since(start)) / float64(time.Millisecond) / calls
+		}
+	}
 	for _, n := range sizes {
 		snap := statusBenchState(b, n)
 		for _, st := range []plugins.Status{mods[0], mods[2]} {
 			q := &servedQuery{snap: snap, kind: abi.Kind(st.Kind), name: st.Name, match: match, limit: 1000}
-			b.Run(fmt.Sprintf("volumes=%d/%s/index", n, st.Name), func(b *testing.B) {
-				for b.Loop() {
-					if _, err := q.run(st, mods); err != nil {
-						b.Fatal(err)
+			index := msPerCall(func() {
+				if _, err := q.run(st, mods); err != nil {
+					b.Fatal(err)
+				}
+			})
+			scan := msPerCall(func() {
+				vols, err := snap.Volumes(nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				served := 0
+				for _, v := range vols {
+					if name, ok := match(abi.Kind(st.Kind), targetOf(v)); ok && name == st.Name {
+						served++
 					}
 				}
 			})
-			b.Run(fmt.Sprintf("volumes=%d/%s/scan", n, st.Name), func(b *testing.B) {
+			b.Run(fmt.Sprintf("volumes=%d/%s", n, st.Name), func(b *testing.B) {
 				for b.Loop() {
-					vols, err := snap.Volumes(nil)
-					if err != nil {
-						b.Fatal(err)
-					}
-					served := 0
-					for _, v := range vols {
-						if name, ok := match(abi.Kind(st.Kind), targetOf(v)); ok && name == st.Name {
-							served++
-						}
-					}
+					figs := testutil.Interleave(rounds, index, scan)
+					ix, sc := testutil.SpreadOf(figs[0]), testutil.SpreadOf(figs[1])
+					ratio := testutil.SpreadOf(testutil.Ratios(figs[1], figs[0]))
+					b.ReportMetric(ix.Median, "index-ms")
+					b.ReportMetric(sc.Median, "scan-ms")
+					b.Logf("| %d | %s | %s ms | %s ms | %s |", n, st.Name, ix, sc, ratio)
 				}
 			})
 		}

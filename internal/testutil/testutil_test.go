@@ -3,6 +3,7 @@ package testutil
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,5 +61,41 @@ func TestSyncBufferConcurrentWrites(t *testing.T) {
 	wg.Wait()
 	if got := len(b.String()); got != 800 {
 		t.Fatalf("%d bytes written, want 800", got)
+	}
+}
+
+func TestSpreadOf(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want Spread
+	}{
+		{[]float64{3}, Spread{3, 3, 3}},
+		{[]float64{5, 1, 3}, Spread{3, 1, 5}},
+		{[]float64{4, 1, 2, 3}, Spread{2.5, 1, 4}},
+	} {
+		if got := SpreadOf(tc.in); got != tc.want {
+			t.Errorf("SpreadOf(%v) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+	if got := (Spread{2.5, 1, 4}).String(); got != "2.5 [1-4]" {
+		t.Errorf("String = %q", got)
+	}
+}
+
+// Sides alternate within each round: side 0, side 1, side 0, side 1.
+func TestInterleaveAlternates(t *testing.T) {
+	var order []int
+	side := func(i int) func() float64 {
+		return func() float64 { order = append(order, i); return float64(len(order)) }
+	}
+	got := Interleave(2, side(0), side(1))
+	if want := []int{0, 1, 0, 1}; !slices.Equal(order, want) {
+		t.Fatalf("order %v, want %v", order, want)
+	}
+	if !slices.Equal(got[0], []float64{1, 3}) || !slices.Equal(got[1], []float64{2, 4}) {
+		t.Fatalf("figures %v", got)
+	}
+	if r := Ratios(got[1], got[0]); !slices.Equal(r, []float64{2, 4.0 / 3}) {
+		t.Fatalf("ratios %v", r)
 	}
 }
