@@ -20,17 +20,20 @@ import (
 // BenchmarkProbeVariants measures what the preemption probes
 // (wasmbin.Preempt) cost one 8-claim decision, per guest language, by
 // running the same module in several builds in one process, in interleaved
-// rounds (none, old, new, ..., none, old, new, ...), so the per-round
-// ratios share the machine's load. "none" is the module as built, without
+// rounds (each round runs 200 calls of every variant in turn, ten times),
+// so the per-round ratios share the machine's load. "none" is the module as built, without
 // probes (what no host may run: it cannot be stopped); "old" is the probe
-// as it was before issue 17's probe work (legacyPreempt); "new" is the
-// host's own (the instrument function Manager uses). The remaining
-// variants take one part away from "old", to show where its cost is:
-// "old-no-depth" has no call depth bound, "old-loops-only" no entry probes,
-// "old-interval-1024" enters Go every 1,024 probes instead of 64. Each
-// build runs in a runtime of its own through volhost_buffer and the
-// export, as the host calls it, without the Manager's pool and checks
-// (BenchmarkGuestCost has those).
+// as it was before issue 17's probe work (legacyPreempt: every probe
+// takes 1 of a budget of 64, every bulk operation 16); "new" is the host's
+// own (the instrument function Manager uses). The other variants take one
+// part away from "old" or change one parameter of "new", to show where
+// the cost is: "old-no-depth" has no call depth bound, "old-loops-only" no
+// entry probes, "old-interval-1024" enters Go every 1,024 probes instead
+// of 64; "new-unweighted" charges every probe 1 whatever its static cost
+// (no wasmbin.PreemptUnit), "new-budget-N" has a budget of N instead of
+// wasmbin.PreemptBudget. Each build runs in a runtime of its own through
+// volhost_buffer and the export, as the host calls it, without the
+// Manager's pool and checks (BenchmarkGuestCost has those).
 //
 //	go test -run '^$' -bench ProbeVariants -benchtime 1x ./plugins/
 //
@@ -42,11 +45,18 @@ func BenchmarkProbeVariants(b *testing.B) {
 	}
 	legacy := func(mod func(*wasmbin.Probe)) func([]byte) ([]byte, error) {
 		return func(wasm []byte) ([]byte, error) {
-			p := legacyPreempt(wasmbin.PreemptInterval)
+			p := legacyPreempt(64)
 			p.TableLimit, p.DepthLimit = 100_000, MaxCallDepth
 			if mod != nil {
 				mod(&p)
 			}
+			return wasmbin.Instrument(wasm, p)
+		}
+	}
+	budgeted := func(budget, unit int32) func([]byte) ([]byte, error) {
+		return func(wasm []byte) ([]byte, error) {
+			p := wasmbin.NewPreempt(budget, unit)
+			p.TableLimit, p.DepthLimit = 100_000, MaxCallDepth
 			return wasmbin.Instrument(wasm, p)
 		}
 	}
@@ -56,6 +66,9 @@ func BenchmarkProbeVariants(b *testing.B) {
 		{"new", func(wasm []byte) ([]byte, error) { return instrument(wasm, 100_000) }},
 		{"old-no-depth", legacy(func(p *wasmbin.Probe) { p.DepthCode = nil })},
 		{"old-loops-only", legacy(func(p *wasmbin.Probe) { p.FunctionEntry = false })},
+		{"new-unweighted", budgeted(wasmbin.PreemptBudget, 1<<30)},
+		{"new-budget-64", budgeted(64, wasmbin.PreemptUnit)},
+		{"new-budget-1024", budgeted(1024, wasmbin.PreemptUnit)},
 		{"old-interval-1024", legacy(func(p *wasmbin.Probe) {
 			p.Code = legacyPreempt(1024).Code
 			p.Globals = legacyPreempt(1024).Globals
@@ -204,16 +217,20 @@ func (c *probeCaller) call(tb testing.TB, req []byte) {
 // with the given interval, for BenchmarkProbeVariants' "old": at every
 // function entry and loop header it reads the budget, enters Go and checks
 // the flag when it is spent (refilling it), then reads it again and takes
-// one; every function entry also counts the depth in three global
-// accesses and every exit in three more. The table-grow guard and the
-// bulk cost are the current probe's (unchanged).
+// one; a bulk operation takes interval/4, whatever its length. The depth
+// code and the table-grow guard are copies of the current ones too (the
+// depth code kept here so that "old" stays what it was if they change).
 func legacyPreempt(interval int32) wasmbin.Probe {
-	p := wasmbin.Preempt
-	p.Globals = slices.Clone(p.Globals)
-	p.Globals[1].Init = interval - 1
-	p.Code = func(flag uint32) []byte {
+	p := wasmbin.NewPreempt(interval-1, 1)
+	p.BulkCode = func(b []byte, flag, _ uint32) []byte { // took interval/4
 		budget := uint64(flag + 1)
-		b := protowire.AppendVarint([]byte{0x23}, budget)         // global.get budget
+		b = protowire.AppendVarint(append(b, 0x23), budget)
+		b = appendSLEB(append(b, 0x41), int64(interval/4))
+		return protowire.AppendVarint(append(b, 0x6b, 0x24), budget)
+	}
+	p.Code = func(b []byte, flag, _ uint32) []byte {
+		budget := uint64(flag + 1)
+		b = protowire.AppendVarint(append(b, 0x23), budget)       // global.get budget
 		b = append(b, 0x41, 0x01, 0x48, 0x04, 0x40)               // i32.const 1; i32.lt_s; if (spent)
 		b = append(b, 0x41, 0x00, 0x40, 0x00, 0x1a)               // memory.grow 0 pages (enters Go); drop
 		b = protowire.AppendVarint(append(b, 0x23), uint64(flag)) // global.get flag

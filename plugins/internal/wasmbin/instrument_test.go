@@ -439,35 +439,115 @@ func TestCallDepthBound(t *testing.T) {
 	}
 }
 
-// TestPreemptBudget follows Preempt's budget through calls of a function
-// with no loop and three memory.fill: the function entry takes 1, each bulk
-// operation PreemptBulkCost, and a probe that finds the budget spent enters
-// Go and refills it to PreemptInterval before taking its own 1.
+// TestPreemptBudget follows Preempt's budget through calls of loop-free
+// functions. "fills" runs memory.fill of 0, 3,000 and 65,536 bytes: its
+// entry takes 1 (its 13 instructions are under PreemptUnit) and each fill
+// 1 + its length in KiB (1, 3, 65); "long" is 8,192 nops, whose entry
+// takes 1 + 8,193/PreemptUnit = 3. A probe that finds the budget spent
+// (below 1) enters Go and refills it to PreemptBudget before taking its
+// own charge. (Before issue 17 every probe took 1 of 64 and every bulk
+// operation 16, whatever its length.)
 func TestPreemptBudget(t *testing.T) {
-	fill := []byte{0x41, 0x00, 0x41, 0x00, 0x41, 0x00, 0xfc, 0x0b, 0x00} // memory.fill(0, 0, 0)
-	code := append(append(append([]byte(nil), fill...), fill...), fill...)
+	fill := func(n int32) []byte { // memory.fill(0, 0, n)
+		return appendS32([]byte{0x41, 0x00, 0x41, 0x00, 0x41}, n)
+	}
+	var fills []byte
+	for _, n := range []int32{0, 3000, 65536} {
+		fills = append(append(fills, fill(n)...), 0xfc, 0x0b, 0x00)
+	}
+	long := append(bytes.Repeat([]byte{0x01}, 8192), 0x0b)
 	wasm := module(
 		sec(1, vec([]byte{0x60, 0x00, 0x00})),
-		sec(3, vec([]byte{0})),
+		sec(3, vec([]byte{0}, []byte{0})),
 		sec(5, vec([]byte{0x00, 0x01})),
-		sec(7, vec(append(name("fills"), 0x00, 0))),
-		sec(10, vec(body([]byte{0}, append(code, 0x0b)...))),
+		sec(7, vec(append(name("fills"), 0x00, 0), append(name("long"), 0x00, 1))),
+		sec(10, vec(body([]byte{0}, append(fills, 0x0b)...), body([]byte{0}, long...))),
 	)
 	ctx, mod := instantiateInstrumented(t, wasm, Preempt)
 	budget := mod.ExportedGlobal(PreemptBudgetExport)
-	const bulk = 3 * PreemptBulkCost
-	want := []int32{
-		PreemptInterval - 1 - 1 - bulk,            // 63 - 1 - 48 = 14
-		PreemptInterval - 1 - 1 - bulk - 1 - bulk, // 14 - 1 - 48 = -35: spent
-		PreemptInterval - 1 - bulk,                // refilled to 64 at the entry, - 1 - 48 = 15
-	}
-	for i, w := range want {
-		if _, err := mod.ExportedFunction("fills").Call(ctx); err != nil {
+	const full, fillsCharge = PreemptBudget, 1 + 1 + 3 + 65
+	for i, c := range []struct {
+		fn   string
+		want int32
+	}{
+		{"fills", full - fillsCharge},       // 186
+		{"fills", full - 2*fillsCharge},     // 116
+		{"fills", full - 3*fillsCharge},     // 46
+		{"fills", full - 4*fillsCharge},     // -24: overspent by the last fill
+		{"fills", full - fillsCharge},       // the entry found it spent: refilled
+		{"long", full - fillsCharge - 3},    // 183
+		{"fills", full - 2*fillsCharge - 3}, // 113
+	} {
+		if _, err := mod.ExportedFunction(c.fn).Call(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := int32(uint32(budget.Get())); got != w {
-			t.Fatalf("after call %d the budget is %d, want %d", i+1, got, w)
+		if got := int32(uint32(budget.Get())); got != c.want {
+			t.Fatalf("after call %d (%s) the budget is %d, want %d", i+1, c.fn, got, c.want)
 		}
+	}
+
+	// A bulk operation never takes the budget below bulkFloor, from where
+	// more could wrap it round to a large positive number (no entry probe
+	// here, so that the budget set before the call is what the fill sees).
+	p := Preempt
+	p.FunctionEntry = false
+	ctx, mod = instantiateInstrumented(t, wasm, p)
+	mb := mod.ExportedGlobal(PreemptBudgetExport).(api.MutableGlobal)
+	start := int32(bulkFloor + 10)
+	mb.Set(uint64(uint32(start)))
+	if _, err := mod.ExportedFunction("fills").Call(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := int32(uint32(mb.Get())); got != bulkFloor {
+		t.Fatalf("after fills from bulkFloor+10 the budget is %d, want bulkFloor %d", got, bulkFloor)
+	}
+}
+
+// TestSegmentCosts checks the static cost of each probe: from the entry,
+// every instruction outside all loops; from a loop's header, every
+// instruction whose innermost loop is it or one around it, including
+// those a forward branch reaches after it ends, and none inside a later
+// or nested loop (whose header probe must be passed to get there). A cost
+// lower than what can run would let a guest run longer than
+// PreemptBudget without entering Go.
+func TestSegmentCosts(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		code []byte
+		want []uint32 // entry, then each loop in order
+	}{
+		{"straight", []byte{0x01, 0x01, 0x0b}, []uint32{3}},
+		// loop; br 0; end; end
+		{"spin", []byte{0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b}, []uint32{2, 3}},
+		// block
+		//   loop A: loop B: end B; nop; end A
+		//   loop C: nop; end C
+		// end; nop; end
+		// A reaches its own 3 (loop B's header counted in A, end B in B)
+		// and the 4 outside after it (loop C's header, the block's end,
+		// nop, end); B its end, then A's nop and end, then those 4; C
+		// its nop and end and the 3 after it.
+		{"nested", []byte{0x02, 0x40,
+			0x03, 0x40, 0x03, 0x40, 0x0b, 0x01, 0x0b,
+			0x03, 0x40, 0x01, 0x0b,
+			0x0b, 0x01, 0x0b}, []uint32{6, 7, 7, 5}},
+		// loop A: block; i32.const 0; br_if 0; loop B: br 0; end B; end; nop; end A; end
+		// The br_if jumps past loop B to the block's end: A's cost counts
+		// its 7 (B's header included) and the function's end; B's counts
+		// its 2, A's 3 after it and the function's end.
+		{"branch past a loop", []byte{0x03, 0x40, 0x02, 0x40, 0x41, 0x00, 0x0d, 0x00,
+			0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b, 0x01, 0x0b, 0x0b}, []uint32{2, 8, 6}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fn := append([]byte{0}, tt.code...) // no locals
+			got, err := segmentCosts(nil, fn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("costs %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
 
