@@ -104,14 +104,15 @@ const PreemptExport = "volhost.preempt"
 // its function can run before it passes another probe (segmentCosts); the
 // probe that finds it spent enters Go, checks the flag and refills it. So
 // at most PreemptBudget probes pass between two entries, and at most about
-// 2 x PreemptBudget x PreemptUnit instructions run (2 million) plus the
-// largest function body's: a bound that a count of probes alone did not
-// give (a long straight-line body ran up to 64 times over before issue
-// 17). It was 64 probes; at 256 an 8-claim AssemblyScript call's probe
-// overhead fell by about a third (BENCHMARKS.md "Probe variants"), for a
-// stop-the-world that waits up to 256 probes instead of 64 (a few
-// microseconds in the example guests) for a running call (RATIONALE "Call
-// timeouts: the guest counts, the host flags").
+// 2 x PreemptBudget x PreemptUnit instructions run (2 million) plus two
+// function bodies: a bound that a count of probes alone did not give (a
+// long straight-line body ran up to 64 times over before issue 17). It
+// was 64 probes; at 256, with bulk operations charged by length
+// (bulkCharge), the probes' overhead on an 8-claim call fell by about a
+// quarter (AssemblyScript) to a third (Go) (BENCHMARKS.md "Probe
+// variants"), for a stop-the-world that waits up to 256 probes instead of
+// 64 (a few microseconds in the example guests) for a running call
+// (RATIONALE "Cheaper probes").
 const PreemptBudget = 256
 
 // PreemptUnit is how many instructions of static cost make one more unit
