@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -567,4 +568,196 @@ func instantiateInstrumented(t *testing.T, wasm []byte, p Probe) (context.Contex
 		t.Fatal(err)
 	}
 	return ctx, mod
+}
+
+// TestSegmentCostsBoundEveryPath checks segmentCosts against a brute
+// force on random structured bodies: from the entry and from each loop's
+// header, the longest run of instructions that control can take (every
+// branch taken or not, every if either way) before it reaches another
+// loop's header, branches back to a loop or returns. A cost below it is a
+// segment that runs longer than its probe pays for.
+func TestSegmentCostsBoundEveryPath(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 2))
+	for n := range 3000 {
+		code := randomBody(rng)
+		fn := append([]byte{0}, code...)
+		costs, err := segmentCosts(nil, fn)
+		if err != nil {
+			t.Fatalf("body %d %x: %v", n, code, err)
+		}
+		longest, starts := longestRuns(t, code)
+		if len(costs) != len(starts) {
+			t.Fatalf("body %d %x: %d costs for %d probes", n, code, len(costs), len(starts))
+		}
+		for i, at := range starts {
+			if got, want := costs[i], longest(at); got < want {
+				t.Fatalf("body %d %x: probe %d (at %d) costs %d, but %d instructions can run after it", n, code, i, at, got, want)
+			}
+		}
+	}
+}
+
+// randomBody returns a random structured function body (instructions and
+// the final end) of nop, i32.const, block, loop, if/else, br, br_if and
+// return, with every label in range.
+func randomBody(rng *rand.Rand) []byte {
+	var b []byte
+	var gen func(depth int)
+	gen = func(depth int) {
+		for range rng.IntN(6) {
+			switch k := rng.IntN(10); {
+			case k < 2:
+				b = append(b, 0x01) // nop
+			case k == 2 && depth < 6:
+				b = append(b, 0x02, 0x40) // block
+				gen(depth + 1)
+				b = append(b, 0x0b)
+			case k == 3 && depth < 6:
+				b = append(b, 0x03, 0x40) // loop
+				gen(depth + 1)
+				b = append(b, 0x0b)
+			case k == 4 && depth < 6:
+				b = append(b, 0x41, 0x00, 0x04, 0x40) // i32.const 0; if
+				gen(depth + 1)
+				if rng.IntN(2) == 0 {
+					b = append(b, 0x05) // else
+					gen(depth + 1)
+				}
+				b = append(b, 0x0b)
+			case k == 5:
+				b = append(b, 0x0c, byte(rng.IntN(depth+1))) // br (depth is the function's label)
+			case k == 6:
+				b = append(b, 0x41, 0x00, 0x0d, byte(rng.IntN(depth+1))) // br_if
+			case k == 7 && rng.IntN(4) == 0:
+				b = append(b, 0x0f) // return
+			default:
+				b = append(b, 0x41, 0x05) // i32.const 5
+			}
+		}
+	}
+	gen(0)
+	return append(b, 0x0b)
+}
+
+// longestRuns decodes code (no local declarations) and returns a function
+// giving the most instructions control can run from an instruction index
+// without reaching a loop's header (the loop instruction itself counts)
+// or branching to a loop, and the index each probe's run starts at: 0 for
+// the entry, then the instruction after each loop.
+func longestRuns(t *testing.T, code []byte) (func(int) uint32, []int) {
+	t.Helper()
+	type ins struct {
+		op    byte
+		label int // br, br_if: the label's depth
+	}
+	var prog []ins
+	r := reader{b: code}
+	for r.off < len(code) {
+		op := r.instruction()
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		in := ins{op: op}
+		if op == 0x0c || op == 0x0d {
+			in.label = int(code[r.off-1]) // randomBody's labels are one byte
+		}
+		prog = append(prog, in)
+	}
+	// Match the structure: for each block, loop or if its end (and else).
+	end := make([]int, len(prog))
+	elseAt := make([]int, len(prog))
+	opener := make([]int, len(prog)) // for an else or end: its block's start, or -1
+	var open []int
+	for i, in := range prog {
+		elseAt[i], opener[i] = -1, -1
+		switch in.op {
+		case 0x02, 0x03, 0x04:
+			open = append(open, i)
+		case 0x05:
+			elseAt[open[len(open)-1]] = i
+			opener[i] = open[len(open)-1]
+		case 0x0b:
+			if len(open) > 0 {
+				s := open[len(open)-1]
+				open = open[:len(open)-1]
+				end[s], opener[i] = i, s
+			}
+		}
+	}
+	// enclosing[i]: the open blocks at i, innermost last (for labels).
+	enclosing := make([][]int, len(prog))
+	open = open[:0]
+	for i, in := range prog {
+		enclosing[i] = slices.Clone(open)
+		switch in.op {
+		case 0x02, 0x03, 0x04:
+			open = append(open, i)
+		case 0x0b:
+			if len(open) > 0 {
+				open = open[:len(open)-1]
+			}
+		}
+	}
+	memo := map[int]uint32{}
+	// target is where a branch to label depth l from i continues, or -1
+	// when it stops the run (a loop's header, or the function's label:
+	// a return).
+	target := func(i, l int) int {
+		enc := enclosing[i]
+		if l >= len(enc) {
+			return -1
+		}
+		s := enc[len(enc)-1-l]
+		if prog[s].op == 0x03 {
+			return -1
+		}
+		return end[s] + 1
+	}
+	var longest func(i int) uint32
+	longest = func(i int) uint32 {
+		if i >= len(prog) {
+			return 0
+		}
+		if v, ok := memo[i]; ok {
+			return v
+		}
+		var next []int
+		switch in := prog[i]; in.op {
+		case 0x03: // a loop's header: its probe ends the run
+		case 0x0f: // return
+		case 0x0c:
+			if j := target(i, in.label); j >= 0 {
+				next = append(next, j)
+			}
+		case 0x0d:
+			next = append(next, i+1)
+			if j := target(i, in.label); j >= 0 {
+				next = append(next, j)
+			}
+		case 0x04: // if: the then arm, or the else arm or past the end
+			next = append(next, i+1)
+			if e := elseAt[i]; e >= 0 {
+				next = append(next, e+1)
+			} else {
+				next = append(next, end[i]+1)
+			}
+		case 0x05: // the then arm's end: past the if's end
+			next = append(next, end[opener[i]]+1)
+		default:
+			next = append(next, i+1)
+		}
+		var best uint32
+		for _, j := range next {
+			best = max(best, longest(j))
+		}
+		memo[i] = 1 + best
+		return 1 + best
+	}
+	starts := []int{0}
+	for i, in := range prog {
+		if in.op == 0x03 {
+			starts = append(starts, i+1)
+		}
+	}
+	return longest, starts
 }
