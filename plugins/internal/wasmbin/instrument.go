@@ -210,8 +210,8 @@ func preemptCode(b []byte, flag uint32, charge, refill int32) []byte {
 
 // bulkCharge takes from the budget what a bulk operation costs by its
 // length, read from the operand stack (kept aside in the scratch global,
-// the fourth): 1 and one more per PreemptBulkBytes bytes of memory or
-// PreemptBulkElements table entries. A bulk operation can take
+// the fourth): 1 and one more per 1<<PreemptBulkShift bytes of memory or
+// 1<<PreemptBulkTableShift table entries. A bulk operation can take
 // milliseconds (a memory.fill of the whole memory), so the next probe
 // after a large one enters Go, while the small copies an AssemblyScript
 // or Go guest makes all the time cost what a probe does. (Before issue 17
@@ -594,9 +594,8 @@ func instrumentCode(data []byte, first uint32, code func(b []byte, cost uint32) 
 // instrumentBody appends to out one function body (local declarations,
 // then instructions) with code after each loop's block type (and at the
 // entry if atEntry), given costs[0] at the entry and costs[i] at the i-th
-// loop (segmentCosts), bulk before
-// each bulk memory or table operation and grow's guard before each
-// table.grow. A global.get or global.set naming a global at or past first
+// loop (segmentCosts), bulk before each bulk memory or table operation and
+// grow's guard before each table.grow. A global.get or global.set naming a global at or past first
 // (one the module does not have, so invalid in it) is refused: in the copy
 // it would reach the host's globals.
 func instrumentBody(out, fn []byte, first uint32, code func(b []byte, cost uint32) []byte, costs []uint32, bulk func(b []byte, sub uint32) []byte, grow func(table uint32) []byte, depth *bodyDepth, atEntry bool) ([]byte, error) {
