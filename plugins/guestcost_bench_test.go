@@ -425,9 +425,9 @@ const loopsGlobal = "volhost_test_loops"
 func countLoops(wasm []byte) ([]byte, error) {
 	return wasmbin.Instrument(wasm, wasmbin.Probe{
 		Globals: []wasmbin.Global{{Type: 0x7e, Export: loopsGlobal}},
-		Code: func(global uint32) []byte {
-			inc := protowire.AppendVarint([]byte{0x23}, uint64(global)) // global.get
-			inc = append(inc, 0x42, 0x01, 0x7c, 0x24)                   // i64.const 1, i64.add, global.set
+		Code: func(b []byte, global, _ uint32) []byte {
+			inc := protowire.AppendVarint(append(b, 0x23), uint64(global)) // global.get
+			inc = append(inc, 0x42, 0x01, 0x7c, 0x24)                      // i64.const 1, i64.add, global.set
 			return protowire.AppendVarint(inc, uint64(global))
 		},
 	})

@@ -10,17 +10,23 @@ import (
 type Probe struct {
 	// Globals are appended to the module's, in order.
 	Globals []Global
-	// Code returns the instructions to insert, given the index of the first
-	// new global (the others follow it). They must leave the operand stack
-	// as they found it: a loop's parameters are on it at the header.
-	Code func(first uint32) []byte
+	// Code appends to b the instructions to insert, given the index of the
+	// first new global (the others follow it) and the probe's cost: a
+	// bound on the instructions the function can run from this probe until
+	// it passes another one or returns (see segmentCosts; calls made in
+	// between pass their callee's own probes). The instructions must leave
+	// the operand stack as they found it: a loop's parameters are on it at
+	// the header.
+	Code func(b []byte, first, cost uint32) []byte
 	// FunctionEntry inserts Code at the start of every function body too.
 	FunctionEntry bool
-	// BulkCode, if set, is inserted before every bulk memory or table
-	// operation (memory.copy, memory.fill, memory.init, table.init,
-	// table.copy, table.fill), given the first new global's index. It must
-	// leave the operand stack as it found it.
-	BulkCode func(first uint32) []byte
+	// BulkCode, if set, appends to b the code inserted before every bulk
+	// memory or table operation (memory.copy, memory.fill, memory.init,
+	// table.init, table.copy, table.fill), given the first new global's
+	// index and the operation's 0xfc sub-opcode. It sees the operand stack
+	// with the operation's length (an i32) on top and must leave it as it
+	// found it.
+	BulkCode func(b []byte, first, sub uint32) []byte
 	// UsesMemory: Code uses memory 0, so a module without one is
 	// ErrUnsupported.
 	UsesMemory bool
@@ -92,17 +98,40 @@ type Global struct {
 // PreemptExport is the export name of Preempt's stop flag.
 const PreemptExport = "volhost.preempt"
 
-// PreemptInterval is how many probes a Preempt-instrumented guest passes
-// between two entries into the Go runtime.
-const PreemptInterval = 64
+// PreemptBudget is the budget a Preempt-instrumented guest spends between
+// two entries into the Go runtime. Every probe takes its charge from it,
+// 1 + cost/PreemptUnit where cost is a static bound on the instructions
+// its function can run before it passes another probe (segmentCosts); the
+// probe that finds it spent enters Go, checks the flag and refills it. So
+// at most PreemptBudget probes pass between two entries, and at most about
+// 2 x PreemptBudget x PreemptUnit instructions run (2 million) plus two
+// function bodies: a bound that a count of probes alone did not give (a
+// long straight-line body ran up to 64 times over before issue 17). It
+// was 64 probes; at 256, with bulk operations charged by length
+// (bulkCharge), the probes' overhead on an 8-claim call fell by about a
+// quarter (AssemblyScript) to a third (Go) (BENCHMARKS.md "Probe
+// variants"), for a stop-the-world that waits up to 256 probes instead of
+// 64 (a few microseconds in the example guests) for a running call
+// (RATIONALE "Cheaper probes").
+const PreemptBudget = 256
 
-// PreemptBulkCost is what a bulk memory or table operation takes from the
-// budget: one such operation can take milliseconds (a memory.fill of the
-// whole memory), so a loop of them enters Go every 4 iterations rather
-// than every 64, which bounds how long a garbage collector's
-// stop-the-world waits for the guest. A Go guest's struct copies are small
-// bulk copies too, which makes this a compromise, not PreemptInterval.
-const PreemptBulkCost = PreemptInterval / 4
+// PreemptUnit is how many instructions of static cost make one more unit
+// of a probe's charge. Below it a probe takes 1, so typical code, whose
+// probes guard a few dozen instructions each, pays no more than it did
+// under a count of probes; a Go function's loop header guards its whole
+// body (Go's wasm jumps through one dispatch loop), about 1,900
+// instructions on average in the example policy, so a smaller unit would
+// make a Go guest enter Go more often than before.
+const PreemptUnit = 4096
+
+// PreemptBulkShift and PreemptBulkTableShift: a bulk memory operation
+// of n bytes takes 1 + n>>PreemptBulkShift from the budget, a bulk table
+// operation of n entries 1 + n>>PreemptBulkTableShift (bulkCharge): about
+// a probe's worth per KiB moved.
+const (
+	PreemptBulkShift      = 10
+	PreemptBulkTableShift = 7
+)
 
 // PreemptBudgetExport is the export name of Preempt's budget, for tests
 // and diagnostics; the host never writes it.
@@ -111,12 +140,14 @@ const PreemptBudgetExport = "volhost.preempt_budget"
 // Preempt is the probe that makes a running call stoppable without
 // wazero's close-on-context-done, which calls into Go at every loop header
 // (RATIONALE "Call timeouts: the guest counts, the host flags"). At every
-// function entry and loop header the guest counts down a budget; every
-// PreemptInterval probes it enters Go with `memory.grow 0` and then checks
-// an i32 flag, exported as PreemptExport, trapping (`unreachable`) once the
-// host has set it non-zero.
+// function entry and loop header the guest tests a budget of
+// PreemptBudget and takes the probe's charge from it; when the test finds
+// it spent the guest enters Go with `memory.grow 0` and then checks an i32
+// flag, exported as PreemptExport, trapping (`unreachable`) once the host
+// has set it non-zero.
 //
-// A bulk memory or table operation takes PreemptBulkCost from the budget.
+// A bulk memory or table operation takes a charge by its length
+// (bulkCharge).
 //
 // Both halves matter. Compiled wasm is not preemptible by the Go
 // scheduler: a guest that never entered Go would hold its thread through a
@@ -124,40 +155,103 @@ const PreemptBudgetExport = "volhost.preempt_budget"
 // including the timer that was to stop it. And every unbounded execution
 // passes a probe: a loop's back edge enters its header, and recursion, tail
 // calls included, enters a function.
-var Preempt = Probe{
-	Globals: []Global{
-		{Type: 0x7f, Export: PreemptExport},                                  // the flag, set by the host
-		{Type: 0x7f, Init: PreemptInterval - 1, Export: PreemptBudgetExport}, // the budget, the guest's own
-		{Type: 0x7f, Export: BreachExport},                                   // set before a limit trap
-		{Type: 0x7f},                                                         // scratch for the table.grow guard
-		{Type: 0x7f},                                                         // the call depth
-	},
-	FunctionEntry: true,
-	UsesMemory:    true,
-	Code: func(flag uint32) []byte {
-		budget := flag + 1
-		b := appendU32([]byte{0x23}, budget)        // global.get budget
-		b = append(b, 0x41, 0x01, 0x48, 0x04, 0x40) // i32.const 1; i32.lt_s; if (spent)
-		b = append(b, 0x41, 0x00, 0x40, 0x00, 0x1a) // memory.grow 0 pages (enters Go); drop
-		b = appendU32(append(b, 0x23), flag)        // global.get flag
-		b = append(b, 0x04, 0x40, 0x00, 0x0b)       // if: unreachable; end
-		b = append(b, 0x41)                         // i32.const interval
-		b = appendS32(b, PreemptInterval)           //
-		b = appendU32(append(b, 0x24), budget)      // global.set budget
-		b = append(b, 0x0b)                         // end
-		b = appendU32(append(b, 0x23), budget)      // global.get budget
-		b = append(b, 0x41, 0x01, 0x6b)             // i32.const 1; i32.sub
-		return appendU32(append(b, 0x24), budget)   // global.set budget
-	},
-	BulkCode: func(flag uint32) []byte {
-		budget := flag + 1
-		b := appendU32([]byte{0x23}, budget)            // global.get budget
-		b = appendS32(append(b, 0x41), PreemptBulkCost) // i32.const cost
-		return appendU32(append(b, 0x6b, 0x24), budget) // i32.sub; global.set budget
-	},
-	TableGrowCode: tableGrowGuard,
-	DepthCode:     depthCode,
+var Preempt = NewPreempt(PreemptBudget, PreemptUnit)
+
+// NewPreempt is Preempt with another budget and unit (a probe takes
+// 1 + cost/unit, at most budget), for benchmarks that weigh them against
+// the cost of entering Go; the host uses Preempt.
+func NewPreempt(budget, unit int32) Probe {
+	return Probe{
+		Globals: []Global{
+			{Type: 0x7f, Export: PreemptExport},                     // the flag, set by the host
+			{Type: 0x7f, Init: budget, Export: PreemptBudgetExport}, // the budget, the guest's own
+			{Type: 0x7f, Export: BreachExport},                      // set before a limit trap
+			{Type: 0x7f},                                            // scratch for the table.grow guard
+			{Type: 0x7f},                                            // the call depth
+		},
+		FunctionEntry: true,
+		UsesMemory:    true,
+		Code: func(b []byte, flag, cost uint32) []byte {
+			return preemptCode(b, flag, int32(min(1+cost/uint32(unit), uint32(budget))), budget)
+		},
+		BulkCode:      bulkCharge,
+		TableGrowCode: tableGrowGuard,
+		DepthCode:     depthCode,
+	}
 }
+
+// preemptCode tests the budget (the second global) and, if it is spent
+// (below 1), enters Go, traps if the flag (the first global) is set and
+// refills it; then it takes charge from it.
+//
+//	global.get budget; i32.const 1; i32.lt_s
+//	if; i32.const 0; memory.grow 0; drop
+//	    global.get flag; if; unreachable; end
+//	    i32.const refill; global.set budget; end
+//	global.get budget; i32.const charge; i32.sub; global.set budget
+//
+// Testing before taking, not after, is what the probe was before issue 17
+// and measured cheaper under wazero's compiler (BenchmarkProbeVariants:
+// taking first made an AssemblyScript call about 9% slower, presumably
+// because the taken value is then live across the slow path's call).
+func preemptCode(b []byte, flag uint32, charge, refill int32) []byte {
+	budget := flag + 1
+	b = appendU32(append(b, 0x23), budget)               // global.get budget
+	b = append(b, 0x41, 0x01, 0x48, 0x04, 0x40)          // i32.const 1; i32.lt_s; if (spent)
+	b = append(b, 0x41, 0x00, 0x40, 0x00, 0x1a)          // memory.grow 0 pages (enters Go); drop
+	b = appendU32(append(b, 0x23), flag)                 // global.get flag
+	b = append(b, 0x04, 0x40, 0x00, 0x0b)                // if: unreachable; end
+	b = append(appendS32(append(b, 0x41), refill), 0x24) // i32.const refill; global.set budget
+	b = append(appendU32(b, budget), 0x0b)               // end
+	b = appendU32(append(b, 0x23), budget)               // global.get budget
+	b = append(appendS32(append(b, 0x41), charge), 0x6b) // i32.const charge; i32.sub
+	return appendU32(append(b, 0x24), budget)            // global.set budget
+}
+
+// bulkCharge takes from the budget what a bulk operation costs by its
+// length, read from the operand stack (kept aside in the scratch global,
+// the fourth): 1 and one more per 1<<PreemptBulkShift bytes of memory or
+// 1<<PreemptBulkTableShift table entries. A bulk operation can take
+// milliseconds (a memory.fill of the whole memory), so the next probe
+// after a large one enters Go, while the small copies an AssemblyScript
+// or Go guest makes all the time cost what a probe does. (Before issue 17
+// every bulk operation took a quarter of the budget, and the Go entries
+// that caused were most of what the probes cost an AssemblyScript call.)
+//
+// The budget never goes below bulkFloor: straight-line code of enough
+// large operations would otherwise wrap it round to a large positive
+// number, and the probes after it would not enter Go for as long.
+//
+//	global.set scratch                          ;; the length aside
+//	global.get budget; global.get scratch; i32.const shift; i32.shr_u
+//	i32.sub; i32.const 1; i32.sub; global.set budget
+//	global.get budget; i32.const floor; global.get budget; i32.const floor
+//	i32.gt_s; select; global.set budget         ;; max(budget, floor)
+//	global.get scratch                          ;; the length back
+func bulkCharge(b []byte, flag, sub uint32) []byte {
+	budget, scratch := flag+1, flag+3
+	shift := byte(PreemptBulkShift)
+	if sub == 12 || sub == 14 || sub == 17 { // table.init, table.copy, table.fill
+		shift = PreemptBulkTableShift
+	}
+	b = appendU32(append(b, 0x24), scratch)
+	b = appendU32(append(b, 0x23), budget)
+	b = appendU32(append(b, 0x23), scratch)
+	b = append(b, 0x41, shift, 0x76, 0x6b, 0x41, 0x01, 0x6b) // i32.const shift; i32.shr_u; i32.sub; i32.const 1; i32.sub
+	b = appendU32(append(b, 0x24), budget)
+	b = appendU32(append(b, 0x23), budget)
+	b = appendS32(append(b, 0x41), bulkFloor)
+	b = appendU32(append(b, 0x23), budget)
+	b = appendS32(append(b, 0x41), bulkFloor)
+	b = append(b, 0x4a, 0x1b) // i32.gt_s; select
+	b = appendU32(append(b, 0x24), budget)
+	return appendU32(append(b, 0x23), scratch)
+}
+
+// bulkFloor is the lowest budget bulkCharge leaves: one operation takes
+// at most 2^25+1 (a table operation of 2^32 entries), so it cannot wrap
+// from there.
+const bulkFloor = -1 << 30
 
 // depthCode counts the call depth in the fifth global and traps (after
 // setting the breach global to BreachDepth) past limit. wazero's own bound
@@ -233,10 +327,10 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 		return nil, err
 	}
 	first := info.globals
-	code := p.Code(first)
-	var bulk []byte
+	code := func(b []byte, cost uint32) []byte { return p.Code(b, first, cost) }
+	var bulk func(b []byte, sub uint32) []byte
 	if p.BulkCode != nil {
-		bulk = p.BulkCode(first)
+		bulk = func(b []byte, sub uint32) []byte { return p.BulkCode(b, first, sub) }
 	}
 	var grow func(table uint32) []byte
 	if p.TableGrowCode != nil && p.TableLimit > 0 {
@@ -457,7 +551,7 @@ func appendEntries(data []byte, entries [][]byte) ([]byte, error) {
 }
 
 // instrumentCode rewrites every function body of the code section.
-func instrumentCode(data []byte, first uint32, code, bulk []byte, grow func(table uint32) []byte, depth *depthPlan, atEntry bool) ([]byte, error) {
+func instrumentCode(data []byte, first uint32, code func(b []byte, cost uint32) []byte, bulk func(b []byte, sub uint32) []byte, grow func(table uint32) []byte, depth *depthPlan, atEntry bool) ([]byte, error) {
 	r := reader{b: data}
 	n := r.u32()
 	if r.err != nil { // an empty section has no count: invalid, and must stay so
@@ -468,6 +562,7 @@ func instrumentCode(data []byte, first uint32, code, bulk []byte, grow func(tabl
 	}
 	out := appendU32(make([]byte, 0, len(data)+len(data)/8), n)
 	var body []byte
+	var costs []uint32
 	for i := range n {
 		size := int(r.u32())
 		start := r.off
@@ -480,7 +575,11 @@ func instrumentCode(data []byte, first uint32, code, bulk []byte, grow func(tabl
 		if depth != nil {
 			wrap = &bodyDepth{enter: depth.enter, exit: depth.exit, blockType: depth.blockTypes[i]}
 		}
-		body, err = instrumentBody(body[:0], r.b[start:r.off], first, code, bulk, grow, wrap, atEntry)
+		costs, err = segmentCosts(costs[:0], r.b[start:r.off])
+		if err != nil {
+			return nil, err
+		}
+		body, err = instrumentBody(body[:0], r.b[start:r.off], first, code, costs, bulk, grow, wrap, atEntry)
 		if err != nil {
 			return nil, err
 		}
@@ -493,12 +592,13 @@ func instrumentCode(data []byte, first uint32, code, bulk []byte, grow func(tabl
 }
 
 // instrumentBody appends to out one function body (local declarations,
-// then instructions) with code after each loop's block type, bulk before
-// each bulk memory or table operation and grow's guard before each
-// table.grow. A global.get or global.set naming a global at or past first
+// then instructions) with code after each loop's block type (and at the
+// entry if atEntry), given costs[0] at the entry and costs[i] at the i-th
+// loop (segmentCosts), bulk before each bulk memory or table operation and
+// grow's guard before each table.grow. A global.get or global.set naming a global at or past first
 // (one the module does not have, so invalid in it) is refused: in the copy
 // it would reach the host's globals.
-func instrumentBody(out, fn []byte, first uint32, code, bulk []byte, grow func(table uint32) []byte, depth *bodyDepth, atEntry bool) ([]byte, error) {
+func instrumentBody(out, fn []byte, first uint32, code func(b []byte, cost uint32) []byte, costs []uint32, bulk func(b []byte, sub uint32) []byte, grow func(table uint32) []byte, depth *bodyDepth, atEntry bool) ([]byte, error) {
 	r := reader{b: fn}
 	for range r.u32() { // local declarations: count, type
 		r.u32()
@@ -509,8 +609,9 @@ func instrumentBody(out, fn []byte, first uint32, code, bulk []byte, grow func(t
 	}
 	out = append(out, fn[:r.off]...)
 	if atEntry {
-		out = append(out, code...)
+		out = code(out, costs[0])
 	}
+	loops := 0
 	if depth != nil {
 		out = append(out, depth.enter...)
 		out = append(append(out, 0x02), depth.blockType...) // block: a branch to the function's label now lands here
@@ -542,17 +643,98 @@ func instrumentBody(out, fn []byte, first uint32, code, bulk []byte, grow func(t
 			imm := reader{b: fn[at+1 : r.off]}
 			switch sub := imm.u32(); {
 			case bulk != nil && isBulkOp(sub):
-				out = append(out, bulk...)
+				out = bulk(out, sub)
 			case grow != nil && sub == 15: // table.grow
 				out = append(out, grow(imm.u32())...)
 			}
 		}
 		out = append(out, fn[at:r.off]...)
 		if op == 0x03 { // loop
-			out = append(out, code...)
+			loops++
+			out = code(out, costs[loops])
 		}
 	}
 	return out, nil
+}
+
+// segmentCosts appends to costs, for a function body (local declarations,
+// then instructions), the cost of its entry probe and then of each loop
+// header's probe in order: a bound on the instructions the function can
+// run after the probe before it passes another probe or returns. Without
+// passing a probe, control in one activation only moves forward (a branch
+// back goes to a loop header; a branch forward to a block's end; a call
+// returns to the next instruction), and it cannot enter a loop's body but
+// through its header. So from the entry it can reach every instruction
+// outside all loops, and from a loop's header every instruction whose
+// innermost loop is that loop or one enclosing it; no more. Each is
+// counted once: a cost is at least 1 (the loop's end) and at most the
+// body's instruction count. One pass, linear in the body.
+func segmentCosts(costs []uint32, fn []byte) ([]uint32, error) {
+	r := reader{b: fn}
+	for range r.u32() { // local declarations
+		r.u32()
+		r.byte()
+		if r.err != nil {
+			return nil, r.err
+		}
+	}
+	type loop struct {
+		parent int    // the enclosing loop's index, or -1
+		direct uint32 // instructions whose innermost loop this is
+		atEnd  uint32 // the parent's direct count when this loop ended
+	}
+	var loops []loop
+	var outside uint32 // instructions outside every loop
+	direct := func(l int) *uint32 {
+		if l < 0 {
+			return &outside
+		}
+		return &loops[l].direct
+	}
+	var open []int // per open block, if or loop: the loop's index, or -1
+	cur := -1      // the innermost open loop, or -1
+	for r.off < len(fn) {
+		op := r.instruction()
+		if r.err != nil {
+			return nil, r.err
+		}
+		*direct(cur)++
+		switch op {
+		case 0x02, 0x04: // block, if
+			open = append(open, -1)
+		case 0x03: // loop: its header counts for the parent, its body for itself
+			loops = append(loops, loop{parent: cur})
+			cur = len(loops) - 1
+			open = append(open, cur)
+		case 0x0b:
+			if len(open) == 0 {
+				break // the function's end
+			}
+			if l := open[len(open)-1]; l >= 0 {
+				cur = loops[l].parent
+				loops[l].atEnd = *direct(cur)
+			}
+			open = open[:len(open)-1]
+		}
+	}
+	// rest[l]: the instructions reachable after loop l ends, the parent's
+	// direct ones after it and what is reachable after the parent ends.
+	// A parent comes before its loops, so its rest is known first.
+	costs = append(costs, outside)
+	rest := make([]uint32, len(loops))
+	for l, lp := range loops {
+		if lp.parent >= 0 {
+			p := loops[lp.parent]
+			rest[l] = p.direct - lp.atEnd + rest[lp.parent]
+		}
+		// At the function level nothing runs after the body but its end,
+		// which outside counts; a loop there reaches the rest of it.
+		if lp.parent < 0 {
+			rest[l] = outside - lp.atEnd
+		}
+		costs = append(costs, lp.direct+rest[l])
+	}
+	return costs, nil
 }
 
 // instruction reads one instruction and its immediates, returning the

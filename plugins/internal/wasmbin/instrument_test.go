@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strings"
@@ -439,35 +440,115 @@ func TestCallDepthBound(t *testing.T) {
 	}
 }
 
-// TestPreemptBudget follows Preempt's budget through calls of a function
-// with no loop and three memory.fill: the function entry takes 1, each bulk
-// operation PreemptBulkCost, and a probe that finds the budget spent enters
-// Go and refills it to PreemptInterval before taking its own 1.
+// TestPreemptBudget follows Preempt's budget through calls of loop-free
+// functions. "fills" runs memory.fill of 0, 3,000 and 65,536 bytes: its
+// entry takes 1 (its 13 instructions are under PreemptUnit) and each fill
+// 1 + its length in KiB (1, 3, 65); "long" is 8,192 nops, whose entry
+// takes 1 + 8,193/PreemptUnit = 3. A probe that finds the budget spent
+// (below 1) enters Go and refills it to PreemptBudget before taking its
+// own charge. (Before issue 17 every probe took 1 of 64 and every bulk
+// operation 16, whatever its length.)
 func TestPreemptBudget(t *testing.T) {
-	fill := []byte{0x41, 0x00, 0x41, 0x00, 0x41, 0x00, 0xfc, 0x0b, 0x00} // memory.fill(0, 0, 0)
-	code := append(append(append([]byte(nil), fill...), fill...), fill...)
+	fill := func(n int32) []byte { // memory.fill(0, 0, n)
+		return appendS32([]byte{0x41, 0x00, 0x41, 0x00, 0x41}, n)
+	}
+	var fills []byte
+	for _, n := range []int32{0, 3000, 65536} {
+		fills = append(append(fills, fill(n)...), 0xfc, 0x0b, 0x00)
+	}
+	long := append(bytes.Repeat([]byte{0x01}, 8192), 0x0b)
 	wasm := module(
 		sec(1, vec([]byte{0x60, 0x00, 0x00})),
-		sec(3, vec([]byte{0})),
+		sec(3, vec([]byte{0}, []byte{0})),
 		sec(5, vec([]byte{0x00, 0x01})),
-		sec(7, vec(append(name("fills"), 0x00, 0))),
-		sec(10, vec(body([]byte{0}, append(code, 0x0b)...))),
+		sec(7, vec(append(name("fills"), 0x00, 0), append(name("long"), 0x00, 1))),
+		sec(10, vec(body([]byte{0}, append(fills, 0x0b)...), body([]byte{0}, long...))),
 	)
 	ctx, mod := instantiateInstrumented(t, wasm, Preempt)
 	budget := mod.ExportedGlobal(PreemptBudgetExport)
-	const bulk = 3 * PreemptBulkCost
-	want := []int32{
-		PreemptInterval - 1 - 1 - bulk,            // 63 - 1 - 48 = 14
-		PreemptInterval - 1 - 1 - bulk - 1 - bulk, // 14 - 1 - 48 = -35: spent
-		PreemptInterval - 1 - bulk,                // refilled to 64 at the entry, - 1 - 48 = 15
-	}
-	for i, w := range want {
-		if _, err := mod.ExportedFunction("fills").Call(ctx); err != nil {
+	const full, fillsCharge = PreemptBudget, 1 + 1 + 3 + 65
+	for i, c := range []struct {
+		fn   string
+		want int32
+	}{
+		{"fills", full - fillsCharge},       // 186
+		{"fills", full - 2*fillsCharge},     // 116
+		{"fills", full - 3*fillsCharge},     // 46
+		{"fills", full - 4*fillsCharge},     // -24: overspent by the last fill
+		{"fills", full - fillsCharge},       // the entry found it spent: refilled
+		{"long", full - fillsCharge - 3},    // 183
+		{"fills", full - 2*fillsCharge - 3}, // 113
+	} {
+		if _, err := mod.ExportedFunction(c.fn).Call(ctx); err != nil {
 			t.Fatal(err)
 		}
-		if got := int32(uint32(budget.Get())); got != w {
-			t.Fatalf("after call %d the budget is %d, want %d", i+1, got, w)
+		if got := int32(uint32(budget.Get())); got != c.want {
+			t.Fatalf("after call %d (%s) the budget is %d, want %d", i+1, c.fn, got, c.want)
 		}
+	}
+
+	// A bulk operation never takes the budget below bulkFloor, from where
+	// more could wrap it round to a large positive number (no entry probe
+	// here, so that the budget set before the call is what the fill sees).
+	p := Preempt
+	p.FunctionEntry = false
+	ctx, mod = instantiateInstrumented(t, wasm, p)
+	mb := mod.ExportedGlobal(PreemptBudgetExport).(api.MutableGlobal)
+	start := int32(bulkFloor + 10)
+	mb.Set(uint64(uint32(start)))
+	if _, err := mod.ExportedFunction("fills").Call(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := int32(uint32(mb.Get())); got != bulkFloor {
+		t.Fatalf("after fills from bulkFloor+10 the budget is %d, want bulkFloor %d", got, bulkFloor)
+	}
+}
+
+// TestSegmentCosts checks the static cost of each probe: from the entry,
+// every instruction outside all loops; from a loop's header, every
+// instruction whose innermost loop is it or one around it, including
+// those a forward branch reaches after it ends, and none inside a later
+// or nested loop (whose header probe must be passed to get there). A cost
+// lower than what can run would let a guest run longer than
+// PreemptBudget without entering Go.
+func TestSegmentCosts(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		code []byte
+		want []uint32 // entry, then each loop in order
+	}{
+		{"straight", []byte{0x01, 0x01, 0x0b}, []uint32{3}},
+		// loop; br 0; end; end
+		{"spin", []byte{0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b}, []uint32{2, 3}},
+		// block
+		//   loop A: loop B: end B; nop; end A
+		//   loop C: nop; end C
+		// end; nop; end
+		// A reaches its own 3 (loop B's header counted in A, end B in B)
+		// and the 4 outside after it (loop C's header, the block's end,
+		// nop, end); B its end, then A's nop and end, then those 4; C
+		// its nop and end and the 3 after it.
+		{"nested", []byte{0x02, 0x40,
+			0x03, 0x40, 0x03, 0x40, 0x0b, 0x01, 0x0b,
+			0x03, 0x40, 0x01, 0x0b,
+			0x0b, 0x01, 0x0b}, []uint32{6, 7, 7, 5}},
+		// loop A: block; i32.const 0; br_if 0; loop B: br 0; end B; end; nop; end A; end
+		// The br_if jumps past loop B to the block's end: A's cost counts
+		// its 7 (B's header included) and the function's end; B's counts
+		// its 2, A's 3 after it and the function's end.
+		{"branch past a loop", []byte{0x03, 0x40, 0x02, 0x40, 0x41, 0x00, 0x0d, 0x00,
+			0x03, 0x40, 0x0c, 0x00, 0x0b, 0x0b, 0x01, 0x0b, 0x0b}, []uint32{2, 8, 6}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			fn := append([]byte{0}, tt.code...) // no locals
+			got, err := segmentCosts(nil, fn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Fatalf("costs %v, want %v", got, tt.want)
+			}
+		})
 	}
 }
 
@@ -487,4 +568,196 @@ func instantiateInstrumented(t *testing.T, wasm []byte, p Probe) (context.Contex
 		t.Fatal(err)
 	}
 	return ctx, mod
+}
+
+// TestSegmentCostsBoundEveryPath checks segmentCosts against a brute
+// force on random structured bodies: from the entry and from each loop's
+// header, the longest run of instructions that control can take (every
+// branch taken or not, every if either way) before it reaches another
+// loop's header, branches back to a loop or returns. A cost below it is a
+// segment that runs longer than its probe pays for.
+func TestSegmentCostsBoundEveryPath(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 2))
+	for n := range 3000 {
+		code := randomBody(rng)
+		fn := append([]byte{0}, code...)
+		costs, err := segmentCosts(nil, fn)
+		if err != nil {
+			t.Fatalf("body %d %x: %v", n, code, err)
+		}
+		longest, starts := longestRuns(t, code)
+		if len(costs) != len(starts) {
+			t.Fatalf("body %d %x: %d costs for %d probes", n, code, len(costs), len(starts))
+		}
+		for i, at := range starts {
+			if got, want := costs[i], longest(at); got < want {
+				t.Fatalf("body %d %x: probe %d (at %d) costs %d, but %d instructions can run after it", n, code, i, at, got, want)
+			}
+		}
+	}
+}
+
+// randomBody returns a random structured function body (instructions and
+// the final end) of nop, i32.const, block, loop, if/else, br, br_if and
+// return, with every label in range.
+func randomBody(rng *rand.Rand) []byte {
+	var b []byte
+	var gen func(depth int)
+	gen = func(depth int) {
+		for range rng.IntN(6) {
+			switch k := rng.IntN(10); {
+			case k < 2:
+				b = append(b, 0x01) // nop
+			case k == 2 && depth < 6:
+				b = append(b, 0x02, 0x40) // block
+				gen(depth + 1)
+				b = append(b, 0x0b)
+			case k == 3 && depth < 6:
+				b = append(b, 0x03, 0x40) // loop
+				gen(depth + 1)
+				b = append(b, 0x0b)
+			case k == 4 && depth < 6:
+				b = append(b, 0x41, 0x00, 0x04, 0x40) // i32.const 0; if
+				gen(depth + 1)
+				if rng.IntN(2) == 0 {
+					b = append(b, 0x05) // else
+					gen(depth + 1)
+				}
+				b = append(b, 0x0b)
+			case k == 5:
+				b = append(b, 0x0c, byte(rng.IntN(depth+1))) // br (depth is the function's label)
+			case k == 6:
+				b = append(b, 0x41, 0x00, 0x0d, byte(rng.IntN(depth+1))) // br_if
+			case k == 7 && rng.IntN(4) == 0:
+				b = append(b, 0x0f) // return
+			default:
+				b = append(b, 0x41, 0x05) // i32.const 5
+			}
+		}
+	}
+	gen(0)
+	return append(b, 0x0b)
+}
+
+// longestRuns decodes code (no local declarations) and returns a function
+// giving the most instructions control can run from an instruction index
+// without reaching a loop's header (the loop instruction itself counts)
+// or branching to a loop, and the index each probe's run starts at: 0 for
+// the entry, then the instruction after each loop.
+func longestRuns(t *testing.T, code []byte) (func(int) uint32, []int) {
+	t.Helper()
+	type ins struct {
+		op    byte
+		label int // br, br_if: the label's depth
+	}
+	var prog []ins
+	r := reader{b: code}
+	for r.off < len(code) {
+		op := r.instruction()
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		in := ins{op: op}
+		if op == 0x0c || op == 0x0d {
+			in.label = int(code[r.off-1]) // randomBody's labels are one byte
+		}
+		prog = append(prog, in)
+	}
+	// Match the structure: for each block, loop or if its end (and else).
+	end := make([]int, len(prog))
+	elseAt := make([]int, len(prog))
+	opener := make([]int, len(prog)) // for an else or end: its block's start, or -1
+	var open []int
+	for i, in := range prog {
+		elseAt[i], opener[i] = -1, -1
+		switch in.op {
+		case 0x02, 0x03, 0x04:
+			open = append(open, i)
+		case 0x05:
+			elseAt[open[len(open)-1]] = i
+			opener[i] = open[len(open)-1]
+		case 0x0b:
+			if len(open) > 0 {
+				s := open[len(open)-1]
+				open = open[:len(open)-1]
+				end[s], opener[i] = i, s
+			}
+		}
+	}
+	// enclosing[i]: the open blocks at i, innermost last (for labels).
+	enclosing := make([][]int, len(prog))
+	open = open[:0]
+	for i, in := range prog {
+		enclosing[i] = slices.Clone(open)
+		switch in.op {
+		case 0x02, 0x03, 0x04:
+			open = append(open, i)
+		case 0x0b:
+			if len(open) > 0 {
+				open = open[:len(open)-1]
+			}
+		}
+	}
+	memo := map[int]uint32{}
+	// target is where a branch to label depth l from i continues, or -1
+	// when it stops the run (a loop's header, or the function's label:
+	// a return).
+	target := func(i, l int) int {
+		enc := enclosing[i]
+		if l >= len(enc) {
+			return -1
+		}
+		s := enc[len(enc)-1-l]
+		if prog[s].op == 0x03 {
+			return -1
+		}
+		return end[s] + 1
+	}
+	var longest func(i int) uint32
+	longest = func(i int) uint32 {
+		if i >= len(prog) {
+			return 0
+		}
+		if v, ok := memo[i]; ok {
+			return v
+		}
+		var next []int
+		switch in := prog[i]; in.op {
+		case 0x03: // a loop's header: its probe ends the run
+		case 0x0f: // return
+		case 0x0c:
+			if j := target(i, in.label); j >= 0 {
+				next = append(next, j)
+			}
+		case 0x0d:
+			next = append(next, i+1)
+			if j := target(i, in.label); j >= 0 {
+				next = append(next, j)
+			}
+		case 0x04: // if: the then arm, or the else arm or past the end
+			next = append(next, i+1)
+			if e := elseAt[i]; e >= 0 {
+				next = append(next, e+1)
+			} else {
+				next = append(next, end[i]+1)
+			}
+		case 0x05: // the then arm's end: past the if's end
+			next = append(next, end[opener[i]]+1)
+		default:
+			next = append(next, i+1)
+		}
+		var best uint32
+		for _, j := range next {
+			best = max(best, longest(j))
+		}
+		memo[i] = 1 + best
+		return 1 + best
+	}
+	starts := []int{0}
+	for i, in := range prog {
+		if in.op == 0x03 {
+			starts = append(starts, i+1)
+		}
+	}
+	return longest, starts
 }
