@@ -208,7 +208,8 @@ func (h *Handlers) dispatchReleaseInto(in, out []byte) (res []byte) {
 	if err := req.UnmarshalBorrowing(in); err != nil {
 		return failed(err.Error())
 	}
-	clear(resp.Decisions[:cap(resp.Decisions)]) // drop the last call's strings
+	// The last call's decisions past the new length are left as they were:
+	// their strings alias the request buffer, alive anyway.
 	*resp = abi.PolicyResponse{Decisions: resp.Decisions[:0]}
 	if err := h.ReleaseInto(req, resp); err != nil {
 		return failed(err.Error())
