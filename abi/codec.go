@@ -1311,7 +1311,12 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			goto done
 		}
 	}
-	m.presize(b)
+	if m.Claims == nil || m.Allocs == nil || m.Nodes == nil {
+		// Only nil fields are sized here: a reused request's slices were
+		// sized by presizeReusing, and counting the fields again costs a
+		// guest a loop over the whole message.
+		m.presize(b)
+	}
 	for len(m.Claims) < MaxRepeated {
 		v, n := shortBytes(b, 3<<3|2)
 		if n == 0 {
