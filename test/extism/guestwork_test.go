@@ -77,10 +77,10 @@ func TestGuestSteadyStateWork(t *testing.T) {
 			var pages uint32
 			for i := range warm + counted {
 				if i == warm {
-					on, pages = true, mod.Memory().Size()
+					on, pages = true, mod.mod.Memory().Size()
 				}
 				var got abi.PolicyResponse
-				if err := got.Unmarshal(callRaw(t, ctx, mod, abi.ExportDecideRelease, in)); err != nil {
+				if err := got.Unmarshal(mod.call(t, ctx, abi.ExportDecideRelease, in)); err != nil {
 					t.Fatal(err)
 				}
 				if !slices.Equal(got.Decisions, want.Decisions) || got.Error != "" {
@@ -96,7 +96,7 @@ func TestGuestSteadyStateWork(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %.1f guest function calls per call, %.2f of them runtime.mallocgc*; memory %d -> %d bytes over %d calls",
-				m.name, float64(total)/counted, float64(allocs)/counted, pages, mod.Memory().Size(), counted)
+				m.name, float64(total)/counted, float64(allocs)/counted, pages, mod.mod.Memory().Size(), counted)
 			for _, f := range topCalls(counts, 40) {
 				t.Logf("%8.2f %s", float64(counts[f])/counted, f)
 			}
@@ -109,7 +109,7 @@ func TestGuestSteadyStateWork(t *testing.T) {
 			if allocs != 0 {
 				t.Fatalf("%d calls into runtime.mallocgc over %d steady-state calls: a Go guest call allocates again", allocs, counted)
 			}
-			if got := mod.Memory().Size(); got != pages {
+			if got := mod.mod.Memory().Size(); got != pages {
 				t.Fatalf("memory grew from %d to %d bytes over %d steady-state calls", pages, got, counted)
 			}
 		})
@@ -131,9 +131,17 @@ func topCalls(counts map[string]int, n int) []string {
 	return names[:min(n, len(names))]
 }
 
-// instantiateRaw instantiates a volhost guest with WASI and the two
-// volhost imports a module may use (logging off), and runs _initialize.
-func instantiateRaw(tb testing.TB, ctx context.Context, wasm []byte) api.Module {
+// rawGuest is a volhost guest instantiated straight in wazero, with WASI
+// and the two volhost imports a module may use (logging off), its exports
+// looked up once (each ExportedFunction call makes a new call engine).
+type rawGuest struct {
+	mod    api.Module
+	buffer api.Function
+	fns    map[string]api.Function
+}
+
+// instantiateRaw instantiates wasm as a rawGuest and runs _initialize.
+func instantiateRaw(tb testing.TB, ctx context.Context, wasm []byte) *rawGuest {
 	tb.Helper()
 	rt := wazero.NewRuntime(ctx)
 	tb.Cleanup(func() { _ = rt.Close(ctx) })
@@ -149,27 +157,31 @@ func instantiateRaw(tb testing.TB, ctx context.Context, wasm []byte) api.Module 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return mod
+	return &rawGuest{mod: mod, buffer: mod.ExportedFunction(abi.ExportBuffer), fns: map[string]api.Function{}}
 }
 
-// callRaw runs export on req as the host does (volhost_buffer, write,
-// export) and returns a copy of the response.
-func callRaw(tb testing.TB, ctx context.Context, mod api.Module, export string, req []byte) []byte {
-	tb.Helper()
-	res, err := mod.ExportedFunction(abi.ExportBuffer).Call(ctx, uint64(len(req)))
+// call runs export on req as the host does (volhost_buffer, write,
+// export) and returns the response, valid until the next call.
+func (g *rawGuest) call(tb testing.TB, ctx context.Context, export string, req []byte) []byte {
+	res, err := g.buffer.Call(ctx, uint64(len(req)))
 	if err != nil || res[0] == 0 {
 		tb.Fatalf("volhost_buffer(%d) = %v, %v", len(req), res, err)
 	}
-	if !mod.Memory().Write(uint32(res[0]), req) {
+	if !g.mod.Memory().Write(uint32(res[0]), req) {
 		tb.Fatal("request does not fit guest memory")
 	}
-	if res, err = mod.ExportedFunction(export).Call(ctx, uint64(len(req))); err != nil {
+	fn := g.fns[export]
+	if fn == nil {
+		fn = g.mod.ExportedFunction(export)
+		g.fns[export] = fn
+	}
+	if res, err = fn.Call(ctx, uint64(len(req))); err != nil {
 		tb.Fatalf("%s: %v", export, err)
 	}
 	ptr, n := abi.UnpackResult(res[0])
-	b, ok := mod.Memory().Read(ptr, n)
+	b, ok := g.mod.Memory().Read(ptr, n)
 	if !ok {
 		tb.Fatalf("%s: result (%d, %d) outside memory", export, ptr, n)
 	}
-	return slices.Clone(b)
+	return b
 }
