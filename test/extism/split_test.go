@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/abi/defaultpolicy"
 )
 
 // BenchmarkGuestSplit splits a guest call into its parts, straight through
@@ -96,4 +97,34 @@ func buildSplitGuest(tb testing.TB, dir, pkg string) string {
 		tb.Fatalf("build %s: %v\n%s", pkg, err, msg)
 	}
 	return out
+}
+
+// BenchmarkNativeParts is the Go guest's three parts run natively on the
+// same 8-claim request, for BenchmarkGuestSplit's comparison: the
+// in-place decode into a reused request, DecideInto a reused response,
+// and the response's encoding.
+func BenchmarkNativeParts(b *testing.B) {
+	in := volumeRequest().MarshalAppend(nil)
+	var req abi.PolicyRequest
+	var resp abi.PolicyResponse
+	if err := req.UnmarshalBorrowing(in); err != nil {
+		b.Fatal(err)
+	}
+	defaultpolicy.DecideInto(&req, &resp)
+	var out []byte
+	b.Run("decode", func(b *testing.B) {
+		for b.Loop() {
+			_ = req.UnmarshalBorrowing(in)
+		}
+	})
+	b.Run("decide", func(b *testing.B) {
+		for b.Loop() {
+			defaultpolicy.DecideInto(&req, &resp)
+		}
+	})
+	b.Run("encode", func(b *testing.B) {
+		for b.Loop() {
+			out = resp.MarshalAppend(out[:0])
+		}
+	})
 }
