@@ -6,6 +6,11 @@
 //		guest.HandleRelease(func(req *abi.PolicyRequest) (*abi.PolicyResponse, error) { ... })
 //	}
 //
+// or, allocating nothing per call (the request decoded in place, the
+// response reused; valid only until the handler returns):
+//
+//	guest.HandleReleaseInto(func(req *abi.PolicyRequest, resp *abi.PolicyResponse) error { ... })
+//
 // Built with GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, the
 // package provides every export of ABI v1 (exports_wasip1.go): it owns the
 // request buffer, decodes the request with the hand-written codec, runs the
