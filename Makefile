@@ -25,6 +25,9 @@ test-modules:
 
 test: plugins
 	$(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	# test/extism is its own module: the same-decisions check against Extism and
+	# TestGuestSteadyStateWork (no allocation per guest call, issue 17).
+	cd test/extism && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi

@@ -269,6 +269,16 @@ func newDecoder(b []byte) (decoder, error) {
 	return decoder{s: s, base: unsafe.Slice(unsafe.StringData(s), len(s))}, nil
 }
 
+// borrowingDecoder is newDecoder without the copy: its strings alias b,
+// which the caller keeps unchanged while they are in use. base is b with
+// its capacity cut to its length, as str requires.
+func borrowingDecoder(b []byte) (decoder, error) {
+	if len(b) > MaxMessageSize {
+		return decoder{}, fmt.Errorf("%d bytes exceeds the %d byte limit", len(b), MaxMessageSize)
+	}
+	return decoder{s: unsafe.String(unsafe.SliceData(b), len(b)), base: b[:len(b):len(b)]}, nil
+}
+
 // str returns the substring of d.s that v, a subslice of d.base, covers.
 // Subslicing keeps the capacity's end fixed, so v starts at
 // cap(base)-cap(v).
@@ -1230,15 +1240,34 @@ func (m *PolicyRequest) Unmarshal(b []byte) error {
 // not keep m's previous contents. The strings stay valid (they are a copy
 // of b). On an error m is left empty.
 func (m *PolicyRequest) UnmarshalReusing(b []byte) error {
+	clear(m.Claims[:cap(m.Claims)]) // drop the old strings for the GC
+	clear(m.Allocs[:cap(m.Allocs)])
+	clear(m.Nodes[:cap(m.Nodes)])
+	return m.unmarshalReusing(newDecoder(b))
+}
+
+// UnmarshalBorrowing is UnmarshalReusing without the string copy: m's
+// strings alias b itself, so a request without maps decodes with no
+// allocation at all once m's slices are large enough (the Go guest SDK's
+// HandleReleaseInto path, issue 17). The caller must not change b while
+// any of m's strings is in use; the SDK hands such a request to a handler
+// only for the duration of the call, before the host writes the next
+// request into the same buffer. Unlike UnmarshalReusing it leaves the
+// items past the new lengths as they were (merge appends zeroed items, so
+// nothing of them shows): their strings point into the caller's own
+// buffer, which stays alive anyway, and clearing them costs a Go guest two
+// runtime calls per slice.
+func (m *PolicyRequest) UnmarshalBorrowing(b []byte) error {
+	return m.unmarshalReusing(borrowingDecoder(b))
+}
+
+// unmarshalReusing is UnmarshalReusing and UnmarshalBorrowing over d.
+func (m *PolicyRequest) unmarshalReusing(d decoder, err error) error {
 	claims, allocs, nodes := m.Claims[:0], m.Allocs[:0], m.Nodes[:0]
-	clear(claims[:cap(claims)]) // drop the old strings for the GC
-	clear(allocs[:cap(allocs)])
-	clear(nodes[:cap(nodes)])
 	*m = PolicyRequest{}
-	d, err := newDecoder(b)
 	if err == nil {
 		m.Claims, m.Allocs, m.Nodes = claims, allocs, nodes
-		m.presizeReusing(b)
+		m.presizeReusing(d.base)
 		err = m.merge(&d, d.base)
 	}
 	if err != nil {
@@ -1282,7 +1311,12 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			goto done
 		}
 	}
-	m.presize(b)
+	if m.Claims == nil || m.Allocs == nil || m.Nodes == nil {
+		// Only nil fields are sized here: a reused request's slices were
+		// sized by presizeReusing, and counting the fields again costs a
+		// guest a loop over the whole message.
+		m.presize(b)
+	}
 	for len(m.Claims) < MaxRepeated {
 		v, n := shortBytes(b, 3<<3|2)
 		if n == 0 {

@@ -290,14 +290,15 @@ func itoa(i int) string {
 	return string(protowire.AppendVarint(nil, uint64(i)))
 }
 
-// UnmarshalReusing decodes exactly what Unmarshal does, whatever the
-// value held before (more items, fewer, none, a failed decode), and once
-// its slices are large enough it allocates only the request's string copy.
+// UnmarshalReusing and UnmarshalBorrowing decode exactly what Unmarshal
+// does, whatever the value held before (more items, fewer, none, a failed
+// decode), and once its slices are large enough UnmarshalReusing allocates
+// only the request's string copy and UnmarshalBorrowing nothing.
 func TestPolicyRequestUnmarshalReusing(t *testing.T) {
 	big := samplePolicyRequest()
 	small := &PolicyRequest{NowUnixMs: 7, Claims: []ClaimView{{AllocID: "x", NodeID: "n", State: "taken"}}}
 	empty := &PolicyRequest{Volume: VolumeView{ID: "v"}}
-	var reused PolicyRequest
+	var reused, borrowed PolicyRequest
 	for i, m := range []*PolicyRequest{big, small, empty, big, small, big} {
 		in := m.MarshalAppend(nil)
 		var fresh PolicyRequest
@@ -310,12 +311,33 @@ func TestPolicyRequestUnmarshalReusing(t *testing.T) {
 		if !reflect.DeepEqual(normalizeEmpty(reused), normalizeEmpty(fresh)) {
 			t.Fatalf("step %d: reused decode\n%+v\nfresh decode\n%+v", i, reused, fresh)
 		}
+		if err := borrowed.UnmarshalBorrowing(in); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if !reflect.DeepEqual(normalizeEmpty(borrowed), normalizeEmpty(fresh)) {
+			t.Fatalf("step %d: borrowing decode\n%+v\nfresh decode\n%+v", i, borrowed, fresh)
+		}
 	}
-	if err := reused.UnmarshalReusing([]byte{0xff}); err == nil {
-		t.Fatal("malformed request decoded")
+	for _, decode := range []func([]byte) error{reused.UnmarshalReusing, borrowed.UnmarshalBorrowing} {
+		if err := decode([]byte{0xff}); err == nil {
+			t.Fatal("malformed request decoded")
+		}
 	}
-	if !reflect.DeepEqual(reused, PolicyRequest{}) {
-		t.Fatalf("a failed decode left %+v", reused)
+	if !reflect.DeepEqual(reused, PolicyRequest{}) || !reflect.DeepEqual(borrowed, PolicyRequest{}) {
+		t.Fatalf("a failed decode left %+v / %+v", reused, borrowed)
+	}
+	// The borrowed strings are b's own bytes (that is the contract): a
+	// change to b shows through them, where the copy does not.
+	in := small.MarshalAppend(nil)
+	if err := borrowed.UnmarshalBorrowing(in); err != nil {
+		t.Fatal(err)
+	}
+	if err := reused.UnmarshalReusing(in); err != nil {
+		t.Fatal(err)
+	}
+	in[bytes.Index(in, []byte("taken"))] = 'b'
+	if borrowed.Claims[0].State != "baken" || reused.Claims[0].State != "taken" {
+		t.Fatalf("after a change to the input: borrowed %q, copied %q", borrowed.Claims[0].State, reused.Claims[0].State)
 	}
 	// Without maps (a policy request's nodes carry no meta), a reused
 	// decode is the string copy alone.
@@ -324,10 +346,14 @@ func TestPolicyRequestUnmarshalReusing(t *testing.T) {
 	for i := range noMaps.Nodes {
 		noMaps.Nodes[i].Meta = nil
 	}
-	in := noMaps.MarshalAppend(nil)
+	in = noMaps.MarshalAppend(nil)
 	_ = reused.UnmarshalReusing(in)
 	if n := testing.AllocsPerRun(100, func() { _ = reused.UnmarshalReusing(in) }); n != 1 {
 		t.Fatalf("%.0f allocations per reused decode, want 1 (the string copy)", n)
+	}
+	_ = reused.UnmarshalBorrowing(in)
+	if n := testing.AllocsPerRun(100, func() { _ = reused.UnmarshalBorrowing(in) }); n != 0 {
+		t.Fatalf("%.0f allocations per borrowing decode, want 0", n)
 	}
 	var fresh PolicyRequest
 	if n := testing.AllocsPerRun(100, func() { _ = fresh.Unmarshal(in) }); n < 4 {

@@ -118,6 +118,18 @@ func FuzzPolicyRequest(f *testing.F) {
 		if err := reused.UnmarshalReusing(samplePolicyRequest().MarshalAppend(nil)); err != nil {
 			t.Fatal(err)
 		}
+		// The borrowing decode (guest.HandleReleaseInto) over the same
+		// reused value: the same answer without the string copy.
+		berr := reused.UnmarshalBorrowing(b)
+		if (ferr == nil) != (berr == nil) {
+			t.Fatalf("Unmarshal: %v, UnmarshalBorrowing: %v", ferr, berr)
+		}
+		if ferr == nil && !reflect.DeepEqual(normalizeEmpty(fresh), normalizeEmpty(*reused)) {
+			t.Fatalf("borrowing decode %+v, fresh %+v", *reused, fresh)
+		}
+		if err := reused.UnmarshalBorrowing(samplePolicyRequest().MarshalAppend(nil)); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
 

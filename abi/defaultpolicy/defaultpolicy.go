@@ -186,6 +186,27 @@ func Decide(req *abi.PolicyRequest) *abi.PolicyResponse {
 	} else {
 		resp = &abi.PolicyResponse{Decisions: make([]abi.Decision, 0, len(req.Claims))}
 	}
+	ix.decideAll(req, resp)
+	return resp
+}
+
+// DecideInto is Decide writing into resp, whose Decisions backing array is
+// reused when large enough: a guest that keeps one response across calls
+// (guest.HandleReleaseInto) then decides without allocating, and so without
+// the GC work and yields allocation brings a Go guest (issue 17). resp is
+// overwritten; its decisions' AllocIDs are req's strings.
+func DecideInto(req *abi.PolicyRequest, resp *abi.PolicyResponse) {
+	decisions := resp.Decisions[:0]
+	if cap(decisions) < len(req.Claims) {
+		decisions = make([]abi.Decision, 0, len(req.Claims))
+	}
+	*resp = abi.PolicyResponse{Decisions: decisions}
+	ix := NewIndex(req)
+	ix.decideAll(req, resp)
+}
+
+// decideAll appends the decision of each of req's claims to resp, in claim order.
+func (ix Index) decideAll(req *abi.PolicyRequest, resp *abi.PolicyResponse) {
 	for i := range req.Claims {
 		c := &req.Claims[i]
 		var a *abi.AllocView
@@ -196,7 +217,6 @@ func Decide(req *abi.PolicyRequest) *abi.PolicyResponse {
 		}
 		resp.Decisions = append(resp.Decisions, ix.decide(c, a))
 	}
-	return resp
 }
 
 // DecideClaim is the default decision for one claim.

@@ -246,3 +246,31 @@ func TestCorpusRoundTrips(t *testing.T) {
 		}
 	}
 }
+
+// DecideInto with one response reused over the whole corpus (as the guest
+// SDK's HandleReleaseInto does: larger requests, smaller, empty) answers
+// what Decide does, and once the response is large enough it allocates
+// nothing for the known statuses.
+func TestDecideIntoMatchesDecide(t *testing.T) {
+	var resp abi.PolicyResponse
+	resp.Error = "left over from an earlier call"
+	for round := range 2 {
+		for i, req := range Corpus() {
+			DecideInto(req, &resp)
+			if want := Decide(req); !reflect.DeepEqual(&resp, want) {
+				t.Fatalf("round %d request %d: DecideInto %+v, Decide %+v", round, i, resp, *want)
+			}
+		}
+	}
+	req := Corpus()[len(Corpus())-2] // a multi-claim volume
+	if len(req.Claims) < 2 {
+		t.Fatalf("the corpus shape changed: %d claims", len(req.Claims))
+	}
+	DecideInto(req, &resp)
+	if n := testing.AllocsPerRun(100, func() { DecideInto(req, &resp) }); n != 0 {
+		t.Fatalf("DecideInto makes %.0f allocations per call with a reused response, want 0", n)
+	}
+	if n := testing.AllocsPerRun(100, func() { Decide(req) }); n == 0 {
+		t.Fatal("Decide allocates nothing: the check above proves nothing")
+	}
+}

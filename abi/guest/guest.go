@@ -6,6 +6,11 @@
 //		guest.HandleRelease(func(req *abi.PolicyRequest) (*abi.PolicyResponse, error) { ... })
 //	}
 //
+// or, allocating nothing per call (the request decoded in place, the
+// response reused; valid only until the handler returns):
+//
+//	guest.HandleReleaseInto(func(req *abi.PolicyRequest, resp *abi.PolicyResponse) error { ... })
+//
 // Built with GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared, the
 // package provides every export of ABI v1 (exports_wasip1.go): it owns the
 // request buffer, decodes the request with the hand-written codec, runs the
@@ -37,6 +42,16 @@ import (
 // by the next call (the decode allocates no slices then): a handler that
 // keeps any of them past its return must copy them. Strings may be kept.
 type ReleaseFunc func(req *abi.PolicyRequest) (*abi.PolicyResponse, error)
+
+// ReleaseIntoFunc is a ReleaseFunc that fills in a response the SDK owns
+// instead of returning a new one (HandleReleaseInto). resp arrives empty,
+// its Decisions slice with the capacity of earlier calls, so appending to
+// it allocates only when a request has more claims than any before. req's
+// strings alias the SDK's request buffer, which the host overwrites with
+// the next request: req, resp and every string of req are valid only until
+// the handler returns (strings copied with strings.Clone may be kept).
+// Setting resp.Error, or returning an error, fails the call.
+type ReleaseIntoFunc func(req *abi.PolicyRequest, resp *abi.PolicyResponse) error
 
 // ConfigureFunc receives the manifest's config block once per instance and
 // returns the module's own version string.
@@ -76,10 +91,17 @@ type Handlers struct {
 	AdaptSteps []string
 	// ReleaseRaw, when set, serves volhost_decide_release instead of Release.
 	ReleaseRaw RawFunc
+	// ReleaseInto, when set (and ReleaseRaw is not), serves
+	// volhost_decide_release instead of Release, with no allocation per
+	// call in steady state (see ReleaseIntoFunc).
+	ReleaseInto ReleaseIntoFunc
 
 	moduleName string
-	// releaseReq is decoded into on every release call (UnmarshalReusing).
+	// releaseReq is decoded into on every release call (UnmarshalReusing,
+	// or UnmarshalBorrowing for ReleaseInto).
 	releaseReq abi.PolicyRequest
+	// releaseResp is ReleaseInto's response, reused by every call.
+	releaseResp abi.PolicyResponse
 }
 
 // registered are the handlers the wasm exports serve.
@@ -94,6 +116,13 @@ func HandleRelease(f ReleaseFunc) { registered.Release = f }
 // HandleReleaseRaw registers a release-policy handler that does its own
 // decoding and encoding; it takes precedence over HandleRelease.
 func HandleReleaseRaw(f RawFunc) { registered.ReleaseRaw = f }
+
+// HandleReleaseInto registers a release-policy handler that fills in a
+// response the SDK reuses across calls; it takes precedence over
+// HandleRelease. A Go guest that allocates nothing per call runs no GC
+// work on the call path (ABI.md section 12), which is most of what a
+// small decision costs it. Call it from init.
+func HandleReleaseInto(f ReleaseIntoFunc) { registered.ReleaseInto = f }
 
 // HandleAdapt registers the CSI adapter's request mapping. Call it from init.
 func HandleAdapt(f AdaptFunc) { registered.Adapt = f }
@@ -163,7 +192,37 @@ func (h *Handlers) DispatchRelease(in, out []byte) []byte {
 		}
 		return res
 	}
+	if h.ReleaseInto != nil {
+		return h.dispatchReleaseInto(in, out)
+	}
 	return h.dispatchRelease(in, out)
+}
+
+// dispatchReleaseInto is dispatch for ReleaseInto: the request decoded in
+// place (its strings alias in) into the reused h.releaseReq, the answer
+// written into the reused h.releaseResp. Nothing here allocates in steady
+// state; only a failure does, building its message.
+func (h *Handlers) dispatchReleaseInto(in, out []byte) (res []byte) {
+	failed := func(msg string) []byte { return (&abi.PolicyResponse{Error: msg}).MarshalAppend(out) }
+	defer func() {
+		if r := recover(); r != nil {
+			res = failed(fmt.Sprintf("panic: %v", r))
+		}
+	}()
+	req, resp := &h.releaseReq, &h.releaseResp
+	if err := req.UnmarshalBorrowing(in); err != nil {
+		return failed(err.Error())
+	}
+	// The last call's decisions past the new length are left as they were:
+	// their strings alias the request buffer, alive anyway.
+	*resp = abi.PolicyResponse{Decisions: resp.Decisions[:0]}
+	if err := h.ReleaseInto(req, resp); err != nil {
+		return failed(err.Error())
+	}
+	if resp.Error != "" {
+		return failed(resp.Error)
+	}
+	return resp.MarshalAppend(out)
 }
 
 // dispatchRelease is dispatch for the release handler, decoding into the

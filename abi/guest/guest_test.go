@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/abi/defaultpolicy"
 )
 
 func policyRequest() []byte {
@@ -222,4 +223,117 @@ func TestErrorResponse(t *testing.T) {
 	if out := errorResponse("volhost_unknown", err, []byte("x")); string(out) != "x" {
 		t.Fatalf("unknown export appended %q", out)
 	}
+}
+
+func releaseAllInto(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {
+	for _, c := range req.Claims {
+		resp.Decisions = append(resp.Decisions, abi.Decision{AllocID: c.AllocID, Action: abi.ActionRelease, Reason: "ok"})
+	}
+	return nil
+}
+
+func TestDispatchReleaseInto(t *testing.T) {
+	tests := []struct {
+		name      string
+		handler   ReleaseIntoFunc
+		in        []byte
+		wantErr   string // substring of the response's Error; "" for success
+		decisions int
+	}{
+		{"handler answers", releaseAllInto, policyRequest(), "", 1},
+		{"panic becomes error", func(*abi.PolicyRequest, *abi.PolicyResponse) error { panic("boom") }, policyRequest(), "panic: boom", 0},
+		{"runtime panic becomes error", func(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {
+			resp.Decisions = append(resp.Decisions, abi.Decision{AllocID: req.Claims[5].AllocID})
+			return nil
+		}, policyRequest(), "panic: runtime error: index out of range", 0},
+		{"handler error", func(*abi.PolicyRequest, *abi.PolicyResponse) error { return errors.New("cannot judge") }, policyRequest(), "cannot judge", 0},
+		{"error in the response: only the error is sent", func(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {
+			_ = releaseAllInto(req, resp)
+			resp.Error = "refused"
+			return nil
+		}, policyRequest(), "refused", 0},
+		{"malformed request", releaseAllInto, []byte{0x1a, 0x05}, "malformed", 0},
+		{"empty request is a valid empty message", releaseAllInto, nil, "", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// Release is set too: ReleaseInto takes precedence.
+			h := &Handlers{ReleaseInto: tc.handler, Release: func(*abi.PolicyRequest) (*abi.PolicyResponse, error) {
+				return nil, errors.New("Release called")
+			}}
+			out := h.DispatchRelease(tc.in, []byte("keep"))
+			if string(out[:4]) != "keep" {
+				t.Fatal("dispatch did not append to out")
+			}
+			var resp abi.PolicyResponse
+			if err := resp.Unmarshal(out[4:]); err != nil {
+				t.Fatalf("response does not decode: %v", err)
+			}
+			if tc.wantErr == "" && resp.Error != "" || !strings.Contains(resp.Error, tc.wantErr) {
+				t.Fatalf("Error = %q, want containing %q", resp.Error, tc.wantErr)
+			}
+			if len(resp.Decisions) != tc.decisions {
+				t.Fatalf("%d decisions, want %d", len(resp.Decisions), tc.decisions)
+			}
+		})
+	}
+}
+
+// One Handlers serving the default policy through ReleaseInto over the
+// whole corpus, twice (so the reused request and response shrink and grow):
+// every answer is the native Decide's, and a repeated 8-claim call
+// allocates nothing, the property that keeps GC work off a Go guest's call
+// path (issue 17). A handler that allocated, or an SDK that copied the
+// request's strings again, fails the count.
+func TestDispatchReleaseIntoReusesAndMatches(t *testing.T) {
+	h := &Handlers{ReleaseInto: func(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {
+		defaultpolicy.DecideInto(req, resp)
+		return nil
+	}}
+	var out []byte
+	for round := range 2 {
+		for i, req := range defaultpolicy.Corpus() {
+			out = h.DispatchRelease(req.MarshalAppend(nil), out[:0])
+			var got abi.PolicyResponse
+			if err := got.Unmarshal(out); err != nil {
+				t.Fatal(err)
+			}
+			if want := defaultpolicy.Decide(req); !reflect.DeepEqual(normalized(got), normalized(*want)) {
+				t.Fatalf("round %d request %d: got %+v, want %+v", round, i, got, *want)
+			}
+		}
+	}
+	in := eightClaims().MarshalAppend(nil)
+	out = h.DispatchRelease(in, out[:0])
+	if n := testing.AllocsPerRun(200, func() { out = h.DispatchRelease(in, out[:0]) }); n != 0 {
+		t.Fatalf("%.0f allocations per 8-claim call in steady state, want 0", n)
+	}
+	old := &Handlers{Release: func(req *abi.PolicyRequest) (*abi.PolicyResponse, error) { return defaultpolicy.Decide(req), nil }}
+	if n := testing.AllocsPerRun(200, func() { out = old.DispatchRelease(in, out[:0]) }); n == 0 {
+		t.Fatal("the Release path allocates nothing either: the count above proves nothing")
+	}
+}
+
+// normalized makes an empty Decisions slice nil, as a decode gives it.
+func normalized(r abi.PolicyResponse) abi.PolicyResponse {
+	if len(r.Decisions) == 0 {
+		r.Decisions = nil
+	}
+	return r
+}
+
+// eightClaims is the benchmark's volume (test/extism volumeRequest).
+func eightClaims() *abi.PolicyRequest {
+	statuses := []string{"complete", "running", "failed", "lost", "pending", "gone"}
+	nodes := []string{"ready", "down", "gone"}
+	req := &abi.PolicyRequest{NowUnixMs: 1_750_000_000_000, Volume: abi.VolumeView{Namespace: "default", ID: "web-data", PluginID: "gcepd"}}
+	for i := range 8 {
+		id := "alloc-" + string(rune('0'+i))
+		req.Claims = append(req.Claims, abi.ClaimView{AllocID: id, NodeID: "node-" + string(rune('0'+i%3)), Mode: "write", State: "taken"})
+		req.Allocs = append(req.Allocs, abi.AllocView{ID: id, ClientStatus: statuses[i%len(statuses)]})
+	}
+	for i := range 3 {
+		req.Nodes = append(req.Nodes, abi.NodeView{ID: "node-" + string(rune('0'+i)), Status: nodes[i]})
+	}
+	return req
 }

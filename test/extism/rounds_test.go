@@ -33,8 +33,9 @@ import (
 //	make plugins
 //	cd test/extism && go test -run '^$' -bench CallRatios -benchtime 1x
 //
-// VOLHOST_CALL_BASELINE=FILE.wasm adds that Go guest as a side of its own
-// (a before/after in the same rounds). VOLHOST_ROUNDS (default 7) and VOLHOST_ROUND_CALLS (default 2000 warm,
+// VOLHOST_CALL_BASELINE=FILE.wasm adds that Go guest as a side of its own,
+// warm and cold (a before/after in the same rounds), and
+// VOLHOST_CALL_BASELINE_AS=FILE.wasm the same for the AssemblyScript guest. VOLHOST_ROUNDS (default 7) and VOLHOST_ROUND_CALLS (default 2000 warm,
 // a tenth of that cold) size it; VOLHOST_RATIOS_OUT=FILE writes the table
 // as markdown and VOLHOST_RATIOS_JSON=FILE every round's figures (for
 // the plot) for scripts/bench.sh.
@@ -103,8 +104,18 @@ func BenchmarkCallRatios(b *testing.B) {
 	// A before/after of the Go guest in the same rounds: the module built
 	// from an older commit (for example the SDK before a change).
 	if base := os.Getenv("VOLHOST_CALL_BASELINE"); base != "" {
-		sides = append(sides, &side{name: "go-baseline", calls: calls, call: volhostCall(newManager(b, base))})
+		baseM := newManager(b, base)
+		sides = append(sides, &side{name: "go-baseline", calls: calls, call: volhostCall(baseM)})
 		ratios = append(ratios, ratio{"Go guest / the same built from VOLHOST_CALL_BASELINE", "go", "go-baseline", false, "< 1 is faster"})
+		sides = append(sides, &side{name: "go-baseline-cold", calls: max(calls/10, 50), between: evict, call: volhostCall(baseM)})
+		ratios = append(ratios, ratio{"Go guest cold / VOLHOST_CALL_BASELINE cold", "go-cold", "go-baseline-cold", true, "< 1 is faster"})
+	}
+	if base := os.Getenv("VOLHOST_CALL_BASELINE_AS"); base != "" {
+		baseM := newManager(b, base)
+		sides = append(sides, &side{name: "as-baseline", calls: calls, call: volhostCall(baseM)})
+		ratios = append(ratios, ratio{"AS guest / the same built from VOLHOST_CALL_BASELINE_AS", "as", "as-baseline", false, "< 1 is faster"})
+		sides = append(sides, &side{name: "as-baseline-cold", calls: max(calls/10, 50), between: evict, call: volhostCall(baseM)})
+		ratios = append(ratios, ratio{"AS guest cold / VOLHOST_CALL_BASELINE_AS cold", "as-cold", "as-baseline-cold", true, "< 1 is faster"})
 	}
 	for _, s := range sides { // warm every side once, untimed
 		for range 100 {

@@ -12,7 +12,7 @@
 import { blen, Bytes, bytesEqual, eq } from "./bytes";
 import { allocZero, MAX_MESSAGE_SIZE, MAX_REPEATED } from "./mem";
 import {
-  decodeError, enter, fail, leave, LEN, putMap, putStr, putStrAlways, putTag, putU64, putVarint,
+  decodeError, enter, fail, leave, LEN, putMap, putStr, putStrAlways, putStrInline, putTag, putU64, putVarint,
   readLen, readStart, readTag, readVarint, rp, sizeLenField, sizeMap, sizeStr, sizeU64, skipValue,
   VARINT, Vec, wantType,
 } from "./wire";
@@ -470,7 +470,8 @@ export class PolicyResponse {
   error: Bytes;
 
   /** Appends a decision and returns it (filled by the caller). */
-  add(allocId: Bytes, action: i32, retryAfterMs: i64, reason: Bytes): Decision {
+  // @ts-ignore: decorator
+  @inline add(allocId: Bytes, action: i32, retryAfterMs: i64, reason: Bytes): Decision {
     const d = changetype<Decision>(allocZero(offsetof<Decision>()));
     d.allocId = allocId;
     d.action = action;
@@ -490,7 +491,9 @@ export function newPolicyResponse(): PolicyResponse {
   return m;
 }
 
-function sizeDecision(d: Decision): i32 {
+// Inline: sizePolicyResponse and putPolicyResponse each need it per decision.
+// @ts-ignore: decorator
+@inline function sizeDecision(d: Decision): i32 {
   return sizeStr(d.allocId) + sizeU64(<u64><u32>d.action) + sizeU64(<u64>d.retryAfterMs) + sizeStr(d.reason);
 }
 
@@ -505,10 +508,10 @@ export function putPolicyResponse(m: PolicyResponse): void {
     const d = m.decision(i);
     putTag(1, LEN);
     putVarint(<u64>sizeDecision(d));
-    putStr(1, d.allocId);
+    putStrInline(1, d.allocId);
     putU64(2, <u64><u32>d.action);
     putU64(3, <u64>d.retryAfterMs);
-    putStr(4, d.reason);
+    putStrInline(4, d.reason);
   }
   putStr(15, m.error);
 }

@@ -107,6 +107,11 @@ export function wantType(num: u32, typ: u32, want: u32): bool {
   if (rp < end) {
     const c = load<u8>(rp);
     if (c < 0x80) { rp++; return <u64>c; }
+    // Two bytes (128..16383: ages in ms below 16 s, counts) inline too.
+    if (rp + 1 < end) {
+      const c1 = load<u8>(rp + 1);
+      if (c1 < 0x80) { rp += 2; return <u64>(c & 0x7f) | (<u64>c1 << 7); }
+    }
   }
   return readVarintSlow(end, num);
 }
@@ -316,6 +321,22 @@ export function putStrAlways(num: u32, v: Bytes): void {
   putVarint(<u64>n);
   if (n > 0) memory.copy(wp, bptr(v), <usize>n);
   wp += <usize>n;
+}
+
+/**
+ * putStrAlways inline, nothing when v is empty: for the response encoders'
+ * per-item strings, where a call per string is a sizeable share of a small
+ * call (every function entry is instrumented by the host).
+ */
+// @ts-ignore: decorator
+@inline export function putStrInline(num: u32, v: Bytes): void {
+  const n = blen(v);
+  if (n > 0) {
+    putTag(num, LEN);
+    putVarint(<u64>n);
+    memory.copy(wp, bptr(v), <usize>n);
+    wp += <usize>n;
+  }
 }
 
 /** Writes varint field num, nothing when v is 0. */

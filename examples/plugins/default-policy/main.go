@@ -13,5 +13,5 @@ func main() {}
 
 func init() {
 	guest.HandleConfigure(configure)
-	guest.HandleRelease(decide)
+	guest.HandleReleaseInto(decide)
 }

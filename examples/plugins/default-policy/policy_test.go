@@ -12,7 +12,7 @@ import (
 // The module's logic as the host sees it: bytes in, bytes out through the
 // SDK dispatch, with the handlers main.go registers.
 func TestModuleDecisions(t *testing.T) {
-	h := &guest.Handlers{Configure: configure, Release: decide}
+	h := &guest.Handlers{Configure: configure, ReleaseInto: decide}
 	var cresp abi.ConfigureResponse
 	if err := cresp.Unmarshal(h.DispatchConfigure((&abi.ConfigureRequest{ModuleName: "default-policy"}).MarshalAppend(nil), nil)); err != nil {
 		t.Fatal(err)

@@ -20,16 +20,24 @@ import (
 
 func main() {}
 
-var out []byte
+// out, req and resp are reused by every call, as volhost's Go SDK reuses
+// its own (guest.HandleReleaseInto), so the two hosts run the same guest
+// work: the request decoded in place from the PDK's copy of the input, the
+// decisions written into one response.
+var (
+	out  []byte
+	req  abi.PolicyRequest
+	resp abi.PolicyResponse
+)
 
 //go:wasmexport decide
 func decide() int32 {
-	var req abi.PolicyRequest
-	if err := req.Unmarshal(pdk.Input()); err != nil {
+	if err := req.UnmarshalBorrowing(pdk.Input()); err != nil {
 		pdk.SetError(err)
 		return 1
 	}
-	out = defaultpolicy.Decide(&req).MarshalAppend(out[:0])
+	defaultpolicy.DecideInto(&req, &resp)
+	out = resp.MarshalAppend(out[:0])
 	pdk.Output(out)
 	return 0
 }
