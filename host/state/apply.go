@@ -82,6 +82,9 @@ type writer struct {
 	rings     map[string]bool
 	// stats is this write's change to VolumeStats (stats.go).
 	stats volumeDelta
+	// modsBefore is the ModifyIndex each volume written had before this
+	// write, 0 when new (volume_mods.go).
+	modsBefore map[structs.VolumeRef]uint64
 }
 
 func (w *writer) insert(table string, obj any) error {
@@ -124,6 +127,9 @@ func (w *writer) finish() error {
 		}
 	}
 	if err := w.finishStats(); err != nil {
+		return err
+	}
+	if err := w.finishVolumeMods(); err != nil {
 		return err
 	}
 	tables := make([]string, 0, len(w.bumped))

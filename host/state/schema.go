@@ -1,7 +1,6 @@
 package state
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/hashicorp/go-memdb"
@@ -23,14 +22,13 @@ const (
 
 // Index names inside the tables.
 const (
-	indexID          = "id"
-	indexExternal    = "external"
-	indexModifyIndex = "modify_index"
-	indexClaimAlloc  = "claim_alloc"
-	indexClaimNode   = "claim_node"
-	indexNode        = "node"
-	indexRaftIndex   = "raft_index"
-	indexRing        = "ring"
+	indexID         = "id"
+	indexExternal   = "external"
+	indexClaimAlloc = "claim_alloc"
+	indexClaimNode  = "claim_node"
+	indexNode       = "node"
+	indexRaftIndex  = "raft_index"
+	indexRing       = "ring"
 )
 
 // indexRow is one row of the index table.
@@ -73,10 +71,9 @@ func schema() *memdb.DBSchema {
 				// volumes, issue 17) for one rare read (plugin deregister).
 				indexExternal: {Name: indexExternal, Indexer: volumeKey(func(v *structs.Volume) (string, string) { return v.PluginID, v.ExternalID },
 					"PluginID", "ExternalID")},
-				// The watcher reads "volumes modified since N" with LowerBound
-				// instead of scanning every volume (ANCHORS: wake only volumes
-				// whose index moved).
-				indexModifyIndex: {Name: indexModifyIndex, Indexer: modifyIndexIndexer{&memdb.UintFieldIndex{Field: "ModifyIndex"}}},
+				// No index on ModifyIndex: "volumes modified since N" reads
+				// the volume_mods table (volume_mods.go), a row per raft
+				// index rather than a radix entry per volume (issue 17).
 				// Claims by alloc and by node: an alloc turning terminal or a
 				// node going down bumps exactly the volumes it holds.
 				indexClaimAlloc: {Name: indexClaimAlloc, AllowMissing: true, Indexer: claimIndexer{byNode: false}},
@@ -104,8 +101,9 @@ func schema() *memdb.DBSchema {
 				}}},
 			},
 		},
-		TableIndex: {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id("Key")}},
-		tableStats: statsTableSchema(),
+		TableIndex:      {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id("Key")}},
+		tableStats:      statsTableSchema(),
+		tableVolumeMods: volumeModsTableSchema(),
 	}}
 	addACLTables(s.Tables)
 	return s
@@ -149,19 +147,6 @@ func (x volumeKeyIndexer) FromObject(raw any) (bool, []byte, error) {
 // the key of a non-unique index: keys are allocated with room for it, so
 // the append does not copy them again.
 func primaryKeyLen(v *structs.Volume) int { return len(v.Namespace) + len(v.ID) + 2 }
-
-// modifyIndexIndexer is memdb's UintFieldIndex on ModifyIndex (8 bytes, big
-// endian: the same keys, TestVolumeKeyIndexer) without reflection.
-type modifyIndexIndexer struct{ *memdb.UintFieldIndex }
-
-// FromObject implements memdb.SingleIndexer.
-func (x modifyIndexIndexer) FromObject(raw any) (bool, []byte, error) {
-	v, ok := raw.(*structs.Volume)
-	if !ok {
-		return false, nil, fmt.Errorf("modify index: want *structs.Volume, got %T", raw)
-	}
-	return true, binary.BigEndian.AppendUint64(make([]byte, 0, 8+primaryKeyLen(v)), v.ModifyIndex), nil
-}
 
 // claimIndexer indexes a volume by the alloc IDs (or node IDs) of its claims.
 type claimIndexer struct{ byNode bool }
