@@ -44,7 +44,7 @@ type volumeModsRow struct {
 
 func volumeModsTableSchema() *memdb.TableSchema {
 	return &memdb.TableSchema{Name: tableVolumeMods, Indexes: map[string]*memdb.IndexSchema{
-		indexID: {Name: indexID, Unique: true, Indexer: &memdb.UintFieldIndex{Field: "Index"}},
+		indexID: {Name: indexID, Unique: true, Indexer: hexUint(func(r *volumeModsRow) uint64 { return r.Index })},
 	}}
 }
 

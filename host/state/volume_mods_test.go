@@ -244,3 +244,36 @@ func TestVolumeModsReadIsProportional(t *testing.T) {
 	}
 	checkVolumeMods(t, s, "after the writes")
 }
+
+// The hex keys sort as the numbers do (the order memdb's UintFieldIndex
+// gives, which LowerBound and Last on events and volume_mods rely on),
+// and a lookup argument gives the stored key.
+func TestHexUintIndexOrder(t *testing.T) {
+	x := hexUint(func(r *volumeModsRow) uint64 { return r.Index })
+	vals := []uint64{0, 1, 9, 10, 15, 16, 255, 256, 1 << 32, 1<<63 + 5, ^uint64(0)}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 200 {
+		vals = append(vals, rng.Uint64()>>rng.IntN(64))
+	}
+	for _, a := range vals {
+		ok, ka, err := x.FromObject(&volumeModsRow{Index: a})
+		if !ok || err != nil || len(ka) != 16 {
+			t.Fatalf("%d: (%v, %q, %v)", a, ok, ka, err)
+		}
+		if arg, err := x.FromArgs(a); err != nil || !bytes.Equal(arg, ka) {
+			t.Fatalf("%d: argument key %q, stored key %q (%v)", a, arg, ka, err)
+		}
+		for _, b := range vals {
+			_, kb, _ := x.FromObject(&volumeModsRow{Index: b})
+			if got, want := bytes.Compare(ka, kb), cmp.Compare(a, b); got != want {
+				t.Fatalf("keys of %d and %d compare %d, the numbers %d", a, b, got, want)
+			}
+		}
+	}
+	if _, err := x.FromArgs(-1); err == nil {
+		t.Error("a signed argument was accepted")
+	}
+	if _, _, err := x.FromObject(&eventRow{}); err == nil {
+		t.Error("an event was indexed as a volume_mods row")
+	}
+}
