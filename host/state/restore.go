@@ -157,8 +157,9 @@ func (b *rowBatch) decode(in interner) {
 	for i, raw := range b.lines {
 		row := &b.rows[i]
 		row.line = b.first + i
-		row.table, row.obj, row.err = decodeLine(raw)
-		if row.err == nil {
+		var plain bool
+		row.table, row.obj, plain, row.err = decodeLine(raw, in)
+		if row.err == nil && !plain {
 			in.row(row.obj)
 		}
 	}
@@ -171,19 +172,26 @@ func (b *rowBatch) decode(in interner) {
 // directly, in one pass (not once as a json.RawMessage and again into the
 // row type); any other line, or one whose ROW fails there, takes the
 // general path, so the lines accepted are exactly those json.Unmarshal
-// accepts. Both validate all of the row.
-func decodeLine(line []byte) (string, any, error) {
+// accepts. Both validate all of the row. A volume row of plain fields
+// only is read by decodePlainVolume (plain true: its strings are interned
+// already), the same Volume json.Unmarshal would give.
+func decodeLine(line []byte, in interner) (table string, obj any, plain bool, err error) {
 	if table, row, ok := splitPersistRow(line); ok {
+		if table == TableVolumes {
+			if v, ok := decodePlainVolume(row, in); ok {
+				return table, v, true, nil
+			}
+		}
 		if obj, err := decodeRow(table, row); err == nil {
-			return table, obj, nil
+			return table, obj, false, nil
 		}
 	}
 	var pr persistRow
 	if err := json.Unmarshal(line, &pr); err != nil {
-		return "", nil, err
+		return "", nil, false, err
 	}
-	obj, err := decodeRow(pr.Table, pr.Row)
-	return pr.Table, obj, err
+	obj, err = decodeRow(pr.Table, pr.Row)
+	return pr.Table, obj, false, err
 }
 
 // splitPersistRow cuts {"t":"TABLE","r":ROW} into the table name (one of
