@@ -255,6 +255,7 @@ func (w *writer) registerVolumes(r *structs.VolumeRegisterRequest) (any, error) 
 		}
 		v.CreateIndex = w.index
 		v.Claims, v.Stuck = nil, nil
+		dropEmpty(v)
 		if old != nil {
 			// Re-registration updates the spec; claims and stuck state
 			// belong to the store, not to the request.
@@ -268,6 +269,25 @@ func (w *writer) registerVolumes(r *structs.VolumeRegisterRequest) (any, error) 
 		}
 	}
 	return nil, nil
+}
+
+// dropEmpty stores an empty map or slice of a registered volume as nil:
+// the JSON is the same (the fields are omitempty), a restore reads them
+// back as nil anyway, and an empty map kept per volume is memory a
+// million volumes pay for nothing (issue 17).
+func dropEmpty(v *structs.Volume) {
+	if len(v.Secrets) == 0 {
+		v.Secrets = nil
+	}
+	if len(v.Parameters) == 0 {
+		v.Parameters = nil
+	}
+	if len(v.Context) == 0 {
+		v.Context = nil
+	}
+	if len(v.MountFlags) == 0 {
+		v.MountFlags = nil
+	}
 }
 
 func (w *writer) deregisterVolume(r *structs.VolumeDeregisterRequest) (any, error) {
