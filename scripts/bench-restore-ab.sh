@@ -6,7 +6,10 @@
 # is the same on both sides). Without SNAPSHOT, BASE's BenchmarkScale
 # writes one at VOLUMES (1000000) volumes first. Prints a markdown table:
 # per measure, each side's median over rounds [min-max] and the median of
-# the per-round ratio base/new [min-max]. Run it under the shared lock:
+# the per-round ratio base/new [min-max]. HARNESS=1 builds BASE with the
+# work tree's benchmark file (host/state/scale_bench_test.go), so a base
+# older than a measure (the RSS after a burst of writes) reports it too.
+# Run it under the shared lock:
 #
 #	flock /tmp/volhost-heavy.lock bash scripts/bench-restore-ab.sh main
 set -euo pipefail
@@ -18,6 +21,9 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/src"
 git archive "$base" | tar -x -C "$tmp/src"
+if [ "${HARNESS:-0}" = 1 ]; then
+  cp host/state/scale_bench_test.go "$tmp/src/host/state/"
+fi
 (cd "$tmp/src" && go test -c -o "$tmp/base.test" ./host/state/)
 go test -c -o "$tmp/new.test" ./host/state/
 snap=${SNAPSHOT:-}
@@ -42,7 +48,7 @@ for f in "$tmp"/*-*.json; do
   tr -d '{}' <"$f" | tr ',' '\n' | tr -d '"' | awk -F: -v side="$side" -v round="$round" 'NF == 2 { print side, round, $1, $2 }'
   echo "$side $round restore-s $(cat "$tmp/$name.restore")"
 done >"$tmp/all.txt"
-echo "BenchmarkScaleRestored on one snapshot file ($(du -m "$snap" | cut -f1) MiB), $rounds interleaved rounds; base = $base ($(git rev-parse --short "$base")), new = work tree."
+echo "BenchmarkScaleRestored on one snapshot file ($(du -m "$snap" | cut -f1) MiB), $rounds interleaved rounds; base = $base ($(git rev-parse --short "$base")$([ "${HARNESS:-0}" = 1 ] && echo ", with the work tree's benchmark file")), new = work tree."
 echo
 echo "| measure | base median [min-max] | new median [min-max] | base/new median [min-max] |"
 echo "| --- | ---: | ---: | ---: |"
