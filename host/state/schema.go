@@ -160,18 +160,22 @@ func (c claimIndexer) FromObject(raw any) (bool, [][]byte, error) {
 	if len(v.Claims) == 0 {
 		return false, nil, nil
 	}
-	seen := make(map[string]bool, len(v.Claims))
+	// Claims per volume are few: duplicates (two claims on one node) are
+	// found by a scan of the keys so far, not a map per write. Each key
+	// has room for the primary key memdb appends (a non-unique index).
 	vals := make([][]byte, 0, len(v.Claims))
+next:
 	for allocID, cl := range v.Claims {
 		key := allocID
 		if c.byNode {
 			key = cl.NodeID
 		}
-		if seen[key] {
-			continue
+		for _, have := range vals {
+			if string(have[:len(have)-1]) == key {
+				continue next
+			}
 		}
-		seen[key] = true
-		vals = append(vals, []byte(key+"\x00"))
+		vals = append(vals, append(append(make([]byte, 0, len(key)+1+primaryKeyLen(v)), key...), 0))
 	}
 	return true, vals, nil
 }

@@ -321,3 +321,48 @@ func TestRegisterDropsEmptyMaps(t *testing.T) {
 		t.Fatalf("restore: %v, digest changed %v", err, f.digest() != before)
 	}
 }
+
+// The claim indexes give one key per alloc and one per node (two claims on
+// one node: one key), each ended by a zero byte; a volume without claims
+// has none.
+func TestClaimIndexerKeys(t *testing.T) {
+	v := &structs.Volume{Namespace: "default", ID: "v", Claims: map[string]*structs.Claim{
+		"a1": {AllocID: "a1", NodeID: "n1"}, "a2": {AllocID: "a2", NodeID: "n1"}, "a3": {AllocID: "a3", NodeID: "n2"}}}
+	for _, tc := range []struct {
+		byNode bool
+		want   []string
+	}{{false, []string{"a1\x00", "a2\x00", "a3\x00"}}, {true, []string{"n1\x00", "n2\x00"}}} {
+		ok, vals, err := claimIndexer{byNode: tc.byNode}.FromObject(v)
+		var got []string
+		for _, b := range vals {
+			got = append(got, string(b))
+		}
+		slices.Sort(got)
+		if !ok || err != nil || !slices.Equal(got, tc.want) {
+			t.Errorf("byNode %v: (%v, %q, %v), want %q", tc.byNode, ok, got, err, tc.want)
+		}
+	}
+	if ok, _, _ := (claimIndexer{}).FromObject(&structs.Volume{ID: "none"}); ok {
+		t.Error("a volume without claims was indexed")
+	}
+	// Through the store: a volume with two claims on one node is listed once.
+	f := newEmpty(t)
+	f.must(structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: &structs.Plugin{ID: "ebs", Provider: "ebs.csi.example"}})
+	f.must(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: &structs.Node{ID: "n1", Status: structs.NodeReady, LastSeen: t0,
+		Plugins: map[string]*structs.NodePlugin{"ebs": {PluginID: "ebs", Endpoint: "unix:///run/csi.sock", ExternalNodeID: "i-n1"}}}})
+	f.must(structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{
+		{ID: "a1", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocRunning},
+		{ID: "a2", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocRunning}}})
+	f.must(structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{{Namespace: "default", ID: "shared", ExternalID: "d",
+		PluginID: "ebs", AccessMode: structs.AccessMultiNodeMultiWrite, AttachmentMode: structs.AttachFilesystem}}})
+	f.claim("shared", "a1", structs.ClaimWrite)
+	f.claim("shared", "a2", structs.ClaimWrite)
+	onNode, err := f.s.Snapshot().VolumesClaimedOnNode(nil, "n1")
+	if err != nil || len(onNode) != 1 {
+		t.Fatalf("claimed on n1: %d volumes, %v; want the one", len(onNode), err)
+	}
+	byAlloc, err := f.s.Snapshot().VolumesClaimedByAlloc(nil, "a2")
+	if err != nil || len(byAlloc) != 1 || byAlloc[0].ID != "shared" {
+		t.Fatalf("claimed by a2: %v %v", byAlloc, err)
+	}
+}
