@@ -93,6 +93,7 @@ func (s *Store) Restore(r io.Reader) error {
 	// key order. A stream that does not (a key repeated overwrites the
 	// row) is still restored as before, and recounted from the table.
 	var stats volumeDelta
+	mods := volumeModsBuilder{}
 	var key, prevKey []byte
 	ordered := true
 	for b := rows.next(); b != nil; b = rows.next() {
@@ -106,6 +107,7 @@ func (s *Store) Restore(r io.Reader) error {
 				rings.place(obj)
 			case *structs.Volume:
 				stats.count(obj)
+				mods.add(obj)
 				key = append(append(append(append(key[:0], obj.Namespace...), 0), obj.ID...), 0)
 				if prevKey != nil && bytes.Compare(prevKey, key) >= 0 {
 					ordered = false
@@ -121,9 +123,9 @@ func (s *Store) Restore(r io.Reader) error {
 		return fmt.Errorf("restore: %w", err)
 	}
 	if !ordered {
-		err = recountStats(txn)
+		err = errors.Join(recountStats(txn), rebuildVolumeMods(txn))
 	} else {
-		err = insertStats(txn, stats.applyTo(VolumeStats{}))
+		err = errors.Join(insertStats(txn, stats.applyTo(VolumeStats{})), mods.insertInto(txn))
 	}
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)

@@ -104,9 +104,9 @@ func (snap *Snapshot) VolumesByExternalID(ws memdb.WatchSet, pluginID, externalI
 }
 
 // VolumesModifiedSince lists the volumes whose ModifyIndex > index, in
-// ModifyIndex order. It reads the modify_index index with LowerBound, so its
-// cost is proportional to the answer, not to the table; ws is woken by any
-// write to the volumes table.
+// ModifyIndex order (key order within one index). It reads the volume_mods
+// rows above index (volume_mods.go), so its cost is proportional to the
+// answer, not to the table; ws is woken by any write to the volumes table.
 func (snap *Snapshot) VolumesModifiedSince(ws memdb.WatchSet, index uint64) ([]*structs.Volume, error) {
 	if ws != nil {
 		ch, _, err := snap.txn.FirstWatch(TableIndex, indexID, TableVolumes)
@@ -115,15 +115,7 @@ func (snap *Snapshot) VolumesModifiedSince(ws memdb.WatchSet, index uint64) ([]*
 		}
 		ws.Add(ch)
 	}
-	it, err := snap.txn.LowerBound(TableVolumes, indexModifyIndex, index+1)
-	if err != nil {
-		return nil, fmt.Errorf("read volumes modified since %d: %w", index, err)
-	}
-	var out []*structs.Volume
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*structs.Volume))
-	}
-	return out, nil
+	return volumesModifiedSince(snap.txn, index)
 }
 
 // volumesWithClaimBy lists the volumes with a claim by the alloc (or, with

@@ -127,7 +127,7 @@ func TestSplitPersistRow(t *testing.T) {
 	}
 	// The last case, through decodeLine: the general path reads it as JSON
 	// does (the last "t" wins) rather than the shortcut guessing.
-	table, obj, err := decodeLine([]byte(`{"t":"volumes","r":{"key":"k","value":1},"t":"index"}`))
+	table, obj, _, err := decodeLine([]byte(`{"t":"volumes","r":{"key":"k","value":1},"t":"index"}`), interner{})
 	if err != nil || table != TableIndex {
 		t.Fatalf("got %q %T %v, want an index row", table, obj, err)
 	}
@@ -175,8 +175,8 @@ func TestVolumesByPluginPrefix(t *testing.T) {
 }
 
 // The volumes' indexers build exactly the keys memdb's CompoundIndex of
-// StringFieldIndexes and UintFieldIndex build (the index order, lookups
-// and prefixes depend on it).
+// StringFieldIndexes builds (the index order, lookups and prefixes depend
+// on it).
 func TestVolumeKeyIndexer(t *testing.T) {
 	idx := schema().Tables[TableVolumes].Indexes
 	for _, v := range []*structs.Volume{
@@ -191,15 +191,6 @@ func TestVolumeKeyIndexer(t *testing.T) {
 			wantOK, want, wantErr := x.CompoundIndex.FromObject(v)
 			if ok != wantOK || !bytes.Equal(got, want) || (err == nil) != (wantErr == nil) {
 				t.Errorf("%s of %+v: (%v, %q, %v), CompoundIndex gives (%v, %q, %v)", name, v, ok, got, err, wantOK, want, wantErr)
-			}
-		}
-		for _, mi := range []uint64{0, 1, 1 << 40, ^uint64(0)} {
-			v.ModifyIndex = mi
-			x := idx[indexModifyIndex].Indexer.(modifyIndexIndexer)
-			ok, got, err := x.FromObject(v)
-			wantOK, want, wantErr := x.UintFieldIndex.FromObject(v)
-			if ok != wantOK || !bytes.Equal(got, want) || err != nil || wantErr != nil {
-				t.Errorf("modify index %d: (%v, %x, %v), UintFieldIndex gives (%v, %x, %v)", mi, ok, got, err, wantOK, want, wantErr)
 			}
 		}
 	}

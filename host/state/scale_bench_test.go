@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -271,6 +272,12 @@ func timed(key, name string, reps int, unit time.Duration, fn func()) scaleRow {
 // heap with the default GOGC).
 func memoryNow() (heap, rss float64) {
 	debug.FreeOSMemory()
+	return memoryAsIs()
+}
+
+// memoryAsIs is the Go heap in use and the process's RSS, in MiB, as they
+// stand: no GC first.
+func memoryAsIs() (heap, rss float64) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	heap = float64(ms.HeapInuse) / (1 << 20)
@@ -365,14 +372,31 @@ func BenchmarkScaleRestored(b *testing.B) {
 		took := time.Since(start)
 		st, _ := s.Snapshot().VolumeStats()
 		heap, rss := memoryNow()
+		if out := os.Getenv("VOLHOST_SCALE_HEAPPROFILE"); out != "" {
+			writeHeapProfile(b, out)
+		}
+		// The figure above is a floor taken right after a GC: a server goes
+		// on writing. A burst of writes over the restored state (claims and
+		// their removal on volumes spread over the table, one entry each as
+		// the FSM applies them), then RSS as it stands, with no forced GC.
+		burst := writeBurst(b, s, st.Volumes, 10_000)
+		_, burstRSS := memoryAsIs()
+		burstHeap, _ := memoryNow()
+		if out := os.Getenv("VOLHOST_SCALE_HEAPPROFILE"); out != "" {
+			writeHeapProfile(b, out+".burst")
+		}
 		runtime.KeepAlive(s)
 		b.ReportMetric(heap, "heap-restored-MiB")
 		b.ReportMetric(rss, "rss-restored-MiB")
+		b.ReportMetric(burstRSS, "rss-burst-MiB")
 		b.ReportMetric(heap*(1<<20)/float64(max(st.Volumes, 1)), "heap-B/volume")
-		b.Logf("%d volumes restored in a fresh process in %.1f s: heap %.0f MiB, RSS %.0f MiB", st.Volumes, took.Seconds(), heap, rss)
+		b.Logf("%d volumes restored in a fresh process in %.1f s: heap %.0f MiB, RSS %.0f MiB; after %d writes RSS %.0f MiB (no forced GC), heap after GC %.0f MiB",
+			st.Volumes, took.Seconds(), heap, rss, burst, burstRSS, burstHeap)
 		addScaleFigures(b, []scaleRow{
 			{"heap-restored-MiB", "Go heap in use after GC, restored in a fresh process (MiB)", []float64{heap}},
 			{"rss-restored-MiB", "process RSS after GC and FreeOSMemory, restored in a fresh process (MiB; bound 2048)", []float64{rss}},
+			{"rss-burst-MiB", fmt.Sprintf("process RSS after %d writes that follow the restore, no forced GC (MiB; bound 2048)", burst), []float64{burstRSS}},
+			{"heap-burst-MiB", "Go heap in use after GC, after those writes (MiB)", []float64{burstHeap}},
 		})
 	}
 }
@@ -411,5 +435,43 @@ func addScaleFigures(b *testing.B, rows []scaleRow) {
 		if err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// writeBurst applies n writes to s, a restored BenchmarkScale store of
+// volumes volumes, as the FSM would after the restore: a claim on a volume
+// no claim holds (vol-J with J not a multiple of ten) by one of the running
+// allocs, then its removal, alternately. It returns how many it applied.
+func writeBurst(tb testing.TB, s *Store, volumes, n int) int {
+	tb.Helper()
+	idx := s.LatestIndex()
+	for i := range n / 2 {
+		j := (i*7919)%volumes | 1 // odd: never a claimed volume (every tenth)
+		vol, alloc := fmt.Sprintf("vol-%07d", j), fmt.Sprintf("alloc-%07d", volumes/100+i%(volumes/10-volumes/100))
+		idx++
+		if _, err := s.ApplyAt(idx, t0, structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: vol,
+			Claim: &structs.Claim{AllocID: alloc, NodeID: fmt.Sprintf("node-%03d", (volumes/100+i%(volumes/10-volumes/100))%100), Mode: structs.ClaimRead}}); err != nil {
+			tb.Fatalf("burst claim %d: %v", i, err)
+		}
+		idx++
+		if _, err := s.ApplyAt(idx, t0, structs.VolumeClaimRemoveType, &structs.VolumeClaimRemoveRequest{Namespace: "default", VolumeID: vol, AllocID: alloc}); err != nil {
+			tb.Fatalf("burst claim removal %d: %v", i, err)
+		}
+	}
+	return n / 2 * 2
+}
+
+// writeHeapProfile writes the in-use heap, as of a fresh GC, to path.
+func writeHeapProfile(tb testing.TB, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		tb.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		tb.Fatal(err)
 	}
 }

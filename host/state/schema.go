@@ -1,7 +1,6 @@
 package state
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/hashicorp/go-memdb"
@@ -23,14 +22,13 @@ const (
 
 // Index names inside the tables.
 const (
-	indexID          = "id"
-	indexExternal    = "external"
-	indexModifyIndex = "modify_index"
-	indexClaimAlloc  = "claim_alloc"
-	indexClaimNode   = "claim_node"
-	indexNode        = "node"
-	indexRaftIndex   = "raft_index"
-	indexRing        = "ring"
+	indexID         = "id"
+	indexExternal   = "external"
+	indexClaimAlloc = "claim_alloc"
+	indexClaimNode  = "claim_node"
+	indexNode       = "node"
+	indexRaftIndex  = "raft_index"
+	indexRing       = "ring"
 )
 
 // indexRow is one row of the index table.
@@ -73,10 +71,9 @@ func schema() *memdb.DBSchema {
 				// volumes, issue 17) for one rare read (plugin deregister).
 				indexExternal: {Name: indexExternal, Indexer: volumeKey(func(v *structs.Volume) (string, string) { return v.PluginID, v.ExternalID },
 					"PluginID", "ExternalID")},
-				// The watcher reads "volumes modified since N" with LowerBound
-				// instead of scanning every volume (ANCHORS: wake only volumes
-				// whose index moved).
-				indexModifyIndex: {Name: indexModifyIndex, Indexer: modifyIndexIndexer{&memdb.UintFieldIndex{Field: "ModifyIndex"}}},
+				// No index on ModifyIndex: "volumes modified since N" reads
+				// the volume_mods table (volume_mods.go), a row per raft
+				// index rather than a radix entry per volume (issue 17).
 				// Claims by alloc and by node: an alloc turning terminal or a
 				// node going down bumps exactly the volumes it holds.
 				indexClaimAlloc: {Name: indexClaimAlloc, AllowMissing: true, Indexer: claimIndexer{byNode: false}},
@@ -96,16 +93,17 @@ func schema() *memdb.DBSchema {
 		TableEvents: {
 			Name: TableEvents,
 			Indexes: map[string]*memdb.IndexSchema{
-				indexID:        {Name: indexID, Unique: true, Indexer: &memdb.UintFieldIndex{Field: "Seq"}},
-				indexRaftIndex: {Name: indexRaftIndex, Indexer: &memdb.UintFieldIndex{Field: "Index"}},
+				indexID:        {Name: indexID, Unique: true, Indexer: hexUint(func(e *eventRow) uint64 { return e.Seq })},
+				indexRaftIndex: {Name: indexRaftIndex, Indexer: hexUint(func(e *eventRow) uint64 { return e.Index })},
 				indexRing: {Name: indexRing, Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
 					&memdb.StringFieldIndex{Field: "Ring"},
-					&memdb.UintFieldIndex{Field: "RingSeq"},
+					hexUint(func(e *eventRow) uint64 { return e.RingSeq }),
 				}}},
 			},
 		},
-		TableIndex: {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id("Key")}},
-		tableStats: statsTableSchema(),
+		TableIndex:      {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id("Key")}},
+		tableStats:      statsTableSchema(),
+		tableVolumeMods: volumeModsTableSchema(),
 	}}
 	addACLTables(s.Tables)
 	return s
@@ -150,19 +148,6 @@ func (x volumeKeyIndexer) FromObject(raw any) (bool, []byte, error) {
 // the append does not copy them again.
 func primaryKeyLen(v *structs.Volume) int { return len(v.Namespace) + len(v.ID) + 2 }
 
-// modifyIndexIndexer is memdb's UintFieldIndex on ModifyIndex (8 bytes, big
-// endian: the same keys, TestVolumeKeyIndexer) without reflection.
-type modifyIndexIndexer struct{ *memdb.UintFieldIndex }
-
-// FromObject implements memdb.SingleIndexer.
-func (x modifyIndexIndexer) FromObject(raw any) (bool, []byte, error) {
-	v, ok := raw.(*structs.Volume)
-	if !ok {
-		return false, nil, fmt.Errorf("modify index: want *structs.Volume, got %T", raw)
-	}
-	return true, binary.BigEndian.AppendUint64(make([]byte, 0, 8+primaryKeyLen(v)), v.ModifyIndex), nil
-}
-
 // claimIndexer indexes a volume by the alloc IDs (or node IDs) of its claims.
 type claimIndexer struct{ byNode bool }
 
@@ -175,18 +160,22 @@ func (c claimIndexer) FromObject(raw any) (bool, [][]byte, error) {
 	if len(v.Claims) == 0 {
 		return false, nil, nil
 	}
-	seen := make(map[string]bool, len(v.Claims))
+	// Claims per volume are few: duplicates (two claims on one node) are
+	// found by a scan of the keys so far, not a map per write. Each key
+	// has room for the primary key memdb appends (a non-unique index).
 	vals := make([][]byte, 0, len(v.Claims))
+next:
 	for allocID, cl := range v.Claims {
 		key := allocID
 		if c.byNode {
 			key = cl.NodeID
 		}
-		if seen[key] {
-			continue
+		for _, have := range vals {
+			if string(have[:len(have)-1]) == key {
+				continue next
+			}
 		}
-		seen[key] = true
-		vals = append(vals, []byte(key+"\x00"))
+		vals = append(vals, append(append(make([]byte, 0, len(key)+1+primaryKeyLen(v)), key...), 0))
 	}
 	return true, vals, nil
 }
@@ -201,4 +190,56 @@ func (c claimIndexer) FromArgs(args ...any) ([]byte, error) {
 		return nil, fmt.Errorf("claim index: want a string argument, got %T", args[0])
 	}
 	return []byte(s + "\x00"), nil
+}
+
+// hexUintIndex indexes an unsigned field as 16 hexadecimal digits: the
+// order of memdb's UintFieldIndex (8 bytes, big endian), and the same
+// arguments, but a radix node has at most 16 children where a byte gives
+// 256. The keys that use it (event sequence numbers, raft indexes) grow by
+// one at a time, so every insert copies the last node of that path: a copy
+// of 16 edges, not of up to 256 (4 KiB), per index per write (issue 17:
+// what a write allocates is what a server's RSS runs ahead of its heap by).
+type hexUintIndex[T any] struct{ field func(T) uint64 }
+
+func hexUint[T any](field func(T) uint64) hexUintIndex[T] { return hexUintIndex[T]{field: field} }
+
+func appendHexUint(key []byte, v uint64) []byte {
+	const digits = "0123456789abcdef"
+	for shift := 60; shift >= 0; shift -= 4 {
+		key = append(key, digits[v>>uint(shift)&0xf])
+	}
+	return key
+}
+
+// FromObject implements memdb.SingleIndexer.
+func (x hexUintIndex[T]) FromObject(raw any) (bool, []byte, error) {
+	obj, ok := raw.(T)
+	if !ok {
+		var want T
+		return false, nil, fmt.Errorf("index: want %T, got %T", want, raw)
+	}
+	return true, appendHexUint(make([]byte, 0, 16), x.field(obj)), nil
+}
+
+// FromArgs implements memdb.Indexer: one unsigned integer.
+func (x hexUintIndex[T]) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("index: want one argument, got %d", len(args))
+	}
+	var v uint64
+	switch a := args[0].(type) {
+	case uint64:
+		v = a
+	case uint:
+		v = uint64(a)
+	case uint32:
+		v = uint64(a)
+	case uint16:
+		v = uint64(a)
+	case uint8:
+		v = uint64(a)
+	default:
+		return nil, fmt.Errorf("index: want an unsigned integer argument, got %T", args[0])
+	}
+	return appendHexUint(make([]byte, 0, 16), v), nil
 }

@@ -144,6 +144,7 @@ func (w *writer) putVolume(old, v *structs.Volume) error {
 		}
 		w.stats.plugin(v.PluginID, +1)
 	}
+	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, old)
 	return w.insertRow(TableVolumes, v)
 }
 
@@ -151,6 +152,7 @@ func (w *writer) putVolume(old, v *structs.Volume) error {
 func (w *writer) deleteVolume(v *structs.Volume) error {
 	w.stats.add(v, -1)
 	w.stats.plugin(v.PluginID, -1)
+	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, v)
 	return w.deleteRow(TableVolumes, v)
 }
 
