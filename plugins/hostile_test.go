@@ -328,8 +328,9 @@ func checkHealthy(t *testing.T, m *Manager) {
 }
 
 // TestCompileBomb: a module of very many (empty) functions is validated,
-// instrumented and compiled in bounded time, and a module file over
-// max_module_size is refused before it is read.
+// instrumented and compiled (its load time is logged, not asserted: the
+// test timeout bounds a hang), and a module file over max_module_size is
+// refused before it is read.
 func TestCompileBomb(t *testing.T) {
 	const n = 100_000
 	h := newHmod()
