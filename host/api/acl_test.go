@@ -25,6 +25,8 @@ type fakeModules struct {
 	mu      sync.Mutex
 	reloads int
 	limit   int // the last ModuleInfo's limit
+	// reloadTakes makes a reload last this long, like a cold compile.
+	reloadTakes time.Duration
 }
 
 func (f *fakeModules) ModuleStatuses() ([]plugins.Status, error) { return nil, nil }
@@ -50,6 +52,9 @@ func (f *fakeModules) ShadowModule(_ context.Context, name string, _, _ []byte) 
 	return plugins.Status{}, structs.NotFound("module", name)
 }
 func (f *fakeModules) ReloadModules(context.Context) ([]plugins.Status, error) {
+	if f.reloadTakes > 0 {
+		<-time.After(f.reloadTakes)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.reloads++

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -215,13 +216,46 @@ func (s *Server) acquireBlocking(w http.ResponseWriter) (release func(), ok bool
 	}
 }
 
+// ModuleLoadTime is what a write that loads modules may take beyond
+// WriteTimeout: a reload compiles every changed module, and a 3 MB Go
+// guest takes seconds to compile (tens of seconds cold on a loaded
+// machine). Under WriteTimeout alone the connection's deadline passed
+// mid-reload and the caller got EOF instead of the reload's answer, while
+// the reload itself went on and took effect.
+const ModuleLoadTime = 5 * time.Minute
+
+// loadsModules reports the writes that compile modules: reload, shadow,
+// promote and rollback.
+func loadsModules(r *http.Request) bool {
+	if r.Method != http.MethodPut && r.Method != http.MethodPost {
+		return false
+	}
+	p := r.URL.Path
+	if p == "/v1/modules/reload" {
+		return true
+	}
+	rest, ok := strings.CutPrefix(p, "/v1/module/")
+	if !ok {
+		return false
+	}
+	for _, action := range []string{"/shadow", "/promote", "/rollback"} {
+		if strings.HasSuffix(rest, action) {
+			return true
+		}
+	}
+	return false
+}
+
 // setDeadlines gives each request its own write deadline (and the
 // snapshot upload a longer read deadline): a non-blocking answer must be
-// written within WriteTimeout, a blocking one within its wait plus that.
+// written within WriteTimeout, a blocking one within its wait plus that,
+// one that loads modules within ModuleLoadTime plus that.
 func (s *Server) setDeadlines(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	d := s.cfg.WriteTimeout
-	if _, ok := rawBodyRoutes[r.URL.Path]; ok {
+	if loadsModules(r) {
+		d += ModuleLoadTime
+	} else if _, ok := rawBodyRoutes[r.URL.Path]; ok {
 		d = s.cfg.SnapshotTimeout
 		_ = rc.SetReadDeadline(time.Now().Add(d))
 	} else if r.Method == http.MethodGet && r.URL.Query().Get("index") != "" {

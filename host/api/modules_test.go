@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/api/apitest"
@@ -39,6 +40,25 @@ func TestModuleInfoPerPage(t *testing.T) {
 		}
 		if mods.limit != tc.wantLimit {
 			t.Errorf("%q: the backend was asked for %d volumes, want %d", tc.query, mods.limit, tc.wantLimit)
+		}
+	}
+}
+
+// A reload that takes longer than WriteTimeout (a cold compile of a large
+// module on a loaded machine) still gets its answer: the caller saw EOF
+// before modules routes had their own deadline, though the reload had
+// taken effect.
+func TestSlowReloadGetsItsAnswer(t *testing.T) {
+	mods := &fakeModules{reloadTakes: 300 * time.Millisecond}
+	b := apitest.NewStoreBackend()
+	s := api.NewServer(api.Config{WriteTimeout: 50 * time.Millisecond}, b.Store, b, nil)
+	s.EnableModules(mods)
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	for _, method := range []string{http.MethodPut, http.MethodPost} {
+		resp, body := do(t, method, ts.URL+"/v1/modules/reload", "")
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s reload: status %d: %s", method, resp.StatusCode, body)
 		}
 	}
 }
