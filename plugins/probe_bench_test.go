@@ -222,7 +222,7 @@ func legacyPreempt(interval int32) wasmbin.Probe {
 	p.BulkCode = func(b []byte, flag, _ uint32) []byte { // took interval/4
 		budget := uint64(flag + 1)
 		b = protowire.AppendVarint(append(b, 0x23), budget)
-		b = appendSLEB(append(b, 0x41), int64(interval/4))
+		b = sleb(append(b, 0x41), int64(interval/4))
 		return protowire.AppendVarint(append(b, 0x6b, 0x24), budget)
 	}
 	p.Code = func(b []byte, flag, _ uint32) []byte {
@@ -232,7 +232,7 @@ func legacyPreempt(interval int32) wasmbin.Probe {
 		b = append(b, 0x41, 0x00, 0x40, 0x00, 0x1a)               // memory.grow 0 pages (enters Go); drop
 		b = protowire.AppendVarint(append(b, 0x23), uint64(flag)) // global.get flag
 		b = append(b, 0x04, 0x40, 0x00, 0x0b)                     // if: unreachable; end
-		b = appendSLEB(append(b, 0x41), int64(interval))          // i32.const interval
+		b = sleb(append(b, 0x41), int64(interval))          // i32.const interval
 		b = protowire.AppendVarint(append(b, 0x24), budget)       // global.set budget
 		b = append(b, 0x0b)                                       // end
 		b = protowire.AppendVarint(append(b, 0x23), budget)       // global.get budget
@@ -248,26 +248,14 @@ func legacyPreempt(interval int32) wasmbin.Probe {
 		}
 		enter = step(0x6a)
 		enter = protowire.AppendVarint(append(enter, 0x23), depth)
-		enter = appendSLEB(append(enter, 0x41), int64(int32(limit)))
+		enter = sleb(append(enter, 0x41), int64(int32(limit)))
 		enter = append(enter, 0x4b, 0x04, 0x40) // i32.gt_u; if
-		enter = appendSLEB(append(enter, 0x41), wasmbin.BreachDepth)
+		enter = sleb(append(enter, 0x41), wasmbin.BreachDepth)
 		enter = protowire.AppendVarint(append(enter, 0x24), breach)
 		enter = append(enter, 0x00, 0x0b)
 		return enter, step(0x6b)
 	}
 	return p
-}
-
-// appendSLEB appends v as a signed LEB128.
-func appendSLEB(b []byte, v int64) []byte {
-	for {
-		c := byte(v & 0x7f)
-		v >>= 7
-		if v == 0 && c&0x40 == 0 || v == -1 && c&0x40 != 0 {
-			return append(b, c)
-		}
-		b = append(b, c|0x80)
-	}
 }
 
 // envRounds is VOLHOST_ROUNDS, or def; the ratios need at least 5.
