@@ -232,7 +232,7 @@ func legacyPreempt(interval int32) wasmbin.Probe {
 		b = append(b, 0x41, 0x00, 0x40, 0x00, 0x1a)               // memory.grow 0 pages (enters Go); drop
 		b = protowire.AppendVarint(append(b, 0x23), uint64(flag)) // global.get flag
 		b = append(b, 0x04, 0x40, 0x00, 0x0b)                     // if: unreachable; end
-		b = sleb(append(b, 0x41), int64(interval))          // i32.const interval
+		b = sleb(append(b, 0x41), int64(interval))                // i32.const interval
 		b = protowire.AppendVarint(append(b, 0x24), budget)       // global.set budget
 		b = append(b, 0x0b)                                       // end
 		b = protowire.AppendVarint(append(b, 0x23), budget)       // global.get budget
