@@ -192,9 +192,10 @@ func NewPreempt(budget, unit int32) Probe {
 //	global.get budget; i32.const charge; i32.sub; global.set budget
 //
 // Testing before taking, not after, is what the probe was before issue 17
-// and measured cheaper under wazero's compiler (a variant of BenchmarkProbeVariants run once:
-// taking first made an AssemblyScript call about 7% slower, presumably
-// because the taken value is then live across the slow path's call).
+// and measured cheaper under wazero's compiler (a variant of
+// BenchmarkProbeVariants run once: taking first made an AssemblyScript
+// call about 7% slower, presumably because the taken value is then live
+// across the slow path's call).
 func preemptCode(b []byte, flag uint32, charge, refill int32) []byte {
 	budget := flag + 1
 	b = appendU32(append(b, 0x23), budget)               // global.get budget
