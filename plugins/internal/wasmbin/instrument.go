@@ -2,6 +2,7 @@ package wasmbin
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -191,9 +192,10 @@ func NewPreempt(budget, unit int32) Probe {
 //	global.get budget; i32.const charge; i32.sub; global.set budget
 //
 // Testing before taking, not after, is what the probe was before issue 17
-// and measured cheaper under wazero's compiler (BenchmarkProbeVariants:
-// taking first made an AssemblyScript call about 9% slower, presumably
-// because the taken value is then live across the slow path's call).
+// and measured cheaper under wazero's compiler (a variant of
+// BenchmarkProbeVariants run once: taking first made an AssemblyScript
+// call about 7% slower, presumably because the taken value is then live
+// across the slow path's call).
 func preemptCode(b []byte, flag uint32, charge, refill int32) []byte {
 	budget := flag + 1
 	b = appendU32(append(b, 0x23), budget)               // global.get budget
@@ -563,6 +565,7 @@ func instrumentCode(data []byte, first uint32, code func(b []byte, cost uint32) 
 	out := appendU32(make([]byte, 0, len(data)+len(data)/8), n)
 	var body []byte
 	var costs []uint32
+	var scratch costScratch
 	for i := range n {
 		size := int(r.u32())
 		start := r.off
@@ -575,7 +578,7 @@ func instrumentCode(data []byte, first uint32, code func(b []byte, cost uint32) 
 		if depth != nil {
 			wrap = &bodyDepth{enter: depth.enter, exit: depth.exit, blockType: depth.blockTypes[i]}
 		}
-		costs, err = segmentCosts(costs[:0], r.b[start:r.off])
+		costs, err = scratch.segmentCosts(costs[:0], r.b[start:r.off])
 		if err != nil {
 			return nil, err
 		}
@@ -670,6 +673,26 @@ func instrumentBody(out, fn []byte, first uint32, code func(b []byte, cost uint3
 // counted once: a cost is at least 1 (the loop's end) and at most the
 // body's instruction count. One pass, linear in the body.
 func segmentCosts(costs []uint32, fn []byte) ([]uint32, error) {
+	var s costScratch
+	return s.segmentCosts(costs, fn)
+}
+
+// costScratch is segmentCosts' working memory, reused from one body to the
+// next (instrumenting a 3 MB Go guest allocated 4,000 times without it).
+type costScratch struct {
+	loops []loopCost
+	open  []int
+	rest  []uint32
+}
+
+// loopCost is what segmentCosts records of one loop.
+type loopCost struct {
+	parent int    // the enclosing loop's index, or -1
+	direct uint32 // instructions whose innermost loop this is
+	atEnd  uint32 // the parent's direct count when this loop ended
+}
+
+func (s *costScratch) segmentCosts(costs []uint32, fn []byte) ([]uint32, error) {
 	r := reader{b: fn}
 	for range r.u32() { // local declarations
 		r.u32()
@@ -678,12 +701,8 @@ func segmentCosts(costs []uint32, fn []byte) ([]uint32, error) {
 			return nil, r.err
 		}
 	}
-	type loop struct {
-		parent int    // the enclosing loop's index, or -1
-		direct uint32 // instructions whose innermost loop this is
-		atEnd  uint32 // the parent's direct count when this loop ended
-	}
-	var loops []loop
+	loops, open := s.loops[:0], s.open[:0] // open: per open block, if or loop, the loop's index or -1
+	defer func() { s.loops, s.open = loops, open }()
 	var outside uint32 // instructions outside every loop
 	direct := func(l int) *uint32 {
 		if l < 0 {
@@ -691,8 +710,7 @@ func segmentCosts(costs []uint32, fn []byte) ([]uint32, error) {
 		}
 		return &loops[l].direct
 	}
-	var open []int // per open block, if or loop: the loop's index, or -1
-	cur := -1      // the innermost open loop, or -1
+	cur := -1 // the innermost open loop, or -1
 	for r.off < len(fn) {
 		op := r.instruction()
 		if r.err != nil {
@@ -703,7 +721,7 @@ func segmentCosts(costs []uint32, fn []byte) ([]uint32, error) {
 		case 0x02, 0x04: // block, if
 			open = append(open, -1)
 		case 0x03: // loop: its header counts for the parent, its body for itself
-			loops = append(loops, loop{parent: cur})
+			loops = append(loops, loopCost{parent: cur})
 			cur = len(loops) - 1
 			open = append(open, cur)
 		case 0x0b:
@@ -721,7 +739,8 @@ func segmentCosts(costs []uint32, fn []byte) ([]uint32, error) {
 	// direct ones after it and what is reachable after the parent ends.
 	// A parent comes before its loops, so its rest is known first.
 	costs = append(costs, outside)
-	rest := make([]uint32, len(loops))
+	rest := slices.Grow(s.rest[:0], len(loops))[:len(loops)]
+	s.rest = rest
 	for l, lp := range loops {
 		if lp.parent >= 0 {
 			p := loops[lp.parent]
