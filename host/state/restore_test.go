@@ -259,8 +259,24 @@ func (f *failAfter) Write(p []byte) (int, error) {
 // describe the table, not the rows read.
 func TestRestoreRepeatedVolumeCounts(t *testing.T) {
 	f := richFixture(t)
+	stream := withRepeatedVolumeRows(t, f.s)
+	want, _ := f.s.Snapshot().VolumeStats()
+	s := NewStore()
+	if err := s.Restore(strings.NewReader(stream)); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := s.Snapshot().VolumeStats()
+	if got.Volumes != want.Volumes || got.Stuck != want.Stuck || got.Claims[structs.ClaimTaken] != want.Claims[structs.ClaimTaken] {
+		t.Fatalf("stats %+v after a stream with repeated volumes, want %+v", got, want)
+	}
+}
+
+// withRepeatedVolumeRows is s's snapshot stream with every volume row
+// written twice in a row: a restore must end as if it were read once.
+func withRepeatedVolumeRows(t *testing.T, s *Store) string {
+	t.Helper()
 	var good bytes.Buffer
-	if err := f.s.Persist(&good); err != nil {
+	if err := s.Persist(&good); err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
@@ -270,13 +286,5 @@ func TestRestoreRepeatedVolumeCounts(t *testing.T) {
 			out.WriteString(line)
 		}
 	}
-	want, _ := f.s.Snapshot().VolumeStats()
-	s := NewStore()
-	if err := s.Restore(strings.NewReader(out.String())); err != nil {
-		t.Fatal(err)
-	}
-	got, _ := s.Snapshot().VolumeStats()
-	if got.Volumes != want.Volumes || got.Stuck != want.Stuck || got.Claims[structs.ClaimTaken] != want.Claims[structs.ClaimTaken] {
-		t.Fatalf("stats %+v after a stream with repeated volumes, want %+v", got, want)
-	}
+	return out.String()
 }

@@ -195,19 +195,8 @@ func importStream(t *testing.T, stream []byte) *Store {
 // still gives exact rows.
 func TestVolumeModsRestoreRepeated(t *testing.T) {
 	f := richFixture(t)
-	var good bytes.Buffer
-	if err := f.s.Persist(&good); err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	for _, line := range strings.SplitAfter(good.String(), "\n") {
-		out.WriteString(line)
-		if strings.HasPrefix(line, `{"t":"volumes"`) {
-			out.WriteString(line)
-		}
-	}
 	s := NewStore()
-	if err := s.Restore(strings.NewReader(out.String())); err != nil {
+	if err := s.Restore(strings.NewReader(withRepeatedVolumeRows(t, f.s))); err != nil {
 		t.Fatal(err)
 	}
 	checkVolumeMods(t, s, "repeated rows")
