@@ -243,6 +243,11 @@ func (g *generation) compile(ctx context.Context, d genDeps, wasm []byte) error 
 	// The original first: the probe's globals are appended after the
 	// module's own, so guest code naming a global past its own (invalid on
 	// its own) would reach the host's budget in the copy.
+	// Counts before wazero sees the bytes: its decoder allocates by them,
+	// and an allocation past memory kills the agent, not the module.
+	if err := wasmbin.CheckCounts(wasm); err != nil {
+		return fmt.Errorf("%s.wasm is not a valid module: %w", g.name, err)
+	}
 	if err := validateModule(ctx, wasm, g.man.Limits.MemoryPages); err != nil {
 		return fmt.Errorf("%s.wasm is not a valid module: %w", g.name, err)
 	}

@@ -359,3 +359,20 @@ func TestCompileBomb(t *testing.T) {
 		t.Fatalf("big: %s %q, want refused %q", st.State, st.Refusal, want)
 	}
 }
+
+// TestCountBombRefused: a 20-byte module whose element count makes
+// wazero's decoder ask for 100 GiB (a fatal out-of-memory: the agent died
+// before issue 17's fuzzing found it) is refused with the reason before
+// anything decodes it, and the healthy module keeps serving.
+func TestCountBombRefused(t *testing.T) {
+	bomb := []byte("\x00asm\x01\x00\x00\x00\t\x04\xc7\xc7\xc7\xc7\x05\x040000")
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "bomb", bomb, manifest("release-policy", ""))
+		writeModule(t, dir, "healthy", exampleWasm(t, "as-default-policy"), manifest("release-policy", policyManifest))
+	}, nil)
+	st, _ := e.m.StatusOf("bomb")
+	if st.State != StateRefused || !strings.Contains(st.Refusal, "bomb.wasm is not a valid module") || !strings.Contains(st.Refusal, "element section") {
+		t.Fatalf("bomb: %s %q, want refused naming the element section", st.State, st.Refusal)
+	}
+	checkHealthy(t, e.m)
+}

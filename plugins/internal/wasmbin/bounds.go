@@ -1,0 +1,111 @@
+package wasmbin
+
+import "fmt"
+
+// MaxFunctionLocals is the most locals one function may declare, the
+// WebAssembly JS API's implementation limit (50,000, parameters
+// included there; here the declared locals alone, which is looser). A Go
+// or AssemblyScript guest declares a few dozen.
+const MaxFunctionLocals = 50_000
+
+// vectorSections are the sections whose payload starts with a count of
+// entries, each at least one byte long.
+var vectorSections = map[byte]string{
+	secType: "type", secImport: "import", secFunction: "function", secTable: "table",
+	secMemory: "memory", secGlobal: "global", secExport: "export", 9: "element",
+	secCode: "code", 11: "data", secTag: "tag",
+}
+
+// CheckCounts refuses a module whose counts promise more than its bytes
+// can hold, before anything decodes it. wazero's decoder allocates by the
+// count it reads (make([]T, count) for a section's entries, a function's
+// locals, a type's parameters), and Go's out-of-memory is fatal to the
+// whole process, not an error: a 20-byte module declaring 3,351,758,791
+// element segments made wazero ask for 100 GiB and killed the agent before
+// any check of the host ran (FuzzInstrument found it). So every section's
+// entry count must fit in the bytes after it, every parameter and result
+// count of a type and every code body's size in theirs, and a function's
+// declared locals must stay within MaxFunctionLocals. It reads what it
+// checks, nothing more: the full validation is still wazero's.
+func CheckCounts(b []byte) error {
+	secs, err := sections(b)
+	if err != nil {
+		return err
+	}
+	for _, s := range secs {
+		name, ok := vectorSections[s.id]
+		if !ok {
+			continue
+		}
+		r := reader{b: s.data}
+		n := r.u32()
+		if r.err != nil {
+			return fmt.Errorf("%w: the %s section's entry count is not a valid number", ErrFormat, name)
+		}
+		if rest := len(s.data) - r.off; int64(n) > int64(rest) {
+			return fmt.Errorf("%w: the %s section declares %d entries in %d bytes", ErrFormat, name, n, rest)
+		}
+		switch s.id {
+		case secType:
+			err = checkTypeCounts(&r, n)
+		case secCode:
+			err = checkCodeCounts(&r, n)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkTypeCounts checks the parameter and result counts of n function
+// types (0x60, vec(valtype), vec(valtype)); anything else is left to the
+// full decoder, which refuses it.
+func checkTypeCounts(r *reader, n uint32) error {
+	for i := range n {
+		if r.byte() != 0x60 {
+			return nil
+		}
+		for range 2 {
+			c := r.u32()
+			if r.err != nil || int64(c) > int64(len(r.b)-r.off) {
+				return fmt.Errorf("%w: type %d declares %d value types in %d bytes", ErrFormat, i, c, len(r.b)-r.off)
+			}
+			r.skip(int(c))
+		}
+		if r.err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// checkCodeCounts checks n code bodies: each body's size fits in the
+// section, and its locals declarations (vec(count, valtype)) fit in the
+// body and sum to at most MaxFunctionLocals.
+func checkCodeCounts(r *reader, n uint32) error {
+	for i := range n {
+		size := r.u32()
+		if r.err != nil || int64(size) > int64(len(r.b)-r.off) {
+			return fmt.Errorf("%w: code body %d is %d bytes long, past its section", ErrFormat, i, size)
+		}
+		body := reader{b: r.b[r.off : r.off+int(size)]}
+		r.skip(int(size))
+		groups := body.u32()
+		if body.err != nil || int64(groups) > int64(len(body.b)-body.off) {
+			return fmt.Errorf("%w: code body %d declares %d local groups in %d bytes", ErrFormat, i, groups, len(body.b)-body.off)
+		}
+		var locals uint64
+		for range groups {
+			locals += uint64(body.u32())
+			body.byte()
+			if body.err != nil {
+				return fmt.Errorf("%w: code body %d's locals are truncated", ErrFormat, i)
+			}
+			if locals > MaxFunctionLocals {
+				return fmt.Errorf("%w: function %d declares more than %d locals", ErrInvalid, i, MaxFunctionLocals)
+			}
+		}
+	}
+	return nil
+}
