@@ -24,8 +24,10 @@ var vectorSections = map[byte]string{
 // element segments made wazero ask for 100 GiB and killed the agent before
 // any check of the host ran (FuzzInstrument found it). So every section's
 // entry count must fit in the bytes after it, every parameter and result
-// count of a type and every code body's size in theirs, and a function's
-// declared locals must stay within MaxFunctionLocals. It reads what it
+// count of a type, every element or data segment's entries and every
+// name map of the "name" section in theirs, every code body's size in
+// its section, and a function's declared locals must stay within
+// MaxFunctionLocals. It reads what it
 // checks, nothing more: the full validation is still wazero's.
 func CheckCounts(b []byte) error {
 	secs, err := sections(b)
@@ -33,6 +35,12 @@ func CheckCounts(b []byte) error {
 		return err
 	}
 	for _, s := range secs {
+		if s.id == 0 {
+			if err := checkNameCounts(s.data); err != nil {
+				return err
+			}
+			continue
+		}
 		name, ok := vectorSections[s.id]
 		if !ok {
 			continue
@@ -50,9 +58,125 @@ func CheckCounts(b []byte) error {
 			err = checkTypeCounts(&r, n)
 		case secCode:
 			err = checkCodeCounts(&r, n)
+		case 9:
+			err = checkElementCounts(&r, n)
+		case 11:
+			err = checkDataCounts(&r, n)
 		}
 		if err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// fits reads a count and reports whether that many entries of at least
+// one byte each fit in what is left of r.
+func (r *reader) fits() (uint32, bool) {
+	n := r.u32()
+	return n, r.err == nil && int64(n) <= int64(len(r.b)-r.off)
+}
+
+// constExpr skips a constant expression (instructions up to its end).
+func (r *reader) constExpr() {
+	for r.err == nil && r.instruction() != 0x0b {
+	}
+}
+
+// checkElementCounts checks the vector of each of n element segments
+// (the eight encodings of the spec's element section); an encoding it
+// does not know is left to the full decoder, which refuses it.
+func checkElementCounts(r *reader, n uint32) error {
+	for i := range n {
+		flags := r.u32()
+		switch flags {
+		case 0, 4:
+			r.constExpr()
+		case 1, 3, 5, 7:
+			r.byte() // elemkind or reftype
+		case 2, 6:
+			r.u32() // table index
+			r.constExpr()
+			r.byte()
+		default:
+			return nil
+		}
+		c, ok := r.fits()
+		if !ok {
+			return fmt.Errorf("%w: element segment %d declares %d entries past its section", ErrFormat, i, c)
+		}
+		for range c {
+			if flags < 4 {
+				r.u32() // function index
+			} else {
+				r.constExpr()
+			}
+		}
+		if r.err != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// checkDataCounts checks the byte count of each of n data segments.
+func checkDataCounts(r *reader, n uint32) error {
+	for i := range n {
+		switch r.u32() {
+		case 0:
+			r.constExpr()
+		case 1:
+		case 2:
+			r.u32() // memory index
+			r.constExpr()
+		default:
+			return nil
+		}
+		c, ok := r.fits()
+		if !ok {
+			return fmt.Errorf("%w: data segment %d declares %d bytes past its section", ErrFormat, i, c)
+		}
+		r.skip(int(c))
+	}
+	return nil
+}
+
+// checkNameCounts checks the "name" custom section's function and local
+// name maps; any other custom section is not decoded by wazero.
+func checkNameCounts(data []byte) error {
+	r := reader{b: data}
+	if r.name() != "name" || r.err != nil {
+		return nil
+	}
+	for r.off < len(r.b) && r.err == nil {
+		id := r.byte()
+		size := r.u32()
+		if r.err != nil || int64(size) > int64(len(r.b)-r.off) {
+			return fmt.Errorf("%w: name subsection %d is %d bytes long, past its section", ErrFormat, id, size)
+		}
+		sub := reader{b: r.b[r.off : r.off+int(size)]}
+		r.skip(int(size))
+		if id != 1 && id != 2 {
+			continue
+		}
+		c, ok := sub.fits()
+		if !ok {
+			return fmt.Errorf("%w: name subsection %d declares %d names in %d bytes", ErrFormat, id, c, size)
+		}
+		for range c {
+			sub.u32() // function index
+			if id == 1 {
+				sub.name()
+				continue
+			}
+			locals, ok := sub.fits()
+			if !ok {
+				return fmt.Errorf("%w: name subsection 2 declares %d local names past its end", ErrFormat, locals)
+			}
+			for range locals {
+				sub.u32()
+				sub.name()
+			}
 		}
 	}
 	return nil

@@ -1,9 +1,12 @@
 package wasmbin
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/tetratelabs/wazero"
 )
 
 // countBombs are modules a few bytes long whose counts make wazero's
@@ -32,6 +35,10 @@ func countBombs() map[string]struct {
 		"locals": {module(types, funcs, sec(10, vec(body(
 			append(append(appendU32(nil, 2), append(appendU32(nil, 1<<31), 0x7f)...), append(appendU32(nil, 1<<31), 0x7f)...), 0x0b)))),
 			"more than 50000 locals"},
+		"element segment entries":    {module(sec(9, append(appendU32(nil, 1), append([]byte{0x00, 0x41, 0x00, 0x0b}, huge...)...))), "element segment 0 declares 4294967280 entries"},
+		"data segment bytes":         {module(sec(11, append(appendU32(nil, 1), append([]byte{0x01}, huge...)...))), "data segment 0 declares 4294967280 bytes"},
+		"function names":             {module(sec(0, append(name("name"), append([]byte{0x01, 0x05}, huge...)...))), "name subsection 1 declares 4294967280 names"},
+		"local names":                {module(sec(0, append(name("name"), append([]byte{0x02, 0x07, 0x01, 0x00}, huge...)...))), "name subsection 2 declares 4294967280 local names"},
 		"code body past its section": {module(types, funcs, sec(10, append(appendU32(nil, 1), appendU32(nil, 1000)...))), "code body 0 is 1000 bytes long"},
 	}
 }
@@ -60,6 +67,25 @@ func TestCheckCountsPassesWellFormedModules(t *testing.T) {
 		"locals at the limit": module(types, funcs, sec(10, vec(body(
 			append(appendU32(nil, 1), append(appendU32(nil, MaxFunctionLocals), 0x7f)...), 0x0b)))),
 	}
+	// An element segment of every encoding, a data segment of each, a
+	// name section with function and local names.
+	mods["segments and names"] = module(types, funcs,
+		sec(4, vec([]byte{0x70, 0x00, 0x01})), sec(5, vec([]byte{0x00, 0x01})),
+		sec(9, vec(
+			[]byte{0x00, 0x41, 0x00, 0x0b, 0x01, 0x00},
+			[]byte{0x01, 0x00, 0x01, 0x00},
+			[]byte{0x02, 0x00, 0x41, 0x00, 0x0b, 0x00, 0x01, 0x00},
+			[]byte{0x03, 0x00, 0x01, 0x00},
+			[]byte{0x04, 0x41, 0x00, 0x0b, 0x01, 0xd2, 0x00, 0x0b},
+			[]byte{0x05, 0x70, 0x01, 0xd2, 0x00, 0x0b},
+			[]byte{0x06, 0x00, 0x41, 0x00, 0x0b, 0x70, 0x01, 0xd2, 0x00, 0x0b},
+			[]byte{0x07, 0x70, 0x01, 0xd0, 0x70, 0x0b},
+		)),
+		sec(10, vec(body([]byte{0}, 0x0b))),
+		sec(11, vec([]byte{0x00, 0x41, 0x00, 0x0b, 0x02, 'h', 'i'}, []byte{0x01, 0x01, 'x'}, []byte{0x02, 0x00, 0x41, 0x00, 0x0b, 0x00})),
+		sec(0, append(name("name"), append(append([]byte{0x01}, vec1(append([]byte{0x00}, name("f")...))...),
+			append([]byte{0x02}, vec1(append([]byte{0x00, 0x01, 0x00}, name("l")...))...)...)...)),
+	)
 	for name, m := range hostileSeeds() {
 		mods["hostile seed "+name] = m
 	}
@@ -68,4 +94,18 @@ func TestCheckCountsPassesWellFormedModules(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+	// The segments-and-names module is one wazero accepts, so the walk
+	// above went through every encoding rather than stopping early.
+	rt := wazero.NewRuntimeWithConfig(context.Background(), wazero.NewRuntimeConfigInterpreter())
+	defer rt.Close(context.Background())
+	if _, err := rt.CompileModule(context.Background(), mods["segments and names"]); err != nil {
+		t.Fatalf("the segments-and-names module does not validate: %v", err)
+	}
+}
+
+// vec1 frames one vector of one entry as a subsection payload: its size,
+// then the count 1 and the entry.
+func vec1(entry []byte) []byte {
+	payload := append([]byte{0x01}, entry...)
+	return append(appendU32(nil, uint32(len(payload))), payload...)
 }
