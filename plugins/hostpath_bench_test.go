@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // BenchmarkHostPath is the host side of one decision call before and after
@@ -88,16 +89,14 @@ func BenchmarkHostPath(b *testing.B) {
 					}
 				}
 			}
-			ratio := make([]float64, len(p50s[0]))
-			for i := range ratio {
-				ratio[i] = p50s[1][i] / p50s[0][i]
-			}
-			b.ReportMetric(medianOf(p50s[0]), "before-p50-ns")
-			b.ReportMetric(medianOf(p50s[1]), "issue17-p50-ns")
-			b.ReportMetric(medianOf(ratio), "after/before")
+			old, cut := testutil.SpreadOf(p50s[0]), testutil.SpreadOf(p50s[1])
+			ratio := testutil.SpreadOf(testutil.Ratios(p50s[1], p50s[0]))
+			b.ReportMetric(old.Median, "before-p50-ns")
+			b.ReportMetric(cut.Median, "issue17-p50-ns")
+			b.ReportMetric(ratio.Median, "after/before")
 			b.Logf("%s, %d rounds of %d calls per side: p50 before %.0f [%.0f-%.0f] ns, issue-17 %.0f [%.0f-%.0f] ns, ratio %.3f [%.3f-%.3f]",
-				module, rounds, calls, medianOf(p50s[0]), slices.Min(p50s[0]), slices.Max(p50s[0]),
-				medianOf(p50s[1]), slices.Min(p50s[1]), slices.Max(p50s[1]), medianOf(ratio), slices.Min(ratio), slices.Max(ratio))
+				module, rounds, calls, old.Median, old.Min, old.Max,
+				cut.Median, cut.Min, cut.Max, ratio.Median, ratio.Min, ratio.Max)
 		})
 	}
 }
@@ -128,13 +127,4 @@ func checkWithMap(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {
 		}
 	}
 	return nil
-}
-
-func medianOf(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

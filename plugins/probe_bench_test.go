@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/internal/testutil"
 	"github.com/volhost/volhost/plugins/internal/wasmbin"
 )
 
@@ -124,11 +125,8 @@ func BenchmarkProbeVariants(b *testing.B) {
 				}
 			}
 			ratio := func(xs [][]float64, num, den int) (med, lo, hi float64) {
-				r := make([]float64, len(xs[num]))
-				for k := range r {
-					r[k] = xs[num][k] / xs[den][k]
-				}
-				return medianOf(r), slices.Min(r), slices.Max(r)
+				r := testutil.SpreadOf(testutil.Ratios(xs[num], xs[den]))
+				return r.Median, r.Min, r.Max
 			}
 			// The testing package keeps 10 lines of a benchmark's log: the
 			// summary first, then a line per variant.
@@ -140,10 +138,11 @@ func BenchmarkProbeVariants(b *testing.B) {
 				o[k] = (p50[2][k] - p50[0][k]) / (p50[1][k] - p50[0][k])
 			}
 			b.Logf("%s, 8 claims, %d interleaved rounds of %d calls per variant; per-round ratios median [min-max]; new/old p50 %.3f [%.3f-%.3f] mean %.3f [%.3f-%.3f]; new's probe overhead over old's (p50) %.3f [%.3f-%.3f]",
-				module, rounds, calls, m, lo, hi, mm, mlo, mhi, medianOf(o), slices.Min(o), slices.Max(o))
+				module, rounds, calls, m, lo, hi, mm, mlo, mhi, testutil.SpreadOf(o).Median, slices.Min(o), slices.Max(o))
 			for i, v := range variants {
 				line := "  %-18s p50 %7.0f ns [%.0f-%.0f]  mean %7.0f ns"
-				args := []any{v.name, medianOf(p50[i]), slices.Min(p50[i]), slices.Max(p50[i]), medianOf(mean[i])}
+				sp := testutil.SpreadOf(p50[i])
+				args := []any{v.name, sp.Median, sp.Min, sp.Max, testutil.SpreadOf(mean[i]).Median}
 				if i > 0 {
 					m, lo, hi := ratio(p50, i, 0)
 					mm, mlo, mhi := ratio(mean, i, 0)
@@ -152,9 +151,9 @@ func BenchmarkProbeVariants(b *testing.B) {
 				}
 				b.Logf(line, args...)
 			}
-			b.ReportMetric(medianOf(p50[0]), "none-p50-ns")
-			b.ReportMetric(medianOf(p50[1]), "old-p50-ns")
-			b.ReportMetric(medianOf(p50[2]), "new-p50-ns")
+			b.ReportMetric(testutil.SpreadOf(p50[0]).Median, "none-p50-ns")
+			b.ReportMetric(testutil.SpreadOf(p50[1]).Median, "old-p50-ns")
+			b.ReportMetric(testutil.SpreadOf(p50[2]).Median, "new-p50-ns")
 			b.ReportMetric(m, "new/old-p50")
 			b.ReportMetric(mm, "new/old-mean")
 		})
