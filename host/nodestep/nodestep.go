@@ -256,12 +256,16 @@ func removeCreated(created []string) {
 }
 
 // removeEmpty removes p and up to levels of its parents while they are
-// empty directories. os.Remove never removes a non-empty directory, so a
-// mount still in place (its root is not empty, or removal fails with
+// empty directories. Neither removal ever takes a non-empty directory, so
+// a mount still in place (its root is not empty, or removal fails with
 // EBUSY) is never touched; a path already gone counts as removed.
+//
+// p itself may be a file (a block volume's target: the plugin bind-mounts
+// the device onto a file) and is then unlinked, as os.Remove would;
+// its parents are always directories.
 func removeEmpty(p string, levels int) {
 	for i := 0; i <= levels; i++ {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := removeDirOrFile(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return
 		}
 		p = filepath.Dir(p)
