@@ -77,9 +77,14 @@ type writer struct {
 	bumped    map[string]bool
 	events    int
 	// volEvents counts the events in volume rings, as of this write
-	// (Store.volEvents before it); rings lists the rings written to.
+	// (Store.volEvents before it); rings maps each ring written to to its
+	// last ring sequence number.
 	volEvents int
-	rings     map[string]bool
+	rings     map[string]uint64
+	// lastSeq is the events table's last sequence number once seqKnown
+	// (events.go).
+	lastSeq  uint64
+	seqKnown bool
 	// stats is this write's change to VolumeStats (stats.go).
 	stats volumeDelta
 	// modsBefore is the ModifyIndex each volume written had before this

@@ -95,51 +95,60 @@ func (r EventRetention) limit(ring string) int {
 // memdb's prefix lookup would otherwise let ring "v/ns/a" match "v/ns/ab".
 func ringArg(ring string) string { return ring + "\x00" }
 
-// event records an event at this write's index, in its ring.
+// event records an event at this write's index, in its ring. The last
+// sequence number, of the table and of each ring, is read from the
+// store once per transaction and then counted on: a batch of checkpoints
+// writes several events, and each read was a radix walk with its watch
+// channel lookups (issue 17).
 func (w *writer) event(e *structs.Event) error {
 	e.Index = w.index
 	if e.Time.IsZero() {
 		e.Time = w.now
 	}
-	var seq uint64 = 1
-	last, err := w.txn.Last(TableEvents, indexID)
-	if err != nil {
-		return fmt.Errorf("read last event: %w", err)
-	}
-	if last != nil {
-		seq = last.(*eventRow).Seq + 1
+	if !w.seqKnown {
+		last, err := w.txn.Last(TableEvents, indexID)
+		if err != nil {
+			return fmt.Errorf("read last event: %w", err)
+		}
+		if last != nil {
+			w.lastSeq = last.(*eventRow).Seq
+		}
+		w.seqKnown = true
 	}
 	ring := ringOf(e)
-	var ringSeq uint64 = 1
-	lastInRing, err := w.txn.Last(TableEvents, indexRing+"_prefix", ringArg(ring))
-	if err != nil {
-		return fmt.Errorf("read last event of ring: %w", err)
+	lastRingSeq, known := w.rings[ring]
+	if !known {
+		lastInRing, err := w.txn.Last(TableEvents, indexRing+"_prefix", ringArg(ring))
+		if err != nil {
+			return fmt.Errorf("read last event of ring: %w", err)
+		}
+		if lastInRing != nil {
+			lastRingSeq = lastInRing.(*eventRow).RingSeq
+		}
 	}
-	if lastInRing != nil {
-		ringSeq = lastInRing.(*eventRow).RingSeq + 1
+	row := &eventRow{Seq: w.lastSeq + 1, Index: w.index, Ring: ring, RingSeq: lastRingSeq + 1, Event: e}
+	if err := w.insert(TableEvents, row); err != nil {
+		return err
 	}
+	w.lastSeq = row.Seq
+	if w.rings == nil {
+		w.rings = map[string]uint64{}
+	}
+	w.rings[ring] = row.RingSeq
 	w.events++
 	if isVolumeRing(ring) {
 		w.volEvents++
 	}
-	if w.rings == nil {
-		w.rings = map[string]bool{}
-	}
-	w.rings[ring] = true
-	return w.insert(TableEvents, &eventRow{Seq: seq, Index: w.index, Ring: ring, RingSeq: ringSeq, Event: e})
+	return nil
 }
 
 // trimEvents trims every ring written to to its bound, then all volume
 // rings together to MaxVolumeEvents. Ring sequence numbers are contiguous,
 // so everything at or below last-limit goes.
 func (w *writer) trimEvents() error {
-	for ring := range w.rings {
-		last, err := w.txn.Last(TableEvents, indexRing+"_prefix", ringArg(ring))
-		if err != nil || last == nil {
-			return err
-		}
+	for ring, lastSeq := range w.rings {
+		// lastSeq is the ring's newest event, written by this transaction.
 		limit := uint64(w.retention.limit(ring))
-		lastSeq := last.(*eventRow).RingSeq
 		if lastSeq <= limit {
 			continue
 		}

@@ -232,13 +232,18 @@ func (snap *Snapshot) Events(ws memdb.WatchSet, sinceIndex uint64) ([]*structs.E
 		}
 		ws.Add(ch)
 	}
-	it, err := snap.txn.LowerBound(TableEvents, indexRaftIndex, sinceIndex+1)
+	// A scan of the retained events (bounded by the rings): the events
+	// table has no raft index index, which every event write would pay
+	// for (schema.go).
+	it, err := snap.txn.Get(TableEvents, indexID)
 	if err != nil {
 		return nil, fmt.Errorf("read events since %d: %w", sinceIndex, err)
 	}
 	var out []*structs.Event
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		out = append(out, raw.(*eventRow).Event)
+		if r := raw.(*eventRow); r.Index > sinceIndex {
+			out = append(out, r.Event)
+		}
 	}
 	return out, nil
 }

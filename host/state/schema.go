@@ -27,7 +27,6 @@ const (
 	indexClaimAlloc = "claim_alloc"
 	indexClaimNode  = "claim_node"
 	indexNode       = "node"
-	indexRaftIndex  = "raft_index"
 	indexRing       = "ring"
 )
 
@@ -93,8 +92,12 @@ func schema() *memdb.DBSchema {
 		TableEvents: {
 			Name: TableEvents,
 			Indexes: map[string]*memdb.IndexSchema{
-				indexID:        {Name: indexID, Unique: true, Indexer: hexUint(func(e *eventRow) uint64 { return e.Seq })},
-				indexRaftIndex: {Name: indexRaftIndex, Indexer: hexUint(func(e *eventRow) uint64 { return e.Index })},
+				indexID: {Name: indexID, Unique: true, Indexer: hexUint(func(e *eventRow) uint64 { return e.Seq })},
+				// No index on the raft index: every event written paid a
+				// third radix insert (and its writable-node cache) for it,
+				// and its one reader (Snapshot.Events, tests and tools)
+				// scans the sequence index instead; the API's event
+				// stream filters by index on a scan already (issue 17).
 				indexRing: {Name: indexRing, Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
 					&memdb.StringFieldIndex{Field: "Ring"},
 					hexUint(func(e *eventRow) uint64 { return e.RingSeq }),
