@@ -117,13 +117,18 @@ func (s *Store) Restore(r io.Reader) error {
 			if err := txn.Insert(row.table, row.obj); err != nil {
 				return fmt.Errorf("restore: row %d into %s: %w", row.line, row.table, err)
 			}
+			if v, ok := row.obj.(*structs.Volume); ok {
+				if err := insertClaimRows(txn, v); err != nil {
+					return fmt.Errorf("restore: row %d: %w", row.line, err)
+				}
+			}
 		}
 	}
 	if err := rows.err(); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	if !ordered {
-		err = errors.Join(recountStats(txn), rebuildVolumeMods(txn))
+		err = errors.Join(recountStats(txn), rebuildVolumeMods(txn), rebuildClaims(txn))
 	} else {
 		err = errors.Join(insertStats(txn, stats.applyTo(VolumeStats{})), mods.insertInto(txn))
 	}

@@ -118,16 +118,6 @@ func (snap *Snapshot) VolumesModifiedSince(ws memdb.WatchSet, index uint64) ([]*
 	return volumesModifiedSince(snap.txn, index)
 }
 
-// volumesWithClaimBy lists the volumes with a claim by the alloc (or, with
-// byNode, with a claim on the node).
-func (snap *Snapshot) volumesWithClaimBy(ws memdb.WatchSet, byNode bool, id string) ([]*structs.Volume, error) {
-	index := indexClaimAlloc
-	if byNode {
-		index = indexClaimNode
-	}
-	return get[*structs.Volume](snap, ws, TableVolumes, index, id)
-}
-
 // VolumesClaimedOnNode lists the volumes with at least one claim on the node.
 func (snap *Snapshot) VolumesClaimedOnNode(ws memdb.WatchSet, nodeID string) ([]*structs.Volume, error) {
 	return snap.volumesWithClaimBy(ws, true, nodeID)
@@ -140,11 +130,13 @@ func (snap *Snapshot) VolumesClaimedByAlloc(ws memdb.WatchSet, allocID string) (
 
 // ReleasableVolumes lists the volumes with at least one claim whose
 // allocation is terminal or gone: what leader step-up and the claim GC visit.
-// Only claimed volumes are read (through the claim index), not the table.
+// Only the claims are read (the claims table, claims.go), not the volumes;
+// rows come grouped by alloc, so each alloc is looked up once. ws is woken
+// when a claim appears or leaves and by any allocation write.
 func (snap *Snapshot) ReleasableVolumes(ws memdb.WatchSet) ([]structs.VolumeRef, error) {
-	it, err := snap.txn.Get(TableVolumes, indexClaimAlloc)
+	it, err := snap.txn.Get(tableClaims, indexID)
 	if err != nil {
-		return nil, fmt.Errorf("read claimed volumes: %w", err)
+		return nil, fmt.Errorf("read claims: %w", err)
 	}
 	watch(ws, it.WatchCh())
 	if ws != nil {
@@ -156,22 +148,20 @@ func (snap *Snapshot) ReleasableVolumes(ws memdb.WatchSet) ([]structs.VolumeRef,
 	}
 	seen := make(map[structs.VolumeRef]bool)
 	var out []structs.VolumeRef
+	var allocID string
+	var ended bool
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		v := raw.(*structs.Volume)
-		ref := structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}
-		if seen[ref] {
-			continue
-		}
-		seen[ref] = true
-		for allocID := range v.Claims {
-			a, err := snap.AllocByID(nil, allocID)
+		r := raw.(*claimRow)
+		if r.AllocID != allocID || allocID == "" {
+			a, err := snap.AllocByID(nil, r.AllocID)
 			if err != nil {
 				return nil, err
 			}
-			if a == nil || a.ClientStatus.Terminal() {
-				out = append(out, ref)
-				break
-			}
+			allocID, ended = r.AllocID, a == nil || a.ClientStatus.Terminal()
+		}
+		if ended && !seen[r.Volume] {
+			seen[r.Volume] = true
+			out = append(out, r.Volume)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {

@@ -22,12 +22,10 @@ const (
 
 // Index names inside the tables.
 const (
-	indexID         = "id"
-	indexExternal   = "external"
-	indexClaimAlloc = "claim_alloc"
-	indexClaimNode  = "claim_node"
-	indexNode       = "node"
-	indexRing       = "ring"
+	indexID       = "id"
+	indexExternal = "external"
+	indexNode     = "node"
+	indexRing     = "ring"
 )
 
 // indexRow is one row of the index table.
@@ -73,10 +71,9 @@ func schema() *memdb.DBSchema {
 				// No index on ModifyIndex: "volumes modified since N" reads
 				// the volume_mods table (volume_mods.go), a row per raft
 				// index rather than a radix entry per volume (issue 17).
-				// Claims by alloc and by node: an alloc turning terminal or a
-				// node going down bumps exactly the volumes it holds.
-				indexClaimAlloc: {Name: indexClaimAlloc, AllowMissing: true, Indexer: claimIndexer{byNode: false}},
-				indexClaimNode:  {Name: indexClaimNode, AllowMissing: true, Indexer: claimIndexer{byNode: true}},
+				// No index on the claims' allocs and nodes: the claims table
+				// (claims.go) answers those, written only when the set of
+				// claims changes, not on every volume write (issue 17).
 			},
 		},
 		TableAllocs: {
@@ -107,6 +104,7 @@ func schema() *memdb.DBSchema {
 		TableIndex:      {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id("Key")}},
 		tableStats:      statsTableSchema(),
 		tableVolumeMods: volumeModsTableSchema(),
+		tableClaims:     claimsTableSchema(),
 	}}
 	addACLTables(s.Tables)
 	return s
@@ -150,50 +148,6 @@ func (x volumeKeyIndexer) FromObject(raw any) (bool, []byte, error) {
 // the key of a non-unique index: keys are allocated with room for it, so
 // the append does not copy them again.
 func primaryKeyLen(v *structs.Volume) int { return len(v.Namespace) + len(v.ID) + 2 }
-
-// claimIndexer indexes a volume by the alloc IDs (or node IDs) of its claims.
-type claimIndexer struct{ byNode bool }
-
-// FromObject implements memdb.MultiIndexer.
-func (c claimIndexer) FromObject(raw any) (bool, [][]byte, error) {
-	v, ok := raw.(*structs.Volume)
-	if !ok {
-		return false, nil, fmt.Errorf("claim index: want *structs.Volume, got %T", raw)
-	}
-	if len(v.Claims) == 0 {
-		return false, nil, nil
-	}
-	// Claims per volume are few: duplicates (two claims on one node) are
-	// found by a scan of the keys so far, not a map per write. Each key
-	// has room for the primary key memdb appends (a non-unique index).
-	vals := make([][]byte, 0, len(v.Claims))
-next:
-	for allocID, cl := range v.Claims {
-		key := allocID
-		if c.byNode {
-			key = cl.NodeID
-		}
-		for _, have := range vals {
-			if string(have[:len(have)-1]) == key {
-				continue next
-			}
-		}
-		vals = append(vals, append(append(make([]byte, 0, len(key)+1+primaryKeyLen(v)), key...), 0))
-	}
-	return true, vals, nil
-}
-
-// FromArgs implements memdb.Indexer.
-func (c claimIndexer) FromArgs(args ...any) ([]byte, error) {
-	if len(args) != 1 {
-		return nil, fmt.Errorf("claim index: want one argument, got %d", len(args))
-	}
-	s, ok := args[0].(string)
-	if !ok {
-		return nil, fmt.Errorf("claim index: want a string argument, got %T", args[0])
-	}
-	return []byte(s + "\x00"), nil
-}
 
 // hexUintIndex indexes an unsigned field as 16 hexadecimal digits: the
 // order of memdb's UintFieldIndex (8 bytes, big endian), and the same

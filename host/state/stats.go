@@ -145,6 +145,9 @@ func (w *writer) putVolume(old, v *structs.Volume) error {
 		w.stats.plugin(v.PluginID, +1)
 	}
 	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, old)
+	if err := w.syncClaims(old, v); err != nil {
+		return err
+	}
 	return w.insertRow(TableVolumes, v)
 }
 
@@ -153,6 +156,9 @@ func (w *writer) deleteVolume(v *structs.Volume) error {
 	w.stats.add(v, -1)
 	w.stats.plugin(v.PluginID, -1)
 	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, v)
+	if err := w.syncClaims(v, nil); err != nil {
+		return err
+	}
 	return w.deleteRow(TableVolumes, v)
 }
 
