@@ -68,7 +68,10 @@ func (snap *Snapshot) Persist(w io.Writer) error {
 // them, in stream order, into the new database: at 1,000,000 volumes
 // decoding and memdb inserts cost about the same, and a restore blocks the
 // FSM (issue 17: restore <= 15 s).
+//
+// A soft memory limit (GOMEMLIMIT) is lifted while it runs (memlimit.go).
 func (s *Store) Restore(r io.Reader) error {
+	defer liftMemoryLimit()()
 	db := newDB()
 	txn := db.Txn(true)
 	defer txn.Abort()
