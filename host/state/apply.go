@@ -151,10 +151,15 @@ func (w *writer) finish() error {
 }
 
 // touchVolumes bumps the ModifyIndex of vols (copies), so the watcher, which
-// only watches the volumes table, sees them move.
+// only watches the volumes table, sees them move. A copy of the volume's
+// own fields only: nothing else changes, and a stored object's maps and
+// claims are never changed in place (withNewClaims), so the new version
+// shares them; a deep copy per volume woken was every claim's release
+// copying the volume with all its claims once more (issue 17).
 func (w *writer) touchVolumes(vols []*structs.Volume) error {
 	for _, v := range vols {
-		n := v.Copy()
+		c := *v
+		n := &c
 		n.ModifyIndex = w.index
 		if err := w.putVolume(v, n); err != nil {
 			return err
@@ -529,9 +534,11 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 	if r.Free {
 		// Freed in the same write (structs.ClaimCheckpointRequest.Free):
 		// the second transition starts from the claim just written.
-		f := c.Copy()
+		// f only says ready-to-free for the event: the claim leaves v in
+		// this transition, so f is never stored and may share c's maps.
+		f := *c
 		f.State = structs.ClaimReadyToFree
-		evs = append(evs, claimTransition(v, c, f))
+		evs = append(evs, claimTransition(v, c, &f))
 	}
 	v.ModifyIndex = w.index
 	if err := w.putVolume(old, v); err != nil {

@@ -115,3 +115,24 @@ func woken(ws memdb.WatchSet) bool {
 	}
 	return false
 }
+
+// An allocation turning terminal wakes its volume with a new version that
+// shares the claims of the one before (nothing of them changed), not with
+// a deep copy; the version before stays as it was.
+func TestTouchSharesUnchangedClaims(t *testing.T) {
+	f := newEmpty(t)
+	vol, alloc := claimedVolume(t, f)
+	before := f.volume("default", vol)
+	f.setAlloc(alloc, structs.AllocComplete)
+	after := f.volume("default", vol)
+	if after.ModifyIndex <= before.ModifyIndex {
+		t.Fatalf("volume not woken: modify index %d, before %d", after.ModifyIndex, before.ModifyIndex)
+	}
+	if after.Claims[alloc] != before.Claims[alloc] {
+		t.Fatal("the woken volume's claim is a copy of the unchanged one")
+	}
+	if before.ModifyIndex == after.ModifyIndex || before.Claims[alloc].State != structs.ClaimTaken {
+		t.Fatal("the version before was changed")
+	}
+	checkClaims(t, f.s, "after the touch")
+}

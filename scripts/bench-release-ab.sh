@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Before and after for the whole-host release CPU per claim (task R, issue
+# 17): host/agent BenchmarkAgentReleaseNative of BASE (a git ref, default
+# main) and of the work tree, ROUNDS (5) interleaved rounds (base, new,
+# base, new, ...), each side's round a process of its own with
+# -test.benchtime 3x (3 timed batches of 1,000 claims; the process reports
+# their median). Prints a markdown table: per measure, each side's median
+# over rounds [min-max] and the median of the per-round ratio new/base
+# [min-max]. PROFILE=DIR also keeps each process's CPU profiles of the
+# timed parts (DIR/base-R.0 ... and DIR/new-R.0 ..., with the test
+# binaries DIR/base.test and DIR/new.test for go tool pprof). Run it under
+# the shared lock:
+#
+#	flock /tmp/volhost-heavy.lock bash scripts/bench-release-ab.sh main
+set -euo pipefail
+cd "$(dirname "$0")/.."
+base=${1:-main}
+rounds=${ROUNDS:-5}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/src"
+git archive "$base" | tar -x -C "$tmp/src"
+bin=${PROFILE:-$tmp}
+mkdir -p "$bin"
+(cd "$tmp/src" && go test -c -o "$bin/base.test" ./host/agent/)
+go test -c -o "$bin/new.test" ./host/agent/
+for r in $(seq "$rounds"); do
+  for side in base new; do
+    prof=()
+    if [ -n "${PROFILE:-}" ]; then prof=(env "VOLHOST_RELEASE_CPUPROFILE=$PROFILE/$side-$r"); fi
+    (cd host/agent && "${prof[@]}" "$bin/$side.test" -test.run '^$' -test.bench '^BenchmarkAgentReleaseNative$' -test.benchtime 3x) >"$tmp/$side-$r.log"
+    # "value unit" pairs of the benchmark line, the median ones only.
+    grep '^BenchmarkAgentReleaseNative' "$tmp/$side-$r.log" | tr '\t' '\n' | awk -v side="$side" -v r="$r" \
+      'NF == 2 && $2 !~ /^(min|max)-/ && $2 != "ns/op" { print side, r, $2, $1 }' >>"$tmp/all.txt"
+  done
+done
+echo "BenchmarkAgentReleaseNative, $rounds interleaved rounds of one process per side (-test.benchtime 3x); base = $base ($(git rev-parse --short "$base")), new = work tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified'))."
+echo
+echo "| measure | base median [min-max] | new median [min-max] | new/base per round, median [min-max] |"
+echo "| --- | ---: | ---: | ---: |"
+for key in cpu-us/claim alloc-B/claim allocs/claim raft-entries/claim claims/s; do
+  awk -v key="$key" '
+    function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
+    $3 == key { v[$1, $2] = $4; rounds[$2] = 1 }
+    END {
+      nb = nn = nq = 0
+      for (r in rounds) {
+        if ((("base", r) in v)) b[++nb] = v["base", r]
+        if ((("new", r) in v)) n[++nn] = v["new", r]
+        if ((("base", r) in v) && (("new", r) in v) && v["base", r] > 0) q[++nq] = v["new", r] / v["base", r]
+      }
+      if (nb == 0 || nn == 0) exit
+      mb = med(b, nb); mn = med(n, nn); mq = med(q, nq)
+      printf "| %s | %.4g [%.4g-%.4g] | %.4g [%.4g-%.4g] | %.2f [%.2f-%.2f] |\n", key, mb, b[1], b[nb], mn, n[1], n[nn], mq, q[1], q[nq]
+    }' "$tmp/all.txt"
+done
