@@ -50,6 +50,14 @@ const (
 // maxManifestBytes bounds a bundle's manifest layer.
 const maxManifestBytes = 1 << 20
 
+// maxSignatureManifest and maxSignatures bound a signature tag's
+// manifest: cosign adds one layer per signature, a few hundred bytes
+// each, and a bundle is signed by a key or two.
+const (
+	maxSignatureManifest = 256 << 10
+	maxSignatures        = 64
+)
+
 // Bundle is a module's two files.
 type Bundle struct {
 	Wasm     []byte
@@ -276,7 +284,7 @@ func readLayer(l v1.Layer, max int64, what string) ([]byte, error) {
 // verifySignature finds a signature by pub over a payload naming digest.
 func verifySignature(ctx context.Context, repo name.Repository, digest v1.Hash, pub *ecdsa.PublicKey) error {
 	tag := signatureTag(repo, digest)
-	img, err := remote.Image(tag, remote.WithContext(ctx))
+	desc, err := remote.Get(tag, remote.WithContext(ctx))
 	if err != nil {
 		var te *transport.Error
 		if errors.As(err, &te) && te.StatusCode == http.StatusNotFound {
@@ -284,9 +292,24 @@ func verifySignature(ctx context.Context, repo name.Repository, digest v1.Hash, 
 		}
 		return fmt.Errorf("fetch signature %s: %w", tag, err)
 	}
+	// Nothing vouches for the tag's manifest before a signature in it
+	// verifies: it is bounded before it is decoded (go-containerregistry
+	// reads up to 100 MiB, which as 33 million empty layers would make
+	// Layers allocate gigabytes, and every poll would build an error
+	// naming each of them).
+	if len(desc.Manifest) > maxSignatureManifest {
+		return fmt.Errorf("%w: %s: a signature manifest of %d bytes, over %d", ErrBadSignature, tag.TagStr(), len(desc.Manifest), maxSignatureManifest)
+	}
+	img, err := desc.Image()
+	if err != nil {
+		return fmt.Errorf("signature %s: %w", tag, err)
+	}
 	m, err := img.Manifest()
 	if err != nil {
 		return fmt.Errorf("signature %s: %w", tag, err)
+	}
+	if len(m.Layers) > maxSignatures {
+		return fmt.Errorf("%w: %s holds %d signatures, over %d", ErrBadSignature, tag.TagStr(), len(m.Layers), maxSignatures)
 	}
 	layers, err := img.Layers()
 	if err != nil || len(layers) != len(m.Layers) {
