@@ -191,6 +191,13 @@ func LoadConfigFile(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading config: %w", err)
 	}
+	return ParseConfig(path, src)
+}
+
+// ParseConfig parses one HCL configuration file's contents; path names
+// it in errors (and its extension picks HCL or JSON syntax, as hclsimple
+// does).
+func ParseConfig(path string, src []byte) (*Config, error) {
 	var c Config
 	if err := hclsimple.Decode(path, src, nil, &c); err != nil {
 		return nil, fmt.Errorf("config %s: %w", path, err)

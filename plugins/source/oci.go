@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"regexp"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -27,6 +26,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/volhost/volhost/plugins"
 )
@@ -49,6 +50,14 @@ const (
 // maxManifestBytes bounds a bundle's manifest layer.
 const maxManifestBytes = 1 << 20
 
+// maxSignatureManifest and maxSignatures bound a signature tag's
+// manifest: cosign adds one layer per signature, a few hundred bytes
+// each, and a bundle is signed by a key or two.
+const (
+	maxSignatureManifest = 256 << 10
+	maxSignatures        = 64
+)
+
 // Bundle is a module's two files.
 type Bundle struct {
 	Wasm     []byte
@@ -62,13 +71,17 @@ var (
 	ErrBadBundle    = errors.New("not a volhost module bundle")
 )
 
-// emptyPin is a top-level sha256 = "" line.
-var emptyPin = regexp.MustCompile(`(?m)^sha256[ \t]*=[ \t]*""[ \t]*$`)
-
 // Pin returns the manifest with a sha256 pin of wasm: unchanged when it
-// pins that already, with the pin appended when it has none, and an error
-// when it pins other code. A pinned bundle swaps in as one generation
-// (README "Swapping code and manifest as one").
+// pins that already, with the pin set when it has none (an empty sha256
+// attribute filled in, or one appended), and an error when it pins other
+// code. A pinned bundle swaps in as one generation (README "Swapping code
+// and manifest as one").
+//
+// The empty attribute is found in HCL's syntax tree, as the top-level
+// attribute, and only its value's bytes are replaced: a textual rewrite (a
+// regular expression over lines) also rewrote a `sha256 = ""` line inside
+// a heredoc of the config, which changed the config and left the module
+// unpinned (FuzzPin). The result is parsed again and must pin the wasm.
 func Pin(name string, wasm, manifest []byte) ([]byte, error) {
 	man, err := plugins.ParseManifest(name+".hcl", manifest)
 	if err != nil {
@@ -80,18 +93,27 @@ func Pin(name string, wasm, manifest []byte) ([]byte, error) {
 	case sha:
 		return manifest, nil
 	case "":
-		pin := fmt.Sprintf("sha256 = %q", sha)
-		if emptyPin.Match(manifest) {
-			// sha256 = "" (as the examples ship): filled in, since HCL
-			// refuses a second attribute of the name.
-			return emptyPin.ReplaceAll(manifest, []byte(pin)), nil
-		}
-		if bytes.Contains(manifest, []byte("sha256")) {
-			return nil, fmt.Errorf("manifest %s.hcl names sha256 in a form this tool does not rewrite: set sha256 = %q yourself", name, sha)
-		}
-		return append(bytes.TrimRight(bytes.Clone(manifest), "\n"), []byte("\n"+pin+"\n")...), nil
+	default:
+		return nil, fmt.Errorf("manifest %s.hcl pins sha256 %s, but the module's is %s", name, man.SHA256, sha)
 	}
-	return nil, fmt.Errorf("manifest %s.hcl pins sha256 %s, but the module's is %s", name, man.SHA256, sha)
+	f, diags := hclsyntax.ParseConfig(manifest, name+".hcl", hcl.InitialPos)
+	body, ok := f.Body.(*hclsyntax.Body)
+	if diags.HasErrors() || !ok {
+		return nil, fmt.Errorf("manifest %s.hcl: %w", name, diags)
+	}
+	var out []byte
+	if attr := body.Attributes["sha256"]; attr != nil {
+		// sha256 = "" (as the examples ship): filled in, since HCL
+		// refuses a second attribute of the name.
+		r := attr.Expr.Range()
+		out = append(append(bytes.Clone(manifest[:r.Start.Byte]), fmt.Sprintf("%q", sha)...), manifest[r.End.Byte:]...)
+	} else {
+		out = append(bytes.TrimRight(bytes.Clone(manifest), "\n"), fmt.Sprintf("\nsha256 = %q\n", sha)...)
+	}
+	if got, err := plugins.ParseManifest(name+".hcl", out); err != nil || got.SHA256 != sha {
+		return nil, fmt.Errorf("manifest %s.hcl could not be pinned (set sha256 = %q yourself): %v", name, sha, err)
+	}
+	return out, nil
 }
 
 // Push writes b to ref as an OCI artifact (config, wasm layer, manifest
@@ -262,7 +284,7 @@ func readLayer(l v1.Layer, max int64, what string) ([]byte, error) {
 // verifySignature finds a signature by pub over a payload naming digest.
 func verifySignature(ctx context.Context, repo name.Repository, digest v1.Hash, pub *ecdsa.PublicKey) error {
 	tag := signatureTag(repo, digest)
-	img, err := remote.Image(tag, remote.WithContext(ctx))
+	desc, err := remote.Get(tag, remote.WithContext(ctx))
 	if err != nil {
 		var te *transport.Error
 		if errors.As(err, &te) && te.StatusCode == http.StatusNotFound {
@@ -270,9 +292,24 @@ func verifySignature(ctx context.Context, repo name.Repository, digest v1.Hash, 
 		}
 		return fmt.Errorf("fetch signature %s: %w", tag, err)
 	}
+	// Nothing vouches for the tag's manifest before a signature in it
+	// verifies: it is bounded before it is decoded (go-containerregistry
+	// reads up to 100 MiB, which as 33 million empty layers would make
+	// Layers allocate gigabytes, and every poll would build an error
+	// naming each of them).
+	if len(desc.Manifest) > maxSignatureManifest {
+		return fmt.Errorf("%w: %s: a signature manifest of %d bytes, over %d", ErrBadSignature, tag.TagStr(), len(desc.Manifest), maxSignatureManifest)
+	}
+	img, err := desc.Image()
+	if err != nil {
+		return fmt.Errorf("signature %s: %w", tag, err)
+	}
 	m, err := img.Manifest()
 	if err != nil {
 		return fmt.Errorf("signature %s: %w", tag, err)
+	}
+	if len(m.Layers) > maxSignatures {
+		return fmt.Errorf("%w: %s holds %d signatures, over %d", ErrBadSignature, tag.TagStr(), len(m.Layers), maxSignatures)
 	}
 	layers, err := img.Layers()
 	if err != nil || len(layers) != len(m.Layers) {

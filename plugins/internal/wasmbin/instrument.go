@@ -324,26 +324,30 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkOrder(secs); err != nil {
+		return nil, err
+	}
 	info, err := scan(secs, p)
 	if err != nil {
 		return nil, err
 	}
 	first := info.globals
-	code := func(b []byte, cost uint32) []byte { return p.Code(b, first, cost) }
-	var bulk func(b []byte, sub uint32) []byte
+	rw := &rewrite{
+		first:   first,
+		types:   uint32(len(info.results)),
+		funcs:   len(info.funcTypes) - info.imported,
+		code:    func(b []byte, cost uint32) []byte { return p.Code(b, first, cost) },
+		atEntry: p.FunctionEntry,
+	}
 	if p.BulkCode != nil {
-		bulk = func(b []byte, sub uint32) []byte { return p.BulkCode(b, first, sub) }
+		rw.bulk = func(b []byte, sub uint32) []byte { return p.BulkCode(b, first, sub) }
 	}
-	var grow func(table uint32) []byte
 	if p.TableGrowCode != nil && p.TableLimit > 0 {
-		grow = func(table uint32) []byte { return p.TableGrowCode(first, table, p.TableLimit) }
+		rw.grow = func(table uint32) []byte { return p.TableGrowCode(first, table, p.TableLimit) }
 	}
-	var depth *depthPlan
 	if p.DepthCode != nil && p.DepthLimit > 0 {
-		if depth, err = planDepth(secs); err != nil {
-			return nil, err
-		}
-		depth.enter, depth.exit = p.DepthCode(first, p.DepthLimit)
+		rw.depth = planDepth(&info)
+		rw.depth.enter, rw.depth.exit = p.DepthCode(first, p.DepthLimit)
 	}
 	var newGlobals, newExports [][]byte
 	for i, g := range p.Globals {
@@ -372,8 +376,8 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 		data := s.data
 		switch s.id {
 		case secType:
-			if depth != nil {
-				data, err = appendEntries(data, depth.newTypes)
+			if rw.depth != nil {
+				data, err = appendEntries(data, rw.depth.newTypes)
 			}
 		case secStart:
 			continue // exported as StartExport instead
@@ -382,10 +386,10 @@ func Instrument(wasm []byte, p Probe) ([]byte, error) {
 		case secExport:
 			data, err = appendEntries(data, newExports)
 		case secCode:
-			data, err = instrumentCode(data, first, code, bulk, grow, depth, p.FunctionEntry)
+			data, err = instrumentCode(data, rw)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("section %d: %w", s.id, err)
+			return nil, fmt.Errorf("%s section: %w", sectionNames[s.id], err)
 		}
 		out = append(appendU32(append(out, s.id), uint32(len(data))), data...)
 	}
@@ -397,28 +401,115 @@ func exportEntry(name string, kind byte, index uint32) []byte {
 	return appendU32(append(exp, kind), index)
 }
 
-// moduleInfo is what Instrument needs to know before it rewrites code.
-type moduleInfo struct {
-	globals  uint32 // imported and own globals: the first new global's index
-	hasStart bool
-	start    uint32 // the start function's index
+// sectionNames name the sections in errors.
+var sectionNames = map[byte]string{
+	secCustom: "custom", secType: "type", secImport: "import", secFunction: "function",
+	secTable: "table", secMemory: "memory", secGlobal: "global", secExport: "export",
+	secStart: "start", 9: "element", secCode: "code", 11: "data", secDataCount: "data count",
+	secTag: "tag",
 }
 
-// scan reads what Instrument needs from the sections: the global count
-// (imported globals come first in the index space, then the module's own)
-// and the start function. It refuses a module that exports a name under
-// ReservedPrefix, has no memory when p uses one, imports a table, or
-// declares a table larger than p.TableLimit.
+// checkOrder refuses a section of an unknown id, or a known one repeated
+// or out of the spec's order. Instrument drops the start section and
+// inserts global and export sections where the order puts them: a second
+// or misplaced start section, invalid in the original, would be gone from
+// the copy.
+func checkOrder(secs []section) error {
+	last, lastID := 0, byte(0)
+	for _, s := range secs {
+		if s.id == secCustom {
+			continue
+		}
+		at, ok := sectionOrder[s.id]
+		switch {
+		case !ok:
+			return fmt.Errorf("%w: section %d: no section has that id", ErrInvalid, s.id)
+		case at == last:
+			return fmt.Errorf("%w: the %s section is repeated", ErrInvalid, sectionNames[s.id])
+		case at < last:
+			return fmt.Errorf("%w: the %s section comes after the %s section, out of order", ErrInvalid, sectionNames[s.id], sectionNames[lastID])
+		}
+		last, lastID = at, s.id
+	}
+	return nil
+}
+
+// moduleInfo is what Instrument needs to know before it rewrites code.
+type moduleInfo struct {
+	globals   uint32 // imported and own globals: the first new global's index
+	hasStart  bool
+	start     uint32   // the start function's index
+	results   [][]byte // per type: its results (count, then value types)
+	void      []bool   // per type: no parameters and no results
+	funcTypes []uint32 // per function, imported ones first: its type index
+	imported  int      // imported functions
+}
+
+// entries reads a vector section's count and calls entry for each entry;
+// the entries must fill the section exactly. Instrument re-encodes the
+// sections it extends from their count, so bytes an entry does not
+// account for (trailing, or missing under a count that promises more)
+// would mean something else in the copy.
+func entries(section string, data []byte, entry func(r *reader, i uint32) error) error {
+	r := reader{b: data}
+	n := r.u32()
+	if r.err != nil || int64(n) > int64(len(data)-r.off) {
+		return malformed(r.err, "the %s section declares %d entries in %d bytes", section, n, len(data))
+	}
+	for i := range n {
+		if err := entry(&r, i); err != nil {
+			return err
+		}
+		if r.err != nil {
+			return malformed(r.err, "the %s section's entry %d", section, i)
+		}
+	}
+	return trailing(&r, section, n)
+}
+
+// scan reads what Instrument needs from the sections: the types, the
+// functions' types, the global count (imported globals come first in the
+// index space, then the module's own) and the start function, and
+// validates every section it reads (or that Instrument rewrites) to its
+// last byte. It refuses a module that exports a name under
+// ReservedPrefix, has no memory when p uses one, imports a table,
+// declares a table larger than p.TableLimit, names a type past its own
+// (the copy may add types) or starts with a function that takes or
+// returns values (the copy exports it instead, and an export may have any
+// type).
 func scan(secs []section, p Probe) (moduleInfo, error) {
 	var info moduleInfo
 	memories := 0
 	var exportedGlobals []uint32
+	typeIndex := func(what string, t uint32) error {
+		if int(t) >= len(info.results) {
+			return fmt.Errorf("%w: %s of type %d, past the module's %d types", ErrInvalid, what, t, len(info.results))
+		}
+		return nil
+	}
 	for _, s := range secs {
+		var err error
 		switch s.id {
+		case secType:
+			err = entries("type", s.data, func(r *reader, i uint32) error {
+				if form := r.byte(); form != 0x60 && r.err == nil {
+					return fmt.Errorf("the type section's entry %d: %w: type form %#x", i, ErrUnsupported, form)
+				}
+				params := r.valTypes()
+				start := r.off
+				results := r.valTypes()
+				info.results = append(info.results, r.b[start:r.off])
+				info.void = append(info.void, params == 0 && results == 0)
+				return nil
+			})
 		case secImport:
 			var tables int
-			err := eachImport(s.data, func(_, _ string, kind byte) {
+			err = eachImport(s.data, func(_, _ string, kind byte, typ uint32) error {
 				switch kind {
+				case 0x00:
+					info.funcTypes = append(info.funcTypes, typ)
+					info.imported++
+					return typeIndex(fmt.Sprintf("the import section's function %d", info.imported-1), typ)
 				case 0x01:
 					tables++
 				case 0x02:
@@ -426,53 +517,61 @@ func scan(secs []section, p Probe) (moduleInfo, error) {
 				case 0x03:
 					info.globals++
 				}
+				return nil
 			})
-			if err != nil {
-				return info, err
-			}
-			if tables > 0 && p.TableLimit > 0 {
+			if err == nil && tables > 0 && p.TableLimit > 0 {
 				// Its size is the exporter's: no limit of ours would hold.
 				return info, fmt.Errorf("%w: an imported table", ErrUnsupported)
 			}
-		case secTable:
-			if p.TableLimit > 0 {
-				if err := checkTables(s.data, p.TableLimit); err != nil {
-					return info, err
+		case secFunction:
+			err = entries("function", s.data, func(r *reader, i uint32) error {
+				t := r.u32()
+				info.funcTypes = append(info.funcTypes, t)
+				if r.err != nil {
+					return nil
 				}
-			}
+				return typeIndex(fmt.Sprintf("the function section's function %d", len(info.funcTypes)-1), t)
+			})
+		case secTable:
+			err = checkTables(s.data, p.TableLimit)
 		case secStart:
 			r := reader{b: s.data}
 			info.start, info.hasStart = r.u32(), true
-			if r.err != nil || r.off != len(r.b) {
-				return info, ErrFormat
+			if r.err != nil {
+				return info, malformed(r.err, "the start section")
+			}
+			if r.off != len(r.b) {
+				return info, fmt.Errorf("%w: the start section has %d bytes after its function index", ErrInvalid, len(r.b)-r.off)
 			}
 		case secMemory:
-			r := reader{b: s.data}
-			memories += int(r.u32())
-			if r.err != nil {
-				return info, r.err
-			}
+			err = entries("memory", s.data, func(r *reader, _ uint32) error {
+				r.limits()
+				memories++
+				return nil
+			})
 		case secGlobal:
-			r := reader{b: s.data}
-			info.globals += r.u32()
-			if r.err != nil {
-				return info, r.err
-			}
+			err = entries("global", s.data, func(r *reader, _ uint32) error {
+				r.byte() // value type
+				r.byte() // mutability
+				r.constExpr()
+				info.globals++
+				return nil
+			})
 		case secExport:
-			r := reader{b: s.data}
-			for range r.u32() {
+			err = entries("export", s.data, func(r *reader, _ uint32) error {
 				name := r.name()
 				if r.err == nil && strings.HasPrefix(name, ReservedPrefix) {
-					return info, fmt.Errorf("module exports %q: names beginning %q are the host's", name, ReservedPrefix)
+					return fmt.Errorf("module exports %q: names beginning %q are the host's", name, ReservedPrefix)
 				}
 				kind, index := r.byte(), r.u32()
-				if r.err != nil {
-					return info, r.err
-				}
 				if kind == 0x03 {
 					exportedGlobals = append(exportedGlobals, index)
 				}
-			}
+				return nil
+			})
+		}
+		if err != nil {
+			return info, err
 		}
 	}
 	if p.UsesMemory && memories == 0 {
@@ -483,16 +582,22 @@ func scan(secs []section, p Probe) (moduleInfo, error) {
 			return info, fmt.Errorf("module exports global %d, past its %d: %w", g, info.globals, ErrInvalid)
 		}
 	}
+	if info.hasStart {
+		if int(info.start) >= len(info.funcTypes) {
+			return info, fmt.Errorf("%w: the start section names function %d, past the module's %d", ErrInvalid, info.start, len(info.funcTypes))
+		}
+		if !info.void[info.funcTypes[info.start]] {
+			return info, fmt.Errorf("%w: the start section names function %d, which takes or returns values", ErrInvalid, info.start)
+		}
+	}
 	return info, nil
 }
 
 // checkTables refuses a table section declaring a table whose initial size
-// is above limit: wazero allocates it whole, 8 bytes an entry, at every
-// instantiation.
+// is above limit (when limit is not 0): wazero allocates it whole, 8 bytes
+// an entry, at every instantiation.
 func checkTables(data []byte, limit uint32) error {
-	r := reader{b: data}
-	n := r.u32()
-	for i := range n {
+	return entries("table", data, func(r *reader, i uint32) error {
 		if r.off < len(r.b) && r.b[r.off] == 0x40 { // a table with an initialiser (wasm 3.0)
 			return fmt.Errorf("%w: table %d with an initialiser", ErrUnsupported, i)
 		}
@@ -505,17 +610,11 @@ func checkTables(data []byte, limit uint32) error {
 		if flags&1 != 0 {
 			r.u32()
 		}
-		if r.err != nil {
-			return r.err
-		}
-		if min > limit {
+		if r.err == nil && limit > 0 && min > limit {
 			return &LimitError{Limit: "table_elements", Max: uint64(limit), Got: uint64(min), What: fmt.Sprintf("table %d initial size", i)}
 		}
-	}
-	if r.off != len(r.b) {
-		return ErrFormat
-	}
-	return nil
+		return nil
+	})
 }
 
 // ensureSection inserts an empty (zero-entry) section id where the spec's
@@ -552,15 +651,27 @@ func appendEntries(data []byte, entries [][]byte) ([]byte, error) {
 	return out, nil
 }
 
+// rewrite is what instrumentCode inserts and checks, per module.
+type rewrite struct {
+	first   uint32 // the first new global's index
+	types   uint32 // the module's own types (the copy may add more)
+	funcs   int    // the module's defined functions
+	code    func(b []byte, cost uint32) []byte
+	bulk    func(b []byte, sub uint32) []byte
+	grow    func(table uint32) []byte
+	depth   *depthPlan
+	atEntry bool
+}
+
 // instrumentCode rewrites every function body of the code section.
-func instrumentCode(data []byte, first uint32, code func(b []byte, cost uint32) []byte, bulk func(b []byte, sub uint32) []byte, grow func(table uint32) []byte, depth *depthPlan, atEntry bool) ([]byte, error) {
+func instrumentCode(data []byte, rw *rewrite) ([]byte, error) {
 	r := reader{b: data}
 	n := r.u32()
 	if r.err != nil { // an empty section has no count: invalid, and must stay so
-		return nil, r.err
+		return nil, malformed(r.err, "the code section's count")
 	}
-	if depth != nil && int(n) != len(depth.blockTypes) {
-		return nil, fmt.Errorf("%d function bodies for %d declared functions: %w", n, len(depth.blockTypes), ErrFormat)
+	if int(n) != rw.funcs {
+		return nil, fmt.Errorf("%w: the code section has %d function bodies for %d declared functions", ErrInvalid, n, rw.funcs)
 	}
 	out := appendU32(make([]byte, 0, len(data)+len(data)/8), n)
 	var body []byte
@@ -571,25 +682,24 @@ func instrumentCode(data []byte, first uint32, code func(b []byte, cost uint32) 
 		start := r.off
 		r.skip(size)
 		if r.err != nil {
-			return nil, r.err
+			return nil, malformed(r.err, "the code section's body %d", i)
 		}
 		var err error
 		var wrap *bodyDepth
-		if depth != nil {
-			wrap = &bodyDepth{enter: depth.enter, exit: depth.exit, blockType: depth.blockTypes[i]}
+		if rw.depth != nil {
+			wrap = &bodyDepth{enter: rw.depth.enter, exit: rw.depth.exit, blockType: rw.depth.blockTypes[i]}
 		}
 		costs, err = scratch.segmentCosts(costs[:0], r.b[start:r.off])
-		if err != nil {
-			return nil, err
+		if err == nil {
+			body, err = instrumentBody(body[:0], r.b[start:r.off], rw, costs, wrap)
 		}
-		body, err = instrumentBody(body[:0], r.b[start:r.off], first, code, costs, bulk, grow, wrap, atEntry)
 		if err != nil {
-			return nil, err
+			return nil, malformed(err, "the code section's body %d", i)
 		}
 		out = append(appendU32(out, uint32(len(body))), body...)
 	}
-	if r.off != len(r.b) {
-		return nil, ErrFormat
+	if err := trailing(&r, "code", n); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -598,36 +708,88 @@ func instrumentCode(data []byte, first uint32, code func(b []byte, cost uint32) 
 // then instructions) with code after each loop's block type (and at the
 // entry if atEntry), given costs[0] at the entry and costs[i] at the i-th
 // loop (segmentCosts), bulk before each bulk memory or table operation and
-// grow's guard before each table.grow. A global.get or global.set naming a global at or past first
-// (one the module does not have, so invalid in it) is refused: in the copy
-// it would reach the host's globals.
-func instrumentBody(out, fn []byte, first uint32, code func(b []byte, cost uint32) []byte, costs []uint32, bulk func(b []byte, sub uint32) []byte, grow func(table uint32) []byte, depth *bodyDepth, atEntry bool) ([]byte, error) {
+// grow's guard before each table.grow.
+//
+// It refuses (ErrInvalid) what is invalid in the original but might not
+// be in the copy: a global.get or global.set naming a global at or past
+// rw.first (in the copy, one of the host's), a block type or
+// call_indirect naming a type past the module's (the copy may add types),
+// a branch past the function's own label and an end that closes the
+// function before its last byte or none at all (the depth bound wraps the
+// body in a block, one more label and one more end).
+func instrumentBody(out, fn []byte, rw *rewrite, costs []uint32, depth *bodyDepth) ([]byte, error) {
 	r := reader{b: fn}
 	for range r.u32() { // local declarations: count, type
 		r.u32()
 		r.byte()
 		if r.err != nil {
-			return nil, r.err
+			return nil, fmt.Errorf("local declarations: %w", r.err)
 		}
 	}
 	out = append(out, fn[:r.off]...)
-	if atEntry {
-		out = code(out, costs[0])
+	if rw.atEntry {
+		out = rw.code(out, costs[0])
 	}
 	loops := 0
 	if depth != nil {
 		out = append(out, depth.enter...)
 		out = append(append(out, 0x02), depth.blockType...) // block: a branch to the function's label now lands here
 	}
+	open := uint32(0) // blocks, loops and ifs open; the function's own label is open too
+	ended := false
 	for r.off < len(fn) {
 		at := r.off
 		op := r.instruction()
 		if r.err != nil {
 			return nil, fmt.Errorf("instruction at %d: %w", at, r.err)
 		}
+		imm := reader{b: fn[at+1 : r.off]}
+		switch op {
+		case 0x02, 0x03, 0x04: // block, loop, if
+			open++
+			if t := imm.b[0]; t != 0x40 && (t < 0x6f || t > 0x7f) {
+				if bt := imm.s33(); bt < 0 || bt >= int64(rw.types) {
+					return nil, fmt.Errorf("%w: instruction at %d has block type %d, past the module's %d types", ErrInvalid, at, bt, rw.types)
+				}
+			}
+		case 0x0b:
+			if open > 0 {
+				open--
+				break
+			}
+			if r.off != len(fn) {
+				return nil, fmt.Errorf("%w: the end at %d closes the function before the body's last byte", ErrInvalid, at)
+			}
+			ended = true
+		case 0x0c, 0x0d: // br, br_if
+			if l := imm.u32(); l > open {
+				return nil, fmt.Errorf("%w: instruction at %d branches to label %d, past the function's %d", ErrInvalid, at, l, open)
+			}
+		case 0x0e: // br_table
+			for range imm.u32() + 1 {
+				if l := imm.u32(); l > open {
+					return nil, fmt.Errorf("%w: instruction at %d branches to label %d, past the function's %d", ErrInvalid, at, l, open)
+				}
+			}
+		case 0x11, 0x13: // call_indirect, return_call_indirect
+			if t := imm.u32(); t >= rw.types {
+				return nil, fmt.Errorf("%w: instruction at %d calls type %d, past the module's %d types", ErrInvalid, at, t, rw.types)
+			}
+		case 0x23, 0x24: // global.get, global.set
+			if g := imm.u32(); g >= rw.first {
+				return nil, fmt.Errorf("instruction at %d names global %d, past the module's %d: %w", at, g, rw.first, ErrInvalid)
+			}
+		case 0xfc:
+			switch sub := imm.u32(); {
+			case rw.bulk != nil && isBulkOp(sub):
+				out = rw.bulk(out, sub)
+			case rw.grow != nil && sub == 15: // table.grow
+				out = append(out, rw.grow(imm.u32())...)
+			}
+		}
 		if depth != nil {
 			switch {
-			case op == 0x0b && r.off == len(fn): // the function's end
+			case ended: // the function's end
 				out = append(out, 0x0b) // the block's
 				out = append(out, depth.exit...)
 				out = append(out, 0x0b)
@@ -636,26 +798,14 @@ func instrumentBody(out, fn []byte, first uint32, code func(b []byte, cost uint3
 				out = append(out, depth.exit...)
 			}
 		}
-		if op == 0x23 || op == 0x24 {
-			imm := reader{b: fn[at+1 : r.off]}
-			if g := imm.u32(); g >= first {
-				return nil, fmt.Errorf("instruction at %d names global %d, past the module's %d: %w", at, g, first, ErrInvalid)
-			}
-		}
-		if op == 0xfc {
-			imm := reader{b: fn[at+1 : r.off]}
-			switch sub := imm.u32(); {
-			case bulk != nil && isBulkOp(sub):
-				out = bulk(out, sub)
-			case grow != nil && sub == 15: // table.grow
-				out = append(out, grow(imm.u32())...)
-			}
-		}
 		out = append(out, fn[at:r.off]...)
 		if op == 0x03 { // loop
 			loops++
-			out = code(out, costs[loops])
+			out = rw.code(out, costs[loops])
 		}
+	}
+	if !ended {
+		return nil, fmt.Errorf("%w: the body has no end", ErrInvalid)
 	}
 	return out, nil
 }
@@ -919,54 +1069,16 @@ type bodyDepth struct {
 	enter, exit, blockType []byte
 }
 
-// planDepth reads the type and function sections: each defined function's
-// results become its wrapper block's type. No results or one value type
-// are encoded inline; more (multi-value) need a new type () -> results,
-// appended after the module's own (no existing type index changes).
-func planDepth(secs []section) (*depthPlan, error) {
-	var results [][]byte // per type index
-	var funcTypes []uint32
-	for _, s := range secs {
-		switch s.id {
-		case secType:
-			r := reader{b: s.data}
-			n := r.u32()
-			if r.err != nil || int(n) > len(s.data) {
-				return nil, ErrFormat
-			}
-			for range n {
-				if form := r.byte(); form != 0x60 && r.err == nil {
-					return nil, fmt.Errorf("%w: type form %#x", ErrUnsupported, form)
-				}
-				r.valTypes()
-				start := r.off
-				r.valTypes()
-				if r.err != nil {
-					return nil, r.err
-				}
-				results = append(results, r.b[start:r.off])
-			}
-		case secFunction:
-			r := reader{b: s.data}
-			n := r.u32()
-			if r.err != nil || int(n) > len(s.data) {
-				return nil, ErrFormat
-			}
-			for range n {
-				funcTypes = append(funcTypes, r.u32())
-			}
-			if r.err != nil {
-				return nil, r.err
-			}
-		}
-	}
+// planDepth gives each defined function's wrapper block its results as
+// its type. No results or one value type are encoded inline; more
+// (multi-value) need a new type () -> results, appended after the
+// module's own (no existing type index changes). scan has checked every
+// function's type index.
+func planDepth(info *moduleInfo) *depthPlan {
 	plan := &depthPlan{}
 	byResults := map[string][]byte{}
-	for _, t := range funcTypes {
-		if int(t) >= len(results) {
-			return nil, fmt.Errorf("function of type %d, past the %d types: %w", t, len(results), ErrInvalid)
-		}
-		vec := results[t] // count, then one byte per value type
+	for _, t := range info.funcTypes[info.imported:] {
+		vec := info.results[t] // count, then one byte per value type
 		switch r := (reader{b: vec}); r.u32() {
 		case 0:
 			plan.blockTypes = append(plan.blockTypes, []byte{0x40})
@@ -975,30 +1087,35 @@ func planDepth(secs []section) (*depthPlan, error) {
 		default:
 			bt, ok := byResults[string(vec)]
 			if !ok {
-				bt = appendS64(nil, int64(len(results)+len(plan.newTypes)))
+				bt = appendS64(nil, int64(len(info.results)+len(plan.newTypes)))
 				byResults[string(vec)] = bt
 				plan.newTypes = append(plan.newTypes, append([]byte{0x60, 0x00}, vec...))
 			}
 			plan.blockTypes = append(plan.blockTypes, bt)
 		}
 	}
-	return plan, nil
+	return plan
 }
 
-// valTypes skips a vector of value types, each one byte (numbers, v128,
-// funcref, externref); typed references are ErrUnsupported.
-func (r *reader) valTypes() {
+// valTypes skips a vector of value types and returns their count, each
+// one byte (numbers, v128, funcref, externref); typed references are
+// ErrUnsupported.
+func (r *reader) valTypes() uint32 {
 	n := r.u32()
+	if int64(n) > int64(len(r.b)-r.off) {
+		r.fail(fmt.Errorf("%w: %d value types past the end", ErrFormat, n))
+	}
 	for range n {
 		switch t := r.byte(); {
 		case r.err != nil:
-			return
+			return 0
 		case t >= 0x7b && t <= 0x7f, t == 0x70, t == 0x6f:
 		default:
 			r.fail(fmt.Errorf("%w: value type %#x", ErrUnsupported, t))
-			return
+			return 0
 		}
 	}
+	return n
 }
 
 // appendS64 appends v as a signed LEB128.

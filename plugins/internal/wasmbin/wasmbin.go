@@ -87,26 +87,61 @@ func ImportNames(b []byte) ([][2]string, error) {
 			continue
 		}
 		var out [][2]string
-		err := eachImport(s.data, func(mod, name string, _ byte) { out = append(out, [2]string{mod, name}) })
+		err := eachImport(s.data, func(mod, name string, _ byte, _ uint32) error {
+			out = append(out, [2]string{mod, name})
+			return nil
+		})
 		return out, err
 	}
 	return nil, nil // no import section
 }
 
-// eachImport calls f for each entry of an import section.
-func eachImport(data []byte, f func(mod, name string, kind byte)) error {
+// eachImport calls f for each entry of an import section, with the type
+// index of a function or tag import (0 for the others), and requires the
+// entries to fill the section exactly.
+func eachImport(data []byte, f func(mod, name string, kind byte, typ uint32) error) error {
 	r := reader{b: data}
 	n := r.u32()
-	if r.err != nil || int(n) > len(data) {
-		return ErrFormat
+	if r.err != nil || int64(n) > int64(len(data)-r.off) {
+		return malformed(r.err, "the import section declares %d entries in %d bytes", n, len(data))
 	}
-	for range n {
+	for i := range n {
 		mod, name, kind := r.name(), r.name(), r.byte()
-		r.importDesc(kind)
+		typ := r.importDesc(kind)
 		if r.err != nil {
-			return r.err
+			return malformed(r.err, "the import section's entry %d", i)
 		}
-		f(mod, name, kind)
+		if err := f(mod, name, kind, typ); err != nil {
+			return err
+		}
+	}
+	return trailing(&r, "import", n)
+}
+
+// malformed is err, a reader's error in a section or entry the message
+// names, as ErrInvalid too: bytes that end inside an entry or a number
+// that does not fit its type make the module invalid. An encoding this
+// package does not decode (ErrUnsupported) may be valid and stays only
+// that.
+func malformed(err error, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: %s", ErrInvalid, msg)
+	case errors.Is(err, ErrUnsupported):
+		return fmt.Errorf("%s: %w", msg, err)
+	}
+	return fmt.Errorf("%w: %s: %w", ErrInvalid, msg, err)
+}
+
+// trailing refuses bytes left in a section after its n entries: the
+// copy would keep them where they no longer trail (an export section of
+// count 0 and four bytes more, re-encoded with the host's exports after
+// them, made the bytes the start of an entry and validated:
+// FuzzInstrument's find).
+func trailing(r *reader, section string, n uint32) error {
+	if r.off != len(r.b) {
+		return fmt.Errorf("%w: the %s section has %d bytes after its %d entries", ErrInvalid, section, len(r.b)-r.off, n)
 	}
 	return nil
 }
@@ -136,11 +171,19 @@ func (r *reader) byte() byte {
 	return r.b[r.off-1]
 }
 
-// leb reads an unsigned LEB128 of at most maxBytes bytes.
-func (r *reader) leb(maxBytes int) uint64 {
+// leb reads an unsigned LEB128 of at most maxBytes bytes holding a
+// number of bits bits: the last byte's bits past them must be zero, as the
+// spec (and wazero) require. Accepting them would read a count of 2^32+1
+// as 1, which Instrument re-encodes as 1 plus its own entries: an invalid
+// module in, a valid copy out.
+func (r *reader) leb(maxBytes, bits int) uint64 {
 	var v uint64
 	for i := range maxBytes {
 		c := r.byte()
+		if i == maxBytes-1 && c>>(bits-7*i) != 0 && r.err == nil {
+			r.fail(fmt.Errorf("%w: a LEB128 number over %d bits", ErrFormat, bits))
+			return 0
+		}
 		v |= uint64(c&0x7f) << (7 * i)
 		if c&0x80 == 0 {
 			return v
@@ -150,12 +193,44 @@ func (r *reader) leb(maxBytes int) uint64 {
 	return 0
 }
 
-func (r *reader) u32() uint32 { return uint32(r.leb(5)) }
-func (r *reader) u64() uint64 { return r.leb(10) }
+func (r *reader) u32() uint32 { return uint32(r.leb(5, 32)) }
+func (r *reader) u64() uint64 { return r.leb(10, 64) }
 
 // signed skips a signed LEB128 of at most maxBytes bytes (the value is
-// never needed here).
-func (r *reader) signed(maxBytes int) { r.leb(maxBytes) }
+// never needed here: the bytes are copied as they are, so wazero judges
+// the same encoding in the original and the copy).
+func (r *reader) signed(maxBytes int) {
+	for range maxBytes {
+		if r.byte()&0x80 == 0 {
+			return
+		}
+	}
+	r.fail(ErrFormat)
+}
+
+// s33 reads a signed 33-bit LEB128 (a block type's type index).
+func (r *reader) s33() int64 {
+	var v int64
+	for i := range 5 {
+		c := r.byte()
+		if r.err != nil {
+			return 0
+		}
+		v |= int64(c&0x7f) << (7 * i)
+		if c&0x80 == 0 {
+			if c&0x40 != 0 {
+				v |= -1 << (7 * (i + 1))
+			}
+			if v < -1<<32 || v >= 1<<32 {
+				r.fail(fmt.Errorf("%w: a LEB128 number over 33 bits", ErrFormat))
+				return 0
+			}
+			return v
+		}
+	}
+	r.fail(ErrFormat)
+	return 0
+}
 
 func (r *reader) skip(n int) {
 	if n < 0 || n > len(r.b)-r.off {
@@ -189,10 +264,12 @@ func (r *reader) limits() {
 	}
 }
 
-func (r *reader) importDesc(kind byte) {
+// importDesc skips an import's description, returning a function's or a
+// tag's type index.
+func (r *reader) importDesc(kind byte) uint32 {
 	switch kind {
 	case 0x00: // func: type index
-		r.u32()
+		return r.u32()
 	case 0x01: // table: reftype, limits
 		r.byte()
 		r.limits()
@@ -203,8 +280,9 @@ func (r *reader) importDesc(kind byte) {
 		r.byte()
 	case 0x04: // tag: attribute, type index
 		r.byte()
-		r.u32()
+		return r.u32()
 	default:
 		r.fail(fmt.Errorf("%w: import kind %#x", ErrFormat, kind))
 	}
+	return 0
 }
