@@ -257,3 +257,12 @@ if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SKIP_SCALE:-}" != 1 ] && ls "$out"/scale
   replace_section scale "State store at scale (issue 17)" "$out/scale-section.md"
 fi
 echo "bench: BENCHMARKS.md updated ($((t2 - t0)) s)"
+# A benchmark that fails (a fixture a later check refuses, say) must not
+# pass for a result: its section above keeps the raw FAIL, and the run
+# ends non-zero naming it.
+failed=$(grep -lE '^(FAIL|--- FAIL)' "$out"/*.txt 2>/dev/null || true)
+if [ -n "$failed" ]; then
+  echo "bench: benchmarks failed, see:" $failed >&2
+  grep -hE '^--- FAIL' $failed >&2 || true
+  exit 1
+fi

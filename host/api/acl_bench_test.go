@@ -51,6 +51,9 @@ func BenchmarkACLRequest(b *testing.B) {
 			}
 			h := s.Handler()
 			req := httptest.NewRequest("GET", "/v1/node/n1", nil)
+			// httptest's default Host, example.com, is not a name of this
+			// agent: the DNS rebinding guard refuses it once ACLs are on.
+			req.Host = "127.0.0.1:4646"
 			if secret != "" {
 				req.Header.Set(api.TokenHeader, secret)
 			}

@@ -8,14 +8,15 @@ import (
 )
 
 // benchStore registers n volumes, 1,000 per raft entry, then bumps `moved`
-// of them in one GC entry.
+// of them in one GC entry. Each volume has its own disk: registration
+// refuses a second volume on one (issue 16).
 func benchStore(b *testing.B, n, moved int) (*fixture, uint64) {
 	b.Helper()
 	f := newFixture(b)
 	for i := 0; i < n; i += 1000 {
 		vols := make([]*structs.Volume, 0, 1000)
 		for j := i; j < i+1000 && j < n; j++ {
-			vols = append(vols, &structs.Volume{Namespace: "bench", ID: fmt.Sprintf("vol-%06d", j), ExternalID: "e", PluginID: "ebs",
+			vols = append(vols, &structs.Volume{Namespace: "bench", ID: fmt.Sprintf("vol-%06d", j), ExternalID: fmt.Sprintf("disk-%06d", j), PluginID: "ebs",
 				AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem})
 		}
 		f.must(structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: vols})
