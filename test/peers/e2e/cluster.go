@@ -38,23 +38,30 @@ func StartCluster(ctx context.Context, dir, bin string, n int, config string) (*
 }
 
 // StartClusterWith is StartCluster with extra command-line arguments per
-// server (perServer may be nil), e.g. each server's own -node-rpc-addr.
-func StartClusterWith(ctx context.Context, dir, bin string, n int, config string, perServer func(id string) []string) (*Cluster, error) {
+// server (perServer may be nil), e.g. each server's own -node-rpc-addr;
+// perServer takes its extra addresses from addr, which hands out ports
+// distinct from every other address of the cluster.
+func StartClusterWith(ctx context.Context, dir, bin string, n int, config string, perServer func(id string, addr func() (string, error)) ([]string, error)) (*Cluster, error) {
 	cfgPath := filepath.Join(dir, "server.hcl")
 	if err := os.WriteFile(cfgPath, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
+	// Every address of the cluster is picked before any server starts, with
+	// the picked ports held (addrReservation).
+	var ports addrReservation
+	defer ports.release()
+	addrs := make([]string, 2*n)
+	for i := range addrs {
+		a, err := ports.next()
+		if err != nil {
+			return nil, err
+		}
+		addrs[i] = a
+	}
 	c := &Cluster{}
-	var seed string
+	seed := addrs[0]
 	for i := 1; i <= n; i++ {
-		httpAddr, err := FreeAddr()
-		if err != nil {
-			return nil, err
-		}
-		raftAddr, err := FreeAddr()
-		if err != nil {
-			return nil, err
-		}
+		httpAddr, raftAddr := addrs[2*i-2], addrs[2*i-1]
 		id := fmt.Sprintf("s%d", i)
 		sdir := filepath.Join(dir, id)
 		if err := os.MkdirAll(sdir, 0o700); err != nil {
@@ -63,24 +70,48 @@ func StartClusterWith(ctx context.Context, dir, bin string, n int, config string
 		args := []string{"agent", "-server", "-node-id", id, "-data-dir", sdir, "-bind", raftAddr,
 			"-http-addr", httpAddr, "-config", cfgPath}
 		if perServer != nil {
-			args = append(args, perServer(id)...)
+			extra, err := perServer(id, ports.next)
+			if err != nil {
+				return nil, err
+			}
+			args = append(args, extra...)
 		}
 		if i == 1 {
-			seed = httpAddr
 			args = append(args, "-bootstrap-expect", fmt.Sprint(n))
 		} else {
 			args = append(args, "-join", seed)
 		}
 		s := &Server{ID: id, Addr: "http://" + httpAddr, dir: dir, bin: bin, args: args}
 		s.API = NewAPI(s.Addr)
+		c.Servers = append(c.Servers, s)
+	}
+	ports.release()
+	for i, s := range c.Servers {
 		if err := s.start(); err != nil {
+			c.Servers = c.Servers[:i]
 			c.Stop()
 			return nil, err
 		}
-		c.Servers = append(c.Servers, s)
 	}
-	if _, err := c.WaitLeader(ctx, nil); err != nil {
+	// A server that exits while the cluster forms (a port taken after all)
+	// fails the start at once with its log, instead of a wait for a leader
+	// the others cannot elect without it.
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	for _, s := range c.Servers {
+		go func() {
+			select {
+			case <-s.Exited():
+				cancel(fmt.Errorf("server %s exited while the cluster formed: %s", s.ID, s.Tail(2000)))
+			case <-wctx.Done():
+			}
+		}()
+	}
+	if _, err := c.WaitLeader(wctx, nil); err != nil {
 		c.Stop()
+		if cause := context.Cause(wctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return nil, cause
+		}
 		return nil, err
 	}
 	return c, nil

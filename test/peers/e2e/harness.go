@@ -161,6 +161,32 @@ func FreeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
+// addrReservation holds loopback ports open until release: addresses
+// picked for processes that bind them later must all be picked before any
+// of those processes starts, and while the others are held, or a port one
+// process has not bound yet is handed out again (TestChaosFailover hung
+// once: s3's raft took the port chosen for s2's HTTP API, s2 exited, and
+// the two left waited for a third).
+type addrReservation struct{ ls []net.Listener }
+
+// next reserves one more distinct port and returns its address.
+func (r *addrReservation) next() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	r.ls = append(r.ls, l)
+	return l.Addr().String(), nil
+}
+
+// release frees every reserved port for the processes to bind.
+func (r *addrReservation) release() {
+	for _, l := range r.ls {
+		l.Close()
+	}
+	r.ls = nil
+}
+
 // Agent is a running `volhost agent -dev`.
 type Agent struct {
 	*Proc

@@ -187,16 +187,13 @@ func TestNodeAgentLeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer drv.Stop(5 * time.Second)
-	rpc := map[string]string{}
 	var rpcAddrs []string
-	for _, id := range []string{"s1", "s2", "s3"} {
-		if rpc[id], err = FreeAddr(); err != nil {
-			t.Fatal(err)
-		}
-		rpcAddrs = append(rpcAddrs, rpc[id])
-	}
 	cl, err := StartClusterWith(ctx, dir, bins.Volhost, 3, defaultWatcher+"node_rpc {\n  heartbeat_interval = \"500ms\"\n  heartbeat_ttl = \"5s\"\n}\n",
-		func(id string) []string { return []string{"-node-rpc-addr", rpc[id]} })
+		func(id string, addr func() (string, error)) ([]string, error) {
+			rpc, err := addr()
+			rpcAddrs = append(rpcAddrs, rpc)
+			return []string{"-node-rpc-addr", rpc}, err
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
