@@ -83,8 +83,9 @@ type baseData struct {
 	Volumes []*structs.Volume `json:"volumes"`
 }
 
-// loadBase applies testdata/base.json through the cluster.
-func loadBase(t testing.TB, c *Cluster) {
+// readBase reads testdata/base.json: the plugins, nodes, volumes and
+// claims the cluster tests and FuzzFSMApply start from.
+func readBase(t testing.TB) baseData {
 	t.Helper()
 	raw, err := os.ReadFile("testdata/base.json")
 	if err != nil {
@@ -94,6 +95,13 @@ func loadBase(t testing.TB, c *Cluster) {
 	if err := json.Unmarshal(raw, &b); err != nil {
 		t.Fatal(err)
 	}
+	return b
+}
+
+// loadBase applies testdata/base.json through the cluster.
+func loadBase(t testing.TB, c *Cluster) {
+	t.Helper()
+	b := readBase(t)
 	for _, p := range b.Plugins {
 		mustApply(t, c, structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: p})
 	}

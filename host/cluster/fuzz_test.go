@@ -1,9 +1,7 @@
 package cluster
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -30,14 +28,7 @@ var fuzzTypes = []structs.MessageType{
 // baseEntries are testdata/base.json as log entries, applied before each
 // fuzzed one so that it meets volumes, claims, nodes and plugins.
 func baseEntries(t testing.TB, now time.Time) [][]byte {
-	raw, err := os.ReadFile("testdata/base.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b baseData
-	if err := json.Unmarshal(raw, &b); err != nil {
-		t.Fatal(err)
-	}
+	b := readBase(t)
 	var out [][]byte
 	add := func(typ structs.MessageType, req any) {
 		e, err := encodeCommand(typ, now, req)
