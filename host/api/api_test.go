@@ -30,28 +30,43 @@ type fixture struct {
 	ts      *httptest.Server
 }
 
-// newFixture serves the API over a fake store seeded from testdata/state.json.
-func newFixture(t *testing.T, cfg api.Config) *fixture {
-	t.Helper()
+// stateSeed is testdata/state.json: what newFixture and FuzzRequestBodies
+// serve.
+type stateSeed struct {
+	Volumes   []*structs.Volume   `json:"volumes"`
+	Allocs    []*structs.Alloc    `json:"allocs"`
+	Nodes     []*structs.Node     `json:"nodes"`
+	Plugins   []*structs.Plugin   `json:"plugins"`
+	Events    []*structs.Event    `json:"events"`
+	Leftovers []*structs.Leftover `json:"leftovers"`
+	Index     map[string]uint64   `json:"index"`
+}
+
+func readSeed(tb testing.TB) stateSeed {
+	tb.Helper()
 	raw, err := os.ReadFile("testdata/state.json")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	var seed struct {
-		Volumes   []*structs.Volume   `json:"volumes"`
-		Allocs    []*structs.Alloc    `json:"allocs"`
-		Nodes     []*structs.Node     `json:"nodes"`
-		Plugins   []*structs.Plugin   `json:"plugins"`
-		Events    []*structs.Event    `json:"events"`
-		Leftovers []*structs.Leftover `json:"leftovers"`
-		Index     map[string]uint64   `json:"index"`
-	}
+	var seed stateSeed
 	if err := json.Unmarshal(raw, &seed); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
+	return seed
+}
+
+// store is a fake store holding the seed.
+func (seed stateSeed) store() *fakeStore {
 	st := newFakeStore()
 	st.volumes, st.allocs, st.nodes, st.plugins = seed.Volumes, seed.Allocs, seed.Nodes, seed.Plugins
 	st.events, st.leftovers, st.index = seed.Events, seed.Leftovers, seed.Index
+	return st
+}
+
+// newFixture serves the API over a fake store seeded from testdata/state.json.
+func newFixture(t *testing.T, cfg api.Config) *fixture {
+	t.Helper()
+	st := readSeed(t).store()
 	be := &fakeBackend{leader: "127.0.0.1:4747", isLeader: true}
 	metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "volhost_volumes 2\n")

@@ -5,12 +5,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
 	"github.com/volhost/volhost/host/api"
-	"github.com/volhost/volhost/host/structs"
 )
 
 // bodyRoutes are the routes that decode a request body, each with a body
@@ -38,22 +36,9 @@ func FuzzRequestBodies(f *testing.F) {
 		f.Add(uint8(i), []byte(`{"x":1}`))
 		f.Add(uint8(i), []byte(`null`))
 	}
-	raw, err := os.ReadFile("testdata/state.json")
-	if err != nil {
-		f.Fatal(err)
-	}
-	var seed struct {
-		Volumes []*structs.Volume `json:"volumes"`
-		Allocs  []*structs.Alloc  `json:"allocs"`
-		Nodes   []*structs.Node   `json:"nodes"`
-		Plugins []*structs.Plugin `json:"plugins"`
-	}
-	if err := json.Unmarshal(raw, &seed); err != nil {
-		f.Fatal(err)
-	}
+	seed := readSeed(f)
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
-		st := newFakeStore()
-		st.volumes, st.allocs, st.nodes, st.plugins = seed.Volumes, seed.Allocs, seed.Nodes, seed.Plugins
+		st := seed.store()
 		be := &fakeBackend{leader: "127.0.0.1:4747", isLeader: true}
 		srv := api.New(api.Config{}, st, be, http.NotFoundHandler())
 		r := bodyRoutes[int(route)%len(bodyRoutes)]
