@@ -87,9 +87,9 @@ type writer struct {
 	seqKnown bool
 	// stats is this write's change to VolumeStats (stats.go).
 	stats volumeDelta
-	// modsBefore is the ModifyIndex each volume written had before this
-	// write, 0 when new (volume_mods.go).
-	modsBefore map[structs.VolumeRef]uint64
+	// mods is, for each volume written, the ModifyIndex it had before
+	// this write and has after it, 0 when absent (volume_mods.go).
+	mods map[structs.VolumeRef]volumeMod
 }
 
 func (w *writer) insert(table string, obj any) error {

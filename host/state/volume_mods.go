@@ -52,36 +52,46 @@ func compareRefs(a, b structs.VolumeRef) int {
 	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ID, b.ID))
 }
 
-// noteVolumeWrite records, on the first write of the volume in this
-// transaction, the ModifyIndex it had before (0: it did not exist), for
-// finishVolumeMods. old is the stored volume, nil when there is none.
-func (w *writer) noteVolumeWrite(ref structs.VolumeRef, old *structs.Volume) {
-	if _, seen := w.modsBefore[ref]; seen {
+// volumeMod is a volume's ModifyIndex before and after a transaction's
+// writes of it, 0 when it did not exist or no longer does.
+type volumeMod struct{ before, after uint64 }
+
+// noteVolumeWrite records a write of the volume ref: old is the stored
+// volume, nil when there is none, and v what the write stores, nil for a
+// delete. The first write of ref in the transaction sets its before, every
+// write its after: finishVolumeMods then needs no read of the volumes
+// (every write of the volumes table goes through putVolume or
+// deleteVolume, which call this).
+func (w *writer) noteVolumeWrite(ref structs.VolumeRef, old, v *structs.Volume) {
+	var after uint64
+	if v != nil {
+		after = v.ModifyIndex
+	}
+	if m, seen := w.mods[ref]; seen {
+		m.after = after
+		w.mods[ref] = m
 		return
 	}
-	if w.modsBefore == nil {
-		w.modsBefore = map[structs.VolumeRef]uint64{}
+	if w.mods == nil {
+		w.mods = map[structs.VolumeRef]volumeMod{}
 	}
 	var before uint64
 	if old != nil {
 		before = old.ModifyIndex
 	}
-	w.modsBefore[ref] = before
+	w.mods[ref] = volumeMod{before: before, after: after}
 }
 
 // finishVolumeMods moves each volume this transaction wrote from the row
 // of the index it had before to the row of the one it has now.
 func (w *writer) finishVolumeMods() error {
-	if len(w.modsBefore) == 0 {
+	if len(w.mods) == 0 {
 		return nil
 	}
 	added := map[uint64][]structs.VolumeRef{}
 	removed := map[uint64]int{}
-	for ref, before := range w.modsBefore {
-		after, err := modifyIndexOf(w.txn, ref)
-		if err != nil {
-			return err
-		}
+	for ref, m := range w.mods {
+		before, after := m.before, m.after
 		if before == after {
 			continue
 		}
