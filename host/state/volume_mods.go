@@ -102,14 +102,28 @@ func (w *writer) finishVolumeMods() error {
 			added[after] = append(added[after], ref)
 		}
 	}
+	// Every row this moves is read before the first is written, and each
+	// write is then carried in rows: the same as reading each through the
+	// transaction after the writes before it, without a read of the
+	// modified table between two writes, which drops its writable-node
+	// cache (own_rows.go).
+	rows := make(map[uint64]*volumeModsRow, len(added)+len(removed))
+	for idx := range added {
+		if _, err := readVolumeModsInto(w.txn, rows, idx); err != nil {
+			return err
+		}
+	}
+	for idx := range removed {
+		if _, err := readVolumeModsInto(w.txn, rows, idx); err != nil {
+			return err
+		}
+	}
 	// Additions first: a compaction below then sees every row complete.
 	for _, idx := range slices.Sorted(maps.Keys(added)) {
 		refs := added[idx]
 		slices.SortFunc(refs, compareRefs)
 		row := &volumeModsRow{Index: idx, Refs: refs, Live: len(refs)}
-		if old, err := volumeModsAt(w.txn, idx); err != nil {
-			return err
-		} else if old != nil {
+		if old := rows[idx]; old != nil {
 			// Rare: writes at an index already written (an import). The
 			// refs were not live here; some may be listed as stale.
 			row.Refs, row.Live = mergeRefs(old.Refs, refs), old.Live+len(refs)
@@ -117,12 +131,10 @@ func (w *writer) finishVolumeMods() error {
 		if err := insertVolumeMods(w.txn, row); err != nil {
 			return err
 		}
+		rows[idx] = row
 	}
 	for _, idx := range slices.Sorted(maps.Keys(removed)) {
-		old, err := volumeModsAt(w.txn, idx)
-		if err != nil {
-			return err
-		}
+		old := rows[idx]
 		if old == nil {
 			return fmt.Errorf("volume modifications: no row for index %d, which a volume had", idx)
 		}
@@ -132,8 +144,10 @@ func (w *writer) finishVolumeMods() error {
 			if err := w.txn.Delete(tableVolumeMods, old); err != nil {
 				return fmt.Errorf("volume modifications: delete row %d: %w", idx, err)
 			}
+			rows[idx] = nil
 			continue
 		case 2*row.Live < len(row.Refs):
+			var err error
 			if row.Refs, err = liveRefs(w.txn, idx, row.Refs); err != nil {
 				return err
 			}
@@ -142,8 +156,22 @@ func (w *writer) finishVolumeMods() error {
 		if err := insertVolumeMods(w.txn, row); err != nil {
 			return err
 		}
+		rows[idx] = row
 	}
 	return nil
+}
+
+// readVolumeModsInto reads row idx into rows once.
+func readVolumeModsInto(txn *memdb.Txn, rows map[uint64]*volumeModsRow, idx uint64) (*volumeModsRow, error) {
+	if row, ok := rows[idx]; ok {
+		return row, nil
+	}
+	row, err := volumeModsAt(txn, idx)
+	if err != nil {
+		return nil, err
+	}
+	rows[idx] = row
+	return row, nil
 }
 
 // mergeRefs is the sorted union of two sorted ref lists, in a new slice.
