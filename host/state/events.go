@@ -131,6 +131,11 @@ func (w *writer) event(e *structs.Event) error {
 		if err != nil {
 			return fmt.Errorf("read last event of ring: %w", err)
 		}
+		if ownRowsCheck && from != w.txn {
+			if want, _ := w.txn.Last(TableEvents, indexRing+"_prefix", ringArg(ring)); want != lastInRing {
+				panic(fmt.Sprintf("ownRows check: ring %q ends at %v before the transaction, at %v in it", ring, lastInRing, want))
+			}
+		}
 		if lastInRing != nil {
 			lastRingSeq = lastInRing.(*eventRow).RingSeq
 		}

@@ -38,8 +38,9 @@ type ownRows struct {
 
 // Seams for the tests: ownRowsOff writes without ownRows (what
 // TestOwnRowsKeepRadixCache compares against), ownRowsCheck compares every
-// answer with the transaction's own read (TestMain turns it on for every
-// test of the package).
+// answer, and an event's read of its ring before the transaction
+// (events.go), with the transaction's own read (TestMain turns it on for
+// every test of the package).
 var ownRowsOff, ownRowsCheck bool
 
 // wrote records a write of obj into table (deleted: a delete).
