@@ -111,11 +111,11 @@ func (c *Client) Close() error {
 }
 
 // acquire returns the endpoint's connection with a reference taken.
+//
+// The endpoint is parsed only to dial: a cached connection's endpoint
+// parsed once already, and a parse per call was a URL parse (and its
+// allocations) on each of a release's three calls (issue 17).
 func (c *Client) acquire(endpoint string) (*conn, error) {
-	target, err := grpcTarget(endpoint)
-	if err != nil {
-		return nil, err
-	}
 	var stale *grpc.ClientConn
 	defer func() {
 		if stale != nil {
@@ -137,6 +137,10 @@ func (c *Client) acquire(endpoint string) (*conn, error) {
 		cn = nil
 	}
 	if cn == nil {
+		target, err := grpcTarget(endpoint)
+		if err != nil {
+			return nil, err
+		}
 		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 		if c.cfg.Caller != "" {
 			caller := c.cfg.Caller
@@ -211,9 +215,17 @@ func (c *Client) invoke(ctx context.Context, endpoint, method string, f fields, 
 	if err != nil {
 		return fmt.Errorf("csi %s: %w", method, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.CallTimeout)
-	defer cancel()
 	start := time.Now()
+	if d, ok := ctx.Deadline(); !ok || d.After(start.Add(c.cfg.CallTimeout)) {
+		// Only when the caller's deadline is later (or none): the
+		// watcher's own CSI deadline is the same timeout, set just
+		// before, and a context derived under a sooner deadline is a
+		// cancel context and its registration with the parent for
+		// nothing, three times per release (issue 17).
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, start.Add(c.cfg.CallTimeout))
+		defer cancel()
+	}
 	err = call(ctx, cn.cc)
 	d := time.Since(start)
 	code := status.Code(err)

@@ -165,6 +165,7 @@ func TestClientCallDeadlines(t *testing.T) {
 	}{
 		{"call timeout cuts a hanging call", 100 * time.Millisecond, 0},
 		{"sooner ctx deadline wins", time.Hour, 100 * time.Millisecond},
+		{"call timeout cuts a later ctx deadline", 100 * time.Millisecond, time.Hour},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

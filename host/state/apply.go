@@ -46,6 +46,9 @@ func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req 
 	txn := st.db.Txn(true)
 	defer txn.Abort() // no-op after Commit
 	snap := &Snapshot{txn: txn}
+	if !ownRowsOff {
+		snap.own = &ownRows{txn: txn, base: st.db.Txn(false)}
+	}
 	if err := o.validate(snap, req); err != nil {
 		return nil, err
 	}
@@ -85,11 +88,13 @@ type writer struct {
 	// (events.go).
 	lastSeq  uint64
 	seqKnown bool
+	// trimmed: this transaction deleted events (events.go).
+	trimmed bool
 	// stats is this write's change to VolumeStats (stats.go).
 	stats volumeDelta
-	// modsBefore is the ModifyIndex each volume written had before this
-	// write, 0 when new (volume_mods.go).
-	modsBefore map[structs.VolumeRef]uint64
+	// mods is, for each volume written, the ModifyIndex it had before
+	// this write and has after it, 0 when absent (volume_mods.go).
+	mods map[structs.VolumeRef]volumeMod
 }
 
 func (w *writer) insert(table string, obj any) error {
@@ -104,6 +109,7 @@ func (w *writer) insertRow(table string, obj any) error {
 	if err := w.txn.Insert(table, obj); err != nil {
 		return fmt.Errorf("insert into %s: %w", table, err)
 	}
+	w.snap.own.wrote(table, obj, false)
 	w.bumped[table] = true
 	return nil
 }
@@ -119,6 +125,7 @@ func (w *writer) deleteRow(table string, obj any) error {
 	if err := w.txn.Delete(table, obj); err != nil {
 		return fmt.Errorf("delete from %s: %w", table, err)
 	}
+	w.snap.own.wrote(table, obj, true)
 	w.bumped[table] = true
 	return nil
 }

@@ -118,9 +118,23 @@ func (w *writer) event(e *structs.Event) error {
 	ring := ringOf(e)
 	lastRingSeq, known := w.rings[ring]
 	if !known {
-		lastInRing, err := w.txn.Last(TableEvents, indexRing+"_prefix", ringArg(ring))
+		// A ring this transaction has not written to is as it was before
+		// the transaction, unless the transaction deleted events (only
+		// the trim does, after the last event): read there, not through
+		// the events table this transaction modified, whose read would
+		// drop the ring index's writable-node cache (own_rows.go).
+		from := w.txn
+		if o := w.snap.own; o != nil && !w.trimmed {
+			from = o.base
+		}
+		lastInRing, err := from.Last(TableEvents, indexRing+"_prefix", ringArg(ring))
 		if err != nil {
 			return fmt.Errorf("read last event of ring: %w", err)
+		}
+		if ownRowsCheck && from != w.txn {
+			if want, _ := w.txn.Last(TableEvents, indexRing+"_prefix", ringArg(ring)); want != lastInRing {
+				panic(fmt.Sprintf("ownRows check: ring %q ends at %v before the transaction, at %v in it", ring, lastInRing, want))
+			}
 		}
 		if lastInRing != nil {
 			lastRingSeq = lastInRing.(*eventRow).RingSeq
@@ -187,6 +201,9 @@ func (w *writer) trimEvents() error {
 }
 
 func (w *writer) deleteEvents(rows []*eventRow) error {
+	if len(rows) > 0 {
+		w.trimmed = true
+	}
 	for _, r := range rows {
 		if err := w.delete(TableEvents, r); err != nil {
 			return err

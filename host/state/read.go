@@ -56,6 +56,9 @@ func (snap *Snapshot) Volumes(ws memdb.WatchSet) ([]*structs.Volume, error) {
 
 // VolumeByID returns one volume.
 func (snap *Snapshot) VolumeByID(ws memdb.WatchSet, namespace, id string) (*structs.Volume, error) {
+	if snap.own != nil && ws == nil {
+		return snap.own.volume(namespace, id)
+	}
 	return first[*structs.Volume](snap, ws, TableVolumes, indexID, namespace, id)
 }
 
@@ -180,6 +183,9 @@ func (snap *Snapshot) Allocs(ws memdb.WatchSet) ([]*structs.Alloc, error) {
 
 // AllocByID returns one allocation.
 func (snap *Snapshot) AllocByID(ws memdb.WatchSet, id string) (*structs.Alloc, error) {
+	if snap.own != nil && ws == nil {
+		return snap.own.alloc(id)
+	}
 	return first[*structs.Alloc](snap, ws, TableAllocs, indexID, id)
 }
 

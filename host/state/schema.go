@@ -48,8 +48,10 @@ type eventRow struct {
 }
 
 func schema() *memdb.DBSchema {
-	id := func(field string) *memdb.IndexSchema {
-		return &memdb.IndexSchema{Name: indexID, Unique: true, Indexer: &memdb.StringFieldIndex{Field: field}}
+	// The ID indexes read their field directly (keys.go): every table a
+	// release writes or reads by ID is here.
+	id := func(ix memdb.Indexer) *memdb.IndexSchema {
+		return &memdb.IndexSchema{Name: indexID, Unique: true, Indexer: ix}
 	}
 	s := &memdb.DBSchema{Tables: map[string]*memdb.TableSchema{
 		TableVolumes: {
@@ -79,13 +81,17 @@ func schema() *memdb.DBSchema {
 		TableAllocs: {
 			Name: TableAllocs,
 			Indexes: map[string]*memdb.IndexSchema{
-				indexID:   id("ID"),
-				indexNode: {Name: indexNode, Indexer: &memdb.StringFieldIndex{Field: "NodeID"}},
+				indexID: id(stringKey("ID", func(a *structs.Alloc) string { return a.ID })),
+				indexNode: {Name: indexNode, Indexer: stringKeyIndex[*structs.Alloc]{
+					StringFieldIndex: &memdb.StringFieldIndex{Field: "NodeID"},
+					field:            func(a *structs.Alloc) string { return a.NodeID },
+					room:             func(a *structs.Alloc) int { return len(a.ID) + 1 }, // memdb appends the ID key
+				}},
 			},
 		},
-		TableNodes:     {Name: TableNodes, Indexes: map[string]*memdb.IndexSchema{indexID: id("ID")}},
-		TablePlugins:   {Name: TablePlugins, Indexes: map[string]*memdb.IndexSchema{indexID: id("ID")}},
-		TableLeftovers: {Name: TableLeftovers, Indexes: map[string]*memdb.IndexSchema{indexID: id("ID")}},
+		TableNodes:     {Name: TableNodes, Indexes: map[string]*memdb.IndexSchema{indexID: id(stringKey("ID", func(n *structs.Node) string { return n.ID }))}},
+		TablePlugins:   {Name: TablePlugins, Indexes: map[string]*memdb.IndexSchema{indexID: id(stringKey("ID", func(p *structs.Plugin) string { return p.ID }))}},
+		TableLeftovers: {Name: TableLeftovers, Indexes: map[string]*memdb.IndexSchema{indexID: id(stringKey("ID", func(l *structs.Leftover) string { return l.ID }))}},
 		TableEvents: {
 			Name: TableEvents,
 			Indexes: map[string]*memdb.IndexSchema{
@@ -95,13 +101,10 @@ func schema() *memdb.DBSchema {
 				// and its one reader (Snapshot.Events, tests and tools)
 				// scans the sequence index instead; the API's event
 				// stream filters by index on a scan already (issue 17).
-				indexRing: {Name: indexRing, Unique: true, Indexer: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
-					&memdb.StringFieldIndex{Field: "Ring"},
-					hexUint(func(e *eventRow) uint64 { return e.RingSeq }),
-				}}},
+				indexRing: {Name: indexRing, Unique: true, Indexer: ringKey()},
 			},
 		},
-		TableIndex:      {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id("Key")}},
+		TableIndex:      {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id(stringKey("Key", func(r *indexRow) string { return r.Key }))}},
 		tableStats:      statsTableSchema(),
 		tableVolumeMods: volumeModsTableSchema(),
 		tableClaims:     claimsTableSchema(),
@@ -115,7 +118,8 @@ func schema() *memdb.DBSchema {
 // through reflection, in one allocation: the volumes table's two indexes on
 // every volume are built on each volume write and a million times on a
 // restore (issue 17). The keys are byte for byte the CompoundIndex's
-// (TestVolumeKeyIndexer), so FromArgs and PrefixFromArgs are its own.
+// (TestVolumeKeyIndexer); so are FromArgs and PrefixFromArgs (keys.go),
+// built in one allocation too.
 type volumeKeyIndexer struct {
 	*memdb.CompoundIndex
 	fields func(*structs.Volume) (string, string)

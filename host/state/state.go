@@ -119,6 +119,9 @@ func newDB() *memdb.MemDB {
 type Snapshot struct {
 	txn     *memdb.Txn
 	abandon <-chan struct{}
+	// own is set on a write transaction's view only (ApplyAt): its reads
+	// of a volume or an allocation by ID (own_rows.go).
+	own *ownRows
 }
 
 // Snapshot returns a consistent read view of the current state.

@@ -41,7 +41,7 @@ type statsRow struct {
 
 func statsTableSchema() *memdb.TableSchema {
 	return &memdb.TableSchema{Name: tableStats, Indexes: map[string]*memdb.IndexSchema{
-		indexID: {Name: indexID, Unique: true, Indexer: &memdb.StringFieldIndex{Field: "Key"}},
+		indexID: {Name: indexID, Unique: true, Indexer: stringKey("Key", func(r *statsRow) string { return r.Key })},
 	}}
 }
 
@@ -144,7 +144,7 @@ func (w *writer) putVolume(old, v *structs.Volume) error {
 		}
 		w.stats.plugin(v.PluginID, +1)
 	}
-	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, old)
+	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, old, v)
 	if err := w.syncClaims(old, v); err != nil {
 		return err
 	}
@@ -155,7 +155,7 @@ func (w *writer) putVolume(old, v *structs.Volume) error {
 func (w *writer) deleteVolume(v *structs.Volume) error {
 	w.stats.add(v, -1)
 	w.stats.plugin(v.PluginID, -1)
-	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, v)
+	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, v, nil)
 	if err := w.syncClaims(v, nil); err != nil {
 		return err
 	}

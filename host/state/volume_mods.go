@@ -52,36 +52,46 @@ func compareRefs(a, b structs.VolumeRef) int {
 	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ID, b.ID))
 }
 
-// noteVolumeWrite records, on the first write of the volume in this
-// transaction, the ModifyIndex it had before (0: it did not exist), for
-// finishVolumeMods. old is the stored volume, nil when there is none.
-func (w *writer) noteVolumeWrite(ref structs.VolumeRef, old *structs.Volume) {
-	if _, seen := w.modsBefore[ref]; seen {
+// volumeMod is a volume's ModifyIndex before and after a transaction's
+// writes of it, 0 when it did not exist or no longer does.
+type volumeMod struct{ before, after uint64 }
+
+// noteVolumeWrite records a write of the volume ref: old is the stored
+// volume, nil when there is none, and v what the write stores, nil for a
+// delete. The first write of ref in the transaction sets its before, every
+// write its after: finishVolumeMods then needs no read of the volumes
+// (every write of the volumes table goes through putVolume or
+// deleteVolume, which call this).
+func (w *writer) noteVolumeWrite(ref structs.VolumeRef, old, v *structs.Volume) {
+	var after uint64
+	if v != nil {
+		after = v.ModifyIndex
+	}
+	if m, seen := w.mods[ref]; seen {
+		m.after = after
+		w.mods[ref] = m
 		return
 	}
-	if w.modsBefore == nil {
-		w.modsBefore = map[structs.VolumeRef]uint64{}
+	if w.mods == nil {
+		w.mods = map[structs.VolumeRef]volumeMod{}
 	}
 	var before uint64
 	if old != nil {
 		before = old.ModifyIndex
 	}
-	w.modsBefore[ref] = before
+	w.mods[ref] = volumeMod{before: before, after: after}
 }
 
 // finishVolumeMods moves each volume this transaction wrote from the row
 // of the index it had before to the row of the one it has now.
 func (w *writer) finishVolumeMods() error {
-	if len(w.modsBefore) == 0 {
+	if len(w.mods) == 0 {
 		return nil
 	}
 	added := map[uint64][]structs.VolumeRef{}
 	removed := map[uint64]int{}
-	for ref, before := range w.modsBefore {
-		after, err := modifyIndexOf(w.txn, ref)
-		if err != nil {
-			return err
-		}
+	for ref, m := range w.mods {
+		before, after := m.before, m.after
 		if before == after {
 			continue
 		}
@@ -92,14 +102,28 @@ func (w *writer) finishVolumeMods() error {
 			added[after] = append(added[after], ref)
 		}
 	}
+	// Every row this moves is read before the first is written, and each
+	// write is then carried in rows: the same as reading each through the
+	// transaction after the writes before it, without a read of the
+	// modified table between two writes, which drops its writable-node
+	// cache (own_rows.go).
+	rows := make(map[uint64]*volumeModsRow, len(added)+len(removed))
+	for idx := range added {
+		if _, err := readVolumeModsInto(w.txn, rows, idx); err != nil {
+			return err
+		}
+	}
+	for idx := range removed {
+		if _, err := readVolumeModsInto(w.txn, rows, idx); err != nil {
+			return err
+		}
+	}
 	// Additions first: a compaction below then sees every row complete.
 	for _, idx := range slices.Sorted(maps.Keys(added)) {
 		refs := added[idx]
 		slices.SortFunc(refs, compareRefs)
 		row := &volumeModsRow{Index: idx, Refs: refs, Live: len(refs)}
-		if old, err := volumeModsAt(w.txn, idx); err != nil {
-			return err
-		} else if old != nil {
+		if old := rows[idx]; old != nil {
 			// Rare: writes at an index already written (an import). The
 			// refs were not live here; some may be listed as stale.
 			row.Refs, row.Live = mergeRefs(old.Refs, refs), old.Live+len(refs)
@@ -107,12 +131,10 @@ func (w *writer) finishVolumeMods() error {
 		if err := insertVolumeMods(w.txn, row); err != nil {
 			return err
 		}
+		rows[idx] = row
 	}
 	for _, idx := range slices.Sorted(maps.Keys(removed)) {
-		old, err := volumeModsAt(w.txn, idx)
-		if err != nil {
-			return err
-		}
+		old := rows[idx]
 		if old == nil {
 			return fmt.Errorf("volume modifications: no row for index %d, which a volume had", idx)
 		}
@@ -122,8 +144,10 @@ func (w *writer) finishVolumeMods() error {
 			if err := w.txn.Delete(tableVolumeMods, old); err != nil {
 				return fmt.Errorf("volume modifications: delete row %d: %w", idx, err)
 			}
+			rows[idx] = nil
 			continue
 		case 2*row.Live < len(row.Refs):
+			var err error
 			if row.Refs, err = liveRefs(w.txn, idx, row.Refs); err != nil {
 				return err
 			}
@@ -132,8 +156,22 @@ func (w *writer) finishVolumeMods() error {
 		if err := insertVolumeMods(w.txn, row); err != nil {
 			return err
 		}
+		rows[idx] = row
 	}
 	return nil
+}
+
+// readVolumeModsInto reads row idx into rows once.
+func readVolumeModsInto(txn *memdb.Txn, rows map[uint64]*volumeModsRow, idx uint64) (*volumeModsRow, error) {
+	if row, ok := rows[idx]; ok {
+		return row, nil
+	}
+	row, err := volumeModsAt(txn, idx)
+	if err != nil {
+		return nil, err
+	}
+	rows[idx] = row
+	return row, nil
 }
 
 // mergeRefs is the sorted union of two sorted ref lists, in a new slice.

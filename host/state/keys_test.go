@@ -1,0 +1,122 @@
+package state
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/hashicorp/go-memdb"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// The store's own indexers (keys.go) give memdb's keys, byte for byte,
+// for every object and argument list: what each embeds (a StringFieldIndex
+// reading the field by reflection, a CompoundIndex) is the reference.
+func TestKeyIndexersMatchMemdb(t *testing.T) {
+	tables := schema().Tables
+	same := func(what string, got []byte, gotErr error, want []byte, wantErr error) {
+		t.Helper()
+		if !bytes.Equal(got, want) || (gotErr == nil) != (wantErr == nil) {
+			t.Errorf("%s: (%q, %v), memdb gives (%q, %v)", what, got, gotErr, want, wantErr)
+		}
+	}
+	argLists := [][]any{
+		{"a"}, {""}, {"ns-é"}, {"a\x00b"}, {"a", "b"}, {"", ""}, {"a", ""}, {"", "b"},
+		{}, {1}, {"a", 2}, {nil}, {"a", "b", "c"},
+	}
+	type fromObject interface {
+		FromObject(any) (bool, []byte, error)
+	}
+	// Each of the store's indexers with memdb's equivalent and objects to
+	// index.
+	for _, c := range []struct {
+		table, index string
+		objs         []any
+	}{
+		{TableAllocs, indexID, []any{&structs.Alloc{ID: "a1"}, &structs.Alloc{ID: ""}, &structs.Alloc{ID: "é\x01"}}},
+		{TableAllocs, indexNode, []any{&structs.Alloc{ID: "a1", NodeID: "n1"}, &structs.Alloc{ID: "a1"}}},
+		{TableNodes, indexID, []any{&structs.Node{ID: "n1"}, &structs.Node{}}},
+		{TablePlugins, indexID, []any{&structs.Plugin{ID: "ebs"}, &structs.Plugin{}}},
+		{TableLeftovers, indexID, []any{&structs.Leftover{ID: "ns/v/a"}, &structs.Leftover{}}},
+		{TableIndex, indexID, []any{&indexRow{Key: TableVolumes, Value: 3}, &indexRow{}}},
+		{tableStats, indexID, []any{&statsRow{Key: statsKey}, &statsRow{}}},
+		{TableEvents, indexRing, []any{
+			&eventRow{Ring: ringGlobal, RingSeq: 7}, &eventRow{Ring: volumeRing("default", "v1"), RingSeq: 1 << 40},
+			&eventRow{Ring: "", RingSeq: 3}, &eventRow{Ring: ringAudit},
+		}},
+		{TableVolumes, indexID, []any{&structs.Volume{Namespace: "default", ID: "v1"}, &structs.Volume{ID: "v1"}}},
+		{TableVolumes, indexExternal, []any{&structs.Volume{PluginID: "ebs", ExternalID: "disk-1"}, &structs.Volume{PluginID: "ebs"}}},
+	} {
+		ix := tables[c.table].Indexes[c.index].Indexer
+		var ref memdb.Indexer
+		switch x := ix.(type) {
+		case stringKeyIndex[*structs.Alloc]:
+			ref = x.StringFieldIndex
+		case stringKeyIndex[*structs.Node]:
+			ref = x.StringFieldIndex
+		case stringKeyIndex[*structs.Plugin]:
+			ref = x.StringFieldIndex
+		case stringKeyIndex[*structs.Leftover]:
+			ref = x.StringFieldIndex
+		case stringKeyIndex[*indexRow]:
+			ref = x.StringFieldIndex
+		case stringKeyIndex[*statsRow]:
+			ref = x.StringFieldIndex
+		case ringKeyIndex:
+			ref = x.CompoundIndex
+		case volumeKeyIndexer:
+			ref = x.CompoundIndex
+		default:
+			t.Fatalf("%s.%s: indexer %T is not one of the store's", c.table, c.index, ix)
+		}
+		name := c.table + "." + c.index
+		for _, obj := range c.objs {
+			ok, got, err := ix.(fromObject).FromObject(obj)
+			wantOK, want, wantErr := ref.(fromObject).FromObject(obj)
+			if ok != wantOK {
+				t.Errorf("%s FromObject(%+v): ok %v, memdb gives %v", name, obj, ok, wantOK)
+			}
+			same(name+" FromObject", got, err, want, wantErr)
+		}
+		for _, args := range argLists {
+			got, err := ix.FromArgs(args...)
+			want, wantErr := ref.FromArgs(args...)
+			same(name+" FromArgs", got, err, want, wantErr)
+			if p, ok := ix.(memdb.PrefixIndexer); ok {
+				got, err := p.PrefixFromArgs(args...)
+				want, wantErr := ref.(memdb.PrefixIndexer).PrefixFromArgs(args...)
+				same(name+" PrefixFromArgs", got, err, want, wantErr)
+			}
+		}
+	}
+}
+
+// A lookup key is built in one allocation: memdb's StringFieldIndex took
+// two per string, and its CompoundIndex six for a volume's namespace and
+// ID, on every one of the forty-odd lookups of a release.
+func TestKeyIndexersAllocateOnce(t *testing.T) {
+	tables := schema().Tables
+	vol := tables[TableVolumes].Indexes[indexID].Indexer
+	alloc := tables[TableAllocs].Indexes[indexID].Indexer
+	ring := tables[TableEvents].Indexes[indexRing].Indexer.(memdb.PrefixIndexer)
+	a := &structs.Alloc{ID: "alloc-1", NodeID: "node-1"}
+	e := &eventRow{Ring: volumeRing("default", "vol-1"), RingSeq: 9}
+	// The argument lists are built once: memdb's callers build them (a
+	// variadic call through an interface allocates its slice), not the
+	// indexer.
+	volArgs, allocArgs, ringArgs := []any{"default", "vol-1"}, []any{"alloc-1"}, []any{"v\x00default\x00vol-1\x00"}
+	for name, f := range map[string]func(){
+		"volume FromArgs":     func() { _, _ = vol.FromArgs(volArgs...) },
+		"alloc FromArgs":      func() { _, _ = alloc.FromArgs(allocArgs...) },
+		"alloc FromObject":    func() { _, _, _ = alloc.(memdb.SingleIndexer).FromObject(a) },
+		"ring PrefixFromArgs": func() { _, _ = ring.PrefixFromArgs(ringArgs...) },
+		"ring FromObject":     func() { _, _, _ = ring.(memdb.SingleIndexer).FromObject(e) },
+		"alloc node FromObject": func() {
+			_, _, _ = tables[TableAllocs].Indexes[indexNode].Indexer.(memdb.SingleIndexer).FromObject(a)
+		},
+	} {
+		if n := testing.AllocsPerRun(100, f); n > 1 {
+			t.Errorf("%s: %v allocations, want 1", name, n)
+		}
+	}
+}
