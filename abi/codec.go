@@ -380,6 +380,25 @@ func shortVarint(b []byte, tag byte) (x uint64, n int) {
 	return 0, 0
 }
 
+// itemBytes is shortBytes for a nested message, whose length may take two
+// bytes (a claim with long IDs is over 127 bytes): the value of the bytes
+// field with the one-byte tag at the front of b, and the bytes it takes
+// (n == 0: not there, or not in this short form). The two lengths are
+// told apart without a branch, which in a Go guest would be a jump.
+func itemBytes(b []byte, tag byte) (v []byte, n int) {
+	if len(b) > 2 && b[0] == tag {
+		c1, c2 := int(b[1]), int(b[2])
+		two := c1 >> 7 // 1 for a two-byte length
+		if c1&c2 < 0x80 {
+			l := c1&0x7f | c2<<7&-two
+			if n = 2 + two + l; n <= len(b) {
+				return b[2+two : n], n
+			}
+		}
+	}
+	return nil, 0
+}
+
 // countFields counts the length-delimited occurrences of field numbers 1..15
 // at the top level of b, stopping at the first malformed tag. Decoders use
 // it to size repeated fields once instead of growing them (growing the
@@ -1267,7 +1286,6 @@ func (m *PolicyRequest) unmarshalReusing(d decoder, err error) error {
 	*m = PolicyRequest{}
 	if err == nil {
 		m.Claims, m.Allocs, m.Nodes = claims, allocs, nodes
-		m.presizeReusing(d.base)
 		err = m.merge(&d, d.base)
 	}
 	if err != nil {
@@ -1277,22 +1295,10 @@ func (m *PolicyRequest) unmarshalReusing(d decoder, err error) error {
 	return nil
 }
 
-// presizeReusing grows a reused repeated field, once, to the items b
-// holds, so the merge's appends never reallocate. Nil fields stay nil:
-// merge's own presize sizes them.
-func (m *PolicyRequest) presizeReusing(b []byte) {
-	if m.Claims == nil && m.Allocs == nil && m.Nodes == nil {
-		return
-	}
-	c := countFields(b)
-	grow := func(n, have int) int { return max(min(n, MaxRepeated)-have, 0) }
-	m.Claims = slices.Grow(m.Claims, grow(c[3], cap(m.Claims)))
-	m.Allocs = slices.Grow(m.Allocs, grow(c[4], cap(m.Allocs)))
-	m.Nodes = slices.Grow(m.Nodes, grow(c[5], cap(m.Nodes)))
-}
-
 func (m *PolicyRequest) merge(d *decoder, b []byte) error {
-	// Fast path (see "decoding helpers"): the fields in number order.
+	// Fast path (see "decoding helpers"): the fields in number order, each
+	// item with its whole-message decoder (codec_items.go). Only the first
+	// Volume can be decoded fresh: nothing of m is set before it.
 	if len(b) > 1 && b[0] == 1<<3 { // a time or age in ms: several bytes
 		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
 			m.NowUnixMs = int64(x)
@@ -1302,8 +1308,8 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			}
 		}
 	}
-	if v, n := shortBytes(b, 2<<3|2); n > 0 {
-		if err := m.Volume.merge(d, v); err != nil {
+	if v, n := itemBytes(b, 2<<3|2); n > 0 {
+		if err := m.Volume.decodeFresh(d, v); err != nil {
 			return fieldError(2, protowire.BytesType, err)
 		}
 		b = b[n:]
@@ -1311,53 +1317,67 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			goto done
 		}
 	}
-	if m.Claims == nil || m.Allocs == nil || m.Nodes == nil {
-		// Only nil fields are sized here: a reused request's slices were
-		// sized by presizeReusing, and counting the fields again costs a
-		// guest a loop over the whole message.
+	if m.Claims == nil && m.Allocs == nil && m.Nodes == nil {
+		// A fresh request (or the first into a reused one) is sized once
+		// here; a reused one keeps its slices and grows them only for a
+		// request with more items than any before (counting the fields
+		// again costs a guest a loop over the whole message).
 		m.presize(b)
 	}
-	for len(m.Claims) < MaxRepeated {
-		v, n := shortBytes(b, 3<<3|2)
-		if n == 0 {
-			break
+	{
+		// The items are appended to locals and stored once: every store
+		// of a slice header into m is a write barrier test, a jump in a
+		// Go guest.
+		claims, allocs, nodes := m.Claims, m.Allocs, m.Nodes
+		for len(claims) < MaxRepeated {
+			v, n := itemBytes(b, 3<<3|2)
+			if n == 0 {
+				break
+			}
+			k := len(claims)
+			if k == cap(claims) {
+				claims = slices.Grow(claims, 1)
+			}
+			claims = claims[:k+1]
+			if err := claims[k].decodeFresh(d, v); err != nil {
+				return fieldError(3, protowire.BytesType, itemError(k, err))
+			}
+			b = b[n:]
 		}
-		m.Claims = append(m.Claims, ClaimView{})
-		if err := m.Claims[len(m.Claims)-1].merge(d, v); err != nil {
-			return fieldError(3, protowire.BytesType, itemError(len(m.Claims)-1, err))
+		for len(allocs) < MaxRepeated {
+			v, n := itemBytes(b, 4<<3|2)
+			if n == 0 {
+				break
+			}
+			k := len(allocs)
+			if k == cap(allocs) {
+				allocs = slices.Grow(allocs, 1)
+			}
+			allocs = allocs[:k+1]
+			if err := allocs[k].decodeFresh(d, v); err != nil {
+				return fieldError(4, protowire.BytesType, itemError(k, err))
+			}
+			b = b[n:]
 		}
-		b = b[n:]
-		if len(b) == 0 {
-			goto done
+		for len(nodes) < MaxRepeated {
+			v, n := itemBytes(b, 5<<3|2)
+			if n == 0 {
+				break
+			}
+			k := len(nodes)
+			if k == cap(nodes) {
+				nodes = slices.Grow(nodes, 1)
+			}
+			nodes = nodes[:k+1]
+			if err := nodes[k].decodeFresh(d, v); err != nil {
+				return fieldError(5, protowire.BytesType, itemError(k, err))
+			}
+			b = b[n:]
 		}
+		m.Claims, m.Allocs, m.Nodes = claims, allocs, nodes
 	}
-	for len(m.Allocs) < MaxRepeated {
-		v, n := shortBytes(b, 4<<3|2)
-		if n == 0 {
-			break
-		}
-		m.Allocs = append(m.Allocs, AllocView{})
-		if err := m.Allocs[len(m.Allocs)-1].merge(d, v); err != nil {
-			return fieldError(4, protowire.BytesType, itemError(len(m.Allocs)-1, err))
-		}
-		b = b[n:]
-		if len(b) == 0 {
-			goto done
-		}
-	}
-	for len(m.Nodes) < MaxRepeated {
-		v, n := shortBytes(b, 5<<3|2)
-		if n == 0 {
-			break
-		}
-		m.Nodes = append(m.Nodes, NodeView{})
-		if err := m.Nodes[len(m.Nodes)-1].merge(d, v); err != nil {
-			return fieldError(5, protowire.BytesType, itemError(len(m.Nodes)-1, err))
-		}
-		b = b[n:]
-		if len(b) == 0 {
-			goto done
-		}
+	if len(b) == 0 {
+		goto done
 	}
 	for len(b) > 0 {
 		// The general loop, for what the fast path left: the tag and the
@@ -1615,7 +1635,7 @@ func (m *PolicyResponse) merge(d *decoder, b []byte) error {
 			break
 		}
 		m.Decisions = append(m.Decisions, Decision{})
-		if err := m.Decisions[len(m.Decisions)-1].merge(d, v); err != nil {
+		if err := m.Decisions[len(m.Decisions)-1].decodeFresh(d, v); err != nil {
 			return fieldError(1, protowire.BytesType, itemError(len(m.Decisions)-1, err))
 		}
 		b = b[n:]
