@@ -1598,6 +1598,18 @@ done:
 // MarshalAppend appends the encoding of m to b.
 func (m *PolicyResponse) MarshalAppend(b []byte) []byte {
 	for i := range m.Decisions {
+		if d := &m.Decisions[i]; d.RetryAfterMs == 0 {
+			// The usual decision (see Decision.MarshalAppend), inline with
+			// its field header: a Go guest encodes one per claim, and a
+			// call costs it more than these few appends.
+			if n, r := len(d.AllocID), len(d.Reason); uint(n-1) < 0x7f && uint(r-1) < 0x7f && d.Action-1 < 0x7f && n+r < 0x80-6 {
+				b = append(b, 1<<3|byte(protowire.BytesType), byte(6+n+r), 1<<3|byte(protowire.BytesType), byte(n))
+				b = append(b, d.AllocID...)
+				b = append(b, 2<<3|byte(protowire.VarintType), byte(d.Action), 4<<3|byte(protowire.BytesType), byte(r))
+				b = append(b, d.Reason...)
+				continue
+			}
+		}
 		b = openNested(b, 1)
 		start := len(b)
 		b = m.Decisions[i].MarshalAppend(b)

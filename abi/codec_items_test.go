@@ -155,3 +155,35 @@ func TestItemBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyResponseInlineEncode: the decisions PolicyResponse.MarshalAppend
+// encodes inline are byte for byte what the nested Decision.MarshalAppend
+// writes, on both sides of every condition of the inline path.
+func TestPolicyResponseInlineEncode(t *testing.T) {
+	long := strings.Repeat("r", 120)
+	for _, d := range []Decision{
+		{AllocID: "alloc-1", Action: ActionRelease, Reason: "allocation complete"},
+		{AllocID: "a", Action: ActionReleaseSkipNode, Reason: "r"},
+		{AllocID: "a", Action: ActionWait, RetryAfterMs: 25000, Reason: "grace"},
+		{AllocID: "", Action: ActionRelease, Reason: "no alloc"},
+		{AllocID: "a", Action: ActionRelease},
+		{AllocID: "a", Reason: "no action"},
+		{AllocID: "a", Action: 200, Reason: "a two-byte action"},
+		{AllocID: "a", Action: ActionRelease, Reason: long[:115]}, // body 122 bytes: inline
+		{AllocID: "a", Action: ActionRelease, Reason: long[:116]}, // body 123 bytes
+		{AllocID: "a", Action: ActionRelease, Reason: long},       // body over 127 bytes
+		{AllocID: long, Action: ActionRelease, Reason: long},
+	} {
+		resp := PolicyResponse{Decisions: []Decision{d, d}, Error: "e"}
+		var want []byte
+		for range 2 {
+			want = openNested(want, 1)
+			start := len(want)
+			want = closeNested(d.MarshalAppend(want), start)
+		}
+		want = appendString(want, 15, "e")
+		if got := resp.MarshalAppend(nil); string(got) != string(want) {
+			t.Errorf("%+v:\ngot  %x\nwant %x", d, got, want)
+		}
+	}
+}

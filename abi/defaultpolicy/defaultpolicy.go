@@ -201,7 +201,7 @@ func Decide(req *abi.PolicyRequest) *abi.PolicyResponse {
 	}
 	var ix Index
 	ix.init(req)
-	ix.decideAll(req, resp.Decisions)
+	ix.decideAll(req.Claims, resp.Decisions)
 	return resp
 }
 
@@ -220,13 +220,15 @@ func DecideInto(req *abi.PolicyRequest, resp *abi.PolicyResponse) {
 	resp.Decisions, resp.Error = decisions[:len(req.Claims)], ""
 	var ix Index
 	ix.init(req)
-	ix.decideAll(req, resp.Decisions)
+	ix.decideAll(req.Claims, resp.Decisions)
 }
 
-// decideAll writes the decision of each of req's claims into ds (one per
-// claim, in claim order), overwriting every field.
-func (ix *Index) decideAll(req *abi.PolicyRequest, ds []abi.Decision) {
-	claims := req.Claims[:len(ds)]
+// decideAll writes the decision of each of claims into ds (one per claim,
+// in claim order, as many as ds holds), overwriting every field. The
+// decision is written out here rather than in a function per claim: in a
+// Go wasm guest a call costs more than the decision (ABI.md section 12).
+func (ix *Index) decideAll(claims []abi.ClaimView, ds []abi.Decision) {
+	claims = claims[:len(ds)]
 	for i := range claims {
 		c := &claims[i]
 		var a *abi.AllocView
@@ -235,36 +237,34 @@ func (ix *Index) decideAll(req *abi.PolicyRequest, ds []abi.Decision) {
 		} else {
 			a = ix.alloc(c.AllocID)
 		}
-		ix.decide(&ds[i], c, a)
-	}
-}
-
-// DecideClaim is the default decision for one claim.
-func (ix Index) DecideClaim(c *abi.ClaimView) abi.Decision {
-	var d abi.Decision
-	ix.decide(&d, c, ix.alloc(c.AllocID))
-	return d
-}
-
-// decide is DecideClaim with the claim's allocation (nil: none) found,
-// written into d (every field).
-func (ix *Index) decide(d *abi.Decision, c *abi.ClaimView, a *abi.AllocView) {
-	status := allocStatus(a)
-	k := kindOf(status)
-	action, reason := abi.ActionRelease, ""
-	switch {
-	case !k.terminal():
-		action, reason = abi.ActionWait, k.reason(status)
-	case c.State == ClaimTaken:
-		if node := nodeStatus(ix.node(c.NodeID)); node == NodeDown || node == NodeGone {
-			action, reason = abi.ActionReleaseSkipNode, k.skipReason(status, node)
-			break
+		status := allocStatus(a)
+		k := kindOf(status)
+		action, reason := abi.ActionRelease, ""
+		switch {
+		case !k.terminal():
+			action, reason = abi.ActionWait, k.reason(status)
+		case c.State == ClaimTaken:
+			if node := nodeStatus(ix.node(c.NodeID)); node == NodeDown || node == NodeGone {
+				action, reason = abi.ActionReleaseSkipNode, k.skipReason(status, node)
+				break
+			}
+			reason = k.reason(status)
+		default:
+			reason = k.reason(status)
 		}
-		reason = k.reason(status)
-	default:
-		reason = k.reason(status)
+		d := &ds[i]
+		d.AllocID, d.Action, d.RetryAfterMs, d.Reason = c.AllocID, action, 0, reason
 	}
-	d.AllocID, d.Action, d.RetryAfterMs, d.Reason = c.AllocID, action, 0, reason
+}
+
+// DecideClaim is the default decision for one claim. It is decideAll's
+// over that one claim: with the allocation IDs distinct the allocation at
+// the claim's position is the only one with its ID, and otherwise the
+// lookup scans, so the position does not change the answer.
+func (ix Index) DecideClaim(c *abi.ClaimView) abi.Decision {
+	var d [1]abi.Decision
+	ix.decideAll([]abi.ClaimView{*c}, d[:])
+	return d[0]
 }
 
 // allocKind is an allocation status classified once per claim, so the
@@ -282,22 +282,24 @@ const (
 	kindGone
 )
 
-// kindOf classifies status: the first byte picks the one candidate.
+// kindOf classifies status: the first byte picks the one candidate, which
+// is then compared inline (a call to equal, or to the runtime's string
+// comparison for the longer constants, costs a Go guest more).
 func kindOf(status string) allocKind {
 	if status == "" {
 		return kindOther
 	}
 	switch status[0] {
 	case 'p':
-		if equal(status, AllocPending) {
+		if len(status) == 7 && load32(status, 0) == pendingWords[0] && load32(status, 3) == pendingWords[1] {
 			return kindPending
 		}
 	case 'r':
-		if equal(status, AllocRunning) {
+		if len(status) == 7 && load32(status, 0) == runningWords[0] && load32(status, 3) == runningWords[1] {
 			return kindRunning
 		}
 	case 'c':
-		if equal(status, AllocComplete) {
+		if len(status) == 8 && load32(status, 0) == completeWords[0] && load32(status, 4) == completeWords[1] {
 			return kindComplete
 		}
 	case 'f':
@@ -315,6 +317,14 @@ func kindOf(status string) allocKind {
 	}
 	return kindOther
 }
+
+// The 4-byte words kindOf compares: the first four bytes and the last four
+// of each status of 7 or 8 bytes.
+var (
+	pendingWords  = [2]uint32{load32(AllocPending, 0), load32(AllocPending, 3)}
+	runningWords  = [2]uint32{load32(AllocRunning, 0), load32(AllocRunning, 3)}
+	completeWords = [2]uint32{load32(AllocComplete, 0), load32(AllocComplete, 4)}
+)
 
 func (k allocKind) terminal() bool { return k >= kindComplete }
 
