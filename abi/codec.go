@@ -1382,11 +1382,20 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 		// of a slice header into m is a write barrier test, a jump in a
 		// Go guest.
 		claims, allocs, nodes := m.Claims, m.Allocs, m.Nodes
-		for len(claims) < MaxRepeated {
-			v, n := itemBytes(b, 3<<3|2)
-			if n == 0 {
+		for len(claims) < MaxRepeated && len(b) > 2 && b[0] == 3<<3|2 {
+			// itemBytes, written out: its not-found result merged with
+			// the found one costs a jump per item in a Go guest, a
+			// loop exit none.
+			c1, c2 := int(b[1]), int(b[2])
+			two := c1 >> 7
+			if c1&c2 >= 0x80 {
 				break
 			}
+			n := 2 + two + (c1&0x7f | c2<<7&-two)
+			if n > len(b) {
+				break
+			}
+			v := b[2+two : n]
 			k := len(claims)
 			if k == cap(claims) {
 				claims = slices.Grow(claims, 1)
@@ -1397,11 +1406,20 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			}
 			b = b[n:]
 		}
-		for len(allocs) < MaxRepeated {
-			v, n := itemBytes(b, 4<<3|2)
-			if n == 0 {
+		for len(allocs) < MaxRepeated && len(b) > 2 && b[0] == 4<<3|2 {
+			// itemBytes, written out: its not-found result merged with
+			// the found one costs a jump per item in a Go guest, a
+			// loop exit none.
+			c1, c2 := int(b[1]), int(b[2])
+			two := c1 >> 7
+			if c1&c2 >= 0x80 {
 				break
 			}
+			n := 2 + two + (c1&0x7f | c2<<7&-two)
+			if n > len(b) {
+				break
+			}
+			v := b[2+two : n]
 			k := len(allocs)
 			if k == cap(allocs) {
 				allocs = slices.Grow(allocs, 1)
@@ -1412,11 +1430,20 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			}
 			b = b[n:]
 		}
-		for len(nodes) < MaxRepeated {
-			v, n := itemBytes(b, 5<<3|2)
-			if n == 0 {
+		for len(nodes) < MaxRepeated && len(b) > 2 && b[0] == 5<<3|2 {
+			// itemBytes, written out: its not-found result merged with
+			// the found one costs a jump per item in a Go guest, a
+			// loop exit none.
+			c1, c2 := int(b[1]), int(b[2])
+			two := c1 >> 7
+			if c1&c2 >= 0x80 {
 				break
 			}
+			n := 2 + two + (c1&0x7f | c2<<7&-two)
+			if n > len(b) {
+				break
+			}
+			v := b[2+two : n]
 			k := len(nodes)
 			if k == cap(nodes) {
 				nodes = slices.Grow(nodes, 1)
