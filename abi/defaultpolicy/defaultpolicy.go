@@ -282,48 +282,39 @@ const (
 	kindGone
 )
 
-// kindOf classifies status: the first byte picks the one candidate, which
-// is then compared inline (a call to equal, or to the runtime's string
-// comparison for the longer constants, costs a Go guest more).
+// kindOf classifies status: its first byte picks the one candidate from a
+// table, whose length and two 4-byte words (the first four bytes and the
+// last four, overlapping for a 4-byte status) are then compared: no branch
+// per candidate and no call to a string comparison, each a jump or a call
+// in a Go wasm guest (ABI.md section 12).
 func kindOf(status string) allocKind {
-	if status == "" {
+	if len(status) < 4 { // no known status is shorter
 		return kindOther
 	}
-	switch status[0] {
-	case 'p':
-		if len(status) == 7 && load32(status, 0) == pendingWords[0] && load32(status, 3) == pendingWords[1] {
-			return kindPending
-		}
-	case 'r':
-		if len(status) == 7 && load32(status, 0) == runningWords[0] && load32(status, 3) == runningWords[1] {
-			return kindRunning
-		}
-	case 'c':
-		if len(status) == 8 && load32(status, 0) == completeWords[0] && load32(status, 4) == completeWords[1] {
-			return kindComplete
-		}
-	case 'f':
-		if status == AllocFailed {
-			return kindFailed
-		}
-	case 'l':
-		if status == AllocLost {
-			return kindLost
-		}
-	case 'g':
-		if status == AllocGone {
-			return kindGone
-		}
+	k := kindByFirst[status[0]]
+	w := &kindWords[k]
+	if len(status) == int(w.n) && load32(status, 0) == w.first && load32(status, len(status)-4) == w.last {
+		return k
 	}
 	return kindOther
 }
 
-// The 4-byte words kindOf compares: the first four bytes and the last four
-// of each status of 7 or 8 bytes.
+// kindWord is what kindOf compares of a known status.
+type kindWord struct {
+	n           uint8 // the status's length; 0 for kindOther, which matches nothing
+	first, last uint32
+}
+
 var (
-	pendingWords  = [2]uint32{load32(AllocPending, 0), load32(AllocPending, 3)}
-	runningWords  = [2]uint32{load32(AllocRunning, 0), load32(AllocRunning, 3)}
-	completeWords = [2]uint32{load32(AllocComplete, 0), load32(AllocComplete, 4)}
+	// kindByFirst is the only known status each first byte can start.
+	kindByFirst = [256]allocKind{'p': kindPending, 'r': kindRunning, 'c': kindComplete, 'f': kindFailed, 'l': kindLost, 'g': kindGone}
+	kindWords   = func() (w [kindGone + 1]kindWord) {
+		for k, s := range map[allocKind]string{kindPending: AllocPending, kindRunning: AllocRunning, kindComplete: AllocComplete,
+			kindFailed: AllocFailed, kindLost: AllocLost, kindGone: AllocGone} {
+			w[k] = kindWord{n: uint8(len(s)), first: load32(s, 0), last: load32(s, len(s)-4)}
+		}
+		return w
+	}()
 )
 
 func (k allocKind) terminal() bool { return k >= kindComplete }
