@@ -237,7 +237,7 @@ func TestGuestCallCounts(t *testing.T) {
 // and memory.fill, each a call out of the compiled code into the host's
 // memmove, and a probe charge). Before the cut (the SDK, codec and policy
 // of 359f2e8): 122.8 calls, 656.6 loop headers and 98 bulk operations per
-// call; after: 86.8, 465.6 and 24 (the test fails on the module built from
+// call; after: 86.8, 431.6 and 24 (the test fails on the module built from
 // 359f2e8). The bounds leave room for a compiler's
 // change of layout, not for a return of the per-field jumps (the request's
 // decode) or of the struct copies (the policy). Skipped with -short and
