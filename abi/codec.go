@@ -1325,10 +1325,10 @@ func (m *PolicyRequest) UnmarshalReusing(b []byte) error {
 // any of m's strings is in use; the SDK hands such a request to a handler
 // only for the duration of the call, before the host writes the next
 // request into the same buffer. Unlike UnmarshalReusing it leaves the
-// items past the new lengths as they were (merge appends zeroed items, so
-// nothing of them shows): their strings point into the caller's own
-// buffer, which stays alive anyway, and clearing them costs a Go guest two
-// runtime calls per slice.
+// items past the new lengths as they were (each item decoded replaces the
+// old one whole, so nothing of them shows): their strings point into the
+// caller's own buffer, which stays alive anyway, and clearing them costs a
+// Go guest two runtime calls per slice.
 func (m *PolicyRequest) UnmarshalBorrowing(b []byte) error {
 	return m.unmarshalReusing(borrowingDecoder(b))
 }
