@@ -90,6 +90,19 @@ func appendShortString(b []byte, num protowire.Number, v string) []byte {
 	return append(append(b, byte(num)<<3|byte(protowire.BytesType), byte(len(v))), v...)
 }
 
+// appendShort appends string field tag (a one-byte tag) holding v, shorter
+// than 128 bytes, unless v is empty: the inline form of appendString for
+// the request encoders' fast paths below, which check the lengths once per
+// message instead (the host encodes every claim of every request, and a
+// call per field was a third of its encoding, issue 17).
+func appendShort(b []byte, tag byte, v string) []byte {
+	if v != "" {
+		b = append(b, tag, byte(len(v)))
+		b = append(b, v...)
+	}
+	return b
+}
+
 // appendRepeatedString keeps empty items: their count is part of the value.
 func appendRepeatedString(b []byte, num protowire.Number, vs []string) []byte {
 	if len(vs) == 0 { // inline: the usual case
@@ -378,6 +391,25 @@ func shortVarint(b []byte, tag byte) (x uint64, n int) {
 		return uint64(b[1]), 2
 	}
 	return 0, 0
+}
+
+// itemBytes is shortBytes for a nested message, whose length may take two
+// bytes (a claim with long IDs is over 127 bytes): the value of the bytes
+// field with the one-byte tag at the front of b, and the bytes it takes
+// (n == 0: not there, or not in this short form). The two lengths are
+// told apart without a branch, which in a Go guest would be a jump.
+func itemBytes(b []byte, tag byte) (v []byte, n int) {
+	if len(b) > 2 && b[0] == tag {
+		c1, c2 := int(b[1]), int(b[2])
+		two := c1 >> 7 // 1 for a two-byte length
+		if c1&c2 < 0x80 {
+			l := c1&0x7f | c2<<7&-two
+			if n = 2 + two + l; n <= len(b) {
+				return b[2+two : n], n
+			}
+		}
+	}
+	return nil, 0
 }
 
 // countFields counts the length-delimited occurrences of field numbers 1..15
@@ -670,6 +702,14 @@ done:
 
 // MarshalAppend appends the encoding of m to b.
 func (m *VolumeView) MarshalAppend(b []byte) []byte {
+	if len(m.Namespace)|len(m.ID)|len(m.PluginID)|len(m.AccessMode)|len(m.AttachmentMode)|len(m.ExternalID) < 0x80 && len(m.Context) == 0 {
+		b = appendShort(b, 1<<3|2, m.Namespace)
+		b = appendShort(b, 2<<3|2, m.ID)
+		b = appendShort(b, 3<<3|2, m.PluginID)
+		b = appendShort(b, 4<<3|2, m.AccessMode)
+		b = appendShort(b, 5<<3|2, m.AttachmentMode)
+		return appendShort(b, 6<<3|2, m.ExternalID)
+	}
 	b = appendString(b, 1, m.Namespace)
 	b = appendString(b, 2, m.ID)
 	b = appendString(b, 3, m.PluginID)
@@ -810,6 +850,22 @@ done:
 
 // MarshalAppend appends the encoding of m to b.
 func (m *ClaimView) MarshalAppend(b []byte) []byte {
+	if len(m.AllocID)|len(m.NodeID)|len(m.Mode)|len(m.State)|len(m.LastErrorKind)|len(m.ExternalNodeID)|len(m.AccessMode)|len(m.AttachmentMode) < 0x80 && m.Attempts|m.LastErrorCode < 0x80 {
+		b = appendShort(b, 1<<3|2, m.AllocID)
+		b = appendShort(b, 2<<3|2, m.NodeID)
+		b = appendShort(b, 3<<3|2, m.Mode)
+		b = appendShort(b, 4<<3|2, m.State)
+		if m.Attempts != 0 {
+			b = append(b, 5<<3, byte(m.Attempts))
+		}
+		if m.LastErrorCode != 0 {
+			b = append(b, 6<<3, byte(m.LastErrorCode))
+		}
+		b = appendShort(b, 7<<3|2, m.LastErrorKind)
+		b = appendShort(b, 8<<3|2, m.ExternalNodeID)
+		b = appendShort(b, 9<<3|2, m.AccessMode)
+		return appendShort(b, 10<<3|2, m.AttachmentMode)
+	}
 	b = appendString(b, 1, m.AllocID)
 	b = appendString(b, 2, m.NodeID)
 	b = appendString(b, 3, m.Mode)
@@ -975,6 +1031,14 @@ done:
 
 // MarshalAppend appends the encoding of m to b.
 func (m *AllocView) MarshalAppend(b []byte) []byte {
+	if len(m.ID)|len(m.ClientStatus) < 0x80 {
+		b = appendShort(b, 1<<3|2, m.ID)
+		b = appendShort(b, 2<<3|2, m.ClientStatus)
+		if m.TerminalAgeMs != 0 {
+			b = protowire.AppendVarint(append(b, 3<<3), uint64(m.TerminalAgeMs))
+		}
+		return b
+	}
 	b = appendString(b, 1, m.ID)
 	b = appendString(b, 2, m.ClientStatus)
 	return appendVarint(b, 3, uint64(m.TerminalAgeMs))
@@ -1072,6 +1136,14 @@ done:
 
 // MarshalAppend appends the encoding of m to b.
 func (m *NodeView) MarshalAppend(b []byte) []byte {
+	if len(m.ID)|len(m.Status)|len(m.ExternalID) < 0x80 && len(m.Meta) == 0 {
+		b = appendShort(b, 1<<3|2, m.ID)
+		b = appendShort(b, 2<<3|2, m.Status)
+		if m.LastSeenAgeMs != 0 {
+			b = protowire.AppendVarint(append(b, 3<<3), uint64(m.LastSeenAgeMs))
+		}
+		return appendShort(b, 5<<3|2, m.ExternalID)
+	}
 	b = appendString(b, 1, m.ID)
 	b = appendString(b, 2, m.Status)
 	b = appendVarint(b, 3, uint64(m.LastSeenAgeMs))
@@ -1253,10 +1325,10 @@ func (m *PolicyRequest) UnmarshalReusing(b []byte) error {
 // any of m's strings is in use; the SDK hands such a request to a handler
 // only for the duration of the call, before the host writes the next
 // request into the same buffer. Unlike UnmarshalReusing it leaves the
-// items past the new lengths as they were (merge appends zeroed items, so
-// nothing of them shows): their strings point into the caller's own
-// buffer, which stays alive anyway, and clearing them costs a Go guest two
-// runtime calls per slice.
+// items past the new lengths as they were (each item decoded replaces the
+// old one whole, so nothing of them shows): their strings point into the
+// caller's own buffer, which stays alive anyway, and clearing them costs a
+// Go guest two runtime calls per slice.
 func (m *PolicyRequest) UnmarshalBorrowing(b []byte) error {
 	return m.unmarshalReusing(borrowingDecoder(b))
 }
@@ -1267,7 +1339,6 @@ func (m *PolicyRequest) unmarshalReusing(d decoder, err error) error {
 	*m = PolicyRequest{}
 	if err == nil {
 		m.Claims, m.Allocs, m.Nodes = claims, allocs, nodes
-		m.presizeReusing(d.base)
 		err = m.merge(&d, d.base)
 	}
 	if err != nil {
@@ -1277,22 +1348,10 @@ func (m *PolicyRequest) unmarshalReusing(d decoder, err error) error {
 	return nil
 }
 
-// presizeReusing grows a reused repeated field, once, to the items b
-// holds, so the merge's appends never reallocate. Nil fields stay nil:
-// merge's own presize sizes them.
-func (m *PolicyRequest) presizeReusing(b []byte) {
-	if m.Claims == nil && m.Allocs == nil && m.Nodes == nil {
-		return
-	}
-	c := countFields(b)
-	grow := func(n, have int) int { return max(min(n, MaxRepeated)-have, 0) }
-	m.Claims = slices.Grow(m.Claims, grow(c[3], cap(m.Claims)))
-	m.Allocs = slices.Grow(m.Allocs, grow(c[4], cap(m.Allocs)))
-	m.Nodes = slices.Grow(m.Nodes, grow(c[5], cap(m.Nodes)))
-}
-
 func (m *PolicyRequest) merge(d *decoder, b []byte) error {
-	// Fast path (see "decoding helpers"): the fields in number order.
+	// Fast path (see "decoding helpers"): the fields in number order, each
+	// item with its whole-message decoder (codec_items.go). Only the first
+	// Volume can be decoded fresh: nothing of m is set before it.
 	if len(b) > 1 && b[0] == 1<<3 { // a time or age in ms: several bytes
 		if x, n := protowire.ConsumeVarint(b[1:]); n > 0 {
 			m.NowUnixMs = int64(x)
@@ -1302,8 +1361,8 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			}
 		}
 	}
-	if v, n := shortBytes(b, 2<<3|2); n > 0 {
-		if err := m.Volume.merge(d, v); err != nil {
+	if v, n := itemBytes(b, 2<<3|2); n > 0 {
+		if err := m.Volume.decodeFresh(d, v); err != nil {
 			return fieldError(2, protowire.BytesType, err)
 		}
 		b = b[n:]
@@ -1311,53 +1370,94 @@ func (m *PolicyRequest) merge(d *decoder, b []byte) error {
 			goto done
 		}
 	}
-	if m.Claims == nil || m.Allocs == nil || m.Nodes == nil {
-		// Only nil fields are sized here: a reused request's slices were
-		// sized by presizeReusing, and counting the fields again costs a
-		// guest a loop over the whole message.
+	if m.Claims == nil && m.Allocs == nil && m.Nodes == nil {
+		// A fresh request (or the first into a reused one) is sized once
+		// here; a reused one keeps its slices and grows them only for a
+		// request with more items than any before (counting the fields
+		// again costs a guest a loop over the whole message).
 		m.presize(b)
 	}
-	for len(m.Claims) < MaxRepeated {
-		v, n := shortBytes(b, 3<<3|2)
-		if n == 0 {
-			break
+	{
+		// The items are appended to locals and stored once: every store
+		// of a slice header into m is a write barrier test, a jump in a
+		// Go guest.
+		claims, allocs, nodes := m.Claims, m.Allocs, m.Nodes
+		for len(claims) < MaxRepeated && len(b) > 2 && b[0] == 3<<3|2 {
+			// itemBytes, written out: its not-found result merged with
+			// the found one costs a jump per item in a Go guest, a
+			// loop exit none.
+			c1, c2 := int(b[1]), int(b[2])
+			two := c1 >> 7
+			if c1&c2 >= 0x80 {
+				break
+			}
+			n := 2 + two + (c1&0x7f | c2<<7&-two)
+			if n > len(b) {
+				break
+			}
+			v := b[2+two : n]
+			k := len(claims)
+			if k == cap(claims) {
+				claims = slices.Grow(claims, 1)
+			}
+			claims = claims[:k+1]
+			if err := claims[k].decodeFresh(d, v); err != nil {
+				return fieldError(3, protowire.BytesType, itemError(k, err))
+			}
+			b = b[n:]
 		}
-		m.Claims = append(m.Claims, ClaimView{})
-		if err := m.Claims[len(m.Claims)-1].merge(d, v); err != nil {
-			return fieldError(3, protowire.BytesType, itemError(len(m.Claims)-1, err))
+		for len(allocs) < MaxRepeated && len(b) > 2 && b[0] == 4<<3|2 {
+			// itemBytes, written out: its not-found result merged with
+			// the found one costs a jump per item in a Go guest, a
+			// loop exit none.
+			c1, c2 := int(b[1]), int(b[2])
+			two := c1 >> 7
+			if c1&c2 >= 0x80 {
+				break
+			}
+			n := 2 + two + (c1&0x7f | c2<<7&-two)
+			if n > len(b) {
+				break
+			}
+			v := b[2+two : n]
+			k := len(allocs)
+			if k == cap(allocs) {
+				allocs = slices.Grow(allocs, 1)
+			}
+			allocs = allocs[:k+1]
+			if err := allocs[k].decodeFresh(d, v); err != nil {
+				return fieldError(4, protowire.BytesType, itemError(k, err))
+			}
+			b = b[n:]
 		}
-		b = b[n:]
-		if len(b) == 0 {
-			goto done
+		for len(nodes) < MaxRepeated && len(b) > 2 && b[0] == 5<<3|2 {
+			// itemBytes, written out: its not-found result merged with
+			// the found one costs a jump per item in a Go guest, a
+			// loop exit none.
+			c1, c2 := int(b[1]), int(b[2])
+			two := c1 >> 7
+			if c1&c2 >= 0x80 {
+				break
+			}
+			n := 2 + two + (c1&0x7f | c2<<7&-two)
+			if n > len(b) {
+				break
+			}
+			v := b[2+two : n]
+			k := len(nodes)
+			if k == cap(nodes) {
+				nodes = slices.Grow(nodes, 1)
+			}
+			nodes = nodes[:k+1]
+			if err := nodes[k].decodeFresh(d, v); err != nil {
+				return fieldError(5, protowire.BytesType, itemError(k, err))
+			}
+			b = b[n:]
 		}
+		m.Claims, m.Allocs, m.Nodes = claims, allocs, nodes
 	}
-	for len(m.Allocs) < MaxRepeated {
-		v, n := shortBytes(b, 4<<3|2)
-		if n == 0 {
-			break
-		}
-		m.Allocs = append(m.Allocs, AllocView{})
-		if err := m.Allocs[len(m.Allocs)-1].merge(d, v); err != nil {
-			return fieldError(4, protowire.BytesType, itemError(len(m.Allocs)-1, err))
-		}
-		b = b[n:]
-		if len(b) == 0 {
-			goto done
-		}
-	}
-	for len(m.Nodes) < MaxRepeated {
-		v, n := shortBytes(b, 5<<3|2)
-		if n == 0 {
-			break
-		}
-		m.Nodes = append(m.Nodes, NodeView{})
-		if err := m.Nodes[len(m.Nodes)-1].merge(d, v); err != nil {
-			return fieldError(5, protowire.BytesType, itemError(len(m.Nodes)-1, err))
-		}
-		b = b[n:]
-		if len(b) == 0 {
-			goto done
-		}
+	if len(b) == 0 {
+		goto done
 	}
 	for len(b) > 0 {
 		// The general loop, for what the fast path left: the tag and the
@@ -1578,6 +1678,18 @@ done:
 // MarshalAppend appends the encoding of m to b.
 func (m *PolicyResponse) MarshalAppend(b []byte) []byte {
 	for i := range m.Decisions {
+		if d := &m.Decisions[i]; d.RetryAfterMs == 0 {
+			// The usual decision (see Decision.MarshalAppend), inline with
+			// its field header: a Go guest encodes one per claim, and a
+			// call costs it more than these few appends.
+			if n, r := len(d.AllocID), len(d.Reason); uint(n-1) < 0x7f && uint(r-1) < 0x7f && d.Action-1 < 0x7f && n+r < 0x80-6 {
+				b = append(b, 1<<3|byte(protowire.BytesType), byte(6+n+r), 1<<3|byte(protowire.BytesType), byte(n))
+				b = append(b, d.AllocID...)
+				b = append(b, 2<<3|byte(protowire.VarintType), byte(d.Action), 4<<3|byte(protowire.BytesType), byte(r))
+				b = append(b, d.Reason...)
+				continue
+			}
+		}
 		b = openNested(b, 1)
 		start := len(b)
 		b = m.Decisions[i].MarshalAppend(b)
@@ -1615,7 +1727,7 @@ func (m *PolicyResponse) merge(d *decoder, b []byte) error {
 			break
 		}
 		m.Decisions = append(m.Decisions, Decision{})
-		if err := m.Decisions[len(m.Decisions)-1].merge(d, v); err != nil {
+		if err := m.Decisions[len(m.Decisions)-1].decodeFresh(d, v); err != nil {
 			return fieldError(1, protowire.BytesType, itemError(len(m.Decisions)-1, err))
 		}
 		b = b[n:]

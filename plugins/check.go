@@ -63,7 +63,11 @@ func claimIndex(req *abi.PolicyRequest, index map[string]int, allocID string) in
 		return -1
 	}
 	for i := range req.Claims {
-		if req.Claims[i].AllocID == allocID {
+		// The last bytes first: a request's alloc IDs have one length
+		// (alloc-1, alloc-2; UUIDs) and differ there, so only the match
+		// pays a full comparison (issue 17: the comparisons were half of
+		// the answer's check).
+		if id := req.Claims[i].AllocID; len(id) == len(allocID) && (id == "" || id[len(id)-1] == allocID[len(id)-1]) && id == allocID {
 			return i
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // TestCheckPolicyResponse covers the answer checks on both sides of the
@@ -98,5 +99,71 @@ func TestTimerStaleFire(t *testing.T) {
 	inst.expire() // after the call: nothing is armed
 	if inst.interrupted() {
 		t.Fatal("a fire between calls set the flag")
+	}
+}
+
+// TestTimerPendingAcrossCalls: the call timer stays pending between calls
+// and is reset only when no fire is due by the armed call's deadline
+// (issue 17: a Reset and a Stop per call were a tenth of a call's host
+// side). A fire due after a shorter call's deadline must not delay its
+// stop, and a fire for an earlier call must re-arm for the current one.
+func TestTimerPendingAcrossCalls(t *testing.T) {
+	wasm := exampleWasm(t, "as-default-policy")
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "p", wasm, manifest("release-policy", "limits {\n pool_size = 1\n call_timeout = \"10s\"\n}\n"))
+	}, nil)
+	ctx := context.Background()
+	g := (*e.m.modules.Load())["p"].cur.Load()
+	if g == nil {
+		t.Fatal("module p is not serving")
+	}
+	inst, err := g.checkout(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.checkin(inst, true)
+	fireAt := func() (bool, time.Time, time.Time) {
+		inst.flagMu.Lock()
+		defer inst.flagMu.Unlock()
+		return inst.pending, inst.fireAt, inst.deadline
+	}
+
+	// A second call with a later deadline keeps the first call's fire.
+	if err := inst.armTimer(ctx, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	_, first, _ := fireAt()
+	inst.disarmTimer()
+	if pending, at, _ := fireAt(); !pending || !at.Equal(first) {
+		t.Fatalf("after the call: pending %v at %v, want the call's fire at %v still pending", pending, at, first)
+	}
+	if err := inst.armTimer(ctx, 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if pending, at, _ := fireAt(); !pending || !at.Equal(first) {
+		t.Fatalf("a later deadline reset the timer: pending %v at %v, want %v", pending, at, first)
+	}
+	// That fire, when it comes, re-arms for the current call's deadline.
+	inst.expire()
+	if pending, at, deadline := fireAt(); !pending || !at.Equal(deadline) || inst.interrupted() {
+		t.Fatalf("a fire for an earlier call: pending %v at %v (deadline %v), interrupted %v", pending, at, deadline, inst.interrupted())
+	}
+	inst.disarmTimer()
+
+	// A call whose deadline is before the pending fire resets it, and is
+	// stopped at its own deadline.
+	if err := inst.armTimer(ctx, time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, at, deadline := fireAt(); !at.Equal(deadline) {
+		t.Fatalf("a shorter deadline kept the fire at %v, after its deadline %v", at, deadline)
+	}
+	testutil.WaitFor(t, "the timer to stop the call", func() bool { return inst.interrupted() })
+	if !errors.Is((*timerBound)(inst).Err(), context.DeadlineExceeded) {
+		t.Fatal("the stop does not read as the call's timeout")
+	}
+	inst.disarmTimer()
+	if pending, _, _ := fireAt(); pending {
+		t.Fatal("the fire that stopped the call left the timer marked pending")
 	}
 }

@@ -55,7 +55,7 @@ var ErrNotExported = errors.New("the module does not export it")
 
 // exports reports whether instances of g resolve export.
 func (g *generation) exports(export string) bool {
-	if _, ok := requiredExports(g.man.Kind)[export]; ok {
+	if _, ok := requiredByKind[g.man.Kind][export]; ok {
 		return true
 	}
 	for _, e := range g.optional {

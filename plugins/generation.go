@@ -111,12 +111,20 @@ type instance struct {
 	stopWatch func() bool // context.AfterFunc's stop, while armed
 
 	// The call timeout of a decision call (armTimer): one timer per
-	// instance, reset for every call, instead of a context.WithTimeout and
-	// a context.AfterFunc on it per call (about 2 us and 5 allocations of
-	// a call's host side, issue 17). deadline and expired are under flagMu.
+	// instance instead of a context.WithTimeout and a context.AfterFunc on
+	// it per call (about 2 us and 5 allocations of a call's host side,
+	// issue 17), and left pending between calls rather than reset and
+	// stopped for each (the timer heap's locks were a tenth of the host
+	// side): a fire that finds the current call's deadline ahead re-arms it
+	// for that deadline. deadline, expired, pending and fireAt are under
+	// flagMu.
 	timer    *time.Timer
 	deadline time.Time
 	expired  bool // the timer fired while the current call was armed
+	// pending: the timer will fire, at fireAt or earlier; a call whose
+	// deadline is before fireAt resets it.
+	pending bool
+	fireAt  time.Time
 }
 
 // genDeps is what a generation needs from its manager.
@@ -487,31 +495,37 @@ func (inst *instance) interrupted() bool {
 
 // armTimer is arm for a decision call: the instance's own timer stops the
 // call timeout after it starts, and the caller's ctx ending stops it too.
-// The timer is reset, not made, per call; a fire left over from an earlier
-// call is told apart by the deadline it finds.
+// The timer is only reset when none is pending by the call's deadline; a
+// fire left over from an earlier call is told apart by the deadline it
+// finds, and re-arms the timer for it (expire).
 func (inst *instance) armTimer(ctx context.Context, timeout time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	now := time.Now()
 	inst.flagMu.Lock()
 	inst.armed = true
 	inst.expired = false
-	inst.deadline = time.Now().Add(timeout)
-	inst.flagMu.Unlock()
-	if inst.timer == nil {
-		inst.timer = time.AfterFunc(timeout, inst.expire)
-	} else {
-		inst.timer.Reset(timeout)
+	inst.deadline = now.Add(timeout)
+	if !inst.pending || inst.fireAt.After(inst.deadline) {
+		inst.pending, inst.fireAt = true, inst.deadline
+		if inst.timer == nil {
+			inst.timer = time.AfterFunc(timeout, inst.expire)
+		} else {
+			inst.timer.Reset(timeout)
+		}
 	}
+	inst.flagMu.Unlock()
 	if ctx.Done() != nil { // context.Background() never ends: nothing to watch
 		inst.stopWatch = context.AfterFunc(ctx, inst.interrupt)
 	}
 	return nil
 }
 
-// disarmTimer ends what armTimer started, as disarm does.
+// disarmTimer ends what armTimer started, as disarm does. The timer stays
+// pending: it fires once after the instance's last call, finds nothing
+// armed and is not re-armed.
 func (inst *instance) disarmTimer() {
-	inst.timer.Stop()
 	if inst.stopWatch != nil {
 		inst.stopWatch()
 		inst.stopWatch = nil
@@ -520,15 +534,24 @@ func (inst *instance) disarmTimer() {
 }
 
 // expire is the timer's function: it stops the armed call once its
-// deadline has passed (a timer Reset for a later call may still run the
-// function of an earlier one, which then finds the deadline ahead).
+// deadline has passed, and otherwise re-arms itself for the armed call's
+// deadline (the timer was set for an earlier call's, or a Reset for a
+// later call still ran the function of an earlier fire).
 func (inst *instance) expire() {
 	inst.flagMu.Lock()
-	if inst.armed && !time.Now().Before(inst.deadline) {
+	defer inst.flagMu.Unlock()
+	inst.pending = false
+	if !inst.armed {
+		return
+	}
+	now := time.Now()
+	if !now.Before(inst.deadline) {
 		inst.expired = true
 		inst.flag.Set(1)
+		return
 	}
-	inst.flagMu.Unlock()
+	inst.pending, inst.fireAt = true, inst.deadline
+	inst.timer.Reset(inst.deadline.Sub(now))
 }
 
 // timerBound is an instance's armTimer deadline seen as the call's bound

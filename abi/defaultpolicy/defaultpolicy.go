@@ -55,17 +55,28 @@ const indexThreshold = 32
 
 // NewIndex indexes req's allocations and nodes. For duplicate IDs the last wins.
 func NewIndex(req *abi.PolicyRequest) Index {
-	if len(req.Allocs)+len(req.Nodes) > 2 {
-		return indexOf(req)
-	}
-	// The usual one-claim request, inline: nothing to index.
-	return Index{allocs: req.Allocs, nodes: req.Nodes}
+	var ix Index
+	ix.init(req)
+	return ix
 }
 
-// indexOf builds the maps of a large request, or for a small one finds
+// init is NewIndex into ix, which must be zero. The policy's own calls use
+// it and the pointer methods below rather than Index values: in a Go wasm
+// guest every copy of a struct over 16 bytes is a memory.copy or
+// memory.fill, a call out of the guest's code into the host's memmove
+// (Index is 72 bytes, a Decision 48), and an 8-claim decision made about
+// 70 of them (issue 17).
+func (ix *Index) init(req *abi.PolicyRequest) {
+	ix.allocs, ix.nodes = req.Allocs, req.Nodes
+	if len(req.Allocs)+len(req.Nodes) > 2 {
+		ix.index(req)
+	}
+	// Else the usual one-claim request: nothing to index.
+}
+
+// index builds the maps of a large request, or for a small one finds
 // whether its allocation IDs are distinct.
-func indexOf(req *abi.PolicyRequest) Index {
-	ix := Index{allocs: req.Allocs, nodes: req.Nodes}
+func (ix *Index) index(req *abi.PolicyRequest) {
 	if len(req.Allocs) > indexThreshold {
 		ix.allocMap = make(map[string]*abi.AllocView, len(req.Allocs))
 		for i := range req.Allocs {
@@ -80,11 +91,12 @@ func indexOf(req *abi.PolicyRequest) Index {
 			ix.nodeMap[req.Nodes[i].ID] = &req.Nodes[i]
 		}
 	}
-	return ix
 }
 
 // Alloc returns the allocation with the given ID, or nil.
-func (ix Index) Alloc(id string) *abi.AllocView {
+func (ix Index) Alloc(id string) *abi.AllocView { return ix.alloc(id) }
+
+func (ix *Index) alloc(id string) *abi.AllocView {
 	if ix.allocMap != nil {
 		return ix.allocMap[id]
 	}
@@ -118,7 +130,9 @@ func distinctIDs(allocs []abi.AllocView) bool {
 }
 
 // Node returns the node with the given ID, or nil.
-func (ix Index) Node(id string) *abi.NodeView {
+func (ix Index) Node(id string) *abi.NodeView { return ix.node(id) }
+
+func (ix *Index) node(id string) *abi.NodeView {
 	if ix.nodeMap != nil {
 		return ix.nodeMap[id]
 	}
@@ -172,7 +186,6 @@ func Terminal(status string) bool { return kindOf(status).terminal() }
 
 // Decide is the default policy: one decision per claim, in claim order.
 func Decide(req *abi.PolicyRequest) *abi.PolicyResponse {
-	ix := NewIndex(req)
 	var resp *abi.PolicyResponse
 	if len(req.Claims) == 1 {
 		// The usual request: the response and its decision in one
@@ -182,11 +195,13 @@ func Decide(req *abi.PolicyRequest) *abi.PolicyResponse {
 			d    [1]abi.Decision
 		})
 		resp = &one.resp
-		resp.Decisions = one.d[:0:1]
+		resp.Decisions = one.d[:]
 	} else {
-		resp = &abi.PolicyResponse{Decisions: make([]abi.Decision, 0, len(req.Claims))}
+		resp = &abi.PolicyResponse{Decisions: make([]abi.Decision, len(req.Claims))}
 	}
-	ix.decideAll(req, resp)
+	var ix Index
+	ix.init(req)
+	ix.decideAll(req.Claims, resp.Decisions)
 	return resp
 }
 
@@ -200,44 +215,56 @@ func DecideInto(req *abi.PolicyRequest, resp *abi.PolicyResponse) {
 	if cap(decisions) < len(req.Claims) {
 		decisions = make([]abi.Decision, 0, len(req.Claims))
 	}
-	*resp = abi.PolicyResponse{Decisions: decisions}
-	ix := NewIndex(req)
-	ix.decideAll(req, resp)
+	// Field by field, not a composite literal: that would be a
+	// memory.fill and a memory.copy in a Go guest (see Index.init).
+	resp.Decisions, resp.Error = decisions[:len(req.Claims)], ""
+	var ix Index
+	ix.init(req)
+	ix.decideAll(req.Claims, resp.Decisions)
 }
 
-// decideAll appends the decision of each of req's claims to resp, in claim order.
-func (ix Index) decideAll(req *abi.PolicyRequest, resp *abi.PolicyResponse) {
-	for i := range req.Claims {
-		c := &req.Claims[i]
+// decideAll writes the decision of each of claims into ds (one per claim,
+// in claim order, as many as ds holds), overwriting every field. The
+// decision is written out here rather than in a function per claim: in a
+// Go wasm guest a call costs more than the decision (ABI.md section 12).
+func (ix *Index) decideAll(claims []abi.ClaimView, ds []abi.Decision) {
+	claims = claims[:len(ds)]
+	for i := range claims {
+		c := &claims[i]
 		var a *abi.AllocView
 		if ix.allocsDistinct && i < len(ix.allocs) && likelySameID(ix.allocs[i].ID, c.AllocID) && equal(ix.allocs[i].ID, c.AllocID) {
 			a = &ix.allocs[i] // the usual request: no scan (see allocsDistinct)
 		} else {
-			a = ix.Alloc(c.AllocID)
+			a = ix.alloc(c.AllocID)
 		}
-		resp.Decisions = append(resp.Decisions, ix.decide(c, a))
+		status := allocStatus(a)
+		k := kindOf(status)
+		action, reason := abi.ActionRelease, ""
+		switch {
+		case !k.terminal():
+			action, reason = abi.ActionWait, k.reason(status)
+		case c.State == ClaimTaken:
+			if node := nodeStatus(ix.node(c.NodeID)); node == NodeDown || node == NodeGone {
+				action, reason = abi.ActionReleaseSkipNode, k.skipReason(status, node)
+				break
+			}
+			reason = k.reason(status)
+		default:
+			reason = k.reason(status)
+		}
+		d := &ds[i]
+		d.AllocID, d.Action, d.RetryAfterMs, d.Reason = c.AllocID, action, 0, reason
 	}
 }
 
-// DecideClaim is the default decision for one claim.
+// DecideClaim is the default decision for one claim. It is decideAll's
+// over that one claim: with the allocation IDs distinct the allocation at
+// the claim's position is the only one with its ID, and otherwise the
+// lookup scans, so the position does not change the answer.
 func (ix Index) DecideClaim(c *abi.ClaimView) abi.Decision {
-	return ix.decide(c, ix.Alloc(c.AllocID))
-}
-
-// decide is DecideClaim with the claim's allocation (nil: none) found.
-func (ix Index) decide(c *abi.ClaimView, a *abi.AllocView) abi.Decision {
-	status := allocStatus(a)
-	k := kindOf(status)
-	if !k.terminal() {
-		return abi.Decision{AllocID: c.AllocID, Action: abi.ActionWait, Reason: k.reason(status)}
-	}
-	if c.State == ClaimTaken {
-		switch node := nodeStatus(ix.Node(c.NodeID)); node {
-		case NodeDown, NodeGone:
-			return abi.Decision{AllocID: c.AllocID, Action: abi.ActionReleaseSkipNode, Reason: k.skipReason(status, node)}
-		}
-	}
-	return abi.Decision{AllocID: c.AllocID, Action: abi.ActionRelease, Reason: k.reason(status)}
+	var d [1]abi.Decision
+	ix.decideAll([]abi.ClaimView{*c}, d[:])
+	return d[0]
 }
 
 // allocKind is an allocation status classified once per claim, so the
@@ -255,39 +282,40 @@ const (
 	kindGone
 )
 
-// kindOf classifies status: the first byte picks the one candidate.
+// kindOf classifies status: its first byte picks the one candidate from a
+// table, whose length and two 4-byte words (the first four bytes and the
+// last four, overlapping for a 4-byte status) are then compared: no branch
+// per candidate and no call to a string comparison, each a jump or a call
+// in a Go wasm guest (ABI.md section 12).
 func kindOf(status string) allocKind {
-	if status == "" {
+	if len(status) < 4 { // no known status is shorter
 		return kindOther
 	}
-	switch status[0] {
-	case 'p':
-		if equal(status, AllocPending) {
-			return kindPending
-		}
-	case 'r':
-		if equal(status, AllocRunning) {
-			return kindRunning
-		}
-	case 'c':
-		if equal(status, AllocComplete) {
-			return kindComplete
-		}
-	case 'f':
-		if status == AllocFailed {
-			return kindFailed
-		}
-	case 'l':
-		if status == AllocLost {
-			return kindLost
-		}
-	case 'g':
-		if status == AllocGone {
-			return kindGone
-		}
+	k := kindByFirst[status[0]]
+	w := &kindWords[k]
+	if len(status) == int(w.n) && load32(status, 0) == w.first && load32(status, len(status)-4) == w.last {
+		return k
 	}
 	return kindOther
 }
+
+// kindWord is what kindOf compares of a known status.
+type kindWord struct {
+	n           uint8 // the status's length; 0 for kindOther, which matches nothing
+	first, last uint32
+}
+
+var (
+	// kindByFirst is the only known status each first byte can start.
+	kindByFirst = [256]allocKind{'p': kindPending, 'r': kindRunning, 'c': kindComplete, 'f': kindFailed, 'l': kindLost, 'g': kindGone}
+	kindWords   = func() (w [kindGone + 1]kindWord) {
+		for k, s := range map[allocKind]string{kindPending: AllocPending, kindRunning: AllocRunning, kindComplete: AllocComplete,
+			kindFailed: AllocFailed, kindLost: AllocLost, kindGone: AllocGone} {
+			w[k] = kindWord{n: uint8(len(s)), first: load32(s, 0), last: load32(s, len(s)-4)}
+		}
+		return w
+	}()
+)
 
 func (k allocKind) terminal() bool { return k >= kindComplete }
 

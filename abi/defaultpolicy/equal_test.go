@@ -40,3 +40,32 @@ func TestEqual(t *testing.T) {
 		}
 	}
 }
+
+// TestKindOf: the table lookup classifies exactly the known statuses,
+// byte for byte: every one-byte change, cut and extension of each is
+// another status.
+func TestKindOf(t *testing.T) {
+	want := map[string]allocKind{AllocPending: kindPending, AllocRunning: kindRunning, AllocComplete: kindComplete,
+		AllocFailed: kindFailed, AllocLost: kindLost, AllocGone: kindGone}
+	check := func(s string) {
+		t.Helper()
+		w := want[s] // kindOther for any other string
+		if got := kindOf(s); got != w {
+			t.Errorf("kindOf(%q) = %d, want %d", s, got, w)
+		}
+	}
+	for _, s := range []string{"", "p", "pen", "unknown", "evicting", "gon", "GONE"} {
+		check(s)
+	}
+	for s := range want {
+		check(s)
+		check(s[:len(s)-1])
+		check(s + "x")
+		check("x" + s)
+		for i := range len(s) {
+			b := []byte(s)
+			b[i] ^= 0x20
+			check(string(b))
+		}
+	}
+}

@@ -214,8 +214,10 @@ func (h *Handlers) dispatchReleaseInto(in, out []byte) (res []byte) {
 		return failed(err.Error())
 	}
 	// The last call's decisions past the new length are left as they were:
-	// their strings alias the request buffer, alive anyway.
-	*resp = abi.PolicyResponse{Decisions: resp.Decisions[:0]}
+	// their strings alias the request buffer, alive anyway. Field by field:
+	// a composite literal is a memory.fill and a memory.copy in a Go guest,
+	// each a call out of its code (issue 17).
+	resp.Decisions, resp.Error = resp.Decisions[:0], ""
 	if err := h.ReleaseInto(req, resp); err != nil {
 		return failed(err.Error())
 	}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Before and after for the host's side of a module call (issue 17):
+# test/extism BenchmarkHostSide of BASE (a git ref, default main) and of
+# the work tree on the same Go guest module (WASM, default the work tree's
+# default policy, built here), ROUNDS (7) interleaved rounds (base, new,
+# base, new, ...), each side's round a process of its own with
+# -test.benchtime CALLS (20000) calls. The base tree gets this tree's
+# hostside_test.go, so both run the same benchmark code. Prints each
+# side's median over rounds [min-max] and the median of the per-round
+# ratio new/base [min-max], for the p50 and the mean. Run it under the
+# shared lock:
+#
+#	flock /tmp/volhost-heavy.lock bash scripts/bench-host-ab.sh main
+set -euo pipefail
+cd "$(dirname "$0")/.."
+base=${1:-main}
+rounds=${ROUNDS:-7}
+calls=${CALLS:-20000}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/src"
+git archive "$base" | tar -x -C "$tmp/src"
+cp test/extism/hostside_test.go "$tmp/src/test/extism/"
+wasm=${WASM:-$tmp/default-policy.wasm}
+if [ -z "${WASM:-}" ]; then
+  GOOS=wasip1 GOARCH=wasm go build -buildmode=c-shared -trimpath -o "$wasm" ./examples/plugins/default-policy
+fi
+(cd "$tmp/src/test/extism" && go test -c -o "$tmp/base.test" .)
+(cd test/extism && go test -c -o "$tmp/new.test" .)
+for r in $(seq "$rounds"); do
+  for side in base new; do
+    (cd test/extism && VOLHOST_HOST_WASM="$wasm" "$tmp/$side.test" -test.run '^$' -test.bench '^BenchmarkHostSide$' -test.benchtime "${calls}x") >"$tmp/$side-$r.log"
+    grep '^BenchmarkHostSide' "$tmp/$side-$r.log" | tr '\t' '\n' | awk -v side="$side" -v r="$r" \
+      'NF == 2 && ($2 == "p50-ns" || $2 == "mean-ns") { print side, r, $2, $1 }' >>"$tmp/all.txt"
+  done
+done
+echo "BenchmarkHostSide (test/extism), $rounds interleaved rounds of one process per side, $calls calls each; the same module for both; base = $base ($(git rev-parse --short "$base")), new = work tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified'))."
+echo
+echo "| measure | base median [min-max] | new median [min-max] | new/base per round, median [min-max] |"
+echo "| --- | ---: | ---: | ---: |"
+for key in p50-ns mean-ns; do
+  awk -v key="$key" '
+    function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
+    $3 == key { v[$1, $2] = $4; rounds[$2] = 1 }
+    END {
+      nb = nn = nq = 0
+      for (r in rounds) {
+        if ((("base", r) in v)) b[++nb] = v["base", r]
+        if ((("new", r) in v)) n[++nn] = v["new", r]
+        if ((("base", r) in v) && (("new", r) in v) && v["base", r] > 0) q[++nq] = v["new", r] / v["base", r]
+      }
+      if (nb == 0 || nn == 0) exit
+      mb = med(b, nb); mn = med(n, nn); mq = med(q, nq)
+      printf "| %s | %.0f [%.0f-%.0f] | %.0f [%.0f-%.0f] | %.3f [%.3f-%.3f] |\n", key, mb, b[1], b[nb], mn, n[1], n[nn], mq, q[1], q[nq]
+    }' "$tmp/all.txt"
+done
