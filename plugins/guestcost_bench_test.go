@@ -242,7 +242,7 @@ func TestGuestCallCounts(t *testing.T) {
 // change of layout, not for a return of the per-field jumps (the request's
 // decode) or of the struct copies (the policy). Skipped with -short and
 // under -race, like TestGuestCallCounts: counting compiles the module
-// again, uncached.
+// again, uncached (`make test` runs both in a run without -race).
 func TestGuestCallWork(t *testing.T) {
 	if testing.Short() || raceEnabled {
 		t.Skip("compiles the module uncached; run without -short and -race")
