@@ -36,7 +36,7 @@ type chaosReport struct {
 	DuplicateCalls    int          `json:"duplicate_controller_unpublish"` // more than one OK call for one claim
 	Overlaps          int          `json:"overlapping_controller_unpublish"`
 	FromPausedOrDead  int          `json:"calls_from_paused_or_deposed_leader"`
-	InFlightAtPause   int          `json:"calls_in_flight_at_pause"`
+	InFlightAtSignal  int          `json:"calls_in_flight_at_signal"`
 	RemovedOnce       int          `json:"claims_removed_exactly_once"`
 	RemovedOtherThan1 int          `json:"claims_not_removed_exactly_once"`
 	Events            []chaosEvent `json:"events"`
@@ -320,8 +320,12 @@ watcher {
 				continue
 			}
 			switch {
-			case ev.Kind == "pause" && c.Start.Before(ev.At.Add(100*time.Millisecond)):
-				rep.InFlightAtPause++ // written to the socket before the SIGSTOP
+			case c.Start.Before(ev.At.Add(100 * time.Millisecond)):
+				// Written to the socket before the SIGSTOP or SIGKILL
+				// landed: ev.At is taken before the signal is sent, and
+				// the driver stamps a call when it reads it (a CI run saw
+				// a kill's leader's NodeUnstage stamped 115 us after ev.At).
+				rep.InFlightAtSignal++
 			case ev.Kind == "pause" && c.Start.Before(end.Add(2*time.Second)):
 				rep.FromPausedOrDead++
 				t.Errorf("%s %s from %s at %s, while it was paused or just woke (paused %s, resumed %s)", c.Method, c.VolumeID,
