@@ -39,18 +39,5 @@ echo
 echo "| measure | base median [min-max] | new median [min-max] | new/base per round, median [min-max] |"
 echo "| --- | ---: | ---: | ---: |"
 for key in cpu-us/claim alloc-B/claim allocs/claim raft-entries/claim claims/s; do
-  awk -v key="$key" '
-    function med(a, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }; return a[int((n + 1) / 2)] }
-    $3 == key { v[$1, $2] = $4; rounds[$2] = 1 }
-    END {
-      nb = nn = nq = 0
-      for (r in rounds) {
-        if ((("base", r) in v)) b[++nb] = v["base", r]
-        if ((("new", r) in v)) n[++nn] = v["new", r]
-        if ((("base", r) in v) && (("new", r) in v) && v["base", r] > 0) q[++nq] = v["new", r] / v["base", r]
-      }
-      if (nb == 0 || nn == 0) exit
-      mb = med(b, nb); mn = med(n, nn); mq = med(q, nq)
-      printf "| %s | %.4g [%.4g-%.4g] | %.4g [%.4g-%.4g] | %.2f [%.2f-%.2f] |\n", key, mb, b[1], b[nb], mn, n[1], n[nn], mq, q[1], q[nq]
-    }' "$tmp/all.txt"
+  awk -v key="$key" -v num=%.4g -v rat=%.2f -f scripts/ab-table.awk "$tmp/all.txt"
 done
