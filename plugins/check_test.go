@@ -59,25 +59,32 @@ func TestCheckPolicyResponse(t *testing.T) {
 	}
 }
 
+// timerInstance checks out the one instance of a serving module with a
+// 10 s call timeout, for the timer tests; it is checked in at the test's end.
+func timerInstance(t *testing.T) *instance {
+	wasm := exampleWasm(t, "as-default-policy")
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "p", wasm, manifest("release-policy", "limits {\n pool_size = 1\n call_timeout = \"10s\"\n}\n"))
+	}, nil)
+	g := (*e.m.modules.Load())["p"].cur.Load()
+	if g == nil {
+		t.Fatal("module p is not serving")
+	}
+	inst, err := g.checkout(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.checkin(inst, true) })
+	return inst
+}
+
 // TestTimerStaleFire: an instance's call timer is reset per call, so its
 // function may run for an earlier call after a later one armed it; it must
 // stop only a call whose own deadline has passed (issue 17's per-instance
 // timer), and a stop must read as that call's timeout.
 func TestTimerStaleFire(t *testing.T) {
-	wasm := exampleWasm(t, "as-default-policy")
-	e := newEnv(t, func(dir string) {
-		writeModule(t, dir, "p", wasm, manifest("release-policy", "limits {\n pool_size = 1\n call_timeout = \"10s\"\n}\n"))
-	}, nil)
 	ctx := context.Background()
-	g := (*e.m.modules.Load())["p"].cur.Load()
-	if g == nil {
-		t.Fatal("module p is not serving")
-	}
-	inst, err := g.checkout(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.checkin(inst, true)
+	inst := timerInstance(t)
 	if err := inst.armTimer(ctx, time.Hour); err != nil {
 		t.Fatal(err)
 	}
@@ -108,20 +115,8 @@ func TestTimerStaleFire(t *testing.T) {
 // side). A fire due after a shorter call's deadline must not delay its
 // stop, and a fire for an earlier call must re-arm for the current one.
 func TestTimerPendingAcrossCalls(t *testing.T) {
-	wasm := exampleWasm(t, "as-default-policy")
-	e := newEnv(t, func(dir string) {
-		writeModule(t, dir, "p", wasm, manifest("release-policy", "limits {\n pool_size = 1\n call_timeout = \"10s\"\n}\n"))
-	}, nil)
 	ctx := context.Background()
-	g := (*e.m.modules.Load())["p"].cur.Load()
-	if g == nil {
-		t.Fatal("module p is not serving")
-	}
-	inst, err := g.checkout(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.checkin(inst, true)
+	inst := timerInstance(t)
 	fireAt := func() (bool, time.Time, time.Time) {
 		inst.flagMu.Lock()
 		defer inst.flagMu.Unlock()
