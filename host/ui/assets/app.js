@@ -15,7 +15,7 @@ function h(tag, attrs, ...children) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
-    if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    if (k.startsWith("on")) on(e, k.slice(2), v);
     else if (k === "class") e.className = v;
     else if (v === true) e.setAttribute(k, "");
     else e.setAttribute(k, v);
@@ -31,10 +31,53 @@ function append(e, children) {
   }
 }
 
+// on routes an event through e.handlers, so that patch can keep an
+// element and still give it the newest render's handler (a kept button's
+// old closure could name a module version the page no longer shows).
+function on(e, type, fn) {
+  if (!e.handlers) e.handlers = {};
+  if (!(type in e.handlers)) e.addEventListener(type, (ev) => e.handlers[type](ev));
+  e.handlers[type] = fn;
+}
+
 // fill replaces e's children (arrays flattened, null/false skipped).
 function fill(e, ...children) {
   e.replaceChildren();
   append(e, children);
+}
+
+// patch makes e's children equal to the given ones while keeping every
+// node that is still there: the live pages redraw on every index move
+// (a failing release moves it at each attempt), and replacing the nodes
+// would take the keyboard focus off the button an operator tabbed to,
+// clear a text selection, and drop a click whose press landed on the old
+// button before its release landed on the new one.
+function patch(e, ...children) {
+  const next = document.createElement(e.tagName);
+  append(next, children);
+  morph(e, next);
+}
+
+// morph turns old's children into neu's: a node of the same kind (text,
+// or an element of the same tag) is kept and updated in place (text,
+// attributes, handlers, then its own children); any other is replaced.
+function morph(old, neu) {
+  const olds = [...old.childNodes];
+  const news = [...neu.childNodes];
+  news.forEach((n, i) => {
+    const o = olds[i];
+    if (!o) old.append(n);
+    else if (o.nodeType === Node.TEXT_NODE && n.nodeType === Node.TEXT_NODE) {
+      if (o.data !== n.data) o.data = n.data;
+    } else if (o.nodeType === Node.ELEMENT_NODE && n.nodeType === Node.ELEMENT_NODE && o.tagName === n.tagName && o.namespaceURI === n.namespaceURI) {
+      for (const a of [...o.attributes]) if (!n.hasAttribute(a.name)) o.removeAttribute(a.name);
+      for (const a of n.attributes) if (o.getAttribute(a.name) !== a.value) o.setAttribute(a.name, a.value);
+      for (const type of Object.keys(o.handlers || {})) if (!(n.handlers && type in n.handlers)) o.handlers[type] = () => {};
+      for (const [type, fn] of Object.entries(n.handlers || {})) on(o, type, fn);
+      morph(o, n);
+    } else o.replaceWith(n);
+  });
+  for (const o of olds.slice(news.length)) o.remove();
 }
 
 const main = document.getElementById("main");
@@ -222,7 +265,7 @@ async function overview(q, signal, started) {
         h("td", {}, (e.fields || {}).accessor), h("td", {}, e.message), h("td", {}, e.volume_id ? volLink(e.namespace, e.volume_id) : "—"))))));
 
   await watch("/v1/stats", {}, signal, (r) => {
-    fill(stats, renderStats(r.body));
+    patch(stats, renderStats(r.body));
     markRendered(started);
   }, (e) => { fill(stats, errorBox(e)); markRendered(started); return !(e instanceof APIError && e.status === 403); });
 }
@@ -313,9 +356,9 @@ async function volume(q, signal, started) {
 
   const refreshSide = async () => {
     const ev = await get("/v1/events", {volume_id: id, namespace: ns, per_page: 1000}, signal).catch((e) => e);
-    fill(timeline, section("Timeline", ev instanceof Error ? errorBox(ev) : renderTimeline(ev.body)));
+    patch(timeline, section("Timeline", ev instanceof Error ? errorBox(ev) : renderTimeline(ev.body)));
     const lo = await allLeftovers(signal).catch((e) => e);
-    fill(left, section("Leftovers", lo instanceof Error ? errorBox(lo) : renderLeftovers(lo.filter((l) => l.namespace === ns && l.volume_id === id))));
+    patch(left, section("Leftovers", lo instanceof Error ? errorBox(lo) : renderLeftovers(lo.filter((l) => l.namespace === ns && l.volume_id === id))));
   };
 
   const forceDeregister = async () => {
@@ -355,7 +398,7 @@ async function volume(q, signal, started) {
   await watch(`/v1/volume/${encodeURIComponent(id)}`, {namespace: ns}, signal, async (r) => {
     if (gone) return;
     current = r.body;
-    fill(body, renderVolume(current, nsCaps, {forceDeregister, detach}));
+    patch(body, renderVolume(current, nsCaps, {forceDeregister, detach}));
     await refreshSide();
     markRendered(started);
   }, (e) => {
@@ -566,7 +609,7 @@ async function nodes(q, signal, started) {
   markRendered(started);
 }
 
-const EVENT_TYPES = ["claim-transition", "claim-failed", "claim-held", "volume-stuck", "force-deregister", "auto-force-deregister", "module", "claim-gc", "audit"];
+const EVENT_TYPES = ["claim-transition", "claim-failed", "claim-held", "volume-stuck", "force-deregister", "auto-force-deregister", "module", "claim-gc", "node-status", "node-fence", "audit"];
 
 async function events(q, signal, started) {
   const type = q.get("type") || "";

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -134,9 +135,27 @@ func eval[T any](b *browser, js string) T {
 	return get(b, chromedp.Evaluate[T](js, chromedp.EvalAwaitPromise))
 }
 
+// text reads the text of the first visible element matching sel (CSS),
+// waiting for one, in a single in-page evaluation. The live pages redraw
+// while a test reads them, and chromedp.Text finds the node in one call
+// and reads it in a second: a redraw in between failed a CI run with "No
+// node with given id found".
 func (b *browser) text(sel string) string {
 	b.t.Helper()
-	return get(b, chromedp.Text(chromedp.CSS(sel), chromedp.NodeVisible))
+	return eval[string](b, inPage(sel, `resolve(e.innerText)`))
+}
+
+// inPage returns a script that waits (until the caller's deadline) for a
+// visible element matching sel, then runs then with it bound to e.
+func inPage(sel, then string) string {
+	q, _ := json.Marshal(sel) // a JSON string is a JavaScript string literal
+	return fmt.Sprintf(`new Promise((resolve) => {
+  const look = () => {
+    const e = document.querySelector(%s);
+    if (e && e.checkVisibility()) { %s; } else setTimeout(look, 20);
+  };
+  look();
+})`, q, then)
 }
 
 // open loads a UI page and waits for sel (CSS).
@@ -255,6 +274,17 @@ func TestUIPages(t *testing.T) {
 	}
 	b.run(chromedp.WaitEnabled(chromedp.CSS(`#force-deregister`)))
 	b.shot("volume")
+	// An operator who tabbed to the button keeps it through the redraws
+	// of a release that keeps failing: each attempt moves the volume's
+	// index and the page redraws in place, keeping the nodes it still shows.
+	attempts := `#claims-table tr[data-alloc="web-2"] td:nth-child(5)`
+	before := b.text(attempts)
+	eval[bool](b, `(window.__button = document.querySelector("#force-deregister")).focus(), true`)
+	was, _ := json.Marshal(before)
+	eval[bool](b, inPage(attempts, fmt.Sprintf(`if (e.innerText !== %s) resolve(true); else setTimeout(look, 20)`, was)))
+	if !eval[bool](b, `document.activeElement === window.__button && window.__button.isConnected`) {
+		t.Fatalf("a redraw (attempts %s -> %s) took the focus off the force deregister button: the page should update in place", before, b.text(attempts))
+	}
 	b.run(chromedp.Click(chromedp.CSS(`#force-deregister`)),
 		visible(`#confirm-leftovers`))
 	if got := b.text(`#confirm-leftovers`); !strings.Contains(got, "web-2") || !strings.Contains(got, "node1") {
