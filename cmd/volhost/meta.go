@@ -184,6 +184,17 @@ func hostOf(raw string) string {
 	return u.Scheme + "://" + u.Host
 }
 
+// badChoice is the error of an enumerated flag or argument (name, e.g.
+// "-mode") given a value it does not take: one wording for every command,
+// naming every value it takes, as the API's 400s do.
+func badChoice[T ~string](name string, got string, valid ...T) error {
+	vals := make([]string, len(valid))
+	for i, v := range valid {
+		vals[i] = string(v)
+	}
+	return fmt.Errorf("%s must be one of %s, got %q", name, strings.Join(vals, ", "), got)
+}
+
 // oneLine folds a message onto one line.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")

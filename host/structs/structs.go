@@ -36,15 +36,12 @@ const (
 	AccessMultiNodeMultiWrite  AccessMode = "multi-node-multi-writer"
 )
 
+// AccessModes lists every access mode, for the messages that name them.
+var AccessModes = []AccessMode{AccessSingleNodeReader, AccessSingleNodeWriter, AccessMultiNodeReader,
+	AccessMultiNodeSingleWrite, AccessMultiNodeMultiWrite}
+
 // Valid reports whether a is a known access mode.
-func (a AccessMode) Valid() bool {
-	switch a {
-	case AccessSingleNodeReader, AccessSingleNodeWriter, AccessMultiNodeReader,
-		AccessMultiNodeSingleWrite, AccessMultiNodeMultiWrite:
-		return true
-	}
-	return false
-}
+func (a AccessMode) Valid() bool { return slices.Contains(AccessModes, a) }
 
 // MaxWriters is how many write claims the access mode allows at once
 // (-1: unbounded).
@@ -550,6 +547,19 @@ const (
 	// retained apart from the claim events so no flood evicts them.
 	EventAudit = "audit"
 )
+
+// EventTypes lists every event type above, in the order the docs list
+// them: the values GET /v1/events?type= and `volhost events -type` accept
+// (a type nothing records would filter everything out, silently).
+// TestEventTypesListsEveryConstant keeps it whole.
+var EventTypes = []string{
+	EventClaimTransition, EventClaimFailed, EventClaimHeld, EventVolumeStuck,
+	EventForceDeregister, EventAutoForce, EventModule, EventGC,
+	EventNodeStatus, EventNodeFence, EventAudit,
+}
+
+// ValidEventType reports whether t is one of EventTypes.
+func ValidEventType(t string) bool { return slices.Contains(EventTypes, t) }
 
 // Event is one entry of the bounded events table.
 type Event struct {
