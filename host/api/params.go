@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // Query parameters (RATIONALE "Query parameters"). Nomad and Kubernetes
@@ -167,6 +168,10 @@ func checkParams(r *http.Request, pattern string, accepted []string) error {
 	for _, name := range names {
 		if name == "" {
 			return badRequest("", "a query parameter without a name in %q", r.URL.RawQuery)
+		}
+		if !utf8.ValidString(name) {
+			// Quoted: as the field, JSON would mangle it into U+FFFDs.
+			return badRequest("", "query parameter name %q is not valid UTF-8", name)
 		}
 		if _, known := slices.BinarySearch(accepted, name); !known {
 			takes := "no query parameters"
