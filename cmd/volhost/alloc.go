@@ -61,7 +61,7 @@ func (c *AllocUpdateCommand) Run(args []string) int {
 	}
 	st := structs.AllocClientStatus(*status)
 	if !st.Valid() {
-		return c.fail(badChoice("-status", *status, structs.AllocPending, structs.AllocRunning, structs.AllocComplete, structs.AllocFailed, structs.AllocLost))
+		return c.fail(badChoice("-status", *status, structs.AllocClientStatuses...))
 	}
 	cl, err := c.client()
 	if err != nil {

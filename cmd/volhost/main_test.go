@@ -244,7 +244,7 @@ func TestErrors(t *testing.T) {
 		{"missing field", []string{"volume", "register", "testdata/bad-missing-field.hcl"},
 			[]string{"testdata/bad-missing-field.hcl:", `"external_id"`}},
 		{"bad mode", []string{"volume", "register", "testdata/bad-mode.hcl"},
-			[]string{"testdata/bad-mode.hcl:1:", `access_mode: unknown access mode "single-writer"`}},
+			[]string{"testdata/bad-mode.hcl:1:", `access_mode: must be one of single-node-reader-only, single-node-writer,`, `got "single-writer"`}},
 		{"unknown plugin (server)", []string{"volume", "register", "testdata/bad-unknown-plugin.hcl"},
 			[]string{"no-such-plugin"}},
 		{"probed field in node file", []string{"node", "register", "testdata/bad-node-block.hcl"},

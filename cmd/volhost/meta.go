@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/cli"
 
 	"github.com/volhost/volhost/host/api/client"
+	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/tlsutil"
 )
 
@@ -188,11 +189,7 @@ func hostOf(raw string) string {
 // "-mode") given a value it does not take: one wording for every command,
 // naming every value it takes, as the API's 400s do.
 func badChoice[T ~string](name string, got string, valid ...T) error {
-	vals := make([]string, len(valid))
-	for i, v := range valid {
-		vals[i] = string(v)
-	}
-	return fmt.Errorf("%s must be one of %s, got %q", name, strings.Join(vals, ", "), got)
+	return fmt.Errorf("%s must be one of %s, got %q", name, structs.Choices(valid...), got)
 }
 
 // oneLine folds a message onto one line.

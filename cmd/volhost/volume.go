@@ -270,7 +270,7 @@ func (c *VolumeClaimCommand) Run(args []string) int {
 	case *access != "" && !structs.AccessMode(*access).Valid():
 		return c.fail(badChoice("-access-mode", *access, structs.AccessModes...))
 	case *attach != "" && !structs.AttachmentMode(*attach).Valid():
-		return c.fail(badChoice("-attachment-mode", *attach, structs.AttachFilesystem, structs.AttachBlockDevice))
+		return c.fail(badChoice("-attachment-mode", *attach, structs.AttachmentModes...))
 	}
 	cl, err := c.client()
 	if err != nil {

@@ -49,11 +49,7 @@ func badRequest(field, format string, args ...any) error {
 // badChoice refuses a value of an enumerated parameter or field, naming
 // every value it takes (one wording for every enumeration of the API).
 func badChoice[T ~string](field string, got T, valid ...T) error {
-	vals := make([]string, len(valid))
-	for i, v := range valid {
-		vals[i] = string(v)
-	}
-	return badRequest(field, "must be one of %s, got %q", strings.Join(vals, ", "), got)
+	return badRequest(field, "must be one of %s, got %q", structs.Choices(valid...), got)
 }
 
 // StatusFor maps an error onto an HTTP status by type, never by message
