@@ -164,7 +164,7 @@ func TestModuleNewCommand(t *testing.T) {
 	}{
 		{[]string{"mine"}, "-lang go|as is required"},
 		{[]string{"-lang", "go", "-dir", dir, "-sdk", pluginstest.RepoRoot(), "mine"}, "already exists"},
-		{[]string{"-lang", "cobol", "x"}, `-lang "cobol"`},
+		{[]string{"-lang", "cobol", "x"}, `-lang must be one of go (Go guest, abi/guest), as (AssemblyScript, abi/guest-as), got "cobol"`},
 		{[]string{"-lang", "go"}, "not enough arguments"},
 	} {
 		r := e.run(append([]string{"module", "new"}, tc.args...)...)

@@ -179,7 +179,7 @@ func loadNodes(path string) ([]*structs.Node, error) {
 			b.Status = string(structs.NodeReady)
 		}
 		if !structs.NodeStatus(b.Status).Valid() {
-			return nil, at(b.DeclRange, "node %q: status: must be %q or %q, got %q", b.ID, structs.NodeReady, structs.NodeDown, b.Status)
+			return nil, at(b.DeclRange, "node %q: status: must be one of %s, %s, got %q", b.ID, structs.NodeReady, structs.NodeDown, b.Status)
 		}
 		n := &structs.Node{ID: b.ID, Status: structs.NodeStatus(b.Status), RootDir: b.RootDir, Meta: b.Meta}
 		for _, p := range b.Plugins {
