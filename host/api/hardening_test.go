@@ -644,4 +644,16 @@ func TestQueryParametersAccepted(t *testing.T) {
 			t.Errorf("%s: %d %s", path, r.status, r.body)
 		}
 	}
+	// An empty parameter is no filter: ?stuck= lists the stuck volume too
+	// (it read as stuck=false).
+	if _, err := h.b.Store.Apply(h.b.Store.LatestIndex()+1, structs.VolumeStuckType, &structs.VolumeStuckRequest{
+		Namespace: "default", VolumeID: "vol1", Stuck: &structs.Stuck{Since: time.Now(), Reason: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]string{"?stuck=": `"vol1"`, "?stuck=true": `"vol1"`, "?stuck=false": `"vol2"`} {
+		r := h.send(t, "GET", "/v1/volumes"+q, "")
+		if r.status != 200 || !strings.Contains(r.body, want) {
+			t.Errorf("%s: %d, want %s in %s", q, r.status, want, r.body)
+		}
+	}
 }

@@ -271,7 +271,9 @@ func volumeFilter(r *http.Request) (func(*structs.Volume) bool, error) {
 			structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree, unclaimedState)
 	}
 	var stuck *bool
-	if q.Has("stuck") {
+	// An empty ?stuck= is no filter, like every other empty parameter; it
+	// used to read as stuck=false and hide the stuck volumes.
+	if q.Get("stuck") != "" {
 		b, err := queryBool(r, "stuck")
 		if err != nil {
 			return nil, err
