@@ -78,7 +78,7 @@ func (w *Watcher) detachLocked(ctx context.Context, ref structs.VolumeRef, nodeI
 	}
 	node, err := w.deps.State.Node(nodeID)
 	if err != nil {
-		return nil, fmt.Errorf("detach: read node %s: %w", nodeID, err)
+		return nil, fmt.Errorf("detach: read node %q: %w", nodeID, err)
 	}
 	// A garbage-collected node is still known through its claims.
 	if node == nil && len(d.onNode) == 0 {
@@ -92,8 +92,8 @@ func (w *Watcher) detachLocked(ctx context.Context, ref structs.VolumeRef, nodeI
 	}
 	if len(live) > 0 {
 		sort.Strings(live)
-		return nil, structs.Conflict("volume %s/%s is in use on node %s by live allocation(s) %s",
-			ref.Namespace, ref.ID, nodeID, strings.Join(live, ", "))
+		return nil, structs.Conflict("volume %q is in use on node %q by live allocation(s) %s",
+			ref.Namespace+"/"+ref.ID, nodeID, strings.Join(live, ", "))
 	}
 	// An operator's detach skips the node step of a node removed or set
 	// down by an operator, or fenced (nodeStep); a node that only missed

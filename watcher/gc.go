@@ -86,7 +86,7 @@ func (w *Watcher) gcCandidates() ([]structs.VolumeRef, error) {
 			}
 			a, err := w.deps.State.Alloc(c.AllocID)
 			if err != nil {
-				return nil, fmt.Errorf("read alloc %s: %w", c.AllocID, err)
+				return nil, fmt.Errorf("read allocation %q: %w", c.AllocID, err)
 			}
 			if a == nil || (a.ClientStatus.Terminal() && now.Sub(a.ModifyTime) >= w.cfg.GCThreshold) {
 				out = append(out, ref)

@@ -108,7 +108,7 @@ func readPass(st StateReader, ref structs.VolumeRef, now time.Time) (*pass, erro
 		}
 		p.claims[id] = c.Copy()
 		if p.allocs[c.AllocID], err = st.Alloc(c.AllocID); err != nil {
-			return nil, fmt.Errorf("read alloc %s: %w", c.AllocID, err)
+			return nil, fmt.Errorf("read allocation %q: %w", c.AllocID, err)
 		}
 		if _, ok := p.nodes[c.NodeID]; !ok {
 			if p.nodes[c.NodeID], err = st.Node(c.NodeID); err != nil {

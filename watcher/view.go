@@ -35,12 +35,12 @@ func ViewOf(st StateReader, ref structs.VolumeRef, step, allocID string, now tim
 	}
 	if step == "" || step == StepPolicy {
 		if len(p.claims) == 0 {
-			return nil, structs.Conflict("volume %s/%s has no claim to judge: a policy is asked only about claims", ref.Namespace, ref.ID)
+			return nil, structs.Conflict("volume %q has no claim to judge: a policy is asked only about claims", ref.Namespace+"/"+ref.ID)
 		}
 		return &ModuleViews{Policy: p.policyRequest()}, nil
 	}
 	if !slices.Contains(abi.AdapterSteps, step) {
-		return nil, &structs.ValidationError{Field: "step", Msg: fmt.Sprintf("unknown step %q (policy, or one of %v)", step, abi.AdapterSteps)}
+		return nil, &structs.ValidationError{Field: "step", Msg: fmt.Sprintf("must be one of %s, %s, got %q", StepPolicy, structs.Choices(abi.AdapterSteps...), step)}
 	}
 	claims := p.sortedClaims()
 	var c *structs.Claim
@@ -52,7 +52,7 @@ func ViewOf(st StateReader, ref structs.VolumeRef, step, allocID string, now tim
 	}
 	if c == nil {
 		if allocID == "" {
-			return nil, structs.Conflict("volume %s/%s has no claim: an adapter is asked about a claim", ref.Namespace, ref.ID)
+			return nil, structs.Conflict("volume %q has no claim: an adapter is asked about a claim", ref.Namespace+"/"+ref.ID)
 		}
 		return nil, structs.NotFound("claim", allocID)
 	}

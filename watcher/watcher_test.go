@@ -260,6 +260,10 @@ func TestDetach(t *testing.T) {
 	if !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), "a2 (running)") {
 		t.Fatalf("detach with live alloc: %v, want conflict naming a2", err)
 	}
+	// The IDs are quoted, as in every other message (a bare ID ran into the prose).
+	if want := fmt.Sprintf("volume %q is in use on node %q", "default/v1", testNode); !strings.Contains(err.Error(), want) {
+		t.Fatalf("detach with live alloc: %v, want %q", err, want)
+	}
 	if n := len(f.store.checkpointStates()) - before; n != 0 || len(f.csi.callList()) != 0 {
 		t.Fatalf("refused detach wrote %d checkpoints and made %d calls", n, len(f.csi.callList()))
 	}

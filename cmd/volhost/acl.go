@@ -395,7 +395,7 @@ func (c *ACLTokenDeleteCommand) Run(args []string) int {
 		if _, err := cl.ACLTokenDelete(ctx, rest[0]); err != nil {
 			return err
 		}
-		c.Ui.Output(fmt.Sprintf("Token %s successfully deleted", rest[0]))
+		c.Ui.Output(fmt.Sprintf("Token %q deleted", rest[0]))
 		return nil
 	})
 }

@@ -61,7 +61,7 @@ func runAgent(args []string) int {
 	fs.StringVar(&flags.BindAddr, "bind", "", "raft transport `address` when -data-dir is set (default 127.0.0.1:4748)")
 	fs.StringVar(&flags.HTTP.Address, "http-addr", "", "HTTP API `address` (default 127.0.0.1:4747)")
 	fs.StringVar(&flags.ModuleDir, "module-dir", "", "`dir`ectory of Wasm policy and adapter modules")
-	fs.StringVar(&flags.LogLevel, "log-level", "", "trace, debug, info, warn or error (default info)")
+	fs.StringVar(&flags.LogLevel, "log-level", "", "trace, debug, info, warn, error or off (default info)")
 	fs.BoolVar(&flags.LogJSON, "log-json", false, "log as JSON lines")
 	fs.BoolVar(&flags.Server.Enabled, "server", false, "run as one server of a multi-server cluster (needs -data-dir)")
 	fs.IntVar(&flags.Server.BootstrapExpect, "bootstrap-expect", 0, "on the seed server: bootstrap once `N` servers (itself included) asked to join")

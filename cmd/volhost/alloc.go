@@ -61,7 +61,7 @@ func (c *AllocUpdateCommand) Run(args []string) int {
 	}
 	st := structs.AllocClientStatus(*status)
 	if !st.Valid() {
-		return c.fail(fmt.Errorf("-status must be one of pending, running, complete, failed, lost; got %q", *status))
+		return c.fail(badChoice("-status", *status, structs.AllocClientStatuses...))
 	}
 	cl, err := c.client()
 	if err != nil {

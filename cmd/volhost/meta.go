@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/cli"
 
 	"github.com/volhost/volhost/host/api/client"
+	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/tlsutil"
 )
 
@@ -182,6 +183,13 @@ func hostOf(raw string) string {
 		return raw
 	}
 	return u.Scheme + "://" + u.Host
+}
+
+// badChoice is the error of an enumerated flag or argument (name, e.g.
+// "-mode") given a value it does not take: one wording for every command,
+// naming every value it takes, as the API's 400s do.
+func badChoice[T ~string](name string, got string, valid ...T) error {
+	return fmt.Errorf("%s must be one of %s, got %q", name, structs.Choices(valid...), got)
 }
 
 // oneLine folds a message onto one line.

@@ -164,7 +164,7 @@ func TestModuleNewCommand(t *testing.T) {
 	}{
 		{[]string{"mine"}, "-lang go|as is required"},
 		{[]string{"-lang", "go", "-dir", dir, "-sdk", pluginstest.RepoRoot(), "mine"}, "already exists"},
-		{[]string{"-lang", "cobol", "x"}, `-lang "cobol"`},
+		{[]string{"-lang", "cobol", "x"}, `-lang must be one of go (Go guest, abi/guest), as (AssemblyScript, abi/guest-as), got "cobol"`},
 		{[]string{"-lang", "go"}, "not enough arguments"},
 	} {
 		r := e.run(append([]string{"module", "new"}, tc.args...)...)
@@ -233,7 +233,7 @@ func TestModuleRecordThenRun(t *testing.T) {
 		want string
 	}{
 		{[]string{"nope"}, `volume "default/nope" does not exist`},
-		{[]string{"-step", "explode", "rec"}, "unknown step"},
+		{[]string{"-step", "explode", "rec"}, `step: must be one of policy, node-unpublish,`},
 		{[]string{"-step", "controller-unpublish", "-alloc", "a-other", "rec"}, `claim "a-other" does not exist`},
 	} {
 		r := e.run(append([]string{"module", "record"}, tc.args...)...)
@@ -270,7 +270,7 @@ func TestModuleRolloutCommands(t *testing.T) {
 		"generation 2 (version 1.0.0) shadows generation 1")
 	contains(t, "module status", e.ok("module", "status", "policy"), "Shadow           = generation 2", "100.0% agreement over 0 calls",
 		"Breaker          = closed", "Recent Faults    = -")
-	contains(t, "module promote", e.ok("module", "promote", "policy"), "Module policy promoted: generation 2")
+	contains(t, "module promote", e.ok("module", "promote", "policy"), `Module "policy" promoted: generation 2`)
 	contains(t, "module status", e.ok("module", "status", "policy"), "Promoted         = true", "Last Known Good  = generation 1")
-	contains(t, "module rollback", e.ok("module", "rollback", "policy"), "Module policy rolled back: generation 1")
+	contains(t, "module rollback", e.ok("module", "rollback", "policy"), `Module "policy" rolled back: generation 1`)
 }

@@ -70,7 +70,7 @@ func (c *ModuleShadowCommand) Run(args []string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	c.Ui.Output(fmt.Sprintf("Module %s: generation %d (version %s) shadows generation %d (version %s)",
+	c.Ui.Output(fmt.Sprintf("Module %q: generation %d (version %s) shadows generation %d (version %s)",
 		st.Name, st.Shadow.Generation, orDash(st.Shadow.Version), st.Generation, orDash(st.Version)))
 	return 0
 }
@@ -126,7 +126,7 @@ func (c *ModulePromoteCommand) rollout(args []string, verb, done string) int {
 	if err != nil {
 		return c.fail(err)
 	}
-	c.Ui.Output(fmt.Sprintf("Module %s %s: generation %d (version %s) serves", st.Name, done, st.Generation, orDash(st.Version)))
+	c.Ui.Output(fmt.Sprintf("Module %q %s: generation %d (version %s) serves", st.Name, done, st.Generation, orDash(st.Version)))
 	return 0
 }
 

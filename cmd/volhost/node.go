@@ -140,7 +140,7 @@ func (c *NodeSetStatusCommand) Run(args []string) int {
 	}
 	st := structs.NodeStatus(rest[1])
 	if !st.Valid() {
-		return c.fail(fmt.Errorf("status must be ready or down, got %q", rest[1]))
+		return c.fail(badChoice("STATUS", rest[1], structs.NodeReady, structs.NodeDown))
 	}
 	cl, err := c.client()
 	if err != nil {

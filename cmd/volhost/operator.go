@@ -148,7 +148,7 @@ func (c *RaftRemovePeerCommand) Run(args []string) int {
 	if err := c.operatorJSON(ctx, http.MethodDelete, "/v1/operator/raft/peer", url.Values{"id": {rest[0]}}, &out); err != nil {
 		return c.fail(err)
 	}
-	c.Ui.Output(fmt.Sprintf("Removed peer %s", out.Removed))
+	c.Ui.Output(fmt.Sprintf("Removed peer %q", out.Removed))
 	return 0
 }
 
@@ -183,7 +183,7 @@ func (c *RaftTransferLeaderCommand) Run(args []string) int {
 		return c.fail(err)
 	}
 	if out.Leader != "" {
-		c.Ui.Output(fmt.Sprintf("Leadership transferred to %s", out.Leader))
+		c.Ui.Output(fmt.Sprintf("Leadership transferred to %q", out.Leader))
 	} else {
 		c.Ui.Output("Leadership transferred")
 	}

@@ -148,10 +148,10 @@ func loadVolumes(path string) ([]*structs.Volume, error) {
 		// The agent validates too; checking the enums here lets the error
 		// point at the file and line.
 		if !structs.AccessMode(b.AccessMode).Valid() {
-			return nil, at(b.DeclRange, "volume %q: access_mode: unknown access mode %q", b.ID, b.AccessMode)
+			return nil, at(b.DeclRange, "volume %q: access_mode: must be one of %s, got %q", b.ID, structs.Choices(structs.AccessModes...), b.AccessMode)
 		}
 		if !structs.AttachmentMode(b.AttachmentMode).Valid() {
-			return nil, at(b.DeclRange, "volume %q: attachment_mode: unknown attachment mode %q", b.ID, b.AttachmentMode)
+			return nil, at(b.DeclRange, "volume %q: attachment_mode: must be one of %s, got %q", b.ID, structs.Choices(structs.AttachmentModes...), b.AttachmentMode)
 		}
 		if b.Namespace == "" {
 			b.Namespace = api.DefaultNamespace
@@ -179,7 +179,7 @@ func loadNodes(path string) ([]*structs.Node, error) {
 			b.Status = string(structs.NodeReady)
 		}
 		if !structs.NodeStatus(b.Status).Valid() {
-			return nil, at(b.DeclRange, "node %q: status: must be %q or %q, got %q", b.ID, structs.NodeReady, structs.NodeDown, b.Status)
+			return nil, at(b.DeclRange, "node %q: status: must be one of %s, %s, got %q", b.ID, structs.NodeReady, structs.NodeDown, b.Status)
 		}
 		n := &structs.Node{ID: b.ID, Status: structs.NodeStatus(b.Status), RootDir: b.RootDir, Meta: b.Meta}
 		for _, p := range b.Plugins {
@@ -228,7 +228,7 @@ func loadAllocs(path string) ([]*structs.Alloc, error) {
 			b.ClientStatus = string(structs.AllocRunning)
 		}
 		if !structs.AllocClientStatus(b.ClientStatus).Valid() {
-			return nil, at(b.DeclRange, "alloc %q: client_status: unknown client status %q", b.ID, b.ClientStatus)
+			return nil, at(b.DeclRange, "alloc %q: client_status: must be one of %s, got %q", b.ID, structs.Choices(structs.AllocClientStatuses...), b.ClientStatus)
 		}
 		out = append(out, &structs.Alloc{ID: b.ID, Namespace: b.Namespace, NodeID: b.NodeID, JobID: b.JobID,
 			ClientStatus: structs.AllocClientStatus(b.ClientStatus)})

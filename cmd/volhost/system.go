@@ -55,11 +55,12 @@ func (c *EventsCommand) Help() string {
     Only the events of this volume (in -namespace, default "default").
 
   -namespace=<ns>
-    The namespace of -volume.
+    The namespace of -volume (only with -volume: events are filtered by
+    volume, not by namespace).
 
   -type=<type>
-    Only events of this type (claim-transition, claim-failed, volume-stuck,
-    force-deregister, auto-force-deregister, module, claim-gc, audit).
+    Only events of this type, one of
+    `+wrap(strings.Join(structs.EventTypes, ", "), 70, "    ")+`.
 
   -since=<time>, -until=<time>
     Only events at or after, and before, a time: RFC 3339
@@ -81,6 +82,15 @@ func (c *EventsCommand) Run(args []string) int {
 	until := fs.String("until", "", "")
 	if _, err := c.parse(fs, args, 0, 0, "events [options]"); err != nil {
 		return c.fail(err)
+	}
+	// Checked here, not only by the agent: an unknown type or a namespace
+	// without a volume would otherwise be refused only after connecting,
+	// and the client drops a namespace without a volume silently.
+	if *typ != "" && !structs.ValidEventType(*typ) {
+		return c.fail(badChoice("-type", *typ, structs.EventTypes...))
+	}
+	if *ns != "" && *volume == "" {
+		return c.fail(fmt.Errorf("-namespace filters only with -volume (the namespace of that volume)"))
 	}
 	eq := client.EventQuery{Namespace: *ns, VolumeID: *volume, Type: *typ}
 	for name, p := range map[string]struct {
@@ -172,6 +182,27 @@ func (c *EventsCommand) printEvents(evs []*structs.Event, header bool) {
 	for _, r := range eventRows(evs) {
 		c.Ui.Output(strings.Join(r, "\t"))
 	}
+}
+
+// wrap breaks s into lines of at most width columns, each after the
+// first starting with indent (help text lists).
+func wrap(s string, width int, indent string) string {
+	var b strings.Builder
+	line := 0
+	for i, word := range strings.Fields(s) {
+		if i > 0 {
+			if line+1+len(word) > width {
+				b.WriteString("\n" + indent)
+				line = 0
+			} else {
+				b.WriteByte(' ')
+				line++
+			}
+		}
+		b.WriteString(word)
+		line += len(word)
+	}
+	return b.String()
 }
 
 // parseWhen reads an RFC 3339 time or a duration ago ("1h": an hour

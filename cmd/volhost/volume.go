@@ -266,11 +266,11 @@ func (c *VolumeClaimCommand) Run(args []string) int {
 	case *node == "":
 		return c.fail(fmt.Errorf("-node is required (usage: volhost %s)", usage))
 	case !structs.ClaimMode(*mode).Valid():
-		return c.fail(fmt.Errorf("-mode must be read or write, got %q", *mode))
+		return c.fail(badChoice("-mode", *mode, structs.ClaimRead, structs.ClaimWrite))
 	case *access != "" && !structs.AccessMode(*access).Valid():
-		return c.fail(fmt.Errorf("-access-mode: unknown access mode %q", *access))
+		return c.fail(badChoice("-access-mode", *access, structs.AccessModes...))
 	case *attach != "" && !structs.AttachmentMode(*attach).Valid():
-		return c.fail(fmt.Errorf("-attachment-mode must be file-system or block-device, got %q", *attach))
+		return c.fail(badChoice("-attachment-mode", *attach, structs.AttachmentModes...))
 	}
 	cl, err := c.client()
 	if err != nil {

@@ -13,8 +13,10 @@ import (
 	"strings"
 	"time"
 
+	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2/hclsimple"
 
+	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
 )
 
@@ -316,6 +318,9 @@ type Durations struct {
 func (c *Config) Validate() (Durations, error) {
 	var d Durations
 	var errs []error
+	if err := validLogLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
 	parse := func(name, v string, dst *time.Duration) {
 		p, err := time.ParseDuration(v)
 		switch {
@@ -487,4 +492,16 @@ func setInt(dst *int, v int) {
 	if v != 0 {
 		*dst = v
 	}
+}
+
+// LogLevels are the values log_level (-log-level) takes.
+var LogLevels = []string{"trace", "debug", "info", "warn", "error", "off"}
+
+// validLogLevel refuses a log level hclog does not know: it would read it
+// as "no level" and log at info, so -log-level=verbose was accepted silently.
+func validLogLevel(level string) error {
+	if level == "" || hclog.LevelFromString(level) != hclog.NoLevel {
+		return nil
+	}
+	return fmt.Errorf("log_level (-log-level) must be one of %s, got %q", structs.Choices(LogLevels...), level)
 }

@@ -59,6 +59,8 @@ func TestValidateNamesEveryBadSetting(t *testing.T) {
 		{"zero concurrency", func(c *Config) { c.Dev = true; c.Watcher.ControllerConcurrency = -2 }, []string{"watcher.controller_concurrency"}},
 		{"base above max", func(c *Config) { c.Dev = true; c.Watcher.BackoffBase = "2m" }, []string{"backoff_base", "backoff_max"}},
 		{"negative rate limit", func(c *Config) { c.Dev = true; c.Watcher.VolumeRateLimit = -1 }, []string{"watcher.volume_rate_limit"}},
+		// hclog reads an unknown level as "none" and logs at info: it was accepted silently.
+		{"unknown log level", func(c *Config) { c.Dev = true; c.LogLevel = "verbose" }, []string{"log_level (-log-level) must be one of trace, debug, info, warn, error, off", `got "verbose"`}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,6 +81,12 @@ func TestValidateNamesEveryBadSetting(t *testing.T) {
 	ok.Dev = true
 	if _, err := ok.Validate(); err != nil {
 		t.Errorf("default dev config refused: %v", err)
+	}
+	for _, level := range append(LogLevels, "WARN", "") {
+		ok.LogLevel = level
+		if _, err := ok.Validate(); err != nil {
+			t.Errorf("log level %q refused: %v", level, err)
+		}
 	}
 }
 

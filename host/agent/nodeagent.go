@@ -206,6 +206,9 @@ func RunClient(ctx context.Context, cfg *Config) error {
 	if cc == nil || !cc.Enabled {
 		return errors.New("client.enabled is not set")
 	}
+	if err := validLogLevel(cfg.LogLevel); err != nil {
+		return err
+	}
 	plugins := map[string]string{}
 	for _, p := range cc.Plugins {
 		if p.ID == "" || p.Socket == "" {

@@ -286,7 +286,7 @@ func TestBadRequests(t *testing.T) {
 		{"escaped slash id is addressable", "GET", "/v1/volume/a%2Fb", "", 404, "", `volume "default/a/b" does not exist`},
 		{"missing node", "GET", "/v1/node/nope", "", 404, "", `node "nope" does not exist`},
 		{"missing plugin", "GET", "/v1/plugin/nope", "", 404, "", `plugin "nope" does not exist`},
-		{"missing alloc", "GET", "/v1/alloc/nope", "", 404, "", `alloc "nope" does not exist`},
+		{"missing alloc", "GET", "/v1/alloc/nope", "", 404, "", `allocation "nope" does not exist`},
 		{"no route", "GET", "/v1/nothing", "", 404, "", "no route for GET /v1/nothing"},
 		{"wrong method", "PATCH", "/v1/volumes", "", 405, "", "method PATCH not allowed"},
 	}

@@ -72,7 +72,8 @@ func (m *routeMux) Handle(pattern string, h http.Handler) {
 	m.mu.Lock()
 	m.patterns = append(m.patterns, pattern)
 	m.mu.Unlock()
-	m.ServeMux.Handle(pattern, h)
+	// Every route refuses the query parameters it does not take (params.go).
+	m.ServeMux.Handle(pattern, checkingParams(pattern, h))
 }
 
 func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {

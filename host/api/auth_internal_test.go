@@ -33,3 +33,25 @@ func TestEveryRouteDeclaresACapability(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryRouteDeclaresItsParameters: every route a fully enabled server
+// registers declares the query parameters it takes, and the table names
+// no route that does not exist, so no route ignores a parameter silently.
+func TestEveryRouteDeclaresItsParameters(t *testing.T) {
+	s := New(Config{}, nil, nil, nil)
+	s.EnableCluster(nil)
+	s.EnableModules(nil)
+	s.EnableACL(ACLConfig{})
+	seen := map[string]bool{}
+	for _, p := range s.Patterns() {
+		seen[p] = true
+		if _, ok := routeParams[p]; !ok {
+			t.Errorf("route %q has no entry in routeParams", p)
+		}
+	}
+	for p := range routeParams {
+		if !seen[p] {
+			t.Errorf("routeParams names %q, which no route registers", p)
+		}
+	}
+}

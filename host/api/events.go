@@ -1,7 +1,6 @@
 package api
 
 import (
-	"encoding/base64"
 	"net/http"
 	"strconv"
 	"time"
@@ -26,7 +25,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, err)
 		return
 	}
-	f, err := s.eventFilter(r)
+	f, pp, err := s.eventFilter(r)
 	if err != nil {
 		WriteError(w, err)
 		return
@@ -41,44 +40,44 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		for i, e := range es {
 			out[i] = e.Event
 		}
+		key := ""
 		if next != 0 {
-			w.Header().Set(NextTokenHeader, base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatUint(next, 16))))
-		} else {
-			w.Header().Del(NextTokenHeader)
+			key = strconv.FormatUint(next, 16)
 		}
+		pp.setNext(w, key)
 		idx, err := rd.Index(tableEvents)
 		return out, idx, err
 	})
 }
 
-func (s *Server) eventFilter(r *http.Request) (state.EventFilter, error) {
+func (s *Server) eventFilter(r *http.Request) (state.EventFilter, pageParams, error) {
 	q := r.URL.Query()
 	var f state.EventFilter
-	pp, err := s.pageParams(r)
+	pp, err := s.pageParams(r, eventsList)
 	if err != nil {
-		return f, err
+		return f, pp, err
 	}
 	f.Limit = pp.perPage
 	if pp.start != "" {
-		n, err := strconv.ParseUint(pp.start, 16, 64)
-		if err != nil {
-			return f, badRequest("next_token", "is not a token this API handed out")
-		}
-		f.FromSeq = n
+		f.FromSeq, _ = strconv.ParseUint(pp.start, 16, 64) // eventsList checked the form
 	}
 	if v := q.Get("volume_id"); v != "" {
 		if err := ValidateID("volume_id", v); err != nil {
-			return f, err
+			return f, pp, err
 		}
 		ns, err := namespace(r)
 		if err != nil {
-			return f, err
+			return f, pp, err
 		}
 		f.Namespace, f.VolumeID = ns, v
+	} else if q.Has("namespace") {
+		// Events are filtered by volume, not by namespace: alone it would
+		// be silently ignored and answer every namespace's events.
+		return f, pp, badRequest("namespace", "filters only with volume_id (the namespace of that volume)")
 	}
 	if v := q.Get("type"); v != "" {
-		if err := ValidateID("type", v); err != nil {
-			return f, err
+		if !structs.ValidEventType(v) {
+			return f, pp, badChoice("type", v, structs.EventTypes...)
 		}
 		f.Type = v
 	}
@@ -86,13 +85,13 @@ func (s *Server) eventFilter(r *http.Request) (state.EventFilter, error) {
 		if v := q.Get(name); v != "" {
 			t, err := time.Parse(time.RFC3339Nano, v)
 			if err != nil {
-				return f, badRequest(name, "not an RFC 3339 time (e.g. 2026-12-01T10:00:00Z): %q", v)
+				return f, pp, badRequest(name, "not an RFC 3339 time (e.g. 2026-12-01T10:00:00Z): %q", v)
 			}
 			*dst = t
 		}
 	}
 	if !f.After.IsZero() && !f.Before.IsZero() && !f.Before.After(f.After) {
-		return f, badRequest("before", "must be later than after (%s)", f.After.Format(time.RFC3339))
+		return f, pp, badRequest("before", "must be later than after (%s)", f.After.Format(time.RFC3339))
 	}
-	return f, nil
+	return f, pp, nil
 }

@@ -3,6 +3,7 @@ package api_test
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -504,5 +505,155 @@ func TestBlockingQueryOutlivesReadTimeout(t *testing.T) {
 	apply(t, st, 2, structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: &structs.Plugin{ID: "p2"}})
 	if r := <-res; r.status != 200 || !strings.Contains(r.body, "p2") {
 		t.Fatalf("long poll: %d %s", r.status, r.body)
+	}
+}
+
+// tok is a next_token of the form pageList.token makes: base64url(list ":" key).
+func tok(list, key string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(list + ":" + key))
+}
+
+// Bad query input, by class: an enumerated value the route does not know,
+// a parameter it does not take (or given twice), and a next_token it did
+// not hand out. Each is one 400 naming the parameter, and nothing changes.
+// Before, every "silent" case below answered 200 (an empty list, every
+// item, or the volume in "default").
+func TestBadQueryParameters(t *testing.T) {
+	h := newHardened(t, api.Config{})
+	jsonCT := []string{"Content-Type", "application/json"}
+	cases := []struct {
+		name, method, path, body string
+		hdr                      []string
+		field                    string
+		msg                      []string
+	}{
+		// Enumerated values.
+		{"unknown event type (silent)", "GET", "/v1/events?type=zzz", "", nil, "type",
+			[]string{`must be one of claim-transition, claim-failed, claim-held,`, "node-fence, audit", `got "zzz"`}},
+		{"event namespace without volume (silent)", "GET", "/v1/events?namespace=prod", "", nil, "namespace", []string{"only with volume_id"}},
+		{"claim state", "GET", "/v1/volumes?claim_state=freed", "", nil, "claim_state", []string{"must be one of taken,", "unclaimed", `got "freed"`}},
+		{"claim mode", "PUT", "/v1/volume/vol1/claim", `{"alloc_id":"a1","node_id":"n1","mode":"rw"}`, jsonCT, "mode", []string{`must be one of read, write, got "rw"`}},
+		{"node status", "PUT", "/v1/node/n1/status", `{"status":"sleepy"}`, jsonCT, "status", []string{`must be one of ready, down, got "sleepy"`}},
+		{"bool-ish force", "DELETE", "/v1/volume/vol1?force=maybe", "", nil, "force", []string{`not a boolean: "maybe"`}},
+		{"bool-ish stuck", "GET", "/v1/volumes?stuck=maybe", "", nil, "stuck", []string{`not a boolean`}},
+		{"bool-ish stale", "GET", "/v1/nodes?stale=perhaps", "", nil, "stale", []string{`not a boolean`}},
+		{"negative per_page", "GET", "/v1/allocs?per_page=-1", "", nil, "per_page", []string{"positive integer"}},
+		{"index not a number", "GET", "/v1/events?index=x", "", nil, "index", []string{`not an unsigned integer: "x"`}},
+		{"wait forever", "GET", "/v1/plugins?wait=forever", "", nil, "wait", []string{"not a duration"}},
+
+		// Unknown and repeated parameters.
+		{"events since (silent)", "GET", "/v1/events?since=abc", "", nil, "since",
+			[]string{"unknown query parameter", "GET /v1/events takes only after, before, index, namespace, next_token, per_page, stale, type, volume_id, wait"}},
+		{"volumes state (silent)", "GET", "/v1/volumes?state=taken", "", nil, "state", []string{"unknown query parameter", "claim_state"}},
+		{"allocs node (silent)", "GET", "/v1/allocs?node=n1", "", nil, "node", []string{"unknown query parameter", "node_id"}},
+		{"nodes status (silent)", "GET", "/v1/nodes?status=down", "", nil, "status", []string{"unknown query parameter", "GET /v1/nodes takes only index, next_token, per_page, stale, wait"}},
+		{"plugins filter (silent)", "GET", "/v1/plugins?search=gce", "", nil, "search", []string{"unknown query parameter"}},
+		{"leftovers filter (silent)", "GET", "/v1/volumes/leftovers?volume_id=vol1", "", nil, "volume_id", []string{"unknown query parameter"}},
+		{"stats filter (silent)", "GET", "/v1/stats?plugin_id=gce-pd", "", nil, "plugin_id", []string{"unknown query parameter"}},
+		{"misspelt namespace on a read (silent)", "GET", "/v1/volume/vol1?namesapce=prod", "", nil, "namesapce", []string{"unknown query parameter", "namespace"}},
+		{"misspelt namespace on a delete (acted on default)", "DELETE", "/v1/volume/vol1?namesapce=prod", "", nil, "namesapce", []string{"unknown query parameter"}},
+		{"misspelt force", "DELETE", "/v1/volume/vol1?froce=true", "", nil, "froce", []string{"unknown query parameter", "takes only force, namespace"}},
+		{"parameter on a route that takes none", "PUT", "/v1/system/gc?all=true", "", jsonCT, "all", []string{"PUT /v1/system/gc takes no query parameters"}},
+		{"repeated type (second ignored)", "GET", "/v1/events?type=audit&type=module", "", nil, "type", []string{"given 2 times"}},
+		{"nameless parameter", "GET", "/v1/volumes?=x", "", nil, "", []string{"without a name"}},
+
+		// Tokens a list did not hand out.
+		{"volumes: plain base64 (silent)", "GET", "/v1/volumes?next_token=" + base64.RawURLEncoding.EncodeToString([]byte("default\x00vol1")), "", nil, "next_token", []string{"not a token this list handed out", "/v1/volumes"}},
+		{"volumes: not base64", "GET", "/v1/volumes?next_token=***", "", nil, "next_token", []string{"not a token this list handed out"}},
+		{"volumes: key of the wrong form", "GET", "/v1/volumes?next_token=" + tok("volumes", "novolume"), "", nil, "next_token", nil},
+		{"allocs: any base64 (silent)", "GET", "/v1/allocs?next_token=" + base64.RawURLEncoding.EncodeToString([]byte("zzz")), "", nil, "next_token", nil},
+		{"nodes: a volumes token", "GET", "/v1/nodes?next_token=" + tok("volumes", "default\x00vol1"), "", nil, "next_token", nil},
+		{"plugins: an allocs token", "GET", "/v1/plugins?next_token=" + tok("allocs", "a1"), "", nil, "next_token", nil},
+		{"leftovers: any base64 (silent)", "GET", "/v1/volumes/leftovers?next_token=" + base64.RawURLEncoding.EncodeToString([]byte("a")), "", nil, "next_token", nil},
+		{"events: a volumes token", "GET", "/v1/events?next_token=" + tok("volumes", "default\x00vol1"), "", nil, "next_token", nil},
+		{"events: sequence not hex", "GET", "/v1/events?next_token=" + tok("events", "xyz"), "", nil, "next_token", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := h.digest(t)
+			r := h.send(t, c.method, c.path, c.body, c.hdr...)
+			if r.status != 400 {
+				t.Fatalf("status %d, want 400: %s", r.status, r.body)
+			}
+			var er api.ErrorResponse
+			if err := json.Unmarshal([]byte(r.body), &er); err != nil {
+				t.Fatalf("not a JSON error: %s", r.body)
+			}
+			if er.Field != c.field {
+				t.Errorf("field %q, want %q (%s)", er.Field, c.field, er.Error)
+			}
+			for _, m := range c.msg {
+				if !strings.Contains(er.Error, m) {
+					t.Errorf("error %q lacks %q", er.Error, m)
+				}
+			}
+			if h.digest(t) != before {
+				t.Fatal("state changed")
+			}
+		})
+	}
+	// The volume the misspelt delete named is still there.
+	if r := h.send(t, "GET", "/v1/volume/vol1", ""); r.status != 200 {
+		t.Fatalf("vol1 after the refused deletes: %d %s", r.status, r.body)
+	}
+}
+
+// Every list hands out tokens it takes back, and every accepted value of
+// an enumerated filter is accepted: the checks refuse only bad input.
+func TestQueryParametersAccepted(t *testing.T) {
+	h := newHardened(t, api.Config{})
+	ctx := context.Background()
+	if _, err := h.b.RegisterPlugin(ctx, &structs.Plugin{ID: "p2"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.b.RegisterVolumes(ctx, []*structs.Volume{testVolume("vol2")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.b.RegisterNode(ctx, &structs.Node{ID: "n1", Status: structs.NodeReady}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.b.UpsertAllocs(ctx, []*structs.Alloc{{ID: "a1", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocRunning},
+		{ID: "a2", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocRunning}}); err != nil {
+		t.Fatal(err)
+	}
+	evs := []*structs.Event{{Type: structs.EventModule, Message: "m1"}, {Type: structs.EventModule, Message: "m2"}}
+	if _, err := h.b.Store.Apply(h.b.Store.LatestIndex()+1, structs.EventAppendType, &structs.EventAppendRequest{Events: evs}); err != nil {
+		t.Fatal(err)
+	}
+	for _, list := range []string{"/v1/volumes", "/v1/plugins", "/v1/allocs", "/v1/events"} {
+		r := h.send(t, "GET", list+"?per_page=1", "")
+		next := r.header.Get(api.NextTokenHeader)
+		if r.status != 200 || next == "" {
+			t.Fatalf("%s first page: %d, token %q: %s", list, r.status, next, r.body)
+		}
+		if r := h.send(t, "GET", list+"?per_page=1&next_token="+next, ""); r.status != 200 || r.body == "[]\n" {
+			t.Fatalf("%s with its own token: %d %s", list, r.status, r.body)
+		}
+	}
+	for _, ty := range structs.EventTypes {
+		if r := h.send(t, "GET", "/v1/events?type="+ty, ""); r.status != 200 {
+			t.Errorf("type=%s: %d %s", ty, r.status, r.body)
+		}
+	}
+	for _, path := range []string{
+		"/v1/volumes?namespace=default&plugin_id=gce-pd&claim_state=unclaimed&stuck=false&search=vol&per_page=5&index=1&wait=0s&stale=true",
+		"/v1/events?volume_id=vol1&namespace=default&type=claim-transition&after=2026-01-01T00:00:00Z&before=2027-01-01T00:00:00Z",
+		"/v1/allocs?node_id=n1", "/v1/volume/vol1?namespace=default&index=1&wait=0s", "/v1/stats?namespace=default",
+	} {
+		if r := h.send(t, "GET", path, ""); r.status != 200 {
+			t.Errorf("%s: %d %s", path, r.status, r.body)
+		}
+	}
+	// An empty parameter is no filter: ?stuck= lists the stuck volume too
+	// (it read as stuck=false).
+	if _, err := h.b.Store.Apply(h.b.Store.LatestIndex()+1, structs.VolumeStuckType, &structs.VolumeStuckRequest{
+		Namespace: "default", VolumeID: "vol1", Stuck: &structs.Stuck{Since: time.Now(), Reason: "test"}}); err != nil {
+		t.Fatal(err)
+	}
+	for q, want := range map[string]string{"?stuck=": `"vol1"`, "?stuck=true": `"vol1"`, "?stuck=false": `"vol2"`} {
+		r := h.send(t, "GET", "/v1/volumes"+q, "")
+		if r.status != 200 || !strings.Contains(r.body, want) {
+			t.Errorf("%s: %d, want %s in %s", q, r.status, want, r.body)
+		}
 	}
 }

@@ -46,6 +46,12 @@ func badRequest(field, format string, args ...any) error {
 	return &httpError{status: http.StatusBadRequest, msg: msg, field: field}
 }
 
+// badChoice refuses a value of an enumerated parameter or field, naming
+// every value it takes (one wording for every enumeration of the API).
+func badChoice[T ~string](field string, got T, valid ...T) error {
+	return badRequest(field, "must be one of %s, got %q", structs.Choices(valid...), got)
+}
+
 // StatusFor maps an error onto an HTTP status by type, never by message
 // (ANCHORS pain 10).
 func StatusFor(err error) int {

@@ -68,10 +68,11 @@ func (s *Server) EnableModules(b ModuleBackend) {
 			WriteError(w, err)
 			return
 		}
-		p, err := s.pageParams(r)
-		if err == nil && p.start != "" {
-			err = badRequest("next_token", "is not supported here: the served volumes are a count and the first per_page of them")
+		if r.URL.Query().Has("next_token") {
+			WriteError(w, badRequest("next_token", "is not supported here: the served volumes are a count and the first per_page of them"))
+			return
 		}
+		p, err := s.pageParams(r, moduleVolumesList)
 		if err != nil {
 			WriteError(w, err)
 			return

@@ -2,7 +2,6 @@ package api
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -217,7 +216,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, err)
 		return
 	}
-	pp, err := s.pageParams(r)
+	pp, err := s.pageParams(r, volumesList)
 	if err != nil {
 		WriteError(w, err)
 		return
@@ -236,7 +235,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 			return nil, 0, err
 		}
 		out := make([]volumeJSON, 0, min(pp.perPage, 1024))
-		w.Header().Del(NextTokenHeader)
+		pp.setNext(w, "")
 		for v := next(); v != nil; v = next() {
 			if ns != "" && v.Namespace != ns {
 				break // past the namespace in key order
@@ -245,7 +244,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			if len(out) == pp.perPage {
-				w.Header().Set(NextTokenHeader, base64.RawURLEncoding.EncodeToString([]byte(volumeKey(v.Namespace, v.ID))))
+				pp.setNext(w, volumeKey(v.Namespace, v.ID))
 				break
 			}
 			out = append(out, newVolumeJSON(redact(v))) // redact (copy) only what is answered
@@ -268,11 +267,13 @@ func volumeFilter(r *http.Request) (func(*structs.Volume) bool, error) {
 	q := r.URL.Query()
 	state := structs.ClaimState(q.Get("claim_state"))
 	if state != "" && state != unclaimedState && !state.Valid() {
-		return nil, badRequest("claim_state", "must be one of %s, %s, %s, %s or %s, got %q", structs.ClaimTaken,
-			structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree, unclaimedState, state)
+		return nil, badChoice("claim_state", state, structs.ClaimTaken,
+			structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree, unclaimedState)
 	}
 	var stuck *bool
-	if q.Has("stuck") {
+	// An empty ?stuck= is no filter, like every other empty parameter; it
+	// used to read as stuck=false and hide the stuck volumes.
+	if q.Get("stuck") != "" {
 		b, err := queryBool(r, "stuck")
 		if err != nil {
 			return nil, err
@@ -449,7 +450,7 @@ func (s *Server) claimVolume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !req.Mode.Valid() {
-		WriteError(w, badRequest("mode", "must be %q or %q, got %q", structs.ClaimRead, structs.ClaimWrite, req.Mode))
+		WriteError(w, badChoice("mode", req.Mode, structs.ClaimRead, structs.ClaimWrite))
 		return
 	}
 	claim, err := s.backend.ClaimVolume(r.Context(), &req)
@@ -480,7 +481,7 @@ func (s *Server) detachVolume(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listLeftovers(w http.ResponseWriter, r *http.Request) {
-	pp, err := s.pageParams(r)
+	pp, err := s.pageParams(r, leftoversList)
 	if err != nil {
 		WriteError(w, err)
 		return
@@ -536,11 +537,11 @@ func (s *Server) clearLeftovers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
-	listAll(s, w, r, tableNodes, Reader.Nodes, func(n *structs.Node) string { return n.ID })
+	listAll(s, w, r, nodesList, tableNodes, Reader.Nodes, func(n *structs.Node) string { return n.ID })
 }
 
 func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
-	getOne(s, w, r, "node", tableNodes, Reader.NodeByID)
+	getOne(s, w, r, "node", "node", tableNodes, Reader.NodeByID)
 }
 
 func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
@@ -601,7 +602,7 @@ func (s *Server) nodeStatus(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !req.Status.Valid() {
-		WriteError(w, badRequest("status", "must be %q or %q, got %q", structs.NodeReady, structs.NodeDown, req.Status))
+		WriteError(w, badChoice("status", req.Status, structs.NodeReady, structs.NodeDown))
 		return
 	}
 	index, err := s.backend.UpdateNodeStatus(r.Context(), id, req.Status)
@@ -640,11 +641,11 @@ func (s *Server) unfenceNode(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listPlugins(w http.ResponseWriter, r *http.Request) {
-	listAll(s, w, r, tablePlugins, Reader.Plugins, func(p *structs.Plugin) string { return p.ID })
+	listAll(s, w, r, pluginsList, tablePlugins, Reader.Plugins, func(p *structs.Plugin) string { return p.ID })
 }
 
 func (s *Server) getPlugin(w http.ResponseWriter, r *http.Request) {
-	getOne(s, w, r, "plugin", tablePlugins, Reader.PluginByID)
+	getOne(s, w, r, "plugin", "plugin", tablePlugins, Reader.PluginByID)
 }
 
 func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) {
@@ -678,7 +679,7 @@ func (s *Server) listAllocs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	pp, err := s.pageParams(r)
+	pp, err := s.pageParams(r, allocsList)
 	if err != nil {
 		WriteError(w, err)
 		return
@@ -701,7 +702,7 @@ func (s *Server) listAllocs(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getAlloc(w http.ResponseWriter, r *http.Request) {
-	getOne(s, w, r, "alloc", tableAllocs, Reader.AllocByID)
+	getOne(s, w, r, "alloc", "allocation", tableAllocs, Reader.AllocByID)
 }
 
 func (s *Server) upsertAllocs(w http.ResponseWriter, r *http.Request) {
@@ -755,10 +756,11 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	s.metrics.ServeHTTP(w, r)
 }
 
-// getOne answers GET /v1/<what>/{id}: the object from table, or 404.
-func getOne[T any](s *Server, w http.ResponseWriter, r *http.Request, what, table string,
+// getOne answers GET /v1/<prefix>/{id}: the object from table, or a 404
+// naming it by noun (prose says "allocation"; the parameter is alloc_id).
+func getOne[T any](s *Server, w http.ResponseWriter, r *http.Request, prefix, noun, table string,
 	get func(Reader, memdb.WatchSet, string) (*T, error)) {
-	id, err := pathID(r, what+"_id")
+	id, err := pathID(r, prefix+"_id")
 	if err != nil {
 		WriteError(w, err)
 		return
@@ -766,7 +768,7 @@ func getOne[T any](s *Server, w http.ResponseWriter, r *http.Request, what, tabl
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
 		obj, err := get(rd, ws, id)
 		if err == nil && obj == nil {
-			err = structs.NotFound(what, id)
+			err = structs.NotFound(noun, id)
 		}
 		if err != nil {
 			return nil, 0, err
@@ -778,9 +780,9 @@ func getOne[T any](s *Server, w http.ResponseWriter, r *http.Request, what, tabl
 
 // listAll answers a list route with a page of the objects of table ([]
 // when empty); key is the object's sort key in the table.
-func listAll[T any](s *Server, w http.ResponseWriter, r *http.Request, table string,
+func listAll[T any](s *Server, w http.ResponseWriter, r *http.Request, pl pageList, table string,
 	list func(Reader, memdb.WatchSet) ([]*T, error), key func(*T) string) {
-	pp, err := s.pageParams(r)
+	pp, err := s.pageParams(r, pl)
 	if err != nil {
 		WriteError(w, err)
 		return

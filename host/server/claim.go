@@ -42,7 +42,7 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 	}
 	unlock, err := s.locks.Lock(ctx, structs.VolumeRef{Namespace: req.Namespace, ID: req.VolumeID})
 	if err != nil {
-		return nil, fmt.Errorf("claim: waiting for volume %s: %w", volumeKey(req.Namespace, req.VolumeID), err)
+		return nil, fmt.Errorf("claim: waiting for volume %q: %w", volumeKey(req.Namespace, req.VolumeID), err)
 	}
 	defer unlock()
 
@@ -103,7 +103,7 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 			// 3). A retry of the same request finds the claim or makes it.
 			s.logger.Warn("claim commit unconfirmed; publish kept for a retry", "volume", volumeKey(vol.Namespace, vol.ID),
 				"alloc", claim.AllocID, "node", claim.NodeID, "error", err)
-			return nil, fmt.Errorf("claim of volume %s by allocation %s: %w", volumeKey(vol.Namespace, vol.ID), claim.AllocID, err)
+			return nil, fmt.Errorf("claim of volume %q by allocation %q: %w", volumeKey(vol.Namespace, vol.ID), claim.AllocID, err)
 		}
 		pub.rollback(ctx)
 		return nil, err

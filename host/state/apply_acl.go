@@ -58,7 +58,7 @@ func validateToken(snap *Snapshot, f string, t *structs.ACLToken) error {
 			}
 		}
 	default:
-		return structs.Invalid(f+".type", "must be %q or %q, got %q", structs.ACLClientToken, structs.ACLManagementToken, t.Type)
+		return structs.Invalid(f+".type", "must be one of %s, %s, got %q", structs.ACLClientToken, structs.ACLManagementToken, t.Type)
 	}
 	if old, err := snap.ACLTokenByAccessor(nil, t.AccessorID); err != nil {
 		return err

@@ -327,10 +327,10 @@ func validateVolumeShapes(snap *Snapshot, r *structs.VolumeRegisterRequest) erro
 			return err
 		}
 		if !v.AccessMode.Valid() {
-			return structs.Invalid(f+".access_mode", "unknown access mode %q", v.AccessMode)
+			return structs.Invalid(f+".access_mode", "must be one of %s, got %q", structs.Choices(structs.AccessModes...), v.AccessMode)
 		}
 		if !v.AttachmentMode.Valid() {
-			return structs.Invalid(f+".attachment_mode", "unknown attachment mode %q", v.AttachmentMode)
+			return structs.Invalid(f+".attachment_mode", "must be one of %s, got %q", structs.Choices(structs.AttachmentModes...), v.AttachmentMode)
 		}
 		if len(v.Claims) > 0 {
 			return structs.Invalid(f+".claims", "cannot be set on registration; claim the volume instead")
@@ -446,7 +446,7 @@ func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
 			return err
 		}
 		if !a.ClientStatus.Valid() {
-			return structs.Invalid(f+".client_status", "unknown client status %q", a.ClientStatus)
+			return structs.Invalid(f+".client_status", "must be one of %s, got %q", structs.Choices(structs.AllocClientStatuses...), a.ClientStatus)
 		}
 		old, err := snap.AllocByID(nil, a.ID)
 		if err != nil {

@@ -36,15 +36,12 @@ const (
 	AccessMultiNodeMultiWrite  AccessMode = "multi-node-multi-writer"
 )
 
+// AccessModes lists every access mode, for the messages that name them.
+var AccessModes = []AccessMode{AccessSingleNodeReader, AccessSingleNodeWriter, AccessMultiNodeReader,
+	AccessMultiNodeSingleWrite, AccessMultiNodeMultiWrite}
+
 // Valid reports whether a is a known access mode.
-func (a AccessMode) Valid() bool {
-	switch a {
-	case AccessSingleNodeReader, AccessSingleNodeWriter, AccessMultiNodeReader,
-		AccessMultiNodeSingleWrite, AccessMultiNodeMultiWrite:
-		return true
-	}
-	return false
-}
+func (a AccessMode) Valid() bool { return slices.Contains(AccessModes, a) }
 
 // MaxWriters is how many write claims the access mode allows at once
 // (-1: unbounded).
@@ -70,6 +67,9 @@ const (
 	AttachFilesystem  AttachmentMode = "file-system"
 	AttachBlockDevice AttachmentMode = "block-device"
 )
+
+// AttachmentModes lists every attachment mode, for the messages that name them.
+var AttachmentModes = []AttachmentMode{AttachFilesystem, AttachBlockDevice}
 
 // Valid reports whether m is a known attachment mode.
 func (m AttachmentMode) Valid() bool { return m == AttachFilesystem || m == AttachBlockDevice }
@@ -324,14 +324,11 @@ const (
 	AllocLost     AllocClientStatus = "lost"
 )
 
+// AllocClientStatuses lists every client status, for the messages that name them.
+var AllocClientStatuses = []AllocClientStatus{AllocPending, AllocRunning, AllocComplete, AllocFailed, AllocLost}
+
 // Valid reports whether s is a known client status.
-func (s AllocClientStatus) Valid() bool {
-	switch s {
-	case AllocPending, AllocRunning, AllocComplete, AllocFailed, AllocLost:
-		return true
-	}
-	return false
-}
+func (s AllocClientStatus) Valid() bool { return slices.Contains(AllocClientStatuses, s) }
 
 // Terminal reports whether the allocation has stopped for good on its client.
 func (s AllocClientStatus) Terminal() bool {
@@ -550,6 +547,29 @@ const (
 	// retained apart from the claim events so no flood evicts them.
 	EventAudit = "audit"
 )
+
+// Choices joins the values an enumerated field takes, for the one wording
+// every refusal of one uses: "must be one of " + Choices(...) + ", got %q".
+func Choices[T ~string](vals ...T) string {
+	s := make([]string, len(vals))
+	for i, v := range vals {
+		s[i] = string(v)
+	}
+	return strings.Join(s, ", ")
+}
+
+// EventTypes lists every event type above, in the order the docs list
+// them: the values GET /v1/events?type= and `volhost events -type` accept
+// (a type nothing records would filter everything out, silently).
+// TestEventTypesListsEveryConstant keeps it whole.
+var EventTypes = []string{
+	EventClaimTransition, EventClaimFailed, EventClaimHeld, EventVolumeStuck,
+	EventForceDeregister, EventAutoForce, EventModule, EventGC,
+	EventNodeStatus, EventNodeFence, EventAudit,
+}
+
+// ValidEventType reports whether t is one of EventTypes.
+func ValidEventType(t string) bool { return slices.Contains(EventTypes, t) }
 
 // Event is one entry of the bounded events table.
 type Event struct {

@@ -1,11 +1,17 @@
 package ui
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/volhost/volhost/host/structs"
 )
 
 func serve(t *testing.T, h http.Handler, method, path string, hdr map[string]string) *httptest.ResponseRecorder {
@@ -138,5 +144,26 @@ func TestRefusesUnknownTypesAndMissingShell(t *testing.T) {
 	}
 	if _, err := newHandler(fstest.MapFS{"assets/app.js": {}}, "assets"); err == nil || !strings.Contains(err.Error(), "index.html") {
 		t.Fatalf("no shell: err = %v, want one naming index.html", err)
+	}
+}
+
+// TestEventTypeFilterListsEveryType: the events page's type filter offers
+// every type the API accepts (structs.EventTypes) and no other, so no
+// event type is unfilterable in the UI and no choice answers a 400.
+func TestEventTypeFilterListsEveryType(t *testing.T) {
+	src, err := os.ReadFile("assets/app.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^const EVENT_TYPES = (\[.*\]);$`).FindSubmatch(src)
+	if m == nil {
+		t.Fatal("assets/app.js declares no EVENT_TYPES array on one line")
+	}
+	var got []string
+	if err := json.Unmarshal(m[1], &got); err != nil {
+		t.Fatalf("EVENT_TYPES is not a JSON array of strings: %v", err)
+	}
+	if !slices.Equal(got, structs.EventTypes) {
+		t.Fatalf("EVENT_TYPES = %v, want structs.EventTypes %v", got, structs.EventTypes)
 	}
 }

@@ -47,7 +47,7 @@ var validName = regexp.MustCompile(`^[a-z][a-z0-9-]{0,62}$`)
 // cases. It returns the folder. An existing folder is never overwritten.
 func Scaffold(o NewOptions) (string, error) {
 	if o.Lang != LangGo && o.Lang != LangAS {
-		return "", fmt.Errorf("-lang %q: want %q (Go guest, abi/guest) or %q (AssemblyScript, abi/guest-as)", o.Lang, LangGo, LangAS)
+		return "", fmt.Errorf("-lang must be one of %s (Go guest, abi/guest), %s (AssemblyScript, abi/guest-as), got %q", LangGo, LangAS, o.Lang)
 	}
 	if !validName.MatchString(o.Name) {
 		return "", fmt.Errorf("module name %q: want lower-case letters, digits and dashes, starting with a letter (it names NAME.wasm and NAME.hcl)", o.Name)

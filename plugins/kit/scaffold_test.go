@@ -67,7 +67,7 @@ func TestScaffoldErrors(t *testing.T) {
 		o    NewOptions
 		want string
 	}{
-		{NewOptions{Lang: "rust", Name: "x", Dir: dir, SDK: root}, `-lang "rust"`},
+		{NewOptions{Lang: "rust", Name: "x", Dir: dir, SDK: root}, `-lang must be one of go (Go guest, abi/guest), as (AssemblyScript, abi/guest-as), got "rust"`},
 		{NewOptions{Lang: LangGo, Name: "Bad_Name", Dir: dir, SDK: root}, `module name "Bad_Name"`},
 		{NewOptions{Lang: LangGo, Name: "taken", Dir: dir, SDK: root}, "already exists"},
 		{NewOptions{Lang: LangGo, Name: "x", Dir: dir}, "pass -sdk DIR"},

@@ -449,7 +449,8 @@ func (c *Client) Events(ctx context.Context, o *QueryOptions) ([]*structs.Event,
 	return c.EventsFiltered(ctx, EventQuery{}, o)
 }
 
-// EventQuery filters events (zero fields match all).
+// EventQuery filters events (zero fields match all). Namespace is the
+// namespace of VolumeID and is refused without it.
 type EventQuery struct {
 	Namespace, VolumeID string
 	Type                string
@@ -462,9 +463,11 @@ func (c *Client) EventsFiltered(ctx context.Context, eq EventQuery, o *QueryOpti
 	q := url.Values{}
 	if eq.VolumeID != "" {
 		q.Set("volume_id", eq.VolumeID)
-		if eq.Namespace != "" {
-			q.Set("namespace", eq.Namespace)
-		}
+	}
+	if eq.Namespace != "" {
+		// Sent even without VolumeID, for the API to refuse: dropped, it
+		// would widen the query to every namespace's events silently.
+		q.Set("namespace", eq.Namespace)
 	}
 	if eq.Type != "" {
 		q.Set("type", eq.Type)

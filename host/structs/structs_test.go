@@ -1,0 +1,64 @@
+package structs
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestEventTypesListsEveryConstant reads the Event* string constants of
+// structs.go from its source, so a type added there without a place in
+// EventTypes (and so refused by ?type=) fails here.
+func TestEventTypesListsEveryConstant(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "structs.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var consts []string
+	for _, d := range f.Decls {
+		gd, ok := d.(*ast.GenDecl)
+		if !ok || gd.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range gd.Specs {
+			vs := spec.(*ast.ValueSpec)
+			for i, n := range vs.Names {
+				if !strings.HasPrefix(n.Name, "Event") || i >= len(vs.Values) {
+					continue
+				}
+				lit, ok := vs.Values[i].(*ast.BasicLit)
+				if !ok || lit.Kind != token.STRING {
+					continue
+				}
+				v, err := strconv.Unquote(lit.Value)
+				if err != nil {
+					t.Fatal(err)
+				}
+				consts = append(consts, v)
+			}
+		}
+	}
+	if len(consts) < 11 {
+		t.Fatalf("found only %d Event constants (%v): the parse is wrong", len(consts), consts)
+	}
+	for _, c := range consts {
+		if !slices.Contains(EventTypes, c) {
+			t.Errorf("event type %q is a constant but not in EventTypes", c)
+		}
+		if !ValidEventType(c) {
+			t.Errorf("ValidEventType(%q) = false", c)
+		}
+	}
+	if len(EventTypes) != len(consts) {
+		t.Errorf("EventTypes has %d entries, structs.go %d Event constants: %v", len(EventTypes), len(consts), EventTypes)
+	}
+	for _, bad := range []string{"", "zzz", "Audit", "claim"} {
+		if ValidEventType(bad) {
+			t.Errorf("ValidEventType(%q) = true", bad)
+		}
+	}
+}
