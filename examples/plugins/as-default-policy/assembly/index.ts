@@ -131,9 +131,11 @@ let seenCall: u32 = 0;
 
 // decide is defaultpolicy.DecideInto: the allocation at the claim's own
 // position when the IDs are distinct (the watcher lists one allocation per
-// claim, in claim order), else the backward scan; everything it calls is
-// inline, so the call's only function entries are the SDK's.
+// claim, in claim order), else the backward scan. Everything per claim is
+// inline, so the call's only function entries are the SDK's, and the
+// literals the claims are compared with are looked up once per call.
 function decide(req: PolicyRequest, resp: PolicyResponse): void {
+  const taken = lit("taken"), down = lit("down"), gone = lit("gone");
   const distinct = distinctIds(req);
   for (let i = 0, n = req.claimCount; i < n; i++) {
     const c = req.claim(i);
@@ -152,13 +154,12 @@ function decide(req: PolicyRequest, resp: PolicyResponse): void {
       resp.add(c.allocId, ACTION_WAIT, 0, reason(kind, status));
       continue;
     }
-    if (eq(c.state, "taken")) {
+    if (bytesEqual(c.state, taken)) {
       const nd = findNode(req, c.nodeId);
       // nodeStatus: absent is "gone".
-      const down = nd != null && eq(nd.status, "down");
-      const gone = nd == null || eq(nd.status, "gone");
-      if (down || gone) {
-        resp.add(c.allocId, ACTION_RELEASE_SKIP_NODE, 0, skipReason(kind, down));
+      const isDown = nd != null && bytesEqual(nd.status, down);
+      if (isDown || nd == null || bytesEqual(nd.status, gone)) {
+        resp.add(c.allocId, ACTION_RELEASE_SKIP_NODE, 0, skipReason(kind, isDown));
         continue;
       }
     }
