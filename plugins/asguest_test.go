@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -459,4 +460,184 @@ func TestASDecoder(t *testing.T) {
 			t.Fatalf("case %d: decisions differ (request %x)", i, b)
 		}
 	}
+}
+
+// TestASPolicyRequestViews compares the SDK's views of a PolicyRequest,
+// every field, with abi's decode of the same bytes: the test module
+// as-policy-echo answers with its views written out (see its source), and
+// policyRequestEcho writes abi's the same way. The requests fill every
+// field, with strings past a one- and a two-byte length, multi-byte and
+// 10-byte varints, maps, and unknown fields between known ones; then the
+// same requests mangled (bytes changed, cut, added, fields moved), which
+// take the SDK's whole-message decoders' way out to its field loop at
+// every point. A mangled request abi refuses must be refused too.
+func TestASPolicyRequestViews(t *testing.T) {
+	in := newRawInstance(t, context.Background(), exampleWasm(t, "as-policy-echo"))
+	r := rand.New(rand.NewPCG(9, 10))
+	check := func(i int, b []byte) {
+		t.Helper()
+		var native abi.PolicyRequest
+		nerr := native.Unmarshal(b)
+		var resp abi.PolicyResponse
+		if err := resp.Unmarshal(in.call(t, abi.ExportDecideRelease, b)); err != nil {
+			t.Fatalf("case %d: response: %v", i, err)
+		}
+		if nerr != nil {
+			if !strings.HasPrefix(resp.Error, "abi: malformed message: PolicyRequest: ") {
+				t.Fatalf("case %d: abi: %v; AS answered %q (request %x)", i, nerr, resp.Error, b)
+			}
+			return
+		}
+		if want := policyRequestEcho(&native); resp.Error != want {
+			t.Fatalf("case %d: AS views\n%s\nabi\n%s\n(request %x)", i, resp.Error, want, b)
+		}
+	}
+	for i := range 3000 {
+		b := fullPolicyRequest(r).MarshalAppend(nil)
+		if i%4 == 1 {
+			b = insertUnknown(r, b)
+		}
+		check(i, b)
+		for range 1 + r.IntN(3) {
+			if len(b) == 0 {
+				break
+			}
+			switch r.IntN(4) {
+			case 0:
+				b[r.IntN(len(b))] = byte(r.Uint32())
+			case 1:
+				b = b[:r.IntN(len(b))]
+			case 2:
+				b = append(b, byte(r.Uint32()))
+			default: // a run of bytes moved to the end: fields out of order
+				at := r.IntN(len(b))
+				n := r.IntN(len(b) - at + 1)
+				b = append(slices.Delete(slices.Clone(b), at, at+n), b[at:at+n]...)
+			}
+		}
+		check(i, b)
+	}
+}
+
+// fullPolicyRequest is a request with every field of every view set
+// (some left empty at random).
+func fullPolicyRequest(r *rand.Rand) *abi.PolicyRequest {
+	str := func(prefix string) string {
+		switch r.IntN(8) {
+		case 0:
+			return ""
+		case 1:
+			return strings.Repeat(prefix, 1+r.IntN(60)) // past 127 bytes at times
+		case 2:
+			return strings.Repeat("x", 16384+r.IntN(10)) // a three-byte length
+		}
+		return fmt.Sprintf("%s-%d", prefix, r.IntN(1000))
+	}
+	num := func() uint64 {
+		switch r.IntN(5) {
+		case 0:
+			return 0
+		case 1:
+			return uint64(r.IntN(128))
+		case 2:
+			return r.Uint64() // up to 10 bytes
+		}
+		return r.Uint64N(1 << (7 * uint(1+r.IntN(8)))) // 1 to 8 bytes
+	}
+	strMap := func() map[string]string {
+		if r.IntN(2) == 0 {
+			return nil
+		}
+		m := map[string]string{}
+		for range 1 + r.IntN(3) {
+			m[str("k")] = str("v")
+		}
+		return m
+	}
+	req := &abi.PolicyRequest{NowUnixMs: int64(num()), Volume: abi.VolumeView{Namespace: str("ns"), ID: str("vol"),
+		PluginID: str("plugin"), AccessMode: str("am"), AttachmentMode: str("atm"), ExternalID: str("ext"), Context: strMap()}}
+	for range r.IntN(6) {
+		req.Claims = append(req.Claims, abi.ClaimView{AllocID: str("alloc"), NodeID: str("node"), Mode: str("mode"),
+			State: str("state"), Attempts: uint32(num()), LastErrorCode: uint32(num()), LastErrorKind: str("kind"),
+			ExternalNodeID: str("extnode"), AccessMode: str("am"), AttachmentMode: str("atm")})
+	}
+	for range r.IntN(6) {
+		req.Allocs = append(req.Allocs, abi.AllocView{ID: str("alloc"), ClientStatus: str("status"), TerminalAgeMs: int64(num())})
+	}
+	for range r.IntN(4) {
+		req.Nodes = append(req.Nodes, abi.NodeView{ID: str("node"), Status: str("status"), LastSeenAgeMs: int64(num()),
+			Meta: strMap(), ExternalID: str("extid")})
+	}
+	return req
+}
+
+// insertUnknown puts unknown fields (appendUnknown's) at a random field
+// boundary of the top-level message b.
+func insertUnknown(r *rand.Rand, b []byte) []byte {
+	var at []int
+	for i := 0; i < len(b); {
+		at = append(at, i)
+		_, _, n := protowire.ConsumeField(b[i:])
+		if n < 0 {
+			return b
+		}
+		i += n
+	}
+	i := len(b)
+	if len(at) > 0 {
+		i = at[r.IntN(len(at))]
+	}
+	return append(appendUnknown(slices.Clone(b[:i])), b[i:]...)
+}
+
+// policyRequestEcho writes req as as-policy-echo writes its views.
+func policyRequestEcho(req *abi.PolicyRequest) string {
+	var sb strings.Builder
+	s := func(v string) { fmt.Fprintf(&sb, "%d:%s|", len(v), v) }
+	u := func(v uint64) { fmt.Fprintf(&sb, "%d|", v) }
+	m := func(v map[string]string) {
+		keys := slices.Sorted(maps.Keys(v))
+		u(uint64(len(keys)))
+		for _, k := range keys {
+			s(k)
+			s(v[k])
+		}
+	}
+	u(uint64(req.NowUnixMs))
+	v := req.Volume
+	s(v.Namespace)
+	s(v.ID)
+	s(v.PluginID)
+	s(v.AccessMode)
+	s(v.AttachmentMode)
+	s(v.ExternalID)
+	m(v.Context)
+	u(uint64(len(req.Claims)))
+	for _, c := range req.Claims {
+		s(c.AllocID)
+		s(c.NodeID)
+		s(c.Mode)
+		s(c.State)
+		u(uint64(c.Attempts))
+		u(uint64(c.LastErrorCode))
+		s(c.LastErrorKind)
+		s(c.ExternalNodeID)
+		s(c.AccessMode)
+		s(c.AttachmentMode)
+	}
+	u(uint64(len(req.Allocs)))
+	for _, a := range req.Allocs {
+		s(a.ID)
+		s(a.ClientStatus)
+		u(uint64(a.TerminalAgeMs))
+	}
+	u(uint64(len(req.Nodes)))
+	for _, nd := range req.Nodes {
+		s(nd.ID)
+		s(nd.Status)
+		u(uint64(nd.LastSeenAgeMs))
+		m(nd.Meta)
+		s(nd.ExternalID)
+	}
+	return sb.String()
 }

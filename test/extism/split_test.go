@@ -22,7 +22,9 @@ import (
 //     of a Go guest call (volhost_buffer, the export, the SDK);
 //   - go-decode: a Go guest that only decodes the request (split/decode);
 //   - go: the default-policy Go guest (HandleReleaseInto);
-//   - as: the AssemblyScript default policy (make plugins builds it).
+//   - as: the AssemblyScript default policy (make plugins builds it);
+//   - as-baseline: with VOLHOST_CALL_BASELINE_AS=FILE.wasm, that
+//     AssemblyScript module too (a before/after of the guest's own code).
 //
 // It is where BENCHMARKS.md's "Guest side of a call" split comes from:
 //
@@ -46,8 +48,13 @@ func BenchmarkGuestSplit(b *testing.B) {
 			junk[i]++
 		}
 	}
+	names := []string{"go-empty", "go-decode", "go", "as"}
+	if p := os.Getenv("VOLHOST_CALL_BASELINE_AS"); p != "" {
+		wasm["as-baseline"] = p
+		names = append(names, "as-baseline")
+	}
 	var sides []*side
-	for _, name := range []string{"go-empty", "go-decode", "go", "as"} {
+	for _, name := range names {
 		raw, err := os.ReadFile(wasm[name])
 		if err != nil {
 			b.Fatalf("%v (the AssemblyScript guest: run make plugins first)", err)
@@ -81,6 +88,23 @@ func BenchmarkGuestSplit(b *testing.B) {
 	for _, s := range sides {
 		fmt.Fprintf(&md, "| %s | %s | %s |\n", s.name, spread(s.p50s), spread(s.means))
 		b.ReportMetric(median(s.p50s), s.name+"-p50-ns")
+	}
+	if _, ok := wasm["as-baseline"]; ok {
+		// Per round, the guest against its baseline, warm and cold.
+		byName := map[string]*side{}
+		for _, s := range sides {
+			byName[s.name] = s
+		}
+		md.WriteString("\n| ratio, per round | of p50s: median [min-max] | of means: median [min-max] |\n| --- | ---: | ---: |\n")
+		for _, pair := range [][2]string{{"as", "as-baseline"}, {"as-cold", "as-baseline-cold"}} {
+			num, den := byName[pair[0]], byName[pair[1]]
+			p50s, means := make([]float64, rounds), make([]float64, rounds)
+			for i := range rounds {
+				p50s[i], means[i] = num.p50s[i]/den.p50s[i], num.means[i]/den.means[i]
+			}
+			fmt.Fprintf(&md, "| %s / %s | %s | %s |\n", pair[0], pair[1], spreadRatio(p50s), spreadRatio(means))
+			b.ReportMetric(median(p50s), pair[0]+"/"+pair[1]+"-p50")
+		}
 	}
 	fmt.Print(md.String()) // not b.Logf: a benchmark's log is cut to its first lines
 }

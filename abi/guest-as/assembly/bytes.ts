@@ -30,12 +30,32 @@ export type Bytes = u64;
 // @ts-ignore: decorator
 @inline export function byteAt(b: Bytes, i: i32): u8 { return load<u8>(bptr(b) + <usize>i); }
 
-/** Reports whether a and b hold the same bytes. */
-export function bytesEqual(a: Bytes, b: Bytes): bool {
-  const n = blen(a);
-  if (n != blen(b)) return false;
-  if (n == 0) return true;
-  return memory.compare(bptr(a), bptr(b), <usize>n) == 0;
+/**
+ * Reports whether a and b hold the same bytes. Inline, and without a loop
+ * up to 16 bytes (the IDs of most requests): a call and each loop
+ * iteration are a probe under the host's call timeout (ABI.md section 12),
+ * and memory.compare was a loop over bytes.
+ */
+// @ts-ignore: decorator
+@inline export function bytesEqual(a: Bytes, b: Bytes): bool {
+  const n = <usize>blen(a);
+  if (n != <usize>blen(b)) return false;
+  const p = bptr(a), q = bptr(b);
+  if (n > 16) return longEqual(p, q, n);
+  if (n >= 8) return load<u64>(p) == load<u64>(q) && load<u64>(p + n - 8) == load<u64>(q + n - 8);
+  if (n >= 4) return load<u32>(p) == load<u32>(q) && load<u32>(p + n - 4) == load<u32>(q + n - 4);
+  // 0 to 3 bytes: the first, middle and last cover them all.
+  return n == 0 || (load<u8>(p) == load<u8>(q) && load<u8>(p + (n >> 1)) == load<u8>(q + (n >> 1)) &&
+    load<u8>(p + n - 1) == load<u8>(q + n - 1));
+}
+
+// longEqual compares n > 16 bytes at p and q, 8 at a time, the last 8
+// overlapping.
+function longEqual(p: usize, q: usize, n: usize): bool {
+  for (let i: usize = 0; i + 8 < n; i += 8) {
+    if (load<u64>(p + i) != load<u64>(q + i)) return false;
+  }
+  return load<u64>(p + n - 8) == load<u64>(q + n - 8);
 }
 
 /** Compares a and b bytewise: negative, 0 or positive (Go's strings.Compare). */
@@ -49,10 +69,30 @@ export function bytesCompare(a: Bytes, b: Bytes): i32 {
   return na - nb;
 }
 
-/** Reports whether b holds exactly the ASCII literal s. */
-export function eq(b: Bytes, s: string): bool {
+/**
+ * Reports whether b holds exactly the ASCII literal s: the lengths, then
+ * the bytes against s's cached copy (see lit) with bytesEqual, so no loop
+ * over the characters for up to 16 of them. Inline when s is in its home
+ * slot of the literal cache (see bytesEqual for why). It never allocates
+ * in the arena (safe while a text is being built): with the cache full it
+ * compares the characters.
+ */
+// @ts-ignore: decorator
+@inline export function eq(b: Bytes, s: string): bool {
+  if (blen(b) != s.length) return false;
+  const q = changetype<usize>(s);
+  const slot = <usize>((<u32>q * 0x9e3779b1) >>> 24); // litCached's first probe
+  if (load<u32>(litKeys + (slot << 2)) == <u32>q) return bytesEqual(b, load<u64>(litVals + (slot << 3)));
+  return eqSlow(b, s);
+}
+
+// eqSlow is eq past the literal's home slot: the cache's other probes and
+// the first conversion, or the characters one by one when the cache is
+// full. The lengths are equal.
+function eqSlow(b: Bytes, s: string): bool {
+  const c = litCached(s);
+  if (c != 0) return bytesEqual(b, c);
   const n = s.length;
-  if (blen(b) != n) return false;
   const p = bptr(b), q = changetype<usize>(s);
   for (let i = 0; i < n; i++) {
     if (<u32>load<u8>(p + <usize>i) != <u32>load<u16>(q + (<usize>i << 1))) return false;

@@ -65,11 +65,14 @@ export function requestBuffer(size: i32): usize {
 }
 
 /** The request buffer's address and capacity (the export checks a length against it). */
-export function requestBase(): usize { return heapBase(); }
-export function requestCap(): usize { return inCap; }
+// @ts-ignore: decorator
+@inline export function requestBase(): usize { return heapBase(); }
+// @ts-ignore: decorator
+@inline export function requestCap(): usize { return inCap; }
 
 /** Starts a call: everything the previous call allocated is dropped. */
-export function arenaReset(): void { top = heapBase() + inCap; }
+// @ts-ignore: decorator
+@inline export function arenaReset(): void { top = heapBase() + inCap; }
 
 /** Allocates n bytes (8-byte aligned) in the call arena. Not zeroed. */
 export function alloc(n: usize): usize {
@@ -86,6 +89,13 @@ export function allocZero(n: usize): usize {
   memory.fill(p, 0, n);
   return p;
 }
+
+/**
+ * Moves the arena's end to p (at or past arenaTop(), inside memory: an
+ * encoder that wrote there after ensure).
+ */
+// @ts-ignore: decorator
+@inline export function arenaCommit(p: usize): void { top = p; }
 
 /** The arena's current end (text building appends here). */
 export function arenaTop(): usize { return top; }

@@ -10,11 +10,11 @@
 // accumulate.
 
 import { blen, Bytes, bytesEqual, eq } from "./bytes";
-import { allocZero, MAX_MESSAGE_SIZE, MAX_REPEATED } from "./mem";
+import { alloc, allocZero, arenaCommit, arenaTop, ensure, MAX_MESSAGE_SIZE, MAX_REPEATED } from "./mem";
 import {
-  decodeError, enter, fail, leave, LEN, putMap, putStr, putStrAlways, putStrInline, putTag, putU64, putVarint,
-  readLen, readStart, readTag, readVarint, rp, sizeLenField, sizeMap, sizeStr, sizeU64, skipValue,
-  VARINT, Vec, wantType,
+  copyShort, decodeError, enter, fail, leave, LEN, putMap, putStr, putStrAlways, putStrInline, putTag, putU64, putVarint,
+  readLen, readStart, readTag, readVarint, rp, sizeLenField, sizeMap, sizeStr, sizeU64, skipValue, takeBody, takeStr, takeVarint,
+  VARINT, Vec, wantType, wp, writeStart,
 } from "./wire";
 
 // ---- enums ----
@@ -57,6 +57,17 @@ export function mapGetBytes(m: Vec, key: Bytes): Bytes {
 }
 
 function newVec(): Vec { return changetype<Vec>(allocZero(offsetof<Vec>())); }
+
+// newVecRoom is an empty Vec with room for n items, in one arena block and
+// without a memory.fill (its fields are stored one by one).
+// @ts-ignore: decorator
+@inline function newVecRoom(n: i32): Vec {
+  const v = changetype<Vec>(alloc(16 + (<usize>n << 3)));
+  v.ptr = changetype<usize>(v) + 16;
+  v.len = 0;
+  v.cap = n;
+  return v;
+}
 
 // ---- decoding helpers ----
 
@@ -191,7 +202,8 @@ export function putConfigureResponse(m: ConfigureResponse): void {
 
 
 // start begins decoding a top-level message of n bytes at p.
-function start(name: string, p: usize, n: i32): bool {
+// @ts-ignore: decorator
+@inline function start(name: string, p: usize, n: i32): bool {
   readStart(name, p);
   if (n > MAX_MESSAGE_SIZE) {
     fail(0, "too large", <u64>n);
@@ -219,6 +231,19 @@ export class VolumeView {
 function newVolumeView(): VolumeView {
   const m = changetype<VolumeView>(allocZero(offsetof<VolumeView>()));
   m.context = newVec();
+  return m;
+}
+
+// newVolumeViewFast is newVolumeView with the fields stored one by one
+// (no memory.fill) and the context map's Vec in the same block.
+// @ts-ignore: decorator
+@inline function newVolumeViewFast(): VolumeView {
+  const m = changetype<VolumeView>(alloc(offsetof<VolumeView>() + offsetof<Vec>()));
+  const ctx = changetype<Vec>(changetype<usize>(m) + offsetof<VolumeView>());
+  ctx.ptr = 0;
+  ctx.len = 0;
+  ctx.cap = 0;
+  m.context = ctx;
   return m;
 }
 
@@ -393,14 +418,94 @@ export class PolicyRequest {
   @inline node(i: i32): NodeView { return changetype<NodeView>(<usize>this.nodes.at(i)); }
 }
 
+// The items a request's repeated fields have room for before their Vecs
+// grow: a Vec that grows copies its items (a memory.copy, ABI.md section
+// 12), which the usual request should not pay.
+const ITEMS_ROOM = 16;
+
+/**
+ * Decodes a PolicyRequest at [p, p+n) into views in the call arena (see
+ * wire.ts "fast readers"): the fields in volhost's order are read inline,
+ * one compare each, and the field loop reads what is left, with the same
+ * values and errors as it would have had alone.
+ */
 export function decodePolicyRequest(p: usize, n: i32): PolicyRequest {
-  const m = changetype<PolicyRequest>(allocZero(offsetof<PolicyRequest>()));
-  m.volume = newVolumeView();
-  m.claims = newVec();
-  m.allocs = newVec();
-  m.nodes = newVec();
+  const m = changetype<PolicyRequest>(alloc(offsetof<PolicyRequest>()));
+  m.nowUnixMs = 0;
+  const vol = newVolumeViewFast();
+  m.volume = vol;
+  m.claims = newVecRoom(ITEMS_ROOM);
+  m.allocs = newVecRoom(ITEMS_ROOM);
+  m.nodes = newVecRoom(ITEMS_ROOM);
   if (!start("PolicyRequest", p, n)) return m;
   const end = p + <usize>n;
+  // takeVarint reads up to 9 bytes past a tag: memory reaches well past
+  // the request already (the arena, holding the views above, starts after
+  // the request buffer), so this never grows it; it states the need.
+  ensure(end + 16);
+
+  m.nowUnixMs = <i64>takeVarint(end, 0x08);
+  // Without the volume here (e == 0) every takeStr is 0: the fields are
+  // set either way.
+  let e = takeBody(end, 0x12);
+  vol.namespace = takeStr(e, 0x0a);
+  vol.id = takeStr(e, 0x12);
+  vol.pluginId = takeStr(e, 0x1a);
+  vol.accessMode = takeStr(e, 0x22);
+  vol.attachmentMode = takeStr(e, 0x2a);
+  vol.externalId = takeStr(e, 0x32);
+  if (e != 0) {
+    if (rp < e) { enter(2, -1); mergeVolumeView(vol, e); leave(); }
+    rp = e;
+    if (decodeError != 0) return m;
+  }
+  const claims = m.claims;
+  while (claims.len < MAX_REPEATED && (e = takeBody(end, 0x1a)) != 0) {
+    const c = changetype<ClaimView>(alloc(offsetof<ClaimView>()));
+    c.allocId = takeStr(e, 0x0a);
+    c.nodeId = takeStr(e, 0x12);
+    c.mode = takeStr(e, 0x1a);
+    c.state = takeStr(e, 0x22);
+    c.attempts = <u32>takeVarint(e, 0x28);
+    c.lastErrorCode = <u32>takeVarint(e, 0x30);
+    c.lastErrorKind = takeStr(e, 0x3a);
+    c.externalNodeId = takeStr(e, 0x42);
+    c.accessMode = takeStr(e, 0x4a);
+    c.attachmentMode = takeStr(e, 0x52);
+    if (rp < e) { enter(3, claims.len); mergeClaimView(c, e); leave(); }
+    rp = e;
+    claims.push(<u64>changetype<usize>(c));
+    if (decodeError != 0) return m;
+  }
+  const allocs = m.allocs;
+  while (allocs.len < MAX_REPEATED && (e = takeBody(end, 0x22)) != 0) {
+    const a = changetype<AllocView>(alloc(offsetof<AllocView>()));
+    a.id = takeStr(e, 0x0a);
+    a.clientStatus = takeStr(e, 0x12);
+    a.terminalAgeMs = <i64>takeVarint(e, 0x18);
+    if (rp < e) { enter(4, allocs.len); mergeAllocView(a, e); leave(); }
+    rp = e;
+    allocs.push(<u64>changetype<usize>(a));
+    if (decodeError != 0) return m;
+  }
+  const nodes = m.nodes;
+  while (nodes.len < MAX_REPEATED && (e = takeBody(end, 0x2a)) != 0) {
+    const nd = changetype<NodeView>(alloc(offsetof<NodeView>() + offsetof<Vec>()));
+    const meta = changetype<Vec>(changetype<usize>(nd) + offsetof<NodeView>());
+    meta.ptr = 0;
+    meta.len = 0;
+    meta.cap = 0;
+    nd.meta = meta;
+    nd.id = takeStr(e, 0x0a);
+    nd.status = takeStr(e, 0x12);
+    nd.lastSeenAgeMs = <i64>takeVarint(e, 0x18);
+    nd.externalId = takeStr(e, 0x2a); // 0 behind a meta entry (field 4): the loop reads both
+    if (rp < e) { enter(5, nodes.len); mergeNodeView(nd, e); leave(); }
+    rp = e;
+    nodes.push(<u64>changetype<usize>(nd));
+    if (decodeError != 0) return m;
+  }
+  // What is left, if anything: the field loop.
   while (rp < end && decodeError == 0) {
     const tag = readTag(end);
     if (decodeError != 0) break;
@@ -472,7 +577,8 @@ export class PolicyResponse {
   /** Appends a decision and returns it (filled by the caller). */
   // @ts-ignore: decorator
   @inline add(allocId: Bytes, action: i32, retryAfterMs: i64, reason: Bytes): Decision {
-    const d = changetype<Decision>(allocZero(offsetof<Decision>()));
+    // Every field stored: no memory.fill (ABI.md section 12).
+    const d = changetype<Decision>(alloc(offsetof<Decision>()));
     d.allocId = allocId;
     d.action = action;
     d.retryAfterMs = retryAfterMs;
@@ -486,12 +592,13 @@ export class PolicyResponse {
 }
 
 export function newPolicyResponse(): PolicyResponse {
-  const m = changetype<PolicyResponse>(allocZero(offsetof<PolicyResponse>()));
-  m.decisions = newVec();
+  const m = changetype<PolicyResponse>(alloc(offsetof<PolicyResponse>()));
+  m.decisions = newVecRoom(ITEMS_ROOM);
+  m.error = 0;
   return m;
 }
 
-// Inline: sizePolicyResponse and putPolicyResponse each need it per decision.
+// Inline: encodePolicyResponse needs it per decision.
 // @ts-ignore: decorator
 @inline function sizeDecision(d: Decision): i32 {
   return sizeStr(d.allocId) + sizeU64(<u64><u32>d.action) + sizeU64(<u64>d.retryAfterMs) + sizeStr(d.reason);
@@ -514,6 +621,74 @@ export function putPolicyResponse(m: PolicyResponse): void {
     putStrInline(4, d.reason);
   }
   putStr(15, m.error);
+}
+
+// putShortStr writes string field tag (one-byte tag, wire type LEN) of v
+// at w, nothing when v is empty, and returns the end: a one-byte length
+// inline, a longer one through putVarint.
+// @ts-ignore: decorator
+@inline function putShortStr(w: usize, tag: u32, v: Bytes): usize {
+  const n = <usize><u32>v;
+  if (n == 0) return w;
+  store<u8>(w, <u8>tag);
+  if (n < 0x80) {
+    store<u8>(w + 1, <u8>n);
+    w += 2;
+  } else {
+    writeStart(w + 1);
+    putVarint(<u64>n);
+    w = wp;
+  }
+  copyShort(w, <usize>(v >>> 32), n);
+  return w + n;
+}
+
+// putSmallVarint writes varint field tag of x at w, nothing when x is 0,
+// and returns the end: a value under 128 inline.
+// @ts-ignore: decorator
+@inline function putSmallVarint(w: usize, tag: u32, x: u64): usize {
+  if (x == 0) return w;
+  store<u8>(w, <u8>tag);
+  if (x < 0x80) {
+    store<u8>(w + 1, <u8>x);
+    return w + 2;
+  }
+  writeStart(w + 1);
+  putVarint(x);
+  return wp;
+}
+
+/**
+ * Encodes m (without error: serveRelease answers an error alone) at the
+ * call arena's end in one pass over the decisions, each written inline
+ * with its field header, and returns where it starts; wp is its end.
+ */
+export function encodePolicyResponse(m: PolicyResponse): usize {
+  let w = arenaTop();
+  const start = w;
+  const ds = m.decisions;
+  for (let i = 0, n = ds.len; i < n; i++) {
+    const d = changetype<Decision>(<usize>ds.at(i));
+    const size = sizeDecision(d);
+    // The decision's tag, at most 5 bytes of length and its body.
+    ensure(w + 6 + <usize>size);
+    store<u8>(w, 0x0a);
+    if (size < 0x80) {
+      store<u8>(w + 1, <u8>size);
+      w += 2;
+    } else {
+      writeStart(w + 1);
+      putVarint(<u64>size);
+      w = wp;
+    }
+    w = putShortStr(w, 0x0a, d.allocId);
+    w = putSmallVarint(w, 0x10, <u64><u32>d.action);
+    w = putSmallVarint(w, 0x18, <u64>d.retryAfterMs);
+    w = putShortStr(w, 0x22, d.reason);
+  }
+  arenaCommit(w);
+  wp = w;
+  return start;
 }
 
 // ---- AdapterRequest / AdapterResponse ----
