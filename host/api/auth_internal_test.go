@@ -9,22 +9,7 @@ import (
 // registers has a rule, and no rule names a route that does not exist
 // (a typo would leave the real route denied, and the rule dead).
 func TestEveryRouteDeclaresACapability(t *testing.T) {
-	s := New(Config{}, nil, nil, nil)
-	s.EnableCluster(nil)
-	s.EnableModules(nil)
-	s.EnableACL(ACLConfig{})
-	seen := map[string]bool{}
-	for _, p := range s.Patterns() {
-		seen[p] = true
-		if _, ok := routeRules[p]; !ok {
-			t.Errorf("route %q has no entry in routeRules", p)
-		}
-	}
-	for p := range routeRules {
-		if !seen[p] {
-			t.Errorf("routeRules names %q, which no route registers", p)
-		}
-	}
+	checkCoversRoutes(t, "routeRules", routeRules)
 	for p, r := range routeRules {
 		// The UI's static assets are open; every datum they show comes
 		// from an authorized API call (issue 16).
@@ -38,6 +23,14 @@ func TestEveryRouteDeclaresACapability(t *testing.T) {
 // registers declares the query parameters it takes, and the table names
 // no route that does not exist, so no route ignores a parameter silently.
 func TestEveryRouteDeclaresItsParameters(t *testing.T) {
+	checkCoversRoutes(t, "routeParams", routeParams)
+}
+
+// checkCoversRoutes fails unless table, keyed by route pattern, has an
+// entry for every route a fully enabled server registers and none for a
+// route it does not.
+func checkCoversRoutes[T any](t *testing.T, name string, table map[string]T) {
+	t.Helper()
 	s := New(Config{}, nil, nil, nil)
 	s.EnableCluster(nil)
 	s.EnableModules(nil)
@@ -45,13 +38,13 @@ func TestEveryRouteDeclaresItsParameters(t *testing.T) {
 	seen := map[string]bool{}
 	for _, p := range s.Patterns() {
 		seen[p] = true
-		if _, ok := routeParams[p]; !ok {
-			t.Errorf("route %q has no entry in routeParams", p)
+		if _, ok := table[p]; !ok {
+			t.Errorf("route %q has no entry in %s", p, name)
 		}
 	}
-	for p := range routeParams {
+	for p := range table {
 		if !seen[p] {
-			t.Errorf("routeParams names %q, which no route registers", p)
+			t.Errorf("%s names %q, which no route registers", name, p)
 		}
 	}
 }
