@@ -300,8 +300,16 @@ func guestBulkOps(tb testing.TB, wasm []byte, export string, req []byte) float64
 	if err != nil {
 		tb.Fatalf("instrumenting the module: %v", err)
 	}
+	return countedPerCall(tb, counted, export, req, 1024)
+}
+
+// countedPerCall runs export with req on counted, a module instrumented to
+// count into the exported loopsGlobal, and returns the count's mean over
+// countedCalls calls after 500 warm-up calls: the steady state.
+func countedPerCall(tb testing.TB, counted []byte, export string, req []byte, countedCalls int) float64 {
+	tb.Helper()
 	in := newRawInstance(tb, context.Background(), counted)
-	const warmupCalls, countedCalls = 500, 1024
+	const warmupCalls = 500
 	var before uint64
 	for i := range warmupCalls + countedCalls {
 		if i == warmupCalls {
@@ -309,7 +317,7 @@ func guestBulkOps(tb testing.TB, wasm []byte, export string, req []byte) float64
 		}
 		in.call(tb, export, req)
 	}
-	return float64(in.mod.ExportedGlobal(loopsGlobal).Get()-before) / countedCalls
+	return float64(in.mod.ExportedGlobal(loopsGlobal).Get()-before) / float64(countedCalls)
 }
 
 func countClaims(tb testing.TB, req []byte) int {
@@ -436,16 +444,7 @@ func guestLoops(tb testing.TB, wasm []byte, export string, req []byte) float64 {
 	if err != nil {
 		tb.Fatalf("instrumenting the module: %v", err)
 	}
-	in := newRawInstance(tb, context.Background(), counted)
-	const warmupCalls, countedCalls = 500, 4096
-	var before uint64
-	for i := range warmupCalls + countedCalls {
-		if i == warmupCalls {
-			before = in.mod.ExportedGlobal(loopsGlobal).Get()
-		}
-		in.call(tb, export, req)
-	}
-	return float64(in.mod.ExportedGlobal(loopsGlobal).Get()-before) / countedCalls
+	return countedPerCall(tb, counted, export, req, 4096)
 }
 
 // rawInstance is one instance of a module in a wazero runtime of its own,
