@@ -121,6 +121,12 @@ type instance struct {
 	// a closed instance). Both are touched only by the instance's holder.
 	watchDone <-chan struct{}
 	watchStop func() bool
+	// armedDone is the Done channel of the armed decision call's context
+	// (under flagMu): a watch's function stops only a call on the context
+	// it watches, so the function of a watch ended (or moved) just as its
+	// context ended, still to run, cannot stop the next call, on another
+	// context.
+	armedDone <-chan struct{}
 
 	// The call timeout of a decision call (armTimer): one timer per
 	// instance instead of a context.WithTimeout and a context.AfterFunc on
@@ -477,6 +483,7 @@ func (inst *instance) disarm() {
 func (inst *instance) unarm() {
 	inst.flagMu.Lock()
 	inst.armed = false
+	inst.armedDone = nil
 	if inst.flag.Get() != 0 {
 		inst.flag.Set(0)
 	}
@@ -489,6 +496,17 @@ func (inst *instance) unarm() {
 func (inst *instance) interrupt() {
 	inst.flagMu.Lock()
 	if inst.armed {
+		inst.flag.Set(1)
+	}
+	inst.flagMu.Unlock()
+}
+
+// interruptFor is interrupt for the watch of a decision call's context
+// (armTimer): it stops the armed call only when that call runs on the
+// context whose Done channel is done.
+func (inst *instance) interruptFor(done <-chan struct{}) {
+	inst.flagMu.Lock()
+	if inst.armed && inst.armedDone == done {
 		inst.flag.Set(1)
 	}
 	inst.flagMu.Unlock()
@@ -517,6 +535,7 @@ func (inst *instance) armTimer(ctx context.Context, timeout time.Duration) error
 	now := time.Now()
 	inst.flagMu.Lock()
 	inst.armed = true
+	inst.armedDone = ctx.Done()
 	inst.expired = false
 	inst.deadline = now.Add(timeout)
 	if !inst.pending || inst.fireAt.After(inst.deadline) {
@@ -531,7 +550,7 @@ func (inst *instance) armTimer(ctx context.Context, timeout time.Duration) error
 	// context.Background() never ends: nothing to watch.
 	if done := ctx.Done(); done != nil && done != inst.watchDone {
 		inst.unwatch()
-		inst.watchDone, inst.watchStop = done, context.AfterFunc(ctx, inst.interrupt)
+		inst.watchDone, inst.watchStop = done, context.AfterFunc(ctx, func() { inst.interruptFor(done) })
 		return nil
 	}
 	// A kept watch fired before armed was set found nothing to stop; ctx
