@@ -109,6 +109,35 @@ func TestTimerStaleFire(t *testing.T) {
 	}
 }
 
+// TestWatchStopsOnlyItsContext: the watch of a decision call's context
+// stops only a call on that context, so the function of a watch that was
+// ended or moved just as its context ended, still to run when the next
+// call arms on another context, does not stop that call (the kept watch,
+// issue 17 part 6, keeps a watch registered while its instance is idle).
+func TestWatchStopsOnlyItsContext(t *testing.T) {
+	inst := timerInstance(t)
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	if err := inst.armTimer(ctx2, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	inst.interruptFor(ctx1.Done()) // a late function of ctx1's old watch
+	if inst.interrupted() {
+		t.Fatal("the watch of another context stopped the call")
+	}
+	inst.interruptFor(ctx2.Done())
+	if !inst.interrupted() {
+		t.Fatal("the watch of the call's own context did not stop it")
+	}
+	inst.disarmTimer()
+	inst.interruptFor(ctx2.Done()) // between calls: nothing is armed
+	if inst.interrupted() {
+		t.Fatal("a watch's function between calls set the flag")
+	}
+}
+
 // TestTimerPendingAcrossCalls: the call timer stays pending between calls
 // and is reset only when no fire is due by the armed call's deadline
 // (issue 17: a Reset and a Stop per call were a tenth of a call's host

@@ -1,6 +1,9 @@
 package plugins
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // FaultKind names how a module call failed. The values are stable strings:
 // they travel into claim errors, events and metrics.
@@ -88,4 +91,19 @@ func (e *FaultError) FaultKind() string { return string(e.Kind) }
 // refusals and must not keep a breaker open.
 func (k FaultKind) countsForBreaker() bool {
 	return k != FaultOpenCircuit && k != FaultNotLoaded
+}
+
+// faultOf is errors.As for a *FaultError, or nil. The successful call, the
+// common one, returns before the target variable exists: errors.As takes
+// its address as an interface, so a `var fe *FaultError` on the call path
+// was a heap allocation per call, three a decision (issue 17).
+func faultOf(err error) *FaultError {
+	if err == nil {
+		return nil
+	}
+	var fe *FaultError
+	if errors.As(err, &fe) {
+		return fe
+	}
+	return nil
 }

@@ -189,6 +189,81 @@ func TestCallerCancelStopsCall(t *testing.T) {
 	}
 }
 
+// TestCallerCancelKeptWatch: the watch of the caller's context is kept on
+// the instance across calls (armTimer), and still stops a spinning call
+// when that context ends, after calls on it, or after calls on another
+// context the watch moved from. An ended context left watched by an idle
+// instance fails its next call at once, without stopping another
+// context's.
+func TestCallerCancelKeptWatch(t *testing.T) {
+	spinning := make(chan struct{}, 1)
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "fault-policy", exampleWasm(t, "fault-policy"), manifest("release-policy", `limits {
+  call_timeout = "10m"
+  pool_size    = 1
+}`))
+	}, func(o *Options) {
+		o.Maxima.CallTimeout = time.Hour
+		o.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: lineSignal{"fault-policy: spinning", spinning, testWriter{t}}})
+	})
+	ok := func(ctx context.Context) {
+		t.Helper()
+		resp, err := e.m.DecideRelease(ctx, "fault-policy", faultRequest("ok"))
+		if err != nil || len(resp.Decisions) != 3 {
+			t.Fatalf("an ok call: %v, %v", resp, err)
+		}
+	}
+	spinThenCancel := func(ctx context.Context, cancel context.CancelFunc) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			_, err := e.m.DecideRelease(ctx, "fault-policy", faultRequest("spin"))
+			done <- err
+		}()
+		select {
+		case <-spinning:
+		case err := <-done:
+			t.Fatalf("the spin call returned before spinning: %v", err)
+		}
+		cancel()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) || faultOf(err) != nil {
+				t.Fatalf("err = %v, want the caller's context.Canceled, not a fault", err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("cancelling the caller did not stop the call (its call_timeout is 10m)")
+		}
+	}
+	// The same context for calls before the spin: the watch is kept.
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	for range 3 {
+		ok(ctx1)
+	}
+	spinThenCancel(ctx1, cancel1)
+
+	// A context with calls on it, then another one: the watch moves.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	ok(ctx2)
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	defer cancel3()
+	ok(ctx3)
+	cancel2() // no longer watched: nothing to stop
+	ok(ctx3)
+	spinThenCancel(ctx3, cancel3)
+
+	// An idle instance still watching a context that then ends.
+	ctx4, cancel4 := context.WithCancel(context.Background())
+	ok(ctx4)
+	cancel4()
+	if _, err := e.m.DecideRelease(ctx4, "fault-policy", faultRequest("ok")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call on an ended context: %v, want context.Canceled", err)
+	}
+	ok(context.Background())
+}
+
 // lineSignal passes log output on to next and signals ch, without
 // blocking, when a write contains substr.
 type lineSignal struct {

@@ -108,7 +108,25 @@ type instance struct {
 	breach    api.Global
 	flagMu    sync.Mutex
 	armed     bool
-	stopWatch func() bool // context.AfterFunc's stop, while armed
+	stopWatch func() bool // context.AfterFunc's stop, while armed by arm
+
+	// The caller's context of decision calls (armTimer) is watched by one
+	// context.AfterFunc kept across calls while their contexts share a
+	// Done channel (the watcher's leadership context), instead of one
+	// registered and stopped per call (3 allocations and the parent's
+	// lock twice per call, issue 17): interrupt only stops an armed call,
+	// so a watch left registered between calls does nothing. watchDone is
+	// the channel watched; unwatch ends it (close, and a generation's
+	// close for its idle instances, so a long-lived context does not pin
+	// a closed instance). Both are touched only by the instance's holder.
+	watchDone <-chan struct{}
+	watchStop func() bool
+	// armedDone is the Done channel of the armed decision call's context
+	// (under flagMu): a watch's function stops only a call on the context
+	// it watches, so the function of a watch ended (or moved) just as its
+	// context ended, still to run, cannot stop the next call, on another
+	// context.
+	armedDone <-chan struct{}
 
 	// The call timeout of a decision call (armTimer): one timer per
 	// instance instead of a context.WithTimeout and a context.AfterFunc on
@@ -465,6 +483,7 @@ func (inst *instance) disarm() {
 func (inst *instance) unarm() {
 	inst.flagMu.Lock()
 	inst.armed = false
+	inst.armedDone = nil
 	if inst.flag.Get() != 0 {
 		inst.flag.Set(0)
 	}
@@ -477,6 +496,17 @@ func (inst *instance) unarm() {
 func (inst *instance) interrupt() {
 	inst.flagMu.Lock()
 	if inst.armed {
+		inst.flag.Set(1)
+	}
+	inst.flagMu.Unlock()
+}
+
+// interruptFor is interrupt for the watch of a decision call's context
+// (armTimer): it stops the armed call only when that call runs on the
+// context whose Done channel is done.
+func (inst *instance) interruptFor(done <-chan struct{}) {
+	inst.flagMu.Lock()
+	if inst.armed && inst.armedDone == done {
 		inst.flag.Set(1)
 	}
 	inst.flagMu.Unlock()
@@ -505,6 +535,7 @@ func (inst *instance) armTimer(ctx context.Context, timeout time.Duration) error
 	now := time.Now()
 	inst.flagMu.Lock()
 	inst.armed = true
+	inst.armedDone = ctx.Done()
 	inst.expired = false
 	inst.deadline = now.Add(timeout)
 	if !inst.pending || inst.fireAt.After(inst.deadline) {
@@ -516,21 +547,36 @@ func (inst *instance) armTimer(ctx context.Context, timeout time.Duration) error
 		}
 	}
 	inst.flagMu.Unlock()
-	if ctx.Done() != nil { // context.Background() never ends: nothing to watch
-		inst.stopWatch = context.AfterFunc(ctx, inst.interrupt)
+	// context.Background() never ends: nothing to watch.
+	if done := ctx.Done(); done != nil && done != inst.watchDone {
+		inst.unwatch()
+		inst.watchDone, inst.watchStop = done, context.AfterFunc(ctx, func() { inst.interruptFor(done) })
+		return nil
+	}
+	// A kept watch fired before armed was set found nothing to stop; ctx
+	// ends (Err) before its AfterFunc runs, so this check, after armed
+	// was set, sees every end the watch missed.
+	if err := ctx.Err(); err != nil {
+		inst.unarm()
+		return err
 	}
 	return nil
 }
 
-// disarmTimer ends what armTimer started, as disarm does. The timer stays
-// pending: it fires once after the instance's last call, finds nothing
-// armed and is not re-armed.
+// disarmTimer ends what armTimer started, as disarm does, except that the
+// watch of the caller's context is kept for the next call (see watchDone).
+// The timer stays pending: it fires once after the instance's last call,
+// finds nothing armed and is not re-armed.
 func (inst *instance) disarmTimer() {
-	if inst.stopWatch != nil {
-		inst.stopWatch()
-		inst.stopWatch = nil
-	}
 	inst.unarm()
+}
+
+// unwatch ends the watch of a decision call's context, if any.
+func (inst *instance) unwatch() {
+	if inst.watchStop != nil {
+		inst.watchStop()
+		inst.watchDone, inst.watchStop = nil, nil
+	}
 }
 
 // expire is the timer's function: it stops the armed call once its
@@ -581,6 +627,7 @@ func (inst *instance) close() {
 	if inst.timer != nil {
 		inst.timer.Stop()
 	}
+	inst.unwatch()
 	_ = inst.mod.Close(context.Background())
 }
 
@@ -633,6 +680,14 @@ func (g *generation) closeRuntime() {
 // closeRuntimeOnly closes the wazero runtime, which closes every instance,
 // WASI and the host module, and reports it to the manager.
 func (g *generation) closeRuntimeOnly() {
+	// No call is in flight (or the runtime is being torn down): the
+	// idle instances' watches must not keep them reachable from a
+	// long-lived caller context.
+	g.idleMu.Lock()
+	for _, inst := range g.idle {
+		inst.unwatch()
+	}
+	g.idleMu.Unlock()
 	if err := g.rt.Close(context.Background()); err != nil {
 		g.log.Warn("closing runtime", "generation", g.num, "error", err)
 	}
@@ -727,8 +782,7 @@ func (g *generation) call(ctx context.Context, export string, req []byte, decode
 	}
 	err = g.invokeTimed(ctx, inst, export, req, decode)
 	discard := false
-	var fe *FaultError
-	if errors.As(err, &fe) {
+	if fe := faultOf(err); fe != nil {
 		switch fe.Kind {
 		case FaultTrap, FaultTimeout, FaultOOM, FaultTableLimit, FaultABI:
 			discard = true

@@ -128,3 +128,71 @@ func checkWithMap(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {
 	}
 	return nil
 }
+
+// BenchmarkHostPathWatch is the lever of issue 17's part 6 that a caller
+// context which can end pays for: the watch of that context kept on the
+// instance across calls ("kept") against one registered and stopped per
+// call as before ("per-call": the same DecideRelease, then the idle
+// instance's watch ended, so the next call registers it again), on a
+// cancellable context like the watcher's, in interleaved rounds on the
+// same instance.
+//
+//	go test -run '^$' -bench HostPathWatch -benchtime 1x ./plugins/
+func BenchmarkHostPathWatch(b *testing.B) {
+	for _, module := range []string{"as-default-policy", "default-policy"} {
+		b.Run(module, func(b *testing.B) {
+			wasm := exampleWasm(b, module)
+			e := newEnv(b, func(dir string) {
+				writeModule(b, dir, "p", wasm, manifest("release-policy", "limits {\n pool_size = 1\n max_calls = 100000000\n call_timeout = \"1s\"\n}\n"))
+			}, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req := volumeRequest(8)
+			g := (*e.m.modules.Load())["p"].cur.Load()
+			kept := func() error {
+				resp, err := e.m.DecideRelease(ctx, "p", req)
+				if err == nil && len(resp.Decisions) != 8 {
+					err = fmt.Errorf("%d decisions", len(resp.Decisions))
+				}
+				return err
+			}
+			perCall := func() error {
+				err := kept()
+				g.idleMu.Lock()
+				for _, inst := range g.idle {
+					inst.unwatch()
+				}
+				g.idleMu.Unlock()
+				return err
+			}
+			const rounds, calls = 9, 4000
+			sides := []struct {
+				name string
+				call func() error
+			}{{"per-call", perCall}, {"kept", kept}}
+			p50s := make([][]float64, len(sides))
+			d := make([]time.Duration, calls)
+			for b.Loop() {
+				for range rounds {
+					for i, s := range sides {
+						for k := range d {
+							t0 := time.Now()
+							if err := s.call(); err != nil {
+								b.Fatalf("%s: %v", s.name, err)
+							}
+							d[k] = time.Since(t0)
+						}
+						slices.Sort(d)
+						p50s[i] = append(p50s[i], float64(d[calls/2].Nanoseconds()))
+					}
+				}
+			}
+			old, cut := testutil.SpreadOf(p50s[0]), testutil.SpreadOf(p50s[1])
+			ratio := testutil.SpreadOf(testutil.Ratios(p50s[1], p50s[0]))
+			b.ReportMetric(ratio.Median, "kept/per-call")
+			b.Logf("%s, %d rounds of %d calls per side: p50 per-call watch %.0f [%.0f-%.0f] ns, kept %.0f [%.0f-%.0f] ns, ratio %.3f [%.3f-%.3f]",
+				module, rounds, calls, old.Median, old.Min, old.Max,
+				cut.Median, cut.Min, cut.Max, ratio.Median, ratio.Min, ratio.Max)
+		})
+	}
+}

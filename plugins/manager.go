@@ -765,20 +765,19 @@ func (m *Manager) call(ctx context.Context, name string, kind abi.Kind, export s
 		start := time.Now()
 		err = g.call(ctx, export, *buf, decode)
 		elapsed := time.Since(start)
-		var fe *FaultError
-		switch {
+		switch fe := faultOf(err); {
 		case err == nil:
 			mod.stats.record(elapsed, "")
 			m.observe(Call{Module: name, Generation: g.num, Role: RoleServing, Duration: elapsed})
-		case errors.As(err, &fe):
+		case fe != nil:
 			mod.stats.record(elapsed, fe.Kind)
 			m.observe(Call{Module: name, Generation: g.num, Role: RoleServing, Duration: elapsed, Fault: fe.Kind})
 			m.noteFault(mod, g, fe)
 		}
 	}
 	putBuf(buf)
-	var fe *FaultError
-	if errors.As(err, &fe) {
+	fe := faultOf(err)
+	if fe != nil {
 		fe.Generation = g.num
 	}
 	isFault := fe != nil && fe.Kind.countsForBreaker()

@@ -195,8 +195,7 @@ func shadowCompare[R any](ctx context.Context, m *Manager, name, export string, 
 	if ctx.Err() != nil {
 		return
 	}
-	var fe *FaultError
-	errors.As(err, &fe)
+	fe := faultOf(err)
 	c := Call{Module: name, Generation: g.num, Role: RoleShadow, Duration: time.Since(start)}
 	if fe != nil {
 		c.Fault = fe.Kind
@@ -428,8 +427,7 @@ func (m *Manager) lastKnownGoodCall(ctx context.Context, name string, faulted ui
 	err := g.call(ctx, export, *buf, decode)
 	putBuf(buf)
 	c := Call{Module: name, Generation: g.num, Role: RoleLastKnownGood, Duration: time.Since(start)}
-	var fe *FaultError
-	if errors.As(err, &fe) {
+	if fe := faultOf(err); fe != nil {
 		c.Fault, fe.Generation = fe.Kind, g.num
 	}
 	m.observe(c)

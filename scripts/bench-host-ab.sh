@@ -7,8 +7,9 @@
 # -test.benchtime CALLS (20000) calls. The base tree gets this tree's
 # hostside_test.go, so both run the same benchmark code. Prints each
 # side's median over rounds [min-max] and the median of the per-round
-# ratio new/base [min-max], for the p50 and the mean. Run it under the
-# shared lock:
+# ratio new/base [min-max], for the p50 and the mean. HOST_CTX=cancel
+# makes the calls on a cancellable context, as the watcher's are (the
+# default is context.Background()). Run it under the shared lock:
 #
 #	flock /tmp/volhost-heavy.lock bash scripts/bench-host-ab.sh main
 set -euo pipefail
@@ -29,12 +30,12 @@ fi
 (cd test/extism && go test -c -o "$tmp/new.test" .)
 for r in $(seq "$rounds"); do
   for side in base new; do
-    (cd test/extism && VOLHOST_HOST_WASM="$wasm" "$tmp/$side.test" -test.run '^$' -test.bench '^BenchmarkHostSide$' -test.benchtime "${calls}x") >"$tmp/$side-$r.log"
+    (cd test/extism && VOLHOST_HOST_CTX="${HOST_CTX:-}" VOLHOST_HOST_WASM="$wasm" "$tmp/$side.test" -test.run '^$' -test.bench '^BenchmarkHostSide$' -test.benchtime "${calls}x") >"$tmp/$side-$r.log"
     grep '^BenchmarkHostSide' "$tmp/$side-$r.log" | tr '\t' '\n' | awk -v side="$side" -v r="$r" \
       'NF == 2 && ($2 == "p50-ns" || $2 == "mean-ns") { print side, r, $2, $1 }' >>"$tmp/all.txt"
   done
 done
-echo "BenchmarkHostSide (test/extism), $rounds interleaved rounds of one process per side, $calls calls each; the same module for both; base = $base ($(git rev-parse --short "$base")), new = work tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified'))."
+echo "BenchmarkHostSide (test/extism), $rounds interleaved rounds of one process per side, $calls calls each, caller context ${HOST_CTX:-background}; the same module ($(basename "$wasm")) for both; base = $base ($(git rev-parse --short "$base")), new = work tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified'))."
 echo
 echo "| measure | base median [min-max] | new median [min-max] | new/base per round, median [min-max] |"
 echo "| --- | ---: | ---: | ---: |"
