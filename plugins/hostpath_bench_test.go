@@ -68,27 +68,8 @@ func BenchmarkHostPath(b *testing.B) {
 				return err
 			}
 			const rounds, calls = 7, 2000
-			sides := []struct {
-				name string
-				call func() error
-			}{{"before", before}, {"issue-17", after}}
-			p50s := make([][]float64, len(sides))
-			d := make([]time.Duration, calls)
-			for b.Loop() {
-				for range rounds {
-					for i, s := range sides {
-						for k := range d {
-							t0 := time.Now()
-							if err := s.call(); err != nil {
-								b.Fatalf("%s: %v", s.name, err)
-							}
-							d[k] = time.Since(t0)
-						}
-						slices.Sort(d)
-						p50s[i] = append(p50s[i], float64(d[calls/2].Nanoseconds()))
-					}
-				}
-			}
+			sides := []benchSide{{"before", before}, {"issue-17", after}}
+			p50s := interleavedP50s(b, rounds, calls, sides)
 			old, cut := testutil.SpreadOf(p50s[0]), testutil.SpreadOf(p50s[1])
 			ratio := testutil.SpreadOf(testutil.Ratios(p50s[1], p50s[0]))
 			b.ReportMetric(old.Median, "before-p50-ns")
@@ -166,27 +147,8 @@ func BenchmarkHostPathWatch(b *testing.B) {
 				return err
 			}
 			const rounds, calls = 9, 4000
-			sides := []struct {
-				name string
-				call func() error
-			}{{"per-call", perCall}, {"kept", kept}}
-			p50s := make([][]float64, len(sides))
-			d := make([]time.Duration, calls)
-			for b.Loop() {
-				for range rounds {
-					for i, s := range sides {
-						for k := range d {
-							t0 := time.Now()
-							if err := s.call(); err != nil {
-								b.Fatalf("%s: %v", s.name, err)
-							}
-							d[k] = time.Since(t0)
-						}
-						slices.Sort(d)
-						p50s[i] = append(p50s[i], float64(d[calls/2].Nanoseconds()))
-					}
-				}
-			}
+			sides := []benchSide{{"per-call", perCall}, {"kept", kept}}
+			p50s := interleavedP50s(b, rounds, calls, sides)
 			old, cut := testutil.SpreadOf(p50s[0]), testutil.SpreadOf(p50s[1])
 			ratio := testutil.SpreadOf(testutil.Ratios(p50s[1], p50s[0]))
 			b.ReportMetric(ratio.Median, "kept/per-call")
@@ -195,4 +157,35 @@ func BenchmarkHostPathWatch(b *testing.B) {
 				cut.Median, cut.Min, cut.Max, ratio.Median, ratio.Min, ratio.Max)
 		})
 	}
+}
+
+// benchSide is one side of an interleaved benchmark: a call and its name.
+type benchSide struct {
+	name string
+	call func() error
+}
+
+// interleavedP50s runs every side calls times in turn, rounds times (per
+// b.Loop iteration), so the machine's load falls on all sides alike, and
+// returns each side's p50 per round in nanoseconds.
+func interleavedP50s(b *testing.B, rounds, calls int, sides []benchSide) [][]float64 {
+	b.Helper()
+	p50s := make([][]float64, len(sides))
+	d := make([]time.Duration, calls)
+	for b.Loop() {
+		for range rounds {
+			for i, s := range sides {
+				for k := range d {
+					t0 := time.Now()
+					if err := s.call(); err != nil {
+						b.Fatalf("%s: %v", s.name, err)
+					}
+					d[k] = time.Since(t0)
+				}
+				slices.Sort(d)
+				p50s[i] = append(p50s[i], float64(d[calls/2].Nanoseconds()))
+			}
+		}
+	}
+	return p50s
 }
