@@ -677,17 +677,23 @@ func (g *generation) closeRuntime() {
 	close(g.done)
 }
 
+// unwatchIdle ends the caller-context watch of every idle instance
+// (instance.watchDone).
+func (g *generation) unwatchIdle() {
+	g.idleMu.Lock()
+	defer g.idleMu.Unlock()
+	for _, inst := range g.idle {
+		inst.unwatch()
+	}
+}
+
 // closeRuntimeOnly closes the wazero runtime, which closes every instance,
 // WASI and the host module, and reports it to the manager.
 func (g *generation) closeRuntimeOnly() {
 	// No call is in flight (or the runtime is being torn down): the
 	// idle instances' watches must not keep them reachable from a
 	// long-lived caller context.
-	g.idleMu.Lock()
-	for _, inst := range g.idle {
-		inst.unwatch()
-	}
-	g.idleMu.Unlock()
+	g.unwatchIdle()
 	if err := g.rt.Close(context.Background()); err != nil {
 		g.log.Warn("closing runtime", "generation", g.num, "error", err)
 	}

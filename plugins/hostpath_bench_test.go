@@ -26,21 +26,9 @@ import (
 func BenchmarkHostPath(b *testing.B) {
 	for _, module := range []string{"as-default-policy", "default-policy"} {
 		b.Run(module, func(b *testing.B) {
-			wasm := exampleWasm(b, module)
-			e := newEnv(b, func(dir string) {
-				writeModule(b, dir, "p", wasm, manifest("release-policy", "limits {\n pool_size = 1\n max_calls = 100000000\n call_timeout = \"1s\"\n}\n"))
-			}, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			req := volumeRequest(8)
-			g := (*e.m.modules.Load())["p"].cur.Load()
-			after := func() error {
-				resp, err := e.m.DecideRelease(ctx, "p", req)
-				if err == nil && len(resp.Decisions) != 8 {
-					err = fmt.Errorf("%d decisions", len(resp.Decisions))
-				}
-				return err
-			}
+			g, req, after := hostPathSetup(b, ctx, module)
 			before := func() error {
 				buf := getBuf()
 				*buf = req.MarshalAppend((*buf)[:0])
@@ -122,28 +110,12 @@ func checkWithMap(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {
 func BenchmarkHostPathWatch(b *testing.B) {
 	for _, module := range []string{"as-default-policy", "default-policy"} {
 		b.Run(module, func(b *testing.B) {
-			wasm := exampleWasm(b, module)
-			e := newEnv(b, func(dir string) {
-				writeModule(b, dir, "p", wasm, manifest("release-policy", "limits {\n pool_size = 1\n max_calls = 100000000\n call_timeout = \"1s\"\n}\n"))
-			}, nil)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			req := volumeRequest(8)
-			g := (*e.m.modules.Load())["p"].cur.Load()
-			kept := func() error {
-				resp, err := e.m.DecideRelease(ctx, "p", req)
-				if err == nil && len(resp.Decisions) != 8 {
-					err = fmt.Errorf("%d decisions", len(resp.Decisions))
-				}
-				return err
-			}
+			g, _, kept := hostPathSetup(b, ctx, module)
 			perCall := func() error {
 				err := kept()
-				g.idleMu.Lock()
-				for _, inst := range g.idle {
-					inst.unwatch()
-				}
-				g.idleMu.Unlock()
+				g.unwatchIdle()
 				return err
 			}
 			const rounds, calls = 9, 4000
@@ -188,4 +160,24 @@ func interleavedP50s(b *testing.B, rounds, calls int, sides []benchSide) [][]flo
 		}
 	}
 	return p50s
+}
+
+// hostPathSetup loads module as the policy "p" with one pooled instance
+// and returns its serving generation, an 8-claim request, and a call of
+// Manager.DecideRelease on ctx with it that checks the answer's size.
+func hostPathSetup(b *testing.B, ctx context.Context, module string) (*generation, *abi.PolicyRequest, func() error) {
+	b.Helper()
+	wasm := exampleWasm(b, module)
+	e := newEnv(b, func(dir string) {
+		writeModule(b, dir, "p", wasm, manifest("release-policy", "limits {\n pool_size = 1\n max_calls = 100000000\n call_timeout = \"1s\"\n}\n"))
+	}, nil)
+	req := volumeRequest(8)
+	decide := func() error {
+		resp, err := e.m.DecideRelease(ctx, "p", req)
+		if err == nil && len(resp.Decisions) != 8 {
+			err = fmt.Errorf("%d decisions", len(resp.Decisions))
+		}
+		return err
+	}
+	return (*e.m.modules.Load())["p"].cur.Load(), req, decide
 }
