@@ -274,6 +274,9 @@ func (g *generation) compile(ctx context.Context, d genDeps, wasm []byte) error 
 	if err := wasmbin.CheckCounts(wasm); err != nil {
 		return fmt.Errorf("%s.wasm is not a valid module: %w", g.name, err)
 	}
+	if err := wasmbin.CheckReadable(wasm); err != nil {
+		return fmt.Errorf("%s.wasm: %w", g.name, err)
+	}
 	if err := validateModule(ctx, wasm, g.man.Limits.MemoryPages); err != nil {
 		return fmt.Errorf("%s.wasm is not a valid module: %w", g.name, err)
 	}

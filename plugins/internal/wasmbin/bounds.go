@@ -1,6 +1,9 @@
 package wasmbin
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // MaxFunctionLocals is the most locals one function may declare, the
 // WebAssembly JS API's implementation limit (50,000, parameters
@@ -230,6 +233,30 @@ func checkCodeCounts(r *reader, n uint32) error {
 				return fmt.Errorf("%w: function %d declares more than %d locals", ErrInvalid, i, MaxFunctionLocals)
 			}
 		}
+	}
+	return nil
+}
+
+// ErrRuntimeCannotRead: the module is valid WebAssembly but the runtime the
+// host embeds cannot read it; the error says what to change in the module.
+var ErrRuntimeCannotRead = errors.New("valid, but the runtime (wazero v1.12.0) cannot read it")
+
+// CheckReadable refuses, with a reason an operator can act on, the one
+// valid module shape wazero v1.12.0 is known to refuse: one whose last
+// section is a custom section holding its name and nothing after it. Its
+// decoder reads the empty payload with bytes.Reader.Read, which says EOF at
+// the end of the input, so the module was refused with "failed to read
+// custom section name[N]: EOF", naming neither the section nor a fix
+// (FuzzInstrument found it, testdata/fuzz 3366a42f...).
+func CheckReadable(b []byte) error {
+	secs, err := sections(b)
+	if err != nil || len(secs) == 0 || secs[len(secs)-1].id != secCustom {
+		return nil // CheckCounts and wazero report a malformed module
+	}
+	r := reader{b: secs[len(secs)-1].data}
+	name := r.name()
+	if r.err == nil && r.off == len(r.b) {
+		return fmt.Errorf("%w: the module ends in the custom section %q, which has no content after its name; drop the section, give it content or move it before another section", ErrRuntimeCannotRead, name)
 	}
 	return nil
 }

@@ -109,3 +109,33 @@ func vec1(entry []byte) []byte {
 	payload := append([]byte{0x01}, entry...)
 	return append(appendU32(nil, uint32(len(payload))), payload...)
 }
+
+// TestCheckReadable: a module ending in a custom section with nothing after
+// its name is refused with ErrRuntimeCannotRead naming the section; the
+// same section with content, or followed by another section, is not.
+func TestCheckReadable(t *testing.T) {
+	types := sec(secType, []byte{1, 0x60, 0, 0})
+	cases := map[string]struct {
+		wasm    []byte
+		refused bool
+	}{
+		"empty custom section last":     {module(types, sec(secCustom, name("note"))), true},
+		"custom section with content":   {module(types, sec(secCustom, append(name("note"), 'x'))), false},
+		"empty custom section not last": {module(sec(secCustom, name("note")), types), false},
+		"no custom section":             {module(types), false},
+	}
+	for label, c := range cases {
+		t.Run(label, func(t *testing.T) {
+			err := CheckReadable(c.wasm)
+			if !c.refused {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrRuntimeCannotRead) || !strings.Contains(err.Error(), `"note"`) {
+				t.Fatalf("got %v, want ErrRuntimeCannotRead naming \"note\"", err)
+			}
+		})
+	}
+}
