@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/volhost/volhost/plugins/internal/wasmbin"
 )
 
 // A corpus of hostile modules, hand-assembled so each costs milliseconds
@@ -373,6 +375,34 @@ func TestCountBombRefused(t *testing.T) {
 	st, _ := e.m.StatusOf("bomb")
 	if st.State != StateRefused || !strings.Contains(st.Refusal, "bomb.wasm is not a valid module") || !strings.Contains(st.Refusal, "element section") {
 		t.Fatalf("bomb: %s %q, want refused naming the element section", st.State, st.Refusal)
+	}
+	checkHealthy(t, e.m)
+}
+
+// TestEmptyTrailingCustomSection: a valid module whose last section is a
+// custom section with nothing after its name (wazero v1.12.0 refuses it
+// with a bare "EOF", naming neither the section nor a fix) is refused at
+// load with ErrRuntimeCannotRead's reason naming the section and what to
+// change, and the healthy module keeps serving; the same section with
+// content after its name loads and serves. Without the check in
+// generation.compile the refusal would be wazero's bare EOF.
+func TestEmptyTrailingCustomSection(t *testing.T) {
+	base := newHmod().build()
+	empty := append(append([]byte{}, base...), hsec(0, hname("note"))...)
+	withContent := append(append([]byte{}, base...), hsec(0, append(hname("note"), 'x'))...)
+	e := newEnv(t, func(dir string) {
+		writeModule(t, dir, "empty", empty, manifest("release-policy", ""))
+		writeModule(t, dir, "content", withContent, manifest("release-policy", ""))
+		writeModule(t, dir, "healthy", exampleWasm(t, "as-default-policy"), manifest("release-policy", policyManifest))
+	}, nil)
+	st, _ := e.m.StatusOf("empty")
+	for _, want := range []string{"empty.wasm:", wasmbin.ErrRuntimeCannotRead.Error(), `custom section "note"`, "drop the section"} {
+		if st.State != StateRefused || !strings.Contains(st.Refusal, want) {
+			t.Fatalf("empty: %s %q, want refused naming %q", st.State, st.Refusal, want)
+		}
+	}
+	if st, _ := e.m.StatusOf("content"); st.State != StateServing {
+		t.Fatalf("content: %s %q, want serving", st.State, st.Refusal)
 	}
 	checkHealthy(t, e.m)
 }
