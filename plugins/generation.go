@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
+	"github.com/tetratelabs/wazero/experimental"
 	"github.com/tetratelabs/wazero/sys"
 
 	"github.com/volhost/volhost/abi"
@@ -164,7 +165,9 @@ const maxReservedPages = 1024
 // calls 1.4x as costly on average and its worst call 10x slower
 // (BenchmarkYoungInstance). Reserving is cheap, as the Go runtime hands out large
 // allocations as untouched zero pages, but it is capped so a manifest asking
-// for 4 GiB does not reserve that per pooled instance.
+// for 4 GiB does not reserve that per pooled instance. On Linux the memory is
+// mapped outside the Go heap at its maximum instead, whatever the size
+// (linearmem_linux.go); this capacity applies where that is not available.
 func reserveMemory(pages uint32) bool { return pages <= maxReservedPages }
 
 // loadGeneration builds and validates a candidate generation: sha256 pin,
@@ -353,6 +356,9 @@ func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*insta
 	timeout := max(g.initTimeout, 10*g.man.Limits.CallTimeout)
 	ictx, cancel := context.WithTimeout(context.WithValue(ctx, initDeadline{}, timeout), timeout)
 	defer cancel()
+	// The instance's linear memory is mapped outside the Go heap
+	// (linearmem_linux.go); the context carries the allocator to wazero.
+	ictx = experimental.WithMemoryAllocator(ictx, linearMemoryAllocator)
 	// No args, no env, no FS: the zero ModuleConfig grants none. Stdout and
 	// stderr go to a bounded tail attached to fault errors. The name is
 	// empty so one runtime can hold the whole pool.

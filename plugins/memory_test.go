@@ -68,14 +68,31 @@ limits {
 // it (reserveMemory). The buffer's address stays put while the guest's heap
 // grows; with wazero's default (grow by append) it moves.
 func TestGuestMemoryReserved(t *testing.T) {
+	addr, pages, addr2, pages2 := growAndWatch(t, 256)
+	if pages2 <= pages {
+		t.Fatalf("memory did not grow (%d pages): the test no longer exercises memory.grow", pages2)
+	}
+	if addr2 != addr {
+		t.Fatalf("memory moved when it grew from %d to %d pages: it was not reserved at its cap", pages, pages2)
+	}
+	if reserveMemory(maxReservedPages+1) || !reserveMemory(DefaultMemoryPages) {
+		t.Fatal("reserveMemory: the default cap must be reserved, a cap above maxReservedPages not")
+	}
+}
+
+// growAndWatch loads fault-policy with limits.memory_pages = capPages and
+// one instance, and returns the address of its memory's first byte and its
+// size in pages before and after 50 calls that grow the guest's heap.
+func growAndWatch(t *testing.T, capPages int) (addr *byte, pages uint32, addr2 *byte, pages2 uint32) {
+	t.Helper()
 	faulty := exampleWasm(t, "fault-policy")
 	e := newEnv(t, func(dir string) {
-		writeModule(t, dir, "alloc", faulty, manifest("release-policy", `config = { alloc_kib = "1024" }
+		writeModule(t, dir, "alloc", faulty, manifest("release-policy", fmt.Sprintf(`config = { alloc_kib = "1024" }
 limits {
-  memory_pages = 256
+  memory_pages = %d
   call_timeout = "5s"
   pool_size    = 1
-}`))
+}`, capPages)))
 	}, nil)
 	g := (*e.m.modules.Load())["alloc"].cur.Load()
 	base := func() (*byte, uint32) {
@@ -87,7 +104,7 @@ limits {
 		}
 		return &b[0], inst.mem.Size() / pageSize
 	}
-	addr, pages := base()
+	addr, pages = base()
 	ctx := context.Background()
 	req := faultRequest("allocate")
 	for i := 0; i < 50; i++ {
@@ -95,14 +112,6 @@ limits {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	addr2, pages2 := base()
-	if pages2 <= pages {
-		t.Fatalf("memory did not grow (%d pages): the test no longer exercises memory.grow", pages2)
-	}
-	if addr2 != addr {
-		t.Fatalf("memory moved when it grew from %d to %d pages: it was not reserved at its cap", pages, pages2)
-	}
-	if reserveMemory(maxReservedPages+1) || !reserveMemory(DefaultMemoryPages) {
-		t.Fatal("reserveMemory: the default cap must be reserved, a cap above maxReservedPages not")
-	}
+	addr2, pages2 = base()
+	return addr, pages, addr2, pages2
 }
