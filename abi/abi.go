@@ -14,9 +14,8 @@ const Version = 1
 // section 10). A minor version only adds optional exports, fields and enum
 // values, so a host of 1.N serves every 1.M module: a module says which
 // minor features it uses by exporting their functions, each checked with
-// its exact signature at load. 1.1 adds ExportConfirmFence, 1.2
-// ExportBufferCapacity.
-const MinorVersion = 2
+// its exact signature at load. 1.1 adds ExportConfirmFence.
+const MinorVersion = 1
 
 // Kind is what a module judges.
 type Kind string
@@ -46,12 +45,6 @@ const (
 	// ExportConfirmFence: (len i32) -> i64. ABI 1.1, csi-adapter, optional:
 	// FenceRequest in, FenceResponse out. Only a module exporting it is asked.
 	ExportConfirmFence = "volhost_confirm_fence"
-	// ExportBufferCapacity: () -> i32. ABI 1.2, any kind, optional: the
-	// capacity of the buffer ExportBuffer last returned. Exporting it
-	// promises that buffer keeps its address and holds only requests until
-	// the host calls ExportBuffer again, so the host calls ExportBuffer only
-	// for a request longer than the capacity (ABI.md section 5).
-	ExportBufferCapacity = "volhost_buffer_capacity"
 )
 
 // Host module and its functions a guest may import.

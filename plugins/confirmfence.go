@@ -1,17 +1,15 @@
 package plugins
 
-// ABI 1.1 and 1.2 (ABI.md section 10): optional exports. A module uses a
-// minor version's feature by exporting its function; the host finds it at
-// load, checks its exact signature (a wrong one refuses the module, naming
-// it), and asks only a generation that has it. 1.1 adds
-// volhost_confirm_fence, for csi-adapter modules; 1.2 adds
-// volhost_buffer_capacity, for any module (generation.exchange).
+// ABI 1.1 (ABI.md section 10): optional exports. A module uses a minor
+// version's feature by exporting its function; the host finds it at load,
+// checks its exact signature (a wrong one refuses the module, naming it),
+// and asks only a generation that has it. 1.1's one optional export is
+// volhost_confirm_fence, for csi-adapter modules.
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/tetratelabs/wazero"
 	"github.com/tetratelabs/wazero/api"
@@ -19,43 +17,34 @@ import (
 	"github.com/volhost/volhost/abi"
 )
 
-// optionalExport is an optional export's signature and the minor version
-// that added it.
-type optionalExport struct {
-	params, results []api.ValueType
-	minor           int
-}
-
-// optionalExports lists the optional exports of kind.
-func optionalExports(kind abi.Kind) map[string]optionalExport {
-	m := map[string]optionalExport{
-		abi.ExportBufferCapacity: {nil, []api.ValueType{api.ValueTypeI32}, 2},
+// optionalExports lists the optional exports of kind with their signatures.
+func optionalExports(kind abi.Kind) map[string][2][]api.ValueType {
+	if kind != abi.KindCSIAdapter {
+		return nil
 	}
-	if kind == abi.KindCSIAdapter {
-		m[abi.ExportConfirmFence] = optionalExport{[]api.ValueType{api.ValueTypeI32}, []api.ValueType{api.ValueTypeI64}, 1}
+	return map[string][2][]api.ValueType{
+		abi.ExportConfirmFence: {{api.ValueTypeI32}, {api.ValueTypeI64}},
 	}
-	return m
 }
 
 // detectOptionalExports returns the optional exports of kind that c has,
-// sorted, refusing one whose signature differs: a module exporting
+// refusing one whose signature differs: a module exporting
 // volhost_confirm_fence with another signature meant to speak ABI 1.1 and
 // got it wrong, and serving it as a 1.0 module would hide that.
 func detectOptionalExports(c wazero.CompiledModule, kind abi.Kind) ([]string, error) {
 	exp := c.ExportedFunctions()
 	var found []string
-	for name, want := range optionalExports(kind) {
+	for name, sig := range optionalExports(kind) {
 		f, ok := exp[name]
 		if !ok {
 			continue
 		}
-		if !sameTypes(f.ParamTypes(), want.params) || !sameTypes(f.ResultTypes(), want.results) {
-			return nil, fmt.Errorf("export %s (ABI 1.%d, optional) has signature %s, want %s",
-				name, want.minor, signature(f.ParamTypes(), f.ResultTypes()), signature(want.params, want.results))
+		if !sameTypes(f.ParamTypes(), sig[0]) || !sameTypes(f.ResultTypes(), sig[1]) {
+			return nil, fmt.Errorf("export %s (ABI 1.1, optional) has signature %s, want %s",
+				name, signature(f.ParamTypes(), f.ResultTypes()), signature(sig[0], sig[1]))
 		}
 		found = append(found, name)
 	}
-	slices.Sort(found)
 	return found, nil
 }
 
@@ -77,16 +66,13 @@ func (g *generation) exports(export string) bool {
 	return false
 }
 
-// abiVersion is the ABI version g speaks: the highest minor version of
-// its optional exports (1.2 with volhost_buffer_capacity, 1.1 with only
-// volhost_confirm_fence), else 1.0.
+// abiVersion is the ABI version g speaks: 1.1 with an optional export of
+// 1.1, else 1.0.
 func (g *generation) abiVersion() string {
-	minor := 0
-	all := optionalExports(g.man.Kind)
-	for _, e := range g.optional {
-		minor = max(minor, all[e].minor)
+	if len(g.optional) > 0 {
+		return fmt.Sprintf("%d.%d", abi.Version, abi.MinorVersion)
 	}
-	return fmt.Sprintf("%d.%d", abi.Version, minor)
+	return fmt.Sprintf("%d.0", abi.Version)
 }
 
 // ConfirmsFence reports whether module's serving generation exports

@@ -37,16 +37,14 @@ config = { terminated = "i-dead", retry_after_ms = "30000" }`))
 	ctx := context.Background()
 
 	st, _ := e.m.StatusOf("fence-adapter")
-	if st.State != StateServing || st.ABI != "1.2" || !slices.Equal(st.OptionalExports, []string{abi.ExportBufferCapacity, abi.ExportConfirmFence}) {
+	if st.State != StateServing || st.ABI != "1.1" || !slices.Equal(st.OptionalExports, []string{abi.ExportConfirmFence}) {
 		t.Fatalf("fence-adapter status: state %s abi %q optional %q (refusal %q)", st.State, st.ABI, st.OptionalExports, st.Refusal)
 	}
 	if !e.m.ConfirmsFence("fence-adapter") || e.m.ConfirmsFence("gcepd-adapter") || e.m.ConfirmsFence("no-such-module") {
 		t.Fatal("ConfirmsFence does not follow the export")
 	}
-	// The Go SDK's modules speak 1.2 (volhost_buffer_capacity); without
-	// volhost_confirm_fence this one is never asked to confirm a fence.
-	if st, _ := e.m.StatusOf("gcepd-adapter"); st.ABI != "1.2" || !slices.Equal(st.OptionalExports, []string{abi.ExportBufferCapacity}) {
-		t.Errorf("gcepd-adapter speaks ABI %q with %q, want 1.2 with volhost_buffer_capacity only", st.ABI, st.OptionalExports)
+	if st, _ := e.m.StatusOf("gcepd-adapter"); st.ABI != "1.0" {
+		t.Errorf("gcepd-adapter speaks ABI %q, want 1.0", st.ABI)
 	}
 
 	resp, err := e.m.ConfirmFence(ctx, "fence-adapter", fenceRequest("n1", "i-dead"))
@@ -70,7 +68,7 @@ config = { terminated = "i-dead", retry_after_ms = "30000" }`))
 	if st, _ := e.m.StatusOf("fence-no-reason"); st.State != StateRefused || !strings.Contains(st.Refusal, "without a reason") {
 		t.Errorf("fence-no-reason: state %s refusal %q, want refused by the self-test", st.State, st.Refusal)
 	}
-	// An adapter without the export is not asked: not a fault, and not counted.
+	// A 1.0 adapter is not asked: not a fault, and not counted.
 	if _, err := e.m.ConfirmFence(ctx, "gcepd-adapter", fenceRequest("n1", "i-dead")); !errors.Is(err, ErrNotExported) {
 		t.Fatalf("gcepd-adapter: %v, want ErrNotExported", err)
 	}
@@ -110,8 +108,7 @@ func TestOptionalExportSignature(t *testing.T) {
 
 // TestASConfirmFenceMatchesGo: the AssemblyScript SDK's serveConfirmFence
 // (as-fence-adapter) answers every request as the Go SDK's module
-// (fence-adapter) does, through the host, and is detected as ABI 1.2 (its
-// SDK also exports volhost_buffer_capacity).
+// (fence-adapter) does, through the host, and is detected as ABI 1.1.
 func TestASConfirmFenceMatchesGo(t *testing.T) {
 	goWasm, asWasm := exampleWasm(t, "fence-adapter"), exampleWasm(t, "as-fence-adapter")
 	cfg := `config = { terminated = "i-dead, projects/p/zones/z/instances/vm-9", retry_after_ms = "45000" }`
@@ -119,7 +116,7 @@ func TestASConfirmFenceMatchesGo(t *testing.T) {
 		writeModule(t, dir, "fence-adapter", goWasm, manifest("csi-adapter", cfg))
 		writeModule(t, dir, "as-fence-adapter", asWasm, manifest("csi-adapter", cfg))
 	}, nil)
-	if st, _ := e.m.StatusOf("as-fence-adapter"); st.State != StateServing || st.ABI != "1.2" {
+	if st, _ := e.m.StatusOf("as-fence-adapter"); st.State != StateServing || st.ABI != "1.1" {
 		t.Fatalf("as-fence-adapter: state %s abi %q refusal %q", st.State, st.ABI, st.Refusal)
 	}
 	ctx := context.Background()

@@ -59,7 +59,7 @@ type generation struct {
 	// adaptSteps are the steps a csi-adapter declared it changes (from the
 	// canary's configure response); nil means every step.
 	adaptSteps []string
-	// optional are the optional exports (ABI 1.1 and 1.2, confirmfence.go) the
+	// optional are the optional exports (ABI 1.1, confirmfence.go) the
 	// module has, resolved in every instance.
 	optional []string
 	// recyclePages: an instance whose memory grew past this is discarded
@@ -97,15 +97,6 @@ type instance struct {
 	out    *tailBuffer
 	stack  []uint64
 	calls  int
-
-	// ABI 1.2's kept request buffer (exchange): bufCap is the module's
-	// volhost_buffer_capacity (nil without it); reqPtr and reqCap are
-	// the buffer volhost_buffer last returned and the capacity the guest
-	// then reported, 0 until then. bufferCalls counts volhost_buffer
-	// calls (tests).
-	bufCap         api.Function
-	reqPtr, reqCap uint32
-	bufferCalls    int
 
 	// flag is the instrumented module's preempt global. Setting it
 	// non-zero makes the running call trap at its next function entry or
@@ -393,7 +384,6 @@ func (g *generation) newInstance(ctx context.Context, checkVersion bool) (*insta
 	for _, name := range g.optional {
 		inst.fns[name] = mod.ExportedFunction(name)
 	}
-	inst.bufCap = inst.fns[abi.ExportBufferCapacity]
 	inst.flag, _ = mod.ExportedGlobal(wasmbin.PreemptExport).(api.MutableGlobal)
 	inst.breach = mod.ExportedGlobal(wasmbin.BreachExport)
 	if inst.flag == nil || inst.breach == nil { // Instrument adds them: this is the host's bug
@@ -847,11 +837,14 @@ func (g *generation) invokeTimed(ctx context.Context, inst *instance, export str
 // the export, the checked read and decode. ctx goes to wazero (and so to
 // the host functions the guest calls); bound is what stops the call.
 func (g *generation) exchange(ctx, parent context.Context, bound callBound, inst *instance, export string, req []byte, decode func([]byte) (string, error)) error {
-	ptr, err := g.requestBuffer(ctx, parent, bound, inst, len(req))
-	if err != nil {
-		return err
+	inst.stack[0] = api.EncodeU32(uint32(len(req)))
+	if err := inst.buffer.CallWithStack(ctx, inst.stack); err != nil {
+		return g.fault(parent, bound, err, inst.out, inst, abi.ExportBuffer)
 	}
-	if !inst.mem.Write(ptr, req) {
+	ptr := api.DecodeU32(inst.stack[0])
+	// Address 0 is how a guest says it has no buffer (ABI.md "Memory");
+	// writing there would corrupt the guest's own data.
+	if ptr == 0 || !inst.mem.Write(ptr, req) {
 		return g.abiFault(inst, fmt.Errorf("%s(%d) returned %#x: outside the guest's %d-byte memory", abi.ExportBuffer, len(req), ptr, inst.mem.Size()))
 	}
 	inst.stack[0] = api.EncodeU32(uint32(len(req)))
@@ -884,46 +877,6 @@ func (g *generation) exchange(ctx, parent context.Context, bound callBound, inst
 			Err: errors.New(guestErr), Output: inst.out.String()}
 	}
 	return nil
-}
-
-// requestBuffer returns the address to write an n-byte request at. A
-// module of ABI 1.2 that exports volhost_buffer_capacity keeps the buffer
-// volhost_buffer returned, at its address and for requests only, until
-// volhost_buffer is called again (ABI.md section 5): the host asks once per
-// instance and again only for a longer request, instead of a call into the
-// guest before every request (for a Go guest, one more entry into its
-// runtime per call, issue 17). Otherwise it asks before every request, as
-// ABI 1.0 says. Every write is still bounds-checked against the memory: a
-// guest reporting a capacity it does not have gets its own data
-// overwritten or an ABI fault, never a write outside it.
-func (g *generation) requestBuffer(ctx, parent context.Context, bound callBound, inst *instance, n int) (uint32, error) {
-	if inst.reqPtr != 0 && uint32(n) <= inst.reqCap {
-		return inst.reqPtr, nil
-	}
-	inst.reqPtr, inst.reqCap = 0, 0
-	inst.stack[0] = api.EncodeU32(uint32(n))
-	if err := inst.buffer.CallWithStack(ctx, inst.stack); err != nil {
-		return 0, g.fault(parent, bound, err, inst.out, inst, abi.ExportBuffer)
-	}
-	inst.bufferCalls++
-	ptr := api.DecodeU32(inst.stack[0])
-	// Address 0 is how a guest says it has no buffer (ABI.md "Memory");
-	// writing there would corrupt the guest's own data.
-	if ptr == 0 {
-		return 0, g.abiFault(inst, fmt.Errorf("%s(%d) returned %#x: outside the guest's %d-byte memory", abi.ExportBuffer, n, ptr, inst.mem.Size()))
-	}
-	if inst.bufCap == nil {
-		return ptr, nil
-	}
-	if err := inst.bufCap.CallWithStack(ctx, inst.stack); err != nil {
-		return 0, g.fault(parent, bound, err, inst.out, inst, abi.ExportBufferCapacity)
-	}
-	if c := api.DecodeU32(inst.stack[0]); c >= uint32(n) {
-		inst.reqPtr, inst.reqCap = ptr, min(c, maxMessage)
-		return ptr, nil
-	}
-	return 0, g.abiFault(inst, fmt.Errorf("%s() = %d after %s(%d): less than the request it made room for",
-		abi.ExportBufferCapacity, api.DecodeU32(inst.stack[0]), abi.ExportBuffer, n))
 }
 
 func (g *generation) abiFault(inst *instance, err error) error {

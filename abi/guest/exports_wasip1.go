@@ -41,14 +41,6 @@ func exportBuffer(size int32) int32 {
 	return int32(uintptr(unsafe.Pointer(&in[0])))
 }
 
-// volhost_buffer_capacity (ABI 1.2) is in's capacity. in keeps its address
-// and holds only requests until volhost_buffer replaces it, so the host
-// calls volhost_buffer once per instance and then only for a longer
-// request: one entry into this runtime per call instead of two.
-//
-//go:wasmexport volhost_buffer_capacity
-func exportBufferCapacity() int32 { return int32(cap(in)) }
-
 // request returns the n request bytes the host wrote into in; ok is false
 // when n does not fit the buffer (the host broke the protocol).
 func request(n int32) (b []byte, ok bool) {

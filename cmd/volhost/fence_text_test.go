@@ -37,7 +37,6 @@ func TestABIText(t *testing.T) {
 		{"", nil, "-"},
 		{"1.0", nil, "1.0"},
 		{"1.1", []string{"volhost_confirm_fence"}, "1.1 (volhost_confirm_fence)"},
-		{"1.2", []string{"volhost_buffer_capacity", "volhost_confirm_fence"}, "1.2 (volhost_buffer_capacity, volhost_confirm_fence)"},
 	} {
 		if got := abiText(tc.version, tc.optional); got != tc.want {
 			t.Errorf("abiText(%q, %q) = %q, want %q", tc.version, tc.optional, got, tc.want)

@@ -42,7 +42,7 @@ config = { terminated = "ext-node1" }
 		cfg.ModuleDir, cfg.ModuleCacheDir = dir, pluginstest.CacheDir()
 	})
 	c := r.c
-	if st, ok := r.a.Modules.StatusOf("fence-adapter"); !ok || st.ABI != "1.2" {
+	if st, ok := r.a.Modules.StatusOf("fence-adapter"); !ok || st.ABI != "1.1" {
 		t.Fatalf("fence-adapter status %+v", st)
 	}
 

@@ -45,13 +45,6 @@ export function volhost_abi_version(): i32 { return ABI_VERSION; }
 /** Export volhost_buffer: room for a request of size bytes (0 when it cannot). */
 export function volhost_buffer(size: i32): i32 { return <i32>requestBuffer(size); }
 
-/**
- * Export volhost_buffer_capacity (ABI 1.2): the request buffer's capacity.
- * The buffer keeps its address and holds only requests until volhost_buffer
- * grows it, so the host skips volhost_buffer for a request that fits.
- */
-export function volhost_buffer_capacity(): i32 { return <i32>requestCap(); }
-
 /** Handlers: fill in resp from req; set resp.error to fail the call. */
 export type ConfigureHandler = (req: ConfigureRequest, resp: ConfigureResponse) => void;
 export type ReleaseHandler = (req: PolicyRequest, resp: PolicyResponse) => void;

@@ -17,7 +17,7 @@ import {
 } from "../../../../abi/guest-as/assembly/index";
 import { sortedDistinctKeys } from "../../../../abi/guest-as/assembly/keys";
 
-export { volhost_abi_version, volhost_buffer, volhost_buffer_capacity } from "../../../../abi/guest-as/assembly/index";
+export { volhost_abi_version, volhost_buffer } from "../../../../abi/guest-as/assembly/index";
 
 export function volhost_configure(n: i32): i64 { return serveConfigure(n, configure); }
 export function volhost_decide_release(n: i32): i64 { return serveRelease(n, decide); }

@@ -11,7 +11,7 @@ import {
   serveAdapt, serveClassify, serveConfigure, serveConfirmFence, text, textBytes, textEnd, textStart, textU64,
 } from "../../../../../abi/guest-as/assembly/index";
 
-export { volhost_abi_version, volhost_buffer, volhost_buffer_capacity } from "../../../../../abi/guest-as/assembly/index";
+export { volhost_abi_version, volhost_buffer } from "../../../../../abi/guest-as/assembly/index";
 
 export function volhost_configure(n: i32): i64 { return serveConfigure(n, configure); }
 export function volhost_adapt_request(n: i32): i64 { return serveAdapt(n, adapt); }

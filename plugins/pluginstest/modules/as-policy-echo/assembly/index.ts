@@ -13,7 +13,7 @@ import {
 import { sortedDistinctKeys } from "../../../../../abi/guest-as/assembly/keys";
 import { alloc } from "../../../../../abi/guest-as/assembly/mem";
 
-export { volhost_abi_version, volhost_buffer, volhost_buffer_capacity } from "../../../../../abi/guest-as/assembly/index";
+export { volhost_abi_version, volhost_buffer } from "../../../../../abi/guest-as/assembly/index";
 
 export function volhost_decide_release(n: i32): i64 { return serveRelease(n, echo); }
 
