@@ -3,6 +3,8 @@ package wasmbin
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -138,4 +140,31 @@ func TestCheckReadable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheckReadablePinnedToWazero: CheckReadable works around one defect of
+// the wazero version the module builds with, and its error names that
+// version. An upgrade of wazero fails this test until someone rechecks the
+// defect (FuzzInstrument's seed testdata/fuzz/FuzzInstrument/3366a42f1437c4f1,
+// or a module ending in sec(0, name("note"))) and updates the version in
+// ErrRuntimeCannotRead, or removes CheckReadable if the new version reads
+// such a module.
+func TestCheckReadablePinnedToWazero(t *testing.T) {
+	// Test binaries carry no dependency versions in their build
+	// information, so the version is read where it is pinned.
+	mod, err := os.ReadFile(filepath.Join("..", "..", "..", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(mod)) {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "github.com/tetratelabs/wazero" {
+			continue
+		}
+		if want := "wazero " + f[1]; !strings.Contains(ErrRuntimeCannotRead.Error(), want) {
+			t.Fatalf("go.mod pins wazero %s but ErrRuntimeCannotRead says %q: recheck the empty trailing custom section defect with this version, then update the version there or remove CheckReadable", f[1], ErrRuntimeCannotRead)
+		}
+		return
+	}
+	t.Fatal("go.mod does not require github.com/tetratelabs/wazero")
 }
