@@ -82,15 +82,19 @@ bench: build plugins
 
 # The headline ratios for a reviewer on a fresh clone, in under 3 minutes
 # (issue 17): the module call (native, Go and AS guests, Extism, cold
-# caches), 5 interleaved rounds, medians with min and max, and the state
-# store at 100,000 volumes built by bulk FSM apply. Writes bin/bench/quick-*.md.
+# caches), 5 interleaved rounds, medians with min and max, the state
+# store at 100,000 volumes built by bulk FSM apply, and the whole-host
+# release CPU per claim (3 batches of 1,000 claims, median [min-max]).
+# Writes bin/bench/quick-*.md.
 bench-quick: plugins
 	@mkdir -p bin/bench
 	cd test/extism && VOLHOST_ROUNDS=5 VOLHOST_ROUND_CALLS=1000 VOLHOST_RATIOS_OUT=$(CURDIR)/bin/bench/quick-call.md \
 		$(GO) test -run '^$$' -bench '^BenchmarkCallRatios$$' -benchtime 1x -timeout 10m . >/dev/null
 	VOLHOST_SCALE_VOLUMES=100000 VOLHOST_SCALE_OUT=$(CURDIR)/bin/bench/quick-scale.md \
 		$(GO) test -run '^$$' -bench '^BenchmarkScale$$' -benchtime 1x -timeout 10m ./host/state/ >/dev/null
-	@cat bin/bench/quick-call.md; echo; cat bin/bench/quick-scale.md
+	$(GO) test -run '^$$' -bench '^BenchmarkAgentReleaseNative$$' -benchtime 3x -timeout 10m ./host/agent/ \
+		| awk -f scripts/release-table.awk >bin/bench/quick-release.md
+	@cat bin/bench/quick-call.md; echo; cat bin/bench/quick-scale.md; echo; cat bin/bench/quick-release.md
 
 run: build plugins
 	./bin/volhost agent -dev -module-dir $(PLUGIN_BUILD)
