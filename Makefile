@@ -48,7 +48,7 @@ e2e: plugins test-modules
 	$(GO) build -o $(E2E_BIN)/volhost ./cmd/volhost
 	cd test/peers && $(GO) build -o $(E2E_BIN)/ ./cmd/gcepd ./cmd/mockcsi
 	cd test/peers && $(GO) vet ./...
-	cd test/peers && $(GO) test -race -count=1 ./internal/... ./cmd/mockcsi
+	cd test/peers && $(GO) test -race -count=1 ./internal/... ./cmd/mockcsi ./cmd/releasebench
 	# The web UI's browser tests (TestUI*, issue 16) drive Debian's chromium
 	# (/usr/bin/chromium, or VOLHOST_E2E_CHROMIUM) and save a screenshot of
 	# every page under bin/ui/.

@@ -7,7 +7,7 @@
 # section as it is; writes BENCHMARKS-release.png. Raw outputs go to bin/bench/.
 #
 # Environment: BENCHTIME (default 200ms) for micro-benchmarks; CLAIMS (1000)
-# NODES (10), ROUNDS (3) and LATENCY (25ms, added to each ControllerUnpublish)
+# NODES (10), ROUNDS (5) and LATENCY (25ms, added to each ControllerUnpublish)
 # for the end-to-end runs; SKIP_GO=1 or SKIP_E2E=1 to run a part.
 # Issue 17's sections: CALL_ROUNDS (7) interleaved rounds of the module call
 # benchmark (test/extism BenchmarkCallRatios) and SCALE_VOLUMES (10000
@@ -24,7 +24,7 @@ mkdir -p "$out"
 benchtime=${BENCHTIME:-200ms}
 claims=${CLAIMS:-1000}
 nodes=${NODES:-10}
-rounds=${ROUNDS:-3}
+rounds=${ROUNDS:-5}
 latency=${LATENCY:-25ms}
 started=$(date -u +%Y-%m-%dT%H:%MZ)
 t0=$(date +%s)

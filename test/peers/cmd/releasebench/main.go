@@ -61,9 +61,11 @@ type Result struct {
 	P99ms         float64 `json:"p99_ms"`
 	MaxMs         float64 `json:"max_ms"`
 	ControllerRPC int     `json:"controller_unpublish_calls"`
-	// Rounds holds the throughput of every round; the other numbers are
-	// those of the median round (by throughput).
-	Rounds []float64 `json:"rounds_claims_per_sec"`
+	// Rounds holds the throughput of every round and RoundsP99 its p99
+	// latency, in round order; the other numbers are those of the median
+	// round (by throughput).
+	Rounds    []float64 `json:"rounds_claims_per_sec"`
+	RoundsP99 []float64 `json:"rounds_p99_ms"`
 }
 
 func main() {
@@ -80,7 +82,7 @@ func run() error {
 		out         = flag.String("out", ".", "directory for release.json, release.md and release.png")
 		pluginBuild = flag.String("plugin-build", "", "directory of built example modules (make plugins); empty: no Wasm scenario")
 		only        = flag.String("only", "", "comma-separated scenario names to run (default all)")
-		rounds      = flag.Int("rounds", 3, "rounds; each runs every scenario once, in turn, so machine noise spreads over all of them")
+		rounds      = flag.Int("rounds", 5, "rounds (at least 5 for the ratios); each runs every scenario once, in turn, so machine noise spreads over all of them")
 		latency     = flag.Duration("controller-latency", 25*time.Millisecond, "added to every ControllerUnpublish (a gRPC hang before the real driver runs): the fake cloud answers in microseconds, a real detach takes far longer")
 	)
 	flag.Parse()
@@ -126,11 +128,13 @@ func run() error {
 	}
 	results := make([]Result, len(picked))
 	for i, rs := range runs {
+		var byRound, p99 []float64
+		for _, r := range rs {
+			byRound, p99 = append(byRound, r.ClaimsPerSec), append(p99, r.P99ms)
+		}
 		slices.SortFunc(rs, func(a, b Result) int { return cmp.Compare(a.ClaimsPerSec, b.ClaimsPerSec) })
 		results[i] = rs[len(rs)/2]
-		for _, r := range rs {
-			results[i].Rounds = append(results[i].Rounds, r.ClaimsPerSec)
-		}
+		results[i].Rounds, results[i].RoundsP99 = byRound, p99
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
@@ -429,11 +433,12 @@ func markdown(rs []Result, claims, nodes, rounds int, latency time.Duration) str
 			native16 = r
 		}
 	}
-	b.WriteString("\nRatios (same run):\n\n")
+	fmt.Fprintf(&b, "\nRatios, each the median [min-max] of the per-round ratios over the %d rounds:\n\n", rounds)
 	if base != nil {
 		for _, r := range rs {
 			if r.VolumeRateLimit == 0 && !r.Wasm {
-				fmt.Fprintf(&b, "- %s vs baseline: throughput ×%.2f, p99 latency ×%.2f\n", r.Name, r.ClaimsPerSec/base.ClaimsPerSec, r.P99ms/base.P99ms)
+				fmt.Fprintf(&b, "- %s vs baseline: throughput ×%s, p99 latency ×%s\n", r.Name,
+					perRound(r.Rounds, base.Rounds, "%.2f"), perRound(r.RoundsP99, base.RoundsP99, "%.2f"))
 			}
 		}
 	}
@@ -441,10 +446,27 @@ func markdown(rs []Result, claims, nodes, rounds int, latency time.Duration) str
 		b.WriteString("- The baseline's cost is its one controller call at a time: with one claim per volume a release needs at most three passes of a volume, within the burst of 3, so the per-volume limit itself does not bite in this workload.\n")
 	}
 	if native16 != nil && wasm16 != nil {
-		fmt.Fprintf(&b, "- Wasm policy and adapter vs native at concurrency 16: throughput ×%.3f (target ≥ 0.95)\n", wasm16.ClaimsPerSec/native16.ClaimsPerSec)
+		fmt.Fprintf(&b, "- Wasm policy and adapter vs native at concurrency 16: throughput ×%s (target ≥ 0.95)\n", perRound(wasm16.Rounds, native16.Rounds, "%.3f"))
 	}
 	if native16 != nil && as16 != nil {
-		fmt.Fprintf(&b, "- The same with the AssemblyScript ports of both modules: throughput ×%.3f\n", as16.ClaimsPerSec/native16.ClaimsPerSec)
+		fmt.Fprintf(&b, "- The same with the AssemblyScript ports of both modules: throughput ×%s\n", perRound(as16.Rounds, native16.Rounds, "%.3f"))
 	}
 	return b.String()
+}
+
+// perRound is the median [min-max] of a[k]/b[k] over the rounds both have,
+// each number in format: a ratio measured round by round, so a round the
+// machine slowed down for every scenario cancels out.
+func perRound(a, b []float64, format string) string {
+	var q []float64
+	for k := range min(len(a), len(b)) {
+		if b[k] > 0 {
+			q = append(q, a[k]/b[k])
+		}
+	}
+	if len(q) == 0 {
+		return "-"
+	}
+	slices.Sort(q)
+	return fmt.Sprintf(format+" ["+format+"-"+format+"]", q[len(q)/2], q[0], q[len(q)-1])
 }
