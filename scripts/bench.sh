@@ -201,9 +201,11 @@ if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/call
   {
     echo "The default policy on a volume with 8 claims. One process runs every side in"
     echo "turn, round after round (native, Go guest, AS guest, Extism with the same"
-    echo "codec, then the two guests with the CPU caches cold: 64 MiB written between"
-    echo "calls), so the shared machine's load falls on all sides alike; each ratio is"
-    echo "computed per round and given as the median of the rounds with min and max."
+    echo "codec, then the two guests and the native decision with the CPU caches cold:"
+    echo "64 MiB written between calls), so the shared machine's load falls on all sides"
+    echo "alike; each ratio is computed per round and given as the median of the rounds"
+    echo "with min and max. The rows marked reference have no target: they say what the"
+    echo "same eviction does to the native decision."
     echo
     echo '```sh'
     echo "make plugins"

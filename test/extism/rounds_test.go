@@ -65,6 +65,12 @@ func BenchmarkCallRatios(b *testing.B) {
 			return err
 		}
 	}
+	nativeCall := func() error {
+		if len(defaultpolicy.Decide(req).Decisions) != len(req.Claims) {
+			return fmt.Errorf("wrong answer")
+		}
+		return nil
+	}
 	junk := make([]byte, 64<<20)
 	evict := func() {
 		for i := 0; i < len(junk); i += 64 {
@@ -72,12 +78,7 @@ func BenchmarkCallRatios(b *testing.B) {
 		}
 	}
 	sides := []*side{
-		{name: "native", calls: calls, call: func() error {
-			if len(defaultpolicy.Decide(req).Decisions) != len(req.Claims) {
-				return fmt.Errorf("wrong answer")
-			}
-			return nil
-		}},
+		{name: "native", calls: calls, call: nativeCall},
 		{name: "go", calls: calls, call: volhostCall(goM)},
 		{name: "as", calls: calls, call: volhostCall(asM)},
 		{name: "extism", calls: max(calls/4, 50), call: func() error {
@@ -93,6 +94,9 @@ func BenchmarkCallRatios(b *testing.B) {
 		}},
 		{name: "go-cold", calls: max(calls/10, 50), between: evict, call: volhostCall(goM)},
 		{name: "as-cold", calls: max(calls/10, 50), between: evict, call: volhostCall(asM)},
+		// The reference for the cold/warm targets: what the same
+		// eviction does to the native decision, no Wasm involved.
+		{name: "native-cold", calls: max(calls/10, 50), between: evict, call: nativeCall},
 	}
 	ratios := []ratio{
 		{"Extism / volhost Go guest", "extism", "go", false, ">= 10"},
@@ -100,6 +104,9 @@ func BenchmarkCallRatios(b *testing.B) {
 		{"volhost AS guest / native", "as", "native", false, "<= 5"},
 		{"Go guest cold / warm", "go-cold", "go", true, "<= 3 (p50)"},
 		{"AS guest cold / warm", "as-cold", "as", true, "<= 3 (p50)"},
+		{"native cold / warm (reference)", "native-cold", "native", true, "-"},
+		{"Go guest cold / native cold (reference)", "go-cold", "native-cold", true, "-"},
+		{"AS guest cold / native cold (reference)", "as-cold", "native-cold", true, "-"},
 	}
 	// A before/after of the Go guest in the same rounds: the module built
 	// from an older commit (for example the SDK before a change).
