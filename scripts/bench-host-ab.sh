@@ -17,10 +17,8 @@ cd "$(dirname "$0")/.."
 base=${1:-main}
 rounds=${ROUNDS:-7}
 calls=${CALLS:-20000}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/src"
-git archive "$base" | tar -x -C "$tmp/src"
+source scripts/ab-lib.sh
+ab_checkout "$base"
 cp test/extism/hostside_test.go "$tmp/src/test/extism/"
 wasm=${WASM:-$tmp/default-policy.wasm}
 if [ -z "${WASM:-}" ]; then
@@ -37,8 +35,7 @@ for r in $(seq "$rounds"); do
 done
 echo "BenchmarkHostSide (test/extism), $rounds interleaved rounds of one process per side, $calls calls each, caller context ${HOST_CTX:-background}; the same module ($(basename "$wasm")) for both; base = $base ($(git rev-parse --short "$base")), new = work tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified'))."
 echo
-echo "| measure | base median [min-max] | new median [min-max] | new/base per round, median [min-max] |"
-echo "| --- | ---: | ---: | ---: |"
+ab_table_head
 for key in p50-ns mean-ns; do
   awk -v key="$key" -v num=%.0f -v rat=%.3f -f scripts/ab-table.awk "$tmp/all.txt"
 done

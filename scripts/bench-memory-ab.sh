@@ -16,10 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-main}
 rounds=${ROUNDS:-5}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/src"
-git archive "$base" | tar -x -C "$tmp/src"
+source scripts/ab-lib.sh
+ab_checkout "$base"
 cp plugins/churn_bench_test.go "$tmp/src/plugins/"
 # Both binaries run in this tree's plugins folder, on its built modules.
 (cd "$tmp/src" && go test -c -o "$tmp/base.test" ./plugins/)
@@ -37,8 +35,7 @@ for r in $(seq "$rounds"); do
 done
 echo "BenchmarkInstanceChurn (-benchtime 4000x) and BenchmarkInstantiate (-benchtime 100x), plugins, $rounds interleaved rounds of one process per side and benchmark; base = $base ($(git rev-parse --short "$base")), new = work tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified'))."
 echo
-echo "| measure | base median [min-max] | new median [min-max] | new/base per round, median [min-max] |"
-echo "| --- | ---: | ---: | ---: |"
+ab_table_head
 for key in InstanceChurn.ns/op InstanceChurn.heap-MiB InstanceChurn.rss-MiB Instantiate.ns/op Instantiate.B/op; do
   awk -v key="$key" -v num=%.4g -v rat=%.3f -f scripts/ab-table.awk "$tmp/all.txt"
 done

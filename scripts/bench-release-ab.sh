@@ -16,10 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-main}
 rounds=${ROUNDS:-5}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/src"
-git archive "$base" | tar -x -C "$tmp/src"
+source scripts/ab-lib.sh
+ab_checkout "$base"
 bin=${PROFILE:-$tmp}
 mkdir -p "$bin"
 (cd "$tmp/src" && go test -c -o "$bin/base.test" ./host/agent/)
@@ -36,8 +34,7 @@ for r in $(seq "$rounds"); do
 done
 echo "BenchmarkAgentReleaseNative, $rounds interleaved rounds of one process per side (-test.benchtime 3x); base = $base ($(git rev-parse --short "$base")), new = work tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified'))."
 echo
-echo "| measure | base median [min-max] | new median [min-max] | new/base per round, median [min-max] |"
-echo "| --- | ---: | ---: | ---: |"
+ab_table_head
 for key in cpu-us/claim alloc-B/claim allocs/claim raft-entries/claim claims/s; do
   awk -v key="$key" -v num=%.4g -v rat=%.2f -f scripts/ab-table.awk "$tmp/all.txt"
 done

@@ -17,10 +17,8 @@ cd "$(dirname "$0")/.."
 base=${1:-main}
 rounds=${ROUNDS:-5}
 volumes=${VOLUMES:-1000000}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/src"
-git archive "$base" | tar -x -C "$tmp/src"
+source scripts/ab-lib.sh
+ab_checkout "$base"
 if [ "${HARNESS:-0}" = 1 ]; then
   cp host/state/scale_bench_test.go "$tmp/src/host/state/"
 fi

@@ -12,10 +12,8 @@ cd "$(dirname "$0")/.."
 base=${1:-main}
 rounds=${ROUNDS:-5}
 volumes=${VOLUMES:-100000}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/src"
-git archive "$base" | tar -x -C "$tmp/src"
+source scripts/ab-lib.sh
+ab_checkout "$base"
 (cd "$tmp/src" && go test -c -o "$tmp/base.test" ./host/state/)
 go test -c -o "$tmp/new.test" ./host/state/
 for r in $(seq "$rounds"); do
