@@ -52,28 +52,7 @@ func BenchmarkClaimTransitions(b *testing.B) {
 		sides = append(sides, &sideT{name: name, c: l.c})
 	}
 	ctx := testCtx(b)
-	// run writes fn(i) for every claim from benchWriters goroutines.
-	run := func(fn func(i int) error) {
-		var wg sync.WaitGroup
-		errs := make(chan error, benchWriters)
-		for w := range benchWriters {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := w; i < claims; i += benchWriters {
-					if err := fn(i); err != nil {
-						errs <- err
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			b.Fatal(err)
-		}
-	}
+	run := func(fn func(i int) error) { fanOut(b, claims, fn) }
 	// round registers claims volumes and their allocs (untimed), then
 	// times the four transitions of each claim; the allocs' completion
 	// between the claim and the release is untimed too.
@@ -142,5 +121,30 @@ func BenchmarkClaimTransitions(b *testing.B) {
 		if err := os.WriteFile(out, []byte(md.String()), 0o644); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// fanOut runs fn(i) for i in [0, n) from benchWriters goroutines (writer w
+// takes w, w+benchWriters, ...) and fails tb with the first error once all
+// have ended.
+func fanOut(tb testing.TB, n int, fn func(i int) error) {
+	var wg sync.WaitGroup
+	errs := make(chan error, benchWriters)
+	for w := range benchWriters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += benchWriters {
+				if err := fn(i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		tb.Fatal(err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -83,29 +82,16 @@ func BenchmarkCheckpointGroupCommit(b *testing.B) {
 			for _, s := range sides {
 				ids := prepare()
 				idx0, cpu0, start := l.c.LastIndex(), processCPU(b), time.Now()
-				var wg sync.WaitGroup
-				errs := make(chan error, benchWriters)
-				for wk := range benchWriters {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for i := wk; i < claims; i += benchWriters {
-							for _, st := range []structs.ClaimState{structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree} {
-								c := claimReq(ids[i], "a-"+ids[i], "n1").Claim
-								c.State = st
-								if err := s.write(&structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: ids[i], Claim: c, Term: term}); err != nil {
-									errs <- err
-									return
-								}
-							}
+				fanOut(b, claims, func(i int) error {
+					for _, st := range []structs.ClaimState{structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree} {
+						c := claimReq(ids[i], "a-"+ids[i], "n1").Claim
+						c.State = st
+						if err := s.write(&structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: ids[i], Claim: c, Term: term}); err != nil {
+							return fmt.Errorf("%s: %w", s.name, err)
 						}
-					}()
-				}
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					b.Fatalf("%s: %v", s.name, err)
-				}
+					}
+					return nil
+				})
 				n := float64(3 * claims)
 				s.cpu = append(s.cpu, float64((processCPU(b)-cpu0).Microseconds())/n)
 				s.rate = append(s.rate, n/time.Since(start).Seconds())
