@@ -3,13 +3,12 @@ package cluster
 import (
 	"fmt"
 	"os"
-	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // benchWriters is how many claim writers run at once: the watcher's
@@ -32,10 +31,9 @@ const benchWriters = 16
 func BenchmarkClaimTransitions(b *testing.B) {
 	const rounds, claims = 5, 400
 	type sideT struct {
-		name    string
-		c       *Cluster
-		batches int
-		rate    []float64 // transitions/s, by round
+		name  string
+		c     *Cluster
+		round int // rounds run, naming each round's volumes
 	}
 	var sides []*sideT
 	for _, servers := range []int{1, 3} {
@@ -52,14 +50,19 @@ func BenchmarkClaimTransitions(b *testing.B) {
 		sides = append(sides, &sideT{name: name, c: l.c})
 	}
 	ctx := testCtx(b)
-	run := func(fn func(i int) error) { fanOut(b, claims, fn) }
+	write := func(fn func(i int) error) {
+		if err := testutil.FanOut(benchWriters, claims, fn); err != nil {
+			b.Fatal(err)
+		}
+	}
 	// round registers claims volumes and their allocs (untimed), then
 	// times the four transitions of each claim; the allocs' completion
-	// between the claim and the release is untimed too.
+	// between the claim and the release is untimed too. It answers the
+	// transitions per second.
 	round := func(s *sideT) float64 {
-		s.batches++
-		vol := func(i int) string { return fmt.Sprintf("bv%d-%d", s.batches, i) }
-		alloc := func(i int) string { return fmt.Sprintf("ba%d-%d", s.batches, i) }
+		s.round++
+		vol := func(i int) string { return fmt.Sprintf("bv%d-%d", s.round, i) }
+		alloc := func(i int) string { return fmt.Sprintf("ba%d-%d", s.round, i) }
 		var vols []*structs.Volume
 		var allocs []*structs.Alloc
 		for i := range claims {
@@ -70,7 +73,7 @@ func BenchmarkClaimTransitions(b *testing.B) {
 		mustApply(b, s.c, structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: vols})
 		mustApply(b, s.c, structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: allocs})
 		start := time.Now()
-		run(func(i int) error {
+		write(func(i int) error {
 			_, _, err := s.c.Apply(ctx, structs.VolumeClaimType, claimReq(vol(i), alloc(i), "n1"))
 			return err
 		})
@@ -81,7 +84,7 @@ func BenchmarkClaimTransitions(b *testing.B) {
 		mustApply(b, s.c, structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: allocs})
 		start = time.Now()
 		for _, st := range []structs.ClaimState{structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree} {
-			run(func(i int) error {
+			write(func(i int) error {
 				c := claimReq(vol(i), alloc(i), "n1").Claim
 				c.State = st
 				_, _, err := s.c.Apply(ctx, structs.ClaimCheckpointType, &structs.ClaimCheckpointRequest{
@@ -92,59 +95,33 @@ func BenchmarkClaimTransitions(b *testing.B) {
 		elapsed += time.Since(start)
 		return float64(4*claims) / elapsed.Seconds()
 	}
+	var rates [][]float64 // by side, by round
 	for b.Loop() {
-		for range rounds {
-			for _, s := range sides {
-				s.rate = append(s.rate, round(s))
-			}
-		}
+		rates = testutil.Interleave(rounds,
+			func() float64 { return round(sides[0]) },
+			func() float64 { return round(sides[1]) })
 	}
-	med := func(xs []float64) float64 { s := slices.Clone(xs); slices.Sort(s); return s[len(s)/2] }
-	spread := func(format string, xs []float64) string {
-		return fmt.Sprintf(format+" ["+format+"-"+format+"]", med(xs), slices.Min(xs), slices.Max(xs))
-	}
-	ratios := make([]float64, len(sides[0].rate))
-	for i := range ratios {
-		ratios[i] = sides[1].rate[i] / sides[0].rate[i]
-	}
+	one, three := testutil.SpreadOf(rates[0]), testutil.SpreadOf(rates[1])
+	ratio := testutil.SpreadOf(testutil.Ratios(rates[1], rates[0]))
 	var md strings.Builder
-	fmt.Fprintf(&md, "%d rounds, %d claims x 4 transitions per side and round, %d writers.\n\n", len(ratios), claims, benchWriters)
+	fmt.Fprintf(&md, "%d rounds, %d claims x 4 transitions per side and round, %d writers.\n\n", rounds, claims, benchWriters)
 	md.WriteString("| servers | claim transitions/s: median [min-max] |\n| --- | ---: |\n")
-	fmt.Fprintf(&md, "| %s | %s |\n", sides[0].name, spread("%.0f", sides[0].rate))
-	fmt.Fprintf(&md, "| %s (in-memory transports, three bolt logs on one disk) | %s |\n", sides[1].name, spread("%.0f", sides[1].rate))
-	fmt.Fprintf(&md, "\nthree servers / one, per round: %s\n", spread("%.2f", ratios))
-	b.ReportMetric(med(sides[0].rate), "1-server-transitions/s")
-	b.ReportMetric(med(sides[1].rate), "3-server-transitions/s")
-	b.ReportMetric(med(ratios), "3/1-ratio")
-	b.Logf("\n%s", md.String())
-	if out := os.Getenv("VOLHOST_CLUSTER_OUT"); out != "" {
-		if err := os.WriteFile(out, []byte(md.String()), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	fmt.Fprintf(&md, "| %s | %s |\n", sides[0].name, one.Text("%.0f"))
+	fmt.Fprintf(&md, "| %s (in-memory transports, three bolt logs on one disk) | %s |\n", sides[1].name, three.Text("%.0f"))
+	fmt.Fprintf(&md, "\nthree servers / one, per round: %s\n", ratio.Text("%.2f"))
+	b.ReportMetric(one.Median, "1-server-transitions/s")
+	b.ReportMetric(three.Median, "3-server-transitions/s")
+	b.ReportMetric(ratio.Median, "3/1-ratio")
+	writeBenchMarkdown(b, "VOLHOST_CLUSTER_OUT", md.String())
 }
 
-// fanOut runs fn(i) for i in [0, n) from benchWriters goroutines (writer w
-// takes w, w+benchWriters, ...) and fails tb with the first error once all
-// have ended.
-func fanOut(tb testing.TB, n int, fn func(i int) error) {
-	var wg sync.WaitGroup
-	errs := make(chan error, benchWriters)
-	for w := range benchWriters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; i < n; i += benchWriters {
-				if err := fn(i); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		tb.Fatal(err)
+// writeBenchMarkdown logs a benchmark's markdown table and writes it to the
+// file the environment variable env names, if any (make bench).
+func writeBenchMarkdown(b *testing.B, env, md string) {
+	b.Logf("\n%s", md)
+	if out := os.Getenv(env); out != "" {
+		if err := os.WriteFile(out, []byte(md), 0o644); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -2,14 +2,13 @@ package cluster
 
 import (
 	"fmt"
-	"os"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // BenchmarkCheckpointGroupCommit (issue 17) compares, in one process and
@@ -82,16 +81,19 @@ func BenchmarkCheckpointGroupCommit(b *testing.B) {
 			for _, s := range sides {
 				ids := prepare()
 				idx0, cpu0, start := l.c.LastIndex(), processCPU(b), time.Now()
-				fanOut(b, claims, func(i int) error {
+				err := testutil.FanOut(benchWriters, claims, func(i int) error {
 					for _, st := range []structs.ClaimState{structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree} {
 						c := claimReq(ids[i], "a-"+ids[i], "n1").Claim
 						c.State = st
 						if err := s.write(&structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: ids[i], Claim: c, Term: term}); err != nil {
-							return fmt.Errorf("%s: %w", s.name, err)
+							return err
 						}
 					}
 					return nil
 				})
+				if err != nil {
+					b.Fatalf("%s: %v", s.name, err)
+				}
 				n := float64(3 * claims)
 				s.cpu = append(s.cpu, float64((processCPU(b)-cpu0).Microseconds())/n)
 				s.rate = append(s.rate, n/time.Since(start).Seconds())
@@ -99,35 +101,21 @@ func BenchmarkCheckpointGroupCommit(b *testing.B) {
 			}
 		}
 	}
-	med := func(xs []float64) float64 { s := slices.Clone(xs); slices.Sort(s); return s[len(s)/2] }
-	spread := func(xs []float64) string {
-		return fmt.Sprintf("%.3g [%.3g-%.3g]", med(xs), slices.Min(xs), slices.Max(xs))
-	}
-	ratio := func(f func(*sideT) []float64) []float64 {
-		out := make([]float64, rounds)
-		for i := range out {
-			out[i] = f(sides[1])[i] / f(sides[0])[i]
-		}
-		return out
-	}
+	spread := func(xs []float64) string { return testutil.SpreadOf(xs).String() }
+	cpuRatio := testutil.Ratios(sides[1].cpu, sides[0].cpu)
+	rateRatio := testutil.Ratios(sides[1].rate, sides[0].rate)
 	var md strings.Builder
 	fmt.Fprintf(&md, "%d rounds, %d claims x 3 checkpoints per side and round, %d writers.\n\n", rounds, claims, benchWriters)
 	md.WriteString("| side | process CPU per checkpoint (us) | checkpoints/s | raft entries per checkpoint |\n| --- | ---: | ---: | ---: |\n")
 	for _, s := range sides {
 		fmt.Fprintf(&md, "| %s | %s | %s | %s |\n", s.name, spread(s.cpu), spread(s.rate), spread(s.ents))
 	}
-	cpuRatio, rateRatio := ratio(func(s *sideT) []float64 { return s.cpu }), ratio(func(s *sideT) []float64 { return s.rate })
 	fmt.Fprintf(&md, "\ngroup commit / one entry per checkpoint, per round: CPU per checkpoint %s, throughput %s\n", spread(cpuRatio), spread(rateRatio))
-	b.ReportMetric(med(cpuRatio), "cpu-ratio")
-	b.ReportMetric(med(rateRatio), "throughput-ratio")
-	b.ReportMetric(med(sides[1].cpu), "group-cpu-us/checkpoint")
-	b.ReportMetric(med(sides[0].cpu), "single-cpu-us/checkpoint")
-	b.Logf("\n%s", md.String())
-	if out := os.Getenv("VOLHOST_GROUPCOMMIT_OUT"); out != "" {
-		if err := os.WriteFile(out, []byte(md.String()), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	b.ReportMetric(testutil.SpreadOf(cpuRatio).Median, "cpu-ratio")
+	b.ReportMetric(testutil.SpreadOf(rateRatio).Median, "throughput-ratio")
+	b.ReportMetric(testutil.SpreadOf(sides[1].cpu).Median, "group-cpu-us/checkpoint")
+	b.ReportMetric(testutil.SpreadOf(sides[0].cpu).Median, "single-cpu-us/checkpoint")
+	writeBenchMarkdown(b, "VOLHOST_GROUPCOMMIT_OUT", md.String())
 }
 
 // processCPU is the user and system CPU time the process has used.

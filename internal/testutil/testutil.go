@@ -1,7 +1,8 @@
 // Package testutil holds what the tests of every package share: the one
 // wait-for-condition helper (tests never sleep to synchronise: they poll a
-// condition until it holds or a deadline passes) and a log sink a test can
-// read while other goroutines write it.
+// condition until it holds or a deadline passes), a log sink a test can
+// read while other goroutines write it, and the benchmarks' rounds,
+// spreads, fan-out and RSS reading (rounds.go).
 package testutil
 
 import (

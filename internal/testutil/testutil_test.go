@@ -2,7 +2,9 @@ package testutil
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -79,6 +81,48 @@ func TestSpreadOf(t *testing.T) {
 	}
 	if got := (Spread{2.5, 1, 4}).String(); got != "2.5 [1-4]" {
 		t.Errorf("String = %q", got)
+	}
+	if got := (Spread{4539, 4370, 5702}).Text("%.0f"); got != "4539 [4370-5702]" {
+		t.Errorf("Text = %q", got)
+	}
+}
+
+// Every index runs once, spread over the workers, and the first error
+// comes back after all workers ended.
+func TestFanOut(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[int]int{}
+	err := FanOut(4, 10, func(i int) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[i]++
+		return nil
+	})
+	if err != nil || len(seen) != 10 {
+		t.Fatalf("err %v, indices %v", err, seen)
+	}
+	for i, n := range seen {
+		if n != 1 {
+			t.Fatalf("index %d ran %d times", i, n)
+		}
+	}
+	boom := errors.New("boom")
+	if err := FanOut(4, 10, func(i int) error {
+		if i == 7 {
+			return boom
+		}
+		return nil
+	}); err != boom {
+		t.Fatalf("err %v, want boom", err)
+	}
+}
+
+func TestRSSMiB(t *testing.T) {
+	if _, err := os.Stat("/proc/self/status"); err != nil {
+		t.Skip("no /proc/self/status")
+	}
+	if rss := RSSMiB(); rss <= 0 {
+		t.Fatalf("RSS %v MiB", rss)
 	}
 }
 
