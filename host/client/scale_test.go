@@ -24,6 +24,7 @@ import (
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/nodeconn"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // The scale measurement of issue 14 (BENCHMARKS.md "Node agents"): the
@@ -155,7 +156,7 @@ func TestScaleLeaderProcess(t *testing.T) {
 	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	res.HeapMiB, res.RSSMiB, res.Goroutines = float64(ms.HeapInuse)/(1<<20), rssMiB(), runtime.NumGoroutine()
+	res.HeapMiB, res.RSSMiB, res.Goroutines = float64(ms.HeapInuse)/(1<<20), testutil.RSSMiB(), runtime.NumGoroutine()
 
 	direct := csi.New(csi.Config{})
 	defer direct.Close()
@@ -196,18 +197,4 @@ func cpuTime() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func rssMiB() float64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f, ok := strings.CutPrefix(l, "VmRSS:"); ok {
-			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(f), " kB"), 64)
-			return kb / 1024
-		}
-	}
-	return 0
 }

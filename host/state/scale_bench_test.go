@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // scaleShape is the issue 17 target shape: volumes, a tenth of them
@@ -280,16 +281,7 @@ func memoryNow() (heap, rss float64) {
 func memoryAsIs() (heap, rss float64) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	heap = float64(ms.HeapInuse) / (1 << 20)
-	if raw, err := os.ReadFile("/proc/self/status"); err == nil {
-		for line := range strings.SplitSeq(string(raw), "\n") {
-			if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-				kb, _ := strconv.ParseFloat(f[1], 64)
-				rss = kb / 1024
-			}
-		}
-	}
-	return heap, rss
+	return float64(ms.HeapInuse) / (1 << 20), testutil.RSSMiB()
 }
 
 // Walking every page visits each volume once, in order, and a namespace
