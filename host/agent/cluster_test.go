@@ -490,10 +490,7 @@ func BenchmarkFailover(b *testing.B) {
 	}
 	// The median with min and max, not a mean: one slow election in a
 	// few runs would move a mean of them by its whole excess.
-	slices.Sort(took)
-	b.ReportMetric(took[len(took)/2], "s/failover")
-	b.ReportMetric(took[0], "min-s/failover")
-	b.ReportMetric(took[len(took)-1], "max-s/failover")
+	testutil.ReportSpread(b, took, "s/failover")
 }
 
 // logOutput keeps agent logs out of a benchmark's output, where they would

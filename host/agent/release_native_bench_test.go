@@ -6,12 +6,12 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"slices"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/volhost/volhost/host/csi/csitest"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // BenchmarkAgentReleaseNative is issue 17's "whole-host release CPU per
@@ -75,17 +75,11 @@ func BenchmarkAgentReleaseNative(b *testing.B) {
 		bytes = append(bytes, float64(m1.TotalAlloc-m0.TotalAlloc)/claims)
 		objects = append(objects, float64(m1.Mallocs-m0.Mallocs)/claims)
 	}
-	report := func(xs []float64, unit string) {
-		slices.Sort(xs)
-		b.ReportMetric(xs[len(xs)/2], unit)
-		b.ReportMetric(xs[0], "min-"+unit)
-		b.ReportMetric(xs[len(xs)-1], "max-"+unit)
-	}
-	report(cpus, "cpu-us/claim")
-	report(rates, "claims/s")
-	report(entries, "raft-entries/claim")
-	report(bytes, "alloc-B/claim")
-	report(objects, "allocs/claim")
+	testutil.ReportSpread(b, cpus, "cpu-us/claim")
+	testutil.ReportSpread(b, rates, "claims/s")
+	testutil.ReportSpread(b, entries, "raft-entries/claim")
+	testutil.ReportSpread(b, bytes, "alloc-B/claim")
+	testutil.ReportSpread(b, objects, "allocs/claim")
 }
 
 // startProfile starts a CPU profile into path.i when path is set and
