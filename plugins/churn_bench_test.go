@@ -1,15 +1,11 @@
 package plugins
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
+
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // BenchmarkInstanceChurn is a Go guest's pool under instance churn: 4
@@ -36,50 +32,17 @@ func BenchmarkInstanceChurn(b *testing.B) {
 	ctx := context.Background()
 	const callers = 4
 	b.ResetTimer()
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for c := range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := c; i < b.N; i += callers {
-				if _, err := e.m.DecideRelease(ctx, "p", req); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	err := testutil.FanOut(callers, b.N, func(int) error {
+		_, err := e.m.DecideRelease(ctx, "p", req)
+		return err
+	})
 	b.StopTimer()
-	close(errs)
-	if err := <-errs; err != nil {
+	if err != nil {
 		b.Fatal(err)
 	}
 	var ms runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&ms)
 	b.ReportMetric(float64(ms.HeapInuse)/(1<<20), "heap-MiB")
-	b.ReportMetric(procStatusMiB(b, "VmRSS"), "rss-MiB")
-}
-
-// procStatusMiB reads a kB field of /proc/self/status in MiB (0 where there
-// is no such file).
-func procStatusMiB(b *testing.B, field string) float64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), field+":"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			if err != nil {
-				b.Fatalf("%s: %v", field, fmt.Errorf("parse %q: %w", rest, err))
-			}
-			return kb / 1024
-		}
-	}
-	return 0
+	b.ReportMetric(testutil.RSSMiB(), "rss-MiB")
 }
