@@ -3,7 +3,6 @@ package watcher
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // Wasm vs native (issue 4 benchmarks): the watcher's release throughput and
@@ -68,28 +68,15 @@ func benchWasmModules(b *testing.B, policy, adapter string) (policyOnly, both Mo
 	preq := p.policyRequest()
 	areq := &abi.AdapterRequest{Step: StepControllerUnpublish, Claim: claimView(c), Volume: p.volumeView(),
 		Node: p.nodeView(c.NodeID, true), Plugin: p.pluginView(c.NodeID), NowUnixMs: p.now.UnixMilli()}
-	var wg sync.WaitGroup
-	errs := make(chan error, pool)
-	for range pool {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx := context.Background()
-			for range 1500 {
-				if _, err := both.PolicyFor(v).DecideRelease(ctx, preq); err != nil {
-					errs <- err
-					return
-				}
-				if _, err := both.AdapterFor(v).AdaptRequest(ctx, areq); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	ctx := context.Background()
+	err = testutil.FanOut(pool, pool*1500, func(int) error {
+		if _, err := both.PolicyFor(v).DecideRelease(ctx, preq); err != nil {
+			return err
+		}
+		_, err := both.AdapterFor(v).AdaptRequest(ctx, areq)
+		return err
+	})
+	if err != nil {
 		b.Fatal(err)
 	}
 	for _, st := range m.Status() {
