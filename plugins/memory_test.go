@@ -65,8 +65,11 @@ limits {
 
 // TestGuestMemoryReserved: an instance's linear memory is allocated at its
 // cap when the instance is created, so the guest's memory.grow never copies
-// it (reserveMemory). The buffer's address stays put while the guest's heap
-// grows; with wazero's default (grow by append) it moves.
+// it. The buffer's address stays put while the guest's heap grows; with
+// wazero's default (grow by append) it moves. On Linux this holds through
+// the mapping (linearmem_linux.go, where TestGuestMemoryMappedAboveReserve
+// covers a cap above maxReservedPages too); elsewhere through reserveMemory,
+// whose threshold the last assertion checks on every OS.
 func TestGuestMemoryReserved(t *testing.T) {
 	addr, pages, addr2, pages2 := growAndWatch(t, 256)
 	if pages2 <= pages {
