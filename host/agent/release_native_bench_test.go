@@ -4,14 +4,20 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"testing"
+	"time"
 
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/csi/csitest"
+	"github.com/volhost/volhost/host/nodestep"
 	"github.com/volhost/volhost/internal/testutil"
+	"github.com/volhost/volhost/watcher"
 )
 
 // BenchmarkAgentReleaseNative is issue 17's "whole-host release CPU per
@@ -27,6 +33,15 @@ import (
 // objects the timed part allocated per claim (alloc-B/claim, allocs/claim:
 // unlike CPU time, they do not move with the machine's load) and the
 // throughput.
+//
+// Each iteration also runs the release's external work alone
+// (releaseFloor: the same node steps and driver calls for as many claims,
+// with no store, raft or watcher) and reports its CPU per claim
+// (floor-cpu-us/claim), the whole release's CPU less it, per iteration
+// (host-share-cpu-us/claim), and their ratio (floor-share). The floor is
+// work this benchmark's one process pays that a deployment pays in the
+// driver's process and on the node: the issue's whole-host target cannot be
+// below it.
 //
 // VOLHOST_RELEASE_CPUPROFILE=FILE writes a CPU profile of each timed part,
 // not of the claiming (FILE.0, FILE.1, ...; `go tool pprof` merges them),
@@ -56,8 +71,9 @@ func BenchmarkAgentReleaseNative(b *testing.B) {
 	setupPlugins(b, s.c, map[string]*csitest.Server{"gcepd": drv})
 	s.release(b, claims) // warm-up
 
+	floorRoot := b.TempDir()
 	profile := os.Getenv("VOLHOST_RELEASE_CPUPROFILE")
-	var cpus, rates, entries, bytes, objects []float64
+	var cpus, rates, entries, bytes, objects, floors, shares, floorShares []float64
 	var m0, m1 runtime.MemStats
 	for i := range b.N {
 		s.claimBatch(b, claims)
@@ -74,8 +90,17 @@ func BenchmarkAgentReleaseNative(b *testing.B) {
 		// move with the machine's load.
 		bytes = append(bytes, float64(m1.TotalAlloc-m0.TotalAlloc)/claims)
 		objects = append(objects, float64(m1.Mallocs-m0.Mallocs)/claims)
+
+		floor := releaseFloor(b, s.a.CSI, drv.Endpoint(), floorRoot, i, claims)
+		us := float64(floor.Nanoseconds()) / 1e3
+		floors = append(floors, us)
+		shares = append(shares, cpus[i]-us)
+		floorShares = append(floorShares, us/cpus[i])
 	}
 	testutil.ReportSpread(b, cpus, "cpu-us/claim")
+	testutil.ReportSpread(b, floors, "floor-cpu-us/claim")
+	testutil.ReportSpread(b, shares, "host-share-cpu-us/claim")
+	testutil.ReportSpread(b, floorShares, "floor-share")
 	testutil.ReportSpread(b, rates, "claims/s")
 	testutil.ReportSpread(b, entries, "raft-entries/claim")
 	testutil.ReportSpread(b, bytes, "alloc-B/claim")
@@ -121,4 +146,66 @@ func writeAllocs(b *testing.B, path string) {
 	if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// releaseFloor times the release's external work alone for n claims and
+// returns the process CPU per claim: per claim what the watcher asks of the
+// node and the driver, NodeUnpublishVolume and NodeUnstageVolume through
+// the direct-mode node steps (nodestep.Executor, with their directory
+// removal, as the agent wires them) and ControllerUnpublishVolume, on the
+// agent's own CSI client against the same scripted driver, as many claims
+// at once as the watcher works on (MaxConcurrency), with no store, raft or
+// watcher. The volumes are staged and published the same way first, in
+// the host/csi.Paths layout under root, untimed.
+func releaseFloor(b *testing.B, client *csi.Client, endpoint, root string, batch, n int) time.Duration {
+	b.Helper()
+	ctx := context.Background()
+	steps := &nodestep.Executor{CSI: client}
+	capability := &csipb.VolumeCapability{
+		AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER},
+	}
+	type claim struct{ vol, staging, target string }
+	claims := make([]claim, n)
+	for i := range claims {
+		vol := fmt.Sprintf("floor%d-v%04d", batch, i)
+		staging, target := csi.Paths(root, "gcepd", "default", vol, "a-"+vol)
+		claims[i] = claim{vol: "disk-" + vol, staging: staging, target: target}
+	}
+	err := testutil.FanOut(watcher.DefaultMaxConcurrency, n, func(i int) error {
+		c := claims[i]
+		if err := steps.NodeStageVolume(ctx, endpoint, &csipb.NodeStageVolumeRequest{
+			VolumeId: c.vol, StagingTargetPath: c.staging, VolumeCapability: capability}); err != nil {
+			return err
+		}
+		return steps.NodePublishVolume(ctx, endpoint, &csipb.NodePublishVolumeRequest{
+			VolumeId: c.vol, StagingTargetPath: c.staging, TargetPath: c.target, VolumeCapability: capability})
+	})
+	if err != nil {
+		b.Fatalf("floor: publishing: %v", err)
+	}
+	runtime.GC() // the whole release starts on a fresh cycle too
+	cpu0 := processCPU(b)
+	err = testutil.FanOut(watcher.DefaultMaxConcurrency, n, func(i int) error {
+		c := claims[i]
+		if err := steps.NodeUnpublishVolume(ctx, endpoint, &csipb.NodeUnpublishVolumeRequest{
+			VolumeId: c.vol, TargetPath: c.target}); err != nil {
+			return err
+		}
+		if err := steps.NodeUnstageVolume(ctx, endpoint, &csipb.NodeUnstageVolumeRequest{
+			VolumeId: c.vol, StagingTargetPath: c.staging}); err != nil {
+			return err
+		}
+		return client.ControllerUnpublishVolume(ctx, endpoint, &csipb.ControllerUnpublishVolumeRequest{
+			VolumeId: c.vol, NodeId: "node1"})
+	})
+	cpu := processCPU(b) - cpu0
+	if err != nil {
+		b.Fatalf("floor: releasing: %v", err)
+	}
+	// Everything the steps created is gone again, as after the release.
+	if left, _ := os.ReadDir(filepath.Join(root, "csi", "gcepd", "per-alloc")); len(left) > 0 {
+		b.Fatalf("floor: %d per-allocation directories left", len(left))
+	}
+	return cpu / time.Duration(n)
 }
