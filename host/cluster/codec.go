@@ -103,8 +103,13 @@ func decodeCommand(data []byte) (structs.MessageType, time.Time, any, error) {
 	}
 	if at, body, ok := splitEnvelope(data[1:]); ok {
 		var when time.Time
-		if when.UnmarshalJSON(at) == nil && json.Unmarshal(body, req) == nil {
-			return t, when, req, nil
+		if when.UnmarshalJSON(at) == nil {
+			if fast, ok := decodeCheckpoint(t, body); ok {
+				return t, when, fast, nil
+			}
+			if json.Unmarshal(body, req) == nil {
+				return t, when, req, nil
+			}
 		}
 		// Anything the split decodes, the envelope decodes the same;
 		// anything it does not is left to the envelope's decoding, whose

@@ -1,0 +1,250 @@
+package cluster
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
+)
+
+// checkpointBodies are request bodies of both checkpoint types as
+// json.Marshal writes them: every field set (fill), a release's usual
+// claims, and the empty and absent cases.
+func checkpointBodies(t testing.TB) map[structs.MessageType][][]byte {
+	t.Helper()
+	now := time.Date(2026, 12, 3, 13, 0, 36, 461637716, time.UTC)
+	full := &structs.ClaimCheckpointRequest{}
+	fill(reflect.ValueOf(full).Elem(), now)
+	usual := &structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: "b1-v0001", Term: 3, Unstaged: true,
+		Claim: &structs.Claim{AllocID: "a-b1-v0001", NodeID: "node1", Mode: structs.ClaimWrite,
+			AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem,
+			State:          structs.ClaimNodeDetached,
+			PublishContext: map[string]string{"device": "/dev/csitest/disk-b1-v0001"},
+			StagingPath:    "/var/lib/volhost/csi/gcepd/staging/default/b1-v0001",
+			TargetPath:     "/var/lib/volhost/csi/gcepd/per-alloc/a-b1-v0001/default/b1-v0001",
+			// A zone other than UTC, and a time json.Marshal writes without
+			// a fraction.
+			CreateTime: now.In(time.FixedZone("", 3600)), ModifyTime: now.Truncate(time.Second), CreateIndex: 5, ModifyIndex: 9,
+			LastError: &structs.ClaimError{Kind: "csi", Step: "controller-unpublish", Code: 14, CodeName: "Unavailable",
+				Message: "connection refused", Time: now},
+		}}
+	failing := &structs.ClaimCheckpointRequest{Namespace: "n", VolumeID: "v", Claim: &structs.Claim{AllocID: "a", Attempts: -3,
+		Hold: &structs.ClaimHold{Reason: "grace", Since: now}, PublishContext: map[string]string{}}}
+	bare := &structs.ClaimCheckpointRequest{}
+	out := map[structs.MessageType][][]byte{}
+	for _, r := range []*structs.ClaimCheckpointRequest{full, usual, failing, bare} {
+		out[structs.ClaimCheckpointType] = append(out[structs.ClaimCheckpointType], mustMarshal(t, r))
+	}
+	for _, b := range []*structs.ClaimCheckpointBatchRequest{
+		{Checkpoints: []*structs.ClaimCheckpointRequest{full, usual, failing}},
+		{Checkpoints: []*structs.ClaimCheckpointRequest{}},
+		{},
+	} {
+		out[structs.ClaimCheckpointBatchType] = append(out[structs.ClaimCheckpointBatchType], mustMarshal(t, b))
+	}
+	return out
+}
+
+func mustMarshal(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// checkSameCheckpoint fails when decodeCheckpoint takes body and decodes
+// it other than encoding/json does, or takes a body encoding/json refuses.
+// It reports whether the fast path took it.
+func checkSameCheckpoint(t *testing.T, typ structs.MessageType, body []byte) bool {
+	t.Helper()
+	got, ok := decodeCheckpoint(typ, body)
+	if !ok {
+		return false
+	}
+	want, err := newRequest(typ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(body, want); err != nil {
+		t.Fatalf("type %d %q: decodeCheckpoint took what encoding/json refuses: %v", typ, body, err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("type %d %q: decodeCheckpoint gave\n%+v\nencoding/json\n%+v", typ, body, got, want)
+	}
+	return true
+}
+
+// What json.Marshal writes for a checkpoint takes the fast path, every
+// field included: a field added to the checkpoint or the claim without
+// its case here fails this test instead of quietly sending every entry
+// back to encoding/json. And it is the cheaper path (allocations, not
+// times).
+func TestDecodeCheckpointTakesEncodedEntries(t *testing.T) {
+	for typ, bodies := range checkpointBodies(t) {
+		for _, body := range bodies {
+			if !checkSameCheckpoint(t, typ, body) {
+				t.Errorf("type %d: %s does not take the fast path", typ, body)
+			}
+			data, err := encodeCommand(typ, time.Now(), json.RawMessage(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkSameDecode(t, data)
+		}
+	}
+	usual := checkpointBodies(t)[structs.ClaimCheckpointType][1]
+	data, err := encodeCommand(structs.ClaimCheckpointType, time.Now(), json.RawMessage(usual))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := testing.AllocsPerRun(50, func() { _, _, _, _ = decodeCommand(data) })
+	slow := testing.AllocsPerRun(50, func() {
+		req := &structs.ClaimCheckpointRequest{}
+		_ = json.Unmarshal(usual, req)
+	})
+	if fast >= slow {
+		t.Errorf("decodeCommand allocates %.0f objects per checkpoint entry, encoding/json %.0f for its request alone: want fewer", fast, slow)
+	}
+}
+
+// Every shape the fast path does not reproduce exactly is left to
+// encoding/json (refused here), the edges it does take decode as
+// encoding/json decodes them, and decodeCommand still decodes each entry
+// as the envelope decoding does, or refuses it the same.
+func TestDecodeCheckpointEdges(t *testing.T) {
+	taken := map[string]bool{"uint64 max": true, "int min": true, "minus zero": true, "repeated map key": true, "empty object": true,
+		"null claim": true, "null map": true}
+	usual := string(checkpointBodies(t)[structs.ClaimCheckpointType][1])
+	for name, body := range map[string]string{
+		"white space":           strings.Replace(usual, `"namespace":`, `"namespace": `, 1),
+		"leading space":         " " + usual,
+		"escape in a string":    strings.Replace(usual, `"b1-v0001"`, `"b1\u002dv0001"`, 1),
+		"escaped quote":         strings.Replace(usual, `connection refused`, `say \"no\"`, 1),
+		"non-ASCII":             strings.Replace(usual, `node1`, `nöde1`, 1),
+		"invalid UTF-8":         strings.Replace(usual, `node1`, "node\xff", 1),
+		"control character":     strings.Replace(usual, `node1`, "node\x01", 1),
+		"repeated key":          strings.Replace(usual, `"namespace":"default"`, `"namespace":"default","namespace":"other"`, 1),
+		"repeated claim":        strings.Replace(usual, `,"term":3`, `,"claim":{"node_id":"n2"},"term":3`, 1),
+		"key in other case":     strings.Replace(usual, `"volume_id"`, `"Volume_ID"`, 1),
+		"unknown key":           strings.Replace(usual, `"term":3`, `"term":3,"extra":1`, 1),
+		"null claim":            `{"namespace":"n","claim":null}`,
+		"null string":           `{"namespace":null}`,
+		"null map":              `{"claim":{"publish_context":null}}`,
+		"float":                 strings.Replace(usual, `"term":3`, `"term":3.0`, 1),
+		"exponent":              strings.Replace(usual, `"term":3`, `"term":3e0`, 1),
+		"leading zero":          strings.Replace(usual, `"term":3`, `"term":03`, 1),
+		"negative uint":         strings.Replace(usual, `"term":3`, `"term":-3`, 1),
+		"uint64 overflow":       strings.Replace(usual, `"term":3`, `"term":18446744073709551616`, 1),
+		"uint64 max":            strings.Replace(usual, `"term":3`, `"term":18446744073709551615`, 1),
+		"uint32 overflow":       strings.Replace(usual, `"code":14`, `"code":4294967296`, 1),
+		"int overflow":          `{"claim":{"attempts":9223372036854775808}}`,
+		"int min":               `{"claim":{"attempts":-9223372036854775808}}`,
+		"int below min":         `{"claim":{"attempts":-9223372036854775809}}`,
+		"minus zero":            `{"claim":{"attempts":-0}}`,
+		"bare minus":            `{"claim":{"attempts":-}}`,
+		"string for bool":       strings.Replace(usual, `"unstaged":true`, `"unstaged":"true"`, 1),
+		"bool prefix":           strings.Replace(usual, `"unstaged":true`, `"unstaged":truex`, 1),
+		"bad time":              strings.Replace(usual, `"next_attempt":"0001-01-01T00:00:00Z"`, `"next_attempt":"yesterday"`, 1),
+		"time as number":        strings.Replace(usual, `"next_attempt":"0001-01-01T00:00:00Z"`, `"next_attempt":0`, 1),
+		"trailing comma":        strings.Replace(usual, `,"term":3`, `,"term":3,`, 1),
+		"trailing bytes":        usual + "x",
+		"second value":          usual + "{}",
+		"truncated":             usual[:len(usual)-1],
+		"unterminated string":   `{"namespace":"n`,
+		"array for object":      `[]`,
+		"empty":                 ``,
+		"map value number":      `{"claim":{"publish_context":{"a":1}}}`,
+		"repeated map key":      `{"claim":{"publish_context":{"a":"1","a":"2"}}}`,
+		"empty object":          `{}`,
+		"missing colon":         `{"namespace" "n"}`,
+		"comma first":           `{,"namespace":"n"}`,
+		"repeated error field":  `{"claim":{"last_error":{"code":1,"code":2}}}`,
+		"hold with unknown key": `{"claim":{"hold":{"who":"x"}}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			one := checkSameCheckpoint(t, structs.ClaimCheckpointType, []byte(body))
+			batch := checkSameCheckpoint(t, structs.ClaimCheckpointBatchType, []byte(`{"checkpoints":[`+body+`]}`))
+			if one != taken[name] || batch != (taken[name] || body == "") {
+				t.Errorf("fast path took it alone: %v, in a batch: %v; want %v", one, batch, taken[name])
+			}
+			for _, typ := range []structs.MessageType{structs.ClaimCheckpointType, structs.ClaimCheckpointBatchType} {
+				b := body
+				if typ == structs.ClaimCheckpointBatchType {
+					b = `{"checkpoints":[` + body + `]}`
+				}
+				checkSameDecode(t, append([]byte{byte(typ)}, `{"time":"2026-12-03T13:00:00Z","req":`+b+`}`...))
+			}
+		})
+	}
+	for _, body := range []string{
+		`{"checkpoints":[{},]}`, `{"checkpoints":[,{}]}`, `{"checkpoints":[{}{}]}`, `{"checkpoints":nul}`,
+		`{"checkpoints":[],"checkpoints":[]}`, `{"checkpoints":{}}`, `{"Checkpoints":[]}`, `{"checkpoints":[nullx]}`,
+	} {
+		if checkSameCheckpoint(t, structs.ClaimCheckpointBatchType, []byte(body)) {
+			t.Errorf("%s took the fast path", body)
+		}
+	}
+}
+
+// FuzzDecodeCheckpoint: whatever decodeCheckpoint takes, encoding/json
+// takes and decodes to the same value, for both checkpoint types.
+func FuzzDecodeCheckpoint(f *testing.F) {
+	for _, bodies := range checkpointBodies(f) {
+		for _, b := range bodies {
+			f.Add(b)
+		}
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkSameCheckpoint(t, structs.ClaimCheckpointType, body)
+		checkSameCheckpoint(t, structs.ClaimCheckpointBatchType, body)
+	})
+}
+
+// BenchmarkDecodeCheckpoint decodes a release's usual checkpoint entry
+// (decodeCommand, fast path) and the same entry's request with
+// encoding/json (the path before it), in interleaved rounds of 20,000
+// decodes, and reports the median [min-max] of each side's ns per decode
+// and of their per-round ratio (BENCHMARKS.md "Checkpoint entries without
+// encoding/json"):
+//
+//	go test -run '^$' -bench '^BenchmarkDecodeCheckpoint$' -benchtime 1x ./host/cluster/
+func BenchmarkDecodeCheckpoint(b *testing.B) {
+	body := checkpointBodies(b)[structs.ClaimCheckpointType][1]
+	data, err := encodeCommand(structs.ClaimCheckpointType, time.Now(), json.RawMessage(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 20000
+	timed := func(decode func() error) func() float64 {
+		return func() float64 {
+			start := time.Now()
+			for range n {
+				if err := decode(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return float64(time.Since(start).Nanoseconds()) / n
+		}
+	}
+	fast := timed(func() error { _, _, _, err := decodeCommand(data); return err })
+	slow := timed(func() error {
+		var when time.Time
+		at, req, _ := splitEnvelope(data[1:])
+		if err := when.UnmarshalJSON(at); err != nil {
+			return err
+		}
+		return json.Unmarshal(req, &structs.ClaimCheckpointRequest{})
+	})
+	for b.Loop() {
+		r := testutil.Interleave(7, fast, slow)
+		testutil.ReportSpread(b, r[0], "fast-ns/decode")
+		testutil.ReportSpread(b, r[1], "encoding-json-ns/decode")
+		testutil.ReportSpread(b, testutil.Ratios(r[0], r[1]), "fast/encoding-json")
+	}
+}
