@@ -35,6 +35,6 @@ done
 echo "BenchmarkAgentReleaseNative, $rounds interleaved rounds of one process per side (-test.benchtime 3x); base = $base ($(git rev-parse --short "$base")), new = work tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified'))."
 echo
 ab_table_head
-for key in cpu-us/claim alloc-B/claim allocs/claim raft-entries/claim claims/s; do
+for key in cpu-us/claim host-share-cpu-us/claim floor-cpu-us/claim alloc-B/claim allocs/claim raft-entries/claim claims/s; do
   awk -v key="$key" -v num=%.4g -v rat=%.2f -f scripts/ab-table.awk "$tmp/all.txt"
 done

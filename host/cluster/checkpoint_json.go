@@ -125,6 +125,35 @@ func (s *jsonScan) str(dst *string) bool {
 	return ok
 }
 
+// enumerations are the values of the claim's enumerated fields, which
+// every checkpoint carries: decoded, each is the constant's own string
+// rather than a copy per field and checkpoint.
+var enumerations = []string{
+	string(structs.ClaimRead), string(structs.ClaimWrite),
+	string(structs.AccessSingleNodeReader), string(structs.AccessSingleNodeWriter), string(structs.AccessMultiNodeReader),
+	string(structs.AccessMultiNodeSingleWrite), string(structs.AccessMultiNodeMultiWrite),
+	string(structs.AttachFilesystem), string(structs.AttachBlockDevice),
+	string(structs.ClaimTaken), string(structs.ClaimNodeDetached), string(structs.ClaimControllerDetached), string(structs.ClaimReadyToFree),
+	string(structs.ErrorCSI), string(structs.ErrorModule), string(structs.ErrorPrecondition),
+}
+
+// enum is str for an enumerated field: a known value is its constant
+// (the same string, so the same decoded value).
+func (s *jsonScan) enum(dst *string) bool {
+	v, ok := s.plain()
+	if !ok {
+		return false
+	}
+	for _, e := range enumerations {
+		if string(v) == e {
+			*dst = e
+			return true
+		}
+	}
+	*dst = string(v)
+	return true
+}
+
 // digits reads a non-negative integer of at most limit, without a leading
 // zero (JSON has none), a fraction or an exponent (encoding/json refuses
 // them for an integer field; the object's next byte check refuses them
@@ -294,13 +323,13 @@ func (s *jsonScan) claim() (*structs.Claim, bool) {
 		case "node_id":
 			ok = once(&seen, 1) && s.str(&c.NodeID)
 		case "mode":
-			ok = once(&seen, 2) && s.str((*string)(&c.Mode))
+			ok = once(&seen, 2) && s.enum((*string)(&c.Mode))
 		case "access_mode":
-			ok = once(&seen, 3) && s.str((*string)(&c.AccessMode))
+			ok = once(&seen, 3) && s.enum((*string)(&c.AccessMode))
 		case "attachment_mode":
-			ok = once(&seen, 4) && s.str((*string)(&c.AttachmentMode))
+			ok = once(&seen, 4) && s.enum((*string)(&c.AttachmentMode))
 		case "state":
-			ok = once(&seen, 5) && s.str((*string)(&c.State))
+			ok = once(&seen, 5) && s.enum((*string)(&c.State))
 		case "external_node_id":
 			ok = once(&seen, 6) && s.str(&c.ExternalNodeID)
 		case "publish_context":
@@ -396,7 +425,7 @@ func (s *jsonScan) claimError() (*structs.ClaimError, bool) {
 		}
 		switch string(k) {
 		case "kind":
-			ok = once(&seen, 0) && s.str((*string)(&e.Kind))
+			ok = once(&seen, 0) && s.enum((*string)(&e.Kind))
 		case "step":
 			ok = once(&seen, 1) && s.str(&e.Step)
 		case "code":
