@@ -249,3 +249,150 @@ func BenchmarkDecodeCheckpoint(b *testing.B) {
 		testutil.ReportSpread(b, testutil.Ratios(r[0], r[1]), "fast/encoding-json")
 	}
 }
+
+// checkSameEncoding fails when encodeCheckpoint writes req other than
+// json.Marshal does; it reports whether encodeCheckpoint wrote it.
+func checkSameEncoding(t *testing.T, req any) bool {
+	t.Helper()
+	got, ok := encodeCheckpoint(req)
+	want, err := json.Marshal(req)
+	if !ok {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("encodeCheckpoint wrote %s where json.Marshal fails: %v", got, err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("encodeCheckpoint wrote\n%s\njson.Marshal\n%s", got, want)
+	}
+	return true
+}
+
+// The checkpoints a release writes are encoded without encoding/json and
+// to the same bytes; what json.Marshal would escape, or cannot write, is
+// left to it.
+func TestEncodeCheckpointMatchesJSON(t *testing.T) {
+	now := time.Date(2026, 12, 3, 13, 0, 36, 461637716, time.UTC)
+	var decoded []*structs.ClaimCheckpointRequest
+	for typ, bodies := range checkpointBodies(t) {
+		for _, body := range bodies {
+			req, err := newRequest(typ)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(body, req); err != nil {
+				t.Fatal(err)
+			}
+			if !checkSameEncoding(t, req) {
+				t.Errorf("type %d: %s is not encoded by encodeCheckpoint", typ, body)
+			}
+			if r, ok := req.(*structs.ClaimCheckpointRequest); ok {
+				decoded = append(decoded, r)
+			}
+		}
+	}
+	holds := []*structs.ClaimHold{{Since: now}, {Reason: "r", Since: now, Until: now.Add(time.Hour)}, {Module: "m", Since: now}, {ModuleVersion: "1", Since: now}}
+	for _, h := range holds {
+		req := &structs.ClaimCheckpointRequest{Claim: &structs.Claim{Hold: h, PublishContext: map[string]string{"z": "1", "a": "2", "m": ""}}}
+		if !checkSameEncoding(t, req) {
+			t.Errorf("hold %+v is not encoded by encodeCheckpoint", h)
+		}
+	}
+	if !checkSameEncoding(t, &structs.ClaimCheckpointBatchRequest{Checkpoints: []*structs.ClaimCheckpointRequest{nil, decoded[0]}}) {
+		t.Error("a batch with a nil checkpoint is not encoded by encodeCheckpoint")
+	}
+	for name, mangle := range map[string]func(r *structs.ClaimCheckpointRequest){
+		"quote":          func(r *structs.ClaimCheckpointRequest) { r.VolumeID = `v"1` },
+		"backslash":      func(r *structs.ClaimCheckpointRequest) { r.Claim.AllocID = `a\b` },
+		"html":           func(r *structs.ClaimCheckpointRequest) { r.Claim.LastError.Message = "a <b> & c" },
+		"control":        func(r *structs.ClaimCheckpointRequest) { r.Claim.NodeID = "n\t1" },
+		"delete":         func(r *structs.ClaimCheckpointRequest) { r.Claim.StagingPath = "/s\x7f" },
+		"non-ASCII":      func(r *structs.ClaimCheckpointRequest) { r.Claim.TargetPath = "/tä" },
+		"line separator": func(r *structs.ClaimCheckpointRequest) { r.Namespace = "n\u2028" },
+		"invalid UTF-8":  func(r *structs.ClaimCheckpointRequest) { r.Namespace = "n\xff" },
+		"map key":        func(r *structs.ClaimCheckpointRequest) { r.Claim.PublishContext = map[string]string{"<": "v"} },
+		"map value":      func(r *structs.ClaimCheckpointRequest) { r.Claim.PublishContext = map[string]string{"k": "&"} },
+		"year 10000":     func(r *structs.ClaimCheckpointRequest) { r.Claim.ModifyTime = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) },
+	} {
+		req := checkpointFromJSON(t, checkpointBodies(t)[structs.ClaimCheckpointType][1])
+		mangle(req)
+		if checkSameEncoding(t, req) {
+			t.Errorf("%s: encoded by encodeCheckpoint, want it left to json.Marshal", name)
+		}
+		// And the whole entry is what it was: encodeCommand falls back.
+		data, err := encodeCommand(structs.ClaimCheckpointType, now, req)
+		want, werr := json.Marshal(req)
+		if (err == nil) != (werr == nil) || err == nil && !strings.HasSuffix(string(data), `"req":`+string(want)+`}`) {
+			t.Errorf("%s: encodeCommand gave %s, %v; json.Marshal %s, %v", name, data, err, want, werr)
+		}
+	}
+	// The encoding a release pays for: fewer allocations than json.Marshal
+	// (counts, not times).
+	usual := decoded[1]
+	fast := testing.AllocsPerRun(50, func() { _, _ = encodeCheckpoint(usual) })
+	slow := testing.AllocsPerRun(50, func() { _, _ = json.Marshal(usual) })
+	t.Logf("allocs: fast %.0f, json.Marshal %.0f", fast, slow)
+	if fast >= slow {
+		t.Errorf("encodeCheckpoint allocates %.0f objects per checkpoint, json.Marshal %.0f: want fewer", fast, slow)
+	}
+}
+
+func checkpointFromJSON(t testing.TB, body []byte) *structs.ClaimCheckpointRequest {
+	t.Helper()
+	r := &structs.ClaimCheckpointRequest{}
+	if err := json.Unmarshal(body, r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// FuzzEncodeCheckpoint: whatever encodeCheckpoint writes, json.Marshal
+// writes the same, for checkpoints built from any strings, numbers and
+// times.
+func FuzzEncodeCheckpoint(f *testing.F) {
+	f.Add("default", "b1-v0001", "/dev/x", "csi", int64(-3), uint64(9), int64(1764766836461637716), 3600, true)
+	f.Add("n\"", "<v>", "", "", int64(0), uint64(0), int64(-62135596800000000), 0, false)
+	f.Fuzz(func(t *testing.T, ns, id, dev, kind string, attempts int64, index uint64, unixNano int64, zone int, flag bool) {
+		at := time.Unix(0, unixNano).In(time.FixedZone("", zone%(24*3600)))
+		c := &structs.ClaimCheckpointRequest{Namespace: ns, VolumeID: id, Term: index, Unstaged: flag, Free: !flag,
+			Claim: &structs.Claim{AllocID: id, NodeID: ns, State: structs.ClaimState(kind), Attempts: int(attempts),
+				PublishContext: map[string]string{dev: id, kind: ns}, ExternalNodeID: dev, CreateTime: at, ModifyIndex: index,
+				SkipNodeStep: flag, NodeUnpublished: flag}}
+		if flag {
+			c.Claim.LastError = &structs.ClaimError{Kind: structs.ErrorKind(kind), Code: uint32(index), Message: dev, Fatal: flag, Time: at}
+			c.Claim.Hold = &structs.ClaimHold{Reason: dev, Since: at}
+		}
+		checkSameEncoding(t, c)
+		checkSameEncoding(t, &structs.ClaimCheckpointBatchRequest{Checkpoints: []*structs.ClaimCheckpointRequest{c, c}})
+	})
+}
+
+// BenchmarkEncodeCheckpoint encodes a release's usual checkpoint with
+// encodeCheckpoint and with json.Marshal (the path before it), in
+// interleaved rounds of 20,000 encodings, and reports the median
+// [min-max] of each side's ns per encoding and of their per-round ratio:
+//
+//	go test -run '^$' -bench '^BenchmarkEncodeCheckpoint$' -benchtime 1x ./host/cluster/
+func BenchmarkEncodeCheckpoint(b *testing.B) {
+	req := checkpointFromJSON(b, checkpointBodies(b)[structs.ClaimCheckpointType][1])
+	const n = 20000
+	timed := func(encode func() bool) func() float64 {
+		return func() float64 {
+			start := time.Now()
+			for range n {
+				if !encode() {
+					b.Fatal("not encoded")
+				}
+			}
+			return float64(time.Since(start).Nanoseconds()) / n
+		}
+	}
+	fast := timed(func() bool { _, ok := encodeCheckpoint(req); return ok })
+	slow := timed(func() bool { _, err := json.Marshal(req); return err == nil })
+	for b.Loop() {
+		r := testutil.Interleave(7, fast, slow)
+		testutil.ReportSpread(b, r[0], "fast-ns/encode")
+		testutil.ReportSpread(b, r[1], "encoding-json-ns/encode")
+		testutil.ReportSpread(b, testutil.Ratios(r[0], r[1]), "fast/encoding-json")
+	}
+}

@@ -79,9 +79,11 @@ func encodeCommand(t structs.MessageType, now time.Time, req any) ([]byte, error
 	if err != nil {
 		return nil, fmt.Errorf("encode %d envelope: %w", t, err)
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encode %d request: %w", t, err)
+	body, ok := encodeCheckpoint(req)
+	if !ok {
+		if body, err = json.Marshal(req); err != nil {
+			return nil, fmt.Errorf("encode %d request: %w", t, err)
+		}
 	}
 	const open, mid = `{"time":`, `,"req":`
 	out := make([]byte, 0, 1+len(open)+len(at)+len(mid)+len(body)+1)
