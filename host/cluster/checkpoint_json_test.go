@@ -312,7 +312,9 @@ func TestEncodeCheckpointMatchesJSON(t *testing.T) {
 		"invalid UTF-8":  func(r *structs.ClaimCheckpointRequest) { r.Namespace = "n\xff" },
 		"map key":        func(r *structs.ClaimCheckpointRequest) { r.Claim.PublishContext = map[string]string{"<": "v"} },
 		"map value":      func(r *structs.ClaimCheckpointRequest) { r.Claim.PublishContext = map[string]string{"k": "&"} },
-		"year 10000":     func(r *structs.ClaimCheckpointRequest) { r.Claim.ModifyTime = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) },
+		"year 10000": func(r *structs.ClaimCheckpointRequest) {
+			r.Claim.ModifyTime = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)
+		},
 	} {
 		req := checkpointFromJSON(t, checkpointBodies(t)[structs.ClaimCheckpointType][1])
 		mangle(req)
