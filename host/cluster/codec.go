@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/volhost/volhost/host/structs"
@@ -73,25 +74,38 @@ func newRequest(t structs.MessageType) (any, error) {
 // request's encoding rather than marshalled: json.Marshal of the envelope
 // would scan and copy the request's bytes again (json.RawMessage is
 // compacted) to produce the same bytes (TestEncodeCommandEnvelope), once
-// per log entry on the release path (issue 17).
+// per log entry on the release path (issue 17). A checkpoint's request is
+// written by appendCheckpoint when it can (checkpoint_json.go), and the
+// entry is built in a pooled buffer and copied out at its size, as
+// json.Marshal does with its own: a buffer per entry grown by appending
+// allocated more than json.Marshal had.
 func encodeCommand(t structs.MessageType, now time.Time, req any) ([]byte, error) {
 	at, err := now.UTC().MarshalJSON()
 	if err != nil {
 		return nil, fmt.Errorf("encode %d envelope: %w", t, err)
 	}
-	body, ok := encodeCheckpoint(req)
-	if !ok {
-		if body, err = json.Marshal(req); err != nil {
+	const open, mid = `{"time":`, `,"req":`
+	scratch := entryBuffers.Get().(*[]byte)
+	defer entryBuffers.Put(scratch)
+	b := append((*scratch)[:0], byte(t))
+	b = append(append(b, open...), at...)
+	b = append(b, mid...)
+	if withReq, ok := appendCheckpoint(b, req); ok {
+		b = withReq
+	} else {
+		body, err := json.Marshal(req)
+		if err != nil {
 			return nil, fmt.Errorf("encode %d request: %w", t, err)
 		}
+		b = append(b, body...)
 	}
-	const open, mid = `{"time":`, `,"req":`
-	out := make([]byte, 0, 1+len(open)+len(at)+len(mid)+len(body)+1)
-	out = append(out, byte(t))
-	out = append(append(out, open...), at...)
-	out = append(append(out, mid...), body...)
-	return append(out, '}'), nil
+	b = append(b, '}')
+	*scratch = b
+	return bytes.Clone(b), nil
 }
+
+// entryBuffers are encodeCommand's scratch buffers.
+var entryBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // decodeCommand parses a log entry.
 func decodeCommand(data []byte) (structs.MessageType, time.Time, any, error) {
