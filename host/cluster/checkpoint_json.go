@@ -86,6 +86,32 @@ func (s *jsonScan) key(n int) (k []byte, done, ok bool) {
 	return k, false, true
 }
 
+// fields reads an object, calling field for each key with the scanner
+// at the key's value; field answers false to refuse the object.
+func (s *jsonScan) fields(field func(k []byte) bool) bool {
+	if !s.byte('{') {
+		return false
+	}
+	for n := 0; ; n++ {
+		k, done, ok := s.key(n)
+		switch {
+		case !ok:
+			return false
+		case done:
+			return true
+		case !field(k):
+			return false
+		}
+	}
+}
+
+// assign stores what read reads into dst.
+func assign[T any](dst *T, read func() (T, bool)) bool {
+	v, ok := read()
+	*dst = v
+	return ok
+}
+
 // once marks bit in seen, refusing a key seen before in the object:
 // encoding/json applies a repeated key again (merging into a pointer it
 // already set), which this decoder does not reproduce.
@@ -225,37 +251,35 @@ func (s *jsonScan) time(dst *time.Time) bool {
 
 func (s *jsonScan) batch() (*structs.ClaimCheckpointBatchRequest, bool) {
 	r := &structs.ClaimCheckpointBatchRequest{}
-	if !s.byte('{') {
-		return nil, false
-	}
 	var seen uint32
-	for n := 0; ; n++ {
-		k, done, ok := s.key(n)
-		switch {
-		case !ok:
-			return nil, false
-		case done:
-			return r, true
-		case string(k) != "checkpoints" || !once(&seen, 0):
-			return nil, false
-		case s.null():
-			continue
-		case !s.byte('['):
-			return nil, false
+	ok := s.fields(func(k []byte) bool {
+		if string(k) != "checkpoints" || !once(&seen, 0) {
+			return false
+		}
+		if s.null() {
+			return true
+		}
+		if !s.byte('[') {
+			return false
 		}
 		// encoding/json makes an empty array an empty slice, not nil.
 		r.Checkpoints = []*structs.ClaimCheckpointRequest{}
 		for !s.byte(']') {
 			if len(r.Checkpoints) > 0 && !s.byte(',') {
-				return nil, false
+				return false
 			}
 			c, ok := s.checkpoint()
 			if !ok {
-				return nil, false
+				return false
 			}
 			r.Checkpoints = append(r.Checkpoints, c)
 		}
+		return true
+	})
+	if !ok {
+		return nil, false
 	}
+	return r, true
 }
 
 func (s *jsonScan) checkpoint() (*structs.ClaimCheckpointRequest, bool) {
@@ -263,43 +287,30 @@ func (s *jsonScan) checkpoint() (*structs.ClaimCheckpointRequest, bool) {
 		return nil, true
 	}
 	r := &structs.ClaimCheckpointRequest{}
-	if !s.byte('{') {
-		return nil, false
-	}
 	var seen uint32
-	for n := 0; ; n++ {
-		k, done, ok := s.key(n)
-		if !ok {
-			return nil, false
-		}
-		if done {
-			return r, true
-		}
+	ok := s.fields(func(k []byte) bool {
 		switch string(k) {
 		case "namespace":
-			ok = once(&seen, 0) && s.str(&r.Namespace)
+			return once(&seen, 0) && s.str(&r.Namespace)
 		case "volume_id":
-			ok = once(&seen, 1) && s.str(&r.VolumeID)
+			return once(&seen, 1) && s.str(&r.VolumeID)
 		case "claim":
-			ok = once(&seen, 2)
-			if ok {
-				r.Claim, ok = s.claim()
-			}
+			return once(&seen, 2) && assign(&r.Claim, s.claim)
 		case "term":
-			ok = once(&seen, 3) && s.uint64(&r.Term)
+			return once(&seen, 3) && s.uint64(&r.Term)
 		case "unstaged":
-			ok = once(&seen, 4) && s.bool(&r.Unstaged)
+			return once(&seen, 4) && s.bool(&r.Unstaged)
 		case "controller_unpublished":
-			ok = once(&seen, 5) && s.bool(&r.ControllerUnpublished)
+			return once(&seen, 5) && s.bool(&r.ControllerUnpublished)
 		case "free":
-			ok = once(&seen, 6) && s.bool(&r.Free)
-		default:
-			ok = false // unknown here: encoding/json's case folding and skipping decide
+			return once(&seen, 6) && s.bool(&r.Free)
 		}
-		if !ok {
-			return nil, false
-		}
+		return false // unknown here: encoding/json's case folding and skipping decide
+	})
+	if !ok {
+		return nil, false
 	}
+	return r, true
 }
 
 func (s *jsonScan) claim() (*structs.Claim, bool) {
@@ -307,79 +318,60 @@ func (s *jsonScan) claim() (*structs.Claim, bool) {
 		return nil, true
 	}
 	c := &structs.Claim{}
-	if !s.byte('{') {
-		return nil, false
-	}
 	var seen uint32
-	for n := 0; ; n++ {
-		k, done, ok := s.key(n)
-		if !ok {
-			return nil, false
-		}
-		if done {
-			return c, true
-		}
+	ok := s.fields(func(k []byte) bool {
 		switch string(k) {
 		case "alloc_id":
-			ok = once(&seen, 0) && s.str(&c.AllocID)
+			return once(&seen, 0) && s.str(&c.AllocID)
 		case "node_id":
-			ok = once(&seen, 1) && s.str(&c.NodeID)
+			return once(&seen, 1) && s.str(&c.NodeID)
 		case "mode":
-			ok = once(&seen, 2) && s.enum((*string)(&c.Mode))
+			return once(&seen, 2) && s.enum((*string)(&c.Mode))
 		case "access_mode":
-			ok = once(&seen, 3) && s.enum((*string)(&c.AccessMode))
+			return once(&seen, 3) && s.enum((*string)(&c.AccessMode))
 		case "attachment_mode":
-			ok = once(&seen, 4) && s.enum((*string)(&c.AttachmentMode))
+			return once(&seen, 4) && s.enum((*string)(&c.AttachmentMode))
 		case "state":
-			ok = once(&seen, 5) && s.enum((*string)(&c.State))
+			return once(&seen, 5) && s.enum((*string)(&c.State))
 		case "external_node_id":
-			ok = once(&seen, 6) && s.str(&c.ExternalNodeID)
+			return once(&seen, 6) && s.str(&c.ExternalNodeID)
 		case "publish_context":
-			ok = once(&seen, 7)
-			if ok {
-				c.PublishContext, ok = s.stringMap()
-			}
+			return once(&seen, 7) && assign(&c.PublishContext, s.stringMap)
 		case "staging_path":
-			ok = once(&seen, 8) && s.str(&c.StagingPath)
+			return once(&seen, 8) && s.str(&c.StagingPath)
 		case "target_path":
-			ok = once(&seen, 9) && s.str(&c.TargetPath)
+			return once(&seen, 9) && s.str(&c.TargetPath)
 		case "attempts":
-			ok = once(&seen, 10) && s.int(&c.Attempts)
+			return once(&seen, 10) && s.int(&c.Attempts)
 		case "next_attempt":
-			ok = once(&seen, 11) && s.time(&c.NextAttempt)
+			return once(&seen, 11) && s.time(&c.NextAttempt)
 		case "first_failure":
-			ok = once(&seen, 12) && s.time(&c.FirstFailure)
+			return once(&seen, 12) && s.time(&c.FirstFailure)
 		case "last_error":
-			ok = once(&seen, 13)
-			if ok {
-				c.LastError, ok = s.claimError()
-			}
+			return once(&seen, 13) && assign(&c.LastError, s.claimError)
 		case "skip_node_step":
-			ok = once(&seen, 14) && s.bool(&c.SkipNodeStep)
+			return once(&seen, 14) && s.bool(&c.SkipNodeStep)
 		case "node_unpublished":
-			ok = once(&seen, 15) && s.bool(&c.NodeUnpublished)
+			return once(&seen, 15) && s.bool(&c.NodeUnpublished)
 		case "fence_reason":
-			ok = once(&seen, 16) && s.str(&c.FenceReason)
+			return once(&seen, 16) && s.str(&c.FenceReason)
 		case "hold":
-			ok = once(&seen, 17)
-			if ok {
-				c.Hold, ok = s.claimHold()
-			}
+			return once(&seen, 17) && assign(&c.Hold, s.claimHold)
 		case "create_time":
-			ok = once(&seen, 18) && s.time(&c.CreateTime)
+			return once(&seen, 18) && s.time(&c.CreateTime)
 		case "modify_time":
-			ok = once(&seen, 19) && s.time(&c.ModifyTime)
+			return once(&seen, 19) && s.time(&c.ModifyTime)
 		case "create_index":
-			ok = once(&seen, 20) && s.uint64(&c.CreateIndex)
+			return once(&seen, 20) && s.uint64(&c.CreateIndex)
 		case "modify_index":
-			ok = once(&seen, 21) && s.uint64(&c.ModifyIndex)
-		default:
-			ok = false
+			return once(&seen, 21) && s.uint64(&c.ModifyIndex)
 		}
-		if !ok {
-			return nil, false
-		}
+		return false // unknown here: encoding/json's case folding and skipping decide
+	})
+	if !ok {
+		return nil, false
 	}
+	return c, true
 }
 
 // stringMap reads an object of plain strings. A repeated key is kept as
@@ -413,46 +405,36 @@ func (s *jsonScan) claimError() (*structs.ClaimError, bool) {
 		return nil, true
 	}
 	e := &structs.ClaimError{}
-	if !s.byte('{') {
-		return nil, false
-	}
 	var seen uint32
-	for n := 0; ; n++ {
-		k, done, ok := s.key(n)
-		if !ok {
-			return nil, false
-		}
-		if done {
-			return e, true
-		}
+	ok := s.fields(func(k []byte) bool {
 		switch string(k) {
 		case "kind":
-			ok = once(&seen, 0) && s.enum((*string)(&e.Kind))
+			return once(&seen, 0) && s.enum((*string)(&e.Kind))
 		case "step":
-			ok = once(&seen, 1) && s.str(&e.Step)
+			return once(&seen, 1) && s.str(&e.Step)
 		case "code":
-			ok = once(&seen, 2) && s.uint32(&e.Code)
+			return once(&seen, 2) && s.uint32(&e.Code)
 		case "code_name":
-			ok = once(&seen, 3) && s.str(&e.CodeName)
+			return once(&seen, 3) && s.str(&e.CodeName)
 		case "message":
-			ok = once(&seen, 4) && s.str(&e.Message)
+			return once(&seen, 4) && s.str(&e.Message)
 		case "module":
-			ok = once(&seen, 5) && s.str(&e.Module)
+			return once(&seen, 5) && s.str(&e.Module)
 		case "module_version":
-			ok = once(&seen, 6) && s.str(&e.ModuleVersion)
+			return once(&seen, 6) && s.str(&e.ModuleVersion)
 		case "fault":
-			ok = once(&seen, 7) && s.str(&e.Fault)
+			return once(&seen, 7) && s.str(&e.Fault)
 		case "fatal":
-			ok = once(&seen, 8) && s.bool(&e.Fatal)
+			return once(&seen, 8) && s.bool(&e.Fatal)
 		case "time":
-			ok = once(&seen, 9) && s.time(&e.Time)
-		default:
-			ok = false
+			return once(&seen, 9) && s.time(&e.Time)
 		}
-		if !ok {
-			return nil, false
-		}
+		return false // unknown here: encoding/json's case folding and skipping decide
+	})
+	if !ok {
+		return nil, false
 	}
+	return e, true
 }
 
 func (s *jsonScan) claimHold() (*structs.ClaimHold, bool) {
@@ -460,36 +442,26 @@ func (s *jsonScan) claimHold() (*structs.ClaimHold, bool) {
 		return nil, true
 	}
 	h := &structs.ClaimHold{}
-	if !s.byte('{') {
-		return nil, false
-	}
 	var seen uint32
-	for n := 0; ; n++ {
-		k, done, ok := s.key(n)
-		if !ok {
-			return nil, false
-		}
-		if done {
-			return h, true
-		}
+	ok := s.fields(func(k []byte) bool {
 		switch string(k) {
 		case "module":
-			ok = once(&seen, 0) && s.str(&h.Module)
+			return once(&seen, 0) && s.str(&h.Module)
 		case "module_version":
-			ok = once(&seen, 1) && s.str(&h.ModuleVersion)
+			return once(&seen, 1) && s.str(&h.ModuleVersion)
 		case "reason":
-			ok = once(&seen, 2) && s.str(&h.Reason)
+			return once(&seen, 2) && s.str(&h.Reason)
 		case "since":
-			ok = once(&seen, 3) && s.time(&h.Since)
+			return once(&seen, 3) && s.time(&h.Since)
 		case "until":
-			ok = once(&seen, 4) && s.time(&h.Until)
-		default:
-			ok = false
+			return once(&seen, 4) && s.time(&h.Until)
 		}
-		if !ok {
-			return nil, false
-		}
+		return false // unknown here: encoding/json's case folding and skipping decide
+	})
+	if !ok {
+		return nil, false
 	}
+	return h, true
 }
 
 // appendCheckpoint appends json.Marshal of a checkpoint request to b,
