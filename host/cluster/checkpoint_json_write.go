@@ -101,11 +101,16 @@ func (e *jsonWriter) flag(k string, v bool) {
 	}
 }
 
+// field writes ,"key":"v" for a string field json.Marshal always writes.
+func (e *jsonWriter) field(k, v string) {
+	e.key(k, false)
+	e.str(v)
+}
+
 // optional writes an omitempty string that is set.
 func (e *jsonWriter) optional(k, v string) {
 	if v != "" {
-		e.key(k, false)
-		e.str(v)
+		e.field(k, v)
 	}
 }
 
@@ -116,8 +121,7 @@ func (e *jsonWriter) checkpoint(r *structs.ClaimCheckpointRequest) {
 	}
 	e.key("namespace", true)
 	e.str(r.Namespace)
-	e.key("volume_id", false)
-	e.str(r.VolumeID)
+	e.field("volume_id", r.VolumeID)
 	e.key("claim", false)
 	e.claim(r.Claim)
 	if r.Term != 0 {
@@ -137,16 +141,11 @@ func (e *jsonWriter) claim(c *structs.Claim) {
 	}
 	e.key("alloc_id", true)
 	e.str(c.AllocID)
-	e.key("node_id", false)
-	e.str(c.NodeID)
-	e.key("mode", false)
-	e.str(string(c.Mode))
-	e.key("access_mode", false)
-	e.str(string(c.AccessMode))
-	e.key("attachment_mode", false)
-	e.str(string(c.AttachmentMode))
-	e.key("state", false)
-	e.str(string(c.State))
+	e.field("node_id", c.NodeID)
+	e.field("mode", string(c.Mode))
+	e.field("access_mode", string(c.AccessMode))
+	e.field("attachment_mode", string(c.AttachmentMode))
+	e.field("state", string(c.State))
 	e.optional("external_node_id", c.ExternalNodeID)
 	if len(c.PublishContext) > 0 {
 		e.key("publish_context", false)
@@ -205,8 +204,7 @@ func (e *jsonWriter) claimError(x *structs.ClaimError) {
 	e.key("code", false)
 	e.uint(uint64(x.Code))
 	e.optional("code_name", x.CodeName)
-	e.key("message", false)
-	e.str(x.Message)
+	e.field("message", x.Message)
 	e.optional("module", x.Module)
 	e.optional("module_version", x.ModuleVersion)
 	e.optional("fault", x.Fault)
