@@ -169,16 +169,16 @@ func TestDecodeCheckpointEdges(t *testing.T) {
 		"hold with unknown key": `{"claim":{"hold":{"who":"x"}}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			one := checkSameCheckpoint(t, structs.ClaimCheckpointType, []byte(body))
-			batch := checkSameCheckpoint(t, structs.ClaimCheckpointBatchType, []byte(`{"checkpoints":[`+body+`]}`))
+			bodies := map[structs.MessageType]string{
+				structs.ClaimCheckpointType:      body,
+				structs.ClaimCheckpointBatchType: `{"checkpoints":[` + body + `]}`,
+			}
+			one := checkSameCheckpoint(t, structs.ClaimCheckpointType, []byte(bodies[structs.ClaimCheckpointType]))
+			batch := checkSameCheckpoint(t, structs.ClaimCheckpointBatchType, []byte(bodies[structs.ClaimCheckpointBatchType]))
 			if one != taken[name] || batch != (taken[name] || body == "") {
 				t.Errorf("fast path took it alone: %v, in a batch: %v; want %v", one, batch, taken[name])
 			}
-			for _, typ := range []structs.MessageType{structs.ClaimCheckpointType, structs.ClaimCheckpointBatchType} {
-				b := body
-				if typ == structs.ClaimCheckpointBatchType {
-					b = `{"checkpoints":[` + body + `]}`
-				}
+			for typ, b := range bodies {
 				checkSameDecode(t, append([]byte{byte(typ)}, `{"time":"2026-12-03T13:00:00Z","req":`+b+`}`...))
 			}
 		})

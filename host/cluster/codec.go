@@ -113,15 +113,17 @@ func decodeCommand(data []byte) (structs.MessageType, time.Time, any, error) {
 		return 0, time.Time{}, nil, fmt.Errorf("command of %d bytes is too short", len(data))
 	}
 	t := structs.MessageType(data[0])
-	req, err := newRequest(t)
-	if err != nil {
-		return t, time.Time{}, nil, err
-	}
 	if at, body, ok := splitEnvelope(data[1:]); ok {
 		var when time.Time
 		if when.UnmarshalJSON(at) == nil {
+			// A checkpoint of the plain shape needs no request from
+			// newRequest: decodeCheckpoint makes its own.
 			if fast, ok := decodeCheckpoint(t, body); ok {
 				return t, when, fast, nil
+			}
+			req, err := newRequest(t)
+			if err != nil {
+				return t, time.Time{}, nil, err
 			}
 			if json.Unmarshal(body, req) == nil {
 				return t, when, req, nil
@@ -129,10 +131,11 @@ func decodeCommand(data []byte) (structs.MessageType, time.Time, any, error) {
 		}
 		// Anything the split decodes, the envelope decodes the same;
 		// anything it does not is left to the envelope's decoding, whose
-		// errors say what is wrong. req is decoded afresh there.
-		if req, err = newRequest(t); err != nil {
-			return t, time.Time{}, nil, err
-		}
+		// errors say what is wrong, into a fresh request.
+	}
+	req, err := newRequest(t)
+	if err != nil {
+		return t, time.Time{}, nil, err
 	}
 	var env envelope
 	if err := json.Unmarshal(data[1:], &env); err != nil {
