@@ -80,16 +80,16 @@ func newRequest(t structs.MessageType) (any, error) {
 // json.Marshal does with its own: a buffer per entry grown by appending
 // allocated more than json.Marshal had.
 func encodeCommand(t structs.MessageType, now time.Time, req any) ([]byte, error) {
-	at, err := now.UTC().MarshalJSON()
+	scratch := entryBuffers.Get().(*[]byte)
+	defer entryBuffers.Put(scratch)
+	// The time as time.Time.MarshalJSON writes it (both use its strict
+	// RFC 3339 form), into the entry rather than a buffer of its own.
+	b := append(append((*scratch)[:0], byte(t)), `{"time":"`...)
+	b, err := now.UTC().AppendText(b)
 	if err != nil {
 		return nil, fmt.Errorf("encode %d envelope: %w", t, err)
 	}
-	const open, mid = `{"time":`, `,"req":`
-	scratch := entryBuffers.Get().(*[]byte)
-	defer entryBuffers.Put(scratch)
-	b := append((*scratch)[:0], byte(t))
-	b = append(append(b, open...), at...)
-	b = append(b, mid...)
+	b = append(b, `","req":`...)
 	if withReq, ok := appendCheckpoint(b, req); ok {
 		b = withReq
 	} else {
