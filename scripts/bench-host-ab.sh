@@ -14,11 +14,9 @@
 #	flock /tmp/volhost-heavy.lock bash scripts/bench-host-ab.sh main
 set -euo pipefail
 cd "$(dirname "$0")/.."
-base=${1:-main}
-rounds=${ROUNDS:-7}
 calls=${CALLS:-20000}
 source scripts/ab-lib.sh
-ab_checkout "$base"
+ab_start 7 "$@"
 cp test/extism/hostside_test.go "$tmp/src/test/extism/"
 wasm=${WASM:-$tmp/default-policy.wasm}
 if [ -z "${WASM:-}" ]; then
@@ -33,7 +31,7 @@ for r in $(seq "$rounds"); do
       'NF == 2 && ($2 == "p50-ns" || $2 == "mean-ns") { print side, r, $2, $1 }' >>"$tmp/all.txt"
   done
 done
-echo "BenchmarkHostSide (test/extism), $rounds interleaved rounds of one process per side, $calls calls each, caller context ${HOST_CTX:-background}; the same module ($(basename "$wasm")) for both; base = $base ($(git rev-parse --short "$base")), new = work tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified'))."
+echo "BenchmarkHostSide (test/extism), $rounds interleaved rounds of one process per side, $calls calls each, caller context ${HOST_CTX:-background}; the same module ($(basename "$wasm")) for both; $(ab_sides)."
 echo
 ab_table_head
 for key in p50-ns mean-ns; do

@@ -14,10 +14,8 @@
 #	flock /tmp/volhost-heavy.lock bash scripts/bench-memory-ab.sh main
 set -euo pipefail
 cd "$(dirname "$0")/.."
-base=${1:-main}
-rounds=${ROUNDS:-5}
 source scripts/ab-lib.sh
-ab_checkout "$base"
+ab_start 5 "$@"
 cp plugins/churn_bench_test.go "$tmp/src/plugins/"
 # Both binaries run in this tree's plugins folder, on its built modules.
 (cd "$tmp/src" && go test -c -o "$tmp/base.test" ./plugins/)
@@ -33,7 +31,7 @@ for r in $(seq "$rounds"); do
     done >>"$tmp/all.txt"
   done
 done
-echo "BenchmarkInstanceChurn (-benchtime 4000x) and BenchmarkInstantiate (-benchtime 100x), plugins, $rounds interleaved rounds of one process per side and benchmark; base = $base ($(git rev-parse --short "$base")), new = work tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified'))."
+echo "BenchmarkInstanceChurn (-benchtime 4000x) and BenchmarkInstantiate (-benchtime 100x), plugins, $rounds interleaved rounds of one process per side and benchmark; $(ab_sides)."
 echo
 ab_table_head
 for key in InstanceChurn.ns/op InstanceChurn.heap-MiB InstanceChurn.rss-MiB Instantiate.ns/op Instantiate.B/op; do

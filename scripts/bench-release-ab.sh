@@ -14,10 +14,8 @@
 #	flock /tmp/volhost-heavy.lock bash scripts/bench-release-ab.sh main
 set -euo pipefail
 cd "$(dirname "$0")/.."
-base=${1:-main}
-rounds=${ROUNDS:-5}
 source scripts/ab-lib.sh
-ab_checkout "$base"
+ab_start 5 "$@"
 bin=${PROFILE:-$tmp}
 mkdir -p "$bin"
 (cd "$tmp/src" && go test -c -o "$bin/base.test" ./host/agent/)
@@ -32,7 +30,7 @@ for r in $(seq "$rounds"); do
       'NF == 2 && $2 !~ /^(min|max)-/ && $2 != "ns/op" { print side, r, $2, $1 }' >>"$tmp/all.txt"
   done
 done
-echo "BenchmarkAgentReleaseNative, $rounds interleaved rounds of one process per side (-test.benchtime 3x); base = $base ($(git rev-parse --short "$base")), new = work tree ($(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo ', modified'))."
+echo "BenchmarkAgentReleaseNative, $rounds interleaved rounds of one process per side (-test.benchtime 3x); $(ab_sides)."
 echo
 ab_table_head
 for key in cpu-us/claim host-share-cpu-us/claim floor-cpu-us/claim alloc-B/claim allocs/claim raft-entries/claim claims/s; do

@@ -14,11 +14,9 @@
 #	flock /tmp/volhost-heavy.lock bash scripts/bench-restore-ab.sh main
 set -euo pipefail
 cd "$(dirname "$0")/.."
-base=${1:-main}
-rounds=${ROUNDS:-5}
 volumes=${VOLUMES:-1000000}
 source scripts/ab-lib.sh
-ab_checkout "$base"
+ab_start 5 "$@"
 if [ "${HARNESS:-0}" = 1 ]; then
   cp host/state/scale_bench_test.go "$tmp/src/host/state/"
 fi

@@ -9,11 +9,9 @@
 #	flock /tmp/volhost-heavy.lock bash scripts/bench-scale-ab.sh c006493
 set -euo pipefail
 cd "$(dirname "$0")/.."
-base=${1:-main}
-rounds=${ROUNDS:-5}
 volumes=${VOLUMES:-100000}
 source scripts/ab-lib.sh
-ab_checkout "$base"
+ab_start 5 "$@"
 (cd "$tmp/src" && go test -c -o "$tmp/base.test" ./host/state/)
 go test -c -o "$tmp/new.test" ./host/state/
 for r in $(seq "$rounds"); do
