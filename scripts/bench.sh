@@ -200,12 +200,16 @@ fi
 if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/call.md" ]; then
   {
     echo "The default policy on a volume with 8 claims. One process runs every side in"
-    echo "turn, round after round (native, Go guest, AS guest, Extism with the same"
-    echo "codec, then the two guests and the native decision with the CPU caches cold:"
-    echo "64 MiB written between calls), so the shared machine's load falls on all sides"
-    echo "alike; each ratio is computed per round and given as the median of the rounds"
-    echo "with min and max. The rows marked reference have no target: they say what the"
-    echo "same eviction does to the native decision."
+    echo "turn, round after round (native, native with the wire, Go guest, AS guest,"
+    echo "Extism with the same codec, then the two guests and the native decision with"
+    echo "the CPU caches cold: 64 MiB written between calls), so the shared machine's"
+    echo "load falls on all sides alike; each ratio is computed per round and given as"
+    echo "the median of the rounds with min and max. The rows marked reference have no"
+    echo "target: they say what the same eviction does to the native decision, and what"
+    echo "a guest costs over its own code run natively with the same wire (native-wire:"
+    echo "the host's request encoding, the Go SDK's decode, DecideInto, the SDK's"
+    echo "encoding and the host's decode of the answer, with no sandbox and no answer"
+    echo "checks)."
     echo
     echo '```sh'
     echo "make plugins"

@@ -23,7 +23,9 @@ import (
 // alike. Each ratio is computed per round and reported as the median of the
 // rounds with min and max, never one run's numbers.
 //
-// Sides: native Go (abi/defaultpolicy), volhost with the Go guest
+// Sides: native Go (abi/defaultpolicy), the same with the wire of a call
+// (native-wire: the Go guest's code run natively, see nativeWireCall),
+// volhost with the Go guest
 // (examples/plugins/default-policy) and with the AssemblyScript guest
 // (as-default-policy), both through plugins.Manager with call_timeout
 // enforced, Extism with a go-pdk guest carrying volhost's codec, and the
@@ -71,6 +73,34 @@ func BenchmarkCallRatios(b *testing.B) {
 		}
 		return nil
 	}
+	// nativeWireCall is the Go guest's own code run natively, with the
+	// wire of a call: the host's encoding of the request, the Go SDK's
+	// borrowing decode into a reused request (guest.HandleReleaseInto),
+	// the example's DecideInto a reused response, the SDK's encoding of
+	// it, and the host's copying decode of the answer. What it leaves out
+	// is the sandbox (wazero, the probes, guest memory) and the host's
+	// answer checks (ABI.md section 7), which only make the guests'
+	// ratios to it larger. It is the denominator of the "over the same
+	// code natively" rows: what running a policy as a module costs beyond
+	// the wire both sides share.
+	var (
+		wireIn, wireOut []byte
+		wireReq         abi.PolicyRequest
+		wireResp        abi.PolicyResponse
+	)
+	nativeWireCall := func() error {
+		wireIn = req.MarshalAppend(wireIn[:0])
+		if err := wireReq.UnmarshalBorrowing(wireIn); err != nil {
+			return err
+		}
+		defaultpolicy.DecideInto(&wireReq, &wireResp)
+		wireOut = wireResp.MarshalAppend(wireOut[:0])
+		resp := new(abi.PolicyResponse)
+		if err := resp.Unmarshal(wireOut); err != nil || len(resp.Decisions) != len(req.Claims) {
+			return fmt.Errorf("wrong answer: %d decisions, %v", len(resp.Decisions), err)
+		}
+		return nil
+	}
 	junk := make([]byte, 64<<20)
 	evict := func() {
 		for i := 0; i < len(junk); i += 64 {
@@ -79,6 +109,7 @@ func BenchmarkCallRatios(b *testing.B) {
 	}
 	sides := []*side{
 		{name: "native", calls: calls, call: nativeCall},
+		{name: "native-wire", calls: calls, call: nativeWireCall},
 		{name: "go", calls: calls, call: volhostCall(goM)},
 		{name: "as", calls: calls, call: volhostCall(asM)},
 		{name: "extism", calls: max(calls/4, 50), call: func() error {
@@ -107,6 +138,9 @@ func BenchmarkCallRatios(b *testing.B) {
 		{"native cold / warm (reference)", "native-cold", "native", true, "-"},
 		{"Go guest cold / native cold (reference)", "go-cold", "native-cold", true, "-"},
 		{"AS guest cold / native cold (reference)", "as-cold", "native-cold", true, "-"},
+		{"native with the wire / native (reference)", "native-wire", "native", false, "-"},
+		{"Go guest / the same code natively with the wire (reference)", "go", "native-wire", false, "-"},
+		{"AS guest / native with the wire (reference)", "as", "native-wire", false, "-"},
 	}
 	// A before/after of the Go guest in the same rounds: the module built
 	// from an older commit (for example the SDK before a change).
