@@ -187,6 +187,19 @@ if [ -s "$out/go-bench.txt" ] && [ "${SKIP_GO:-}" != 1 ]; then
   } >"$out/stepup.md"
   replace_section stepup "Leader step-up with 100,000 volumes" "$out/stepup.md"
 
+  # Issue 17's whole-host release CPU per claim, with its floor and the
+  # host's share, from the raw run above (-benchtime 5x: five batches).
+  if grep -q '^BenchmarkAgentReleaseNative' "$out/go-bench.txt"; then
+    {
+      echo '```sh'
+      echo "go test -run '^\$' -bench '^BenchmarkAgentReleaseNative\$' -benchtime 5x ./host/agent/"
+      echo '```'
+      echo
+      awk -f scripts/release-table.awk "$out/go-bench.txt"
+    } >"$out/release-cpu.md"
+    replace_section release-cpu "Whole-host release CPU per claim (issue 17)" "$out/release-cpu.md"
+  fi
+
   {
     echo "Every package's benchmarks, raw (\`ns/op\` and the custom metrics each"
     echo "benchmark reports); each block starts with the command that produced it."

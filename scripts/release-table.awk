@@ -5,11 +5,12 @@
 #	go test -run '^$' -bench '^BenchmarkAgentReleaseNative$' -benchtime 3x ./host/agent/ | awk -f scripts/release-table.awk
 /^BenchmarkAgentReleaseNative/ {
   found = 1
+  batches = $2
   for (i = 3; i < NF; i++) v[$(i + 1)] = $i
 }
 END {
   if (!found) { print "no BenchmarkAgentReleaseNative result" > "/dev/stderr"; exit 1 }
-  print "Whole-host release, `BenchmarkAgentReleaseNative` (one agent, 3 timed batches of 1,000 claims): median [min-max] of the batches; target 150 cpu-us/claim. floor-cpu-us/claim is the release's external work alone (the node steps with their rmdirs, the driver's gRPC server, ControllerUnpublish), timed after each batch: the whole host cannot go below it; host-share is the rest."
+  print "Whole-host release, `BenchmarkAgentReleaseNative` (one agent, " batches " timed batches of 1,000 claims): median [min-max] of the batches; target 150 cpu-us/claim. floor-cpu-us/claim is the release's external work alone (the node steps with their rmdirs, the driver's gRPC server, ControllerUnpublish), timed after each batch: the whole host cannot go below it; host-share is the rest."
   print ""
   print "| measure | median [min-max] |"
   print "| --- | ---: |"
