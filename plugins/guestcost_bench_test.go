@@ -111,7 +111,7 @@ func guestCostModules() []guestCostModule {
 // entries and loop headers); "loops-only" is the same module with probes
 // at loop headers only, so one run measures what the entry probes cost,
 // and "no-depth" is "current" without the call depth bound (MaxCallDepth),
-// what that costs (BENCHMARKS.md "Entry probes"); "as" is the
+// what that costs (docs/benchmarks-history.md "Entry probes"); "as" is the
 // AssemblyScript port (examples/plugins/as-*), instrumented.
 //
 //	go test -run '^$' -bench 'GuestCost$' -benchtime 3000x -count 5 ./plugins/

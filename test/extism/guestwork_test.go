@@ -33,7 +33,7 @@ import (
 //
 // Every answer is checked against the native defaultpolicy.Decide. With -v
 // it logs the guest function calls per call and the functions called most
-// (the before/after of BENCHMARKS.md "Guest side of a call"); the modules
+// (the before/after of docs/benchmarks-history.md "Guest side of a call"); the modules
 // named by VOLHOST_CALL_BASELINE and VOLHOST_CALL_BASELINE_AS are counted
 // too, for that comparison, but not held to the property.
 func TestGuestSteadyStateWork(t *testing.T) {

@@ -26,7 +26,7 @@ import (
 //   - as-baseline: with VOLHOST_CALL_BASELINE_AS=FILE.wasm, that
 //     AssemblyScript module too (a before/after of the guest's own code).
 //
-// It is where BENCHMARKS.md's "Guest side of a call" split comes from:
+// It is where docs/benchmarks-history.md's "Guest side of a call" split comes from:
 //
 //	make plugins
 //	cd test/extism && go test -run '^$' -bench '^BenchmarkGuestSplit$' -benchtime 1x .

@@ -110,7 +110,7 @@ const PreemptExport = "volhost.preempt"
 // long straight-line body ran up to 64 times over before issue 17). It
 // was 64 probes; at 256, with bulk operations charged by length
 // (bulkCharge), the probes' overhead on an 8-claim call fell by about a
-// quarter (AssemblyScript) to a third (Go) (BENCHMARKS.md "Probe
+// quarter (AssemblyScript) to a third (Go) (docs/benchmarks-history.md "Probe
 // variants"), for a stop-the-world that waits up to 256 probes instead of
 // 64 (a few microseconds in the example guests) for a running call
 // (RATIONALE "Cheaper probes").
