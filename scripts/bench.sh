@@ -274,7 +274,9 @@ if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SKIP_SCALE:-}" != 1 ] && ls "$out"/scale
     echo "BenchmarkScaleRestored (the same snapshot file restored in a process of its"
     echo "own: a restarted server), the step-up rows from BenchmarkStepUpRealStore (the"
     echo "watcher, native policy, CSI answered at once, over the real store at the same"
-    echo "shape; checkpoints applied through ApplyAt, no raft)."
+    echo "shape; checkpoints applied through ApplyAt, no raft; 5 step-ups, each over a"
+    echo "copy of one built state and after a full GC, so no round inherits the build's"
+    echo "garbage)."
     echo
     echo '```sh'
     echo "VOLHOST_SCALE_VOLUMES=N VOLHOST_SCALE_SNAPSHOT=/tmp/scale.snap go test -run '^\$' -bench '^BenchmarkScale\$' -benchtime 1x -timeout 30m ./host/state/"
