@@ -102,7 +102,9 @@ if [ "${SKIP_ISSUE17:-}" != 1 ]; then
     done
   fi
   plot_call=()
-  if [ -s "$out/call.json" ]; then plot_call=(-call "$out/call.json"); fi
+  # Only this run's call figures: SCALE_ONLY leaves an older call.json in
+  # bin/bench, which would redraw BENCHMARKS-call.png from another run.
+  if [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/call.json" ]; then plot_call=(-call "$out/call.json"); fi
   (cd test/extism && go run ./cmd/benchplot "${plot_call[@]}" -scale "$out/scale-*.json" -out "$root") || true
 fi
 t1=$(date +%s)
