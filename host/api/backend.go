@@ -70,6 +70,14 @@ type Reader interface {
 	EventsFiltered(ws memdb.WatchSet, f state.EventFilter) ([]state.EventEntry, uint64, error)
 	Leftovers(ws memdb.WatchSet) ([]*structs.Leftover, error)
 	Index(table string) (uint64, error)
+	// VolumeStatsWatch, StuckVolumes (and StuckVolumesFrom) and
+	// ClaimCountsByNode read what the store keeps in step with every write
+	// (host/state/stats.go): GET /v1/stats and the stuck filter of the
+	// volume list read them instead of every volume (issue 17).
+	VolumeStatsWatch(ws memdb.WatchSet) (state.VolumeStats, error)
+	StuckVolumes(ws memdb.WatchSet) ([]*structs.Volume, error)
+	StuckVolumesFrom(ws memdb.WatchSet, namespace, id string) (next func() *structs.Volume, err error)
+	ClaimCountsByNode(ws memdb.WatchSet) (map[string]int, error)
 }
 
 // QueryFn reads from a snapshot, adds what it read to ws and returns the

@@ -161,6 +161,60 @@ func (r fakeReader) Events(_ memdb.WatchSet, since uint64) ([]*structs.Event, er
 	}
 	return out, nil
 }
+
+// The counts the real store keeps in step with its writes, counted here by
+// scanning the fake's volumes (host/state's tests hold the real ones to
+// the same scan).
+func (r fakeReader) VolumeStatsWatch(memdb.WatchSet) (state.VolumeStats, error) {
+	st := state.VolumeStats{Claims: map[structs.ClaimState]int{}, ByPlugin: map[string]int{}, ByNamespace: map[string]int{}}
+	for _, v := range r.f.volumes {
+		st.Volumes++
+		st.ByPlugin[v.PluginID]++
+		st.ByNamespace[v.Namespace]++
+		if v.Stuck != nil {
+			st.Stuck++
+		}
+		for _, c := range v.Claims {
+			st.Claims[c.State]++
+			if c.LastError != nil {
+				st.Failing++
+			}
+		}
+	}
+	return st, nil
+}
+
+func (r fakeReader) StuckVolumes(ws memdb.WatchSet) ([]*structs.Volume, error) {
+	var out []*structs.Volume
+	next, _ := r.StuckVolumesFrom(ws, "", "")
+	for v := next(); v != nil; v = next() {
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (r fakeReader) StuckVolumesFrom(ws memdb.WatchSet, ns, id string) (func() *structs.Volume, error) {
+	all, _ := r.VolumesFrom(ws, ns, id)
+	return func() *structs.Volume {
+		for v := all(); v != nil; v = all() {
+			if v.Stuck != nil {
+				return v
+			}
+		}
+		return nil
+	}, nil
+}
+
+func (r fakeReader) ClaimCountsByNode(memdb.WatchSet) (map[string]int, error) {
+	counts := map[string]int{}
+	for _, v := range r.f.volumes {
+		for _, c := range v.Claims {
+			counts[c.NodeID]++
+		}
+	}
+	return counts, nil
+}
+
 func (r fakeReader) Leftovers(memdb.WatchSet) ([]*structs.Leftover, error) { return r.f.leftovers, nil }
 func (r fakeReader) Index(table string) (uint64, error)                    { return r.f.index[table], nil }
 

@@ -211,7 +211,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	filter, err := volumeFilter(r)
+	filter, stuckOnly, err := volumeFilter(r)
 	if err != nil {
 		WriteError(w, err)
 		return
@@ -230,7 +230,14 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		if ns != "" && fromNS < ns {
 			fromNS, fromID = ns, ""
 		}
-		next, err := rd.VolumesFrom(ws, fromNS, fromID)
+		walk := rd.VolumesFrom
+		if stuckOnly {
+			// ?stuck=true walks the stuck volumes' own index, in the same
+			// key order (so the same next_token), instead of skipping
+			// every volume that is not stuck (issue 17).
+			walk = rd.StuckVolumesFrom
+		}
+		next, err := walk(ws, fromNS, fromID)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -263,11 +270,14 @@ const unclaimedState = "unclaimed"
 //	?claim_state=S  volumes with a claim in state S ("unclaimed": none)
 //	?stuck=true     stuck volumes only (false: not stuck)
 //	?search=TEXT    volumes whose ID or name contains TEXT
-func volumeFilter(r *http.Request) (func(*structs.Volume) bool, error) {
+//
+// stuckOnly is true for ?stuck=true: only stuck volumes can match, so the
+// caller may walk the stuck volumes alone.
+func volumeFilter(r *http.Request) (match func(*structs.Volume) bool, stuckOnly bool, err error) {
 	q := r.URL.Query()
 	state := structs.ClaimState(q.Get("claim_state"))
 	if state != "" && state != unclaimedState && !state.Valid() {
-		return nil, badChoice("claim_state", state, structs.ClaimTaken,
+		return nil, false, badChoice("claim_state", state, structs.ClaimTaken,
 			structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree, unclaimedState)
 	}
 	var stuck *bool
@@ -276,13 +286,13 @@ func volumeFilter(r *http.Request) (func(*structs.Volume) bool, error) {
 	if q.Get("stuck") != "" {
 		b, err := queryBool(r, "stuck")
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		stuck = &b
 	}
 	search := q.Get("search")
 	if len(search) > 256 {
-		return nil, badRequest("search", "longer than 256 characters")
+		return nil, false, badRequest("search", "longer than 256 characters")
 	}
 	return func(v *structs.Volume) bool {
 		if stuck != nil && (v.Stuck != nil) != *stuck {
@@ -303,7 +313,7 @@ func volumeFilter(r *http.Request) (func(*structs.Volume) bool, error) {
 			}
 		}
 		return false
-	}, nil
+	}, stuck != nil && *stuck, nil
 }
 
 // volumeRef reads the namespace (?namespace=, "default" when omitted) and

@@ -88,6 +88,7 @@ func bulkLoad(tb testing.TB, shape scaleShape) *Store {
 // from the ID index and, for comparison, cut from a scan of every volume
 // (how the HTTP list route reads it before issue 17's paged read is wired
 // in), the counts a metrics scrape reads and the scan they replace, the
+// volume counts of GET /v1/stats and the scan they replace, the
 // releasable volumes step-up visits, and the volumes changed since a
 // write (what a blocking query wakes). Heap and RSS after a GC.
 //
@@ -192,6 +193,33 @@ func BenchmarkScale(b *testing.B) {
 			}
 			if taken != shape.claimed {
 				b.Fatalf("%d taken", taken)
+			}
+		}), timed("ui-stats-ms", "GET /v1/stats's volume counts: the stats row, claims by node, the stuck volumes (ms)", 5, time.Millisecond, func() {
+			st, err := snap.VolumeStats()
+			if err != nil || st.Volumes != shape.volumes {
+				b.Fatalf("%+v %v", st, err)
+			}
+			byNode, err := snap.ClaimCountsByNode(nil)
+			if err != nil || len(byNode) == 0 {
+				b.Fatalf("claims by node %d, %v", len(byNode), err)
+			}
+			if _, err := snap.StuckVolumes(nil); err != nil {
+				b.Fatal(err)
+			}
+		}), timed("ui-stats-scan-ms", "the same by scanning every volume (before session 14) (ms)", 5, time.Millisecond, func() {
+			all, _ := snap.Volumes(nil)
+			byNode, byNS, stuck := map[string]int{}, map[string]int{}, 0
+			for _, v := range all {
+				byNS[v.Namespace]++
+				if v.Stuck != nil {
+					stuck++
+				}
+				for _, c := range v.Claims {
+					byNode[c.NodeID]++
+				}
+			}
+			if len(all) != shape.volumes || len(byNode) == 0 {
+				b.Fatalf("%d volumes, claims on %d nodes", len(all), len(byNode))
 			}
 		}), timed("releasable-ms", "releasable volumes (what step-up visits) (ms)", 5, time.Millisecond, func() {
 			if refs, err := snap.ReleasableVolumes(nil); err != nil || len(refs) != shape.releasable {

@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -26,6 +27,8 @@ type VolumeStats struct {
 	// ByPlugin counts volumes by the CSI plugin they name (`module status`
 	// reads what a plugin-selecting module serves from it).
 	ByPlugin map[string]int `json:"by_plugin"`
+	// ByNamespace counts volumes by namespace (GET /v1/stats).
+	ByNamespace map[string]int `json:"by_namespace"`
 }
 
 // tableStats holds the one statsRow (not in persistTables: derived).
@@ -49,23 +52,32 @@ func statsTableSchema() *memdb.TableSchema {
 type volumeDelta struct {
 	volumes, failing, stuck int
 	claims                  map[structs.ClaimState]int
-	// plugins: volumes by plugin ID, moved only by adds, deletes and a
-	// changed plugin, so a claim write allocates nothing for it.
-	plugins map[string]int
+	// plugins and namespaces: volumes by plugin ID and by namespace,
+	// moved only by adds, deletes and a changed plugin (a stored volume's
+	// namespace is part of its key), so a claim write allocates nothing
+	// for them.
+	plugins, namespaces map[string]int
 }
 
-// count adds a stored volume, its plugin included (a recount, a restore).
+// count adds a stored volume, its plugin and namespace included (a
+// recount, a restore).
 func (d *volumeDelta) count(v *structs.Volume) {
 	d.add(v, +1)
 	d.plugin(v.PluginID, +1)
+	d.namespace(v.Namespace, +1)
 }
 
 // plugin adds sign volumes of plugin id.
-func (d *volumeDelta) plugin(id string, sign int) {
-	if d.plugins == nil {
-		d.plugins = make(map[string]int, 1)
+func (d *volumeDelta) plugin(id string, sign int) { bump(&d.plugins, id, sign) }
+
+// namespace adds sign volumes of namespace ns.
+func (d *volumeDelta) namespace(ns string, sign int) { bump(&d.namespaces, ns, sign) }
+
+func bump(m *map[string]int, key string, sign int) {
+	if *m == nil {
+		*m = make(map[string]int, 1)
 	}
-	d.plugins[id] += sign
+	(*m)[key] += sign
 }
 
 // add adds sign times v's contribution.
@@ -97,9 +109,11 @@ func (d *volumeDelta) zero() bool {
 			return false
 		}
 	}
-	for _, n := range d.plugins {
-		if n != 0 {
-			return false
+	for _, counts := range []map[string]int{d.plugins, d.namespaces} {
+		for _, n := range counts {
+			if n != 0 {
+				return false
+			}
 		}
 	}
 	return true
@@ -117,16 +131,25 @@ func (d *volumeDelta) applyTo(s VolumeStats) VolumeStats {
 			delete(n.Claims, k)
 		}
 	}
-	n.ByPlugin = s.ByPlugin // rows are immutable: shared until it changes
-	if len(d.plugins) > 0 {
-		n.ByPlugin = make(map[string]int, len(s.ByPlugin)+len(d.plugins))
-		for k, v := range s.ByPlugin {
-			n.ByPlugin[k] = v
-		}
-		for k, v := range d.plugins {
-			if n.ByPlugin[k] += v; n.ByPlugin[k] == 0 {
-				delete(n.ByPlugin, k)
-			}
+	n.ByPlugin = applyCounts(s.ByPlugin, d.plugins)
+	n.ByNamespace = applyCounts(s.ByNamespace, d.namespaces)
+	return n
+}
+
+// applyCounts returns counts with delta added, dropping the keys that
+// reach zero: counts itself when delta is empty (rows are immutable, so
+// an unchanged map is shared), a new map otherwise.
+func applyCounts(counts, delta map[string]int) map[string]int {
+	if len(delta) == 0 {
+		return counts
+	}
+	n := make(map[string]int, len(counts)+len(delta))
+	for k, v := range counts {
+		n[k] = v
+	}
+	for k, v := range delta {
+		if n[k] += v; n[k] == 0 {
+			delete(n, k)
 		}
 	}
 	return n
@@ -144,6 +167,9 @@ func (w *writer) putVolume(old, v *structs.Volume) error {
 		}
 		w.stats.plugin(v.PluginID, +1)
 	}
+	if old == nil {
+		w.stats.namespace(v.Namespace, +1)
+	}
 	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, old, v)
 	if err := w.syncClaims(old, v); err != nil {
 		return err
@@ -155,6 +181,7 @@ func (w *writer) putVolume(old, v *structs.Volume) error {
 func (w *writer) deleteVolume(v *structs.Volume) error {
 	w.stats.add(v, -1)
 	w.stats.plugin(v.PluginID, -1)
+	w.stats.namespace(v.Namespace, -1)
 	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, v, nil)
 	if err := w.syncClaims(v, nil); err != nil {
 		return err
@@ -205,22 +232,74 @@ func recountStats(txn *memdb.Txn) error {
 	return insertStats(txn, d.applyTo(VolumeStats{}))
 }
 
-// VolumeStats returns the snapshot's volume counts in O(1). The Claims map
-// is the caller's own.
-func (snap *Snapshot) VolumeStats() (VolumeStats, error) {
-	s, err := readStats(snap.txn)
+// VolumeStats returns the snapshot's volume counts in O(1). Its maps are
+// the caller's own.
+func (snap *Snapshot) VolumeStats() (VolumeStats, error) { return snap.VolumeStatsWatch(nil) }
+
+// VolumeStatsWatch is VolumeStats for a blocking query: ws, when not nil,
+// is woken by any write that changes a count.
+func (snap *Snapshot) VolumeStatsWatch(ws memdb.WatchSet) (VolumeStats, error) {
+	watch, raw, err := snap.txn.FirstWatch(tableStats, indexID, statsKey)
 	if err != nil {
-		return VolumeStats{}, err
+		return VolumeStats{}, fmt.Errorf("read volume stats: %w", err)
 	}
-	claims := make(map[structs.ClaimState]int, len(s.Claims))
-	for k, v := range s.Claims {
-		claims[k] = v
+	ws.Add(watch)
+	var s VolumeStats
+	if row, ok := raw.(*statsRow); ok {
+		s = row.Stats
 	}
-	s.Claims = claims
-	byPlugin := make(map[string]int, len(s.ByPlugin))
-	for k, v := range s.ByPlugin {
-		byPlugin[k] = v
-	}
-	s.ByPlugin = byPlugin
+	s.Claims = cloneCounts(s.Claims)
+	s.ByPlugin = cloneCounts(s.ByPlugin)
+	s.ByNamespace = cloneCounts(s.ByNamespace)
 	return s, nil
+}
+
+// cloneCounts copies a row's map for a caller, never nil.
+func cloneCounts[K comparable](m map[K]int) map[K]int {
+	if m == nil {
+		return map[K]int{}
+	}
+	return maps.Clone(m)
+}
+
+// StuckVolumes lists the stuck volumes, in (namespace, ID) order, from
+// their own index: O(stuck volumes), not O(volumes). ws, when not nil, is
+// woken when a volume becomes stuck or unstuck, or a stuck one changes.
+func (snap *Snapshot) StuckVolumes(ws memdb.WatchSet) ([]*structs.Volume, error) {
+	return get[*structs.Volume](snap, ws, TableVolumes, indexStuck)
+}
+
+// StuckVolumesFrom walks the stuck volumes in (namespace, ID) order from
+// the first at or after (namespace, id), as VolumesFrom walks them all.
+func (snap *Snapshot) StuckVolumesFrom(ws memdb.WatchSet, namespace, id string) (func() *structs.Volume, error) {
+	if ws != nil {
+		// As VolumesFrom: a LowerBound iterator's channel does not cover
+		// every key the walk may reach.
+		ch, _, err := snap.txn.FirstWatch(TableIndex, indexID, TableVolumes)
+		if err != nil {
+			return nil, fmt.Errorf("read index of %s: %w", TableVolumes, err)
+		}
+		ws.Add(ch)
+	}
+	it, err := snap.txn.LowerBound(TableVolumes, indexStuck, namespace, id)
+	if err != nil {
+		return nil, fmt.Errorf("read stuck volumes from %s/%s: %w", namespace, id, err)
+	}
+	return volumeWalk(it), nil
+}
+
+// ClaimCountsByNode counts the claims on each node from the claims table:
+// O(claims), not O(volumes). ws, when not nil, is woken when a claim is
+// taken or leaves its volume.
+func (snap *Snapshot) ClaimCountsByNode(ws memdb.WatchSet) (map[string]int, error) {
+	it, err := snap.txn.Get(tableClaims, indexID)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", tableClaims, err)
+	}
+	watch(ws, it.WatchCh())
+	counts := map[string]int{}
+	for raw := it.Next(); raw != nil; raw = it.Next() {
+		counts[raw.(*claimRow).NodeID]++
+	}
+	return counts, nil
 }

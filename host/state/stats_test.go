@@ -21,14 +21,19 @@ func checkStats(t *testing.T, s *Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := VolumeStats{Volumes: len(vols), Claims: map[structs.ClaimState]int{}, ByPlugin: map[string]int{}}
+	want := VolumeStats{Volumes: len(vols), Claims: map[structs.ClaimState]int{}, ByPlugin: map[string]int{}, ByNamespace: map[string]int{}}
+	var wantStuck []*structs.Volume
+	wantByNode := map[string]int{}
 	for _, v := range vols {
 		want.ByPlugin[v.PluginID]++
+		want.ByNamespace[v.Namespace]++
 		if v.Stuck != nil {
 			want.Stuck++
+			wantStuck = append(wantStuck, v)
 		}
 		for _, cl := range v.Claims {
 			want.Claims[cl.State]++
+			wantByNode[cl.NodeID]++
 			if cl.LastError != nil {
 				want.Failing++
 			}
@@ -36,6 +41,22 @@ func checkStats(t *testing.T, s *Store) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("maintained volume stats %+v, a scan counts %+v", got, want)
+	}
+	// What GET /v1/stats reads instead of the scan: the stuck index and
+	// the claims table.
+	stuck, err := snap.StuckVolumes(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(stuck, wantStuck) {
+		t.Fatalf("stuck index lists %d volumes, a scan finds %d", len(stuck), len(wantStuck))
+	}
+	byNode, err := snap.ClaimCountsByNode(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(byNode, wantByNode) {
+		t.Fatalf("claims by node %v, a scan counts %v", byNode, wantByNode)
 	}
 }
 
