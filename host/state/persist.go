@@ -121,7 +121,7 @@ func (s *Store) Restore(r io.Reader) error {
 				return fmt.Errorf("restore: row %d into %s: %w", row.line, row.table, err)
 			}
 			if v, ok := row.obj.(*structs.Volume); ok {
-				if err := insertClaimRows(txn, v); err != nil {
+				if err := errors.Join(insertClaimRows(txn, v), insertStuckRow(txn, v)); err != nil {
 					return fmt.Errorf("restore: row %d: %w", row.line, err)
 				}
 			}
@@ -131,7 +131,7 @@ func (s *Store) Restore(r io.Reader) error {
 		return fmt.Errorf("restore: %w", err)
 	}
 	if !ordered {
-		err = errors.Join(recountStats(txn), rebuildVolumeMods(txn), rebuildClaims(txn))
+		err = errors.Join(recountStats(txn), rebuildVolumeMods(txn), rebuildClaims(txn), rebuildStuck(txn))
 	} else {
 		err = errors.Join(insertStats(txn, stats.applyTo(VolumeStats{})), mods.insertInto(txn))
 	}

@@ -26,7 +26,6 @@ const (
 	indexExternal = "external"
 	indexNode     = "node"
 	indexRing     = "ring"
-	indexStuck    = "stuck"
 )
 
 // indexRow is one row of the index table.
@@ -71,18 +70,6 @@ func schema() *memdb.DBSchema {
 				// volumes, issue 17) for one rare read (plugin deregister).
 				indexExternal: {Name: indexExternal, Indexer: volumeKey(func(v *structs.Volume) (string, string) { return v.PluginID, v.ExternalID },
 					"PluginID", "ExternalID")},
-				// The stuck volumes alone, by key: GET /v1/stats lists the
-				// longest stuck and the volume list filters on stuck
-				// without scanning every volume (issue 17). A volume that
-				// is not stuck has no key (AllowMissing), so the index
-				// costs a radix entry per stuck volume only, and a write
-				// of one that is not stuck, two calls that return at once.
-				indexStuck: {Name: indexStuck, Unique: true, AllowMissing: true, Indexer: volumeKey(func(v *structs.Volume) (string, string) {
-					if v.Stuck == nil {
-						return "", ""
-					}
-					return v.Namespace, v.ID
-				}, "Namespace", "ID")},
 				// No index on ModifyIndex: "volumes modified since N" reads
 				// the volume_mods table (volume_mods.go), a row per raft
 				// index rather than a radix entry per volume (issue 17).
@@ -121,6 +108,7 @@ func schema() *memdb.DBSchema {
 		tableStats:      statsTableSchema(),
 		tableVolumeMods: volumeModsTableSchema(),
 		tableClaims:     claimsTableSchema(),
+		tableStuck:      stuckTableSchema(),
 	}}
 	addACLTables(s.Tables)
 	return s

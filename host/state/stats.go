@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 
@@ -171,7 +172,7 @@ func (w *writer) putVolume(old, v *structs.Volume) error {
 		w.stats.namespace(v.Namespace, +1)
 	}
 	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, old, v)
-	if err := w.syncClaims(old, v); err != nil {
+	if err := errors.Join(w.syncClaims(old, v), w.syncStuck(old, v)); err != nil {
 		return err
 	}
 	return w.insertRow(TableVolumes, v)
@@ -183,7 +184,7 @@ func (w *writer) deleteVolume(v *structs.Volume) error {
 	w.stats.plugin(v.PluginID, -1)
 	w.stats.namespace(v.Namespace, -1)
 	w.noteVolumeWrite(structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, v, nil)
-	if err := w.syncClaims(v, nil); err != nil {
+	if err := errors.Join(w.syncClaims(v, nil), w.syncStuck(v, nil)); err != nil {
 		return err
 	}
 	return w.deleteRow(TableVolumes, v)
@@ -260,32 +261,6 @@ func cloneCounts[K comparable](m map[K]int) map[K]int {
 		return map[K]int{}
 	}
 	return maps.Clone(m)
-}
-
-// StuckVolumes lists the stuck volumes, in (namespace, ID) order, from
-// their own index: O(stuck volumes), not O(volumes). ws, when not nil, is
-// woken when a volume becomes stuck or unstuck, or a stuck one changes.
-func (snap *Snapshot) StuckVolumes(ws memdb.WatchSet) ([]*structs.Volume, error) {
-	return get[*structs.Volume](snap, ws, TableVolumes, indexStuck)
-}
-
-// StuckVolumesFrom walks the stuck volumes in (namespace, ID) order from
-// the first at or after (namespace, id), as VolumesFrom walks them all.
-func (snap *Snapshot) StuckVolumesFrom(ws memdb.WatchSet, namespace, id string) (func() *structs.Volume, error) {
-	if ws != nil {
-		// As VolumesFrom: a LowerBound iterator's channel does not cover
-		// every key the walk may reach.
-		ch, _, err := snap.txn.FirstWatch(TableIndex, indexID, TableVolumes)
-		if err != nil {
-			return nil, fmt.Errorf("read index of %s: %w", TableVolumes, err)
-		}
-		ws.Add(ch)
-	}
-	it, err := snap.txn.LowerBound(TableVolumes, indexStuck, namespace, id)
-	if err != nil {
-		return nil, fmt.Errorf("read stuck volumes from %s/%s: %w", namespace, id, err)
-	}
-	return volumeWalk(it), nil
 }
 
 // ClaimCountsByNode counts the claims on each node from the claims table:

@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/volhost/volhost/host/structs"
@@ -112,5 +113,32 @@ func TestVolumeStatsFollowWrites(t *testing.T) {
 	b, _ := restored.Snapshot().VolumeStats()
 	if !reflect.DeepEqual(a, b) {
 		t.Fatalf("restored stats %+v, original %+v", b, a)
+	}
+}
+
+// The stuck rows and the counts are rebuilt wherever a store is built
+// without its writer: a restore, a restore of a stream that repeats volume
+// rows (rebuilt from the table), and an import.
+func TestStuckRowsRebuilt(t *testing.T) {
+	f := richFixture(t)
+	var buf bytes.Buffer
+	if err := f.s.Persist(&buf); err != nil {
+		t.Fatal(err)
+	}
+	restored := NewStore()
+	if err := restored.Restore(bytes.NewReader(buf.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	repeated := NewStore()
+	if err := repeated.Restore(strings.NewReader(withRepeatedVolumeRows(t, f.s))); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*Store{"original": f.s, "restored": restored, "repeated rows": repeated, "imported": importStream(t, buf.Bytes())} {
+		t.Run(name, func(t *testing.T) {
+			checkStats(t, s)
+			if stuck, _ := s.Snapshot().StuckVolumes(nil); len(stuck) == 0 {
+				t.Fatal("no stuck volume: the fixture proves nothing")
+			}
+		})
 	}
 }
