@@ -53,6 +53,17 @@ func TestRealStoreBlockingQueryWakesOnWrite(t *testing.T) {
 			v.Name = "renamed"
 			apply(t, st, 3, structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{v}})
 		}, `"name": "renamed"`},
+		// The whole cluster's stats read the stats row and the stuck
+		// table, not the volumes: their watches must still wake it.
+		{"stats, a volume registered", "/v1/stats?index=2", func(t *testing.T, st *state.Store) {
+			apply(t, st, 3, structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{testVolume("vol2")}})
+		}, `"volumes": 2,`},
+		{"stats, a volume stuck", "/v1/stats?index=2", func(t *testing.T, st *state.Store) {
+			apply(t, st, 3, structs.VolumeStuckType, &structs.VolumeStuckRequest{Namespace: "default", VolumeID: "vol1", Stuck: &structs.Stuck{Reason: "r"}})
+		}, `"stuck_count": 1,`},
+		{"stuck volumes", "/v1/volumes?stuck=true&index=2", func(t *testing.T, st *state.Store) {
+			apply(t, st, 3, structs.VolumeStuckType, &structs.VolumeStuckRequest{Namespace: "default", VolumeID: "vol1", Stuck: &structs.Stuck{Reason: "r"}})
+		}, `"id": "vol1"`},
 		{"nodes", "/v1/nodes?index=2", func(t *testing.T, st *state.Store) {
 			apply(t, st, 3, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: &structs.Node{ID: "n1", Status: structs.NodeReady}})
 		}, `"id": "n1"`},
