@@ -267,14 +267,26 @@ func cloneCounts[K comparable](m map[K]int) map[K]int {
 // O(claims), not O(volumes). ws, when not nil, is woken when a claim is
 // taken or leaves its volume.
 func (snap *Snapshot) ClaimCountsByNode(ws memdb.WatchSet) (map[string]int, error) {
-	it, err := snap.txn.Get(tableClaims, indexID)
+	// In node order a node's rows are adjacent: one map write per node,
+	// not per claim.
+	it, err := snap.txn.Get(tableClaims, indexNode)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", tableClaims, err)
 	}
 	watch(ws, it.WatchCh())
 	counts := map[string]int{}
+	node, n := "", 0
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		counts[raw.(*claimRow).NodeID]++
+		if r := raw.(*claimRow); r.NodeID != node || n == 0 {
+			if n > 0 {
+				counts[node] += n
+			}
+			node, n = r.NodeID, 0
+		}
+		n++
+	}
+	if n > 0 {
+		counts[node] += n
 	}
 	return counts, nil
 }
