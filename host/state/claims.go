@@ -138,15 +138,21 @@ func insertClaimRows(txn *memdb.Txn, v *structs.Volume) error {
 // rebuildClaims replaces the claims table's rows of txn with those of its
 // volumes (an import, or a restore whose stream repeated a volume).
 func rebuildClaims(txn *memdb.Txn) error {
-	if _, err := txn.DeleteAll(tableClaims, indexID); err != nil {
-		return fmt.Errorf("delete claims: %w", err)
+	return rebuildFromVolumes(txn, tableClaims, insertClaimRows)
+}
+
+// rebuildFromVolumes replaces every row of a table derived from the
+// volumes with what add inserts for each volume of txn.
+func rebuildFromVolumes(txn *memdb.Txn, table string, add func(*memdb.Txn, *structs.Volume) error) error {
+	if _, err := txn.DeleteAll(table, indexID); err != nil {
+		return fmt.Errorf("delete %s rows: %w", table, err)
 	}
 	it, err := txn.Get(TableVolumes, indexID)
 	if err != nil {
 		return fmt.Errorf("read volumes: %w", err)
 	}
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		if err := insertClaimRows(txn, raw.(*structs.Volume)); err != nil {
+		if err := add(txn, raw.(*structs.Volume)); err != nil {
 			return err
 		}
 	}

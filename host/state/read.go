@@ -77,21 +77,31 @@ func (snap *Snapshot) VolumesByPlugin(ws memdb.WatchSet, pluginID string) ([]*st
 	return vols, nil
 }
 
+// watchVolumeWrites adds to ws, when not nil, the volumes table's index
+// row, which every write to the table changes. A walk from a LowerBound
+// iterator needs it: the iterator's channel does not cover every key the
+// walk may reach, so ws is woken by any volume write, as a whole-table
+// read would be.
+func (snap *Snapshot) watchVolumeWrites(ws memdb.WatchSet) error {
+	if ws == nil {
+		return nil
+	}
+	ch, _, err := snap.txn.FirstWatch(TableIndex, indexID, TableVolumes)
+	if err != nil {
+		return fmt.Errorf("read index of %s: %w", TableVolumes, err)
+	}
+	ws.Add(ch)
+	return nil
+}
+
 // VolumesFrom walks the volumes in primary key order from the first whose
 // (namespace, ID) is at or after (namespace, id), through the ID index with
 // LowerBound: a caller that stops after a page pays for the page, not the
 // table. next returns nil after the last volume; ws wakes on any volume
 // write.
 func (snap *Snapshot) VolumesFrom(ws memdb.WatchSet, namespace, id string) (func() *structs.Volume, error) {
-	if ws != nil {
-		// A LowerBound iterator's channel does not cover every key the
-		// walk may reach: ws is woken by any write to the volumes table,
-		// through its index row, as a whole-table read would be.
-		ch, _, err := snap.txn.FirstWatch(TableIndex, indexID, TableVolumes)
-		if err != nil {
-			return nil, fmt.Errorf("read index of %s: %w", TableVolumes, err)
-		}
-		ws.Add(ch)
+	if err := snap.watchVolumeWrites(ws); err != nil {
+		return nil, err
 	}
 	it, err := snap.txn.LowerBound(TableVolumes, indexID, namespace, id)
 	if err != nil {

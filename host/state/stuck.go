@@ -89,21 +89,7 @@ func insertStuckRow(txn *memdb.Txn, v *structs.Volume) error {
 
 // rebuildStuck replaces the stuck table's rows of txn with those of its
 // volumes (an import, or a restore whose stream repeated a volume).
-func rebuildStuck(txn *memdb.Txn) error {
-	if _, err := txn.DeleteAll(tableStuck, indexID); err != nil {
-		return fmt.Errorf("delete stuck rows: %w", err)
-	}
-	it, err := txn.Get(TableVolumes, indexID)
-	if err != nil {
-		return fmt.Errorf("read volumes: %w", err)
-	}
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		if err := insertStuckRow(txn, raw.(*structs.Volume)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func rebuildStuck(txn *memdb.Txn) error { return rebuildFromVolumes(txn, tableStuck, insertStuckRow) }
 
 // StuckVolumes lists the stuck volumes in (namespace, ID) order: O(stuck
 // volumes), not O(volumes). ws, when not nil, is woken when a volume
@@ -124,15 +110,10 @@ func (snap *Snapshot) StuckVolumes(ws memdb.WatchSet) ([]*structs.Volume, error)
 // StuckVolumesFrom walks the stuck volumes in (namespace, ID) order from
 // the first at or after (namespace, id), as VolumesFrom walks them all.
 func (snap *Snapshot) StuckVolumesFrom(ws memdb.WatchSet, namespace, id string) (func() *structs.Volume, error) {
-	if ws != nil {
-		// As VolumesFrom: a LowerBound iterator's channel does not cover
-		// every key the walk may reach, and the stuck table has no index
-		// row; any write to the volumes table wakes ws.
-		ch, _, err := snap.txn.FirstWatch(TableIndex, indexID, TableVolumes)
-		if err != nil {
-			return nil, fmt.Errorf("read index of %s: %w", TableVolumes, err)
-		}
-		ws.Add(ch)
+	// The stuck table has no index row of its own: any volume write wakes
+	// ws, as with VolumesFrom.
+	if err := snap.watchVolumeWrites(ws); err != nil {
+		return nil, err
 	}
 	it, err := snap.txn.LowerBound(tableStuck, indexID, namespace, id)
 	if err != nil {
