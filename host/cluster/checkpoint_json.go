@@ -30,8 +30,11 @@ func decodeCheckpoint(t structs.MessageType, body []byte) (req any, ok bool) {
 	s := jsonScan{b: body}
 	switch t {
 	case structs.ClaimCheckpointType:
+		// A body of null is left to encoding/json, which leaves the
+		// request it decodes into as it was (empty); checkpoint's nil
+		// would reach the FSM as a nil request.
 		r, ok := s.checkpoint()
-		if ok && s.i == len(s.b) {
+		if ok && r != nil && s.i == len(s.b) {
 			return r, true
 		}
 	case structs.ClaimCheckpointBatchType:

@@ -160,6 +160,7 @@ func TestDecodeCheckpointEdges(t *testing.T) {
 		"unterminated string":   `{"namespace":"n`,
 		"array for object":      `[]`,
 		"empty":                 ``,
+		"null body":             `null`,
 		"map value number":      `{"claim":{"publish_context":{"a":1}}}`,
 		"repeated map key":      `{"claim":{"publish_context":{"a":"1","a":"2"}}}`,
 		"empty object":          `{}`,
@@ -175,7 +176,9 @@ func TestDecodeCheckpointEdges(t *testing.T) {
 			}
 			one := checkSameCheckpoint(t, structs.ClaimCheckpointType, []byte(bodies[structs.ClaimCheckpointType]))
 			batch := checkSameCheckpoint(t, structs.ClaimCheckpointBatchType, []byte(bodies[structs.ClaimCheckpointBatchType]))
-			if one != taken[name] || batch != (taken[name] || body == "") {
+			// In a batch an empty body is an empty array, and null a nil
+			// element, which encoding/json decodes the same.
+			if one != taken[name] || batch != (taken[name] || body == "" || body == "null") {
 				t.Errorf("fast path took it alone: %v, in a batch: %v; want %v", one, batch, taken[name])
 			}
 			for typ, b := range bodies {
