@@ -204,6 +204,7 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 			f.Add(b)
 		}
 	}
+	f.Add([]byte("null")) // decoded to a nil request once (TestDecodeCheckpointEdges "null body")
 	f.Fuzz(func(t *testing.T, body []byte) {
 		checkSameCheckpoint(t, structs.ClaimCheckpointType, body)
 		checkSameCheckpoint(t, structs.ClaimCheckpointBatchType, body)
