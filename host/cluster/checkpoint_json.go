@@ -108,22 +108,38 @@ func (s *jsonScan) fields(field func(k []byte) bool) bool {
 	}
 }
 
+// object reads null (a nil *T, as encoding/json leaves a pointer field) or
+// an object into a new T, handing field each key with the scanner at its
+// value. field reads the value and answers the key's bit (its place in
+// T) and whether it read it: a key it does not know is refused, and so is
+// a key whose bit was seen before in the object (encoding/json applies a
+// repeated key again, merging into a pointer it already set, which this
+// does not reproduce). A refused object is left to encoding/json, whose
+// case folding and skipping of unknown keys then decide.
+func object[T any](s *jsonScan, field func(v *T, k []byte) (bit uint, ok bool)) (*T, bool) {
+	if s.null() {
+		return nil, true
+	}
+	v := new(T)
+	var seen uint32
+	if !s.fields(func(k []byte) bool {
+		bit, ok := field(v, k)
+		if !ok || seen&(1<<bit) != 0 {
+			return false
+		}
+		seen |= 1 << bit
+		return true
+	}) {
+		return nil, false
+	}
+	return v, true
+}
+
 // assign stores what read reads into dst.
 func assign[T any](dst *T, read func() (T, bool)) bool {
 	v, ok := read()
 	*dst = v
 	return ok
-}
-
-// once marks bit in seen, refusing a key seen before in the object:
-// encoding/json applies a repeated key again (merging into a pointer it
-// already set), which this decoder does not reproduce.
-func once(seen *uint32, bit uint) bool {
-	if *seen&(1<<bit) != 0 {
-		return false
-	}
-	*seen |= 1 << bit
-	return true
 }
 
 // plain reads a string of printable ASCII without escapes and returns its
@@ -254,11 +270,12 @@ func (s *jsonScan) time(dst *time.Time) bool {
 
 func (s *jsonScan) batch() (*structs.ClaimCheckpointBatchRequest, bool) {
 	r := &structs.ClaimCheckpointBatchRequest{}
-	var seen uint32
+	seen := false // its one key, once (see object)
 	ok := s.fields(func(k []byte) bool {
-		if string(k) != "checkpoints" || !once(&seen, 0) {
+		if string(k) != "checkpoints" || seen {
 			return false
 		}
+		seen = true
 		if s.null() {
 			return true
 		}
@@ -286,95 +303,77 @@ func (s *jsonScan) batch() (*structs.ClaimCheckpointBatchRequest, bool) {
 }
 
 func (s *jsonScan) checkpoint() (*structs.ClaimCheckpointRequest, bool) {
-	if s.null() {
-		return nil, true
-	}
-	r := &structs.ClaimCheckpointRequest{}
-	var seen uint32
-	ok := s.fields(func(k []byte) bool {
+	return object(s, func(r *structs.ClaimCheckpointRequest, k []byte) (uint, bool) {
 		switch string(k) {
 		case "namespace":
-			return once(&seen, 0) && s.str(&r.Namespace)
+			return 0, s.str(&r.Namespace)
 		case "volume_id":
-			return once(&seen, 1) && s.str(&r.VolumeID)
+			return 1, s.str(&r.VolumeID)
 		case "claim":
-			return once(&seen, 2) && assign(&r.Claim, s.claim)
+			return 2, assign(&r.Claim, s.claim)
 		case "term":
-			return once(&seen, 3) && s.uint64(&r.Term)
+			return 3, s.uint64(&r.Term)
 		case "unstaged":
-			return once(&seen, 4) && s.bool(&r.Unstaged)
+			return 4, s.bool(&r.Unstaged)
 		case "controller_unpublished":
-			return once(&seen, 5) && s.bool(&r.ControllerUnpublished)
+			return 5, s.bool(&r.ControllerUnpublished)
 		case "free":
-			return once(&seen, 6) && s.bool(&r.Free)
+			return 6, s.bool(&r.Free)
 		}
-		return false // unknown here: encoding/json's case folding and skipping decide
+		return 0, false // unknown here
 	})
-	if !ok {
-		return nil, false
-	}
-	return r, true
 }
 
 func (s *jsonScan) claim() (*structs.Claim, bool) {
-	if s.null() {
-		return nil, true
-	}
-	c := &structs.Claim{}
-	var seen uint32
-	ok := s.fields(func(k []byte) bool {
+	return object(s, func(c *structs.Claim, k []byte) (uint, bool) {
 		switch string(k) {
 		case "alloc_id":
-			return once(&seen, 0) && s.str(&c.AllocID)
+			return 0, s.str(&c.AllocID)
 		case "node_id":
-			return once(&seen, 1) && s.str(&c.NodeID)
+			return 1, s.str(&c.NodeID)
 		case "mode":
-			return once(&seen, 2) && s.enum((*string)(&c.Mode))
+			return 2, s.enum((*string)(&c.Mode))
 		case "access_mode":
-			return once(&seen, 3) && s.enum((*string)(&c.AccessMode))
+			return 3, s.enum((*string)(&c.AccessMode))
 		case "attachment_mode":
-			return once(&seen, 4) && s.enum((*string)(&c.AttachmentMode))
+			return 4, s.enum((*string)(&c.AttachmentMode))
 		case "state":
-			return once(&seen, 5) && s.enum((*string)(&c.State))
+			return 5, s.enum((*string)(&c.State))
 		case "external_node_id":
-			return once(&seen, 6) && s.str(&c.ExternalNodeID)
+			return 6, s.str(&c.ExternalNodeID)
 		case "publish_context":
-			return once(&seen, 7) && assign(&c.PublishContext, s.stringMap)
+			return 7, assign(&c.PublishContext, s.stringMap)
 		case "staging_path":
-			return once(&seen, 8) && s.str(&c.StagingPath)
+			return 8, s.str(&c.StagingPath)
 		case "target_path":
-			return once(&seen, 9) && s.str(&c.TargetPath)
+			return 9, s.str(&c.TargetPath)
 		case "attempts":
-			return once(&seen, 10) && s.int(&c.Attempts)
+			return 10, s.int(&c.Attempts)
 		case "next_attempt":
-			return once(&seen, 11) && s.time(&c.NextAttempt)
+			return 11, s.time(&c.NextAttempt)
 		case "first_failure":
-			return once(&seen, 12) && s.time(&c.FirstFailure)
+			return 12, s.time(&c.FirstFailure)
 		case "last_error":
-			return once(&seen, 13) && assign(&c.LastError, s.claimError)
+			return 13, assign(&c.LastError, s.claimError)
 		case "skip_node_step":
-			return once(&seen, 14) && s.bool(&c.SkipNodeStep)
+			return 14, s.bool(&c.SkipNodeStep)
 		case "node_unpublished":
-			return once(&seen, 15) && s.bool(&c.NodeUnpublished)
+			return 15, s.bool(&c.NodeUnpublished)
 		case "fence_reason":
-			return once(&seen, 16) && s.str(&c.FenceReason)
+			return 16, s.str(&c.FenceReason)
 		case "hold":
-			return once(&seen, 17) && assign(&c.Hold, s.claimHold)
+			return 17, assign(&c.Hold, s.claimHold)
 		case "create_time":
-			return once(&seen, 18) && s.time(&c.CreateTime)
+			return 18, s.time(&c.CreateTime)
 		case "modify_time":
-			return once(&seen, 19) && s.time(&c.ModifyTime)
+			return 19, s.time(&c.ModifyTime)
 		case "create_index":
-			return once(&seen, 20) && s.uint64(&c.CreateIndex)
+			return 20, s.uint64(&c.CreateIndex)
 		case "modify_index":
-			return once(&seen, 21) && s.uint64(&c.ModifyIndex)
+			return 21, s.uint64(&c.ModifyIndex)
 		}
-		return false // unknown here: encoding/json's case folding and skipping decide
+		return 0, false // unknown here
 	})
-	if !ok {
-		return nil, false
-	}
-	return c, true
 }
 
 // stringMap reads an object of plain strings. A repeated key is kept as
@@ -404,65 +403,47 @@ func (s *jsonScan) stringMap() (map[string]string, bool) {
 }
 
 func (s *jsonScan) claimError() (*structs.ClaimError, bool) {
-	if s.null() {
-		return nil, true
-	}
-	e := &structs.ClaimError{}
-	var seen uint32
-	ok := s.fields(func(k []byte) bool {
+	return object(s, func(e *structs.ClaimError, k []byte) (uint, bool) {
 		switch string(k) {
 		case "kind":
-			return once(&seen, 0) && s.enum((*string)(&e.Kind))
+			return 0, s.enum((*string)(&e.Kind))
 		case "step":
-			return once(&seen, 1) && s.str(&e.Step)
+			return 1, s.str(&e.Step)
 		case "code":
-			return once(&seen, 2) && s.uint32(&e.Code)
+			return 2, s.uint32(&e.Code)
 		case "code_name":
-			return once(&seen, 3) && s.str(&e.CodeName)
+			return 3, s.str(&e.CodeName)
 		case "message":
-			return once(&seen, 4) && s.str(&e.Message)
+			return 4, s.str(&e.Message)
 		case "module":
-			return once(&seen, 5) && s.str(&e.Module)
+			return 5, s.str(&e.Module)
 		case "module_version":
-			return once(&seen, 6) && s.str(&e.ModuleVersion)
+			return 6, s.str(&e.ModuleVersion)
 		case "fault":
-			return once(&seen, 7) && s.str(&e.Fault)
+			return 7, s.str(&e.Fault)
 		case "fatal":
-			return once(&seen, 8) && s.bool(&e.Fatal)
+			return 8, s.bool(&e.Fatal)
 		case "time":
-			return once(&seen, 9) && s.time(&e.Time)
+			return 9, s.time(&e.Time)
 		}
-		return false // unknown here: encoding/json's case folding and skipping decide
+		return 0, false // unknown here
 	})
-	if !ok {
-		return nil, false
-	}
-	return e, true
 }
 
 func (s *jsonScan) claimHold() (*structs.ClaimHold, bool) {
-	if s.null() {
-		return nil, true
-	}
-	h := &structs.ClaimHold{}
-	var seen uint32
-	ok := s.fields(func(k []byte) bool {
+	return object(s, func(h *structs.ClaimHold, k []byte) (uint, bool) {
 		switch string(k) {
 		case "module":
-			return once(&seen, 0) && s.str(&h.Module)
+			return 0, s.str(&h.Module)
 		case "module_version":
-			return once(&seen, 1) && s.str(&h.ModuleVersion)
+			return 1, s.str(&h.ModuleVersion)
 		case "reason":
-			return once(&seen, 2) && s.str(&h.Reason)
+			return 2, s.str(&h.Reason)
 		case "since":
-			return once(&seen, 3) && s.time(&h.Since)
+			return 3, s.time(&h.Since)
 		case "until":
-			return once(&seen, 4) && s.time(&h.Until)
+			return 4, s.time(&h.Until)
 		}
-		return false // unknown here: encoding/json's case folding and skipping decide
+		return 0, false // unknown here
 	})
-	if !ok {
-		return nil, false
-	}
-	return h, true
 }
