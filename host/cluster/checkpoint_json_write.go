@@ -23,7 +23,8 @@ func appendCheckpoint(b []byte, req any) (out []byte, ok bool) {
 	case *structs.ClaimCheckpointRequest:
 		e.checkpoint(r)
 	case *structs.ClaimCheckpointBatchRequest:
-		e.raw(`{"checkpoints":`)
+		e.open()
+		e.key("checkpoints")
 		if r.Checkpoints == nil {
 			e.raw("null")
 		} else {
@@ -36,7 +37,7 @@ func appendCheckpoint(b []byte, req any) (out []byte, ok bool) {
 			}
 			e.raw("]")
 		}
-		e.raw("}")
+		e.close()
 	default:
 		return nil, false
 	}
@@ -44,21 +45,27 @@ func appendCheckpoint(b []byte, req any) (out []byte, ok bool) {
 }
 
 // jsonWriter appends JSON as json.Marshal writes it; refused records a
-// value it does not write the same.
+// value it does not write the same. first is true between an object's
+// brace and its first key, so key knows whether a comma goes before it
+// (omitempty fields leave any of them first).
 type jsonWriter struct {
 	b       []byte
 	refused bool
+	first   bool
 }
 
 func (e *jsonWriter) raw(s string) { e.b = append(e.b, s...) }
 
-// key writes ,"key": (or {"key": for the first).
-func (e *jsonWriter) key(k string, first bool) {
-	if first {
-		e.b = append(e.b, '{')
-	} else {
+// open starts an object and close ends it.
+func (e *jsonWriter) open()  { e.b, e.first = append(e.b, '{'), true }
+func (e *jsonWriter) close() { e.b, e.first = append(e.b, '}'), false }
+
+// key writes "key": after a comma, unless it is its object's first.
+func (e *jsonWriter) key(k string) {
+	if !e.first {
 		e.b = append(e.b, ',')
 	}
+	e.first = false
 	e.b = append(e.b, '"')
 	e.b = append(e.b, k...)
 	e.b = append(e.b, '"', ':')
@@ -93,17 +100,17 @@ func (e *jsonWriter) time(t time.Time) {
 func (e *jsonWriter) uint(x uint64) { e.b = strconv.AppendUint(e.b, x, 10) }
 func (e *jsonWriter) int(x int64)   { e.b = strconv.AppendInt(e.b, x, 10) }
 
-// flag writes ,"key":true for an omitempty boolean that is set.
+// flag writes "key":true for an omitempty boolean that is set.
 func (e *jsonWriter) flag(k string, v bool) {
 	if v {
-		e.key(k, false)
+		e.key(k)
 		e.raw("true")
 	}
 }
 
-// field writes ,"key":"v" for a string field json.Marshal always writes.
+// field writes "key":"v" for a string field json.Marshal always writes.
 func (e *jsonWriter) field(k, v string) {
-	e.key(k, false)
+	e.key(k)
 	e.str(v)
 }
 
@@ -119,19 +126,19 @@ func (e *jsonWriter) checkpoint(r *structs.ClaimCheckpointRequest) {
 		e.raw("null")
 		return
 	}
-	e.key("namespace", true)
-	e.str(r.Namespace)
+	e.open()
+	e.field("namespace", r.Namespace)
 	e.field("volume_id", r.VolumeID)
-	e.key("claim", false)
+	e.key("claim")
 	e.claim(r.Claim)
 	if r.Term != 0 {
-		e.key("term", false)
+		e.key("term")
 		e.uint(r.Term)
 	}
 	e.flag("unstaged", r.Unstaged)
 	e.flag("controller_unpublished", r.ControllerUnpublished)
 	e.flag("free", r.Free)
-	e.raw("}")
+	e.close()
 }
 
 func (e *jsonWriter) claim(c *structs.Claim) {
@@ -139,8 +146,8 @@ func (e *jsonWriter) claim(c *structs.Claim) {
 		e.raw("null")
 		return
 	}
-	e.key("alloc_id", true)
-	e.str(c.AllocID)
+	e.open()
+	e.field("alloc_id", c.AllocID)
 	e.field("node_id", c.NodeID)
 	e.field("mode", string(c.Mode))
 	e.field("access_mode", string(c.AccessMode))
@@ -148,7 +155,7 @@ func (e *jsonWriter) claim(c *structs.Claim) {
 	e.field("state", string(c.State))
 	e.optional("external_node_id", c.ExternalNodeID)
 	if len(c.PublishContext) > 0 {
-		e.key("publish_context", false)
+		e.key("publish_context")
 		keys := make([]string, 0, len(c.PublishContext))
 		for k := range c.PublishContext {
 			keys = append(keys, k)
@@ -168,40 +175,40 @@ func (e *jsonWriter) claim(c *structs.Claim) {
 	}
 	e.optional("staging_path", c.StagingPath)
 	e.optional("target_path", c.TargetPath)
-	e.key("attempts", false)
+	e.key("attempts")
 	e.int(int64(c.Attempts))
 	// time.Time is a struct: omitempty never omits it.
-	e.key("next_attempt", false)
+	e.key("next_attempt")
 	e.time(c.NextAttempt)
-	e.key("first_failure", false)
+	e.key("first_failure")
 	e.time(c.FirstFailure)
 	if c.LastError != nil {
-		e.key("last_error", false)
+		e.key("last_error")
 		e.claimError(c.LastError)
 	}
 	e.flag("skip_node_step", c.SkipNodeStep)
 	e.flag("node_unpublished", c.NodeUnpublished)
 	e.optional("fence_reason", c.FenceReason)
 	if c.Hold != nil {
-		e.key("hold", false)
+		e.key("hold")
 		e.claimHold(c.Hold)
 	}
-	e.key("create_time", false)
+	e.key("create_time")
 	e.time(c.CreateTime)
-	e.key("modify_time", false)
+	e.key("modify_time")
 	e.time(c.ModifyTime)
-	e.key("create_index", false)
+	e.key("create_index")
 	e.uint(c.CreateIndex)
-	e.key("modify_index", false)
+	e.key("modify_index")
 	e.uint(c.ModifyIndex)
-	e.raw("}")
+	e.close()
 }
 
 func (e *jsonWriter) claimError(x *structs.ClaimError) {
-	e.key("kind", true)
-	e.str(string(x.Kind))
+	e.open()
+	e.field("kind", string(x.Kind))
 	e.optional("step", x.Step)
-	e.key("code", false)
+	e.key("code")
 	e.uint(uint64(x.Code))
 	e.optional("code_name", x.CodeName)
 	e.field("message", x.Message)
@@ -209,25 +216,19 @@ func (e *jsonWriter) claimError(x *structs.ClaimError) {
 	e.optional("module_version", x.ModuleVersion)
 	e.optional("fault", x.Fault)
 	e.flag("fatal", x.Fatal)
-	e.key("time", false)
+	e.key("time")
 	e.time(x.Time)
-	e.raw("}")
+	e.close()
 }
 
 func (e *jsonWriter) claimHold(h *structs.ClaimHold) {
-	// Its first fields are omitempty: the brace goes before whichever
-	// field comes first.
-	first := true
-	for _, f := range [...]struct{ k, v string }{{"module", h.Module}, {"module_version", h.ModuleVersion}, {"reason", h.Reason}} {
-		if f.v != "" {
-			e.key(f.k, first)
-			e.str(f.v)
-			first = false
-		}
-	}
-	e.key("since", first)
+	e.open()
+	e.optional("module", h.Module)
+	e.optional("module_version", h.ModuleVersion)
+	e.optional("reason", h.Reason)
+	e.key("since")
 	e.time(h.Since)
-	e.key("until", false)
+	e.key("until")
 	e.time(h.Until)
-	e.raw("}")
+	e.close()
 }
