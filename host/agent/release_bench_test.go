@@ -158,13 +158,11 @@ func (s *benchAgent) claimBatch(b *testing.B, n int) {
 func (s *benchAgent) releaseClaimed(b *testing.B) (claimsPerSec float64, cpuPerClaim time.Duration) {
 	b.Helper()
 	vols, n := s.vols, len(s.ids)
-	// The agents share one Go heap: start each batch on a fresh GC cycle
-	// rather than on the debt the previous side's batch left.
-	runtime.GC()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	index := s.a.Store.LatestIndex()
-	start, cpu0 := time.Now(), processCPU(b)
+	cpuSince := startCPU(b)
+	start := time.Now()
 	endAllocs(b, s.c, s.ids...)
 	for len(vols) > 0 {
 		changed, next, err := s.a.Store.VolumesChangedSince(ctx, index)
@@ -178,8 +176,17 @@ func (s *benchAgent) releaseClaimed(b *testing.B) (claimsPerSec float64, cpuPerC
 		}
 		index = next
 	}
-	elapsed, cpu := time.Since(start), processCPU(b)-cpu0
+	elapsed, cpu := time.Since(start), cpuSince()
 	return float64(n) / elapsed.Seconds(), cpu / time.Duration(n)
+}
+
+// startCPU starts timing the process's CPU on a fresh GC cycle (the
+// agents share one Go heap: each timed part starts clear of the debt the
+// part before it left) and returns the CPU used since.
+func startCPU(b *testing.B) (since func() time.Duration) {
+	runtime.GC()
+	cpu0 := processCPU(b)
+	return func() time.Duration { return processCPU(b) - cpu0 }
 }
 
 // processCPU is the user and system CPU time the process has used.

@@ -184,8 +184,7 @@ func releaseFloor(b *testing.B, client *csi.Client, endpoint, root string, batch
 	if err != nil {
 		b.Fatalf("floor: publishing: %v", err)
 	}
-	runtime.GC() // the whole release starts on a fresh cycle too
-	cpu0 := processCPU(b)
+	cpuSince := startCPU(b) // as the whole release's timing starts
 	err = testutil.FanOut(watcher.DefaultMaxConcurrency, n, func(i int) error {
 		c := claims[i]
 		if err := steps.NodeUnpublishVolume(ctx, endpoint, &csipb.NodeUnpublishVolumeRequest{
@@ -199,7 +198,7 @@ func releaseFloor(b *testing.B, client *csi.Client, endpoint, root string, batch
 		return client.ControllerUnpublishVolume(ctx, endpoint, &csipb.ControllerUnpublishVolumeRequest{
 			VolumeId: c.vol, NodeId: "node1"})
 	})
-	cpu := processCPU(b) - cpu0
+	cpu := cpuSince()
 	if err != nil {
 		b.Fatalf("floor: releasing: %v", err)
 	}
