@@ -240,13 +240,12 @@ func (snap *Snapshot) VolumeStats() (VolumeStats, error) { return snap.VolumeSta
 // VolumeStatsWatch is VolumeStats for a blocking query: ws, when not nil,
 // is woken by any write that changes a count.
 func (snap *Snapshot) VolumeStatsWatch(ws memdb.WatchSet) (VolumeStats, error) {
-	watch, raw, err := snap.txn.FirstWatch(tableStats, indexID, statsKey)
+	row, err := first[*statsRow](snap, ws, tableStats, indexID, statsKey)
 	if err != nil {
-		return VolumeStats{}, fmt.Errorf("read volume stats: %w", err)
+		return VolumeStats{}, err
 	}
-	ws.Add(watch)
 	var s VolumeStats
-	if row, ok := raw.(*statsRow); ok {
+	if row != nil {
 		s = row.Stats
 	}
 	s.Claims = cloneCounts(s.Claims)
@@ -275,18 +274,17 @@ func (snap *Snapshot) ClaimCountsByNode(ws memdb.WatchSet) (map[string]int, erro
 	}
 	watch(ws, it.WatchCh())
 	counts := map[string]int{}
-	node, n := "", 0
+	node, n := "", 0 // the run of rows being counted
 	for raw := it.Next(); raw != nil; raw = it.Next() {
-		if r := raw.(*claimRow); r.NodeID != node || n == 0 {
-			if n > 0 {
-				counts[node] += n
-			}
-			node, n = r.NodeID, 0
+		r := raw.(*claimRow)
+		if n > 0 && r.NodeID != node {
+			counts[node], n = n, 0
 		}
+		node = r.NodeID
 		n++
 	}
 	if n > 0 {
-		counts[node] += n
+		counts[node] = n
 	}
 	return counts, nil
 }
