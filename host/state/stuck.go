@@ -16,7 +16,8 @@ import (
 // would list them too, but memdb opens, commits and re-roots a transaction
 // for every index of a table on every write to it (go-memdb
 // Txn.writableIndex): 1.6% more bytes and 1.2% more objects per released
-// claim in BenchmarkReleaseWrites, for a list that is almost always empty.
+// claim in BenchmarkReleaseWrites, for a list that is almost always empty
+// (BENCHMARKS.md "The stuck volumes: a derived table, not an index").
 // A row is written only with a stuck volume: when it becomes stuck, is
 // written while stuck, is unstuck or is deleted.
 //
@@ -30,8 +31,8 @@ import (
 // index's tree under "table.index" in one root tree and re-inserts the
 // path of every index a write touches, so a name sharing "st" with the
 // stats row (written by nearly every release entry) added a node to that
-// path: 500 bytes and 5 objects per released claim in
-// BenchmarkReleaseWrites.
+// path: 491 bytes and 4.7 objects per released claim in
+// BenchmarkReleaseWrites (BENCHMARKS.md, the same section).
 const tableStuck = "wedged"
 
 type stuckRow struct{ Volume *structs.Volume }
