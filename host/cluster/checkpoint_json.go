@@ -1,11 +1,11 @@
 package cluster
 
 import (
-	"bytes"
 	"math"
 	"time"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/plainjson"
 )
 
 // decodeCheckpoint decodes body, the request of a ClaimCheckpointType or
@@ -27,86 +27,28 @@ import (
 // two types have it: other entries are rare or carry what this does not
 // take.
 func decodeCheckpoint(t structs.MessageType, body []byte) (req any, ok bool) {
-	s := jsonScan{b: body}
+	s := jsonScan{plainjson.Scanner{B: body}}
 	switch t {
 	case structs.ClaimCheckpointType:
 		// A body of null is left to encoding/json, which leaves the
 		// request it decodes into as it was (empty); checkpoint's nil
 		// would reach the FSM as a nil request.
 		r, ok := s.checkpoint()
-		if ok && r != nil && s.i == len(s.b) {
+		if ok && r != nil && s.Done() {
 			return r, true
 		}
 	case structs.ClaimCheckpointBatchType:
 		r, ok := s.batch()
-		if ok && s.i == len(s.b) {
+		if ok && s.Done() {
 			return r, true
 		}
 	}
 	return nil, false
 }
 
-// jsonScan reads a strict subset of JSON from b, at i. Every reader
+// jsonScan reads a checkpoint's values with the plain scanner; every reader
 // returns false for what it does not take, leaving the caller to give up.
-type jsonScan struct {
-	b []byte
-	i int
-}
-
-// null consumes a JSON null when it is next: what json.Marshal writes for
-// a nil pointer, map or slice, which encoding/json decodes back to nil
-// (the fast path decodes into fresh values only, where nil is the zero).
-func (s *jsonScan) null() bool {
-	if bytes.HasPrefix(s.b[s.i:], []byte("null")) {
-		s.i += 4
-		return true
-	}
-	return false
-}
-
-// byte consumes c when it is next.
-func (s *jsonScan) byte(c byte) bool {
-	if s.i < len(s.b) && s.b[s.i] == c {
-		s.i++
-		return true
-	}
-	return false
-}
-
-// key reads the next key of an object whose '{' has been read, and its
-// colon; n is the number of keys read before it. done reports the end of
-// the object (its '}' read).
-func (s *jsonScan) key(n int) (k []byte, done, ok bool) {
-	if s.byte('}') {
-		return nil, true, true
-	}
-	if n > 0 && !s.byte(',') {
-		return nil, false, false
-	}
-	if k, ok = s.plain(); !ok || !s.byte(':') {
-		return nil, false, false
-	}
-	return k, false, true
-}
-
-// fields reads an object, calling field for each key with the scanner
-// at the key's value; field answers false to refuse the object.
-func (s *jsonScan) fields(field func(k []byte) bool) bool {
-	if !s.byte('{') {
-		return false
-	}
-	for n := 0; ; n++ {
-		k, done, ok := s.key(n)
-		switch {
-		case !ok:
-			return false
-		case done:
-			return true
-		case !field(k):
-			return false
-		}
-	}
-}
+type jsonScan struct{ plainjson.Scanner }
 
 // object reads null (a nil *T, as encoding/json leaves a pointer field) or
 // an object into a new T, handing field each key with the scanner at its
@@ -117,12 +59,12 @@ func (s *jsonScan) fields(field func(k []byte) bool) bool {
 // does not reproduce). A refused object is left to encoding/json, whose
 // case folding and skipping of unknown keys then decide.
 func object[T any](s *jsonScan, field func(v *T, k []byte) (bit uint, ok bool)) (*T, bool) {
-	if s.null() {
+	if s.Literal("null") {
 		return nil, true
 	}
 	v := new(T)
 	var seen uint32
-	if !s.fields(func(k []byte) bool {
+	if !s.Fields(func(k []byte) bool {
 		bit, ok := field(v, k)
 		if !ok || seen&(1<<bit) != 0 {
 			return false
@@ -142,30 +84,9 @@ func assign[T any](dst *T, read func() (T, bool)) bool {
 	return ok
 }
 
-// plain reads a string of printable ASCII without escapes and returns its
-// bytes. Anything else in a string (an escape, a control character, a
-// byte of a multi-byte character, which encoding/json would check for
-// valid UTF-8) is refused.
-func (s *jsonScan) plain() ([]byte, bool) {
-	if !s.byte('"') {
-		return nil, false
-	}
-	for j := s.i; j < len(s.b); j++ {
-		switch c := s.b[j]; {
-		case c == '"':
-			v := s.b[s.i:j]
-			s.i = j + 1
-			return v, true
-		case c == '\\' || c < 0x20 || c >= 0x80:
-			return nil, false
-		}
-	}
-	return nil, false
-}
-
 // str reads a plain string into dst (a named string type converts).
 func (s *jsonScan) str(dst *string) bool {
-	v, ok := s.plain()
+	v, ok := s.Str()
 	if ok {
 		*dst = string(v)
 	}
@@ -187,7 +108,7 @@ var enumerations = []string{
 // enum is str for an enumerated field: a known value is its constant
 // (the same string, so the same decoded value).
 func (s *jsonScan) enum(dst *string) bool {
-	v, ok := s.plain()
+	v, ok := s.Str()
 	if !ok {
 		return false
 	}
@@ -201,57 +122,35 @@ func (s *jsonScan) enum(dst *string) bool {
 	return true
 }
 
-// digits reads a non-negative integer of at most limit, without a leading
-// zero (JSON has none), a fraction or an exponent (encoding/json refuses
-// them for an integer field; the object's next byte check refuses them
-// here).
-func (s *jsonScan) digits(limit uint64) (uint64, bool) {
-	start := s.i
-	var x uint64
-	for s.i < len(s.b) && '0' <= s.b[s.i] && s.b[s.i] <= '9' {
-		d := uint64(s.b[s.i] - '0')
-		if x > (limit-d)/10 {
-			return 0, false // out of the field's range: encoding/json errs
-		}
-		x = x*10 + d
-		s.i++
-	}
-	if n := s.i - start; n == 0 || n > 1 && s.b[start] == '0' {
-		return 0, false
-	}
-	return x, true
-}
-
 func (s *jsonScan) uint64(dst *uint64) bool {
-	x, ok := s.digits(math.MaxUint64)
+	x, ok := s.Uint(math.MaxUint64)
 	*dst = x
 	return ok
 }
 
 func (s *jsonScan) uint32(dst *uint32) bool {
-	x, ok := s.digits(math.MaxUint32)
+	x, ok := s.Uint(math.MaxUint32)
 	*dst = uint32(x)
 	return ok
 }
 
 func (s *jsonScan) int(dst *int) bool {
-	if s.byte('-') {
-		x, ok := s.digits(uint64(math.MaxInt) + 1)
+	if s.Byte('-') {
+		x, ok := s.Uint(uint64(math.MaxInt) + 1)
 		*dst = int(-int64(x)) // -(MaxInt+1) wraps to itself: MinInt
 		return ok
 	}
-	x, ok := s.digits(math.MaxInt)
+	x, ok := s.Uint(math.MaxInt)
 	*dst = int(x)
 	return ok
 }
 
 func (s *jsonScan) bool(dst *bool) bool {
-	rest := s.b[s.i:]
 	switch {
-	case bytes.HasPrefix(rest, []byte("true")):
-		*dst, s.i = true, s.i+4
-	case bytes.HasPrefix(rest, []byte("false")):
-		*dst, s.i = false, s.i+5
+	case s.Literal("true"):
+		*dst = true
+	case s.Literal("false"):
+		*dst = false
 	default:
 		return false
 	}
@@ -261,31 +160,31 @@ func (s *jsonScan) bool(dst *bool) bool {
 // time reads a plain string and hands it, quotes included, to
 // time.Time.UnmarshalJSON, as encoding/json does.
 func (s *jsonScan) time(dst *time.Time) bool {
-	start := s.i
-	if _, ok := s.plain(); !ok {
+	start := s.I
+	if _, ok := s.Str(); !ok {
 		return false
 	}
-	return dst.UnmarshalJSON(s.b[start:s.i]) == nil
+	return dst.UnmarshalJSON(s.B[start:s.I]) == nil
 }
 
 func (s *jsonScan) batch() (*structs.ClaimCheckpointBatchRequest, bool) {
 	r := &structs.ClaimCheckpointBatchRequest{}
 	seen := false // its one key, once (see object)
-	ok := s.fields(func(k []byte) bool {
+	ok := s.Fields(func(k []byte) bool {
 		if string(k) != "checkpoints" || seen {
 			return false
 		}
 		seen = true
-		if s.null() {
+		if s.Literal("null") {
 			return true
 		}
-		if !s.byte('[') {
+		if !s.Byte('[') {
 			return false
 		}
 		// encoding/json makes an empty array an empty slice, not nil.
 		r.Checkpoints = []*structs.ClaimCheckpointRequest{}
-		for !s.byte(']') {
-			if len(r.Checkpoints) > 0 && !s.byte(',') {
+		for !s.Byte(']') {
+			if len(r.Checkpoints) > 0 && !s.Byte(',') {
 				return false
 			}
 			c, ok := s.checkpoint()
@@ -379,27 +278,16 @@ func (s *jsonScan) claim() (*structs.Claim, bool) {
 // stringMap reads an object of plain strings. A repeated key is kept as
 // encoding/json keeps it (the last value wins).
 func (s *jsonScan) stringMap() (map[string]string, bool) {
-	if s.null() {
+	if s.Literal("null") {
 		return nil, true
 	}
-	if !s.byte('{') {
-		return nil, false
-	}
 	m := map[string]string{} // encoding/json makes {} an empty map, not nil
-	for n := 0; ; n++ {
-		k, done, ok := s.key(n)
-		if !ok {
-			return nil, false
-		}
-		if done {
-			return m, true
-		}
-		v, ok := s.plain()
-		if !ok {
-			return nil, false
-		}
+	ok := s.Fields(func(k []byte) bool {
+		v, ok := s.Str()
 		m[string(k)] = string(v)
-	}
+		return ok
+	})
+	return m, ok
 }
 
 func (s *jsonScan) claimError() (*structs.ClaimError, bool) {

@@ -1,7 +1,10 @@
 package state
 
 import (
+	"math"
+
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/plainjson"
 )
 
 // decodePlainVolume decodes row, a volume as Persist writes it, when the
@@ -20,45 +23,30 @@ import (
 //
 // The repeated strings come from in, without a copy per row.
 func decodePlainVolume(row []byte, in interner) (v *structs.Volume, ok bool) {
-	p := plainParser{b: row}
-	if !p.byte('{') {
-		return nil, false
-	}
+	p := plainjson.Scanner{B: row}
 	v = &structs.Volume{}
 	var seen uint16
-	first := true
-	for !p.byte('}') {
-		if !first && !p.byte(',') {
-			return nil, false
-		}
-		first = false
-		key, ok := p.str()
-		if !ok || !p.byte(':') {
-			return nil, false
-		}
+	ok = p.Fields(func(key []byte) bool {
 		bit, field := plainVolumeField(v, string(key))
 		if bit == 0 || seen&bit != 0 {
-			return nil, false
+			return false
 		}
 		seen |= bit
+		var ok bool
 		switch {
 		case field != nil:
-			s, ok := p.str()
-			if !ok {
-				return nil, false
+			var s []byte
+			if s, ok = p.Str(); ok {
+				*field = in.bytes(s, bit&internedVolumeFields != 0)
 			}
-			*field = in.bytes(s, bit&internedVolumeFields != 0)
 		case bit == fieldCreateIndex:
-			if v.CreateIndex, ok = p.uint(); !ok {
-				return nil, false
-			}
+			v.CreateIndex, ok = p.Uint(math.MaxUint64)
 		default: // fieldModifyIndex
-			if v.ModifyIndex, ok = p.uint(); !ok {
-				return nil, false
-			}
+			v.ModifyIndex, ok = p.Uint(math.MaxUint64)
 		}
-	}
-	if p.i != len(p.b) {
+		return ok
+	})
+	if !ok || !p.Done() {
 		return nil, false
 	}
 	return v, true
@@ -107,64 +95,6 @@ func plainVolumeField(v *structs.Volume, key string) (uint16, *string) {
 		return fieldModifyIndex, nil
 	}
 	return 0, nil
-}
-
-// plainParser reads the compact JSON Persist writes, refusing (ok false)
-// whatever needs more than the plain reading: the caller then falls back
-// to encoding/json.
-type plainParser struct {
-	b []byte
-	i int
-}
-
-func (p *plainParser) byte(c byte) bool {
-	if p.i < len(p.b) && p.b[p.i] == c {
-		p.i++
-		return true
-	}
-	return false
-}
-
-// str reads a string of printable ASCII without escapes.
-func (p *plainParser) str() ([]byte, bool) {
-	if !p.byte('"') {
-		return nil, false
-	}
-	start := p.i
-	for ; p.i < len(p.b); p.i++ {
-		switch c := p.b[p.i]; {
-		case c == '"':
-			s := p.b[start:p.i]
-			p.i++
-			return s, true
-		case c < 0x20 || c > 0x7e || c == '\\':
-			return nil, false
-		}
-	}
-	return nil, false
-}
-
-// uint reads a non-negative integer in canonical form that fits a uint64.
-func (p *plainParser) uint() (uint64, bool) {
-	start := p.i
-	var n uint64
-	for ; p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9'; p.i++ {
-		d := uint64(p.b[p.i] - '0')
-		if n > (^uint64(0)-d)/10 {
-			return 0, false
-		}
-		n = n*10 + d
-	}
-	digits := p.i - start
-	if digits == 0 || (digits > 1 && p.b[start] == '0') {
-		return 0, false
-	}
-	if p.i < len(p.b) {
-		if c := p.b[p.i]; c == '.' || c == 'e' || c == 'E' {
-			return 0, false
-		}
-	}
-	return n, true
 }
 
 // bytes returns b as a string: the interner's copy when shared (one copy
