@@ -1,4 +1,6 @@
-package abi
+// Package oldcodec is the hand-written codec that abi/internal/gen replaced, kept only
+// while TestGeneratedMatchesHandWritten compares the two.
+package oldcodec
 
 // The wire messages. Field numbers are fixed in volhost.proto beside this
 // file (protobuf wire format); the codec is hand-written over protowire so

@@ -1,4 +1,4 @@
-package abi
+package oldcodec
 
 import "google.golang.org/protobuf/encoding/protowire"
 
