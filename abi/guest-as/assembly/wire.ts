@@ -7,8 +7,8 @@
 // and the field path (decodeError). The reader is a cursor over the request
 // buffer held in module globals: one call is decoded at a time.
 
-import { Bytes, bytesOf, blen, bptr, text, textBytes, textEnd, textStart, textU64 } from "./bytes";
-import { alloc } from "./mem";
+import { Bytes, bytesEqual, bytesOf, blen, bptr, eq, text, textBytes, textEnd, textStart, textU64 } from "./bytes";
+import { alloc, allocZero, MAX_MESSAGE_SIZE, MAX_REPEATED } from "./mem";
 
 /** Wire types. */
 export const VARINT: u32 = 0;
@@ -500,4 +500,168 @@ export function putMap(num: u32, m: Vec): void {
     putStr(1, k);
     putStr(2, v);
   }
+}
+
+// ---- message helpers (the generated messages.ts uses these) ----
+
+// ---- maps ----
+
+/** Number of entries of map m on the wire (a repeated key counts each time). */
+export function mapSize(m: Vec): i32 { return m.len >> 1; }
+/** Key of entry i of map m. */
+export function mapKey(m: Vec, i: i32): Bytes { return m.at(i << 1); }
+/** Value of entry i of map m. */
+export function mapValue(m: Vec, i: i32): Bytes { return m.at((i << 1) + 1); }
+
+/** The value of key (an ASCII literal) in map m, "" when absent; the last entry wins. */
+export function mapGet(m: Vec, key: string): Bytes {
+  for (let i = mapSize(m) - 1; i >= 0; i--) {
+    if (eq(mapKey(m, i), key)) return mapValue(m, i);
+  }
+  return 0;
+}
+
+/** The value of key in map m, "" when absent; the last entry wins. */
+export function mapGetBytes(m: Vec, key: Bytes): Bytes {
+  for (let i = mapSize(m) - 1; i >= 0; i--) {
+    if (bytesEqual(mapKey(m, i), key)) return mapValue(m, i);
+  }
+  return 0;
+}
+
+export function newVec(): Vec { return changetype<Vec>(allocZero(offsetof<Vec>())); }
+
+// newVecRoom is an empty Vec with room for n items, in one arena block and
+// without a memory.fill (its fields are stored one by one).
+// @ts-ignore: decorator
+@inline export function newVecRoom(n: i32): Vec {
+  const v = changetype<Vec>(alloc(16 + (<usize>n << 3)));
+  v.ptr = changetype<usize>(v) + 16;
+  v.len = 0;
+  v.cap = n;
+  return v;
+}
+
+// ---- decoding helpers ----
+
+// str reads string field num of wire type typ, keeping old on error.
+// @ts-ignore: decorator
+@inline export function str(end: usize, num: u32, typ: u32, old: Bytes): Bytes {
+  if (typ == LEN) return readLen(end, num);
+  return strSlow(end, num, typ, old);
+}
+
+export function strSlow(end: usize, num: u32, typ: u32, old: Bytes): Bytes {
+  if (!wantType(num, typ, LEN)) return old;
+  return readLen(end, num);
+}
+
+// varint reads varint field num of wire type typ.
+// @ts-ignore: decorator
+@inline export function varint(end: usize, num: u32, typ: u32): u64 {
+  if (typ == VARINT) return readVarint(end, num);
+  return varintSlow(end, num, typ);
+}
+
+export function varintSlow(end: usize, num: u32, typ: u32): u64 {
+  if (!wantType(num, typ, VARINT)) return 0;
+  return readVarint(end, num);
+}
+
+// item checks that repeated field num may take one more item.
+// @ts-ignore: decorator
+@inline export function item(v: Vec, num: u32): bool {
+  if (v.len < MAX_REPEATED) return true;
+  fail(num, "more than 10000 items");
+  return false;
+}
+
+// mapEntry decodes one map<string,string> entry of field num into m.
+export function mapEntry(m: Vec, end: usize, num: u32, typ: u32): void {
+  if (!wantType(num, typ, LEN)) return;
+  if ((m.len >> 1) >= MAX_REPEATED) { fail(num, "more than 10000 entries"); return; }
+  const body = readLen(end, num);
+  if (decodeError != 0) return;
+  const e = rp;
+  rp = e - <usize><u32>body;
+  let k: Bytes = 0, v: Bytes = 0;
+  enter(num, -1);
+  while (rp < e && decodeError == 0) {
+    const tag = readTag(e);
+    if (decodeError != 0) break;
+    const f = tag >>> 3, t = tag & 7;
+    if (f == 1) k = str(e, f, t, k);
+    else if (f == 2) v = str(e, f, t, v);
+    else skipValue(e, f, t);
+  }
+  leave();
+  rp = e;
+  m.push(k);
+  m.push(v);
+}
+
+// body reads the length of message field num, leaves rp at the start of
+// its body and returns the body's end (0: error).
+// @ts-ignore: decorator
+@inline export function body(end: usize, num: u32, typ: u32): usize {
+  if (typ != LEN) {
+    wantType(num, typ, LEN);
+    return 0;
+  }
+  const b = readLen(end, num);
+  if (decodeError != 0) return 0;
+  const e = rp;
+  rp = e - <usize><u32>b;
+  return e;
+}
+
+// decodeStart begins decoding a top-level message of n bytes at p.
+// @ts-ignore: decorator
+@inline export function decodeStart(name: string, p: usize, n: i32): bool {
+  readStart(name, p);
+  if (n > MAX_MESSAGE_SIZE) {
+    fail(0, "too large", <u64>n);
+    return false;
+  }
+  return true;
+}
+
+// The items a request's repeated fields have room for before their Vecs
+// grow: a Vec that grows copies its items (a memory.copy, ABI.md section
+// 12), which the usual request should not pay.
+export const ITEMS_ROOM = 16;
+
+// putShortStr writes string field tag (one-byte tag, wire type LEN) of v
+// at w, nothing when v is empty, and returns the end: a one-byte length
+// inline, a longer one through putVarint.
+// @ts-ignore: decorator
+@inline export function putShortStr(w: usize, tag: u32, v: Bytes): usize {
+  const n = <usize><u32>v;
+  if (n == 0) return w;
+  store<u8>(w, <u8>tag);
+  if (n < 0x80) {
+    store<u8>(w + 1, <u8>n);
+    w += 2;
+  } else {
+    writeStart(w + 1);
+    putVarint(<u64>n);
+    w = wp;
+  }
+  copyShort(w, <usize>(v >>> 32), n);
+  return w + n;
+}
+
+// putSmallVarint writes varint field tag of x at w, nothing when x is 0,
+// and returns the end: a value under 128 inline.
+// @ts-ignore: decorator
+@inline export function putSmallVarint(w: usize, tag: u32, x: u64): usize {
+  if (x == 0) return w;
+  store<u8>(w, <u8>tag);
+  if (x < 0x80) {
+    store<u8>(w + 1, <u8>x);
+    return w + 2;
+  }
+  writeStart(w + 1);
+  putVarint(x);
+  return wp;
 }
