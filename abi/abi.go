@@ -6,7 +6,7 @@
 // It must stay small and free of heavy dependencies: every Go guest compiles it.
 package abi
 
-//go:generate go run ./internal/gen -proto volhost.proto -go messages_gen.go -as guest-as/assembly/messages.ts
+//go:generate go run ./internal/gen -proto volhost.proto -go codec_gen.go -as guest-as/assembly/messages.ts
 
 // Version is the ABI major version this host and SDK speak. A module whose
 // version marker export returns anything else is refused at load.

@@ -1,5 +1,6 @@
 // Command gen writes volhost's wire codecs from abi/volhost.proto: the Go
-// messages and codec (abi/messages_gen.go) and the AssemblyScript SDK's
+// messages and codec (abi/codec_gen.go, after the hand-written helpers in
+// codec.go.tmpl beside this file) and the AssemblyScript SDK's
 // (abi/guest-as/assembly/messages.ts). `go generate ./abi/...` runs it;
 // `make lint` runs it again and fails if anything changed.
 //
@@ -33,7 +34,7 @@ import (
 
 func main() {
 	protoPath := flag.String("proto", "volhost.proto", "the schema")
-	goOut := flag.String("go", "messages_gen.go", "the Go file to write")
+	goOut := flag.String("go", "codec_gen.go", "the Go file to write")
 	asOut := flag.String("as", "guest-as/assembly/messages.ts", "the AssemblyScript file to write")
 	flag.Parse()
 	if err := run(*protoPath, *goOut, *asOut); err != nil {
