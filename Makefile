@@ -38,6 +38,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
+	# The codecs are generated from abi/volhost.proto (abi/internal/gen):
+	# regenerating must change nothing under abi/ (this also fails on
+	# uncommitted edits there: commit first).
+	$(GO) generate ./abi/...
+	@git diff --exit-code --stat -- abi/ || { echo "go generate ./abi/... changed abi/ (or abi/ has uncommitted changes): regenerate and commit"; exit 1; }
 
 # End-to-end: the real volhost binary against real CSI drivers (test/peers, a
 # separate module: the GCE PD driver with its fake cloud, the csi-test mock).

@@ -1,6 +1,6 @@
 // Protocol buffer wire format (proto3), reading and writing in guest memory.
 //
-// Reading follows abi/codec.go: unknown fields of any wire type are skipped
+// Reading follows abi/codec_gen.go: unknown fields of any wire type are skipped
 // (ABI.md section 6, forward compatibility), and bad varints or lengths, a
 // field number 0, a stray end-group, a reserved wire type, or a known field
 // with another wire type fail the decode with one error naming the message
@@ -56,7 +56,7 @@ export function leave(): void { depth--; }
 
 /**
  * Records a decode error: "abi: malformed message: NAME: field N: item I:
- * ...: what" (the wording of abi/codec.go). Only the first error counts.
+ * ...: what" (the wording of abi/codec_gen.go). Only the first error counts.
  */
 export function fail(num: u32, what: string, a: u64 = 0, b: u64 = 0): void {
   if (decodeError != 0) return;
@@ -183,7 +183,7 @@ function readLenSlow(end: usize, num: u32): Bytes {
 // ---- fast readers ----
 //
 // Whole-message decoders (messages.ts) read a message's fields in the order
-// volhost's encoder writes them (abi/codec.go: ascending field numbers)
+// volhost's encoder writes them (abi/codec_gen.go: ascending field numbers)
 // with these: each takes the field with the one-byte tag it is given at
 // the cursor when it is there and well formed, and otherwise leaves the
 // cursor where it is and returns 0, so an absent field costs one compare

@@ -39,7 +39,7 @@ func genAS(s *schema, protoName string) []byte {
 	w.p("// String fields are Bytes into the request buffer (zero copy); repeated")
 	w.p("// message fields are Vecs of view addresses (use the typed accessors, e.g.")
 	w.p("// PolicyRequest.claim(i)); maps are Vecs of key, value pairs (mapGet).")
-	w.p("// Decoding follows proto3 merge rules like abi/codec.go: a singular message")
+	w.p("// Decoding follows proto3 merge rules like abi/codec_gen.go: a singular message")
 	w.p("// field seen twice merges, the last scalar wins, repeated and map fields")
 	w.p("// accumulate.")
 	w.p("")

@@ -15,7 +15,7 @@ import (
 //go:embed codec.go.tmpl
 var codecHelpers string
 
-// The Go codec: what abi/codec.go's helpers ("encoding helpers", "decoding
+// The Go codec: what codec.go.tmpl's helpers ("encoding helpers", "decoding
 // helpers") are used by, one message at a time. Every form below is the
 // straight-line code those comments describe; where a form exists for a
 // measured reason, the comment it writes says which.
@@ -849,7 +849,7 @@ func goMergeLoopOnly(w *goWriter, m *message) {
 }
 
 // goDecodeFresh writes the whole-message fast decoder of a message that
-// some fresh field holds (abi/codec.go "decodeFresh").
+// some fresh field holds (codec.go.tmpl "decoding helpers").
 func goDecodeFresh(w *goWriter, m *message) {
 	w.p("func (m *%s) decodeFresh(d *decoder, b []byte) error {", m.Name)
 	byType := map[string][]string{}
