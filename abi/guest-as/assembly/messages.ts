@@ -8,7 +8,7 @@
 // String fields are Bytes into the request buffer (zero copy); repeated
 // message fields are Vecs of view addresses (use the typed accessors, e.g.
 // PolicyRequest.claim(i)); maps are Vecs of key, value pairs (mapGet).
-// Decoding follows proto3 merge rules like abi/codec.go: a singular message
+// Decoding follows proto3 merge rules like abi/codec_gen.go: a singular message
 // field seen twice merges, the last scalar wins, repeated and map fields
 // accumulate.
 
