@@ -615,18 +615,16 @@ func goMerge(w *goWriter, s *schema, m *message) {
 			w.p("\t\tb = b[n:]")
 			done("\t\t")
 			w.p("\t}")
-		case f.Kind == kMessage && !f.Repeated && f.Fresh:
-			w.p("\t// Only the first %s can be decoded fresh: nothing of m is set before it.", goName(f.Name))
-			w.p("\tif v, n := itemBytes(b, %s); n > 0 {", tag(f))
-			w.p("\t\tif err := %s.decodeFresh(d, v); err != nil {", n)
-			w.p("\t\t\treturn fieldError(%d, protowire.BytesType, err)", f.Num)
-			w.p("\t\t}")
-			w.p("\t\tb = b[n:]")
-			done("\t\t")
-			w.p("\t}")
 		case f.Kind == kMessage && !f.Repeated:
-			w.p("\tif v, n := shortBytes(b, %s); n > 0 {", tag(f))
-			w.p("\t\tif err := %s.merge(d, v); err != nil {", n)
+			// A fresh field's first value may be long (two-byte length):
+			// itemBytes; the merge of any other takes a short one.
+			read, how := "shortBytes", "merge"
+			if f.Fresh {
+				w.p("\t// Only the first %s can be decoded fresh: nothing of m is set before it.", goName(f.Name))
+				read, how = "itemBytes", "decodeFresh"
+			}
+			w.p("\tif v, n := %s(b, %s); n > 0 {", read, tag(f))
+			w.p("\t\tif err := %s.%s(d, v); err != nil {", n, how)
 			w.p("\t\t\treturn fieldError(%d, protowire.BytesType, err)", f.Num)
 			w.p("\t\t}")
 			w.p("\t\tb = b[n:]")
@@ -766,11 +764,20 @@ func goLoop(w *goWriter, m *message) {
 	w.p("\t\t\t}")
 	w.p("\t\t}")
 	w.p("\t\tvar err error")
+	goSwitch(w, m, "\t\t\t\tn, err = skipField(num, typ, b)")
+}
+
+// goSwitch writes the loop's case per field, the skip of an unknown field
+// (lines skip; bytes and varints are consumed already) and the end of the
+// loop's body.
+func goSwitch(w *goWriter, m *message, skip ...string) {
 	w.p("\t\tswitch num {")
 	goCases(w, m)
 	w.p("\t\tdefault:")
 	w.p("\t\t\tif typ != protowire.BytesType && typ != protowire.VarintType {")
-	w.p("\t\t\t\tn, err = skipField(num, typ, b)")
+	for _, l := range skip {
+		w.p("%s", l)
+	}
 	w.p("\t\t\t}")
 	w.p("\t\t}")
 	w.p("\t\tif err != nil {")
@@ -829,20 +836,7 @@ func goMergeLoopOnly(w *goWriter, m *message) {
 	w.p("\t\tif err != nil {")
 	w.p("\t\t\treturn err")
 	w.p("\t\t}")
-	w.p("\t\tswitch num {")
-	goCases(w, m)
-	w.p("\t\tdefault:")
-	w.p("\t\t\tif typ != protowire.BytesType && typ != protowire.VarintType {")
-	w.p("\t\t\t\tvar k int")
-	w.p("\t\t\t\tk, err = skipField(num, typ, b[n:])")
-	w.p("\t\t\t\tn += k")
-	w.p("\t\t\t}")
-	w.p("\t\t}")
-	w.p("\t\tif err != nil {")
-	w.p("\t\t\treturn fieldError(num, typ, err)")
-	w.p("\t\t}")
-	w.p("\t\tb = b[n:]")
-	w.p("\t}")
+	goSwitch(w, m, "\t\t\t\tvar k int", "\t\t\t\tk, err = skipField(num, typ, b[n:])", "\t\t\t\tn += k")
 	w.p("\treturn nil")
 	w.p("}")
 	w.p("")
