@@ -115,3 +115,43 @@ func TestKeptAliveConnectionLosesARevokedToken(t *testing.T) {
 		t.Fatalf("after revocation on the kept-alive connection: %d (reused %v), want 403 on the same connection", code, reused)
 	}
 }
+
+// A node agent's token (node_id "n1" write) is bounded on the HTTP API:
+// besides its own node's registration and status it may do nothing an
+// operator, a reader or another node's agent does. Each attempt is 403
+// and the state, the peers and the modules are unchanged.
+func TestNodeAgentTokenBoundedOnTheAPI(t *testing.T) {
+	f := newACLFixture(t)
+	f.policy(t, "agent-n1", `node_id "n1" { policy = "write" }`)
+	secret, _ := f.token(t, "", "agent-n1")
+	for _, tc := range []struct{ name, method, path, body string }{
+		{"fence its own node", "PUT", "/v1/node/n1/fence", `{"reason":"off"}`},
+		{"unfence its own node", "DELETE", "/v1/node/n1/fence", ""},
+		{"another node's status", "PUT", "/v1/node/n2/status", `{"status":"down"}`},
+		{"register another node", "PUT", "/v1/nodes", `{"node":{"id":"n2"}}`},
+		{"list every node", "GET", "/v1/nodes", ""},
+		{"register a plugin", "PUT", "/v1/plugins", `{"plugin":{"id":"p2"}}`},
+		{"write allocations", "PUT", "/v1/allocs", `{"allocs":[{"id":"a1","node_id":"n1","client_status":"running"}]}`},
+		{"read a volume", "GET", "/v1/volume/v1", ""},
+		{"claim a volume on its node", "PUT", "/v1/volume/v1/claim", `{"alloc_id":"a1","node_id":"n1","mode":"write"}`},
+		{"detach a volume", "PUT", "/v1/volume/v1/detach?node=n1", ""},
+		{"read events", "GET", "/v1/events", ""},
+		{"save a snapshot (sealed secrets)", "GET", "/v1/operator/snapshot", ""},
+		{"list tokens", "GET", "/v1/acl/tokens", ""},
+		{"mint a token", "PUT", "/v1/acl/token", `{"name":"x","type":"management"}`},
+		{"join a voter", "POST", "/v1/operator/raft/join", joinBody},
+		{"reload modules", "PUT", "/v1/modules/reload", ""},
+		{"system gc", "PUT", "/v1/system/gc", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := f.fingerprint(t)
+			resp, body := do(t, tc.method, f.ts.URL+tc.path, tc.body, api.TokenHeader, secret)
+			if resp.StatusCode != http.StatusForbidden || !strings.Contains(body, "Permission denied") {
+				t.Fatalf("%s %s: %d %s, want 403", tc.method, tc.path, resp.StatusCode, body)
+			}
+			if after := f.fingerprint(t); after != before {
+				t.Fatalf("state changed by a refused request:\n%s\n%s", before, after)
+			}
+		})
+	}
+}
