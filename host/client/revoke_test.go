@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -157,8 +158,8 @@ func TestRevokedAgentTokenEndsItsStream(t *testing.T) {
 			testutil.WaitFor(t, "the server to drop the revoked agent's stream", func() bool {
 				return r.srv.Agent("n1") == nil && r.agent.Connected() == ""
 			})
-			if err := r.stage(ctx, a); status.Code(err) != codes.PermissionDenied {
-				t.Fatalf("stage after revocation: %v, want PermissionDenied", err)
+			if err := r.stage(ctx, a); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not sent") {
+				t.Fatalf("stage after revocation: %v, want Unavailable, not sent", err)
 			}
 			if n := len(r.plugin.Calls(csitest.NodeStage)); n != 1 {
 				t.Fatalf("NodeStage reached the node %d times, want 1 (before the revocation only)", n)
@@ -200,8 +201,8 @@ func TestStepAndHeartbeatRecheckTheToken(t *testing.T) {
 	r := newACLRig(t, 0, func(*acl.Service) nodeconn.Authorizer { return sw })
 	a := r.srv.Agent("n1")
 	sw.refuse.Store(true)
-	if err := r.stage(ctx, a); status.Code(err) != codes.PermissionDenied {
-		t.Fatalf("stage: %v, want PermissionDenied", err)
+	if err := r.stage(ctx, a); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("stage: %v, want Unavailable, not sent", err)
 	}
 	if n := len(r.plugin.Calls(csitest.NodeStage)); n != 0 {
 		t.Fatalf("NodeStage reached the node %d times, want 0", n)

@@ -324,7 +324,7 @@ func (a *Agent) send(m *ServerMsg) error {
 }
 
 // revoke closes the agent because its token no longer holds: steps in
-// flight and later ones fail PermissionDenied, none is sent.
+// flight and later ones fail, none is sent.
 func (a *Agent) revoke(err error) {
 	a.mu.Lock()
 	if a.revoked == nil {
@@ -339,7 +339,11 @@ func (a *Agent) gone(method string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.revoked != nil {
-		return status.Errorf(codes.PermissionDenied, "%s not sent to the node agent of %q: %v", method, a.nodeID, a.revoked)
+		// Unavailable, not PermissionDenied: the driver refused nothing,
+		// and a release step classed fatal would strand its claim when an
+		// operator rotates a node's token. It is retried once the agent
+		// reconnects with a valid one.
+		return status.Errorf(codes.Unavailable, "%s not sent to the node agent of %q: its token no longer holds (%v)", method, a.nodeID, a.revoked)
 	}
 	// The step may have run: Unavailable is retried, and every node
 	// step is idempotent (CSI spec).
