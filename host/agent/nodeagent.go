@@ -11,7 +11,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/client"
 	"github.com/volhost/volhost/host/nodeconn"
 	"github.com/volhost/volhost/host/server"
@@ -147,24 +146,26 @@ func (a *Agent) setupNodeRPC() error {
 		cfg.TLS = requireClientCert(a.TLS.HTTPServerConfig())
 	}
 	if a.cfg.ACL != nil && a.cfg.ACL.Enabled {
-		cfg.Authorize = a.authorizeAgent
+		cfg.Auth = lazyAuth{a} // a.ACL is built after the node connection
 	}
 	a.NodeRPC = nodeconn.NewServer(cfg)
 	return a.NodeRPC.Listen(nr.Address)
 }
 
+// lazyAuth reaches the ACL service built after the node connection.
+type lazyAuth struct{ a *Agent }
+
+func (l lazyAuth) Authorize(ctx context.Context, token, nodeID string) error {
+	return l.a.authorizeAgent(ctx, token, nodeID)
+}
+func (l lazyAuth) Revoked(ctx context.Context, token, nodeID string) <-chan error {
+	return nodeconn.ACLAuth(l.a.ACL.Resolver).Revoked(ctx, token, nodeID)
+}
+
 // authorizeAgent: with ACLs on, an agent's token must grant node:write on
-// the node it connects as (a node block, or a node_id rule naming it), so
-// a token handed to one node cannot drive another (issue 14).
-func (a *Agent) authorizeAgent(_ context.Context, token, nodeID string) error {
-	id, err := a.ACL.Resolve(token)
-	if err != nil {
-		return err
-	}
-	if id.ACL == nil || !id.ACL.AllowedNode(acl.NodeWrite, nodeID) {
-		return fmt.Errorf("token %s does not grant %s on node %q: %w", id.Accessor(), acl.NodeWrite, nodeID, structs.ErrPermissionDenied)
-	}
-	return nil
+// the node it connects as (nodeconn.ACLAuth holds the rule).
+func (a *Agent) authorizeAgent(ctx context.Context, token, nodeID string) error {
+	return nodeconn.ACLAuth(a.ACL.Resolver).Authorize(ctx, token, nodeID)
 }
 
 // requireClientCert makes a server config demand a certificate from the

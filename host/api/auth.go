@@ -350,7 +350,8 @@ func (s *Server) authorizing(next http.Handler) http.Handler {
 			WriteError(w, err)
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
+		ctx := context.WithValue(r.Context(), identityKey{}, id)
+		r = r.WithContext(context.WithValue(ctx, grantKey{}, &grant{secret: RequestToken(r), rule: ru}))
 		action := ru.audit
 		if force, _ := queryBool(r, "force"); ru.force && force {
 			action = "force-deregister"
@@ -365,6 +366,77 @@ func (s *Server) authorizing(next http.Handler) http.Handler {
 			s.auditAction(r, action, id)
 		}
 	})
+}
+
+// grant is what authorized a request: checked again while a blocking
+// query waits (untilRevoked).
+type grant struct {
+	secret string
+	rule   rule
+}
+
+type grantKey struct{}
+
+// revocationWatcher is implemented by *acl.Service (its Resolver).
+type revocationWatcher interface {
+	WatchRevocation(ctx context.Context, secret string, allowed func(*acl.Identity) error) <-chan error
+}
+
+// untilRevoked is r's context, cancelled with the reason (wrapping
+// acl.ErrRevoked) once the token that authorized r stops passing r's
+// route rule: deleted, expired, or a policy changed. A blocking query
+// waits up to MaxWait; without this it would answer, minutes after its
+// token was revoked, what that token may no longer read. stop releases
+// the watch.
+func (s *Server) untilRevoked(r *http.Request) (ctx context.Context, stop func()) {
+	g, _ := r.Context().Value(grantKey{}).(*grant)
+	var w revocationWatcher
+	if cfg := s.auth.cfg; cfg != nil {
+		w, _ = cfg.Service.(revocationWatcher)
+	}
+	cctx, cancel := context.WithCancelCause(r.Context())
+	if g == nil || w == nil || g.rule.open {
+		return cctx, func() { cancel(nil) }
+	}
+	// Only GET routes block: their rule reads the path and query, never
+	// the body, so the check may run again from the watch's goroutine.
+	revoked := w.WatchRevocation(cctx, g.secret, func(id *acl.Identity) error {
+		return s.check(nil, r, g.rule, id, nil)
+	})
+	go func() {
+		select {
+		case err := <-revoked:
+			cancel(err)
+		case <-cctx.Done():
+		}
+	}()
+	return cctx, func() { cancel(nil) }
+}
+
+// revokedError is the 403 of a request whose token was revoked while it
+// waited: the watch ended ctx, or the write that woke the query came
+// before the watch (a policy write is itself an event), so the token is
+// checked once more before the answer goes out. nil: still allowed.
+func (s *Server) revokedError(ctx context.Context, r *http.Request) error {
+	cause := context.Cause(ctx)
+	if !errors.Is(cause, acl.ErrRevoked) {
+		g, _ := r.Context().Value(grantKey{}).(*grant)
+		if g == nil || g.rule.open {
+			return nil
+		}
+		id, err := s.auth.cfg.Service.Resolve(g.secret)
+		if err == nil {
+			err = s.check(nil, r, g.rule, id, nil)
+		}
+		if err == nil {
+			return nil
+		}
+		if !isTokenError(err) && !errors.As(err, new(*PermissionDenied)) {
+			return err // the state could not be read: 500
+		}
+		cause = fmt.Errorf("%w: %w", acl.ErrRevoked, err)
+	}
+	return &httpError{status: http.StatusForbidden, msg: "Permission denied: " + cause.Error()}
 }
 
 func isTokenError(err error) bool {

@@ -31,6 +31,12 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.SinceIndex = since
+	if id := identityOf(r); id != nil && id.ACL != nil {
+		// events:read opens the route; each event is then read like its
+		// subject (acl.AllowedEvent): a token that cannot read a
+		// namespace sees none of its events.
+		f.Visible = id.ACL.AllowedEvent
+	}
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
 		es, next, err := rd.EventsFiltered(ws, f)
 		if err != nil {

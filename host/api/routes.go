@@ -147,15 +147,19 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, fn func(ws memdb.W
 		// ?wait=0s asks for the answer now, whatever the index.
 		minIndex = 0
 	}
+	ctx := r.Context()
 	if minIndex > 0 {
 		release, ok := s.acquireBlocking(w)
 		if !ok {
 			return
 		}
 		defer release()
+		var stop func()
+		ctx, stop = s.untilRevoked(r)
+		defer stop()
 	}
 	var out any
-	index, err := s.store.Query(r.Context(), minIndex, wait, func(ws memdb.WatchSet, rd Reader) (uint64, error) {
+	index, err := s.store.Query(ctx, minIndex, wait, func(ws memdb.WatchSet, rd Reader) (uint64, error) {
 		v, idx, err := fn(ws, rd)
 		if err != nil {
 			return 0, err
@@ -163,6 +167,11 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request, fn func(ws memdb.W
 		out = v
 		return idx, nil
 	})
+	if minIndex > 0 {
+		if rerr := s.revokedError(ctx, r); rerr != nil {
+			err = rerr // what it read may no longer be shown to it
+		}
+	}
 	if err != nil {
 		WriteError(w, err)
 		return

@@ -33,14 +33,25 @@ type Leader interface {
 	Leader() (addr, id string)
 }
 
+// Authorizer checks a node agent's token (ACLs on).
+type Authorizer interface {
+	// Authorize checks now that token may act as the agent of nodeID
+	// (node:write on it).
+	Authorize(ctx context.Context, token, nodeID string) error
+	// Revoked yields why, once token stops passing Authorize for nodeID
+	// (deleted, expired, its policies changed); nothing once ctx ends.
+	Revoked(ctx context.Context, token, nodeID string) <-chan error
+}
+
 // Config wires a Server.
 type Config struct {
 	Registrar Registrar
 	Leader    Leader
 	Tracker   *Tracker
-	// Authorize checks the agent's token for node nodeID (ACLs on); nil
-	// accepts every agent (ACLs off).
-	Authorize func(ctx context.Context, token, nodeID string) error
+	// Auth checks the agent's token when its stream opens, at every
+	// message it sends, before every node step, and watches it for
+	// revocation; nil accepts every agent (ACLs off).
+	Auth Authorizer
 	// TLS, when set, serves mutual TLS (tls.rpc).
 	TLS *tls.Config
 	// HeartbeatInterval is what agents are told to heartbeat at.
@@ -148,10 +159,18 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 		return status.Error(codes.InvalidArgument, "the first message must be a hello naming the node")
 	}
 	node := first.Hello.Node
-	if s.cfg.Authorize != nil {
-		if err := s.cfg.Authorize(ctx, tokenOf(ctx), node.ID); err != nil {
+	token := tokenOf(ctx)
+	authorize := func(ctx context.Context) error {
+		if s.cfg.Auth == nil {
+			return nil
+		}
+		if err := s.cfg.Auth.Authorize(ctx, token, node.ID); err != nil {
 			return status.Errorf(codes.PermissionDenied, "node agent of %q: %v", node.ID, err)
 		}
+		return nil
+	}
+	if err := authorize(ctx); err != nil {
+		return err
 	}
 	if !s.cfg.Leader.IsLeader() {
 		addr, _ := s.cfg.Leader.Leader()
@@ -160,7 +179,7 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 	if _, err := s.cfg.Registrar.RegisterAgentNode(ctx, node); err != nil {
 		return status.Errorf(codes.InvalidArgument, "register node %q: %v", node.ID, err)
 	}
-	a := &Agent{nodeID: node.ID, stream: stream, pending: map[uint64]chan *StepResult{}, done: make(chan struct{})}
+	a := &Agent{nodeID: node.ID, stream: stream, authorize: authorize, pending: map[uint64]chan *StepResult{}, done: make(chan struct{})}
 	s.mu.Lock()
 	old := s.conns[node.ID]
 	s.conns[node.ID] = a
@@ -181,11 +200,37 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 	}
 	s.log.Info("node agent connected", "node", node.ID, "plugins", len(node.Plugins))
 	s.beat(ctx, node.ID)
+	// A token is not checked once for the life of the stream: its
+	// revocation (deletion, expiry, a policy change) ends the stream the
+	// moment it is committed, and every message is checked again, so a
+	// revoked agent neither keeps its node ready nor receives a node step
+	// (with the volume's secrets) after it.
+	var revoked <-chan error
+	if s.cfg.Auth != nil {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		revoked = s.cfg.Auth.Revoked(watchCtx, token, node.ID)
+	}
+	msgs, stopRecv := receive(stream)
+	defer stopRecv()
 	for {
-		var m AgentMsg
-		if err := stream.RecvMsg(&m); err != nil {
-			s.log.Info("node agent disconnected", "node", node.ID, "error", err)
-			return nil
+		var m *AgentMsg
+		select {
+		case err := <-revoked:
+			a.revoke(err)
+			s.log.Warn("node agent disconnected: its token was revoked", "node", node.ID, "reason", err)
+			return status.Errorf(codes.PermissionDenied, "node agent of %q: %v", node.ID, err)
+		case r := <-msgs:
+			if r.err != nil {
+				s.log.Info("node agent disconnected", "node", node.ID, "error", r.err)
+				return nil
+			}
+			m = r.msg
+		}
+		if err := authorize(ctx); err != nil {
+			a.revoke(err)
+			s.log.Warn("node agent refused: its token no longer holds", "node", node.ID, "error", err)
+			return err
 		}
 		switch {
 		case m.Heartbeat != nil:
@@ -202,6 +247,37 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 			a.deliver(m.Result)
 		}
 	}
+}
+
+// received is one message read from an agent's stream, or why reading
+// stopped.
+type received struct {
+	msg *AgentMsg
+	err error
+}
+
+// receive reads stream in its own goroutine, so the handler can end the
+// stream (a revoked token) while a read is blocked: the read then fails
+// as the stream closes. stop, called before the handler returns, lets
+// the goroutine end without anyone left to take its last message.
+func receive(stream grpc.ServerStream) (<-chan received, func()) {
+	out := make(chan received)
+	quit := make(chan struct{})
+	go func() {
+		for {
+			m := new(AgentMsg)
+			err := stream.RecvMsg(m)
+			select {
+			case out <- received{msg: m, err: err}:
+			case <-quit:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return out, func() { close(quit) }
 }
 
 func (s *Server) beat(ctx context.Context, nodeID string) {
@@ -224,19 +300,54 @@ func tokenOf(ctx context.Context) string {
 type Agent struct {
 	nodeID string
 	stream grpc.ServerStream
-	sendMu sync.Mutex
+	// authorize checks the stream's token for nodeID again (nil error
+	// with ACLs off).
+	authorize func(context.Context) error
+	sendMu    sync.Mutex
 
 	mu      sync.Mutex
 	next    uint64
 	pending map[uint64]chan *StepResult
 	done    chan struct{}
 	closed  bool
+	revoked error // why the stream's token stopped holding, once it did
 }
+
+// NodeID is the node this agent was authorized to serve: the claim path
+// and the watcher find it by that ID, so its steps are the node's own.
+func (a *Agent) NodeID() string { return a.nodeID }
 
 func (a *Agent) send(m *ServerMsg) error {
 	a.sendMu.Lock()
 	defer a.sendMu.Unlock()
 	return a.stream.SendMsg(m)
+}
+
+// revoke closes the agent because its token no longer holds: steps in
+// flight and later ones fail, none is sent.
+func (a *Agent) revoke(err error) {
+	a.mu.Lock()
+	if a.revoked == nil {
+		a.revoked = err
+	}
+	a.mu.Unlock()
+	a.close()
+}
+
+// gone is the error of a step on a closed agent.
+func (a *Agent) gone(method string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.revoked != nil {
+		// Unavailable, not PermissionDenied: the driver refused nothing,
+		// and a release step classed fatal would strand its claim when an
+		// operator rotates a node's token. It is retried once the agent
+		// reconnects with a valid one.
+		return status.Errorf(codes.Unavailable, "%s not sent to the node agent of %q: its token no longer holds (%v)", method, a.nodeID, a.revoked)
+	}
+	// The step may have run: Unavailable is retried, and every node
+	// step is idempotent (CSI spec).
+	return status.Errorf(codes.Unavailable, "node agent of %q disconnected (%s)", a.nodeID, method)
 }
 
 func (a *Agent) close() {
@@ -265,11 +376,20 @@ func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Mes
 	if err != nil {
 		return status.Errorf(codes.Internal, "encode %s: %v", method, err)
 	}
+	// NodeStage and NodePublish carry the volume's secrets: the token is
+	// checked again right before any step goes out, not only when the
+	// stream opened, so a revoked agent is sent none (the watch closes
+	// the stream too, but a step may be issued between the commit and
+	// the watch waking).
+	if err := a.authorize(ctx); err != nil {
+		a.revoke(err)
+		return a.gone(method)
+	}
 	ch := make(chan *StepResult, 1)
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
-		return status.Errorf(codes.Unavailable, "node agent of %q disconnected", a.nodeID)
+		return a.gone(method)
 	}
 	a.next++
 	id := a.next
@@ -300,9 +420,7 @@ func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Mes
 		return status.FromContextError(ctx.Err()).Err()
 	case <-a.done:
 		forget()
-		// The step may have run: Unavailable is retried, and every node
-		// step is idempotent (CSI spec).
-		return status.Errorf(codes.Unavailable, "node agent of %q disconnected during %s", a.nodeID, method)
+		return a.gone(method)
 	}
 }
 

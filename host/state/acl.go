@@ -125,3 +125,16 @@ func (s *Store) ACLTokens() ([]*structs.ACLToken, error) { return s.Snapshot().A
 func (s *Store) ACLTokenByAccessor(accessor string) (*structs.ACLToken, error) {
 	return s.Snapshot().ACLTokenByAccessor(nil, accessor)
 }
+
+// ACLWatch adds to ws what changes the identity of the token whose secret
+// hashes to hash: its own row, every policy, and a restore of the whole
+// state (acl.Watcher: open streams see a revocation at once).
+func (s *Store) ACLWatch(ws memdb.WatchSet, hash string) error {
+	snap := s.Snapshot()
+	watch(ws, snap.abandon)
+	if _, err := snap.ACLTokenBySecretHash(ws, hash); err != nil {
+		return err
+	}
+	_, err := snap.ACLPolicies(ws)
+	return err
+}

@@ -261,6 +261,9 @@ type EventFilter struct {
 	// Limit stops after this many events (0: no limit); the returned
 	// next sequence is then the first event left out.
 	Limit int
+	// Visible, when set, keeps only the events it allows (the caller's
+	// ACL): applied before Limit, so a page is full of what it may see.
+	Visible func(*structs.Event) bool
 }
 
 // EventEntry is an event with its sequence number (the page token).
@@ -301,7 +304,8 @@ func (snap *Snapshot) EventsFiltered(ws memdb.WatchSet, f EventFilter) ([]EventE
 		case r.Seq < f.FromSeq, r.Index <= f.SinceIndex,
 			f.Type != "" && e.Type != f.Type,
 			!f.After.IsZero() && e.Time.Before(f.After),
-			!f.Before.IsZero() && !e.Time.Before(f.Before):
+			!f.Before.IsZero() && !e.Time.Before(f.Before),
+			f.Visible != nil && !f.Visible(e):
 			continue
 		}
 		if f.Limit > 0 && len(out) == f.Limit {

@@ -1,0 +1,38 @@
+package nodeconn
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/volhost/volhost/host/acl"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// ACLAuth is the Authorizer of a cluster with ACLs on: an agent's token
+// must grant node:write on the node it serves (a node block, or a node_id
+// rule naming it), so a token handed to one node cannot drive another,
+// and it stops serving the moment the token is deleted or expires, or a
+// policy change takes that grant away.
+func ACLAuth(r *acl.Resolver) Authorizer { return aclAuth{r} }
+
+type aclAuth struct{ r *acl.Resolver }
+
+func (x aclAuth) Authorize(_ context.Context, token, nodeID string) error {
+	id, err := x.r.Resolve(token)
+	if err != nil {
+		return err
+	}
+	return mayServe(id, nodeID)
+}
+
+func (x aclAuth) Revoked(ctx context.Context, token, nodeID string) <-chan error {
+	return x.r.WatchRevocation(ctx, token, func(id *acl.Identity) error { return mayServe(id, nodeID) })
+}
+
+// mayServe is the one rule of who may be nodeID's agent.
+func mayServe(id *acl.Identity, nodeID string) error {
+	if id.ACL == nil || !id.ACL.AllowedNode(acl.NodeWrite, nodeID) {
+		return fmt.Errorf("token %s does not grant %s on node %q: %w", id.Accessor(), acl.NodeWrite, nodeID, structs.ErrPermissionDenied)
+	}
+	return nil
+}
