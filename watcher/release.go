@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -859,13 +856,20 @@ func (p *pass) adapt(ctx context.Context, c *structs.Claim, step string) (*abi.A
 
 // CheckAdapterIDs bounds an adapter's answer to what the host can verify
 // (issue 10 defect 4): the volume ID must be the volume's external ID, and
-// a node ID must be one the host learnt for that node: from the node
-// plugin's NodeGetInfo, or the one recorded on the claim when it was
-// published. A module that names another disk or another instance would
-// otherwise detach it from under someone else. At publish, when the host
-// knows no external node ID for the node, the adapter's is the only one
-// there is (it is recorded on the claim and every later step is held to
-// it). node may be nil (gone).
+// a node ID must be the one the claim's steps go to. A module that names
+// another disk or another instance would otherwise detach it from under
+// someone else.
+//
+// At release that is the ID recorded on the claim when it was published,
+// and only that one (structs.Claim.ReleaseNodeID): the node's current ID
+// may name another machine (a replaced instance, an agent that reported
+// another node's ID), whose ControllerUnpublish would detach a disk under
+// its workload or answer OK for an attachment it never had. A claim that
+// recorded none (published before the field existed, or while its node
+// had no node endpoint) is held to the node's current one. At publish,
+// the node's current ID; when the host knows none, the adapter's is the
+// only one there is (it is recorded on the claim and every later step is
+// held to it). node may be nil (gone).
 func CheckAdapterIDs(step string, v *structs.Volume, c *structs.Claim, node *structs.Node, resp *abi.AdapterResponse) error {
 	if resp.VolumeID != v.ExternalID {
 		return fmt.Errorf("answered volume ID %q for %s of volume %s/%s, whose external ID is %q",
@@ -874,36 +878,32 @@ func CheckAdapterIDs(step string, v *structs.Volume, c *structs.Claim, node *str
 	if step != StepControllerPublish && step != StepControllerUnpublish {
 		return nil // node steps send no node ID
 	}
-	var known []string
+	var current string
 	if node != nil {
-		if np := node.Plugins[v.PluginID]; np != nil && np.ExternalNodeID != "" {
-			known = append(known, np.ExternalNodeID)
+		if np := node.Plugins[v.PluginID]; np != nil {
+			current = np.ExternalNodeID
 		}
 	}
-	if c.ExternalNodeID != "" && step != StepControllerPublish && !slices.Contains(known, c.ExternalNodeID) {
-		known = append(known, c.ExternalNodeID)
+	known := current
+	if step != StepControllerPublish {
+		known = c.ReleaseNodeID(current)
 	}
 	switch {
 	case resp.NodeID == "":
 		return nil // refused later, with the host's own message
-	case len(known) == 0 && step == StepControllerPublish:
+	case known == "" && step == StepControllerPublish:
 		return nil
-	case slices.Contains(known, resp.NodeID):
+	case resp.NodeID == known:
 		return nil
-	case len(known) == 0:
+	case known == "":
 		return fmt.Errorf("answered node ID %q for %s of node %q, for which the host knows no external node ID to check it against",
 			resp.NodeID, step, c.NodeID)
+	case step != StepControllerPublish && c.ExternalNodeID != "":
+		return fmt.Errorf("answered node ID %q for %s of node %q, whose external node ID is %q (recorded on the claim at publish)",
+			resp.NodeID, step, c.NodeID, known)
 	}
-	return fmt.Errorf("answered node ID %q for %s of node %q, whose external node ID is %s",
-		resp.NodeID, step, c.NodeID, strings.Join(quoteAll(known), " or "))
-}
-
-func quoteAll(ss []string) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = strconv.Quote(s)
-	}
-	return out
+	return fmt.Errorf("answered node ID %q for %s of node %q, whose external node ID is %q",
+		resp.NodeID, step, c.NodeID, known)
 }
 
 // failAdapt records an adapter fault, unless the context ended (step-down).
