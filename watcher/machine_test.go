@@ -58,3 +58,47 @@ func TestReleaseGoesToTheRecordedExternalNodeID(t *testing.T) {
 		})
 	}
 }
+
+// One machine registered under two node IDs (same plugin endpoint, so the
+// same external node ID; same root_dir, so the same staging path), as a
+// store from before the one-machine-one-node check may hold it: releasing
+// the ended claim on one node ID must neither unstage the shared staging
+// path nor detach the shared attachment while the other runs there.
+func TestOneMachineUnderTwoNodeIDs(t *testing.T) {
+	f := newFixture(t, Config{}, nil)
+	twin := readyNode("n1b")
+	twin.Plugins[testPlugin].ExternalNodeID = "ext-" + testNode
+	f.store.putNode(twin)
+	f.store.putAlloc("a1", testNode, structs.AllocRunning)
+	f.store.putAlloc("b1", "n1b", structs.AllocComplete)
+	ended := newClaim("b1", "n1b", structs.ClaimTaken)
+	ended.ExternalNodeID, ended.StagingPath = "ext-"+testNode, "/stage/"+testNode
+	f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken), ended))
+	if _, err := f.w.assess(context.Background(), ref("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.csi.methods(); len(got) != 1 || got[0] != mNodeUnpublish {
+		t.Fatalf("CSI calls %v, want only b1's NodeUnpublish", got)
+	}
+	if c := f.store.claim(ref("v1"), "b1"); c != nil {
+		t.Fatalf("b1 not released: %+v", c)
+	}
+}
+
+// A claim taken while its node had no node endpoint staged nothing: it
+// does not keep the path another claim staged from being unstaged, and
+// the mount is not left behind.
+func TestClaimThatStagedNothingHoldsNoStagingPath(t *testing.T) {
+	f := newFixture(t, Config{}, nil)
+	f.store.putAlloc("a0", testNode, structs.AllocRunning)
+	f.store.putAlloc("a1", testNode, structs.AllocComplete)
+	bare := newClaim("a0", testNode, structs.ClaimTaken)
+	bare.StagingPath, bare.TargetPath = "", ""
+	f.store.putVolume(newVolume("v1", bare, newClaim("a1", testNode, structs.ClaimTaken)))
+	if _, err := f.w.assess(context.Background(), ref("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.csi.methods(); len(got) != 2 || got[0] != mNodeUnpublish || got[1] != mNodeUnstage {
+		t.Fatalf("CSI calls %v, want a1's NodeUnpublish and NodeUnstage (a0 holds the attachment only)", got)
+	}
+}

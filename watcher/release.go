@@ -423,8 +423,9 @@ func (p *pass) release(ctx context.Context, c *structs.Claim, skipNode bool) err
 }
 
 // nodeStep: NodeUnpublishVolume, then NodeUnstageVolume when the node plugin
-// stages and no other claim of the volume on that node is still published
-// there. Skipped when the policy says the node is unreachable.
+// stages and no other claim of the volume on that machine still needs the
+// staging path (structs.Volume.NeedsStaging). Skipped when the policy says
+// the node is unreachable.
 func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool, error) {
 	node := p.nodes[c.NodeID]
 	var np *structs.NodePlugin
@@ -484,7 +485,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			rec, recorded = rctx, true
 		}
 		// The staging path is shared by the volume's claims on this
-		// node: unstage only when this is the last one published there,
+		// machine: unstage only when no other one needs it,
 		// as committed state says right now, with the claim path held
 		// off until the checkpoint is written (VolumeLocks).
 		if np.StageUnstage && c.StagingPath != "" {
@@ -500,8 +501,13 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			if last {
 				if unpublished {
 					// Commit the unpublish before the unstage runs, so
-					// no retry sends it twice. Only here: a claim with
-					// no unstage to follow keeps one write per step.
+					// no retry sends it twice, and so that committed
+					// state says the unstage may have run from here on
+					// (structs.Claim.Staged: unknown), whatever becomes
+					// of its answer: a claim path then stages again
+					// instead of publishing from a path that may be
+					// empty. Only here: a claim with no unstage to
+					// follow keeps one write per step.
 					if err := p.recordUnpublished(rec, c); err != nil {
 						return false, err
 					}
@@ -581,40 +587,35 @@ func (p *pass) recordUnpublished(ctx context.Context, c *structs.Claim) error {
 	return nil
 }
 
-// lastOnNodeCommitted: no other claim of the volume on c's node is still
-// published there (state taken), read from committed state, not from the
-// claims this pass loaded: a claim taken on the node since then needs the
-// staging path (issue 10 defect 2). Call it holding the volume's lock.
+// lastOnNodeCommitted: no other claim of the volume on c's machine still
+// needs the staging path (structs.Volume.NeedsStaging), read from
+// committed state, not from the claims this pass loaded: a claim taken
+// there since then needs it (issue 10 defect 2). The machine, not the
+// node ID: one machine registered under two node IDs shares the path. A
+// claim that staged nothing (taken while its node had no node endpoint)
+// does not keep a path another claim staged from being unstaged. Call it
+// holding the volume's lock.
 func (p *pass) lastOnNodeCommitted(c *structs.Claim) (bool, error) {
-	other, err := p.otherOnNodeCommitted(c, func(o *structs.Claim) bool { return o.State == structs.ClaimTaken })
-	return !other, err
-}
-
-// sharedOnNodeCommitted: another claim of the volume on c's node has not
-// finished its controller step, read from committed state. The controller
-// attachment is per (volume, node), so it is left to the last such claim:
-// ControllerUnpublishVolume then runs once, after every node step on that
-// node (CSI spec; ANCHORS pain 9: unpublish while still in use, or twice).
-// Call it holding the volume's lock.
-func (p *pass) sharedOnNodeCommitted(c *structs.Claim) (bool, error) {
-	return p.otherOnNodeCommitted(c, func(o *structs.Claim) bool {
-		return o.State.Order() < structs.ClaimControllerDetached.Order()
-	})
-}
-
-// otherOnNodeCommitted reports whether a committed claim of the volume on
-// c's node, other than c, satisfies needs.
-func (p *pass) otherOnNodeCommitted(c *structs.Claim, needs func(*structs.Claim) bool) (bool, error) {
 	v, err := p.committed()
 	if err != nil {
 		return false, err
 	}
-	for _, o := range v.Claims {
-		if o.AllocID != c.AllocID && o.NodeID == c.NodeID && needs(o) {
-			return true, nil
-		}
+	return v.NeedsStaging(c) == nil, nil
+}
+
+// sharedOnNodeCommitted: another claim of the volume on c's machine holds
+// the controller attachment or may (structs.Volume.HoldsAttachment), read
+// from committed state. The attachment is per (volume, external node ID),
+// so it is left to the last such claim: ControllerUnpublishVolume then
+// runs once, after every node step on that machine (CSI spec; ANCHORS
+// pain 9: unpublish while still in use, or twice). Call it holding the
+// volume's lock.
+func (p *pass) sharedOnNodeCommitted(c *structs.Claim) (bool, error) {
+	v, err := p.committed()
+	if err != nil {
+		return false, err
 	}
-	return false, nil
+	return v.HoldsAttachment(c) != nil, nil
 }
 
 // committed re-reads the volume from the store.
@@ -702,19 +703,13 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 	return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil, stepFlags{controllerUnpublished: true})
 }
 
-// secrets resolves the adapter's secret keys against the volume's secrets;
-// nil keys means all of them (SpecAdapter).
+// secrets resolves the adapter's secret keys against the volume's secrets
+// (structs.Volume.SelectSecrets, the claim path's rule too); a key the
+// volume lacks is the adapter's fault.
 func (p *pass) secrets(keys []string) (map[string]string, *structs.ClaimError) {
-	if keys == nil {
-		return p.v.Secrets, nil
-	}
-	out := make(map[string]string, len(keys))
-	for _, k := range keys {
-		val, ok := p.v.Secrets[k]
-		if !ok {
-			return nil, p.fault(p.adapter, StepAdapter, FaultBadOutput, "secret key %q is not a secret of the volume", k)
-		}
-		out[k] = val
+	out, err := p.v.SelectSecrets(keys)
+	if err != nil {
+		return nil, p.fault(p.adapter, StepAdapter, FaultBadOutput, "%v", err)
 	}
 	return out, nil
 }

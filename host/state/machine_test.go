@@ -1,6 +1,7 @@
 package state
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -100,4 +101,66 @@ func TestNodeRegainsOnlyItsRecordedID(t *testing.T) {
 	}
 	n.Plugins["ebs"].ExternalNodeID = "i-0001"
 	f.must(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n})
+}
+
+// publishedClaim records a taken claim of alloc on node as the claim path
+// records one it staged and published: the external node ID it was
+// published to, and its staging and target paths.
+func (f *fixture) publishedClaim(volID, allocID, node, ext string) {
+	f.t.Helper()
+	f.must(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: volID,
+		Claim: &structs.Claim{AllocID: allocID, NodeID: node, Mode: structs.ClaimWrite, ExternalNodeID: ext,
+			StagingPath: "/root/staging/" + volID, TargetPath: "/root/per-alloc/" + allocID + "/" + volID}})
+}
+
+// The store refuses a release's NodeUnstage or ControllerUnpublish that a
+// committed claim on the same machine contradicts, by the rules the
+// release decided by: per machine (external node ID), not per node ID,
+// and only for a claim that staged.
+func TestCheckpointRefusesPerMachineStepUnderAnotherClaim(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		other    func(f *fixture) // records the other claim, a2's (running on n2)
+		unstaged bool
+		refused  bool
+	}{
+		// A store from before the one-machine-one-node check: n2 is n1's
+		// machine under another node ID.
+		{"unstage under a claim on the same machine", func(f *fixture) { f.publishedClaim("vol-mw", "a2", "n2", "ext-n1") }, true, true},
+		{"controller unpublish under a claim on the same machine", func(f *fixture) { f.publishedClaim("vol-mw", "a2", "n2", "ext-n1") }, false, true},
+		{"unstage beside another machine", func(f *fixture) { f.publishedClaim("vol-mw", "a2", "n2", "ext-n2") }, true, false},
+		{"controller unpublish beside another machine", func(f *fixture) { f.publishedClaim("vol-mw", "a2", "n2", "ext-n2") }, false, false},
+		// Taken while the node had no node endpoint: it staged nothing.
+		{"unstage beside a claim that staged nothing", func(f *fixture) {
+			f.must(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: "vol-mw",
+				Claim: &structs.Claim{AllocID: "a2", NodeID: "n2", Mode: structs.ClaimWrite, ExternalNodeID: "ext-n1"}})
+		}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.publishedClaim("vol-mw", "a4", "n1", "ext-n1")
+			tc.other(f)
+			f.setAlloc("a4", structs.AllocComplete)
+			c := f.volume("default", "vol-mw").Claims["a4"].Copy()
+			req := &structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: "vol-mw", Claim: c}
+			if tc.unstaged {
+				c.State, req.Unstaged = structs.ClaimNodeDetached, true
+			} else {
+				f.must(structs.ClaimCheckpointType, &structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: "vol-mw", Claim: func() *structs.Claim {
+					d := c.Copy()
+					d.State = structs.ClaimNodeDetached
+					return d
+				}()})
+				c.State, req.ControllerUnpublished = structs.ClaimControllerDetached, true
+			}
+			before := f.digest()
+			_, err := f.apply(structs.ClaimCheckpointType, req)
+			if tc.refused != errors.Is(err, structs.ErrConflict) {
+				t.Fatalf("checkpoint: %v, want refused %v", err, tc.refused)
+			}
+			if tc.refused && (f.digest() != before || !strings.Contains(err.Error(), `allocation "a2" (node "n2")`)) {
+				t.Fatalf("refusal %v changed the state or does not name the other claim", err)
+			}
+		})
+	}
 }

@@ -760,20 +760,20 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 		return structs.Conflict("claim of allocation %q on volume %q cannot move back from %s to %s",
 			c.AllocID, volName(r.Namespace, r.VolumeID), old.State, c.State)
 	}
-	// A transition that ran a per-(volume, node) step on the ground that
-	// no other claim on the node needed it is refused if a committed claim
-	// says otherwise (issue 10 defect 2).
-	for id, o := range v.Claims {
-		if id == c.AllocID || o.NodeID != c.NodeID {
-			continue
+	// A transition that ran a per-(volume, machine) step on the ground
+	// that no other claim on the machine needed it is refused if a
+	// committed claim says otherwise (issue 10 defect 2), with the rules
+	// the release decided by (structs.Volume.NeedsStaging, HoldsAttachment).
+	if r.Unstaged {
+		if o := v.NeedsStaging(old); o != nil {
+			return structs.Conflict("claim of allocation %q on volume %q reports NodeUnstage on node %q, where allocation %q (node %q) is published from the staging path",
+				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, o.AllocID, o.NodeID)
 		}
-		if r.Unstaged && o.State == structs.ClaimTaken {
-			return structs.Conflict("claim of allocation %q on volume %q reports NodeUnstage on node %q, where allocation %q holds a taken claim",
-				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, id)
-		}
-		if r.ControllerUnpublished && o.State.Order() < structs.ClaimControllerDetached.Order() {
-			return structs.Conflict("claim of allocation %q on volume %q reports ControllerUnpublish on node %q, where allocation %q still uses the attachment (%s)",
-				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, id, o.State)
+	}
+	if r.ControllerUnpublished {
+		if o := v.HoldsAttachment(old); o != nil {
+			return structs.Conflict("claim of allocation %q on volume %q reports ControllerUnpublish on node %q, where allocation %q (node %q) still uses the attachment (%s)",
+				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, o.AllocID, o.NodeID, o.State)
 		}
 	}
 	if err := validateNodeUnpublished(old, c, r); err != nil {

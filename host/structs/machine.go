@@ -190,3 +190,25 @@ func (v *Volume) otherClaim(c *Claim, match func(*Claim) bool) *Claim {
 	}
 	return found
 }
+
+// SelectSecrets is the secrets of v a CSI call of its claims sends: those
+// named by keys, an adapter's answer (nil: all of them, what the spec
+// adapter answers; modules never see secret values). A key that is not a
+// secret of the volume is an error, at publish and at release alike: a
+// module that names a secret the volume lacks is wrong about the volume,
+// and sending the call without it would only move the failure into the
+// driver (a publish without it, or a release that cannot run later).
+func (v *Volume) SelectSecrets(keys []string) (map[string]string, error) {
+	if keys == nil {
+		return v.Secrets, nil
+	}
+	out := make(map[string]string, len(keys))
+	for _, k := range keys {
+		val, ok := v.Secrets[k]
+		if !ok {
+			return nil, fmt.Errorf("secret key %q is not a secret of the volume", k)
+		}
+		out[k] = val
+	}
+	return out, nil
+}
