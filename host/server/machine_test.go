@@ -182,3 +182,27 @@ func TestClaimRefusesAnAdapterNamingAnUnknownSecret(t *testing.T) {
 		t.Fatalf("%d CSI calls for a claim whose adapter named an unknown secret", n)
 	}
 }
+
+// A claim step whose answer was lost may have run: the rollback undoes it
+// like a step that succeeded (every undo is idempotent by the CSI spec),
+// so no mount is left that no claim accounts for.
+func TestRollbackUndoesAStepWhoseAnswerWasLost(t *testing.T) {
+	h := newHarness(t, "node1")
+	ref := h.volume("default", "vol1", structs.AccessSingleNodeWriter)
+	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
+	h.nodes["node1"].Script(csitest.NodePublish, csitest.Result{Code: codes.Unavailable, Message: "node agent disconnected during NodePublishVolume"})
+	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err == nil {
+		t.Fatal("claim with a lost NodePublish answer succeeded")
+	}
+	publish := h.calls("node1", csitest.NodePublish, ref)
+	unpublish := h.calls("node1", csitest.NodeUnpublish, ref)
+	if len(publish) != 1 || len(unpublish) != 1 || unpublish[0].TargetPath != publish[0].TargetPath {
+		t.Fatalf("NodePublish %v, NodeUnpublish %v: want the target the lost NodePublish may have mounted unpublished", publish, unpublish)
+	}
+	if n := len(h.calls("node1", csitest.NodeUnstage, ref)); n != 1 {
+		t.Fatalf("%d NodeUnstage, want 1", n)
+	}
+	if h.ctl.Attached(externalID(ref.Namespace, ref.ID), "ext-node1") {
+		t.Fatal("the failed claim left its attachment")
+	}
+}
