@@ -74,13 +74,17 @@ func (SpecAdapter) ModuleName() string { return NativeAdapterName }
 // ModuleVersion implements Named.
 func (SpecAdapter) ModuleVersion() string { return NativeVersion }
 
-// AdaptRequest implements Adapter. The node ID is the one the node plugin
-// reported through NodeGetInfo; when the node (or its plugin) is gone, the
-// one recorded on the claim at publish time.
+// AdaptRequest implements Adapter. The node ID is the one recorded on the
+// claim at publish time, which every release step of the claim names: the
+// attachment is there, whatever the node reports now (a replaced instance,
+// or an agent reporting another machine's ID, would get the detach of an
+// attachment it does not have). At publish the claim has none yet, and a
+// claim published before the field existed may have none: then the one
+// the node plugin reported through NodeGetInfo.
 func (SpecAdapter) AdaptRequest(_ context.Context, req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
-	nodeID := req.Node.ExternalID
+	nodeID := req.Claim.ExternalNodeID
 	if nodeID == "" {
-		nodeID = req.Claim.ExternalNodeID
+		nodeID = req.Node.ExternalID
 	}
 	return &abi.AdapterResponse{
 		VolumeID:      req.Volume.ExternalID,

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
-	"strconv"
-	"strings"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -426,8 +423,9 @@ func (p *pass) release(ctx context.Context, c *structs.Claim, skipNode bool) err
 }
 
 // nodeStep: NodeUnpublishVolume, then NodeUnstageVolume when the node plugin
-// stages and no other claim of the volume on that node is still published
-// there. Skipped when the policy says the node is unreachable.
+// stages and no other claim of the volume on that machine still needs the
+// staging path (structs.Volume.NeedsStaging). Skipped when the policy says
+// the node is unreachable.
 func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool, error) {
 	node := p.nodes[c.NodeID]
 	var np *structs.NodePlugin
@@ -487,7 +485,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			rec, recorded = rctx, true
 		}
 		// The staging path is shared by the volume's claims on this
-		// node: unstage only when this is the last one published there,
+		// machine: unstage only when no other one needs it,
 		// as committed state says right now, with the claim path held
 		// off until the checkpoint is written (VolumeLocks).
 		if np.StageUnstage && c.StagingPath != "" {
@@ -503,8 +501,13 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			if last {
 				if unpublished {
 					// Commit the unpublish before the unstage runs, so
-					// no retry sends it twice. Only here: a claim with
-					// no unstage to follow keeps one write per step.
+					// no retry sends it twice, and so that committed
+					// state says the unstage may have run from here on
+					// (structs.Claim.Staged: unknown), whatever becomes
+					// of its answer: a claim path then stages again
+					// instead of publishing from a path that may be
+					// empty. Only here: a claim with no unstage to
+					// follow keeps one write per step.
 					if err := p.recordUnpublished(rec, c); err != nil {
 						return false, err
 					}
@@ -584,40 +587,35 @@ func (p *pass) recordUnpublished(ctx context.Context, c *structs.Claim) error {
 	return nil
 }
 
-// lastOnNodeCommitted: no other claim of the volume on c's node is still
-// published there (state taken), read from committed state, not from the
-// claims this pass loaded: a claim taken on the node since then needs the
-// staging path (issue 10 defect 2). Call it holding the volume's lock.
+// lastOnNodeCommitted: no other claim of the volume on c's machine still
+// needs the staging path (structs.Volume.NeedsStaging), read from
+// committed state, not from the claims this pass loaded: a claim taken
+// there since then needs it (issue 10 defect 2). The machine, not the
+// node ID: one machine registered under two node IDs shares the path. A
+// claim that staged nothing (taken while its node had no node endpoint)
+// does not keep a path another claim staged from being unstaged. Call it
+// holding the volume's lock.
 func (p *pass) lastOnNodeCommitted(c *structs.Claim) (bool, error) {
-	other, err := p.otherOnNodeCommitted(c, func(o *structs.Claim) bool { return o.State == structs.ClaimTaken })
-	return !other, err
-}
-
-// sharedOnNodeCommitted: another claim of the volume on c's node has not
-// finished its controller step, read from committed state. The controller
-// attachment is per (volume, node), so it is left to the last such claim:
-// ControllerUnpublishVolume then runs once, after every node step on that
-// node (CSI spec; ANCHORS pain 9: unpublish while still in use, or twice).
-// Call it holding the volume's lock.
-func (p *pass) sharedOnNodeCommitted(c *structs.Claim) (bool, error) {
-	return p.otherOnNodeCommitted(c, func(o *structs.Claim) bool {
-		return o.State.Order() < structs.ClaimControllerDetached.Order()
-	})
-}
-
-// otherOnNodeCommitted reports whether a committed claim of the volume on
-// c's node, other than c, satisfies needs.
-func (p *pass) otherOnNodeCommitted(c *structs.Claim, needs func(*structs.Claim) bool) (bool, error) {
 	v, err := p.committed()
 	if err != nil {
 		return false, err
 	}
-	for _, o := range v.Claims {
-		if o.AllocID != c.AllocID && o.NodeID == c.NodeID && needs(o) {
-			return true, nil
-		}
+	return v.NeedsStaging(c) == nil, nil
+}
+
+// sharedOnNodeCommitted: another claim of the volume on c's machine holds
+// the controller attachment or may (structs.Volume.HoldsAttachment), read
+// from committed state. The attachment is per (volume, external node ID),
+// so it is left to the last such claim: ControllerUnpublishVolume then
+// runs once, after every node step on that machine (CSI spec; ANCHORS
+// pain 9: unpublish while still in use, or twice). Call it holding the
+// volume's lock.
+func (p *pass) sharedOnNodeCommitted(c *structs.Claim) (bool, error) {
+	v, err := p.committed()
+	if err != nil {
+		return false, err
 	}
-	return false, nil
+	return v.HoldsAttachment(c) != nil, nil
 }
 
 // committed re-reads the volume from the store.
@@ -705,19 +703,13 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 	return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil, stepFlags{controllerUnpublished: true})
 }
 
-// secrets resolves the adapter's secret keys against the volume's secrets;
-// nil keys means all of them (SpecAdapter).
+// secrets resolves the adapter's secret keys against the volume's secrets
+// (structs.Volume.SelectSecrets, the claim path's rule too); a key the
+// volume lacks is the adapter's fault.
 func (p *pass) secrets(keys []string) (map[string]string, *structs.ClaimError) {
-	if keys == nil {
-		return p.v.Secrets, nil
-	}
-	out := make(map[string]string, len(keys))
-	for _, k := range keys {
-		val, ok := p.v.Secrets[k]
-		if !ok {
-			return nil, p.fault(p.adapter, StepAdapter, FaultBadOutput, "secret key %q is not a secret of the volume", k)
-		}
-		out[k] = val
+	out, err := p.v.SelectSecrets(keys)
+	if err != nil {
+		return nil, p.fault(p.adapter, StepAdapter, FaultBadOutput, "%v", err)
 	}
 	return out, nil
 }
@@ -859,13 +851,20 @@ func (p *pass) adapt(ctx context.Context, c *structs.Claim, step string) (*abi.A
 
 // CheckAdapterIDs bounds an adapter's answer to what the host can verify
 // (issue 10 defect 4): the volume ID must be the volume's external ID, and
-// a node ID must be one the host learnt for that node: from the node
-// plugin's NodeGetInfo, or the one recorded on the claim when it was
-// published. A module that names another disk or another instance would
-// otherwise detach it from under someone else. At publish, when the host
-// knows no external node ID for the node, the adapter's is the only one
-// there is (it is recorded on the claim and every later step is held to
-// it). node may be nil (gone).
+// a node ID must be the one the claim's steps go to. A module that names
+// another disk or another instance would otherwise detach it from under
+// someone else.
+//
+// At release that is the ID recorded on the claim when it was published,
+// and only that one (structs.Claim.ReleaseNodeID): the node's current ID
+// may name another machine (a replaced instance, an agent that reported
+// another node's ID), whose ControllerUnpublish would detach a disk under
+// its workload or answer OK for an attachment it never had. A claim that
+// recorded none (published before the field existed, or while its node
+// had no node endpoint) is held to the node's current one. At publish,
+// the node's current ID; when the host knows none, the adapter's is the
+// only one there is (it is recorded on the claim and every later step is
+// held to it). node may be nil (gone).
 func CheckAdapterIDs(step string, v *structs.Volume, c *structs.Claim, node *structs.Node, resp *abi.AdapterResponse) error {
 	if resp.VolumeID != v.ExternalID {
 		return fmt.Errorf("answered volume ID %q for %s of volume %s/%s, whose external ID is %q",
@@ -874,36 +873,32 @@ func CheckAdapterIDs(step string, v *structs.Volume, c *structs.Claim, node *str
 	if step != StepControllerPublish && step != StepControllerUnpublish {
 		return nil // node steps send no node ID
 	}
-	var known []string
+	var current string
 	if node != nil {
-		if np := node.Plugins[v.PluginID]; np != nil && np.ExternalNodeID != "" {
-			known = append(known, np.ExternalNodeID)
+		if np := node.Plugins[v.PluginID]; np != nil {
+			current = np.ExternalNodeID
 		}
 	}
-	if c.ExternalNodeID != "" && step != StepControllerPublish && !slices.Contains(known, c.ExternalNodeID) {
-		known = append(known, c.ExternalNodeID)
+	known := current
+	if step != StepControllerPublish {
+		known = c.ReleaseNodeID(current)
 	}
 	switch {
 	case resp.NodeID == "":
 		return nil // refused later, with the host's own message
-	case len(known) == 0 && step == StepControllerPublish:
+	case known == "" && step == StepControllerPublish:
 		return nil
-	case slices.Contains(known, resp.NodeID):
+	case resp.NodeID == known:
 		return nil
-	case len(known) == 0:
+	case known == "":
 		return fmt.Errorf("answered node ID %q for %s of node %q, for which the host knows no external node ID to check it against",
 			resp.NodeID, step, c.NodeID)
+	case step != StepControllerPublish && c.ExternalNodeID != "":
+		return fmt.Errorf("answered node ID %q for %s of node %q, whose external node ID is %q (recorded on the claim at publish)",
+			resp.NodeID, step, c.NodeID, known)
 	}
-	return fmt.Errorf("answered node ID %q for %s of node %q, whose external node ID is %s",
-		resp.NodeID, step, c.NodeID, strings.Join(quoteAll(known), " or "))
-}
-
-func quoteAll(ss []string) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = strconv.Quote(s)
-	}
-	return out
+	return fmt.Errorf("answered node ID %q for %s of node %q, whose external node ID is %q",
+		resp.NodeID, step, c.NodeID, known)
 }
 
 // failAdapt records an adapter fault, unless the context ended (step-down).

@@ -21,8 +21,8 @@ import (
 // the leader records as a failed attempt, so a key with the attempt in it
 // would never match. Each claim runs each release step to success once:
 // nothing publishes a releasing claim's target again, and an unstage is
-// only sent when committed state says no other claim on the node uses the
-// staging path (lastOnNodeCommitted, under the volume's lock), so a
+// only sent when committed state says no other claim on the machine uses
+// the staging path (lastOnNodeCommitted, under the volume's lock), so a
 // recorded success of the same key is still the truth when it is replayed.
 
 type stepKeyCtx struct{}

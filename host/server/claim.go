@@ -7,6 +7,8 @@ import (
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/csi"
@@ -186,7 +188,11 @@ func (p *publisher) publish(ctx context.Context) error {
 		return err
 	}
 	p.claim.ExternalNodeID = adapted.NodeID
-	secrets := selectSecrets(p.vol.Secrets, adapted.SecretKeys)
+	secrets, err := p.vol.SelectSecrets(adapted.SecretKeys)
+	if err != nil {
+		// The release's rule too: a fault, not a call without the secret.
+		return fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, err)
+	}
 	capability := csi.Capability(p.claim.AccessMode, p.claim.AttachmentMode, p.vol.FSType, p.vol.MountFlags)
 	readonly := p.claim.Mode == structs.ClaimRead
 
@@ -195,11 +201,12 @@ func (p *publisher) publish(ctx context.Context) error {
 			// GCE PD and others reject an empty node ID; never send one (ANCHORS: CSI spec rules).
 			return structs.Invalid("node_id", "no external node ID for node %q and plugin %q: register the node's plugin endpoint", p.node.ID, p.plugin.ID)
 		}
-		// Whether another claim already holds the attachment is read
-		// before the call: ControllerPublish is idempotent (CSI spec), so
-		// it answers OK for an attachment this claim did not make, and
-		// that one must never be undone here (issue 10 defect 1).
-		owned := !p.attachedOnNode()
+		// Whether another claim on the machine already holds the
+		// attachment is read before the call: ControllerPublish is
+		// idempotent (CSI spec), so it answers OK for an attachment this
+		// claim did not make, and that one must never be undone here
+		// (issue 10 defect 1).
+		owned := p.vol.HoldsAttachment(p.claim) == nil
 		var resp *csipb.ControllerPublishVolumeResponse
 		err := p.call(ctx, func(ctx context.Context) (err error) {
 			resp, err = p.s.csi.ControllerPublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerPublishVolumeRequest{
@@ -208,17 +215,17 @@ func (p *publisher) publish(ctx context.Context) error {
 			})
 			return err
 		})
-		if err != nil {
-			return fmt.Errorf("controller publish of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
-		}
-		p.claim.PublishContext = resp.GetPublishContext()
 		if owned {
-			p.undo = append(p.undo, func(ctx context.Context) error {
+			p.undoIfRan(err, func(ctx context.Context) error {
 				return p.s.csi.ControllerUnpublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerUnpublishVolumeRequest{
 					VolumeId: adapted.VolumeID, NodeId: adapted.NodeID, Secrets: secrets,
 				})
 			})
 		}
+		if err != nil {
+			return fmt.Errorf("controller publish of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
+		}
+		p.claim.PublishContext = resp.GetPublishContext()
 	}
 	if np == nil || np.Endpoint == "" {
 		return nil
@@ -227,23 +234,31 @@ func (p *publisher) publish(ctx context.Context) error {
 	p.claim.TargetPath = target
 	if np.StageUnstage {
 		p.claim.StagingPath = staging
-		// Stage once per volume and node: later claims on the node reuse it
-		// (CSI spec: NodeStageVolume is per volume per node).
-		if !p.stagedOnNode() {
+		// Stage once per volume and machine: later claims there reuse it
+		// (CSI spec: NodeStageVolume is per volume per node), but only
+		// from a claim that certainly staged this path and has not begun
+		// to unstage it. A claim whose NodeUnstage may have run (its
+		// answer lost), or that staged nothing (taken while its node had
+		// no node endpoint), leaves the path in doubt or empty: stage
+		// again, which the CSI spec makes idempotent, rather than publish
+		// from an empty directory onto the node's root disk.
+		if p.vol.StagedFor(p.claim) == nil {
 			err := p.call(ctx, func(ctx context.Context) error {
 				return node.NodeStageVolume(ctx, np.Endpoint, &csipb.NodeStageVolumeRequest{
 					VolumeId: adapted.VolumeID, PublishContext: p.claim.PublishContext, StagingTargetPath: staging,
 					VolumeCapability: capability, Secrets: secrets, VolumeContext: adapted.VolumeContext,
 				})
 			})
-			if err != nil {
-				return fmt.Errorf("node stage of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
-			}
-			p.undo = append(p.undo, func(ctx context.Context) error {
+			// No other claim needs the path (none certainly staged it, and
+			// a claim that may have unstaged it is releasing): undoing is safe.
+			p.undoIfRan(err, func(ctx context.Context) error {
 				return node.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
 					VolumeId: adapted.VolumeID, StagingTargetPath: staging,
 				})
 			})
+			if err != nil {
+				return fmt.Errorf("node stage of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
+			}
 		}
 	}
 	err = p.call(ctx, func(ctx context.Context) error {
@@ -253,15 +268,36 @@ func (p *publisher) publish(ctx context.Context) error {
 			VolumeContext: adapted.VolumeContext,
 		})
 	})
-	if err != nil {
-		return fmt.Errorf("node publish of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
-	}
-	p.undo = append(p.undo, func(ctx context.Context) error {
+	p.undoIfRan(err, func(ctx context.Context) error {
 		return node.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
 			VolumeId: adapted.VolumeID, TargetPath: target,
 		})
 	})
+	if err != nil {
+		return fmt.Errorf("node publish of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
+	}
 	return nil
+}
+
+// undoIfRan adds undo to the rollback when the step it undoes succeeded or
+// may have run: a call whose answer was lost (Unavailable, which a node
+// agent's stream breaking mid-step answers too, or a deadline) may have
+// attached, staged or published. Every undo is idempotent by the CSI spec,
+// so undoing a step that did not run is harmless; not undoing one that
+// did would leave an attachment or a mount no claim accounts for.
+func (p *publisher) undoIfRan(err error, undo func(context.Context) error) {
+	if err == nil || answerLost(err) {
+		p.undo = append(p.undo, undo)
+	}
+}
+
+// answerLost: the call's answer did not arrive, so it may have run.
+func answerLost(err error) bool {
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return false
 }
 
 // nodeSteps is where the claim's node steps go: the node's agent when it
@@ -277,30 +313,6 @@ func (p *publisher) nodeSteps() (NodeSteps, error) {
 		}
 	}
 	return nil, structs.Conflict("the node agent of node %q is not connected to this server: the claim cannot be published there now", p.node.ID)
-}
-
-// attachedOnNode reports whether another claim of the volume on the same
-// node still holds the controller attachment: any claim there that has not
-// finished its controller step (a claim mid-release leaves it to the last
-// one, watcher.sharedOnNodeCommitted).
-func (p *publisher) attachedOnNode() bool {
-	for _, c := range p.vol.Claims {
-		if c.NodeID == p.node.ID && c.State.Order() < structs.ClaimControllerDetached.Order() {
-			return true
-		}
-	}
-	return false
-}
-
-// stagedOnNode reports whether another claim of the volume on the same node
-// has already staged it.
-func (p *publisher) stagedOnNode() bool {
-	for _, c := range p.vol.Claims {
-		if c.NodeID == p.node.ID && c.State == structs.ClaimTaken {
-			return true
-		}
-	}
-	return false
 }
 
 // rollback undoes the publish steps that succeeded, newest first. It runs
@@ -334,19 +346,4 @@ func (p *publisher) adapt(ctx context.Context) (*abi.AdapterResponse, error) {
 		return nil, fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, err)
 	}
 	return resp, nil
-}
-
-// selectSecrets picks the named keys; nil keys means all (SpecAdapter
-// leaves the choice to the host). Modules never see secret values.
-func selectSecrets(all map[string]string, keys []string) map[string]string {
-	if keys == nil {
-		return all
-	}
-	out := make(map[string]string, len(keys))
-	for _, k := range keys {
-		if v, ok := all[k]; ok {
-			out[k] = v
-		}
-	}
-	return out
 }

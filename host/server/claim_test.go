@@ -322,7 +322,9 @@ func TestRegisterNodeWithNullPluginEntry(t *testing.T) {
 // instead of the relative paths drivers refuse.
 func TestRegisterNodeRootDir(t *testing.T) {
 	h := newHarness(t, "node1")
-	ep := h.nodes["node1"].Endpoint()
+	// n9's own driver: node1's would make n9 node1's machine, which a
+	// second node may not be.
+	ep := csitest.NewServer(t, csitest.Options{NodeID: "ext-n9", StageUnstage: true}).Endpoint()
 	for _, tt := range []struct {
 		root, want string
 		invalid    bool

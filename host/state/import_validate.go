@@ -83,7 +83,11 @@ func validateNodeRow(snap *Snapshot, n *structs.Node) error {
 			return structs.Invalid(f+".plugin_id", "is %q but must equal its key %q", np.PluginID, k)
 		}
 	}
-	return validateNodeUpsert(snap, &structs.NodeUpsertRequest{Node: &present})
+	// Shapes only: a snapshot from before the one-machine-one-node check
+	// may hold two nodes with one external node ID, and a restore must not
+	// lose them; the claims on them are told apart by the ID recorded on
+	// each claim (structs.SameMachine), so they stay safe.
+	return validateNodeShape(snap, &structs.NodeUpsertRequest{Node: &present})
 }
 
 func validateAllocRow(snap *Snapshot, a *structs.Alloc) error {

@@ -209,6 +209,12 @@ func (snap *Snapshot) Nodes(ws memdb.WatchSet) ([]*structs.Node, error) {
 	return get[*structs.Node](snap, ws, TableNodes, indexID)
 }
 
+// NodesByMachine lists the nodes that report machine m: the plugin's
+// external node ID (a node upsert refuses a second one).
+func (snap *Snapshot) NodesByMachine(ws memdb.WatchSet, m structs.Machine) ([]*structs.Node, error) {
+	return get[*structs.Node](snap, ws, TableNodes, indexMachine, m)
+}
+
 // NodeByID returns one node.
 func (snap *Snapshot) NodeByID(ws memdb.WatchSet, id string) (*structs.Node, error) {
 	return first[*structs.Node](snap, ws, TableNodes, indexID, id)

@@ -29,8 +29,8 @@ func TestCheckpointRefusesPerNodeStepUnderAnotherClaim(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
-			f.claim("vol-mw", "a4", structs.ClaimWrite) // a4 on n1: the claim being released
-			f.claim("vol-mw", "a1", structs.ClaimWrite) // a1 running, on n1
+			f.publishedClaim("vol-mw", "a4", "n1", "ext-n1") // a4 on n1: the claim being released
+			f.publishedClaim("vol-mw", "a1", "n1", "ext-n1") // a1 running, on n1
 			f.must(structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{{ID: "a4", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocComplete}}})
 			if tc.other != structs.ClaimTaken {
 				// Move a1 on as the watcher would once it ended.

@@ -26,6 +26,7 @@ const (
 	indexExternal = "external"
 	indexNode     = "node"
 	indexRing     = "ring"
+	indexMachine  = "machine"
 )
 
 // indexRow is one row of the index table.
@@ -89,7 +90,14 @@ func schema() *memdb.DBSchema {
 				}},
 			},
 		},
-		TableNodes:     {Name: TableNodes, Indexes: map[string]*memdb.IndexSchema{indexID: id(stringKey("ID", func(n *structs.Node) string { return n.ID }))}},
+		TableNodes: {Name: TableNodes, Indexes: map[string]*memdb.IndexSchema{
+			indexID: id(stringKey("ID", func(n *structs.Node) string { return n.ID })),
+			// The machine behind a node, per plugin: a node upsert refuses a
+			// second node with the same plugin and external node ID without
+			// scanning the nodes. Not unique: a snapshot from before the
+			// check may hold such a pair, and a restore must not lose it.
+			indexMachine: {Name: indexMachine, AllowMissing: true, Indexer: nodeMachineIndex{}},
+		}},
 		TablePlugins:   {Name: TablePlugins, Indexes: map[string]*memdb.IndexSchema{indexID: id(stringKey("ID", func(p *structs.Plugin) string { return p.ID }))}},
 		TableLeftovers: {Name: TableLeftovers, Indexes: map[string]*memdb.IndexSchema{indexID: id(stringKey("ID", func(l *structs.Leftover) string { return l.ID }))}},
 		TableEvents: {
@@ -204,4 +212,43 @@ func (x hexUintIndex[T]) FromArgs(args ...any) ([]byte, error) {
 		return nil, fmt.Errorf("index: want an unsigned integer argument, got %T", args[0])
 	}
 	return appendHexUint(make([]byte, 0, 16), v), nil
+}
+
+// nodeMachineIndex indexes a node by each (plugin ID, external node ID)
+// pair it reports (structs.Machine): a key per plugin with an external
+// node ID, each field ended by a zero byte.
+type nodeMachineIndex struct{}
+
+func machineKey(m structs.Machine) []byte {
+	return append(append(append(append(make([]byte, 0, len(m.PluginID)+len(m.ExternalNodeID)+2),
+		m.PluginID...), 0), m.ExternalNodeID...), 0)
+}
+
+// FromObject implements memdb.MultiIndexer.
+func (nodeMachineIndex) FromObject(raw any) (bool, [][]byte, error) {
+	n, ok := raw.(*structs.Node)
+	if !ok {
+		return false, nil, fmt.Errorf("machine index: want *structs.Node, got %T", raw)
+	}
+	ms := n.Machines()
+	if len(ms) == 0 {
+		return false, nil, nil
+	}
+	keys := make([][]byte, len(ms))
+	for i, m := range ms {
+		keys[i] = machineKey(m)
+	}
+	return true, keys, nil
+}
+
+// FromArgs implements memdb.Indexer: one structs.Machine.
+func (nodeMachineIndex) FromArgs(args ...any) ([]byte, error) {
+	if len(args) != 1 {
+		return nil, fmt.Errorf("machine index: want one argument, got %d", len(args))
+	}
+	m, ok := args[0].(structs.Machine)
+	if !ok {
+		return nil, fmt.Errorf("machine index: want a structs.Machine, got %T", args[0])
+	}
+	return machineKey(m), nil
 }

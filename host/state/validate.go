@@ -172,6 +172,15 @@ func validatePluginDeregister(snap *Snapshot, r *structs.PluginDeregisterRequest
 }
 
 func validateNodeUpsert(snap *Snapshot, r *structs.NodeUpsertRequest) error {
+	if err := validateNodeShape(snap, r); err != nil {
+		return err
+	}
+	return validateMachineIdentity(snap, r.Node)
+}
+
+// validateNodeShape checks the node on its own (what a snapshot row must
+// satisfy too).
+func validateNodeShape(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 	n := r.Node
 	if n == nil {
 		return structs.Invalid("node", "is required")
@@ -213,6 +222,98 @@ func validateNodeUpsert(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 		}
 	}
 	return nil
+}
+
+// validateMachineIdentity holds a node upsert (API registration, a node
+// agent's hello, any other path) to the machine it names (structs.Machine).
+//
+// No two nodes may report one plugin's external node ID: staging paths and
+// controller attachments belong to the machine, so one machine under two
+// node IDs unstages and detaches under the other's workload, and an agent
+// that reports another machine's ID redirects ControllerUnpublish there.
+//
+// A node that holds claims may not change the external node ID of their
+// plugin, nor its root_dir: the claims' attachments are at the ID and their
+// staging and target paths under the root they were published with, and
+// the claims that follow would stage and attach elsewhere. Losing an
+// endpoint (no ID reported) is not a change: releases use the ID recorded
+// on each claim (structs.Claim.ReleaseNodeID).
+func validateMachineIdentity(snap *Snapshot, n *structs.Node) error {
+	for _, m := range n.Machines() {
+		others, err := snap.NodesByMachine(nil, m)
+		if err != nil {
+			return err
+		}
+		for _, o := range others {
+			if o.ID == n.ID {
+				continue
+			}
+			return structs.Conflict("node %q: plugin %q reports external node ID %q, which node %q already reports: "+
+				"one machine is one node. If it is the same machine under a new node ID, drain node %q and `volhost node deregister` it first; "+
+				"otherwise the plugin endpoint (or node agent) of node %q reaches the wrong machine",
+				n.ID, m.PluginID, m.ExternalNodeID, o.ID, o.ID, n.ID)
+		}
+	}
+	old, err := snap.NodeByID(nil, n.ID)
+	if err != nil || old == nil || !machineMoved(old, n) {
+		return err
+	}
+	vols, err := snap.VolumesClaimedOnNode(nil, n.ID)
+	if err != nil {
+		return err
+	}
+	const what = "drain the node (stop its allocations and let their claims be released) " +
+		"or force-deregister those volumes, then register it again"
+	for _, v := range vols {
+		ids := make([]string, 0, len(v.Claims))
+		for id := range v.Claims {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		for _, id := range ids {
+			c := v.Claims[id]
+			if c == nil || c.NodeID != n.ID || c.State == structs.ClaimReadyToFree {
+				continue
+			}
+			if old.RootDir != n.RootDir && (c.StagingPath != "" || c.TargetPath != "") {
+				return structs.Conflict("node %q holds the claim of allocation %q on volume %q, published under root_dir %q: "+
+					"its root_dir cannot change to %q while it holds claims: %s",
+					n.ID, id, volName(v.Namespace, v.ID), old.RootDir, n.RootDir, what)
+			}
+			var was, now string
+			if np := old.Plugins[v.PluginID]; np != nil {
+				was = np.ExternalNodeID
+			}
+			if np := n.Plugins[v.PluginID]; np != nil {
+				now = np.ExternalNodeID
+			}
+			if rec := c.ReleaseNodeID(was); rec != "" && now != "" && now != rec {
+				return structs.Conflict("node %q holds the claim of allocation %q on volume %q, attached to plugin %q's external node ID %q: "+
+					"the node cannot report external node ID %q while it holds claims of that plugin: %s",
+					n.ID, id, volName(v.Namespace, v.ID), v.PluginID, rec, now, what)
+			}
+		}
+	}
+	return nil
+}
+
+// machineMoved: n reports another root_dir than old, or another
+// non-empty external node ID for one of old's plugins.
+func machineMoved(old, n *structs.Node) bool {
+	if old.RootDir != n.RootDir {
+		return true
+	}
+	for id, np := range n.Plugins {
+		if np == nil || np.ExternalNodeID == "" {
+			continue
+		}
+		// A plugin old did not report, or reported with no ID, may hold
+		// claims recorded with an ID from an earlier registration.
+		if op := old.Plugins[id]; op == nil || op.ExternalNodeID != np.ExternalNodeID {
+			return true
+		}
+	}
+	return false
 }
 
 func validateNodeStatus(snap *Snapshot, r *structs.NodeStatusUpdateRequest) error {
@@ -659,20 +760,20 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 		return structs.Conflict("claim of allocation %q on volume %q cannot move back from %s to %s",
 			c.AllocID, volName(r.Namespace, r.VolumeID), old.State, c.State)
 	}
-	// A transition that ran a per-(volume, node) step on the ground that
-	// no other claim on the node needed it is refused if a committed claim
-	// says otherwise (issue 10 defect 2).
-	for id, o := range v.Claims {
-		if id == c.AllocID || o.NodeID != c.NodeID {
-			continue
+	// A transition that ran a per-(volume, machine) step on the ground
+	// that no other claim on the machine needed it is refused if a
+	// committed claim says otherwise (issue 10 defect 2), with the rules
+	// the release decided by (structs.Volume.NeedsStaging, HoldsAttachment).
+	if r.Unstaged {
+		if o := v.NeedsStaging(old); o != nil {
+			return structs.Conflict("claim of allocation %q on volume %q reports NodeUnstage on node %q, where allocation %q (node %q) is published from the staging path",
+				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, o.AllocID, o.NodeID)
 		}
-		if r.Unstaged && o.State == structs.ClaimTaken {
-			return structs.Conflict("claim of allocation %q on volume %q reports NodeUnstage on node %q, where allocation %q holds a taken claim",
-				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, id)
-		}
-		if r.ControllerUnpublished && o.State.Order() < structs.ClaimControllerDetached.Order() {
-			return structs.Conflict("claim of allocation %q on volume %q reports ControllerUnpublish on node %q, where allocation %q still uses the attachment (%s)",
-				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, id, o.State)
+	}
+	if r.ControllerUnpublished {
+		if o := v.HoldsAttachment(old); o != nil {
+			return structs.Conflict("claim of allocation %q on volume %q reports ControllerUnpublish on node %q, where allocation %q (node %q) still uses the attachment (%s)",
+				c.AllocID, volName(r.Namespace, r.VolumeID), c.NodeID, o.AllocID, o.NodeID, o.State)
 		}
 	}
 	if err := validateNodeUnpublished(old, c, r); err != nil {

@@ -1,0 +1,104 @@
+package watcher
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/volhost/volhost/abi"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// Every release step of a claim goes to the external node ID recorded on
+// it at publish, never the node's current one: a node whose agent now
+// reports another machine's ID (or whose instance was replaced) must not
+// get the claim's ControllerUnpublish, which would detach a disk under the
+// other machine's workload or answer OK for an attachment it never had
+// and free the claim with the real attachment left behind.
+func TestReleaseGoesToTheRecordedExternalNodeID(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		recorded string // the claim's ExternalNodeID
+		adapter  Adapter
+		wantNode string // the ControllerUnpublish's node ID; "" none sent
+		wantErr  string // the claim's last error
+	}{
+		{name: "spec adapter, recorded ID", recorded: "ext-old", adapter: SpecAdapter{}, wantNode: "ext-old"},
+		{name: "spec adapter, claim from before the field", recorded: "", adapter: SpecAdapter{}, wantNode: "ext-" + testNode},
+		{name: "adapter names the node's current ID", recorded: "ext-old",
+			adapter: funcAdapter{adapt: func(req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
+				return &abi.AdapterResponse{VolumeID: req.Volume.ExternalID, NodeID: req.Node.ExternalID}, nil
+			}},
+			wantErr: `answered node ID "ext-` + testNode + `" for controller-unpublish of node "` + testNode +
+				`", whose external node ID is "ext-old" (recorded on the claim at publish)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Config{}, testModules{adapter: tc.adapter})
+			f.store.putAlloc("a1", testNode, structs.AllocComplete)
+			c := newClaim("a1", testNode, structs.ClaimNodeDetached)
+			c.ExternalNodeID = tc.recorded
+			f.store.putVolume(newVolume("v1", c))
+			if _, err := f.w.assess(context.Background(), ref("v1")); err != nil {
+				t.Fatal(err)
+			}
+			calls := f.csi.callList()
+			if tc.wantNode == "" {
+				if len(calls) != 0 {
+					t.Fatalf("CSI calls %s, want none", fmtCalls(calls))
+				}
+				e := f.store.claim(ref("v1"), "a1").LastError
+				if e == nil || e.Fault != FaultUnsafe || !strings.Contains(e.Message, tc.wantErr) {
+					t.Fatalf("last error %+v, want an unsafe fault containing %q", e, tc.wantErr)
+				}
+				return
+			}
+			if len(calls) != 1 || calls[0].Method != mCtlUnpublish || calls[0].NodeID != tc.wantNode {
+				t.Fatalf("CSI calls %s, want one ControllerUnpublish to %q", fmtCalls(calls), tc.wantNode)
+			}
+		})
+	}
+}
+
+// One machine registered under two node IDs (same plugin endpoint, so the
+// same external node ID; same root_dir, so the same staging path), as a
+// store from before the one-machine-one-node check may hold it: releasing
+// the ended claim on one node ID must neither unstage the shared staging
+// path nor detach the shared attachment while the other runs there.
+func TestOneMachineUnderTwoNodeIDs(t *testing.T) {
+	f := newFixture(t, Config{}, nil)
+	twin := readyNode("n1b")
+	twin.Plugins[testPlugin].ExternalNodeID = "ext-" + testNode
+	f.store.putNode(twin)
+	f.store.putAlloc("a1", testNode, structs.AllocRunning)
+	f.store.putAlloc("b1", "n1b", structs.AllocComplete)
+	ended := newClaim("b1", "n1b", structs.ClaimTaken)
+	ended.ExternalNodeID, ended.StagingPath = "ext-"+testNode, "/stage/"+testNode
+	f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken), ended))
+	if _, err := f.w.assess(context.Background(), ref("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.csi.methods(); len(got) != 1 || got[0] != mNodeUnpublish {
+		t.Fatalf("CSI calls %v, want only b1's NodeUnpublish", got)
+	}
+	if c := f.store.claim(ref("v1"), "b1"); c != nil {
+		t.Fatalf("b1 not released: %+v", c)
+	}
+}
+
+// A claim taken while its node had no node endpoint staged nothing: it
+// does not keep the path another claim staged from being unstaged, and
+// the mount is not left behind.
+func TestClaimThatStagedNothingHoldsNoStagingPath(t *testing.T) {
+	f := newFixture(t, Config{}, nil)
+	f.store.putAlloc("a0", testNode, structs.AllocRunning)
+	f.store.putAlloc("a1", testNode, structs.AllocComplete)
+	bare := newClaim("a0", testNode, structs.ClaimTaken)
+	bare.StagingPath, bare.TargetPath = "", ""
+	f.store.putVolume(newVolume("v1", bare, newClaim("a1", testNode, structs.ClaimTaken)))
+	if _, err := f.w.assess(context.Background(), ref("v1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.csi.methods(); len(got) != 2 || got[0] != mNodeUnpublish || got[1] != mNodeUnstage {
+		t.Fatalf("CSI calls %v, want a1's NodeUnpublish and NodeUnstage (a0 holds the attachment only)", got)
+	}
+}
