@@ -83,6 +83,9 @@ type Violation struct {
 	Call    Call
 	Rule    string // the spec's rule, with its section
 	Why     string // what the state was
+	// With is, for RuleSingleNode, the external node ID the volume was
+	// attached to.
+	With string
 }
 
 func (v Violation) String() string {
@@ -201,6 +204,7 @@ func (o *Oracle) controllerPublish(c Call, req *csipb.ControllerPublishVolumeReq
 	for key, a := range o.attached {
 		if key[0] == vol && key[1] != node && (a.singleNode || singleNode(req.GetVolumeCapability())) {
 			o.violate(o.machineOf[node], c, RuleSingleNode, "attached to %s", key[1])
+			o.violations[len(o.violations)-1].With = key[1]
 			if o.private {
 				break // the permissive model of the Servers made without an Oracle
 			}
