@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,10 +13,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/go-memdb"
 	"google.golang.org/grpc/codes"
 
 	"github.com/volhost/volhost/host/csi/csitest"
+	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/watcher"
 )
@@ -177,9 +178,11 @@ func (o op) String() string {
 	case "alias":
 		return fmt.Sprintf("node %s registered with node1's plugin endpoint and root_dir (one machine, two node IDs)", aliasNode)
 	case "endpoint-off":
-		return fmt.Sprintf("node %s re-registers without its plugin endpoint", o.node)
+		return fmt.Sprintf("node %s's agent says hello without its plugin endpoint (external node ID kept)", o.node)
 	case "endpoint-on":
-		return fmt.Sprintf("node %s re-registers with its plugin endpoint, root_dir %s", o.node, rootName(o.root))
+		return fmt.Sprintf("node %s's agent says hello with its plugin endpoint again", o.node)
+	case "root":
+		return fmt.Sprintf("node %s re-registers directly with root_dir %s", o.node, rootName(o.root))
 	}
 	return o.kind
 }
@@ -216,8 +219,8 @@ func moduleFor(name string) (watcher.Policy, watcher.Adapter) {
 // have several live claims on one node when the releases run.
 //
 // Operations of the kinds in without are not drawn (VOLHOST_MODEL_WITHOUT,
-// a comma-separated list of kinds: "lose,alias" leaves those faults out,
-// to see which defect the rest finds).
+// a comma-separated list of kinds or kind:method, e.g.
+// "alias,lose:NodeStageVolume": to see which defect the rest finds).
 func genOps(r *rand.Rand, n int, without map[string]bool) []op {
 	vols := []string{"v0", "v1"}
 	var ops []op
@@ -288,14 +291,12 @@ func genOps(r *rand.Rand, n int, without map[string]bool) []op {
 			}
 		case k < 97:
 			ops = append(ops, op{kind: "endpoint-off", node: pick(nodes)})
+		case k < 99:
+			ops = append(ops, op{kind: "endpoint-on", node: pick(nodes)})
 		default:
-			o := op{kind: "endpoint-on", node: pick(nodes)}
-			if r.IntN(4) == 0 {
-				o.root = altRoot
-			}
-			ops = append(ops, o)
+			ops = append(ops, op{kind: "root", node: pick(nodes), root: altRoot})
 		}
-		if last := ops[len(ops)-1]; without[last.kind] {
+		if last := ops[len(ops)-1]; without[last.kind] || without[last.kind+":"+last.method] {
 			ops = ops[:len(ops)-1]
 		}
 	}
@@ -329,6 +330,10 @@ type model struct {
 	lied      map[string]bool
 	liedClaim map[string]bool // alloc ID -> claimed while its node was lied about
 	seen      int             // oracle violations already judged
+	// down marks the machines one of whose nodes was reported down: a
+	// release may then skip the node steps of its ended allocations (the
+	// operator said the machine is off), leaving what they published.
+	down      map[string]bool
 	violation string
 }
 
@@ -372,7 +377,7 @@ func runModel(h *harness, ns string, ops []op, st *stats) string {
 	}
 	m := &model{h: h, ns: ns, stats: st, refs: map[string]structs.VolumeRef{}, byExt: map[string]structs.VolumeRef{},
 		claimed: map[string]structs.VolumeRef{}, machine: map[string]string{}, allocs: map[string]string{},
-		leaked: map[[2]string]bool{}, lied: map[string]bool{}, liedClaim: map[string]bool{}, seen: len(h.oracle.Violations())}
+		leaked: map[[2]string]bool{}, lied: map[string]bool{}, down: map[string]bool{}, liedClaim: map[string]bool{}, seen: len(h.oracle.Violations())}
 	m.refs["v0"] = h.volume(ns, "v0", structs.AccessMultiNodeMultiWrite)
 	m.refs["v1"] = h.volume(ns, "v1", structs.AccessSingleNodeWriter)
 	for _, ref := range m.refs {
@@ -528,7 +533,11 @@ func (m *model) do(o op) {
 		p, a := moduleFor(o.module)
 		h.mods.set(m.ns, p, a)
 	case "node":
-		_, _ = h.srv.UpdateNodeStatus(h.ctx, o.node, structs.NodeStatus(o.status))
+		if _, err := h.srv.UpdateNodeStatus(h.ctx, o.node, structs.NodeStatus(o.status)); err == nil && o.status == structs.AllocClientStatus(structs.NodeDown) {
+			m.mu.Lock()
+			m.down[machineOf(nodeMachine(o.node))] = true
+			m.mu.Unlock()
+		}
 	case "flap":
 		h.w.SetEnabled(false)
 		h.w.SetEnabled(true)
@@ -569,16 +578,26 @@ func (m *model) do(o op) {
 			return err
 		})
 	case "endpoint-off", "endpoint-on":
-		root, np := rootDir, &structs.NodePlugin{}
+		// The node's agent says hello with its plugin's external node ID
+		// and without, then with, the plugin's endpoint: the plugin's
+		// socket went away and came back (a driver restarting).
+		ep, root := "", rootDir
 		if cur, _ := h.store.Snapshot().NodeByID(nil, o.node); cur != nil && cur.RootDir != "" {
 			root = cur.RootDir // losing the endpoint changes nothing else
 		}
 		if o.kind == "endpoint-on" {
-			root, np = rootName(o.root), &structs.NodePlugin{Endpoint: h.nodes[nodeMachine(o.node)].Endpoint()}
+			ep = h.nodes[nodeMachine(o.node)].Endpoint()
 		}
 		if m.register(o.node, func() error {
-			_, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: o.node, RootDir: root,
-				Plugins: map[string]*structs.NodePlugin{testPlugin: np}})
+			_, err := h.hello(o.node, ep, "ext-"+nodeMachine(o.node), root)
+			return err
+		}) {
+			m.setLied(o.node, false)
+		}
+	case "root":
+		if m.register(o.node, func() error {
+			_, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: o.node, RootDir: o.root,
+				Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes[nodeMachine(o.node)].Endpoint()}}})
 			return err
 		}) {
 			m.setLied(o.node, false) // probed: the plugin's own answer
@@ -713,7 +732,8 @@ func (m *model) judgeOracleLocked(last op) {
 			continue
 		}
 		switch {
-		case v.Rule == csitest.RuleUnpublishAfterNode && machineDown(snap, v.Machine):
+		case (v.Rule == csitest.RuleUnpublishAfterNode || v.Rule == csitest.RuleUnstageAfterUnpublish) &&
+			m.down[v.Machine] && m.onlyEndedLocked(snap, v.Blocking):
 			m.leaked[[2]string{v.Call.VolumeID, v.Machine}] = true
 			m.stats.excused++
 			continue
@@ -733,16 +753,21 @@ func (m *model) judgeOracleLocked(last op) {
 	m.seen = len(all)
 }
 
-// machineDown: a node registered on machine mach is reported down.
-func machineDown(snap interface {
-	NodeByID(memdb.WatchSet, string) (*structs.Node, error)
-}, mach string) bool {
-	for _, id := range append([]string{aliasNode}, modelNodes...) {
-		if n, _ := snap.NodeByID(nil, id); n != nil && machineOf(nodeMachine(id)) == mach && n.Status == structs.NodeDown {
-			return true
+// onlyEndedLocked: every target among paths belongs to an ended
+// allocation (target paths name their allocation: csi.Paths), so what
+// blocks the call was left by node steps skipped on a node reported down.
+func (m *model) onlyEndedLocked(snap *state.Snapshot, paths []string) bool {
+	for _, p := range paths {
+		parts := strings.Split(p, "/")
+		i := slices.Index(parts, "per-alloc")
+		if i < 0 || i+1 >= len(parts) {
+			continue // a staging path: left when its last claim's steps were skipped
+		}
+		if a, _ := snap.AllocByID(nil, parts[i+1]); a == nil || !a.ClientStatus.Terminal() {
+			return false
 		}
 	}
-	return false
+	return true
 }
 
 // checkState runs after every operation, with no call in flight.
@@ -816,7 +841,11 @@ func (m *model) drain() {
 		np := n.Plugins[testPlugin]
 		switch {
 		case n.Agent && np != nil:
-			_, _ = h.hello(id, np.Endpoint, np.ExternalNodeID, n.RootDir)
+			ep := np.Endpoint
+			if ep == "" {
+				ep = h.nodes[nodeMachine(id)].Endpoint() // the plugin's socket is back
+			}
+			_, _ = h.hello(id, ep, np.ExternalNodeID, n.RootDir)
 		case np == nil || np.Endpoint == "":
 			_, _ = h.srv.RegisterNode(h.ctx, &structs.Node{ID: id, RootDir: n.RootDir,
 				Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes[nodeMachine(id)].Endpoint()}}})
@@ -872,7 +901,7 @@ func (m *model) checkNothingLeft() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	excused := func(ext, mach string) bool {
-		if m.leaked[[2]string{ext, mach}] {
+		if m.leaked[[2]string{ext, mach}] || m.down[mach] {
 			return true
 		}
 		for _, l := range leftovers {

@@ -86,6 +86,10 @@ type Violation struct {
 	// With is, for RuleSingleNode, the external node ID the volume was
 	// attached to.
 	With string
+	// Blocking are the paths on the machine that made the call a
+	// violation: the targets still published (RuleUnstageAfterUnpublish,
+	// RuleUnpublishAfterNode) or the staging paths still staged.
+	Blocking []string
 }
 
 func (v Violation) String() string {
@@ -223,10 +227,15 @@ func (o *Oracle) controllerUnpublish(c Call, req *csipb.ControllerUnpublishVolum
 	o.checks++
 	vol, node := req.GetVolumeId(), req.GetNodeId()
 	if m := o.machines[o.machineOf[node]]; m != nil && o.attached[[2]string{vol, node}] != nil {
-		if paths := m.stagedPaths(vol); len(paths) > 0 {
-			o.violate(m.name, c, RuleUnpublishAfterNode, "%s is still staged at %v", vol, paths)
-		} else if targets := m.targets(vol); len(targets) > 0 {
+		paths, targets := m.stagedPaths(vol), m.targets(vol)
+		switch {
+		case len(targets) > 0:
 			o.violate(m.name, c, RuleUnpublishAfterNode, "%s is still published at %v", vol, targets)
+		case len(paths) > 0:
+			o.violate(m.name, c, RuleUnpublishAfterNode, "%s is still staged at %v", vol, paths)
+		}
+		if len(paths)+len(targets) > 0 {
+			o.violations[len(o.violations)-1].Blocking = append(targets, paths...)
 		}
 	}
 	// Detaching a volume that is not attached is a success (the call is
@@ -261,6 +270,7 @@ func (o *Oracle) nodeUnstage(mname string, c Call, req *csipb.NodeUnstageVolumeR
 	vol, path := req.GetVolumeId(), req.GetStagingTargetPath()
 	if targets := m.targets(vol); len(targets) > 0 {
 		o.violate(mname, c, RuleUnstageAfterUnpublish, "%s is still published at %v", vol, targets)
+		o.violations[len(o.violations)-1].Blocking = targets
 	}
 	if m.staged[path] == vol {
 		delete(m.staged, path)
