@@ -257,3 +257,38 @@ func (h *harness) releaseAll(ref structs.VolumeRef) {
 }
 
 func equalNodes(a, b *structs.Node) bool { return reflect.DeepEqual(a, b) }
+
+// A claim whose publish fails is rolled back, and the rollback must follow
+// the CSI spec's order as a release does: no ControllerUnpublish while the
+// volume may still be staged or published on the machine, and no
+// NodeUnstage under a target that may be published. A failed undo step
+// stops the steps that need it (the attachment is left and logged, never
+// detached under a mounted filesystem), and a step whose answer was lost
+// may have run: it is undone (NodeUnstage and NodeUnpublish are
+// idempotent) like one that answered OK.
+func TestRefusedClaimRollbackFollowsSpecOrder(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		scripts map[string]csitest.Result
+	}{
+		{"the rollback's unstage fails", map[string]csitest.Result{
+			csitest.NodePublish: {Code: codes.Aborted}, csitest.NodeUnstage: {Code: codes.Aborted}}},
+		{"the stage ran and its answer was lost", map[string]csitest.Result{
+			csitest.NodeStage: csitest.Lost(codes.Unavailable)}},
+		{"the publish ran and its answer was lost", map[string]csitest.Result{
+			csitest.NodePublish: csitest.Lost(codes.DeadlineExceeded)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "node1")
+			ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
+			for method, r := range tc.scripts {
+				h.nodes["node1"].Script(method, r)
+			}
+			h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
+			if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err == nil {
+				t.Fatal("a claim whose node step failed was accepted")
+			}
+			noViolations(t, h)
+		})
+	}
+}
