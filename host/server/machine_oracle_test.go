@@ -132,9 +132,12 @@ func TestReclaimAfterLostUnstageRestages(t *testing.T) {
 // it to a new instance answers OK as a no-op and leaves the old attachment
 // behind with the claim freed. A hello the host refuses changes nothing.
 func TestAgentHelloDoesNotRedirectControllerUnpublish(t *testing.T) {
-	for _, tc := range []struct{ name, ext string }{
-		{"another machine's external node ID", "ext-node2"},
-		{"a replaced instance's new external node ID", "ext-node1-replaced"},
+	for _, tc := range []struct {
+		name, ext string
+		replaced  bool // node1's plugin answers ext from now on
+	}{
+		{name: "another machine's external node ID", ext: "ext-node2"},
+		{name: "a replaced instance's new external node ID", ext: "ext-node1-replaced", replaced: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, "node1", "node2")
@@ -146,6 +149,9 @@ func TestAgentHelloDoesNotRedirectControllerUnpublish(t *testing.T) {
 				}
 			}
 			before, _ := h.store.Snapshot().NodeByID(nil, "node1")
+			if tc.replaced {
+				h.nodes["node1"].SetNodeID(tc.ext)
+			}
 			if _, err := h.hello("node1", h.nodes["node1"].Endpoint(), tc.ext, rootDir); err != nil {
 				if after, _ := h.store.Snapshot().NodeByID(nil, "node1"); !equalNodes(before, after) {
 					t.Fatalf("a refused hello (%v) changed node1: %+v -> %+v", err, before, after)

@@ -170,7 +170,8 @@ func (o op) String() string {
 	case "lose":
 		return fmt.Sprintf("next %s on %s runs and its answer is lost (%s)", o.method, o.plugin, o.code)
 	case "hello":
-		return fmt.Sprintf("node %s's agent (re)connects: hello with %s external node ID, root_dir %s", o.node, o.ext, rootName(o.root))
+		what := map[string]string{"own": "its own", "new": "a new (instance replaced)", "other": "the other machine's"}[o.ext]
+		return fmt.Sprintf("node %s's agent (re)connects: hello with %s external node ID, root_dir %s", o.node, what, rootName(o.root))
 	case "swap":
 		return "node1's and node2's agents say hello with each other's external node ID"
 	case "drop":
@@ -322,11 +323,12 @@ type model struct {
 	allocs  map[string]string            // alloc ID -> node, every allocation of the run
 	leaked  map[[2]string]bool           // (external volume ID, machine) a refused claim's failed rollback may have left
 	aliased bool                         // aliasNode is registered
-	// lied marks the nodes whose agent said hello with an external node
-	// ID their machine's plugin does not answer: the host cannot know,
-	// so what follows from it on that node's own machine is not judged
-	// (a publish aimed at the ID it was told); what it does to another
-	// machine, or leaves behind, is.
+	// lied marks the nodes whose agent said hello with another machine's
+	// external node ID: the host cannot know it is not the node's own, so
+	// what follows from it on that node's own machine is not judged (a
+	// publish aimed at the ID it was told); what it does to another
+	// machine, or leaves behind, is. (An agent reporting a new ID after
+	// its instance was replaced does not lie: its plugin answers it.)
 	lied      map[string]bool
 	liedClaim map[string]bool // alloc ID -> claimed while its node was lied about
 	seen      int             // oracle violations already judged
@@ -468,6 +470,7 @@ func (m *model) reset() {
 	// First every node without plugins, so that no registration holds
 	// another's external node ID when each takes its own back.
 	for _, id := range modelNodes {
+		h.nodes[id].SetNodeID("ext-" + id)
 		h.agents.connect(id, false)
 		if _, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: id, RootDir: rootDir}); err != nil {
 			h.t.Fatalf("reset: %v", err)
@@ -547,7 +550,10 @@ func (m *model) do(o op) {
 		ext := "ext-" + nodeMachine(o.node)
 		switch o.ext {
 		case "new":
-			ext = "ext-" + o.node + "-replaced"
+			// The instance was replaced: its plugin answers a new
+			// external node ID, which the agent reports.
+			ext = "ext-" + nodeMachine(o.node) + "-replaced"
+			h.nodes[nodeMachine(o.node)].SetNodeID(ext)
 		case "other":
 			ext = "ext-node2"
 			if nodeMachine(o.node) == "node2" {
@@ -558,7 +564,7 @@ func (m *model) do(o op) {
 			_, err := h.hello(o.node, h.nodes[nodeMachine(o.node)].Endpoint(), ext, rootName(o.root))
 			return err
 		}) {
-			m.setLied(o.node, ext != "ext-"+nodeMachine(o.node))
+			m.setLied(o.node, o.ext == "other")
 		}
 	case "swap":
 		for _, pair := range [][2]string{{"node1", "ext-node2"}, {"node2", "ext-node1"}} {

@@ -250,3 +250,28 @@ func TestOracleLostAnswer(t *testing.T) {
 		t.Fatalf("MachineOf(ext-1) = %q", m)
 	}
 }
+
+// TestOracleSetNodeID: a replaced instance answers its new ID in
+// NodeGetInfo; both IDs are the machine's, so an attachment made to the
+// old one is still found there.
+func TestOracleSetNodeID(t *testing.T) {
+	ctx := waitCtx(t)
+	w := newWorld(t)
+	if err := w.attach(ctx, "vol", "ext-1", multiWriter); err != nil {
+		t.Fatal(err)
+	}
+	w.m1b.SetNodeID("ext-1-new")
+	resp, err := w.n1.node.NodeGetInfo(ctx, &csipb.NodeGetInfoRequest{})
+	if err != nil || resp.GetNodeId() != "ext-1-new" {
+		t.Fatalf("NodeGetInfo = %v, %v", resp, err)
+	}
+	if w.oracle.MachineOf("ext-1-new") != "m1" || w.oracle.MachineOf("ext-1") != "m1" {
+		t.Fatalf("machines: %q %q", w.oracle.MachineOf("ext-1-new"), w.oracle.MachineOf("ext-1"))
+	}
+	if !w.oracle.AttachedTo("vol", "m1") {
+		t.Fatal("the old instance's attachment is not on the machine")
+	}
+	if st := w.oracle.Machine("m1"); len(st.ExternalIDs) != 2 {
+		t.Fatalf("external IDs %v", st.ExternalIDs)
+	}
+}

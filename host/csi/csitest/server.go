@@ -309,6 +309,18 @@ func (s *Server) Attached(volumeID, nodeID string) bool {
 	return s.oracle.isAttached(volumeID, nodeID)
 }
 
+// SetNodeID makes NodeGetInfo answer id from now on, as when the machine's
+// instance was replaced under the same name: with an Oracle, id is one more
+// external node ID of the plugin's machine (the old ones stay its own, so
+// an attachment made to them is still found on it).
+func (s *Server) SetNodeID(id string) {
+	s.mu.Lock()
+	s.opts.NodeID = id
+	opts := s.opts
+	s.mu.Unlock()
+	s.oracle.join(opts)
+}
+
 // Oracle is the state this plugin acts on (its own when Options had none).
 func (s *Server) Oracle() *Oracle { return s.oracle }
 
@@ -524,7 +536,10 @@ func (n node) NodeGetInfo(ctx context.Context, req *csipb.NodeGetInfoRequest) (*
 	if err := n.s.handle(ctx, Call{Method: NodeGetInfo, Request: req}, noop); err != nil {
 		return nil, err
 	}
-	return &csipb.NodeGetInfoResponse{NodeId: n.s.opts.NodeID, MaxVolumesPerNode: n.s.opts.MaxVolumes}, nil
+	n.s.mu.Lock()
+	id := n.s.opts.NodeID
+	n.s.mu.Unlock()
+	return &csipb.NodeGetInfoResponse{NodeId: id, MaxVolumesPerNode: n.s.opts.MaxVolumes}, nil
 }
 
 func (n node) NodeGetCapabilities(ctx context.Context, req *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
