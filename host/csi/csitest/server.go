@@ -102,7 +102,8 @@ type Result struct {
 	// its preconditions checked) before Code is answered: the answer is
 	// lost on its way back, as when a connection or a node agent's stream
 	// breaks mid-call, or a deadline ends a call the driver finishes. With
-	// Block, the call runs once released, even after its context ended.
+	// Block, the call runs once Block is closed, even after its context
+	// ended (the driver goes on): the test must close it.
 	Ran bool
 }
 
