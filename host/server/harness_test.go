@@ -37,6 +37,14 @@ type harness struct {
 	mods    *switchModules
 	ctl     *csitest.Server
 	nodes   map[string]*csitest.Server // by node ID
+	// oracle is the storage and the machines behind the plugins: node
+	// n's plugin runs on machine machineOf(n) and answers external node
+	// ID "ext-"+n. It judges the tests by what is really staged,
+	// published and attached.
+	oracle *csitest.Oracle
+	// agents are the node agents connected to this server (nodes
+	// registered with RegisterAgentNode).
+	agents *agentLinks
 
 	// onCall, when set, sees every CSI call of every plugin as it arrives
 	// (the server's OnCall); the invariant checker and the interleaving
@@ -55,7 +63,7 @@ func newHarness(t testing.TB, nodeIDs ...string) *harness {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	h := &harness{t: t, ctx: ctx, clock: &manualClock{FakeClock: clockwork.NewFakeClockAt(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))},
-		mods: &switchModules{}, nodes: map[string]*csitest.Server{}}
+		mods: &switchModules{}, nodes: map[string]*csitest.Server{}, oracle: csitest.NewOracle()}
 	h.store = state.NewStore()
 	c, err := cluster.New(cluster.Config{Dev: true, NodeID: "s1", Logger: hclog.NewNullLogger()}, h.store)
 	if err != nil {
@@ -78,18 +86,20 @@ func newHarness(t testing.TB, nodeIDs ...string) *harness {
 			}
 		}
 	}
-	h.ctl = csitest.NewServer(t, csitest.Options{PublishUnpublish: true, OnCall: hook("controller")})
+	h.ctl = csitest.NewServer(t, csitest.Options{PublishUnpublish: true, OnCall: hook("controller"), Oracle: h.oracle})
 	for _, id := range nodeIDs {
-		h.nodes[id] = csitest.NewServer(t, csitest.Options{NodeID: "ext-" + id, StageUnstage: true, OnCall: hook(id)})
+		h.nodes[id] = csitest.NewServer(t, csitest.Options{NodeID: "ext-" + id, StageUnstage: true, OnCall: hook(id),
+			Oracle: h.oracle, Machine: machineOf(id)})
 	}
 	locks := watcher.NewVolumeLocks()
-	h.srv = New(Config{Store: h.store, Log: c, CSI: client, Modules: h.mods, Clock: h.clock, Locks: locks})
+	h.agents = &agentLinks{client: client, up: map[string]bool{}}
+	h.srv = New(Config{Store: h.store, Log: c, CSI: client, Modules: h.mods, Clock: h.clock, Locks: locks, Agents: h.agents})
 	h.w = watcher.New(watcher.Config{
 		Clock: h.clock, Jitter: -1, BackoffBase: time.Second, BackoffMax: 8 * time.Second,
 		StuckAfter: time.Minute, CSITimeout: 10 * time.Second, GCInterval: 24 * time.Hour,
 	}, watcher.Deps{
 		Feed: idleFeed{}, State: onlyAsked{h.store.Reader()}, Writer: c.ClaimWriter(),
-		Node: client, Controller: client, Modules: h.mods, Leadership: c, Locks: locks,
+		Node: client, Controller: client, Modules: h.mods, Leadership: c, Locks: locks, Agents: h.agents,
 	}, nil)
 	h.srv.SetReleaser(h.w)
 	h.w.SetEnabled(true)
@@ -105,6 +115,56 @@ func newHarness(t testing.TB, nodeIDs ...string) *harness {
 		}
 	}
 	return h
+}
+
+// machineOf names the machine of the harness's node id's plugin.
+func machineOf(nodeID string) string { return "machine-" + nodeID }
+
+// agentLinks stands for the node agents' connections: a connected node's
+// steps go to the plugin endpoint its agent registered, on its machine, as
+// the agent would run them against its node-local socket.
+type agentLinks struct {
+	client *csi.Client
+	mu     sync.Mutex
+	up     map[string]bool // node ID -> its agent is connected
+}
+
+func (a *agentLinks) connect(nodeID string, up bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.up[nodeID] = up
+}
+
+func (a *agentLinks) connected(nodeID string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.up[nodeID]
+}
+
+func (a *agentLinks) NodeSteps(nodeID string) (NodeSteps, bool) {
+	if !a.connected(nodeID) {
+		return nil, false
+	}
+	return a.client, true
+}
+
+func (a *agentLinks) NodeAgent(nodeID string) (watcher.NodeCSI, bool) {
+	if !a.connected(nodeID) {
+		return nil, false
+	}
+	return a.client, true
+}
+
+// hello is node id's agent connecting with its report: the plugin endpoint
+// of machine's node service, answering ext as its external node ID, and
+// root_dir root.
+func (h *harness) hello(id, endpoint, ext, root string) (*structs.Node, error) {
+	n, err := h.srv.RegisterAgentNode(h.ctx, &structs.Node{ID: id, RootDir: root, Plugins: map[string]*structs.NodePlugin{
+		testPlugin: {Endpoint: endpoint, ExternalNodeID: ext, StageUnstage: true}}})
+	if err == nil {
+		h.agents.connect(id, true)
+	}
+	return n, err
 }
 
 func (h *harness) setOnCall(f func(plugin string, c csitest.Call)) {

@@ -4,10 +4,14 @@
 // in order with the concurrency it saw, and which can be stopped and
 // restarted on the same socket to simulate a driver process going away.
 //
-// It models just enough of a driver to check the host: ControllerPublish
-// attaches a volume to a node and ControllerUnpublish detaches it; required
-// fields are checked like real drivers do (an empty node ID is rejected, as
-// the GCE PD driver does). Nothing is mounted.
+// It models what a driver and its machines hold, in an Oracle (oracle.go):
+// ControllerPublish attaches a volume to a node and ControllerUnpublish
+// detaches it, NodeStage stages it at a staging path of a machine and
+// NodePublish publishes it at a target there; every call is checked against
+// the CSI spec's preconditions on that state. Required fields are checked
+// like real drivers do (an empty node ID is rejected, as the GCE PD driver
+// does). Nothing is mounted. A scripted outcome can also let the call run
+// and lose its answer (Result.Ran).
 package csitest
 
 import (
@@ -68,6 +72,17 @@ type Options struct {
 	NodeOnly bool
 	// Clock stamps recorded calls (default: the real clock).
 	Clock clockwork.Clock
+	// Oracle, when set, is the storage and machines this plugin serves,
+	// shared with the other plugins started with it: their state is one,
+	// and every call is checked against the CSI spec's preconditions there
+	// (see Oracle). Without one the Server has its own, which never refuses
+	// a call (the permissive model older tests rely on).
+	Oracle *Oracle
+	// Machine names the machine this plugin's node service runs on (with
+	// an Oracle; default NodeID): the staging paths and targets its node
+	// calls act on. Plugins started with the same Machine are one machine
+	// reached through several endpoints.
+	Machine string
 	// OnCall, when set, is called with every call as it arrives, before
 	// its scripted outcome and outside the server's lock: tests check
 	// invariants at the moment a call is made, or make something happen
@@ -83,6 +98,20 @@ type Result struct {
 	// Block, when set, holds the call until it is closed (then Code is
 	// answered) or the call's context ends (then the context's code is).
 	Block <-chan struct{}
+	// Ran makes the call run (its effect applied to the Oracle's state,
+	// its preconditions checked) before Code is answered: the answer is
+	// lost on its way back, as when a connection or a node agent's stream
+	// breaks mid-call, or a deadline ends a call the driver finishes. With
+	// Block, the call runs once Block is closed, even after its context
+	// ended (the driver goes on): the test must close it.
+	Ran bool
+}
+
+// Lost is the outcome of a call that runs and whose answer is lost: the
+// client sees code (Unavailable, DeadlineExceeded) although the effect is
+// there.
+func Lost(code codes.Code) Result {
+	return Result{Code: code, Ran: true, Message: "answer lost after the call ran"}
 }
 
 // Call is a recorded request.
@@ -112,11 +141,11 @@ type Server struct {
 	served   chan struct{} // closed when the current Serve returns
 	scripts  map[string][]Result
 	calls    []Call
-	inflight map[string]int     // by method
-	volIn    map[[2]string]int  // by method and volume
-	maxIn    map[[2]string]int  // by method and volume ("" = any volume)
-	attached map[[2]string]bool // volume, node
-	changed  chan struct{}      // closed and replaced on every change
+	inflight map[string]int    // by method
+	volIn    map[[2]string]int // by method and volume
+	maxIn    map[[2]string]int // by method and volume ("" = any volume)
+	oracle   *Oracle
+	changed  chan struct{} // closed and replaced on every change
 }
 
 // NewServer starts a scripted CSI plugin; t.Cleanup stops it and removes
@@ -133,6 +162,15 @@ func NewServer(t testing.TB, opts Options) *Server {
 	if opts.Clock == nil {
 		opts.Clock = clockwork.NewRealClock()
 	}
+	oracle := opts.Oracle
+	if oracle == nil {
+		oracle = NewOracle()
+		oracle.private = true
+	}
+	if opts.Machine == "" {
+		opts.Machine = opts.NodeID
+	}
+	oracle.join(opts)
 	// Not t.TempDir(): unix socket paths are limited to about 104 bytes
 	// and test names make those paths long.
 	dir, err := os.MkdirTemp("", "csi")
@@ -148,7 +186,7 @@ func NewServer(t testing.TB, opts Options) *Server {
 		inflight: make(map[string]int),
 		volIn:    make(map[[2]string]int),
 		maxIn:    make(map[[2]string]int),
-		attached: make(map[[2]string]bool),
+		oracle:   oracle,
 		changed:  make(chan struct{}),
 	}
 	t.Cleanup(func() {
@@ -269,10 +307,23 @@ func (s *Server) MaxInFlight(method, volumeID string) int {
 // Attached reports whether volumeID is attached to nodeID: a successful
 // ControllerPublish attaches, a successful ControllerUnpublish detaches.
 func (s *Server) Attached(volumeID, nodeID string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.attached[[2]string{volumeID, nodeID}]
+	return s.oracle.isAttached(volumeID, nodeID)
 }
+
+// SetNodeID makes NodeGetInfo answer id from now on, as when the machine's
+// instance was replaced under the same name: with an Oracle, id is one more
+// external node ID of the plugin's machine (the old ones stay its own, so
+// an attachment made to them is still found on it).
+func (s *Server) SetNodeID(id string) {
+	s.mu.Lock()
+	s.opts.NodeID = id
+	opts := s.opts
+	s.mu.Unlock()
+	s.oracle.join(opts)
+}
+
+// Oracle is the state this plugin acts on (its own when Options had none).
+func (s *Server) Oracle() *Oracle { return s.oracle }
 
 // WaitFor blocks until cond holds or ctx ends. cond is evaluated after every
 // recorded change (a call starting or ending), never on a timer, so tests
@@ -302,7 +353,7 @@ func (s *Server) notifyLocked() {
 
 // handle records a call, applies the next scripted outcome and, when that is
 // OK, runs ok (the method's model) under the lock.
-func (s *Server) handle(ctx context.Context, c Call, ok func() error) error {
+func (s *Server) handle(ctx context.Context, c Call, ok func(Call) error) error {
 	if md, found := metadata.FromIncomingContext(ctx); found {
 		if v := md.Get("x-volhost-server"); len(v) > 0 {
 			c.Caller = v[0]
@@ -334,11 +385,17 @@ func (s *Server) handle(ctx context.Context, c Call, ok func() error) error {
 		case <-r.Block:
 		case <-ctx.Done():
 			err = status.FromContextError(ctx.Err()).Err()
+			if r.Ran {
+				<-r.Block // the driver goes on after the caller left
+			}
 		}
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if r.Ran {
+		_ = ok(s.calls[idx]) // its answer is lost with the connection
+	}
 	if err == nil && r.Code != codes.OK {
 		msg := r.Message
 		if msg == "" {
@@ -346,8 +403,8 @@ func (s *Server) handle(ctx context.Context, c Call, ok func() error) error {
 		}
 		err = status.Error(r.Code, msg)
 	}
-	if err == nil {
-		err = ok()
+	if err == nil && !r.Ran {
+		err = ok(s.calls[idx])
 	}
 	s.inflight[c.Method]--
 	s.volIn[vol]--
@@ -374,7 +431,7 @@ func firstErr(errs ...error) error {
 	return nil
 }
 
-func noop() error { return nil }
+func noop(Call) error { return nil }
 
 type identity struct {
 	s *Server
@@ -431,7 +488,7 @@ func (c controller) ControllerGetCapabilities(ctx context.Context, req *csipb.Co
 
 func (c controller) ControllerPublishVolume(ctx context.Context, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
 	call := Call{Method: ControllerPublish, VolumeID: req.GetVolumeId(), NodeID: req.GetNodeId(), Request: req}
-	err := c.s.handle(ctx, call, func() error {
+	err := c.s.handle(ctx, call, func(call Call) error {
 		if !c.s.opts.PublishUnpublish {
 			return status.Error(codes.Unimplemented, "PUBLISH_UNPUBLISH_VOLUME not advertised")
 		}
@@ -441,8 +498,7 @@ func (c controller) ControllerPublishVolume(ctx context.Context, req *csipb.Cont
 		if req.GetVolumeCapability() == nil {
 			return status.Error(codes.InvalidArgument, "volume_capability is required")
 		}
-		c.s.attached[[2]string{req.GetVolumeId(), req.GetNodeId()}] = true
-		return nil
+		return c.s.oracle.controllerPublish(call, req)
 	})
 	if err != nil {
 		return nil, err
@@ -454,7 +510,7 @@ func (c controller) ControllerPublishVolume(ctx context.Context, req *csipb.Cont
 
 func (c controller) ControllerUnpublishVolume(ctx context.Context, req *csipb.ControllerUnpublishVolumeRequest) (*csipb.ControllerUnpublishVolumeResponse, error) {
 	call := Call{Method: ControllerUnpublish, VolumeID: req.GetVolumeId(), NodeID: req.GetNodeId(), Request: req}
-	err := c.s.handle(ctx, call, func() error {
+	err := c.s.handle(ctx, call, func(call Call) error {
 		if !c.s.opts.PublishUnpublish {
 			return status.Error(codes.Unimplemented, "PUBLISH_UNPUBLISH_VOLUME not advertised")
 		}
@@ -463,7 +519,7 @@ func (c controller) ControllerUnpublishVolume(ctx context.Context, req *csipb.Co
 		if err := firstErr(required("volume_id", req.GetVolumeId()), required("node_id", req.GetNodeId())); err != nil {
 			return err
 		}
-		delete(c.s.attached, [2]string{req.GetVolumeId(), req.GetNodeId()})
+		c.s.oracle.controllerUnpublish(call, req)
 		return nil
 	})
 	if err != nil {
@@ -481,7 +537,10 @@ func (n node) NodeGetInfo(ctx context.Context, req *csipb.NodeGetInfoRequest) (*
 	if err := n.s.handle(ctx, Call{Method: NodeGetInfo, Request: req}, noop); err != nil {
 		return nil, err
 	}
-	return &csipb.NodeGetInfoResponse{NodeId: n.s.opts.NodeID, MaxVolumesPerNode: n.s.opts.MaxVolumes}, nil
+	n.s.mu.Lock()
+	id := n.s.opts.NodeID
+	n.s.mu.Unlock()
+	return &csipb.NodeGetInfoResponse{NodeId: id, MaxVolumesPerNode: n.s.opts.MaxVolumes}, nil
 }
 
 func (n node) NodeGetCapabilities(ctx context.Context, req *csipb.NodeGetCapabilitiesRequest) (*csipb.NodeGetCapabilitiesResponse, error) {
@@ -508,12 +567,16 @@ func (n node) stages() error {
 
 func (n node) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolumeRequest) (*csipb.NodeStageVolumeResponse, error) {
 	call := Call{Method: NodeStage, VolumeID: req.GetVolumeId(), StagingPath: req.GetStagingTargetPath(), Request: req}
-	err := n.s.handle(ctx, call, func() error {
+	err := n.s.handle(ctx, call, func(call Call) error {
 		if req.GetVolumeCapability() == nil {
 			return status.Error(codes.InvalidArgument, "volume_capability is required")
 		}
-		return firstErr(n.stages(), required("volume_id", req.GetVolumeId()),
-			required("staging_target_path", req.GetStagingTargetPath()))
+		if err := firstErr(n.stages(), required("volume_id", req.GetVolumeId()),
+			required("staging_target_path", req.GetStagingTargetPath())); err != nil {
+			return err
+		}
+		n.s.oracle.nodeStage(n.s.opts.Machine, call, req)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -523,9 +586,13 @@ func (n node) NodeStageVolume(ctx context.Context, req *csipb.NodeStageVolumeReq
 
 func (n node) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVolumeRequest) (*csipb.NodeUnstageVolumeResponse, error) {
 	call := Call{Method: NodeUnstage, VolumeID: req.GetVolumeId(), StagingPath: req.GetStagingTargetPath(), Request: req}
-	err := n.s.handle(ctx, call, func() error {
-		return firstErr(n.stages(), required("volume_id", req.GetVolumeId()),
-			required("staging_target_path", req.GetStagingTargetPath()))
+	err := n.s.handle(ctx, call, func(call Call) error {
+		if err := firstErr(n.stages(), required("volume_id", req.GetVolumeId()),
+			required("staging_target_path", req.GetStagingTargetPath())); err != nil {
+			return err
+		}
+		n.s.oracle.nodeUnstage(n.s.opts.Machine, call, req)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -536,14 +603,18 @@ func (n node) NodeUnstageVolume(ctx context.Context, req *csipb.NodeUnstageVolum
 func (n node) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolumeRequest) (*csipb.NodePublishVolumeResponse, error) {
 	call := Call{Method: NodePublish, VolumeID: req.GetVolumeId(), StagingPath: req.GetStagingTargetPath(),
 		TargetPath: req.GetTargetPath(), Request: req}
-	err := n.s.handle(ctx, call, func() error {
+	err := n.s.handle(ctx, call, func(call Call) error {
 		if req.GetVolumeCapability() == nil {
 			return status.Error(codes.InvalidArgument, "volume_capability is required")
 		}
 		if n.s.opts.StageUnstage && req.GetStagingTargetPath() == "" {
 			return status.Error(codes.FailedPrecondition, "staging_target_path is required: the plugin stages")
 		}
-		return firstErr(required("volume_id", req.GetVolumeId()), required("target_path", req.GetTargetPath()))
+		if err := firstErr(required("volume_id", req.GetVolumeId()), required("target_path", req.GetTargetPath())); err != nil {
+			return err
+		}
+		n.s.oracle.nodePublish(n.s.opts.Machine, n.s.opts.StageUnstage, call, req)
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -553,8 +624,12 @@ func (n node) NodePublishVolume(ctx context.Context, req *csipb.NodePublishVolum
 
 func (n node) NodeUnpublishVolume(ctx context.Context, req *csipb.NodeUnpublishVolumeRequest) (*csipb.NodeUnpublishVolumeResponse, error) {
 	call := Call{Method: NodeUnpublish, VolumeID: req.GetVolumeId(), TargetPath: req.GetTargetPath(), Request: req}
-	err := n.s.handle(ctx, call, func() error {
-		return firstErr(required("volume_id", req.GetVolumeId()), required("target_path", req.GetTargetPath()))
+	err := n.s.handle(ctx, call, func(call Call) error {
+		if err := firstErr(required("volume_id", req.GetVolumeId()), required("target_path", req.GetTargetPath())); err != nil {
+			return err
+		}
+		n.s.oracle.nodeUnpublish(n.s.opts.Machine, req)
+		return nil
 	})
 	if err != nil {
 		return nil, err
