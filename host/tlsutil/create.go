@@ -65,10 +65,10 @@ func CreateCA(commonName string, days int, now time.Time) (PEM, error) {
 
 // CertRequest says what certificate to make.
 type CertRequest struct {
-	Kind    Kind
-	Region  string
-	DNS     []string // added to the default names
-	IPs     []net.IP // added to the default addresses (servers: 127.0.0.1)
+	Kind   Kind
+	Region string
+	DNS    []string // added to the default names
+	IPs    []net.IP // added to the default addresses (servers: 127.0.0.1)
 	// Node, for a client certificate, names the node whose agent holds
 	// it: the node RPC then lets it act as that node only.
 	Node    string
