@@ -256,6 +256,13 @@ func RunClient(ctx context.Context, cfg *Config) error {
 		if err != nil {
 			return err
 		}
+		// The servers would refuse every stream of a certificate issued to
+		// another node; say so now rather than in a reconnect loop.
+		if node, err := tlsutil.NodeOf(h.Certificate().Leaf, h.Region()); err != nil {
+			return fmt.Errorf("tls.cert_file %s: %w", t.CertFile, err)
+		} else if node != "" && node != cc.NodeID {
+			return fmt.Errorf("tls.cert_file %s was issued to node %q, but client.node_id is %q", t.CertFile, node, cc.NodeID)
+		}
 		ccfg.TLS = h.ClientConfig()
 	}
 	ag, err := client.New(ccfg)

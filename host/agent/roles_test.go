@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
 	"github.com/volhost/volhost/host/acl"
+	nodeagent "github.com/volhost/volhost/host/client"
+	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/tlsutil"
 	"github.com/volhost/volhost/internal/testutil"
@@ -136,5 +139,69 @@ func TestNodeCertificateBoundToItsNode(t *testing.T) {
 				t.Fatalf("authorize: %v, want an error containing %q", err, c.want)
 			}
 		})
+	}
+}
+
+// Over the wire: a node agent presenting node n1's certificate connects as
+// n1, and as n2 is refused before n2 is registered, though its token is a
+// management one. `volhost agent -client` refuses to start with a
+// certificate of another node.
+func TestNodeCertificateOverTheWire(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := newPKI(t)
+	cfg := secureConfig(t, p, "s1")
+	cfg.Server = nil
+	cfg.NodeRPC = &NodeRPCConfig{Address: "127.0.0.1:0"}
+	a, _ := startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "s1", Level: hclog.Warn, Output: logOutput(t)})})
+	defer a.Shutdown()
+	_, mgmt, err := a.ACL.Bootstrap(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
+	if _, err := a.Server.RegisterPlugin(ctx, &structs.Plugin{ID: "csi"}); err != nil {
+		t.Fatal(err)
+	}
+	n1 := p.holder(t, tlsutil.CertRequest{Kind: tlsutil.KindClient, Node: "n1"}, "n1")
+	run := func(nodeID string, clk clockwork.Clock) (*nodeagent.Agent, func()) {
+		na, err := nodeagent.New(nodeagent.Config{Servers: []string{a.NodeRPC.Addr()}, NodeID: nodeID, RootDir: t.TempDir(),
+			Plugins: map[string]string{"csi": drv.Endpoint()}, Token: mgmt, Clock: clk, TLS: n1.ClientConfig()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		actx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- na.Run(actx) }()
+		return na, func() { stop(); <-done }
+	}
+
+	clk := clockwork.NewFakeClock()
+	na, stop := run("n2", clk)
+	// The refused session ends in the reconnect backoff, a wait on the
+	// fake clock (a connected agent would be heartbeating).
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if na.Connected() != "" || a.NodeRPC.Agent("n2") != nil {
+		t.Fatal("n1's certificate connected as n2")
+	}
+	stop()
+	if n, _ := a.Store.Snapshot().NodeByID(nil, "n2"); n != nil {
+		t.Fatalf("a refused agent registered its node: %+v", n)
+	}
+
+	na, stop = run("n1", clockwork.NewFakeClock())
+	defer stop()
+	if err := na.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitForCtx(t, ctx, "the server to route n1 to its agent", func() bool { return a.NodeRPC.Agent("n1") != nil })
+
+	ccfg := DefaultConfig()
+	ccfg.Client = &ClientConfig{Enabled: true, Servers: []string{a.NodeRPC.Addr()}, NodeID: "n2", RootDir: t.TempDir(), Token: mgmt}
+	ccfg.TLS = &TLSConfig{RPC: true, CAFile: filepath.Join(p.dir, "ca.pem"), CertFile: filepath.Join(p.dir, "n1.pem"), KeyFile: filepath.Join(p.dir, "n1-key.pem")}
+	if err := RunClient(ctx, ccfg); err == nil || !strings.Contains(err.Error(), `was issued to node "n1", but client.node_id is "n2"`) {
+		t.Fatalf("RunClient with another node's certificate: %v", err)
 	}
 }
