@@ -32,6 +32,15 @@ const agentHelp = `Usage: volhost agent [options]
   it ran under root_dir/journal, so a restart never runs one twice.
   volhost agent -client -config client.hcl
 
+Security (README "Securing a cluster"):
+  Certificates carry roles. Raft, joins and request forwarding take only
+  server certificates (volhost tls cert create -server), always; the node
+  RPC takes client certificates, bound to their node with -node.
+  INSECURE, logged at start: a server without tls { rpc = true } (whoever
+  reaches its raft port writes the state, ACL tokens included); node_rpc
+  without acl { enabled = true } (a certificate naming no node may act as
+  any node) or without tls.rpc (secrets in clear).
+
 Options:
 `
 

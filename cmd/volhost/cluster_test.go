@@ -47,6 +47,7 @@ func freePorts(t *testing.T, n int) []int {
 type serverProc struct {
 	id   string
 	http string
+	raft string
 	cmd  *exec.Cmd
 	log  string
 	dead bool
@@ -56,7 +57,7 @@ type serverProc struct {
 // is printed if the test fails.
 func startServer(t *testing.T, bin, dir, id string, httpPort, raftPort int, extra ...string) *serverProc {
 	t.Helper()
-	p := &serverProc{id: id, http: fmt.Sprintf("127.0.0.1:%d", httpPort), log: filepath.Join(dir, id+".log")}
+	p := &serverProc{id: id, http: fmt.Sprintf("127.0.0.1:%d", httpPort), raft: fmt.Sprintf("127.0.0.1:%d", raftPort), log: filepath.Join(dir, id+".log")}
 	logf, err := os.Create(p.log)
 	if err != nil {
 		t.Fatal(err)

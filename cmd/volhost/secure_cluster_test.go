@@ -15,10 +15,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/csi/csitest"
+	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/tlsutil"
+	"github.com/volhost/volhost/internal/testutil"
 )
+
+// forgedManagementToken is a raft log entry creating a management token
+// with secret, encoded as the leader encodes commands (a type byte, then
+// the time and the request).
+func forgedManagementToken(t *testing.T, secret string) []byte {
+	t.Helper()
+	req, err := json.Marshal(&structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{
+		AccessorID: "6d2c2c1e-0000-4000-8000-00000000a77a", SecretHash: acl.HashSecret(secret),
+		Name: "rogue", Type: structs.ACLManagementToken,
+	}}, Actor: "rogue"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, _ := time.Now().UTC().MarshalText()
+	return append([]byte{byte(structs.ACLTokenUpsertType)}, `{"time":"`+string(at)+`","req":`+string(req)+`}`...)
+}
 
 // TestSecureBinaryCluster is issue 12's end-to-end check with the real
 // binary: three servers with ACLs and mutual TLS (HTTPS with client
@@ -27,6 +46,9 @@ import (
 // a node-scoped token cannot force-deregister; a server with a
 // certificate of another CA is refused at join; SIGHUP rotates the
 // leader's certificate with no failed request.
+//
+// The attack of a client certificate on raft (it once committed a
+// management token) runs against the leader's raft port.
 func TestSecureBinaryCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs four agent processes")
@@ -74,8 +96,7 @@ tls {
   ca_file   = %q
   cert_file = %q
   key_file  = %q
-  verify_server_hostname = true
-  verify_https_client    = true
+  verify_https_client = true
 }
 `, ca, certPath, keyPath)
 		p := filepath.Join(dir, id+".hcl")
@@ -178,7 +199,9 @@ tls {
 		}
 		must(mgmt, "acl", "policy", "apply", name, p)
 	}
-	policy("app", "namespace \"default\" {\n  capabilities = [\"read\", \"register\", \"claim\", \"detach\", \"deregister\"]\n}\nnode {\n  policy = \"write\"\n}\n")
+	// Registering a node in direct mode (the leader dials its endpoints)
+	// is an operator's decision: operator:write.
+	policy("app", "namespace \"default\" {\n  capabilities = [\"read\", \"register\", \"claim\", \"detach\", \"deregister\"]\n}\nnode {\n  policy = \"write\"\n}\noperator {\n  policy = \"write\"\n}\n")
 	policy("node", "namespace \"default\" {\n  capabilities = [\"read\", \"claim\"]\n}\nnode {\n  policy = \"write\"\n}\n")
 	token := func(pol string) map[string]string {
 		var tok api.ACLTokenSecret
@@ -235,6 +258,53 @@ tls {
 	})
 	if n := peers(); n != 3 {
 		t.Fatalf("after the foreign server's join: %d peers, want 3", n)
+	}
+
+	// A client certificate (the CLI's, and a node agent's naming its
+	// node) dials the leader's raft port and sends an AppendEntries with a
+	// higher term carrying a management token whose secret it chose: the
+	// handshake refuses it (tls.rpc with no other setting), and the secret
+	// grants nothing on any server.
+	if r := runEnv(nil, "tls", "cert", "create", "-client", "-node", "node1"); r.code != 0 {
+		t.Fatalf("volhost tls cert create -client -node node1: %s", r.stderr)
+	}
+	const rogueSecret = "0b5e7a11-6a3e-4c0d-8000-00000000beef"
+	tokensWith := func(secret string) int {
+		req, _ := http.NewRequest(http.MethodGet, "https://"+leader.http+"/v1/acl/tokens", nil)
+		req.Header.Set(api.TokenHeader, secret)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := tokensWith(rogueSecret); code != http.StatusForbidden {
+		t.Fatalf("GET /v1/acl/tokens with the rogue secret before the attack: %d", code)
+	}
+	for _, name := range []string{"global-client-volhost-0", "global-client-volhost-1"} {
+		h, err := tlsutil.Load(tlsutil.Config{CAFile: abs(caCertFile), CertFile: abs(name + ".pem"), KeyFile: abs(name + "-key.pem")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := testutil.AppendAsPeer(leader.raft, h.ClientConfig(), forgedManagementToken(t, rogueSecret)); err == nil {
+			t.Fatalf("%s on raft: answered %+v", name, resp)
+		}
+	}
+	b, _ := os.ReadFile(leader.log)
+	if !strings.Contains(string(b), "accepts only server certificates") {
+		t.Fatal("the leader's log does not show the refused handshake")
+	}
+	if code := tokensWith(rogueSecret); code != http.StatusForbidden {
+		t.Fatalf("GET /v1/acl/tokens with the rogue secret after the attack: %d, want 403", code)
+	}
+	if resp, err := hc.Get("https://" + leader.http + "/v1/status/leader"); err == nil {
+		var lr api.LeaderResponse
+		_ = json.NewDecoder(resp.Body).Decode(&lr)
+		resp.Body.Close()
+		if !lr.IsLeader {
+			t.Fatal("the refused AppendEntries moved leadership")
+		}
 	}
 
 	// SIGHUP rotation on the leader with requests flowing.

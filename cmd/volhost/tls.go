@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/tlsutil"
 )
 
@@ -114,10 +115,19 @@ func (c *TLSCertCreateCommand) Help() string {
   (client.<region>.volhost, client authentication only). Existing files
   are never overwritten.
 
+  The name is the certificate's role: raft and every server-to-server
+  call take only server certificates; the CLI and node agents use client
+  ones. Give each node agent its own certificate with -node, so it may
+  connect as that node only.
+
 Options:
 
   -server, -client
     Which kind of certificate (exactly one).
+
+  -node=<node ID>
+    With -client: the node whose agent holds the certificate (written
+    as the URI volhost://<region>/node/<node ID>).
 
   -ca=<file>, -key=<file>
     The CA certificate and key. Default: ` + caCertFile + `,
@@ -141,6 +151,7 @@ func (c *TLSCertCreateCommand) Run(args []string) int {
 	keyPath := fs.String("key", caKeyFile, "")
 	region := fs.String("region", tlsutil.DefaultRegion, "")
 	days := fs.Int("days", 365, "")
+	node := fs.String("node", "", "")
 	var dns, ips stringList
 	fs.Var(&dns, "additional-dnsname", "")
 	fs.Var(&ips, "additional-ipaddress", "")
@@ -153,6 +164,11 @@ func (c *TLSCertCreateCommand) Run(args []string) int {
 	}
 	if *server == *clientKind {
 		return c.fail(fmt.Errorf("give exactly one of -server and -client (%s)", usage))
+	}
+	if *node != "" {
+		if err := structs.ValidateID("-node", *node); err != nil {
+			return c.fail(fmt.Errorf("-node: %w", err))
+		}
 	}
 	var addrs []net.IP
 	for _, s := range ips {
@@ -174,7 +190,7 @@ func (c *TLSCertCreateCommand) Run(args []string) int {
 	if *server {
 		kind = tlsutil.KindServer
 	}
-	p, err := tlsutil.CreateCert(tlsutil.CertRequest{Kind: kind, Region: *region, DNS: dns, IPs: addrs,
+	p, err := tlsutil.CreateCert(tlsutil.CertRequest{Kind: kind, Region: *region, DNS: dns, IPs: addrs, Node: *node,
 		Days: *days, Now: time.Now(), CA: tlsutil.PEM{Cert: caCert, Key: caKey}})
 	if err != nil {
 		return c.fail(err)

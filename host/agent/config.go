@@ -87,8 +87,10 @@ type TLSConfig struct {
 	CAFile   string `hcl:"ca_file,optional"`
 	CertFile string `hcl:"cert_file,optional"`
 	KeyFile  string `hcl:"key_file,optional"`
-	// VerifyServerHostname requires servers' certificates to name
-	// server.<region>.volhost (a client certificate cannot pose as one).
+	// VerifyServerHostname is kept so configs that set it still load:
+	// servers' certificates must name server.<region>.volhost whatever it
+	// says (raft, joins, forwarding and node agents' dials), since a
+	// client certificate posing as a server could commit raft entries.
 	VerifyServerHostname bool `hcl:"verify_server_hostname,optional"`
 	// VerifyHTTPSClient requires a client certificate on the HTTPS API.
 	VerifyHTTPSClient bool `hcl:"verify_https_client,optional"`

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 
 	"github.com/volhost/volhost/host/client"
 	"github.com/volhost/volhost/host/nodeconn"
@@ -141,12 +142,23 @@ func (a *Agent) setupNodeRPC() error {
 		Clock: a.clock, Logger: a.logger}, storeNodes{a}, lazyServer{a})
 	cfg := nodeconn.Config{Registrar: lazyServer{a}, Leader: clusterLeader{a}, Tracker: a.Tracker,
 		HeartbeatInterval: d.Interval, Logger: a.logger}
-	if a.TLS != nil && a.cfg.TLS.RPC {
-		// Mutual TLS: an agent presents a certificate from the cluster CA.
-		cfg.TLS = requireClientCert(a.TLS.HTTPServerConfig())
+	aclOn := a.cfg.ACL != nil && a.cfg.ACL.Enabled
+	tlsOn := a.TLS != nil && a.cfg.TLS.RPC
+	if tlsOn {
+		// Mutual TLS: an agent presents a client (or server) certificate
+		// of the cluster CA and region.
+		cfg.TLS = a.TLS.NodeRPCServerConfig()
 	}
-	if a.cfg.ACL != nil && a.cfg.ACL.Enabled {
+	if aclOn || tlsOn {
 		cfg.Auth = lazyAuth{a} // a.ACL is built after the node connection
+	}
+	switch {
+	case !aclOn && !tlsOn:
+		a.logger.Warn("INSECURE: node_rpc without acl.enabled or tls.rpc: anyone who reaches " + nr.Address + " may connect as any node and receive its volumes' secrets")
+	case !aclOn:
+		a.logger.Warn("INSECURE: node_rpc without acl.enabled: a client certificate that names no node (volhost tls cert create -client without -node) may connect as any node")
+	case !tlsOn:
+		a.logger.Warn("INSECURE: node_rpc without tls.rpc: node tokens and volume secrets cross the network in clear")
 	}
 	a.NodeRPC = nodeconn.NewServer(cfg)
 	return a.NodeRPC.Listen(nr.Address)
@@ -155,31 +167,52 @@ func (a *Agent) setupNodeRPC() error {
 // lazyAuth reaches the ACL service built after the node connection.
 type lazyAuth struct{ a *Agent }
 
+// Authorize checks that an agent's stream may act as node nodeID.
+// With mutual TLS, a certificate naming a node (volhost tls cert create
+// -client -node) may act as that node only, so a stolen node certificate
+// cannot speak for another node even with a broader token. With ACLs on,
+// the token must grant node:write on the node (nodeconn.ACLAuth holds the
+// rule), so a token handed to one node cannot drive another.
 func (l lazyAuth) Authorize(ctx context.Context, token, nodeID string) error {
-	return l.a.authorizeAgent(ctx, token, nodeID)
+	if err := l.a.bindNodeCert(ctx, nodeID); err != nil {
+		return err
+	}
+	if l.a.ACL == nil {
+		return nil
+	}
+	return nodeconn.ACLAuth(l.a.ACL.Resolver).Authorize(ctx, token, nodeID)
 }
+
+// Revoked fires when the token stops granting the node; a certificate's
+// node does not change while its connection lives, and without ACLs there
+// is no token to revoke (a nil channel never fires).
 func (l lazyAuth) Revoked(ctx context.Context, token, nodeID string) <-chan error {
+	if l.a.ACL == nil {
+		return nil
+	}
 	return nodeconn.ACLAuth(l.a.ACL.Resolver).Revoked(ctx, token, nodeID)
 }
 
-// authorizeAgent: with ACLs on, an agent's token must grant node:write on
-// the node it connects as (nodeconn.ACLAuth holds the rule).
-func (a *Agent) authorizeAgent(ctx context.Context, token, nodeID string) error {
-	return nodeconn.ACLAuth(a.ACL.Resolver).Authorize(ctx, token, nodeID)
-}
-
-// requireClientCert makes a server config demand a certificate from the
-// cluster CA of every peer (an agent's need not name a server).
-func requireClientCert(base *tls.Config) *tls.Config {
-	get := base.GetConfigForClient
-	base.GetConfigForClient = func(hi *tls.ClientHelloInfo) (*tls.Config, error) {
-		c, err := get(hi)
-		if c != nil {
-			c.ClientAuth = tls.RequireAndVerifyClientCert
-		}
-		return c, err
+// bindNodeCert refuses a stream whose TLS certificate names a node other
+// than nodeID. A connection without TLS, or a certificate naming no node,
+// passes: the token decides.
+func (a *Agent) bindNodeCert(ctx context.Context, nodeID string) error {
+	p, ok := peer.FromContext(ctx)
+	if !ok || a.TLS == nil {
+		return nil
 	}
-	return base
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.PeerCertificates) == 0 {
+		return nil
+	}
+	node, err := tlsutil.NodeOf(ti.State.PeerCertificates[0], a.TLS.Region())
+	if err != nil {
+		return fmt.Errorf("%w: %w", err, structs.ErrPermissionDenied)
+	}
+	if node != "" && node != nodeID {
+		return fmt.Errorf("the agent's certificate was issued to node %q, not %q: %w", node, nodeID, structs.ErrPermissionDenied)
+	}
+	return nil
 }
 
 func newLogger(cfg *Config) hclog.Logger {
@@ -223,10 +256,16 @@ func RunClient(ctx context.Context, cfg *Config) error {
 	ccfg := client.Config{Servers: cc.Servers, NodeID: cc.NodeID, RootDir: cc.RootDir, Plugins: plugins,
 		Meta: cc.Meta, Token: cc.Token, Logger: newLogger(cfg)}
 	if t := cfg.TLS; t != nil && t.RPC {
-		h, err := tlsutil.Load(tlsutil.Config{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile,
-			Region: cfg.Region, VerifyServerHostname: t.VerifyServerHostname})
+		h, err := tlsutil.Load(tlsutil.Config{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, Region: cfg.Region})
 		if err != nil {
 			return err
+		}
+		// The servers would refuse every stream of a certificate issued to
+		// another node; say so now rather than in a reconnect loop.
+		if node, err := tlsutil.NodeOf(h.Certificate().Leaf, h.Region()); err != nil {
+			return fmt.Errorf("tls.cert_file %s: %w", t.CertFile, err)
+		} else if node != "" && node != cc.NodeID {
+			return fmt.Errorf("tls.cert_file %s was issued to node %q, but client.node_id is %q", t.CertFile, node, cc.NodeID)
 		}
 		ccfg.TLS = h.ClientConfig()
 	}

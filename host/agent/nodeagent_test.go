@@ -277,7 +277,7 @@ func TestNodeAgentNeedsNodeWrite(t *testing.T) {
 		{"management", mgmt, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := a.authorizeAgent(ctx, tc.token, "node1")
+			err := lazyAuth{a}.Authorize(ctx, tc.token, "node1")
 			if tc.ok != (err == nil) {
 				t.Fatalf("authorize: %v, want ok=%v", err, tc.ok)
 			}

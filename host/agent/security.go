@@ -18,17 +18,27 @@ import (
 // mutual-TLS transport (issue 12).
 func (a *Agent) setupTLS(cc *cluster.Config) error {
 	t := a.cfg.TLS
+	if !a.cfg.Dev && (t == nil || !t.RPC) {
+		// Raft peers write the state unchecked: ACL tokens, claims, fences.
+		a.logger.Warn("INSECURE: raft without tls.rpc: whoever reaches " + cc.BindAddr + " can append to the replicated log (ACL tokens included); set tls { rpc = true } with server certificates")
+	}
 	if t == nil || (!t.HTTP && !t.RPC) {
 		return nil
 	}
 	h, err := tlsutil.Load(tlsutil.Config{
 		CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, Region: a.cfg.Region,
-		VerifyServerHostname: t.VerifyServerHostname, VerifyHTTPSClient: t.VerifyHTTPSClient,
+		VerifyHTTPSClient: t.VerifyHTTPSClient,
 	})
 	if err != nil {
 		return err
 	}
 	a.TLS = h
+	if role := tlsutil.RoleOf(h.Certificate().Leaf, h.Region()); role != tlsutil.RoleServer {
+		// Its peers would refuse it on raft, and its joins would fail
+		// later with a less clear error.
+		return fmt.Errorf("tls: cert_file %s is a %s certificate, not a server certificate of region %q: a server needs one made by volhost tls cert create -server -region %s",
+			t.CertFile, role, h.Region(), h.Region())
+	}
 	if t.RPC && !a.cfg.Dev {
 		tr, err := cluster.NewTLSTransport(cc.BindAddr, cc.AdvertiseAddr, h.RPCServerConfig(), h.ClientConfig(), a.logger.Named("raft"))
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
 	"github.com/volhost/volhost/plugins/source"
 )
@@ -58,6 +59,12 @@ func (c *Config) validateSources() ([]moduleSource, []error) {
 		}
 		if s.Name == "" || filepath.Base(s.Name) != s.Name || s.Name[0] == '.' {
 			errs = append(errs, fmt.Errorf("%s: the label is the module's name (NAME.wasm): no path, no leading dot", where))
+			continue
+		}
+		if err := structs.ValidateID("name", s.Name); err != nil {
+			// The module's name is an ID in the API and the CLI: the one
+			// rule, so no two modules print the same.
+			errs = append(errs, fmt.Errorf("%s: %w", where, err))
 			continue
 		}
 		if seen[s.Name] {

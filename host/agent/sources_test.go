@@ -59,6 +59,7 @@ module_source "policy" {
 	}{
 		{"", ModuleSourceConfig{Name: "p", OCI: "r/p:1", PublicKey: pub}, "needs module_dir"},
 		{dir, ModuleSourceConfig{Name: "../p", OCI: "r/p:1", PublicKey: pub}, "no path"},
+		{dir, ModuleSourceConfig{Name: "policy\u3164", OCI: "r/p:1", PublicKey: pub}, "U+3164 at byte 6 is not allowed"},
 		{dir, ModuleSourceConfig{Name: "p", OCI: "UPPER CASE:?", PublicKey: pub}, "oci ="},
 		{dir, ModuleSourceConfig{Name: "p", OCI: "r/p:1", PublicKey: filepath.Join(dir, "none.pub")}, "none.pub"},
 		{dir, ModuleSourceConfig{Name: "p", OCI: "r/p:1", PublicKey: junk}, "no PEM block"},

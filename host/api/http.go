@@ -11,12 +11,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"google.golang.org/grpc/status"
 
-	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -192,28 +189,10 @@ func (s *Server) decodeError(err error) error {
 	return badRequest("", "invalid JSON: %s", strings.TrimPrefix(err.Error(), "json: "))
 }
 
-// ValidateID checks an ID taken from a path, query or body with the state
-// store's rule (non-empty, at most state.MaxIDLength bytes, valid UTF-8,
-// not "." or "..", no whitespace, control or format (Cf) characters), so a bad ID is refused before any
-// backend work and anything the store accepts stays addressable.
-func ValidateID(field, id string) error {
-	switch {
-	case id == "":
-		return badRequest(field, "must not be empty")
-	case len(id) > state.MaxIDLength:
-		return badRequest(field, "is %d bytes long, at most %d allowed", len(id), state.MaxIDLength)
-	case !utf8.ValidString(id):
-		return badRequest(field, "is not valid UTF-8")
-	case id == "." || id == "..":
-		return badRequest(field, "%q is reserved (it cannot be a path segment)", id)
-	}
-	for _, c := range id {
-		if unicode.IsSpace(c) || unicode.IsControl(c) || unicode.Is(unicode.Cf, c) {
-			return badRequest(field, "must not contain whitespace or control characters, nor invisible format characters (%U): %q", c, id)
-		}
-	}
-	return nil
-}
+// ValidateID checks an ID taken from a path, query or body with the rule
+// the state store applies (structs.ValidateID), so a bad ID is refused
+// (400, naming the field) before any backend work.
+func ValidateID(field, id string) error { return structs.ValidateID(field, id) }
 
 // pathID reads and validates the {id} path value.
 func pathID(r *http.Request, field string) (string, error) {

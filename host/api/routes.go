@@ -577,6 +577,11 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, err)
 		return
 	}
+	if err := s.checkNodeRegistration(r, req.Node); err != nil {
+		s.log.Info("request denied", "method", r.Method, "path", r.URL.Path, "accessor", identityOf(r).Accessor(), "reason", err.Error())
+		WriteError(w, err)
+		return
+	}
 	n, err := s.backend.RegisterNode(r.Context(), req.Node)
 	if err != nil {
 		WriteError(w, s.probeError(r, err))

@@ -3,7 +3,6 @@ package state
 import (
 	"fmt"
 	"sort"
-	"unicode"
 
 	"github.com/volhost/volhost/host/structs"
 )
@@ -23,19 +22,6 @@ const (
 	MaxMountFlags       = 32
 	MaxMountFlagLength  = 256
 )
-
-// badIDRune says whether r may not appear in an ID: whitespace, control
-// characters, and format characters (Unicode category Cf: zero-width
-// spaces and joiners, bidi overrides and isolates, the BOM), which render
-// as nothing or reorder text, so two different IDs could look the same.
-func badIDRune(r rune) bool {
-	return unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r)
-}
-
-// reservedID reports the IDs that cannot be path segments: "." and ".."
-// are resolved away by clients and proxies, so such a volume could never
-// be addressed.
-func reservedID(id string) bool { return id == "." || id == ".." }
 
 // validLength bounds a string field.
 func validLength(field, v string, max int) error {

@@ -6,13 +6,12 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/volhost/volhost/host/structs"
 )
 
-// MaxIDLength bounds every ID (volume, namespace, alloc, node, plugin).
-const MaxIDLength = 128
+// MaxIDLength bounds every ID (structs.ValidateID).
+const MaxIDLength = structs.MaxIDLength
 
 // Validate checks req (of message type t) against the snapshot without
 // changing anything. The server calls it before writing to the log, so a
@@ -91,28 +90,8 @@ var ops = map[structs.MessageType]op{
 	structs.ClaimCheckpointBatchType: mkOp(validateCheckpointBatch, (*writer).checkpointBatch),
 }
 
-// validID checks an ID: non-empty, at most MaxIDLength characters, valid
-// UTF-8, not "." or "..", no whitespace, control or format (Cf) characters
-// (IDs travel in URLs, CLI arguments and log lines, and must not look like
-// another ID).
-func validID(field, id string) error {
-	switch {
-	case id == "":
-		return structs.Invalid(field, "must not be empty")
-	case len(id) > MaxIDLength:
-		return structs.Invalid(field, "is %d bytes long, at most %d allowed", len(id), MaxIDLength)
-	case !utf8.ValidString(id):
-		return structs.Invalid(field, "is not valid UTF-8")
-	case reservedID(id):
-		return structs.Invalid(field, "%q is reserved (it cannot be a path segment)", id)
-	}
-	for _, r := range id {
-		if badIDRune(r) {
-			return structs.Invalid(field, "must not contain whitespace or control characters, nor invisible format characters (%U): %q", r, id)
-		}
-	}
-	return nil
-}
+// validID is structs.ValidateID, the rule every ID obeys.
+var validID = structs.ValidateID
 
 // validEndpoint checks a CSI endpoint with the same rule the CSI client
 // dials by (structs.ValidateEndpoint).

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/url"
+	"strings"
 	"time"
 )
 
@@ -20,7 +22,7 @@ type Kind string
 // The kinds.
 const (
 	KindServer Kind = "server" // server.<region>.volhost + localhost, 127.0.0.1; server and client auth
-	KindClient Kind = "client" // client.<region>.volhost; client auth only
+	KindClient Kind = "client" // client.<region>.volhost (+ volhost://<region>/node/<id> with Node); client auth only
 )
 
 // PEM is a certificate and its private key, PEM-encoded.
@@ -63,10 +65,13 @@ func CreateCA(commonName string, days int, now time.Time) (PEM, error) {
 
 // CertRequest says what certificate to make.
 type CertRequest struct {
-	Kind    Kind
-	Region  string
-	DNS     []string // added to the default names
-	IPs     []net.IP // added to the default addresses (servers: 127.0.0.1)
+	Kind   Kind
+	Region string
+	DNS    []string // added to the default names
+	IPs    []net.IP // added to the default addresses (servers: 127.0.0.1)
+	// Node, for a client certificate, names the node whose agent holds
+	// it: the node RPC then lets it act as that node only.
+	Node    string
 	Days    int
 	Now     time.Time
 	CA      PEM
@@ -77,6 +82,16 @@ type CertRequest struct {
 func CreateCert(req CertRequest) (PEM, error) {
 	if req.Days <= 0 {
 		return PEM{}, fmt.Errorf("tls: days must be positive, got %d", req.Days)
+	}
+	for _, n := range req.DNS {
+		// Names under .volhost are roles (role.go): a client certificate
+		// naming server.<region>.volhost would be a raft peer.
+		if n == "volhost" || strings.HasSuffix(strings.ToLower(strings.TrimSuffix(n, ".")), ".volhost") {
+			return PEM{}, fmt.Errorf("tls: additional name %q is under .volhost, which names certificate roles; give the role with -server or -client", n)
+		}
+	}
+	if req.Node != "" && req.Kind != KindClient {
+		return PEM{}, fmt.Errorf("tls: a node name is for client certificates (node agents), not %s ones", req.Kind)
 	}
 	caCert, caKey, err := parseCA(req.CA)
 	if err != nil {
@@ -107,6 +122,9 @@ func CreateCert(req CertRequest) (PEM, error) {
 		tmpl.DNSNames = append([]string{ClientName(req.Region)}, req.DNS...)
 		tmpl.IPAddresses = req.IPs
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+		if req.Node != "" {
+			tmpl.URIs = []*url.URL{NodeURI(req.Region, req.Node)}
+		}
 	default:
 		return PEM{}, fmt.Errorf("tls: unknown certificate kind %q (want server or client)", req.Kind)
 	}

@@ -7,6 +7,9 @@
 // and clients client.<region>.volhost, as Nomad does. Every server's
 // certificate is valid for both server and client authentication, since a
 // server dials its peers (raft) and the leader (join, forwarding).
+// The name is the certificate's role (role.go): raft takes only servers,
+// and every dial to a server checks that the peer is one, whatever the
+// configuration says.
 //
 // Configs never capture a certificate or a CA pool: they read the holder
 // on every handshake (GetCertificate, GetClientCertificate,
@@ -48,13 +51,9 @@ type Config struct {
 	CertFile string
 	KeyFile  string
 	Region   string
-	// VerifyServerHostname: outgoing connections to servers (raft, join,
-	// forwarding) require the peer's certificate to name
-	// server.<region>.volhost, so a client certificate cannot pose as a
-	// server.
-	VerifyServerHostname bool
 	// VerifyHTTPSClient: the HTTPS API requires a client certificate
-	// signed by the CA. Without it a certificate is checked when given.
+	// signed by the CA. Without it a certificate is checked when given
+	// (the API's tokens decide what a caller may do).
 	VerifyHTTPSClient bool
 }
 
@@ -138,26 +137,37 @@ func (h *Holder) Region() string { return h.cfg.Region }
 func (h *Holder) Certificate() *tls.Certificate { return h.cur.Load().cert }
 
 // HTTPServerConfig is the HTTPS API's config: a client certificate is
-// required with VerifyHTTPSClient, otherwise verified when given.
+// required with VerifyHTTPSClient, otherwise verified when given. Any
+// role may connect; the API's tokens decide what it may do, and only a
+// server certificate stands in for a token (IsServer, at join).
 func (h *Holder) HTTPServerConfig() *tls.Config {
 	auth := tls.VerifyClientCertIfGiven
 	if h.cfg.VerifyHTTPSClient {
 		auth = tls.RequireAndVerifyClientCert
 	}
-	return h.serverConfig(auth, "")
+	return h.serverConfig(auth, nil)
 }
 
 // RPCServerConfig is the raft transport's listener config: mutual TLS,
-// and the peer must be a server when VerifyServerHostname is set.
+// and the peer must hold a server certificate, always. A raft peer can
+// commit any entry, so no setting turns this off: a client certificate
+// (every node agent and operator has one) fails the handshake, before
+// raft reads a byte.
 func (h *Holder) RPCServerConfig() *tls.Config {
-	name := ""
-	if h.cfg.VerifyServerHostname {
-		name = ServerName(h.cfg.Region)
-	}
-	return h.serverConfig(tls.RequireAndVerifyClientCert, name)
+	return h.serverConfig(tls.RequireAndVerifyClientCert, []Role{RoleServer})
 }
 
-func (h *Holder) serverConfig(auth tls.ClientAuthType, peerName string) *tls.Config {
+// NodeRPCServerConfig is the node RPC listener's config: mutual TLS, and
+// the peer must hold a client (node agent) or server certificate of this
+// region. Which node a connection may act as is checked per stream
+// against the certificate's node name and the token (host/agent).
+func (h *Holder) NodeRPCServerConfig() *tls.Config {
+	return h.serverConfig(tls.RequireAndVerifyClientCert, []Role{RoleClient, RoleServer})
+}
+
+// serverConfig serves the current certificate; with roles, a peer whose
+// verified certificate holds none of them fails the handshake.
+func (h *Holder) serverConfig(auth tls.ClientAuthType, roles []Role) *tls.Config {
 	base := &tls.Config{MinVersion: tls.VersionTLS12}
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		m := h.cur.Load()
@@ -167,24 +177,30 @@ func (h *Holder) serverConfig(auth tls.ClientAuthType, peerName string) *tls.Con
 			ClientAuth:   auth,
 			ClientCAs:    m.pool,
 		}
-		if peerName != "" {
-			c.VerifyConnection = func(cs tls.ConnectionState) error { return checkName(cs, peerName) }
+		if roles != nil {
+			region := h.cfg.Region
+			c.VerifyConnection = func(cs tls.ConnectionState) error {
+				// crypto/tls verified the chain against ClientCAs before
+				// this runs (RequireAndVerifyClientCert).
+				if len(cs.VerifiedChains) == 0 {
+					return errors.New("tls: the peer's certificate is not verified")
+				}
+				return requireRole(cs.PeerCertificates, region, "this listener", roles...)
+			}
 		}
 		return c, nil
 	}
 	return base
 }
 
-// ClientConfig is the config for dialing a server: the current
-// certificate is presented, the peer is verified against the current CA
-// and, with VerifyServerHostname (or always for serverName != "" when
-// strict), must be named serverName.
+// ClientConfig is the config for dialing a server (raft, join, request
+// forwarding, the probe of a joining server, a node agent's stream): the
+// current certificate is presented, and the peer must chain to the
+// current CA and hold a server certificate of this region, always. A
+// client certificate cannot pose as a server to a dialing peer: it would
+// receive raft entries, forwarded tokens, or drive a node agent's steps.
 func (h *Holder) ClientConfig() *tls.Config {
-	name := ""
-	if h.cfg.VerifyServerHostname {
-		name = ServerName(h.cfg.Region)
-	}
-	return ClientConfigFor(h.current, name)
+	return ClientConfigFor(h.current, h.cfg.Region)
 }
 
 func (h *Holder) current() (*tls.Certificate, *x509.CertPool) {
@@ -192,12 +208,14 @@ func (h *Holder) current() (*tls.Certificate, *x509.CertPool) {
 	return m.cert, m.pool
 }
 
-// ClientConfigFor builds a dialing config over a source of the current
-// certificate (may be nil: none presented) and CA pool. The chain is
-// verified by hand (crypto/tls cannot read a pool that changes), and the
-// peer must be named peerName when it is set; otherwise any certificate
-// from the CA will do.
-func ClientConfigFor(src func() (*tls.Certificate, *x509.CertPool), peerName string) *tls.Config {
+// ClientConfigFor builds a config that dials a server of region over a
+// source of the current certificate (may be nil: none presented) and CA
+// pool. The chain is verified by hand (crypto/tls cannot read a pool that
+// changes) and the peer must hold a server certificate.
+func ClientConfigFor(src func() (*tls.Certificate, *x509.CertPool), region string) *tls.Config {
+	if region == "" {
+		region = DefaultRegion
+	}
 	return &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		// Verification happens in VerifyConnection with the current pool.
@@ -211,14 +229,14 @@ func ClientConfigFor(src func() (*tls.Certificate, *x509.CertPool), peerName str
 		},
 		VerifyConnection: func(cs tls.ConnectionState) error {
 			_, pool := src()
-			return verifyPeer(cs, pool, peerName)
+			return verifyServer(cs, pool, region)
 		},
 	}
 }
 
-// verifyPeer checks the peer's chain against pool and, when name is set,
-// that the leaf is valid for name.
-func verifyPeer(cs tls.ConnectionState, pool *x509.CertPool, name string) error {
+// verifyServer checks the peer's chain against pool, for server
+// authentication, and that the leaf holds a server certificate of region.
+func verifyServer(cs tls.ConnectionState, pool *x509.CertPool, region string) error {
 	if len(cs.PeerCertificates) == 0 {
 		return errors.New("tls: the server presented no certificate")
 	}
@@ -227,34 +245,20 @@ func verifyPeer(cs tls.ConnectionState, pool *x509.CertPool, name string) error 
 		inter.AddCert(c)
 	}
 	opts := x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	if name != "" {
-		opts.DNSName = name
-	}
 	if _, err := cs.PeerCertificates[0].Verify(opts); err != nil {
 		return fmt.Errorf("tls: server certificate: %w", err)
 	}
-	return nil
-}
-
-// checkName requires the verified peer certificate to be valid for name.
-func checkName(cs tls.ConnectionState, name string) error {
-	if len(cs.PeerCertificates) == 0 {
-		return errors.New("tls: the peer presented no certificate")
-	}
-	if err := cs.PeerCertificates[0].VerifyHostname(name); err != nil {
-		return fmt.Errorf("tls: peer is not a server (%s): %w", name, err)
-	}
-	return nil
+	return requireRole(cs.PeerCertificates, region, "a server dial", RoleServer)
 }
 
 // IsServer reports whether a connection's client presented a certificate
-// verified against the CA and named server.<region>.volhost: the identity
-// a raft join accepts in place of a management token.
+// verified against the CA that holds the server role: the identity a
+// raft join accepts in place of a management token.
 func (h *Holder) IsServer(cs *tls.ConnectionState) bool {
 	if cs == nil || len(cs.VerifiedChains) == 0 || len(cs.PeerCertificates) == 0 {
 		return false
 	}
-	return cs.PeerCertificates[0].VerifyHostname(ServerName(h.cfg.Region)) == nil
+	return RoleOf(cs.PeerCertificates[0], h.cfg.Region) == RoleServer
 }
 
 // ClientFiles is the CLI's config: the server is verified against the CA
