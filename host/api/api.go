@@ -109,6 +109,11 @@ type Config struct {
 	// probe failed (the dial error maps the agent host's files and ports).
 	// nil: nobody; the ACL work sets it to "has operator:write".
 	ProbeErrorDetail func(r *http.Request) bool
+	// Audit commits the audit events of privileged actions (force
+	// deregister, detach, fence, ...) whether ACLs are on or off: with
+	// them off the accessor is "anonymous", and the trail still says who
+	// did what when. nil: ACLConfig.Audit, else only the log line.
+	Audit AuditLog
 }
 
 // Server serves the API.

@@ -317,13 +317,15 @@ func (s *Server) isServer(r *http.Request, trustForward bool) bool {
 func (s *Server) authorizing(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cfg := s.auth.cfg
-		if cfg == nil {
-			next.ServeHTTP(w, r)
-			return
-		}
 		_, pattern := s.mux.Handler(r)
 		if pattern == "" {
 			next.ServeHTTP(w, r) // 404/405: nothing to protect
+			return
+		}
+		if cfg == nil {
+			// ACLs off: nothing to check, but a privileged action is
+			// audited all the same, as "anonymous".
+			s.serveAudited(w, r, routeRules[pattern], nil, next)
 			return
 		}
 		ru, ok := routeRules[pattern]
@@ -351,20 +353,27 @@ func (s *Server) authorizing(next http.Handler) http.Handler {
 			return
 		}
 		r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
-		action := ru.audit
-		if force, _ := queryBool(r, "force"); ru.force && force {
-			action = "force-deregister"
-		}
-		if action == "" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		rec := &statusRecorder{ResponseWriter: w}
-		next.ServeHTTP(rec, r)
-		if rec.status >= 200 && rec.status < 300 {
-			s.auditAction(r, action, id)
-		}
+		s.serveAudited(w, r, ru, id, next)
 	})
+}
+
+// serveAudited serves r and, when its route is privileged and the answer
+// is a success, records the audit event with id's accessor ("anonymous"
+// for nil: ACLs off or no token).
+func (s *Server) serveAudited(w http.ResponseWriter, r *http.Request, ru rule, id *acl.Identity, next http.Handler) {
+	action := ru.audit
+	if force, _ := queryBool(r, "force"); ru.force && force {
+		action = "force-deregister"
+	}
+	if action == "" {
+		next.ServeHTTP(w, r)
+		return
+	}
+	rec := &statusRecorder{ResponseWriter: w}
+	next.ServeHTTP(rec, r)
+	if rec.status >= 200 && rec.status < 300 {
+		s.auditAction(r, action, id)
+	}
 }
 
 func isTokenError(err error) bool {
@@ -538,7 +547,7 @@ const auditTimeout = 10 * time.Second
 // to write to) the log line is the record.
 func (s *Server) auditAction(r *http.Request, action string, id *acl.Identity) {
 	accessor := id.Accessor()
-	if id.Token == nil && action == "raft-join" && s.isServer(r, true) {
+	if (id == nil || id.Token == nil) && action == "raft-join" && s.isServer(r, true) {
 		accessor = "server-certificate" // authorized by its certificate, not a token
 	}
 	ev := &structs.Event{
@@ -557,12 +566,16 @@ func (s *Server) auditAction(r *http.Request, action string, id *acl.Identity) {
 		ev.Fields["peer"] = id
 	}
 	s.log.Info("audit", "action", ev.Fields["action"], "accessor", accessor, "method", r.Method, "path", r.URL.Path)
-	if s.auth.cfg.Audit == nil {
+	audit := s.cfg.Audit
+	if audit == nil && s.auth.cfg != nil {
+		audit = s.auth.cfg.Audit
+	}
+	if audit == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), auditTimeout)
 	defer cancel()
-	if _, _, err := s.auth.cfg.Audit.Apply(ctx, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{ev}}); err != nil {
+	if _, _, err := audit.Apply(ctx, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{ev}}); err != nil {
 		s.log.Warn("audit event not committed; this log line is the record", "action", ev.Fields["action"], "accessor", accessor, "error", err)
 	}
 }

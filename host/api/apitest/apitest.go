@@ -38,7 +38,7 @@ func NewStoreBackend() *StoreBackend {
 // Serve starts an httptest server running the API over b, closed when t ends.
 func Serve(t testing.TB, b *StoreBackend) *httptest.Server {
 	t.Helper()
-	ts := httptest.NewServer(api.NewServer(api.Config{}, b.Store, b, nil).Handler())
+	ts := httptest.NewServer(api.NewServer(api.Config{Audit: b}, b.Store, b, nil).Handler())
 	t.Cleanup(ts.Close)
 	return ts
 }
