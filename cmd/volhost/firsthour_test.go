@@ -1,10 +1,16 @@
 package main
 
 import (
+	"encoding/json"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/volhost/volhost/host/acl"
+	"github.com/volhost/volhost/host/api"
+	"github.com/volhost/volhost/host/api/apitest"
 )
 
 // writeFile writes a spec into a temporary directory and returns its path.
@@ -53,4 +59,47 @@ func TestRegisterEndpointErrors(t *testing.T) {
 	if out := e.ok("node", "status"); strings.Contains(out, "n1") {
 		t.Errorf("a refused node was registered:\n%s", out)
 	}
+}
+
+// aclEnv is a CLI pointed at an API with ACLs on and bootstrapped; it
+// returns the management secret.
+func aclEnv(t *testing.T) (*cliEnv, string) {
+	t.Helper()
+	b := apitest.NewStoreBackend()
+	s := api.NewServer(api.Config{Audit: b}, b.Store, b, nil)
+	s.EnableACL(api.ACLConfig{Service: acl.NewService(b.Store, b, nil), Audit: b})
+	ts := httptest.NewServer(s.Handler())
+	t.Cleanup(ts.Close)
+	e := &cliEnv{t: t, backend: b, addr: ts.URL}
+	var boot api.ACLTokenSecret
+	if err := json.Unmarshal([]byte(e.ok("acl", "bootstrap", "-json")), &boot); err != nil {
+		t.Fatal(err)
+	}
+	return e, boot.SecretID
+}
+
+// With ACLs on and no token, the CLI says no token was sent and how to
+// send one, in its own flags; never an HTTP header or query parameter.
+func TestDeniedWithoutToken(t *testing.T) {
+	e, mgmt := aclEnv(t)
+	r := e.run("volume", "status")
+	want := "Error: Permission denied: missing capability namespace:read on every namespace (pass -namespace=<ns> to ask for one); no ACL token was sent: pass -token=<secret> or set VOLHOST_TOKEN\n"
+	if r.code != 1 || r.stderr != want {
+		t.Errorf("volume status without a token: exit %d\n got %q\nwant %q", r.code, r.stderr, want)
+	}
+	r = e.run("node", "status")
+	if r.code != 1 || !strings.Contains(r.stderr, "no ACL token was sent: pass -token=<secret> or set VOLHOST_TOKEN") {
+		t.Errorf("node status without a token: exit %d %q", r.code, r.stderr)
+	}
+	for _, hint := range []string{"?namespace", "X-Volhost-Token", "header"} {
+		if strings.Contains(r.stderr, hint) {
+			t.Errorf("CLI error suggests HTTP (%q): %q", hint, r.stderr)
+		}
+	}
+	// A token that is sent but lacks the capability is not told to send one.
+	r = e.run("volume", "status", "-token", "00000000-0000-0000-0000-000000000000")
+	if r.code != 1 || strings.Contains(r.stderr, "no ACL token was sent") {
+		t.Errorf("with a token: exit %d %q", r.code, r.stderr)
+	}
+	e.ok("volume", "status", "-token", mgmt)
 }

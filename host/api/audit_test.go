@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/volhost/volhost/host/api"
@@ -81,5 +82,21 @@ func TestAuditWithoutLog(t *testing.T) {
 	}
 	if got := auditTrail(t, b); len(got) != 0 {
 		t.Fatalf("audit events without an audit log: %v", got)
+	}
+}
+
+// With ACLs on, a request without a token is told so and how to send one,
+// for an API caller in HTTP terms; a request with a token is not.
+func TestDenialNamesMissingToken(t *testing.T) {
+	f := newACLFixture(t)
+	resp, out := do(t, "GET", f.ts.URL+"/v1/volumes", "")
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(out, api.HintNoToken) || !strings.Contains(out, "namespace:read on every namespace") {
+		t.Errorf("no token: %d %s", resp.StatusCode, out)
+	}
+	f.policy(t, "none", `node { policy = "read" }`)
+	secret, _ := f.token(t, "", "none")
+	resp, out = do(t, "GET", f.ts.URL+"/v1/volumes", "", api.TokenHeader, secret)
+	if resp.StatusCode != http.StatusForbidden || strings.Contains(out, "no token was sent") {
+		t.Errorf("with a token: %d %s", resp.StatusCode, out)
 	}
 }

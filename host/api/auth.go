@@ -236,13 +236,24 @@ type PermissionDenied struct {
 	Namespace  string
 	Node       string // the node of a node-scoped check
 	Reason     error  // the token problem, nil when the token lacks the capability
+	// NoToken: the request carried no token at all, so the anonymous
+	// policy was asked; the message says so and how to send one.
+	NoToken bool
 }
+
+// The parts of a denial that speak HTTP. The CLI swaps them for its own
+// flags (cmd/volhost), so a CLI user is never told to set a header or a
+// query parameter.
+const (
+	HintListOneNamespace = " (pass ?namespace= to list one)"
+	HintNoToken          = " (no token was sent: set the " + TokenHeader + " header or Authorization: Bearer)"
+)
 
 func (e *PermissionDenied) Error() string {
 	msg := "Permission denied: missing capability " + string(e.Capability)
 	if e.Capability.Namespaced() {
 		if e.Namespace == "*" {
-			msg += " on every namespace (pass ?namespace= to list one)"
+			msg += " on every namespace" + HintListOneNamespace
 		} else {
 			msg += fmt.Sprintf(" on namespace %q", e.Namespace)
 		}
@@ -252,6 +263,9 @@ func (e *PermissionDenied) Error() string {
 	}
 	if e.Reason != nil {
 		msg += " (" + e.Reason.Error() + ")"
+	}
+	if e.NoToken {
+		msg += HintNoToken
 	}
 	return msg
 }
@@ -347,6 +361,7 @@ func (s *Server) authorizing(next http.Handler) http.Handler {
 			s.log.Info("request denied", "method", r.Method, "path", r.URL.Path, "accessor", id.Accessor(), "reason", err.Error())
 			var pd *PermissionDenied
 			if errors.As(err, &pd) {
+				pd.NoToken = RequestToken(r) == ""
 				err = &httpError{status: http.StatusForbidden, msg: pd.Error()}
 			}
 			WriteError(w, err)
