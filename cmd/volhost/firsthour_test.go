@@ -11,6 +11,7 @@ import (
 	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/api/apitest"
+	"github.com/volhost/volhost/host/structs"
 )
 
 // writeFile writes a spec into a temporary directory and returns its path.
@@ -102,4 +103,150 @@ func TestDeniedWithoutToken(t *testing.T) {
 		t.Errorf("with a token: exit %d %q", r.code, r.stderr)
 	}
 	e.ok("volume", "status", "-token", mgmt)
+}
+
+// A misspelt spec argument is named with the suggestion HCL makes, not
+// hidden behind the "Missing required argument" it also causes.
+func TestSpecTypoSuggests(t *testing.T) {
+	e := newCLIEnv(t)
+	e.ok("plugin", "register", "testdata/plugin.hcl")
+	spec := writeFile(t, "volume.hcl", `volume "vol1" {
+  external_id     = "disk-1"
+  plugin_id       = "gce-pd"
+  acess_mode      = "single-node-writer"
+  attachment_mode = "file-system"
+}
+`)
+	r := e.run("volume", "register", spec)
+	want := spec + `:4: Unsupported argument: An argument named "acess_mode" is not expected here. Did you mean "access_mode"? (and 1 more error(s))`
+	if r.code != 1 || r.stderr != "Error: "+want+"\n" {
+		t.Errorf("exit %d\n got %q\nwant %q", r.code, r.stderr, "Error: "+want+"\n")
+	}
+}
+
+// An unknown command is an error line with the nearest command, exit 1,
+// at the top level and in a group; not the usage alone.
+func TestUnknownCommandSuggests(t *testing.T) {
+	e := newCLIEnv(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"volum", "status"}, `Error: unknown command "volum"; did you mean "volume"? (run "volhost -help" for the list)` + "\n"},
+		{[]string{"volume", "stauts"}, `Error: unknown command "volume stauts"; did you mean "volume status"? (run "volhost volume -help" for the list)` + "\n"},
+		{[]string{"frobnicate"}, `Error: unknown command "frobnicate"; run "volhost -help" for the list` + "\n"},
+	} {
+		r := e.run(c.args...)
+		if r.code != 1 || r.stderr != c.want || r.stdout != "" {
+			t.Errorf("volhost %s: exit %d, stdout %q\n got %q\nwant %q", strings.Join(c.args, " "), r.code, r.stdout, r.stderr, c.want)
+		}
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	for _, c := range []struct {
+		a, b string
+		d    int
+	}{{"", "", 0}, {"volum", "volume", 1}, {"stauts", "status", 2}, {"abc", "", 3}, {"node", "nodes", 1}, {"kitten", "sitting", 3}} {
+		if got := editDistance(c.a, c.b); got != c.d {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.d)
+		}
+	}
+}
+
+// `volhost version` prints what -version prints, with the version.
+func TestVersionCommand(t *testing.T) {
+	e := newCLIEnv(t)
+	out := e.ok("version")
+	if !strings.HasPrefix(out, "volhost v"+Version+" ") {
+		t.Errorf("version: %q", out)
+	}
+	if r := e.run("-version"); r.code != 0 || r.stdout != out {
+		t.Errorf("-version: exit %d %q, want %q", r.code, r.stdout, out)
+	}
+}
+
+// `agent -help` lists its flags as every other command does.
+func TestAgentHelpLayout(t *testing.T) {
+	e := newCLIEnv(t)
+	r := e.run("agent", "-help")
+	if r.code != 0 {
+		t.Fatalf("exit %d %s", r.code, r.stderr)
+	}
+	contains(t, "agent -help", r.stdout, "Usage: volhost agent [options]",
+		"\n  -data-dir=<dir>\n    directory for the raft log and snapshots\n", "\n  -dev\n    keep all state", "\n  -log-level=<level>\n")
+	if strings.Contains(r.stdout, "\t") || strings.Contains(r.stdout, "  -data-dir dir") {
+		t.Errorf("agent -help uses the flag package's layout:\n%s", r.stdout)
+	}
+	if r := e.run("agent", "-bogus"); r.code != 1 || r.stderr != "Error: flag provided but not defined: -bogus (see volhost agent -help)\n" {
+		t.Errorf("agent -bogus: exit %d %q", r.code, r.stderr)
+	}
+}
+
+// VOLHOST_NAMESPACE is -namespace's default; the flag wins over it.
+func TestNamespaceEnv(t *testing.T) {
+	e := newCLIEnv(t)
+	e.setup()
+	e.ok("volume", "register", "testdata/volumes.json") // vol2 in default, vol3 in prod
+	e.env = map[string]string{"VOLHOST_NAMESPACE": "prod"}
+	list := e.ok("volume", "status")
+	if !strings.Contains(list, "vol3") || strings.Contains(list, "vol1") {
+		t.Errorf("volume status with VOLHOST_NAMESPACE=prod:\n%s", list)
+	}
+	contains(t, "volume status vol3", e.ok("volume", "status", "vol3"), "Namespace        = prod")
+	contains(t, "-namespace wins", e.ok("volume", "status", "-namespace", "default", "vol1"), "Namespace        = default")
+	if r := e.run("volume", "status", "vol1"); r.code != 1 || !strings.Contains(r.stderr, `"prod/vol1" does not exist`) {
+		t.Errorf("vol1 in prod: exit %d %q", r.code, r.stderr)
+	}
+	// events lists every namespace without -volume, whatever the variable says.
+	e.ok("events")
+}
+
+// volume status takes the list filters the API and the UI have.
+func TestVolumeStatusFilters(t *testing.T) {
+	e := newCLIEnv(t)
+	e.setup()
+	e.ok("volume", "register", "testdata/volumes.json")
+	e.ok("volume", "claim", "-alloc", "web-1", "-node", "node1", "-mode", "write", "vol1")
+	if err := e.backend.Stick("prod", "vol3", &structs.Stuck{Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	ids := func(args ...string) string {
+		t.Helper()
+		var vols []*structs.Volume
+		if err := json.Unmarshal([]byte(e.ok(append([]string{"volume", "status", "-json"}, args...)...)), &vols); err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, v := range vols {
+			out = append(out, v.ID)
+		}
+		return strings.Join(out, ",")
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "vol1,vol2,vol3"},
+		{[]string{"-stuck"}, "vol3"},
+		{[]string{"-stuck=false"}, "vol1,vol2"},
+		{[]string{"-claim-state", "taken"}, "vol1"},
+		{[]string{"-claim-state=unclaimed"}, "vol2,vol3"},
+		{[]string{"-claim-state=unclaimed", "-stuck=false"}, "vol2"},
+		{[]string{"-search", "vol2"}, "vol2"},
+	} {
+		if got := ids(c.args...); got != c.want {
+			t.Errorf("volume status %v: %s, want %s", c.args, got, c.want)
+		}
+	}
+	if out := e.ok("volume", "status", "-claim-state=ready-to-free"); out != "No volumes match\n" {
+		t.Errorf("no match: %q", out)
+	}
+	r := e.run("volume", "status", "-claim-state", "gone")
+	if r.code != 1 || !strings.Contains(r.stderr, `-claim-state must be one of`) || !strings.Contains(r.stderr, "unclaimed") {
+		t.Errorf("bad -claim-state: exit %d %q", r.code, r.stderr)
+	}
+	if r := e.run("volume", "status", "-stuck", "vol1"); r.code != 1 || !strings.Contains(r.stderr, "give them without an ID") {
+		t.Errorf("filter with an ID: exit %d %q", r.code, r.stderr)
+	}
 }

@@ -344,7 +344,7 @@ Options:
 
 func (c *ModuleRecordCommand) Run(args []string) int {
 	fs := c.flagSet("module record", false)
-	ns := fs.String("namespace", "", "")
+	ns := c.namespaceFlag(fs, "")
 	step := fs.String("step", "", "")
 	alloc := fs.String("alloc", "", "")
 	out := fs.String("o", "", "")
