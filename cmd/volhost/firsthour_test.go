@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/api"
@@ -248,5 +249,27 @@ func TestVolumeStatusFilters(t *testing.T) {
 	}
 	if r := e.run("volume", "status", "-stuck", "vol1"); r.code != 1 || !strings.Contains(r.stderr, "give them without an ID") {
 		t.Errorf("filter with an ID: exit %d %q", r.code, r.stderr)
+	}
+}
+
+// A claim with a last error and a hold (a failed attempt, then its node
+// went gone) shows the hold: what it waits for now, and its remedy.
+func TestHoldWinsOverStaleError(t *testing.T) {
+	e := newCLIEnv(t)
+	e.setup()
+	e.ok("volume", "claim", "-alloc", "web-1", "-node", "node1", "-mode", "write", "vol1")
+	e.ok("alloc", "update", "-status", "complete", "web-1")
+	past := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := &structs.Claim{AllocID: "web-1", NodeID: "node1", Mode: structs.ClaimWrite, State: structs.ClaimTaken,
+		AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem, Attempts: 2, NextAttempt: past,
+		LastError: &structs.ClaimError{Kind: structs.ErrorCSI, Step: "node-unpublish", Message: "node node1 is not connected to this server (node ready)"},
+		Hold:      &structs.ClaimHold{Module: "volhost", Reason: "node node1 is gone: run volhost node fence", Since: past}}
+	if err := e.backend.Checkpoint("default", "vol1", c); err != nil {
+		t.Fatal(err)
+	}
+	out := e.ok("volume", "status", "vol1")
+	contains(t, "held claim", out, "when it changes  held by volhost: node node1 is gone: run volhost node fence (before: attempt 2 failed:")
+	if strings.Contains(out, fmtTime(past)) {
+		t.Errorf("shows the stale next attempt:\n%s", out)
 	}
 }

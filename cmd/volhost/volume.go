@@ -261,16 +261,22 @@ func formatVolume(v *api.VolumeResponse) string {
 		lastErr := "-"
 		next := fmtTime(cl.NextAttempt)
 		switch {
-		case cl.LastError != nil:
-			lastErr = cl.LastError.Error()
 		case cl.Hold != nil:
-			// A policy holds it: say who, why and until when (issue 10/11:
-			// "taken 0 - -" told the operator nothing).
+			// A hold is what the claim waits for now: say who, why and
+			// until when ("taken 0 - -" told the operator nothing). It
+			// wins over a last error, which is older (a failed attempt,
+			// then its node went gone): showing that error with a Next
+			// Attempt in the past hid the hold and its remedy.
 			lastErr = "held by " + cl.Hold.Holder() + ": " + cl.Hold.Reason
+			if cl.LastError != nil {
+				lastErr += " (before: attempt " + strconv.Itoa(cl.Attempts) + " failed: " + cl.LastError.Error() + ")"
+			}
 			next = "when it changes"
 			if !cl.Hold.Until.IsZero() {
 				next = fmtTime(cl.Hold.Until)
 			}
+		case cl.LastError != nil:
+			lastErr = cl.LastError.Error()
 		}
 		state := string(cl.State)
 		if cl.State == structs.ClaimTaken && cl.NodeUnpublished {
