@@ -273,3 +273,46 @@ func TestHoldWinsOverStaleError(t *testing.T) {
 		t.Errorf("shows the stale next attempt:\n%s", out)
 	}
 }
+
+// node deregister and plugin deregister: refused while in use, naming
+// what uses them, state untouched; -force lets a node go with claims of
+// ended allocations, listing them; each success is audited.
+func TestNodeAndPluginDeregister(t *testing.T) {
+	e := newCLIEnv(t)
+	e.setup()
+	fail := func(want string, args ...string) {
+		t.Helper()
+		before, err := e.backend.Store.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := e.run(args...)
+		if r.code != 1 || !strings.Contains(r.stderr, want) {
+			t.Errorf("volhost %s: exit %d %q, want %q", strings.Join(args, " "), r.code, r.stderr, want)
+		}
+		if after, _ := e.backend.Store.Digest(); after != before {
+			t.Errorf("volhost %s: a refusal changed the state", strings.Join(args, " "))
+		}
+	}
+	fail(`plugin "gce-pd" is used by 1 volume(s): default/vol1; deregister them first`, "plugin", "deregister", "gce-pd")
+	fail(`node "node1" has live allocation(s): web-1; they must end first`, "node", "deregister", "node1")
+	fail(`node "node1" has live allocation(s): web-1`, "node", "deregister", "-force", "node1")
+	fail(`node "nope" does not exist`, "node", "deregister", "nope")
+	e.ok("volume", "claim", "-alloc", "web-1", "-node", "node1", "-mode", "write", "vol1")
+	e.ok("alloc", "update", "-status", "complete", "web-1")
+	fail(`node "node1" still has 1 claim(s) to release: default/vol1 (alloc web-1, taken); wait for their release, or force`, "node", "deregister", "node1")
+
+	out := e.ok("node", "deregister", "-force", "node1")
+	contains(t, "node deregister -force", out, `Deregistered node "node1"`,
+		"1 claim(s) will skip their node steps", "default    vol1    web-1     taken")
+	if r := e.run("node", "status", "node1"); r.code != 1 {
+		t.Errorf("node status after deregister: exit %d %s", r.code, r.stdout)
+	}
+	e.ok("volume", "deregister", "-force", "vol1")
+	contains(t, "plugin deregister", e.ok("plugin", "deregister", "gce-pd"), `Deregistered plugin "gce-pd"`)
+	if out := e.ok("plugin", "status"); strings.Contains(out, "gce-pd") {
+		t.Errorf("plugin still listed:\n%s", out)
+	}
+	audit := e.ok("events", "-type", "audit")
+	contains(t, "audit trail", audit, "DELETE /v1/node/node1", "DELETE /v1/plugin/gce-pd", "DELETE /v1/volume/vol1")
+}

@@ -127,12 +127,13 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"volume detach":     cmd(&VolumeDetachCommand{Meta: m}),
 		"volume leftovers":  cmd(&VolumeLeftoversCommand{Meta: m}),
 
-		"node":            cmd(&groupCommand{Meta: m, name: "node", synopsis: "Register and inspect client nodes"}),
+		"node":            cmd(&groupCommand{Meta: m, name: "node", synopsis: "Register, inspect, fence and deregister client nodes"}),
 		"node register":   cmd(&NodeRegisterCommand{Meta: m}),
 		"node status":     cmd(&NodeStatusCommand{Meta: m}),
 		"node set-status": cmd(&NodeSetStatusCommand{Meta: m}),
 		"node fence":      cmd(&NodeFenceCommand{Meta: m}),
 		"node unfence":    cmd(&NodeUnfenceCommand{Meta: m}),
+		"node deregister": cmd(&NodeDeregisterCommand{Meta: m}),
 
 		"module":        cmd(&groupCommand{Meta: m, name: "module", synopsis: "Author, test, inspect, roll out and reload Wasm modules"}),
 		"module list":   cmd(&ModuleListCommand{Meta: m}),
@@ -149,9 +150,10 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"module push":     cmd(&ModulePushCommand{Meta: m}),
 		"module sign":     cmd(&ModuleSignCommand{Meta: m}),
 
-		"plugin":          cmd(&groupCommand{Meta: m, name: "plugin", synopsis: "Register and inspect CSI plugins"}),
-		"plugin register": cmd(&PluginRegisterCommand{Meta: m}),
-		"plugin status":   cmd(&PluginStatusCommand{Meta: m}),
+		"plugin":            cmd(&groupCommand{Meta: m, name: "plugin", synopsis: "Register, inspect and deregister CSI plugins"}),
+		"plugin register":   cmd(&PluginRegisterCommand{Meta: m}),
+		"plugin status":     cmd(&PluginStatusCommand{Meta: m}),
+		"plugin deregister": cmd(&PluginDeregisterCommand{Meta: m}),
 
 		"alloc":          cmd(&groupCommand{Meta: m, name: "alloc", synopsis: "Register, update and inspect allocations"}),
 		"alloc register": cmd(&AllocRegisterCommand{Meta: m}),

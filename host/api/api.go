@@ -19,7 +19,9 @@
 //	GET    /v1/volumes/leftovers
 //	DELETE /v1/volumes/leftovers        {"ids": [...]} | {"all": true} | ?id=..&id=.. | ?all=true
 //	GET    /v1/nodes, /v1/node/ID;      PUT /v1/nodes {"node": {...}}; PUT /v1/node/ID/status {"status"}
+//	DELETE /v1/node/ID                  ?force=true                   -> {"skipped_node_steps", "index"}
 //	GET    /v1/plugins, /v1/plugin/ID;  PUT /v1/plugins {"plugin": {...}}
+//	DELETE /v1/plugin/ID                -> {"index"}; 409 while volumes use it
 //	GET    /v1/allocs (?node_id=), /v1/alloc/ID; PUT /v1/allocs {"allocs": [...]}
 //	GET    /v1/events                   ?index=N: only events after N (and blocks until there are some)
 //	PUT    /v1/system/gc                -> {"volumes"}

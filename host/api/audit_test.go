@@ -100,3 +100,34 @@ func TestDenialNamesMissingToken(t *testing.T) {
 		t.Errorf("with a token: %d %s", resp.StatusCode, out)
 	}
 }
+
+// DELETE /v1/node/ID and /v1/plugin/ID need operator:write (a node
+// agent's node:write is not enough), refuse what is in use with a 409
+// naming it, and are audited.
+func TestNodeAndPluginDeregisterRoutes(t *testing.T) {
+	f := newACLFixture(t)
+	ctx := context.Background()
+	if _, err := f.b.RegisterNode(ctx, &structs.Node{ID: "n1", Status: structs.NodeReady}); err != nil {
+		t.Fatal(err)
+	}
+	f.policy(t, "agent", `node { policy = "write" }`)
+	agent, _ := f.token(t, "", "agent")
+	for _, path := range []string{"/v1/node/n1", "/v1/plugin/gce-pd"} {
+		if resp, out := do(t, "DELETE", f.ts.URL+path, "", api.TokenHeader, agent); resp.StatusCode != http.StatusForbidden || !strings.Contains(out, "operator:write") {
+			t.Errorf("DELETE %s with node:write: %d %s", path, resp.StatusCode, out)
+		}
+	}
+	if resp, out := do(t, "DELETE", f.ts.URL+"/v1/plugin/gce-pd", "", api.TokenHeader, f.mgmt); resp.StatusCode != http.StatusConflict || !strings.Contains(out, "default/v1") {
+		t.Errorf("plugin in use: %d %s", resp.StatusCode, out)
+	}
+	if resp, out := do(t, "DELETE", f.ts.URL+"/v1/node/n1?force=maybe", "", api.TokenHeader, f.mgmt); resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("bad force: %d %s", resp.StatusCode, out)
+	}
+	resp, out := do(t, "DELETE", f.ts.URL+"/v1/node/n1", "", api.TokenHeader, f.mgmt)
+	if resp.StatusCode != http.StatusOK || !strings.Contains(out, `"skipped_node_steps": []`) {
+		t.Errorf("node deregister: %d %s", resp.StatusCode, out)
+	}
+	if got := auditTrail(t, f.b); got["node-deregister"] == "" || got["plugin-deregister"] != "" {
+		t.Errorf("audit trail %v: want node-deregister only (the refused plugin deregister is not audited)", got)
+	}
+}

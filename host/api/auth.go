@@ -158,28 +158,33 @@ var routeRules = map[string]rule{
 	// operator's attestation, never a node agent's (issue 14).
 	"PUT /v1/node/{id}/fence":    audited(need(acl.OperatorWrite), "node-fence"),
 	"DELETE /v1/node/{id}/fence": audited(need(acl.OperatorWrite), "node-unfence"),
-	"GET /v1/plugins":            need(acl.NodeRead),
-	"PUT /v1/plugins":            need(acl.NodeWrite),
-	"POST /v1/plugins":           need(acl.NodeWrite),
-	"GET /v1/plugin/{id}":        need(acl.NodeRead),
-	"GET /v1/allocs":             need(acl.NodeRead),
-	"PUT /v1/allocs":             need(acl.NodeWrite),
-	"POST /v1/allocs":            need(acl.NodeWrite),
-	"GET /v1/alloc/{id}":         need(acl.NodeRead),
-	"GET /v1/events":             need(acl.EventsRead),
-	"PUT /v1/system/gc":          audited(need(acl.OperatorWrite), "system-gc"),
-	"POST /v1/system/gc":         audited(need(acl.OperatorWrite), "system-gc"),
-	"GET /v1/status/leader":      {open: true},
-	"GET /v1/metrics":            need(acl.OperatorRead),
-	"/v1/volume/{$}":             {open: true},
-	"/v1/node/{$}":               {open: true},
-	"/v1/plugin/{$}":             {open: true},
-	"/v1/alloc/{$}":              {open: true},
-	"GET /v1/status/peers":       need(acl.OperatorRead),
-	"GET /v1/modules":            need(acl.ModulesRead),
-	"GET /v1/module/{id}":        need(acl.ModulesRead),
-	"PUT /v1/modules/reload":     audited(need(acl.ModulesReload), "module-reload"),
-	"POST /v1/modules/reload":    audited(need(acl.ModulesReload), "module-reload"),
+	// Removing a node or a plugin is an operator's decision, never a
+	// node agent's (a forced node deregister skips node steps, as a
+	// fence does).
+	"DELETE /v1/node/{id}":    audited(need(acl.OperatorWrite), "node-deregister"),
+	"DELETE /v1/plugin/{id}":  audited(need(acl.OperatorWrite), "plugin-deregister"),
+	"GET /v1/plugins":         need(acl.NodeRead),
+	"PUT /v1/plugins":         need(acl.NodeWrite),
+	"POST /v1/plugins":        need(acl.NodeWrite),
+	"GET /v1/plugin/{id}":     need(acl.NodeRead),
+	"GET /v1/allocs":          need(acl.NodeRead),
+	"PUT /v1/allocs":          need(acl.NodeWrite),
+	"POST /v1/allocs":         need(acl.NodeWrite),
+	"GET /v1/alloc/{id}":      need(acl.NodeRead),
+	"GET /v1/events":          need(acl.EventsRead),
+	"PUT /v1/system/gc":       audited(need(acl.OperatorWrite), "system-gc"),
+	"POST /v1/system/gc":      audited(need(acl.OperatorWrite), "system-gc"),
+	"GET /v1/status/leader":   {open: true},
+	"GET /v1/metrics":         need(acl.OperatorRead),
+	"/v1/volume/{$}":          {open: true},
+	"/v1/node/{$}":            {open: true},
+	"/v1/plugin/{$}":          {open: true},
+	"/v1/alloc/{$}":           {open: true},
+	"GET /v1/status/peers":    need(acl.OperatorRead),
+	"GET /v1/modules":         need(acl.ModulesRead),
+	"GET /v1/module/{id}":     need(acl.ModulesRead),
+	"PUT /v1/modules/reload":  audited(need(acl.ModulesReload), "module-reload"),
+	"POST /v1/modules/reload": audited(need(acl.ModulesReload), "module-reload"),
 	// Issue 15: a recorded module view shows the volume's claims, nodes
 	// and context, so it is read like the volume itself.
 	"GET /v1/volume/{id}/module-view": needNS(acl.NamespaceRead, nsQuery),
@@ -579,6 +584,12 @@ func (s *Server) auditAction(r *http.Request, action string, id *acl.Identity) {
 	}
 	if id := r.URL.Query().Get("id"); id != "" && strings.HasPrefix(r.URL.Path, "/v1/operator/") {
 		ev.Fields["peer"] = id
+	}
+	if strings.HasPrefix(r.URL.Path, "/v1/node/") {
+		ev.NodeID = r.PathValue("id")
+	}
+	if force, _ := queryBool(r, "force"); force {
+		ev.Fields["force"] = "true"
 	}
 	s.log.Info("audit", "action", ev.Fields["action"], "accessor", accessor, "method", r.Method, "path", r.URL.Path)
 	audit := s.cfg.Audit

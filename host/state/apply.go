@@ -252,15 +252,22 @@ func (w *writer) updateNodeStatus(r *structs.NodeStatusUpdateRequest) (any, erro
 	return nil, nil
 }
 
+// deregisterNode removes a node and answers the claims still on it
+// (forced: their node steps will be skipped), which the volumes' watcher
+// is woken to release.
 func (w *writer) deregisterNode(r *structs.NodeDeregisterRequest) (any, error) {
 	n, err := w.snap.NodeByID(nil, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	claims, err := nodeClaims(w.snap, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
 	if err := w.delete(TableNodes, n); err != nil {
 		return nil, err
 	}
-	return nil, w.nodeMoved(r.NodeID)
+	return claims, w.nodeMoved(r.NodeID)
 }
 
 func (w *writer) registerVolumes(r *structs.VolumeRegisterRequest) (any, error) {

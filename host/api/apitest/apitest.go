@@ -106,6 +106,19 @@ func (b *StoreBackend) UnfenceNode(_ context.Context, id, accessor string) (uint
 	return idx, err
 }
 
+// DeregisterNode implements api.Backend.
+func (b *StoreBackend) DeregisterNode(_ context.Context, id string, force bool) ([]structs.NodeClaim, uint64, error) {
+	resp, idx, err := b.apply(structs.NodeDeregisterType, &structs.NodeDeregisterRequest{NodeID: id, Force: force})
+	claims, _ := resp.([]structs.NodeClaim)
+	return claims, idx, err
+}
+
+// DeregisterPlugin implements api.Backend.
+func (b *StoreBackend) DeregisterPlugin(_ context.Context, id string) (uint64, error) {
+	_, idx, err := b.apply(structs.PluginDeregisterType, &structs.PluginDeregisterRequest{PluginID: id})
+	return idx, err
+}
+
 // RegisterVolumes implements api.Backend.
 func (b *StoreBackend) RegisterVolumes(_ context.Context, vols []*structs.Volume) (uint64, error) {
 	_, idx, err := b.apply(structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: vols})

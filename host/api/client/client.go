@@ -412,6 +412,27 @@ func (c *Client) UnfenceNode(ctx context.Context, id string) (uint64, error) {
 	return out.Index, err
 }
 
+// DeregisterNode removes a node; force lets it go with claims still on it
+// (their node steps are then skipped, listed in the answer).
+func (c *Client) DeregisterNode(ctx context.Context, id string, force bool) (*api.NodeDeregisterResponse, error) {
+	q := url.Values{}
+	if force {
+		q.Set("force", "true")
+	}
+	var out api.NodeDeregisterResponse
+	if _, err := c.do(ctx, http.MethodDelete, "/v1/node/"+seg(id), q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeregisterPlugin removes a plugin no volume uses.
+func (c *Client) DeregisterPlugin(ctx context.Context, id string) (uint64, error) {
+	var out api.IndexResponse
+	_, err := c.do(ctx, http.MethodDelete, "/v1/plugin/"+seg(id), nil, nil, &out)
+	return out.Index, err
+}
+
 // Plugins lists CSI plugins.
 func (c *Client) Plugins(ctx context.Context, o *QueryOptions) ([]*structs.Plugin, QueryMeta, error) {
 	return list[*structs.Plugin](c, ctx, "/v1/plugins", nil, o)
