@@ -50,7 +50,19 @@ var (
 	ErrNoModule        = errors.New("no such module")
 	ErrNoShadow        = errors.New("no shadow candidate to promote")
 	ErrNoLastKnownGood = errors.New("no last known good generation to return to")
+	// ErrSelectionChange: the candidate's manifest selects other volumes
+	// than the serving one's, and the promote did not allow it.
+	ErrSelectionChange = errors.New("promoting would change which volumes the module judges")
 )
+
+// PromoteOptions are what an operator allows a promote to do.
+type PromoteOptions struct {
+	// AllowSelectionChange lets a candidate whose manifest selects other
+	// volumes (default, plugin_ids, volumes) serve. Without it such a
+	// promote is refused: a scaffold's manifest without default = true
+	// once made the default policy select nothing, silently.
+	AllowSelectionChange bool
+}
 
 // GenerationInfo names a generation.
 type GenerationInfo struct {
@@ -68,6 +80,10 @@ type ShadowStatus struct {
 	// no calls yet).
 	AgreementPercent float64 `json:"agreement_percent"`
 	LastDisagreement string  `json:"last_disagreement,omitempty"`
+	// ManifestChanges are how the candidate's manifest differs from the
+	// serving generation's (empty: the same selection, kind, version,
+	// limits and failure strategy).
+	ManifestChanges []ManifestChange `json:"manifest_changes,omitempty"`
 }
 
 // RecentFault is one of the serving generation's last faults.
@@ -236,6 +252,13 @@ func answerText(resp any, fe *FaultError) string {
 // becomes the last known good. A promoted generation is rolled back
 // automatically when it faults past its manifest's rollback limit.
 func (m *Manager) Promote(ctx context.Context, name string) (Status, error) {
+	return m.PromoteWith(ctx, name, PromoteOptions{})
+}
+
+// PromoteWith is Promote with what the operator allows: a candidate that
+// changes the module's selection is refused, naming the change, unless
+// opts allow it.
+func (m *Manager) PromoteWith(ctx context.Context, name string, opts PromoteOptions) (Status, error) {
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
 	mod, err := m.moduleLocked(name)
@@ -245,6 +268,11 @@ func (m *Manager) Promote(ctx context.Context, name string) (Status, error) {
 	g := mod.shadow.Load()
 	if g == nil {
 		return Status{}, fmt.Errorf("module %s: %w (load one with mode = %q or `volhost module shadow`)", name, ErrNoShadow, ModeShadow)
+	}
+	if cur := mod.cur.Load(); cur != nil && !opts.AllowSelectionChange {
+		if sel := selectionChanges(ManifestChanges(cur.man, g.man)); len(sel) > 0 {
+			return Status{}, fmt.Errorf("module %s: %w: %s", name, ErrSelectionChange, joinChanges(sel))
+		}
 	}
 	g.promoted.Store(true)
 	mod.shadow.Store(nil)
@@ -372,6 +400,9 @@ func (mod *module) rolloutStatus(s *Status) {
 		mod.lastDisagreeMu.Unlock()
 		s.Shadow = &ShadowStatus{GenerationInfo: *info(g), Calls: mod.shadowCalls.Load(),
 			Disagreements: mod.shadowDisagree.Load(), AgreementPercent: agreement(mod), LastDisagreement: last}
+		if cur := mod.cur.Load(); cur != nil {
+			s.Shadow.ManifestChanges = ManifestChanges(cur.man, g.man)
+		}
 	}
 }
 

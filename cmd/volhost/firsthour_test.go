@@ -13,6 +13,7 @@ import (
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/api/apitest"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/plugins/pluginstest"
 )
 
 // writeFile writes a spec into a temporary directory and returns its path.
@@ -315,4 +316,31 @@ func TestNodeAndPluginDeregister(t *testing.T) {
 	}
 	audit := e.ok("events", "-type", "audit")
 	contains(t, "audit trail", audit, "DELETE /v1/node/node1", "DELETE /v1/plugin/gce-pd", "DELETE /v1/volume/vol1")
+}
+
+// A shadow candidate whose manifest changes what the module selects (the
+// scaffold's manifest has no default = true) is shown as a diff at shadow
+// time, and promote refuses it, naming the change, unless allowed.
+func TestShadowSelectionChange(t *testing.T) {
+	dir := t.TempDir()
+	pluginstest.Install(t, dir, "policy", pluginstest.Wasm(t, "default-policy"), defaultPolicyManifest)
+	e := moduleAgent(t, dir)
+	wasm := filepath.Join(t.TempDir(), "x.wasm")
+	if err := os.WriteFile(wasm, pluginstest.Wasm(t, "default-policy"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	manifest := writeFile(t, "x.hcl", "kind = \"release-policy\"\nversion = \"0.1.0\"\nlimits {\n  pool_size = 2\n}\n")
+	out := e.ok("module", "shadow", "-manifest", manifest, "policy", wasm)
+	contains(t, "module shadow", out, "Its manifest differs from the serving one:",
+		"  default: true -> false   (selection: module promote refuses it without -allow-selection-change)",
+		"  version: 1.0.0 -> 0.1.0\n", "  limits.pool_size: 1 -> 2\n")
+	contains(t, "module status", e.ok("module", "status", "policy"),
+		"Shadow Manifest  = default: true -> false (selection)", "version: 1.0.0 -> 0.1.0")
+	r := e.run("module", "promote", "policy")
+	want := "Error: module policy: promoting would change which volumes the module judges: default: true -> false; promote with -allow-selection-change if that is meant\n"
+	if r.code != 1 || r.stderr != want {
+		t.Errorf("promote: exit %d\n got %q\nwant %q", r.code, r.stderr, want)
+	}
+	contains(t, "still serving", e.ok("module", "status", "policy"), "Selects          = default")
+	contains(t, "promote allowed", e.ok("module", "promote", "-allow-selection-change", "policy"), `Module "policy" promoted: generation 2 (version 0.1.0)`)
 }

@@ -324,11 +324,11 @@ func (a *Agent) ModuleView(ns, id, step, allocID string) (*kit.Recording, error)
 
 // PromoteModule makes a module's shadow candidate serve (`volhost module
 // promote`).
-func (a *Agent) PromoteModule(ctx context.Context, name string) (plugins.Status, error) {
+func (a *Agent) PromoteModule(ctx context.Context, name string, opts plugins.PromoteOptions) (plugins.Status, error) {
 	if a.Modules == nil {
 		return plugins.Status{}, structs.NotFound("module", name)
 	}
-	st, err := a.Modules.Promote(ctx, name)
+	st, err := a.Modules.PromoteWith(ctx, name, opts)
 	return st, rolloutError(name, err)
 }
 
@@ -358,7 +358,7 @@ func rolloutError(name string, err error) error {
 		return nil
 	case errors.Is(err, plugins.ErrNoModule):
 		return structs.NotFound("module", name)
-	case errors.Is(err, plugins.ErrNoShadow), errors.Is(err, plugins.ErrNoLastKnownGood):
+	case errors.Is(err, plugins.ErrNoShadow), errors.Is(err, plugins.ErrNoLastKnownGood), errors.Is(err, plugins.ErrSelectionChange):
 		return structs.Conflict("%v", err)
 	case errors.Is(err, plugins.ErrCandidate):
 		return &structs.ValidationError{Field: "module", Msg: err.Error()}
