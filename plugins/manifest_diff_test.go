@@ -19,7 +19,9 @@ func TestManifestChanges(t *testing.T) {
 			"default: true -> false; version: 1.0.0 -> 0.1.0", "default: true -> false"},
 		{"volumes, order ignored", func(m *Manifest) { m.Volumes = []string{"b/*", "a/*"} },
 			"volumes: - -> [a/*, b/*]", "volumes: - -> [a/*, b/*]"},
-		{"limits and failure strategy", func(m *Manifest) { m.Limits.PoolSize, m.Limits.CallTimeout, m.OnFailure = 4, 2*time.Second, OnFailureNative },
+		{"limits and failure strategy", func(m *Manifest) {
+			m.Limits.PoolSize, m.Limits.CallTimeout, m.OnFailure = 4, 2*time.Second, OnFailureNative
+		},
 			"limits.call_timeout: 1s -> 2s; limits.pool_size: 1 -> 4; on_failure: - -> native", ""},
 		{"config is not a change", func(m *Manifest) { m.Config = map[string]string{"grace": "1s"} }, "", ""},
 	}
