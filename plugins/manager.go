@@ -109,6 +109,9 @@ type Event struct {
 	Version    string
 	Reason     string // refusals and circuit openings: why
 	Time       time.Time
+	// Namespace and VolumeID name the volume a shadow disagreement was
+	// about ("" for module-wide events).
+	Namespace, VolumeID string
 }
 
 // Module states in Status.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -229,17 +231,76 @@ func shadowCompare[R any](ctx context.Context, m *Manager, name, export string, 
 		return
 	}
 	mod.shadowDisagree.Add(1)
+	ns, vol := requestVolume(req)
 	reason := fmt.Sprintf("%s: serving generation answered %s, shadow generation %d answered %s",
 		export, answerText(served, sfe), g.num, answerText(shadow, fe))
+	if vol != "" {
+		reason = "volume " + ns + "/" + vol + ": " + reason
+	}
 	mod.lastDisagreeMu.Lock()
 	mod.lastDisagree = reason
 	mod.lastDisagreeMu.Unlock()
-	m.emit(Event{Kind: EventShadowDisagreed, Module: name, Generation: g.num, Version: g.version, Reason: reason})
+	m.emit(Event{Kind: EventShadowDisagreed, Module: name, Generation: g.num, Version: g.version, Reason: reason,
+		Namespace: ns, VolumeID: vol})
+}
+
+// requestVolume is the volume a request is about ("" when it names none).
+func requestVolume(req abi.Message) (namespace, id string) {
+	switch r := req.(type) {
+	case *abi.PolicyRequest:
+		return r.Volume.Namespace, r.Volume.ID
+	case *abi.AdapterRequest:
+		return r.Volume.Namespace, r.Volume.ID
+	}
+	return "", ""
+}
+
+// actionNames and outcomeNames spell the ABI's enums in an answer's text:
+// `"Action":1` against `"Action":2` told an operator nothing.
+var (
+	actionNames  = map[abi.Action]string{abi.ActionRelease: "release", abi.ActionWait: "wait", abi.ActionReleaseSkipNode: "release-skip-node"}
+	outcomeNames = map[abi.Outcome]string{abi.OutcomeDone: "done", abi.OutcomeRetry: "retry", abi.OutcomeFatal: "fatal"}
+)
+
+func enumName[E ~uint32](names map[E]string, v E) string {
+	if n, ok := names[v]; ok {
+		return n
+	}
+	return fmt.Sprintf("unspecified(%d)", v)
 }
 
 func answerText(resp any, fe *FaultError) string {
 	if fe != nil {
 		return "fault " + string(fe.Kind) + " (" + fe.Error() + ")"
+	}
+	switch r := resp.(type) {
+	case *abi.PolicyResponse:
+		if r.Error != "" {
+			return "error " + strconv.Quote(r.Error)
+		}
+		parts := make([]string, len(r.Decisions))
+		for i, d := range r.Decisions {
+			parts[i] = d.AllocID + " " + enumName(actionNames, d.Action)
+			if d.RetryAfterMs > 0 {
+				parts[i] += " " + (time.Duration(d.RetryAfterMs) * time.Millisecond).String()
+			}
+			if d.Reason != "" {
+				parts[i] += " (" + d.Reason + ")"
+			}
+		}
+		return "[" + strings.Join(parts, "; ") + "]"
+	case *abi.ClassifyResponse:
+		if r.Error != "" {
+			return "error " + strconv.Quote(r.Error)
+		}
+		s := enumName(outcomeNames, r.Outcome)
+		if r.RetryAfterMs > 0 {
+			s += " after " + (time.Duration(r.RetryAfterMs) * time.Millisecond).String()
+		}
+		if r.Reason != "" {
+			s += " (" + r.Reason + ")"
+		}
+		return s
 	}
 	b, err := json.Marshal(resp)
 	if err != nil {

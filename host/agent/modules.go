@@ -246,6 +246,7 @@ func (e *moduleEvents) add(ev plugins.Event) {
 	if len(e.pending) < maxPendingModuleEvents {
 		e.pending = append(e.pending, &structs.Event{
 			Time: ev.Time, Type: structs.EventModule, Module: ev.Module, Message: msg,
+			Namespace: ev.Namespace, VolumeID: ev.VolumeID, // a shadow disagreement's volume
 			Fields: map[string]string{"event": string(ev.Kind), "version": ev.Version, "generation": fmt.Sprint(ev.Generation)},
 		})
 	}
