@@ -344,3 +344,29 @@ func TestShadowSelectionChange(t *testing.T) {
 	contains(t, "still serving", e.ok("module", "status", "policy"), "Selects          = default")
 	contains(t, "promote allowed", e.ok("module", "promote", "-allow-selection-change", "policy"), `Module "policy" promoted: generation 2 (version 0.1.0)`)
 }
+
+// module new's Makefile runs the volhost that made it (make test exited
+// 127 without volhost on PATH), and its README records a case with -o and
+// -namespace (NAMESPACE/VOLUME doubled the namespace).
+func TestModuleNewMakefileAndREADME(t *testing.T) {
+	e := &cliEnv{t: t}
+	dir := t.TempDir()
+	e.ok("module", "new", "-lang", "go", "-dir", dir, "-sdk", pluginstest.RepoRoot(), "mine")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk, err := os.ReadFile(filepath.Join(dir, "mine", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "Makefile", string(mk), "VOLHOST ?= "+self+"\n", "$(VOLHOST) module test .")
+	readme, err := os.ReadFile(filepath.Join(dir, "mine", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	contains(t, "README", string(readme), "volhost module record [-namespace NAMESPACE] -o cases/NAME.json VOLUME")
+	if strings.Contains(string(readme), "NAMESPACE/VOLUME") {
+		t.Errorf("README records NAMESPACE/VOLUME:\n%s", readme)
+	}
+}
