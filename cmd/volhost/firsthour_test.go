@@ -370,3 +370,21 @@ func TestModuleNewMakefileAndREADME(t *testing.T) {
 		t.Errorf("README records NAMESPACE/VOLUME:\n%s", readme)
 	}
 }
+
+// A module that reports another version than its manifest says is shown
+// with both, not as the manifest's alone.
+func TestModuleReportedVersion(t *testing.T) {
+	dir := t.TempDir()
+	pluginstest.Install(t, dir, "policy", pluginstest.Wasm(t, "default-policy"),
+		strings.Replace(defaultPolicyManifest, `version = "1.0.0"`, `version = "2.0.0"`, 1))
+	e := moduleAgent(t, dir)
+	contains(t, "module status", e.ok("module", "status", "policy"),
+		"Version          = 2.0.0 (from the manifest; the module itself reports 1.0.0)")
+	var st map[string]any
+	if err := json.Unmarshal([]byte(e.ok("module", "status", "-json", "policy")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st["version"] != "2.0.0" || st["reported_version"] != "1.0.0" {
+		t.Errorf("module status -json: version %v, reported_version %v", st["version"], st["reported_version"])
+	}
+}
