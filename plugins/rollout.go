@@ -28,6 +28,7 @@ const (
 	EventShadowDisagreed EventKind = "shadow-disagreed" // the candidate answered otherwise (Reason: both answers)
 	EventPromoted        EventKind = "promoted"         // the candidate serves; the old one is the last known good
 	EventRolledBack      EventKind = "rolled-back"      // the last known good serves again (Reason: why)
+	EventShadowDiscarded EventKind = "shadow-discarded" // the operator dropped the candidate
 )
 
 // Roles of a generation in Call.
@@ -50,7 +51,7 @@ type Call struct {
 // Errors of Promote and Rollback; callers branch on them (404 / 409).
 var (
 	ErrNoModule        = errors.New("no such module")
-	ErrNoShadow        = errors.New("no shadow candidate to promote")
+	ErrNoShadow        = errors.New("no shadow candidate")
 	ErrNoLastKnownGood = errors.New("no last known good generation to return to")
 	// ErrSelectionChange: the candidate's manifest selects other volumes
 	// than the serving one's, and the promote did not allow it.
@@ -354,6 +355,36 @@ func (m *Manager) PromoteWith(ctx context.Context, name string, opts PromoteOpti
 	m.emit(Event{Kind: EventPromoted, Module: name, Generation: g.num, Version: g.version,
 		Reason: fmt.Sprintf("agreed on %.1f%% of %d shadow calls", agreement(mod), mod.shadowCalls.Load())})
 	m.notifySwap(Swap{Module: name, Kind: g.man.Kind, Generation: g.num, old: oldMan, new: g.man})
+	return mod.status(), nil
+}
+
+// DiscardShadow drops name's shadow candidate (`volhost module discard`).
+// A candidate loaded from the module directory is remembered as refused,
+// so a reload does not bring the same files back; new files load as
+// usual.
+func (m *Manager) DiscardShadow(ctx context.Context, name string) (Status, error) {
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
+	mod, err := m.moduleLocked(name)
+	if err != nil {
+		return Status{}, err
+	}
+	g := mod.shadow.Swap(nil)
+	if g == nil {
+		return Status{}, fmt.Errorf("module %s: %w to discard", name, ErrNoShadow)
+	}
+	reason := fmt.Sprintf("shadow candidate generation %d (version %s) discarded by the operator", g.num, g.version)
+	mod.mu.Lock()
+	mod.refusedFP, mod.refusal, mod.shadowFP = mod.shadowFP, reason, ""
+	mod.mu.Unlock()
+	mod.shadowCalls.Store(0)
+	mod.shadowDisagree.Store(0)
+	mod.lastDisagreeMu.Lock()
+	mod.lastDisagree = ""
+	mod.lastDisagreeMu.Unlock()
+	m.retireGeneration(g)
+	m.log.Info("module shadow discarded", "module", name, "generation", g.num, "version", g.version)
+	m.emit(Event{Kind: EventShadowDiscarded, Module: name, Generation: g.num, Version: g.version, Reason: reason})
 	return mod.status(), nil
 }
 

@@ -342,7 +342,18 @@ func TestShadowSelectionChange(t *testing.T) {
 		t.Errorf("promote: exit %d\n got %q\nwant %q", r.code, r.stderr, want)
 	}
 	contains(t, "still serving", e.ok("module", "status", "policy"), "Selects          = default")
-	contains(t, "promote allowed", e.ok("module", "promote", "-allow-selection-change", "policy"), `Module "policy" promoted: generation 2 (version 0.1.0)`)
+
+	// module discard drops the candidate; the serving generation is untouched.
+	contains(t, "module discard", e.ok("module", "discard", "policy"), `Module "policy": shadow candidate discarded; generation 1 (version 1.0.0) serves`)
+	contains(t, "after discard", e.ok("module", "status", "policy"), "Shadow           = -", "discarded by the operator")
+	if r := e.run("module", "discard", "policy"); r.code != 1 || !strings.Contains(r.stderr, "no shadow candidate to discard") {
+		t.Errorf("second discard: exit %d %q", r.code, r.stderr)
+	}
+	if r := e.run("module", "promote", "policy"); r.code != 1 || !strings.Contains(r.stderr, "no shadow candidate") {
+		t.Errorf("promote after discard: exit %d %q", r.code, r.stderr)
+	}
+	e.ok("module", "shadow", "-manifest", manifest, "policy", wasm)
+	contains(t, "promote allowed", e.ok("module", "promote", "-allow-selection-change", "policy"), `Module "policy" promoted: generation 3 (version 0.1.0)`)
 }
 
 // module new's Makefile runs the volhost that made it (make test exited

@@ -147,6 +147,7 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"module shadow":   cmd(&ModuleShadowCommand{Meta: m}),
 		"module promote":  cmd(&ModulePromoteCommand{Meta: m}),
 		"module rollback": cmd(&ModuleRollbackCommand{Meta: m}),
+		"module discard":  cmd(&ModuleDiscardCommand{Meta: m}),
 		"module push":     cmd(&ModulePushCommand{Meta: m}),
 		"module sign":     cmd(&ModuleSignCommand{Meta: m}),
 

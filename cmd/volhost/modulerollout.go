@@ -28,7 +28,9 @@ func (c *ModuleShadowCommand) Help() string {
   beside the serving generation, and never acts. Each disagreement is an
   event with both answers and counts in
   volhost_module_shadow_disagreements_total; module status shows the
-  agreement. module promote NAME makes it serve.
+  agreement. module promote NAME makes it serve; module discard NAME drops
+  it. Where the candidate's manifest differs from the serving one
+  (selection, version, limits, on_failure), the differences are listed.
 
   The same happens for files in the module directory whose manifest says
   mode = "shadow". An uploaded candidate is this agent's state: an agent
@@ -83,6 +85,33 @@ func (c *ModuleShadowCommand) Run(args []string) int {
 			c.Ui.Output(line)
 		}
 	}
+	return 0
+}
+
+// ModuleDiscardCommand is `volhost module discard NAME`.
+type ModuleDiscardCommand struct{ *Meta }
+
+func (c *ModuleDiscardCommand) Synopsis() string { return "Drop a module's shadow candidate" }
+func (c *ModuleDiscardCommand) Help() string {
+	return helpText("module discard [options] NAME", `
+  Drop module NAME's shadow candidate on the agent: it stops answering and
+  is unloaded; the serving generation is untouched. A candidate loaded
+  from the module directory (mode = "shadow") is not loaded again from the
+  same files by a reload; new files load as usual.`, false)
+}
+
+func (c *ModuleDiscardCommand) Run(args []string) int {
+	fs := c.flagSet("module discard", false)
+	rest, cl, ctx, stop, err := c.begin(fs, args, 1, 1, "module discard [options] NAME")
+	if err != nil {
+		return c.fail(err)
+	}
+	defer stop()
+	st, err := cl.DiscardShadow(ctx, rest[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	c.Ui.Output(fmt.Sprintf("Module %q: shadow candidate discarded; generation %d (version %s) serves", st.Name, st.Generation, orDash(st.Version)))
 	return 0
 }
 

@@ -342,6 +342,16 @@ func (a *Agent) RollbackModule(ctx context.Context, name string) (plugins.Status
 	return st, rolloutError(name, err)
 }
 
+// DiscardShadow drops a module's shadow candidate (`volhost module
+// discard`).
+func (a *Agent) DiscardShadow(ctx context.Context, name string) (plugins.Status, error) {
+	if a.Modules == nil {
+		return plugins.Status{}, structs.NotFound("module", name)
+	}
+	st, err := a.Modules.DiscardShadow(ctx, name)
+	return st, rolloutError(name, err)
+}
+
 // ShadowModule loads an uploaded candidate beside a module's serving
 // generation (`volhost module shadow`).
 func (a *Agent) ShadowModule(ctx context.Context, name string, wasm, manifest []byte) (plugins.Status, error) {

@@ -45,6 +45,9 @@ func (f *fakeModules) ModuleView(ns, id, _, _ string) (*kit.Recording, error) {
 func (f *fakeModules) PromoteModule(_ context.Context, name string, _ plugins.PromoteOptions) (plugins.Status, error) {
 	return plugins.Status{}, structs.NotFound("module", name)
 }
+func (f *fakeModules) DiscardShadow(_ context.Context, name string) (plugins.Status, error) {
+	return plugins.Status{Name: name}, nil
+}
 func (f *fakeModules) RollbackModule(_ context.Context, name string) (plugins.Status, error) {
 	return plugins.Status{}, structs.NotFound("module", name)
 }

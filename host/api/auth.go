@@ -194,6 +194,7 @@ var routeRules = map[string]rule{
 	"PUT /v1/module/{id}/rollback":  audited(need(acl.ModulesReload), "module-rollback"),
 	"POST /v1/module/{id}/rollback": audited(need(acl.ModulesReload), "module-rollback"),
 	"PUT /v1/module/{id}/shadow":    audited(need(acl.ModulesReload), "module-shadow"),
+	"DELETE /v1/module/{id}/shadow": audited(need(acl.ModulesReload), "module-shadow-discard"),
 	"POST /v1/module/{id}/shadow":   audited(need(acl.ModulesReload), "module-shadow"),
 	// A snapshot carries volume secrets sealed with the keyring (issue
 	// 13): saving one needs operator:write. Restoring replaces the ACL

@@ -32,6 +32,8 @@ type ModuleRollout interface {
 	PromoteModule(ctx context.Context, name string, opts plugins.PromoteOptions) (plugins.Status, error)
 	RollbackModule(ctx context.Context, name string) (plugins.Status, error)
 	ShadowModule(ctx context.Context, name string, wasm, manifest []byte) (plugins.Status, error)
+	// DiscardShadow drops a module's shadow candidate.
+	DiscardShadow(ctx context.Context, name string) (plugins.Status, error)
 }
 
 // ModuleInfo is a module's runtime status and what it serves now.
@@ -160,6 +162,8 @@ func (s *Server) enableModuleRollout(b ModuleBackend) {
 		}
 		WriteJSON(w, http.StatusOK, st)
 	}
+	discard := act(func(ctx context.Context, name string) (plugins.Status, error) { return b.DiscardShadow(ctx, name) })
+	s.mux.HandleFunc("DELETE /v1/module/{id}/shadow", discard)
 	for _, method := range []string{"PUT", "POST"} {
 		s.mux.HandleFunc(method+" /v1/module/{id}/promote", promote)
 		s.mux.HandleFunc(method+" /v1/module/{id}/rollback", rollback)

@@ -85,6 +85,7 @@ var routeParams = map[string][]string{
 	"PUT /v1/modules/reload":                 nil,
 	"POST /v1/modules/reload":                nil,
 	"GET /v1/volume/{id}/module-view":        one("namespace", "step", "alloc"),
+	"DELETE /v1/module/{id}/shadow":          nil,
 	"PUT /v1/module/{id}/promote":            one("allow_selection_change"),
 	"POST /v1/module/{id}/promote":           one("allow_selection_change"),
 	"PUT /v1/module/{id}/rollback":           nil,

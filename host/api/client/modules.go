@@ -89,6 +89,15 @@ func (c *Client) RollbackModule(ctx context.Context, name string) (*plugins.Stat
 	return &out, nil
 }
 
+// DiscardShadow drops a module's shadow candidate on the agent asked.
+func (c *Client) DiscardShadow(ctx context.Context, name string) (*plugins.Status, error) {
+	var out plugins.Status
+	if _, err := c.do(ctx, http.MethodDelete, "/v1/module/"+seg(name)+"/shadow", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // ShadowModule uploads wasm (and optionally its manifest) as a module's
 // shadow candidate.
 func (c *Client) ShadowModule(ctx context.Context, name string, wasm []byte, manifest *string) (*plugins.Status, error) {
