@@ -52,6 +52,9 @@ type generation struct {
 	promoted atomic.Bool
 	faults   faultWindow
 	version  string // the manifest's version, or the guest's own if unset
+	// reported is the guest's own version when it differs from the
+	// manifest's (which wins): shown, so a stale manifest is noticed.
+	reported string
 	log      hclog.Logger
 	rt       wazero.Runtime
 	compiled wazero.CompiledModule
@@ -234,6 +237,13 @@ func loadGeneration(ctx context.Context, d genDeps, name string, num uint64, was
 	if g.version == "" {
 		g.version = conf.Version
 		g.log = d.log.Named(name).With("module", name, "module_version", g.version)
+	} else if conf.Version != "" && conf.Version != g.version {
+		// The manifest's version names the generation; a module built
+		// from other sources than the manifest says used to be shown as
+		// the manifest's version with no word of it.
+		g.reported = conf.Version
+		g.log.Warn("the module reports another version than its manifest; the manifest's is shown",
+			"manifest_version", g.version, "reported_version", conf.Version)
 	}
 	if err := g.selfTest(ctx, canary); err != nil {
 		canary.close()

@@ -109,6 +109,9 @@ type Event struct {
 	Version    string
 	Reason     string // refusals and circuit openings: why
 	Time       time.Time
+	// Namespace and VolumeID name the volume a shadow disagreement was
+	// about ("" for module-wide events).
+	Namespace, VolumeID string
 }
 
 // Module states in Status.
@@ -124,7 +127,10 @@ type Status struct {
 	Name    string `json:"name"`
 	Kind    string `json:"kind"`
 	Version string `json:"version"`
-	SHA256  string `json:"sha256"`
+	// ReportedVersion is the version the module itself reports, when it
+	// differs from its manifest's (Version).
+	ReportedVersion string `json:"reported_version,omitempty"`
+	SHA256          string `json:"sha256"`
 	// Generation counts the generations that have served under this name.
 	Generation uint64 `json:"generation"`
 	// State is serving, refused, open-circuit or retired.
@@ -842,6 +848,7 @@ func (mod *module) status() Status {
 	mod.mu.Unlock()
 	if g := mod.cur.Load(); g != nil {
 		s.Kind, s.Version, s.SHA256 = string(g.man.Kind), g.version, g.sha
+		s.ReportedVersion = g.reported
 		s.PoolSize, s.PoolIdle = g.man.Limits.PoolSize, g.idleCount()
 		s.MemoryPages, s.MemoryLimitPages = g.memPages.Load(), g.man.Limits.MemoryPages
 		s.PluginIDs, s.Volumes, s.Default = slices.Clone(g.man.PluginIDs), slices.Clone(g.man.Volumes), g.man.Default

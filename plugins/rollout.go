@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +28,7 @@ const (
 	EventShadowDisagreed EventKind = "shadow-disagreed" // the candidate answered otherwise (Reason: both answers)
 	EventPromoted        EventKind = "promoted"         // the candidate serves; the old one is the last known good
 	EventRolledBack      EventKind = "rolled-back"      // the last known good serves again (Reason: why)
+	EventShadowDiscarded EventKind = "shadow-discarded" // the operator dropped the candidate
 )
 
 // Roles of a generation in Call.
@@ -48,9 +51,21 @@ type Call struct {
 // Errors of Promote and Rollback; callers branch on them (404 / 409).
 var (
 	ErrNoModule        = errors.New("no such module")
-	ErrNoShadow        = errors.New("no shadow candidate to promote")
+	ErrNoShadow        = errors.New("no shadow candidate")
 	ErrNoLastKnownGood = errors.New("no last known good generation to return to")
+	// ErrSelectionChange: the candidate's manifest selects other volumes
+	// than the serving one's, and the promote did not allow it.
+	ErrSelectionChange = errors.New("promoting would change which volumes the module judges")
 )
+
+// PromoteOptions are what an operator allows a promote to do.
+type PromoteOptions struct {
+	// AllowSelectionChange lets a candidate whose manifest selects other
+	// volumes (default, plugin_ids, volumes) serve. Without it such a
+	// promote is refused: a scaffold's manifest without default = true
+	// once made the default policy select nothing, silently.
+	AllowSelectionChange bool
+}
 
 // GenerationInfo names a generation.
 type GenerationInfo struct {
@@ -68,6 +83,10 @@ type ShadowStatus struct {
 	// no calls yet).
 	AgreementPercent float64 `json:"agreement_percent"`
 	LastDisagreement string  `json:"last_disagreement,omitempty"`
+	// ManifestChanges are how the candidate's manifest differs from the
+	// serving generation's (empty: the same selection, kind, version,
+	// limits and failure strategy).
+	ManifestChanges []ManifestChange `json:"manifest_changes,omitempty"`
 }
 
 // RecentFault is one of the serving generation's last faults.
@@ -213,17 +232,76 @@ func shadowCompare[R any](ctx context.Context, m *Manager, name, export string, 
 		return
 	}
 	mod.shadowDisagree.Add(1)
+	ns, vol := requestVolume(req)
 	reason := fmt.Sprintf("%s: serving generation answered %s, shadow generation %d answered %s",
 		export, answerText(served, sfe), g.num, answerText(shadow, fe))
+	if vol != "" {
+		reason = "volume " + ns + "/" + vol + ": " + reason
+	}
 	mod.lastDisagreeMu.Lock()
 	mod.lastDisagree = reason
 	mod.lastDisagreeMu.Unlock()
-	m.emit(Event{Kind: EventShadowDisagreed, Module: name, Generation: g.num, Version: g.version, Reason: reason})
+	m.emit(Event{Kind: EventShadowDisagreed, Module: name, Generation: g.num, Version: g.version, Reason: reason,
+		Namespace: ns, VolumeID: vol})
+}
+
+// requestVolume is the volume a request is about ("" when it names none).
+func requestVolume(req abi.Message) (namespace, id string) {
+	switch r := req.(type) {
+	case *abi.PolicyRequest:
+		return r.Volume.Namespace, r.Volume.ID
+	case *abi.AdapterRequest:
+		return r.Volume.Namespace, r.Volume.ID
+	}
+	return "", ""
+}
+
+// actionNames and outcomeNames spell the ABI's enums in an answer's text:
+// `"Action":1` against `"Action":2` told an operator nothing.
+var (
+	actionNames  = map[abi.Action]string{abi.ActionRelease: "release", abi.ActionWait: "wait", abi.ActionReleaseSkipNode: "release-skip-node"}
+	outcomeNames = map[abi.Outcome]string{abi.OutcomeDone: "done", abi.OutcomeRetry: "retry", abi.OutcomeFatal: "fatal"}
+)
+
+func enumName[E ~uint32](names map[E]string, v E) string {
+	if n, ok := names[v]; ok {
+		return n
+	}
+	return fmt.Sprintf("unspecified(%d)", v)
 }
 
 func answerText(resp any, fe *FaultError) string {
 	if fe != nil {
 		return "fault " + string(fe.Kind) + " (" + fe.Error() + ")"
+	}
+	switch r := resp.(type) {
+	case *abi.PolicyResponse:
+		if r.Error != "" {
+			return "error " + strconv.Quote(r.Error)
+		}
+		parts := make([]string, len(r.Decisions))
+		for i, d := range r.Decisions {
+			parts[i] = d.AllocID + " " + enumName(actionNames, d.Action)
+			if d.RetryAfterMs > 0 {
+				parts[i] += " " + (time.Duration(d.RetryAfterMs) * time.Millisecond).String()
+			}
+			if d.Reason != "" {
+				parts[i] += " (" + d.Reason + ")"
+			}
+		}
+		return "[" + strings.Join(parts, "; ") + "]"
+	case *abi.ClassifyResponse:
+		if r.Error != "" {
+			return "error " + strconv.Quote(r.Error)
+		}
+		s := enumName(outcomeNames, r.Outcome)
+		if r.RetryAfterMs > 0 {
+			s += " after " + (time.Duration(r.RetryAfterMs) * time.Millisecond).String()
+		}
+		if r.Reason != "" {
+			s += " (" + r.Reason + ")"
+		}
+		return s
 	}
 	b, err := json.Marshal(resp)
 	if err != nil {
@@ -236,6 +314,13 @@ func answerText(resp any, fe *FaultError) string {
 // becomes the last known good. A promoted generation is rolled back
 // automatically when it faults past its manifest's rollback limit.
 func (m *Manager) Promote(ctx context.Context, name string) (Status, error) {
+	return m.PromoteWith(ctx, name, PromoteOptions{})
+}
+
+// PromoteWith is Promote with what the operator allows: a candidate that
+// changes the module's selection is refused, naming the change, unless
+// opts allow it.
+func (m *Manager) PromoteWith(ctx context.Context, name string, opts PromoteOptions) (Status, error) {
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
 	mod, err := m.moduleLocked(name)
@@ -245,6 +330,11 @@ func (m *Manager) Promote(ctx context.Context, name string) (Status, error) {
 	g := mod.shadow.Load()
 	if g == nil {
 		return Status{}, fmt.Errorf("module %s: %w (load one with mode = %q or `volhost module shadow`)", name, ErrNoShadow, ModeShadow)
+	}
+	if cur := mod.cur.Load(); cur != nil && !opts.AllowSelectionChange {
+		if sel := selectionChanges(ManifestChanges(cur.man, g.man)); len(sel) > 0 {
+			return Status{}, fmt.Errorf("module %s: %w: %s", name, ErrSelectionChange, joinChanges(sel))
+		}
 	}
 	g.promoted.Store(true)
 	mod.shadow.Store(nil)
@@ -265,6 +355,36 @@ func (m *Manager) Promote(ctx context.Context, name string) (Status, error) {
 	m.emit(Event{Kind: EventPromoted, Module: name, Generation: g.num, Version: g.version,
 		Reason: fmt.Sprintf("agreed on %.1f%% of %d shadow calls", agreement(mod), mod.shadowCalls.Load())})
 	m.notifySwap(Swap{Module: name, Kind: g.man.Kind, Generation: g.num, old: oldMan, new: g.man})
+	return mod.status(), nil
+}
+
+// DiscardShadow drops name's shadow candidate (`volhost module discard`).
+// A candidate loaded from the module directory is remembered as refused,
+// so a reload does not bring the same files back; new files load as
+// usual.
+func (m *Manager) DiscardShadow(ctx context.Context, name string) (Status, error) {
+	m.reloadMu.Lock()
+	defer m.reloadMu.Unlock()
+	mod, err := m.moduleLocked(name)
+	if err != nil {
+		return Status{}, err
+	}
+	g := mod.shadow.Swap(nil)
+	if g == nil {
+		return Status{}, fmt.Errorf("module %s: %w to discard", name, ErrNoShadow)
+	}
+	reason := fmt.Sprintf("shadow candidate generation %d (version %s) discarded by the operator", g.num, g.version)
+	mod.mu.Lock()
+	mod.refusedFP, mod.refusal, mod.shadowFP = mod.shadowFP, reason, ""
+	mod.mu.Unlock()
+	mod.shadowCalls.Store(0)
+	mod.shadowDisagree.Store(0)
+	mod.lastDisagreeMu.Lock()
+	mod.lastDisagree = ""
+	mod.lastDisagreeMu.Unlock()
+	m.retireGeneration(g)
+	m.log.Info("module shadow discarded", "module", name, "generation", g.num, "version", g.version)
+	m.emit(Event{Kind: EventShadowDiscarded, Module: name, Generation: g.num, Version: g.version, Reason: reason})
 	return mod.status(), nil
 }
 
@@ -372,6 +492,9 @@ func (mod *module) rolloutStatus(s *Status) {
 		mod.lastDisagreeMu.Unlock()
 		s.Shadow = &ShadowStatus{GenerationInfo: *info(g), Calls: mod.shadowCalls.Load(),
 			Disagreements: mod.shadowDisagree.Load(), AgreementPercent: agreement(mod), LastDisagreement: last}
+		if cur := mod.cur.Load(); cur != nil {
+			s.Shadow.ManifestChanges = ManifestChanges(cur.man, g.man)
+		}
 	}
 }
 

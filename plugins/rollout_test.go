@@ -65,8 +65,11 @@ config = { grace = "30s" }
 		t.Fatalf("shadow status %+v: want 3 calls, 1 disagreement, 66.7%%", sh)
 	}
 	dis := e.eventsOf(EventShadowDisagreed)
-	if len(dis) != 1 || !strings.Contains(dis[0].Reason, `"Action":1`) || !strings.Contains(dis[0].Reason, `"Action":2`) || !strings.Contains(dis[0].Reason, "a-b") {
-		t.Fatalf("disagreement events %+v: want one with both answers", dis)
+	// Both answers in words, and the volume (`"Action":1` against
+	// `"Action":2`, with no volume, told an operator nothing).
+	if len(dis) != 1 || !strings.HasPrefix(dis[0].Reason, "volume default/b: ") || !strings.Contains(dis[0].Reason, "answered [a-b release (") ||
+		!strings.Contains(dis[0].Reason, "answered [a-b wait ") || dis[0].Namespace != "default" || dis[0].VolumeID != "b" {
+		t.Fatalf("disagreement events %+v: want one with both answers and the volume", dis)
 	}
 
 	if _, err := e.m.Rollback(ctx, "policy"); !errors.Is(err, ErrNoLastKnownGood) {

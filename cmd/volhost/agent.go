@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -44,6 +45,20 @@ Security (README "Securing a cluster"):
 Options:
 `
 
+// printFlags lists fs's flags in the layout of every other command's help
+// ("-flag=<value>" over an indented description; a bool is just "-flag"),
+// rather than the flag package's own.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		name, usage := flag.UnquoteUsage(f)
+		head := "-" + f.Name
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			head += "=<" + name + ">"
+		}
+		fmt.Fprintf(w, "\n  %s\n    %s\n", head, usage)
+	})
+}
+
 // stringList is a repeatable flag.
 type stringList []string
 
@@ -52,12 +67,10 @@ func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 // runAgent parses the agent's flags and config files and runs it until
 // SIGINT or SIGTERM.
-func runAgent(args []string) int {
+func runAgent(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), agentHelp)
-		fs.PrintDefaults()
-	}
+	fs.SetOutput(io.Discard) // help and errors are printed below, as other commands print theirs
+	fs.Usage = func() {}
 	var (
 		configs stringList
 		flags   = &agent.Config{HTTP: &agent.HTTPConfig{}, Server: &agent.ServerConfig{}, ACL: &agent.ACLConfig{}}
@@ -66,11 +79,11 @@ func runAgent(args []string) int {
 	fs.Var(&configs, "config", "HCL config `file` (repeatable; later files win, flags win over files)")
 	fs.BoolVar(&flags.Dev, "dev", false, "keep all state in memory (single-node leader)")
 	fs.StringVar(&flags.DataDir, "data-dir", "", "`dir`ectory for the raft log and snapshots")
-	fs.StringVar(&flags.NodeID, "node-id", "", "this server's raft ID (default volhost-1)")
+	fs.StringVar(&flags.NodeID, "node-id", "", "this server's raft `id` (default volhost-1)")
 	fs.StringVar(&flags.BindAddr, "bind", "", "raft transport `address` when -data-dir is set (default 127.0.0.1:4748)")
 	fs.StringVar(&flags.HTTP.Address, "http-addr", "", "HTTP API `address` (default 127.0.0.1:4747)")
 	fs.StringVar(&flags.ModuleDir, "module-dir", "", "`dir`ectory of Wasm policy and adapter modules")
-	fs.StringVar(&flags.LogLevel, "log-level", "", "trace, debug, info, warn, error or off (default info)")
+	fs.StringVar(&flags.LogLevel, "log-level", "", "`level`: trace, debug, info, warn, error or off (default info)")
 	fs.BoolVar(&flags.LogJSON, "log-json", false, "log as JSON lines")
 	fs.BoolVar(&flags.Server.Enabled, "server", false, "run as one server of a multi-server cluster (needs -data-dir)")
 	fs.IntVar(&flags.Server.BootstrapExpect, "bootstrap-expect", 0, "on the seed server: bootstrap once `N` servers (itself included) asked to join")
@@ -80,16 +93,19 @@ func runAgent(args []string) int {
 	fs.BoolVar(&flags.ACL.Enabled, "acl-enabled", false, "enforce ACLs: every request needs a token granting its capability (see volhost acl bootstrap)")
 	isClient := fs.Bool("client", false, "run as a node agent (the client block of -config): no server parts")
 	nodeRPC := fs.String("node-rpc-addr", "", "`address` node agents connect to (servers; default off, port 4749 by convention)")
-	fs.StringVar(&flags.Region, "region", "", "region named in TLS server certificates, server.<region>.volhost (default global)")
+	fs.StringVar(&flags.Region, "region", "", "`region` named in TLS server certificates, server.<region>.volhost (default global)")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
+			fmt.Fprint(stdout, agentHelp)
+			printFlags(stdout, fs)
 			return 0
 		}
+		fmt.Fprintf(stderr, "Error: %v (see volhost agent -help)\n", err)
 		return 1
 	}
 	flags.Server.Join = joins
 	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "Error: unexpected argument %q (see volhost agent -help)\n", fs.Arg(0))
+		fmt.Fprintf(stderr, "Error: unexpected argument %q (see volhost agent -help)\n", fs.Arg(0))
 		return 1
 	}
 

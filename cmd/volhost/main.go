@@ -8,15 +8,56 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
 
 	"github.com/hashicorp/cli"
 )
 
-// Version is the build's version, printed by -version.
+// Version is the build's version, printed by `volhost version` and
+// -version.
 var Version = "0.1.0-dev"
+
+// versionLine is what `volhost version` and -version print: the version,
+// the commit the binary was built from when the build recorded one, and
+// the Go toolchain and platform.
+func versionLine() string {
+	line := "volhost v" + Version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				line += " (" + s.Value[:12] + ")"
+			}
+		}
+	}
+	return line + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+// VersionCommand prints the version (`volhost version`, as -version does).
+type VersionCommand struct{ *Meta }
+
+// Help implements cli.Command.
+func (*VersionCommand) Help() string {
+	return "Usage: volhost version\n\n  Print the version of this volhost binary (the same line as volhost -version)."
+}
+
+// Synopsis implements cli.Command.
+func (*VersionCommand) Synopsis() string { return "Print the volhost version" }
+
+// Run implements cli.Command.
+func (c *VersionCommand) Run(args []string) int {
+	if len(args) > 0 {
+		return c.fail(fmt.Errorf("unexpected argument %q (usage: volhost version)", args[0]))
+	}
+	c.Ui.Output(versionLine())
+	return 0
+}
 
 func main() {
 	os.Exit(Run(os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
@@ -32,15 +73,24 @@ func Run(args []string, env func(string) string, stdout, stderr io.Writer) int {
 func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "agent" {
 		// The agent owns its flags, -help included (agent.go).
-		return runAgent(args[1:])
+		return runAgent(args[1:], stdout, stderr)
 	}
 	ui := &cli.BasicUi{Writer: stdout, ErrorWriter: stderr}
 	meta := &Meta{Ui: ui, Env: env, Ctx: ctx}
+	commands := Commands(meta)
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		if _, ok := commands[args[0]]; !ok {
+			// The library prints only the usage for an unknown command,
+			// which reads as if the command were fine and misused.
+			ui.Error("Error: " + unknownCommand("", args[0], topLevel(commands), "volhost -help"))
+			return 1
+		}
+	}
 	c := &cli.CLI{
 		Name:       "volhost",
-		Version:    Version,
+		Version:    versionLine(),
 		Args:       args,
-		Commands:   Commands(meta),
+		Commands:   commands,
 		HelpFunc:   cli.BasicHelpFunc("volhost"),
 		HelpWriter: stdout,
 		// Usage after a wrong command goes to stderr, like an error.
@@ -66,7 +116,8 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		return func() (cli.Command, error) { return c, nil }
 	}
 	return map[string]cli.CommandFactory{
-		"agent": cmd(&AgentCommand{}),
+		"agent":   cmd(&AgentCommand{}),
+		"version": cmd(&VersionCommand{Meta: m}),
 
 		"volume":            cmd(&groupCommand{Meta: m, name: "volume", synopsis: "Register, inspect, claim, detach and deregister CSI volumes"}),
 		"volume register":   cmd(&VolumeRegisterCommand{Meta: m}),
@@ -76,12 +127,13 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"volume detach":     cmd(&VolumeDetachCommand{Meta: m}),
 		"volume leftovers":  cmd(&VolumeLeftoversCommand{Meta: m}),
 
-		"node":            cmd(&groupCommand{Meta: m, name: "node", synopsis: "Register and inspect client nodes"}),
+		"node":            cmd(&groupCommand{Meta: m, name: "node", synopsis: "Register, inspect, fence and deregister client nodes"}),
 		"node register":   cmd(&NodeRegisterCommand{Meta: m}),
 		"node status":     cmd(&NodeStatusCommand{Meta: m}),
 		"node set-status": cmd(&NodeSetStatusCommand{Meta: m}),
 		"node fence":      cmd(&NodeFenceCommand{Meta: m}),
 		"node unfence":    cmd(&NodeUnfenceCommand{Meta: m}),
+		"node deregister": cmd(&NodeDeregisterCommand{Meta: m}),
 
 		"module":        cmd(&groupCommand{Meta: m, name: "module", synopsis: "Author, test, inspect, roll out and reload Wasm modules"}),
 		"module list":   cmd(&ModuleListCommand{Meta: m}),
@@ -95,12 +147,14 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"module shadow":   cmd(&ModuleShadowCommand{Meta: m}),
 		"module promote":  cmd(&ModulePromoteCommand{Meta: m}),
 		"module rollback": cmd(&ModuleRollbackCommand{Meta: m}),
+		"module discard":  cmd(&ModuleDiscardCommand{Meta: m}),
 		"module push":     cmd(&ModulePushCommand{Meta: m}),
 		"module sign":     cmd(&ModuleSignCommand{Meta: m}),
 
-		"plugin":          cmd(&groupCommand{Meta: m, name: "plugin", synopsis: "Register and inspect CSI plugins"}),
-		"plugin register": cmd(&PluginRegisterCommand{Meta: m}),
-		"plugin status":   cmd(&PluginStatusCommand{Meta: m}),
+		"plugin":            cmd(&groupCommand{Meta: m, name: "plugin", synopsis: "Register, inspect and deregister CSI plugins"}),
+		"plugin register":   cmd(&PluginRegisterCommand{Meta: m}),
+		"plugin status":     cmd(&PluginStatusCommand{Meta: m}),
+		"plugin deregister": cmd(&PluginDeregisterCommand{Meta: m}),
 
 		"alloc":          cmd(&groupCommand{Meta: m, name: "alloc", synopsis: "Register, update and inspect allocations"}),
 		"alloc register": cmd(&AllocRegisterCommand{Meta: m}),
@@ -159,7 +213,7 @@ func (*AgentCommand) Help() string {
 func (*AgentCommand) Synopsis() string { return "Run the volhost agent (leader service)" }
 
 // Run implements cli.Command.
-func (*AgentCommand) Run(args []string) int { return runAgent(args) }
+func (*AgentCommand) Run(args []string) int { return runAgent(args, os.Stdout, os.Stderr) }
 
 // groupCommand is a command that only groups subcommands ("volume").
 type groupCommand struct {
@@ -176,7 +230,63 @@ func (g *groupCommand) Synopsis() string { return g.synopsis }
 
 func (g *groupCommand) Run(args []string) int {
 	if len(args) > 0 {
-		return g.fail(fmt.Errorf("unknown command %q; run \"volhost %s -help\" for the list", g.name+" "+args[0], g.name))
+		var subs []string
+		for name := range Commands(g.Meta) {
+			if rest, ok := strings.CutPrefix(name, g.name+" "); ok && !strings.Contains(rest, " ") {
+				subs = append(subs, rest)
+			}
+		}
+		return g.fail(errors.New(unknownCommand(g.name+" ", args[0], subs, "volhost "+g.name+" -help")))
 	}
 	return cli.RunResultHelp
+}
+
+// topLevel lists the first words of the command table.
+func topLevel(commands map[string]cli.CommandFactory) []string {
+	var out []string
+	for name := range commands {
+		if !strings.Contains(name, " ") {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+// unknownCommand is the error of a command word (after prefix, the group
+// it was given to) that is not one of known: the nearest known word when
+// one is close (an edit or two away, as a typo is), else where the list is.
+func unknownCommand(prefix, got string, known []string, help string) string {
+	best, bestDist := "", 3
+	slices.Sort(known) // ties go to the first in order, so the answer is stable
+	for _, k := range known {
+		if d := editDistance(got, k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	if best != "" {
+		return fmt.Sprintf("unknown command %q; did you mean %q? (run \"%s\" for the list)", prefix+got, prefix+best, help)
+	}
+	return fmt.Sprintf("unknown command %q; run \"%s\" for the list", prefix+got, help)
+}
+
+// editDistance is the Levenshtein distance between a and b, by bytes
+// (command names are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

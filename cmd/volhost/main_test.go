@@ -19,6 +19,7 @@ type cliEnv struct {
 	t       *testing.T
 	backend *apitest.StoreBackend
 	addr    string
+	env     map[string]string // more environment (VOLHOST_ADDR is addr)
 }
 
 func newCLIEnv(t *testing.T) *cliEnv {
@@ -41,7 +42,7 @@ func (e *cliEnv) run(args ...string) result {
 		if k == "VOLHOST_ADDR" {
 			return e.addr
 		}
-		return ""
+		return e.env[k]
 	}
 	code := Run(args, env, &out, &errb)
 	return result{code: code, stdout: out.String(), stderr: errb.String()}
@@ -342,7 +343,7 @@ func TestEventsFollow(t *testing.T) {
 		if k == "VOLHOST_ADDR" {
 			return e.addr
 		}
-		return ""
+		return e.env[k]
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

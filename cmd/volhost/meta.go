@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/cli"
 
+	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/api/client"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/tlsutil"
@@ -149,9 +150,17 @@ func (m *Meta) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	cl.SetToken(env(m.token, envToken))
+	cl.SetToken(m.secret())
 	cl.OnWarning(func(msg string) { m.Ui.Warn("Warning: " + msg) })
 	return cl, nil
+}
+
+// secret is the token the CLI sends: -token, else VOLHOST_TOKEN.
+func (m *Meta) secret() string {
+	if m.token == "" && m.Env != nil {
+		return m.Env(envToken)
+	}
+	return m.token
 }
 
 // context is cancelled by an interrupt, so a long claim or blocking read
@@ -173,8 +182,23 @@ func (m *Meta) fail(err error) int {
 		// Transport failure: say which agent could not be reached.
 		msg = fmt.Sprintf("cannot reach the volhost agent at %s: %v", hostOf(ue.URL), ue.Err)
 	}
+	if errors.As(err, &ae) && ae.StatusCode == http.StatusForbidden {
+		msg = m.denial(ae.Message)
+	}
 	m.Ui.Error("Error: " + oneLine(msg))
 	return 1
+}
+
+// denial rewrites the API's 403 for a CLI user: its hints name HTTP
+// headers and query parameters, which the CLI sets through flags. With no
+// token sent it says so first: the anonymous policy was what refused.
+func (m *Meta) denial(msg string) string {
+	msg = strings.Replace(msg, api.HintListOneNamespace, " (pass -namespace=<ns> to ask for one)", 1)
+	msg = strings.Replace(msg, api.HintNoToken, "", 1)
+	if m.secret() == "" {
+		msg += "; no ACL token was sent: pass -token=<secret> or set " + envToken
+	}
+	return msg
 }
 
 func hostOf(raw string) string {

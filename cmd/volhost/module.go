@@ -134,7 +134,7 @@ func (c *ModuleStatusCommand) Run(args []string) int {
 		{"Kind", info.Kind},
 		{"State", info.State},
 		{"Refusal", orDash(oneLine(info.Refusal))},
-		{"Version", orDash(info.Version)},
+		{"Version", versionText(info.Version, info.ReportedVersion)},
 		{"SHA256", orDash(info.SHA256)},
 		{"Generation", fmt.Sprint(info.Generation)},
 		{"Selects", orDash(strings.Join(selectors, ", "))},
@@ -207,4 +207,13 @@ func abiText(version string, optional []string) string {
 		return version
 	}
 	return version + " (" + strings.Join(optional, ", ") + ")"
+}
+
+// versionText is a module's version: the manifest's, and the module's own
+// when it reports another (a stale manifest, or the wrong build).
+func versionText(manifest, reported string) string {
+	if reported == "" {
+		return orDash(manifest)
+	}
+	return fmt.Sprintf("%s (from the manifest; the module itself reports %s)", orDash(manifest), reported)
 }

@@ -302,7 +302,10 @@ func (c *ModuleNewCommand) Run(args []string) int {
 	if *lang == "" {
 		return c.fail(errors.New("-lang go|as is required (usage: volhost module new -lang go|as NAME)"))
 	}
-	folder, err := kit.Scaffold(kit.NewOptions{Lang: *lang, Name: rest[0], Dir: *dir, SDK: *sdk})
+	// The Makefile's test target runs this binary, so `make test` works
+	// before volhost is installed on PATH (it exited 127).
+	self, _ := os.Executable()
+	folder, err := kit.Scaffold(kit.NewOptions{Lang: *lang, Name: rest[0], Dir: *dir, SDK: *sdk, Volhost: self})
 	if err != nil {
 		return c.fail(err)
 	}
@@ -344,7 +347,7 @@ Options:
 
 func (c *ModuleRecordCommand) Run(args []string) int {
 	fs := c.flagSet("module record", false)
-	ns := fs.String("namespace", "", "")
+	ns := c.namespaceFlag(fs, "")
 	step := fs.String("step", "", "")
 	alloc := fs.String("alloc", "", "")
 	out := fs.String("o", "", "")

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
 	"github.com/volhost/volhost/plugins/source"
 )
@@ -27,7 +28,9 @@ func (c *ModuleShadowCommand) Help() string {
   beside the serving generation, and never acts. Each disagreement is an
   event with both answers and counts in
   volhost_module_shadow_disagreements_total; module status shows the
-  agreement. module promote NAME makes it serve.
+  agreement. module promote NAME makes it serve; module discard NAME drops
+  it. Where the candidate's manifest differs from the serving one
+  (selection, version, limits, on_failure), the differences are listed.
 
   The same happens for files in the module directory whose manifest says
   mode = "shadow". An uploaded candidate is this agent's state: an agent
@@ -72,6 +75,43 @@ func (c *ModuleShadowCommand) Run(args []string) int {
 	}
 	c.Ui.Output(fmt.Sprintf("Module %q: generation %d (version %s) shadows generation %d (version %s)",
 		st.Name, st.Shadow.Generation, orDash(st.Shadow.Version), st.Generation, orDash(st.Version)))
+	if changes := st.Shadow.ManifestChanges; len(changes) > 0 {
+		c.Ui.Output("\nIts manifest differs from the serving one:")
+		for _, ch := range changes {
+			line := "  " + ch.String()
+			if ch.Selection {
+				line += "   (selection: module promote refuses it without -allow-selection-change)"
+			}
+			c.Ui.Output(line)
+		}
+	}
+	return 0
+}
+
+// ModuleDiscardCommand is `volhost module discard NAME`.
+type ModuleDiscardCommand struct{ *Meta }
+
+func (c *ModuleDiscardCommand) Synopsis() string { return "Drop a module's shadow candidate" }
+func (c *ModuleDiscardCommand) Help() string {
+	return helpText("module discard [options] NAME", `
+  Drop module NAME's shadow candidate on the agent: it stops answering and
+  is unloaded; the serving generation is untouched. A candidate loaded
+  from the module directory (mode = "shadow") is not loaded again from the
+  same files by a reload; new files load as usual.`, false)
+}
+
+func (c *ModuleDiscardCommand) Run(args []string) int {
+	fs := c.flagSet("module discard", false)
+	rest, cl, ctx, stop, err := c.begin(fs, args, 1, 1, "module discard [options] NAME")
+	if err != nil {
+		return c.fail(err)
+	}
+	defer stop()
+	st, err := cl.DiscardShadow(ctx, rest[0])
+	if err != nil {
+		return c.fail(err)
+	}
+	c.Ui.Output(fmt.Sprintf("Module %q: shadow candidate discarded; generation %d (version %s) serves", st.Name, st.Generation, orDash(st.Version)))
 	return 0
 }
 
@@ -85,7 +125,17 @@ func (c *ModulePromoteCommand) Help() string {
   replaces stays loaded as the last known good: module rollback NAME
   returns to it, and so does the agent by itself when the promoted
   generation faults past its manifest's rollback limit (rollback {
-  max_faults, window }, default 3 faults within 1m) or its circuit opens.`, false)
+  max_faults, window }, default 3 faults within 1m) or its circuit opens.
+
+  A candidate whose manifest selects other volumes than the serving one
+  (default, plugin_ids, volumes: module shadow and module status show the
+  difference) is refused, naming the change, unless you allow it.
+
+Options:
+
+  -allow-selection-change
+    Promote even though the candidate's manifest changes which volumes
+    the module judges.`, false)
 }
 
 func (c *ModulePromoteCommand) Run(args []string) int {
@@ -112,6 +162,10 @@ func (c *ModuleRollbackCommand) Run(args []string) int {
 
 func (c *ModulePromoteCommand) rollout(args []string, verb, done string) int {
 	fs := c.flagSet("module "+verb, false)
+	var allow *bool
+	if verb == "promote" {
+		allow = fs.Bool("allow-selection-change", false, "")
+	}
 	rest, cl, ctx, stop, err := c.begin(fs, args, 1, 1, "module "+verb+" [options] NAME")
 	if err != nil {
 		return c.fail(err)
@@ -119,7 +173,11 @@ func (c *ModulePromoteCommand) rollout(args []string, verb, done string) int {
 	defer stop()
 	var st *plugins.Status
 	if verb == "promote" {
-		st, err = cl.PromoteModule(ctx, rest[0])
+		st, err = cl.PromoteModule(ctx, rest[0], plugins.PromoteOptions{AllowSelectionChange: *allow})
+		if errors.Is(err, structs.ErrConflict) && strings.Contains(err.Error(), plugins.ErrSelectionChange.Error()) {
+			// The agent's refusal, in the CLI's terms.
+			err = fmt.Errorf("%w; promote with -allow-selection-change if that is meant", err)
+		}
 	} else {
 		st, err = cl.RollbackModule(ctx, rest[0])
 	}
@@ -140,6 +198,11 @@ func rolloutRows(s plugins.Status) [][2]string {
 	if sh := s.Shadow; sh != nil {
 		shadow = fmt.Sprintf("generation %d (version %s): %.1f%% agreement over %d calls, %d disagreements",
 			sh.Generation, orDash(sh.Version), sh.AgreementPercent, sh.Calls, sh.Disagreements)
+		if sh.Calls == 0 {
+			// "100.0% agreement over 0 calls" claimed an agreement
+			// nobody had measured.
+			shadow = fmt.Sprintf("generation %d (version %s): no calls yet", sh.Generation, orDash(sh.Version))
+		}
 	}
 	rows := [][2]string{
 		{"On Failure", orDash(s.OnFailure)},
@@ -149,6 +212,19 @@ func rolloutRows(s plugins.Status) [][2]string {
 	}
 	if sh := s.Shadow; sh != nil && sh.LastDisagreement != "" {
 		rows = append(rows, [2]string{"Last Disagreement", oneLine(sh.LastDisagreement)})
+	}
+	if sh := s.Shadow; sh != nil {
+		for i, ch := range sh.ManifestChanges {
+			key := ""
+			if i == 0 {
+				key = "Shadow Manifest"
+			}
+			line := ch.String()
+			if ch.Selection {
+				line += " (selection)"
+			}
+			rows = append(rows, [2]string{key, line})
+		}
 	}
 	if len(s.RecentFaults) == 0 {
 		return append(rows, [2]string{"Recent Faults", "-"})

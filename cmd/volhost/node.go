@@ -244,3 +244,49 @@ func (c *NodeUnfenceCommand) Run(args []string) int {
 	c.Ui.Output(fmt.Sprintf("Node %q unfenced", rest[0]))
 	return 0
 }
+
+// NodeDeregisterCommand is `volhost node deregister [-force] ID`.
+type NodeDeregisterCommand struct{ *Meta }
+
+func (c *NodeDeregisterCommand) Synopsis() string { return "Remove a retired node" }
+func (c *NodeDeregisterCommand) Help() string {
+	return helpText("node deregister [options] ID", `
+  Remove node ID from the cluster state, as the reference scheduler's
+  "node purge" does. Refused while an allocation on the node runs, naming
+  the allocations. Refused too while claims of ended allocations are still
+  on the node, naming them: wait for their release, or use -force.
+
+  Stop the node's agent first: an agent that still runs registers the node
+  again on its next connection.
+
+  -force
+    Deregister even with claims still on the node. Those claims then skip
+    their node steps (NodeUnpublish, NodeUnstage: nothing is unmounted
+    there) and go to the controller step; the command lists them. Use it
+    only when the node is off or no longer mounts the volumes, as for
+    'volhost node fence'.`, false)
+}
+
+func (c *NodeDeregisterCommand) Run(args []string) int {
+	fs := c.flagSet("node deregister", false)
+	force := fs.Bool("force", false, "")
+	rest, cl, ctx, stop, err := c.begin(fs, args, 1, 1, "node deregister [options] ID")
+	if err != nil {
+		return c.fail(err)
+	}
+	defer stop()
+	resp, err := cl.DeregisterNode(ctx, rest[0], *force)
+	if err != nil {
+		return c.fail(err)
+	}
+	c.Ui.Output(fmt.Sprintf("Deregistered node %q", rest[0]))
+	if len(resp.SkippedNodeSteps) > 0 {
+		rows := [][]string{{"Namespace", "Volume", "Alloc ID", "State"}}
+		for _, cl := range resp.SkippedNodeSteps {
+			rows = append(rows, []string{cl.Namespace, cl.VolumeID, cl.AllocID, string(cl.State)})
+		}
+		c.Ui.Output(fmt.Sprintf("\n%d claim(s) will skip their node steps (nothing is unmounted on the node):\n%s",
+			len(resp.SkippedNodeSteps), table(rows)))
+	}
+	return 0
+}

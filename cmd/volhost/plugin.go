@@ -95,3 +95,29 @@ func (c *PluginStatusCommand) Run(args []string) int {
 	}))
 	return 0
 }
+
+// PluginDeregisterCommand is `volhost plugin deregister ID`.
+type PluginDeregisterCommand struct{ *Meta }
+
+func (c *PluginDeregisterCommand) Synopsis() string { return "Remove a CSI plugin no volume uses" }
+func (c *PluginDeregisterCommand) Help() string {
+	return helpText("plugin deregister [options] ID", `
+  Remove CSI plugin ID. Refused while volumes use it, naming them:
+  deregister them first. There is no -force: a volume whose plugin is gone
+  could never be released by a CSI call (the reference scheduler has none
+  either).`, false)
+}
+
+func (c *PluginDeregisterCommand) Run(args []string) int {
+	fs := c.flagSet("plugin deregister", false)
+	rest, cl, ctx, stop, err := c.begin(fs, args, 1, 1, "plugin deregister [options] ID")
+	if err != nil {
+		return c.fail(err)
+	}
+	defer stop()
+	if _, err := cl.DeregisterPlugin(ctx, rest[0]); err != nil {
+		return c.fail(err)
+	}
+	c.Ui.Output(fmt.Sprintf("Deregistered plugin %q", rest[0]))
+	return 0
+}

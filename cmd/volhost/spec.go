@@ -109,13 +109,23 @@ func decodeSpec(path string, out any) error {
 	return nil
 }
 
-// diagError folds HCL diagnostics into one line: the first error as
-// "file:line: summary: detail", plus how many more there are.
+// diagError folds HCL diagnostics into one line: the most telling error
+// as "file:line: summary: detail", plus how many more there are. An
+// unknown argument or block comes first: a misspelt required argument
+// (acess_mode) is also reported missing, and HCL lists "Missing required
+// argument" first, which hid its "Did you mean "access_mode"?".
 func diagError(diags hcl.Diagnostics) error {
 	errs := diags.Errs()
 	var first *hcl.Diagnostic
 	if !errors.As(errs[0], &first) {
 		return errs[0]
+	}
+	for _, e := range errs {
+		var d *hcl.Diagnostic
+		if errors.As(e, &d) && strings.HasPrefix(d.Summary, "Unsupported ") {
+			first = d
+			break
+		}
 	}
 	msg := first.Summary
 	if first.Detail != "" {

@@ -89,6 +89,11 @@ func (c *EventsCommand) Run(args []string) int {
 	if *typ != "" && !structs.ValidEventType(*typ) {
 		return c.fail(badChoice("-type", *typ, structs.EventTypes...))
 	}
+	if *ns == "" && *volume != "" && c.Env != nil {
+		// VOLHOST_NAMESPACE names -volume's namespace; without -volume the
+		// events of every namespace are shown, whatever it says.
+		*ns = c.Env(envNamespace)
+	}
 	if *ns != "" && *volume == "" {
 		return c.fail(fmt.Errorf("-namespace filters only with -volume (the namespace of that volume)"))
 	}

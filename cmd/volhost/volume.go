@@ -15,12 +15,50 @@ import (
 
 const namespaceHelp = `
   -namespace=<ns>
-    The volume's namespace. Default: "default".
+    The volume's namespace. Overrides the VOLHOST_NAMESPACE environment
+    variable. Default: "default".
 `
 
-func namespaceFlag(fs *flag.FlagSet) *string {
-	return fs.String("namespace", api.DefaultNamespace, "")
+// envNamespace names the environment variable -namespace defaults to, as
+// the reference scheduler's CLI reads its own.
+const envNamespace = "VOLHOST_NAMESPACE"
+
+// namespaceFlag adds -namespace, defaulting to VOLHOST_NAMESPACE, else def
+// ("default" for one volume, "" for every namespace of a list).
+func (m *Meta) namespaceFlag(fs *flag.FlagSet, def string) *string {
+	if m.Env != nil {
+		if v := m.Env(envNamespace); v != "" {
+			def = v
+		}
+	}
+	return fs.String("namespace", def, "")
 }
+
+// optBool is a bool flag that knows whether it was given: -stuck lists
+// stuck volumes, -stuck=false the others, and no flag every volume.
+type optBool struct{ v *bool }
+
+func (o *optBool) String() string {
+	if o.v == nil {
+		return ""
+	}
+	return strconv.FormatBool(*o.v)
+}
+
+func (o *optBool) Set(s string) error {
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("want true or false, got %q", s)
+	}
+	o.v = &b
+	return nil
+}
+
+func (o *optBool) IsBoolFlag() bool { return true }
+
+// claimStates are the values of volume status -claim-state.
+var claimStates = []structs.ClaimState{structs.ClaimTaken, structs.ClaimNodeDetached,
+	structs.ClaimControllerDetached, structs.ClaimReadyToFree, "unclaimed"}
 
 // VolumeRegisterCommand is `volhost volume register FILE`.
 type VolumeRegisterCommand struct{ *Meta }
@@ -74,20 +112,48 @@ func (c *VolumeStatusCommand) Help() string {
 
   -plugin=<id>
     Only list volumes of this CSI plugin.
-`+namespaceHelp, true)
+
+  -stuck
+    Only list stuck volumes (-stuck=false: only the others).
+
+  -claim-state=<state>
+    Only list volumes with a claim in this state: taken, node-detached,
+    controller-detached, ready-to-free, or unclaimed for volumes without
+    claims.
+
+  -search=<text>
+    Only list volumes whose ID or name contains the text.
+
+  -namespace=<ns>
+    Only list this namespace's volumes; with ID, the volume's namespace.
+    Overrides the VOLHOST_NAMESPACE environment variable. Default: every
+    namespace for a list, "default" for one volume.
+`, true)
 }
 
 func (c *VolumeStatusCommand) Run(args []string) int {
 	fs := c.flagSet("volume status", true)
-	ns := fs.String("namespace", "", "")
+	ns := c.namespaceFlag(fs, "")
 	plugin := fs.String("plugin", "", "")
+	var stuck optBool
+	fs.Var(&stuck, "stuck", "")
+	claimState := fs.String("claim-state", "", "")
+	search := fs.String("search", "", "")
 	rest, cl, ctx, stop, err := c.begin(fs, args, 0, 1, "volume status [options] [ID]")
 	if err != nil {
 		return c.fail(err)
 	}
 	defer stop()
+	if *claimState != "" && !slices.Contains(claimStates, structs.ClaimState(*claimState)) {
+		return c.fail(badChoice("-claim-state", *claimState, claimStates...))
+	}
+	filtered := stuck.v != nil || *claimState != "" || *search != "" || *plugin != ""
+	if len(rest) > 0 && filtered {
+		return c.fail(fmt.Errorf("-plugin, -stuck, -claim-state and -search filter the list: give them without an ID"))
+	}
 	if len(rest) == 0 {
-		vols, _, err := cl.Volumes(ctx, *ns, *plugin, nil)
+		vols, _, err := cl.VolumesWhere(ctx, client.VolumeQuery{Namespace: *ns, PluginID: *plugin,
+			ClaimState: *claimState, Stuck: stuck.v, Search: *search}, nil)
 		if err != nil {
 			return c.fail(err)
 		}
@@ -95,6 +161,10 @@ func (c *VolumeStatusCommand) Run(args []string) int {
 			return c.printJSON(vols)
 		}
 		if len(vols) == 0 {
+			if filtered {
+				c.Ui.Output("No volumes match")
+				return 0
+			}
 			c.Ui.Output("No volumes")
 			return 0
 		}
@@ -191,16 +261,22 @@ func formatVolume(v *api.VolumeResponse) string {
 		lastErr := "-"
 		next := fmtTime(cl.NextAttempt)
 		switch {
-		case cl.LastError != nil:
-			lastErr = cl.LastError.Error()
 		case cl.Hold != nil:
-			// A policy holds it: say who, why and until when (issue 10/11:
-			// "taken 0 - -" told the operator nothing).
+			// A hold is what the claim waits for now: say who, why and
+			// until when ("taken 0 - -" told the operator nothing). It
+			// wins over a last error, which is older (a failed attempt,
+			// then its node went gone): showing that error with a Next
+			// Attempt in the past hid the hold and its remedy.
 			lastErr = "held by " + cl.Hold.Holder() + ": " + cl.Hold.Reason
+			if cl.LastError != nil {
+				lastErr += " (before: attempt " + strconv.Itoa(cl.Attempts) + " failed: " + cl.LastError.Error() + ")"
+			}
 			next = "when it changes"
 			if !cl.Hold.Until.IsZero() {
 				next = fmtTime(cl.Hold.Until)
 			}
+		case cl.LastError != nil:
+			lastErr = cl.LastError.Error()
 		}
 		state := string(cl.State)
 		if cl.State == structs.ClaimTaken && cl.NodeUnpublished {
@@ -249,7 +325,7 @@ func (c *VolumeClaimCommand) Help() string {
 
 func (c *VolumeClaimCommand) Run(args []string) int {
 	fs := c.flagSet("volume claim", false)
-	ns := namespaceFlag(fs)
+	ns := c.namespaceFlag(fs, api.DefaultNamespace)
 	alloc := fs.String("alloc", "", "")
 	node := fs.String("node", "", "")
 	mode := fs.String("mode", "", "")
@@ -308,7 +384,7 @@ func (c *VolumeDeregisterCommand) Help() string {
 
 func (c *VolumeDeregisterCommand) Run(args []string) int {
 	fs := c.flagSet("volume deregister", false)
-	ns := namespaceFlag(fs)
+	ns := c.namespaceFlag(fs, api.DefaultNamespace)
 	force := fs.Bool("force", false, "")
 	rest, cl, ctx, stop, err := c.begin(fs, args, 1, 1, "volume deregister [options] ID")
 	if err != nil {
@@ -349,7 +425,7 @@ func (c *VolumeDetachCommand) Help() string {
 
 func (c *VolumeDetachCommand) Run(args []string) int {
 	fs := c.flagSet("volume detach", false)
-	ns := namespaceFlag(fs)
+	ns := c.namespaceFlag(fs, api.DefaultNamespace)
 	rest, cl, ctx, stop, err := c.begin(fs, args, 2, 2, "volume detach [options] ID NODE")
 	if err != nil {
 		return c.fail(err)

@@ -198,6 +198,8 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	a.Server.SetReleaser(a.Watcher)
 	apiCfg := api.Config{
 		Addr: cfg.HTTP.Address, MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: a.logger.Named("http"),
+		// Privileged actions are audited through the log with ACLs on or off.
+		Audit: a.Cluster,
 	}
 	if a.TLS != nil && cfg.TLS.HTTP {
 		apiCfg.TLS, apiCfg.ForwardTLS = a.TLS.HTTPServerConfig(), a.TLS.ClientConfig()

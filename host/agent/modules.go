@@ -246,6 +246,7 @@ func (e *moduleEvents) add(ev plugins.Event) {
 	if len(e.pending) < maxPendingModuleEvents {
 		e.pending = append(e.pending, &structs.Event{
 			Time: ev.Time, Type: structs.EventModule, Module: ev.Module, Message: msg,
+			Namespace: ev.Namespace, VolumeID: ev.VolumeID, // a shadow disagreement's volume
 			Fields: map[string]string{"event": string(ev.Kind), "version": ev.Version, "generation": fmt.Sprint(ev.Generation)},
 		})
 	}
@@ -324,11 +325,11 @@ func (a *Agent) ModuleView(ns, id, step, allocID string) (*kit.Recording, error)
 
 // PromoteModule makes a module's shadow candidate serve (`volhost module
 // promote`).
-func (a *Agent) PromoteModule(ctx context.Context, name string) (plugins.Status, error) {
+func (a *Agent) PromoteModule(ctx context.Context, name string, opts plugins.PromoteOptions) (plugins.Status, error) {
 	if a.Modules == nil {
 		return plugins.Status{}, structs.NotFound("module", name)
 	}
-	st, err := a.Modules.Promote(ctx, name)
+	st, err := a.Modules.PromoteWith(ctx, name, opts)
 	return st, rolloutError(name, err)
 }
 
@@ -338,6 +339,16 @@ func (a *Agent) RollbackModule(ctx context.Context, name string) (plugins.Status
 		return plugins.Status{}, structs.NotFound("module", name)
 	}
 	st, err := a.Modules.Rollback(ctx, name)
+	return st, rolloutError(name, err)
+}
+
+// DiscardShadow drops a module's shadow candidate (`volhost module
+// discard`).
+func (a *Agent) DiscardShadow(ctx context.Context, name string) (plugins.Status, error) {
+	if a.Modules == nil {
+		return plugins.Status{}, structs.NotFound("module", name)
+	}
+	st, err := a.Modules.DiscardShadow(ctx, name)
 	return st, rolloutError(name, err)
 }
 
@@ -358,7 +369,7 @@ func rolloutError(name string, err error) error {
 		return nil
 	case errors.Is(err, plugins.ErrNoModule):
 		return structs.NotFound("module", name)
-	case errors.Is(err, plugins.ErrNoShadow), errors.Is(err, plugins.ErrNoLastKnownGood):
+	case errors.Is(err, plugins.ErrNoShadow), errors.Is(err, plugins.ErrNoLastKnownGood), errors.Is(err, plugins.ErrSelectionChange):
 		return structs.Conflict("%v", err)
 	case errors.Is(err, plugins.ErrCandidate):
 		return &structs.ValidationError{Field: "module", Msg: err.Error()}

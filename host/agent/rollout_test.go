@@ -119,7 +119,7 @@ func TestShadowPromoteFaultAutoRollback(t *testing.T) {
 	})
 
 	// Promote: the candidate serves, the default policy is the last known good.
-	if st, err := e.c.PromoteModule(ctx, "policy"); err != nil || st.Version != "2.0.0" || st.LastKnownGood == nil {
+	if st, err := e.c.PromoteModule(ctx, "policy", plugins.PromoteOptions{}); err != nil || st.Version != "2.0.0" || st.LastKnownGood == nil {
 		t.Fatalf("promote: %+v, %v", st, err)
 	}
 	// Make it fault: three volumes whose context makes it trap.

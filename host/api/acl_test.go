@@ -42,8 +42,11 @@ func (f *fakeModules) ModuleInfo(name string, limit int) (*api.ModuleInfo, error
 func (f *fakeModules) ModuleView(ns, id, _, _ string) (*kit.Recording, error) {
 	return nil, structs.NotFound("volume", ns+"/"+id)
 }
-func (f *fakeModules) PromoteModule(_ context.Context, name string) (plugins.Status, error) {
+func (f *fakeModules) PromoteModule(_ context.Context, name string, _ plugins.PromoteOptions) (plugins.Status, error) {
 	return plugins.Status{}, structs.NotFound("module", name)
+}
+func (f *fakeModules) DiscardShadow(_ context.Context, name string) (plugins.Status, error) {
+	return plugins.Status{Name: name}, nil
 }
 func (f *fakeModules) RollbackModule(_ context.Context, name string) (plugins.Status, error) {
 	return plugins.Status{}, structs.NotFound("module", name)

@@ -19,7 +19,9 @@
 //	GET    /v1/volumes/leftovers
 //	DELETE /v1/volumes/leftovers        {"ids": [...]} | {"all": true} | ?id=..&id=.. | ?all=true
 //	GET    /v1/nodes, /v1/node/ID;      PUT /v1/nodes {"node": {...}}; PUT /v1/node/ID/status {"status"}
+//	DELETE /v1/node/ID                  ?force=true                   -> {"skipped_node_steps", "index"}
 //	GET    /v1/plugins, /v1/plugin/ID;  PUT /v1/plugins {"plugin": {...}}
+//	DELETE /v1/plugin/ID                -> {"index"}; 409 while volumes use it
 //	GET    /v1/allocs (?node_id=), /v1/alloc/ID; PUT /v1/allocs {"allocs": [...]}
 //	GET    /v1/events                   ?index=N: only events after N (and blocks until there are some)
 //	PUT    /v1/system/gc                -> {"volumes"}
@@ -109,6 +111,11 @@ type Config struct {
 	// probe failed (the dial error maps the agent host's files and ports).
 	// nil: nobody; the ACL work sets it to "has operator:write".
 	ProbeErrorDetail func(r *http.Request) bool
+	// Audit commits the audit events of privileged actions (force
+	// deregister, detach, fence, ...) whether ACLs are on or off: with
+	// them off the accessor is "anonymous", and the trail still says who
+	// did what when. nil: ACLConfig.Audit, else only the log line.
+	Audit AuditLog
 }
 
 // Server serves the API.

@@ -158,28 +158,33 @@ var routeRules = map[string]rule{
 	// operator's attestation, never a node agent's (issue 14).
 	"PUT /v1/node/{id}/fence":    audited(need(acl.OperatorWrite), "node-fence"),
 	"DELETE /v1/node/{id}/fence": audited(need(acl.OperatorWrite), "node-unfence"),
-	"GET /v1/plugins":            need(acl.NodeRead),
-	"PUT /v1/plugins":            need(acl.NodeWrite),
-	"POST /v1/plugins":           need(acl.NodeWrite),
-	"GET /v1/plugin/{id}":        need(acl.NodeRead),
-	"GET /v1/allocs":             need(acl.NodeRead),
-	"PUT /v1/allocs":             need(acl.NodeWrite),
-	"POST /v1/allocs":            need(acl.NodeWrite),
-	"GET /v1/alloc/{id}":         need(acl.NodeRead),
-	"GET /v1/events":             need(acl.EventsRead),
-	"PUT /v1/system/gc":          audited(need(acl.OperatorWrite), "system-gc"),
-	"POST /v1/system/gc":         audited(need(acl.OperatorWrite), "system-gc"),
-	"GET /v1/status/leader":      {open: true},
-	"GET /v1/metrics":            need(acl.OperatorRead),
-	"/v1/volume/{$}":             {open: true},
-	"/v1/node/{$}":               {open: true},
-	"/v1/plugin/{$}":             {open: true},
-	"/v1/alloc/{$}":              {open: true},
-	"GET /v1/status/peers":       need(acl.OperatorRead),
-	"GET /v1/modules":            need(acl.ModulesRead),
-	"GET /v1/module/{id}":        need(acl.ModulesRead),
-	"PUT /v1/modules/reload":     audited(need(acl.ModulesReload), "module-reload"),
-	"POST /v1/modules/reload":    audited(need(acl.ModulesReload), "module-reload"),
+	// Removing a node or a plugin is an operator's decision, never a
+	// node agent's (a forced node deregister skips node steps, as a
+	// fence does).
+	"DELETE /v1/node/{id}":    audited(need(acl.OperatorWrite), "node-deregister"),
+	"DELETE /v1/plugin/{id}":  audited(need(acl.OperatorWrite), "plugin-deregister"),
+	"GET /v1/plugins":         need(acl.NodeRead),
+	"PUT /v1/plugins":         need(acl.NodeWrite),
+	"POST /v1/plugins":        need(acl.NodeWrite),
+	"GET /v1/plugin/{id}":     need(acl.NodeRead),
+	"GET /v1/allocs":          need(acl.NodeRead),
+	"PUT /v1/allocs":          need(acl.NodeWrite),
+	"POST /v1/allocs":         need(acl.NodeWrite),
+	"GET /v1/alloc/{id}":      need(acl.NodeRead),
+	"GET /v1/events":          need(acl.EventsRead),
+	"PUT /v1/system/gc":       audited(need(acl.OperatorWrite), "system-gc"),
+	"POST /v1/system/gc":      audited(need(acl.OperatorWrite), "system-gc"),
+	"GET /v1/status/leader":   {open: true},
+	"GET /v1/metrics":         need(acl.OperatorRead),
+	"/v1/volume/{$}":          {open: true},
+	"/v1/node/{$}":            {open: true},
+	"/v1/plugin/{$}":          {open: true},
+	"/v1/alloc/{$}":           {open: true},
+	"GET /v1/status/peers":    need(acl.OperatorRead),
+	"GET /v1/modules":         need(acl.ModulesRead),
+	"GET /v1/module/{id}":     need(acl.ModulesRead),
+	"PUT /v1/modules/reload":  audited(need(acl.ModulesReload), "module-reload"),
+	"POST /v1/modules/reload": audited(need(acl.ModulesReload), "module-reload"),
 	// Issue 15: a recorded module view shows the volume's claims, nodes
 	// and context, so it is read like the volume itself.
 	"GET /v1/volume/{id}/module-view": needNS(acl.NamespaceRead, nsQuery),
@@ -189,6 +194,7 @@ var routeRules = map[string]rule{
 	"PUT /v1/module/{id}/rollback":  audited(need(acl.ModulesReload), "module-rollback"),
 	"POST /v1/module/{id}/rollback": audited(need(acl.ModulesReload), "module-rollback"),
 	"PUT /v1/module/{id}/shadow":    audited(need(acl.ModulesReload), "module-shadow"),
+	"DELETE /v1/module/{id}/shadow": audited(need(acl.ModulesReload), "module-shadow-discard"),
 	"POST /v1/module/{id}/shadow":   audited(need(acl.ModulesReload), "module-shadow"),
 	// A snapshot carries volume secrets sealed with the keyring (issue
 	// 13): saving one needs operator:write. Restoring replaces the ACL
@@ -236,13 +242,24 @@ type PermissionDenied struct {
 	Namespace  string
 	Node       string // the node of a node-scoped check
 	Reason     error  // the token problem, nil when the token lacks the capability
+	// NoToken: the request carried no token at all, so the anonymous
+	// policy was asked; the message says so and how to send one.
+	NoToken bool
 }
+
+// The parts of a denial that speak HTTP. The CLI swaps them for its own
+// flags (cmd/volhost), so a CLI user is never told to set a header or a
+// query parameter.
+const (
+	HintListOneNamespace = " (pass ?namespace= to list one)"
+	HintNoToken          = " (no token was sent: set the " + TokenHeader + " header or Authorization: Bearer)"
+)
 
 func (e *PermissionDenied) Error() string {
 	msg := "Permission denied: missing capability " + string(e.Capability)
 	if e.Capability.Namespaced() {
 		if e.Namespace == "*" {
-			msg += " on every namespace (pass ?namespace= to list one)"
+			msg += " on every namespace" + HintListOneNamespace
 		} else {
 			msg += fmt.Sprintf(" on namespace %q", e.Namespace)
 		}
@@ -252,6 +269,9 @@ func (e *PermissionDenied) Error() string {
 	}
 	if e.Reason != nil {
 		msg += " (" + e.Reason.Error() + ")"
+	}
+	if e.NoToken {
+		msg += HintNoToken
 	}
 	return msg
 }
@@ -317,13 +337,15 @@ func (s *Server) isServer(r *http.Request, trustForward bool) bool {
 func (s *Server) authorizing(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cfg := s.auth.cfg
-		if cfg == nil {
-			next.ServeHTTP(w, r)
-			return
-		}
 		_, pattern := s.mux.Handler(r)
 		if pattern == "" {
 			next.ServeHTTP(w, r) // 404/405: nothing to protect
+			return
+		}
+		if cfg == nil {
+			// ACLs off: nothing to check, but a privileged action is
+			// audited all the same, as "anonymous".
+			s.serveAudited(w, r, routeRules[pattern], nil, next)
 			return
 		}
 		ru, ok := routeRules[pattern]
@@ -345,6 +367,7 @@ func (s *Server) authorizing(next http.Handler) http.Handler {
 			s.log.Info("request denied", "method", r.Method, "path", r.URL.Path, "accessor", id.Accessor(), "reason", err.Error())
 			var pd *PermissionDenied
 			if errors.As(err, &pd) {
+				pd.NoToken = RequestToken(r) == ""
 				err = &httpError{status: http.StatusForbidden, msg: pd.Error()}
 			}
 			WriteError(w, err)
@@ -352,19 +375,7 @@ func (s *Server) authorizing(next http.Handler) http.Handler {
 		}
 		ctx := context.WithValue(r.Context(), identityKey{}, id)
 		r = r.WithContext(context.WithValue(ctx, grantKey{}, &grant{secret: RequestToken(r), rule: ru}))
-		action := ru.audit
-		if force, _ := queryBool(r, "force"); ru.force && force {
-			action = "force-deregister"
-		}
-		if action == "" {
-			next.ServeHTTP(w, r)
-			return
-		}
-		rec := &statusRecorder{ResponseWriter: w}
-		next.ServeHTTP(rec, r)
-		if rec.status >= 200 && rec.status < 300 {
-			s.auditAction(r, action, id)
-		}
+		s.serveAudited(w, r, ru, id, next)
 	})
 }
 
@@ -437,6 +448,25 @@ func (s *Server) revokedError(ctx context.Context, r *http.Request) error {
 		cause = fmt.Errorf("%w: %w", acl.ErrRevoked, err)
 	}
 	return &httpError{status: http.StatusForbidden, msg: "Permission denied: " + cause.Error()}
+}
+
+// serveAudited serves r and, when its route is privileged and the answer
+// is a success, records the audit event with id's accessor ("anonymous"
+// for nil: ACLs off or no token).
+func (s *Server) serveAudited(w http.ResponseWriter, r *http.Request, ru rule, id *acl.Identity, next http.Handler) {
+	action := ru.audit
+	if force, _ := queryBool(r, "force"); ru.force && force {
+		action = "force-deregister"
+	}
+	if action == "" {
+		next.ServeHTTP(w, r)
+		return
+	}
+	rec := &statusRecorder{ResponseWriter: w}
+	next.ServeHTTP(rec, r)
+	if rec.status >= 200 && rec.status < 300 {
+		s.auditAction(r, action, id)
+	}
 }
 
 func isTokenError(err error) bool {
@@ -610,7 +640,7 @@ const auditTimeout = 10 * time.Second
 // to write to) the log line is the record.
 func (s *Server) auditAction(r *http.Request, action string, id *acl.Identity) {
 	accessor := id.Accessor()
-	if id.Token == nil && action == "raft-join" && s.isServer(r, true) {
+	if (id == nil || id.Token == nil) && action == "raft-join" && s.isServer(r, true) {
 		accessor = "server-certificate" // authorized by its certificate, not a token
 	}
 	ev := &structs.Event{
@@ -628,13 +658,23 @@ func (s *Server) auditAction(r *http.Request, action string, id *acl.Identity) {
 	if id := r.URL.Query().Get("id"); id != "" && strings.HasPrefix(r.URL.Path, "/v1/operator/") {
 		ev.Fields["peer"] = id
 	}
+	if strings.HasPrefix(r.URL.Path, "/v1/node/") {
+		ev.NodeID = r.PathValue("id")
+	}
+	if force, _ := queryBool(r, "force"); force {
+		ev.Fields["force"] = "true"
+	}
 	s.log.Info("audit", "action", ev.Fields["action"], "accessor", accessor, "method", r.Method, "path", r.URL.Path)
-	if s.auth.cfg.Audit == nil {
+	audit := s.cfg.Audit
+	if audit == nil && s.auth.cfg != nil {
+		audit = s.auth.cfg.Audit
+	}
+	if audit == nil {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), auditTimeout)
 	defer cancel()
-	if _, _, err := s.auth.cfg.Audit.Apply(ctx, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{ev}}); err != nil {
+	if _, _, err := audit.Apply(ctx, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{ev}}); err != nil {
 		s.log.Warn("audit event not committed; this log line is the record", "action", ev.Fields["action"], "accessor", accessor, "error", err)
 	}
 }

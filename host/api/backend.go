@@ -30,6 +30,12 @@ type Backend interface {
 	// (reason required); UnfenceNode lifts it. accessor names the token.
 	FenceNode(ctx context.Context, id, reason, accessor string) (uint64, error)
 	UnfenceNode(ctx context.Context, id, accessor string) (uint64, error)
+	// DeregisterNode removes a node: refused while an allocation on it
+	// runs, and while claims are on it unless force; answers the claims
+	// whose node steps will then be skipped.
+	DeregisterNode(ctx context.Context, id string, force bool) ([]structs.NodeClaim, uint64, error)
+	// DeregisterPlugin removes a plugin no volume uses.
+	DeregisterPlugin(ctx context.Context, id string) (uint64, error)
 	// RegisterVolumes registers (or updates) volumes.
 	RegisterVolumes(ctx context.Context, vols []*structs.Volume) (uint64, error)
 	// DeregisterVolume removes a volume; with force it drops the claims

@@ -291,6 +291,14 @@ func (b *fakeBackend) UnfenceNode(_ context.Context, id, accessor string) (uint6
 	return 13, b.record("UnfenceNode", id, accessor)
 }
 
+func (b *fakeBackend) DeregisterNode(_ context.Context, id string, force bool) ([]structs.NodeClaim, uint64, error) {
+	return nil, 14, b.record("DeregisterNode", id, force)
+}
+
+func (b *fakeBackend) DeregisterPlugin(_ context.Context, id string) (uint64, error) {
+	return 15, b.record("DeregisterPlugin", id)
+}
+
 func (b *fakeBackend) RegisterVolumes(_ context.Context, vols []*structs.Volume) (uint64, error) {
 	return 10, b.record("RegisterVolumes", vols)
 }

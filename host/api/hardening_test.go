@@ -121,7 +121,7 @@ func TestHardenedRefusals(t *testing.T) {
 		{"path ID with a format character", "GET", "/v1/volume/vol%E2%80%8B1", "", nil, 400, "U+200B", "volume_id"},
 		{"bad per_page", "GET", "/v1/volumes?per_page=0", "", nil, 400, "positive integer", "per_page"},
 		{"bad next_token", "GET", "/v1/volumes?next_token=***", "", nil, 400, "token", "next_token"},
-		{"probe detail hidden", "PUT", "/v1/plugins", `{"plugin":{"id":"p2","controller_endpoint":"unix:///etc/passwd"}}`, []string{"Content-Type", "application/json"}, 400, "controller_endpoint: endpoint unreachable", "controller_endpoint"},
+		{"probe detail hidden from a forwarded caller", "PUT", "/v1/plugins", `{"plugin":{"id":"p2","controller_endpoint":"unix:///etc/passwd"}}`, []string{"Content-Type", "application/json", api.ForwardedHeader, "s2"}, 400, "controller_endpoint: endpoint unreachable: the dial error is in the agent's log", "controller_endpoint"},
 		{"node status as a form", "POST", "/v1/node/n1/status", nodeDown, []string{"Content-Type", "text/plain", "Origin", "http://" + host}, 415, "application/json", ""},
 	}
 	for _, c := range cases {
@@ -176,6 +176,31 @@ func TestAllowedHostsAndProbeDetailHook(t *testing.T) {
 	r := h.send(t, "PUT", "/v1/plugins", body, "Content-Type", "application/json", "X-Test-Operator", "yes")
 	if r.status != 400 || !strings.Contains(r.body, "/etc/passwd: connect: connection refused") {
 		t.Fatalf("operator should see the probe detail: %d %s", r.status, r.body)
+	}
+}
+
+// With ACLs off, the dial error of a failed probe is quoted to a caller on
+// the agent's own host (who could list its sockets anyway) and hidden from
+// a remote one, who must not map the host's files and ports.
+func TestProbeDetailLoopbackOnly(t *testing.T) {
+	h := newHardened(t, api.Config{})
+	body := `{"plugin":{"id":"p2","controller_endpoint":"unix:///etc/passwd"}}`
+	for _, c := range []struct {
+		remote string
+		detail bool
+	}{{"127.0.0.1:5555", true}, {"[::1]:5555", true}, {"192.0.2.1:5555", false}, {"10.0.0.7:5555", false}} {
+		req := httptest.NewRequest(http.MethodPut, "/v1/plugins", strings.NewReader(body))
+		req.Host, req.RemoteAddr = "127.0.0.1", c.remote
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.srv.Handler().ServeHTTP(rec, req)
+		got := rec.Body.String()
+		if rec.Code != 400 || strings.Contains(got, "connection refused") != c.detail {
+			t.Errorf("from %s: %d %s, want the dial error quoted: %v", c.remote, rec.Code, got, c.detail)
+		}
+		if !c.detail && !strings.Contains(got, "endpoint unreachable: the dial error is in the agent's log") {
+			t.Errorf("from %s: %s does not say where the detail is", c.remote, got)
+		}
 	}
 }
 

@@ -266,13 +266,25 @@ func setIndex(w http.ResponseWriter, index uint64) {
 	w.Header().Set(IndexHeader, strconv.FormatUint(max(index, 1), 10))
 }
 
+// StatusClientClosedRequest is the status of a request whose client went
+// away before the answer (nginx's 499): the server did not fail, nobody
+// reads the answer, and the access log must not call it an error.
+const StatusClientClosedRequest = 499
+
 // statusRecorder remembers the status for the access log.
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	// gone, when set, reports that the client went away: a 5xx written
+	// after that (the handler's context was cancelled under it, e.g. a
+	// long poll closed by a page change) is recorded and sent as 499.
+	gone func() bool
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
+	if code >= http.StatusInternalServerError && s.gone != nil && s.gone() {
+		code = StatusClientClosedRequest
+	}
 	if s.status == 0 {
 		s.status = code
 	}
@@ -301,7 +313,10 @@ func (s *statusRecorder) Flush() {
 func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		rec := &statusRecorder{ResponseWriter: w}
+		// The request's context ends when its client goes away or the
+		// server shuts down (s.base); only the first is the client's doing.
+		gone := func() bool { return r.Context().Err() != nil && s.base.Err() == nil }
+		rec := &statusRecorder{ResponseWriter: w, gone: gone}
 		defer func() {
 			if p := recover(); p != nil {
 				if p == http.ErrAbortHandler {
@@ -312,10 +327,14 @@ func (s *Server) wrap(mux *http.ServeMux) http.Handler {
 					WriteError(rec, fmt.Errorf("internal error: %v", p))
 				}
 			}
-			if rec.status >= http.StatusInternalServerError {
+			switch {
+			case rec.status == StatusClientClosedRequest:
+				s.log.Debug("client went away before the answer", "method", r.Method, "path", r.URL.Path,
+					"status", rec.status, "duration", time.Since(start))
+			case rec.status >= http.StatusInternalServerError:
 				s.log.Warn("request failed", "method", r.Method, "path", r.URL.Path,
 					"status", rec.status, "duration", time.Since(start))
-			} else {
+			default:
 				s.log.Debug("request", "method", r.Method, "path", r.URL.Path,
 					"status", rec.status, "duration", time.Since(start))
 			}

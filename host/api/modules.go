@@ -27,9 +27,13 @@ type ModuleBackend interface {
 // back to the last known good, upload a shadow candidate. Like reload,
 // these act on the server asked.
 type ModuleRollout interface {
-	PromoteModule(ctx context.Context, name string) (plugins.Status, error)
+	// PromoteModule refuses a candidate that changes the module's
+	// selection unless opts allow it (?allow_selection_change=true).
+	PromoteModule(ctx context.Context, name string, opts plugins.PromoteOptions) (plugins.Status, error)
 	RollbackModule(ctx context.Context, name string) (plugins.Status, error)
 	ShadowModule(ctx context.Context, name string, wasm, manifest []byte) (plugins.Status, error)
+	// DiscardShadow drops a module's shadow candidate.
+	DiscardShadow(ctx context.Context, name string) (plugins.Status, error)
 }
 
 // ModuleInfo is a module's runtime status and what it serves now.
@@ -129,7 +133,16 @@ func (s *Server) enableModuleRollout(b ModuleBackend) {
 			WriteJSON(w, http.StatusOK, st)
 		}
 	}
-	promote := act(func(ctx context.Context, name string) (plugins.Status, error) { return b.PromoteModule(ctx, name) })
+	promote := func(w http.ResponseWriter, r *http.Request) {
+		allow, err := queryBool(r, "allow_selection_change")
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		act(func(ctx context.Context, name string) (plugins.Status, error) {
+			return b.PromoteModule(ctx, name, plugins.PromoteOptions{AllowSelectionChange: allow})
+		})(w, r)
+	}
 	rollback := act(func(ctx context.Context, name string) (plugins.Status, error) { return b.RollbackModule(ctx, name) })
 	shadow := func(w http.ResponseWriter, r *http.Request) {
 		name, err := pathID(r, "module")
@@ -149,6 +162,8 @@ func (s *Server) enableModuleRollout(b ModuleBackend) {
 		}
 		WriteJSON(w, http.StatusOK, st)
 	}
+	discard := act(func(ctx context.Context, name string) (plugins.Status, error) { return b.DiscardShadow(ctx, name) })
+	s.mux.HandleFunc("DELETE /v1/module/{id}/shadow", discard)
 	for _, method := range []string{"PUT", "POST"} {
 		s.mux.HandleFunc(method+" /v1/module/{id}/promote", promote)
 		s.mux.HandleFunc(method+" /v1/module/{id}/rollback", rollback)

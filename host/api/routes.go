@@ -24,6 +24,12 @@ type (
 		Leftovers []*structs.Leftover `json:"leftovers"`
 		Index     uint64              `json:"index"`
 	}
+	// NodeDeregisterResponse answers DELETE /v1/node/ID: the claims still
+	// on the node (a forced deregister), whose node steps are skipped.
+	NodeDeregisterResponse struct {
+		SkippedNodeSteps []structs.NodeClaim `json:"skipped_node_steps"`
+		Index            uint64              `json:"index"`
+	}
 	// GCResponse answers PUT /v1/system/gc.
 	GCResponse struct {
 		Volumes int `json:"volumes"`
@@ -106,6 +112,7 @@ func (s *Server) routes() {
 	m.HandleFunc("PUT /v1/nodes", s.registerNode)
 	m.HandleFunc("POST /v1/nodes", s.registerNode)
 	m.HandleFunc("GET /v1/node/{id}", s.getNode)
+	m.HandleFunc("DELETE /v1/node/{id}", s.deregisterNode)
 	m.HandleFunc("PUT /v1/node/{id}/status", s.nodeStatus)
 	m.HandleFunc("POST /v1/node/{id}/status", s.nodeStatus)
 	m.HandleFunc("PUT /v1/node/{id}/fence", s.fenceNode)
@@ -115,6 +122,7 @@ func (s *Server) routes() {
 	m.HandleFunc("PUT /v1/plugins", s.registerPlugin)
 	m.HandleFunc("POST /v1/plugins", s.registerPlugin)
 	m.HandleFunc("GET /v1/plugin/{id}", s.getPlugin)
+	m.HandleFunc("DELETE /v1/plugin/{id}", s.deregisterPlugin)
 
 	m.HandleFunc("GET /v1/allocs", s.listAllocs)
 	m.HandleFunc("PUT /v1/allocs", s.upsertAllocs)
@@ -661,6 +669,42 @@ func (s *Server) unfenceNode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	index, err := s.backend.UnfenceNode(r.Context(), id, identityOf(r).Accessor())
+	s.answerIndex(w, index, err)
+}
+
+// deregisterNode removes a retired node (?force=true: even with claims
+// still on it, whose node steps are then skipped).
+func (s *Server) deregisterNode(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "node_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	force, err := queryBool(r, "force")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	claims, index, err := s.backend.DeregisterNode(r.Context(), id, force)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	if claims == nil {
+		claims = []structs.NodeClaim{}
+	}
+	setIndex(w, index)
+	WriteJSON(w, http.StatusOK, NodeDeregisterResponse{SkippedNodeSteps: claims, Index: index})
+}
+
+// deregisterPlugin removes a plugin no volume uses.
+func (s *Server) deregisterPlugin(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r, "plugin_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	index, err := s.backend.DeregisterPlugin(r.Context(), id)
 	s.answerIndex(w, index, err)
 }
 

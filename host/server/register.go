@@ -21,6 +21,14 @@ func (s *Server) RegisterPlugin(ctx context.Context, p *structs.Plugin) (*struct
 	}
 	p = p.Copy()
 	if p.ControllerEndpoint != "" {
+		// A malformed endpoint is the caller's mistake, a 400 naming the
+		// accepted forms; only a dial failure is a probe error, whose
+		// detail the API may hide. Checked first, the format error used to
+		// reach the caller as "endpoint unreachable" with the reason in
+		// the agent's log only.
+		if err := structs.ValidateEndpoint("controller_endpoint", p.ControllerEndpoint); err != nil {
+			return nil, err
+		}
 		probed, err := s.csi.ProbeController(ctx, p.ControllerEndpoint)
 		if err != nil {
 			return nil, &structs.ProbeError{Field: "controller_endpoint", Endpoint: p.ControllerEndpoint, Err: err}
@@ -70,9 +78,13 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 		if np.Endpoint == "" {
 			continue
 		}
+		field := fmt.Sprintf("plugins.%s.endpoint", id)
+		if err := structs.ValidateEndpoint(field, np.Endpoint); err != nil {
+			return nil, err // a 400 naming the rule, as for a plugin's controller
+		}
 		probed, err := s.csi.ProbeNode(ctx, np.Endpoint)
 		if err != nil {
-			return nil, &structs.ProbeError{Field: fmt.Sprintf("plugins.%s.endpoint", id), Endpoint: np.Endpoint, Err: err}
+			return nil, &structs.ProbeError{Field: field, Endpoint: np.Endpoint, Err: err}
 		}
 		np.ExternalNodeID, np.StageUnstage, np.MaxVolumes = probed.ExternalNodeID, probed.StageUnstage, probed.MaxVolumes
 		np.ControllerService = probed.ControllerService

@@ -252,15 +252,22 @@ func (w *writer) updateNodeStatus(r *structs.NodeStatusUpdateRequest) (any, erro
 	return nil, nil
 }
 
+// deregisterNode removes a node and answers the claims still on it
+// (forced: their node steps will be skipped), which the volumes' watcher
+// is woken to release.
 func (w *writer) deregisterNode(r *structs.NodeDeregisterRequest) (any, error) {
 	n, err := w.snap.NodeByID(nil, r.NodeID)
+	if err != nil {
+		return nil, err
+	}
+	claims, err := nodeClaims(w.snap, r.NodeID)
 	if err != nil {
 		return nil, err
 	}
 	if err := w.delete(TableNodes, n); err != nil {
 		return nil, err
 	}
-	return nil, w.nodeMoved(r.NodeID)
+	return claims, w.nodeMoved(r.NodeID)
 }
 
 func (w *writer) registerVolumes(r *structs.VolumeRegisterRequest) (any, error) {
@@ -592,11 +599,23 @@ func claimTransition(v *structs.Volume, prev, c *structs.Claim) *structs.Event {
 		v.Claims[c.AllocID] = c
 		ev.Fields["node_unpublished"] = "true"
 		ev.Message = fmt.Sprintf("claim %s: NodeUnpublish done, NodeUnstage next", c.State)
-	case c.Attempts == 0 && c.Hold != nil:
+	case c.Hold != nil && (c.Attempts == 0 || c.Attempts == prev.Attempts):
+		// Held with no new attempt: after a failed attempt too (its node
+		// went down or gone), the news is the hold. Read as a failure, each
+		// node status change re-announced the last "attempt N failed"
+		// with N unchanged.
 		v.Claims[c.AllocID] = c
 		ev.Type = structs.EventClaimHeld
 		ev.Module = c.Hold.Module
 		ev.Message = fmt.Sprintf("claim held at %s by %s: %s", c.State, c.Hold.Holder(), c.Hold.Reason)
+	case c.Attempts > 0 && c.Attempts == prev.Attempts:
+		// No new attempt and no hold: a hold lifted, or the claim's
+		// bookkeeping changed. Not a failure either.
+		v.Claims[c.AllocID] = c
+		ev.Message = fmt.Sprintf("claim at %s: ready for attempt %d", c.State, c.Attempts+1)
+		if prev.Hold != nil {
+			ev.Message = fmt.Sprintf("claim at %s: hold by %s lifted, attempt %d next", c.State, prev.Hold.Holder(), c.Attempts+1)
+		}
 	default:
 		v.Claims[c.AllocID] = c
 		ev.Type = structs.EventClaimFailed

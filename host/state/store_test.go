@@ -92,12 +92,12 @@ func TestApplyEveryWriteType(t *testing.T) {
 			},
 		},
 		{
-			name: "node deregister with terminal claims", typ: structs.NodeDeregisterType,
+			name: "node deregister with terminal claims, forced", typ: structs.NodeDeregisterType,
 			setup: func(f *fixture) {
 				f.claim("vol-mw", "a2", structs.ClaimWrite)
 				f.setAlloc("a2", structs.AllocLost)
 			},
-			req:    func(f *fixture) any { return &structs.NodeDeregisterRequest{NodeID: "n2"} },
+			req:    func(f *fixture) any { return &structs.NodeDeregisterRequest{NodeID: "n2", Force: true} },
 			tables: []string{TableNodes, TableVolumes},
 			check: func(t *testing.T, f *fixture, _ any) {
 				if f.node("n2") != nil {
@@ -469,7 +469,7 @@ func TestWakeClaimedVolumes(t *testing.T) {
 		}, nil},
 		{"node deregistered", func(f *fixture) {
 			f.setAlloc("a2", structs.AllocLost)
-			f.must(structs.NodeDeregisterType, &structs.NodeDeregisterRequest{NodeID: "n2"})
+			f.must(structs.NodeDeregisterType, &structs.NodeDeregisterRequest{NodeID: "n2", Force: true})
 		}, []string{"vol-mw", "vol-ro"}},
 		{"alloc deleted", func(f *fixture) {
 			f.setAlloc("a2", structs.AllocComplete)

@@ -145,7 +145,7 @@ func validatePluginDeregister(snap *Snapshot, r *structs.PluginDeregisterRequest
 		for i, v := range vols {
 			ids[i] = volName(v.Namespace, v.ID)
 		}
-		return structs.Conflict("plugin %q is used by %d volume(s): %s", r.PluginID, len(vols), list(ids))
+		return structs.Conflict("plugin %q is used by %d volume(s): %s; deregister them first", r.PluginID, len(vols), list(ids))
 	}
 	return nil
 }
@@ -321,8 +321,7 @@ func validateNodeDeregister(snap *Snapshot, r *structs.NodeDeregisterRequest) er
 	}
 	// A claim's alloc always runs on the claim's node (checked at claim), so
 	// "no live alloc here" also means "no live claim here". Claims of
-	// terminal allocs may stay: their node step is skipped once the node is
-	// gone (ANCHORS pain 1).
+	// terminal allocs may stay only when forced (below).
 	allocs, err := snap.AllocsByNode(nil, r.NodeID)
 	if err != nil {
 		return err
@@ -334,7 +333,22 @@ func validateNodeDeregister(snap *Snapshot, r *structs.NodeDeregisterRequest) er
 		}
 	}
 	if len(live) > 0 {
-		return structs.Conflict("node %q has live allocation(s): %s", r.NodeID, list(live))
+		return structs.Conflict("node %q has live allocation(s): %s; they must end first", r.NodeID, list(live))
+	}
+	// Claims of ended allocations still on the node: once the node is
+	// gone their node steps are skipped (ANCHORS pain 1), which unmounts
+	// nothing, so the operator says so with force.
+	claims, err := nodeClaims(snap, r.NodeID)
+	if err != nil {
+		return err
+	}
+	if len(claims) > 0 && !r.Force {
+		ids := make([]string, len(claims))
+		for i, c := range claims {
+			ids[i] = fmt.Sprintf("%s (alloc %s, %s)", volName(c.Namespace, c.VolumeID), c.AllocID, c.State)
+		}
+		return structs.Conflict("node %q still has %d claim(s) to release: %s; wait for their release, "+
+			"or force: their node steps are then skipped, safe only if the node is off", r.NodeID, len(claims), list(ids))
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/url"
 	"path"
+	"strings"
 	"unicode"
 )
 
@@ -26,13 +27,22 @@ func ValidateEndpoint(field, endpoint string) error {
 			return bad("it contains whitespace or control characters")
 		}
 	}
+	if !strings.Contains(endpoint, "://") && !strings.HasPrefix(endpoint, "unix:") {
+		// A bare path or host:port, the commonest mistake: url.Parse
+		// calls "127.0.0.1:9000" a bad URL, which hides the fix.
+		return bad("no scheme")
+	}
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		return bad("not a URL")
 	}
 	switch u.Scheme {
 	case "unix":
-		if u.Host != "" || u.Opaque != "" || u.RawQuery != "" || !path.IsAbs(u.Path) || path.Clean(u.Path) == "/" {
+		if u.Host != "" {
+			// unix://relative.sock parses "relative.sock" as a host.
+			return bad("the socket path must be absolute: three slashes, unix:///" + strings.TrimPrefix(u.Host+u.Path, "/"))
+		}
+		if u.Opaque != "" || u.RawQuery != "" || !path.IsAbs(u.Path) || path.Clean(u.Path) == "/" {
 			return bad("the socket path must be absolute")
 		}
 		return nil

@@ -73,9 +73,23 @@ type NodeStatusUpdateRequest struct {
 	LastSeen time.Time  `json:"last_seen"`
 }
 
-// NodeDeregisterRequest removes a node (a garbage-collected node).
+// NodeDeregisterRequest removes a node (`volhost node deregister`). It is
+// refused while an allocation on the node runs. Claims still on the node
+// (of ended allocations, not yet released) refuse it too unless Force:
+// with the node gone their node steps are skipped, which is safe only when
+// the node is off or no longer mounts the volumes.
 type NodeDeregisterRequest struct {
 	NodeID string `json:"node_id"`
+	Force  bool   `json:"force,omitempty"`
+}
+
+// NodeClaim is a claim on a node, named in the answer of a forced node
+// deregister: its node steps will be skipped.
+type NodeClaim struct {
+	Namespace string     `json:"namespace"`
+	VolumeID  string     `json:"volume_id"`
+	AllocID   string     `json:"alloc_id"`
+	State     ClaimState `json:"state"`
 }
 
 // VolumeRegisterRequest registers volumes.

@@ -47,6 +47,12 @@ func ParseCase(name string, b []byte) (*Case, error) {
 	if len(b) > maxCaseFile {
 		return nil, fmt.Errorf("case %s: %d bytes, over the %d-byte bound", name, len(b), maxCaseFile)
 	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		// Typically `module record ... > cases/x.json` that failed: the
+		// shell made the file before the command said why. "EOF" alone
+		// named neither the file nor the fix.
+		return nil, fmt.Errorf("case %s is empty: record one with volhost module record -o FILE VOLUME (a volume with claims), or delete it", name)
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var c Case

@@ -36,6 +36,9 @@ type NewOptions struct {
 	// abi/guest-as). "" looks for one above the new folder; a Go module
 	// folder outside a checkout gets its own go.mod pointing at SDK.
 	SDK string
+	// Volhost is the volhost binary the Makefile's test target runs by
+	// default (the one running module new); "" for volhost on PATH.
+	Volhost string
 }
 
 // validName is a module name the module directory accepts and a Go module
@@ -79,10 +82,10 @@ func Scaffold(o NewOptions) (string, error) {
 		return "", err
 	}
 	data := struct {
-		Name, Lang, SDK, ASImport, GoVersion string
-		GoMod                                bool
+		Name, Lang, SDK, ASImport, GoVersion, Volhost string
+		GoMod                                         bool
 	}{Name: o.Name, Lang: o.Lang, SDK: sdk, ASImport: filepath.ToSlash(asImport), GoVersion: goVersion(sdk),
-		GoMod: o.Lang == LangGo && inRepo == ""}
+		GoMod: o.Lang == LangGo && inRepo == "", Volhost: cmpOr(o.Volhost, "volhost")}
 
 	root := path.Join("scaffold", o.Lang)
 	type file struct {

@@ -38,7 +38,7 @@ func NewStoreBackend() *StoreBackend {
 // Serve starts an httptest server running the API over b, closed when t ends.
 func Serve(t testing.TB, b *StoreBackend) *httptest.Server {
 	t.Helper()
-	ts := httptest.NewServer(api.NewServer(api.Config{}, b.Store, b, nil).Handler())
+	ts := httptest.NewServer(api.NewServer(api.Config{Audit: b}, b.Store, b, nil).Handler())
 	t.Cleanup(ts.Close)
 	return ts
 }
@@ -103,6 +103,19 @@ func (b *StoreBackend) FenceNode(_ context.Context, id, reason, accessor string)
 // UnfenceNode implements api.Backend.
 func (b *StoreBackend) UnfenceNode(_ context.Context, id, accessor string) (uint64, error) {
 	_, idx, err := b.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: id, Accessor: accessor})
+	return idx, err
+}
+
+// DeregisterNode implements api.Backend.
+func (b *StoreBackend) DeregisterNode(_ context.Context, id string, force bool) ([]structs.NodeClaim, uint64, error) {
+	resp, idx, err := b.apply(structs.NodeDeregisterType, &structs.NodeDeregisterRequest{NodeID: id, Force: force})
+	claims, _ := resp.([]structs.NodeClaim)
+	return claims, idx, err
+}
+
+// DeregisterPlugin implements api.Backend.
+func (b *StoreBackend) DeregisterPlugin(_ context.Context, id string) (uint64, error) {
+	_, idx, err := b.apply(structs.PluginDeregisterType, &structs.PluginDeregisterRequest{PluginID: id})
 	return idx, err
 }
 

@@ -276,12 +276,31 @@ func seg(id string) string { return url.PathEscape(id) }
 
 // Volumes lists volumes, optionally filtered by namespace and plugin ("" for all).
 func (c *Client) Volumes(ctx context.Context, namespace, pluginID string, o *QueryOptions) ([]*structs.Volume, QueryMeta, error) {
+	return c.VolumesWhere(ctx, VolumeQuery{Namespace: namespace, PluginID: pluginID}, o)
+}
+
+// VolumeQuery filters a volume list; a zero field matches all.
+type VolumeQuery struct {
+	Namespace, PluginID string
+	// ClaimState: volumes with a claim in this state, or "unclaimed".
+	ClaimState string
+	// Stuck: only stuck volumes (true) or only the others (false).
+	Stuck  *bool
+	Search string
+}
+
+// VolumesWhere lists the volumes matching vq (GET /v1/volumes with its
+// filters: namespace, plugin_id, claim_state, stuck, search).
+func (c *Client) VolumesWhere(ctx context.Context, vq VolumeQuery, o *QueryOptions) ([]*structs.Volume, QueryMeta, error) {
 	q := url.Values{}
-	if namespace != "" {
-		q.Set("namespace", namespace)
+	for k, v := range map[string]string{"namespace": vq.Namespace, "plugin_id": vq.PluginID,
+		"claim_state": vq.ClaimState, "search": vq.Search} {
+		if v != "" {
+			q.Set(k, v)
+		}
 	}
-	if pluginID != "" {
-		q.Set("plugin_id", pluginID)
+	if vq.Stuck != nil {
+		q.Set("stuck", strconv.FormatBool(*vq.Stuck))
 	}
 	return list[*structs.Volume](c, ctx, "/v1/volumes", q, o)
 }
@@ -390,6 +409,27 @@ func (c *Client) FenceNode(ctx context.Context, id, reason string) (uint64, erro
 func (c *Client) UnfenceNode(ctx context.Context, id string) (uint64, error) {
 	var out api.IndexResponse
 	_, err := c.do(ctx, http.MethodDelete, "/v1/node/"+seg(id)+"/fence", nil, nil, &out)
+	return out.Index, err
+}
+
+// DeregisterNode removes a node; force lets it go with claims still on it
+// (their node steps are then skipped, listed in the answer).
+func (c *Client) DeregisterNode(ctx context.Context, id string, force bool) (*api.NodeDeregisterResponse, error) {
+	q := url.Values{}
+	if force {
+		q.Set("force", "true")
+	}
+	var out api.NodeDeregisterResponse
+	if _, err := c.do(ctx, http.MethodDelete, "/v1/node/"+seg(id), q, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DeregisterPlugin removes a plugin no volume uses.
+func (c *Client) DeregisterPlugin(ctx context.Context, id string) (uint64, error) {
+	var out api.IndexResponse
+	_, err := c.do(ctx, http.MethodDelete, "/v1/plugin/"+seg(id), nil, nil, &out)
 	return out.Index, err
 }
 

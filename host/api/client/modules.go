@@ -65,10 +65,16 @@ func (c *Client) ModuleView(ctx context.Context, ns, id, step, allocID string) (
 	return &out, nil
 }
 
-// PromoteModule makes a module's shadow candidate serve on the agent asked.
-func (c *Client) PromoteModule(ctx context.Context, name string) (*plugins.Status, error) {
+// PromoteModule makes a module's shadow candidate serve on the agent asked;
+// one that changes which volumes the module judges only with
+// opts.AllowSelectionChange.
+func (c *Client) PromoteModule(ctx context.Context, name string, opts plugins.PromoteOptions) (*plugins.Status, error) {
+	var q url.Values
+	if opts.AllowSelectionChange {
+		q = url.Values{"allow_selection_change": {"true"}}
+	}
 	var out plugins.Status
-	if _, err := c.do(ctx, http.MethodPut, "/v1/module/"+seg(name)+"/promote", nil, nil, &out); err != nil {
+	if _, err := c.do(ctx, http.MethodPut, "/v1/module/"+seg(name)+"/promote", q, nil, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
@@ -78,6 +84,15 @@ func (c *Client) PromoteModule(ctx context.Context, name string) (*plugins.Statu
 func (c *Client) RollbackModule(ctx context.Context, name string) (*plugins.Status, error) {
 	var out plugins.Status
 	if _, err := c.do(ctx, http.MethodPut, "/v1/module/"+seg(name)+"/rollback", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// DiscardShadow drops a module's shadow candidate on the agent asked.
+func (c *Client) DiscardShadow(ctx context.Context, name string) (*plugins.Status, error) {
+	var out plugins.Status
+	if _, err := c.do(ctx, http.MethodDelete, "/v1/module/"+seg(name)+"/shadow", nil, nil, &out); err != nil {
 		return nil, err
 	}
 	return &out, nil
