@@ -17,7 +17,7 @@ type bytesBuffer = bytes.Buffer
 
 // richFixture has something in every table: claims at several states, a
 // stuck volume, leftovers and events.
-func richFixture(t *testing.T) *fixture {
+func richFixture(t testing.TB) *fixture {
 	f := newFixture(t)
 	f.claim("vol-mw", "a1", structs.ClaimWrite)
 	f.claim("vol-mw", "a2", structs.ClaimWrite)
