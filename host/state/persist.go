@@ -94,7 +94,7 @@ func (s *Store) Restore(r io.Reader) error {
 	// the derived tables dereference what the writes guarantee (a claim
 	// that is not null, ...), and a replica installing a snapshot must
 	// refuse a row no write could have made, not crash on it.
-	check := newRowChecker(txn)
+	check := newRowChecker(db, txn)
 	// VolumeStats are counted as the volumes go in, which is exact when
 	// they come in strictly increasing key order, as Persist writes them.
 	// A stream that does not (duplicates are refused) is still restored,
