@@ -11,6 +11,7 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // fakeLeadership confirms a term only while ok is set.
@@ -116,4 +117,41 @@ func TestStepDownWaitsForDetach(t *testing.T) {
 			t.Fatal("step-down did not return once the detach had")
 		}
 	})
+}
+
+// A step-up whose enable reads no term (a step-down landed between the
+// leader signal and the enable) does not start the watcher: its passes
+// would stamp term 0, which the FSM takes as unfenced, on the checkpoints
+// that need no CSI call and so are never confirmed (a hold, an abandon).
+// The next step-up enables it under its own term, and every checkpoint
+// carries that term.
+func TestEnableWithoutTermStaysDisabled(t *testing.T) {
+	f, _ := newAgentFixture(t, agents{})
+	lead := &fakeLeadership{} // ReadyTerm 0: no longer leading
+	lead.ok.Store(true)
+	f.w.deps.Leadership = lead
+	// A claim the host holds, with no CSI call, while its node's agent
+	// is heartbeat-lost.
+	f.store.putNode(agentNode(structs.NodeDown, true, nil))
+	f.store.putAlloc("a1", testNode, structs.AllocFailed)
+	f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken)))
+
+	f.w.SetEnabled(true)
+	if f.w.Enabled() {
+		t.Fatal("the watcher enabled without a leadership term")
+	}
+	f.w.SetEnabled(false) // the step-down's own signal
+
+	lead.term = 8
+	f.enable(t)
+	defer f.w.SetEnabled(false)
+	testutil.WaitFor(t, "the step-up pass's hold", func() bool {
+		c := f.store.claim(ref("v1"), "a1")
+		return c != nil && c.Hold != nil
+	})
+	for _, ck := range f.store.checkpointCalls() {
+		if ck.Term != 8 {
+			t.Fatalf("checkpoint (hold %v) carries term %d, want 8", ck.Claim.Hold != nil, ck.Term)
+		}
+	}
 }

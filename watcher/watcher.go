@@ -143,14 +143,24 @@ func (w *Watcher) SetEnabled(enabled bool) {
 		return
 	}
 	if enabled {
-		w.enabled = true
-		w.term = 0
+		var term uint64
 		if w.deps.Leadership != nil {
 			// Every pass of this enable works under the term the step-up
 			// was reported for; a term that has moved on fails each
-			// ConfirmLeader, so a late enable can do no harm.
-			w.term = w.deps.Leadership.ReadyTerm()
+			// ConfirmLeader and each checkpoint, so a late enable can do
+			// no harm. No term at all (a step-down landed between the
+			// step-up's signal and this enable) is no leadership: the
+			// passes would stamp term 0 on checkpoints that need no CSI
+			// call (holds, abandons), which nothing fences. The next
+			// step-up's signal enables the watcher.
+			if term = w.deps.Leadership.ReadyTerm(); term == 0 {
+				w.mu.Unlock()
+				w.logger.Info("step-up reported, but this server no longer leads: staying disabled until the next step-up")
+				return
+			}
 		}
+		w.enabled = true
+		w.term = term
 		w.ctx, w.cancel = context.WithCancel(context.Background())
 		w.vols = make(map[structs.VolumeRef]*volState)
 		w.pending = refQueue{}

@@ -372,13 +372,25 @@ func (s *session) run(ctx context.Context, req *nodeconn.StepRequest) {
 
 // executeKeyed runs a step through the journal when the leader keyed it
 // (a release step): a retry of a step that already succeeded here is
-// answered from the journal, without calling the driver again. A journal
-// that cannot be written refuses the step rather than run it unrecorded.
+// answered from the journal, without calling the driver again, unless a
+// step on the same path ran since (journal.go). A journal that cannot be
+// written refuses the step rather than run it unrecorded.
 func (a *Agent) executeKeyed(ctx context.Context, req *nodeconn.StepRequest) error {
-	if req.Key == "" {
-		return a.execute(ctx, req)
+	if !a.sockets[req.Endpoint] {
+		return status.Errorf(codes.InvalidArgument, "endpoint %q is not a plugin socket of node %q", req.Endpoint, a.cfg.NodeID)
 	}
-	prev, err := a.journal.begin(req.Key, req.Method)
+	m, path, err := decodeStep(req)
+	if err != nil {
+		return err
+	}
+	if req.Key == "" {
+		// Not journaled, but it may undo what journaled answers say.
+		if err := a.journal.supersede(path); err != nil {
+			return status.Errorf(codes.Internal, "%s not run: %v", req.Method, err)
+		}
+		return a.execute(ctx, req, m)
+	}
+	prev, err := a.journal.begin(req.Key, req.Method, path)
 	switch {
 	case errors.Is(err, errStepInFlight):
 		// CSI spec: ABORTED, an operation is pending for the volume.
@@ -394,7 +406,7 @@ func (a *Agent) executeKeyed(ctx context.Context, req *nodeconn.StepRequest) err
 			"it may or may not have run, so it is called again (node steps are idempotent, CSI spec)",
 			"method", req.Method, "key", req.Key, "started", prev.Started)
 	}
-	err = a.execute(ctx, req)
+	err = a.execute(ctx, req, m)
 	if jerr := a.journal.finish(req.Key, req.Method, err == nil); jerr != nil {
 		// The answer is still the driver's: only a replay of it is lost,
 		// which costs one more idempotent call.
@@ -403,42 +415,48 @@ func (a *Agent) executeKeyed(ctx context.Context, req *nodeconn.StepRequest) err
 	return err
 }
 
-// execute decodes and runs one node step against a local socket.
-func (a *Agent) execute(ctx context.Context, req *nodeconn.StepRequest) error {
-	if !a.sockets[req.Endpoint] {
-		return status.Errorf(codes.InvalidArgument, "endpoint %q is not a plugin socket of node %q", req.Endpoint, a.cfg.NodeID)
-	}
-	decode := func(m proto.Message) error {
-		if err := proto.Unmarshal(req.Request, m); err != nil {
-			return status.Errorf(codes.InvalidArgument, "decode %s: %v", req.Method, err)
-		}
-		return nil
-	}
-	a.log.Debug("node step", "method", req.Method, "endpoint", req.Endpoint, "id", req.ID)
+// decodeStep decodes a step's CSI request, and names the path whose state
+// it changes: the staging path of a stage or unstage, the target path of
+// a publish or unpublish.
+func decodeStep(req *nodeconn.StepRequest) (proto.Message, string, error) {
+	var m proto.Message
+	var path func() string
 	switch req.Method {
 	case nodeconn.MethodStage:
-		m := &csipb.NodeStageVolumeRequest{}
-		if err := decode(m); err != nil {
-			return err
-		}
-		return a.steps.NodeStageVolume(ctx, req.Endpoint, m)
+		r := &csipb.NodeStageVolumeRequest{}
+		m, path = r, r.GetStagingTargetPath
 	case nodeconn.MethodPublish:
-		m := &csipb.NodePublishVolumeRequest{}
-		if err := decode(m); err != nil {
-			return err
-		}
-		return a.steps.NodePublishVolume(ctx, req.Endpoint, m)
+		r := &csipb.NodePublishVolumeRequest{}
+		m, path = r, r.GetTargetPath
 	case nodeconn.MethodUnpublish:
-		m := &csipb.NodeUnpublishVolumeRequest{}
-		if err := decode(m); err != nil {
-			return err
-		}
-		return a.steps.NodeUnpublishVolume(ctx, req.Endpoint, m)
+		r := &csipb.NodeUnpublishVolumeRequest{}
+		m, path = r, r.GetTargetPath
 	case nodeconn.MethodUnstage:
-		m := &csipb.NodeUnstageVolumeRequest{}
-		if err := decode(m); err != nil {
-			return err
-		}
+		r := &csipb.NodeUnstageVolumeRequest{}
+		m, path = r, r.GetStagingTargetPath
+	default:
+		return nil, "", status.Errorf(codes.Unimplemented, "unknown node step %q", req.Method)
+	}
+	if err := proto.Unmarshal(req.Request, m); err != nil {
+		return nil, "", status.Errorf(codes.InvalidArgument, "decode %s: %v", req.Method, err)
+	}
+	if path() == "" {
+		return nil, "", status.Errorf(codes.InvalidArgument, "%s names no path", req.Method)
+	}
+	return m, path(), nil
+}
+
+// execute runs one decoded node step against a local socket.
+func (a *Agent) execute(ctx context.Context, req *nodeconn.StepRequest, m proto.Message) error {
+	a.log.Debug("node step", "method", req.Method, "endpoint", req.Endpoint, "id", req.ID)
+	switch m := m.(type) {
+	case *csipb.NodeStageVolumeRequest:
+		return a.steps.NodeStageVolume(ctx, req.Endpoint, m)
+	case *csipb.NodePublishVolumeRequest:
+		return a.steps.NodePublishVolume(ctx, req.Endpoint, m)
+	case *csipb.NodeUnpublishVolumeRequest:
+		return a.steps.NodeUnpublishVolume(ctx, req.Endpoint, m)
+	case *csipb.NodeUnstageVolumeRequest:
 		return a.steps.NodeUnstageVolume(ctx, req.Endpoint, m)
 	}
 	return status.Errorf(codes.Unimplemented, "unknown node step %q", req.Method)

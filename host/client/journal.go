@@ -30,6 +30,14 @@ import (
 // spec NodeUnpublishVolume / NodeUnstageVolume) and says so in its log.
 //
 // Only successes are kept: a step the driver refused is retried for real.
+//
+// An answer holds only until another step acts on the same path: an
+// unstage answered "done" after the claim path staged the path again
+// would leave the mount behind while the leader, told it is unstaged,
+// detaches the disk under it. So every step, keyed or not, drops the
+// answers recorded for its path (the staging path of a stage or unstage,
+// the target path of a publish or unpublish) before it runs; a retry of
+// one of them calls the driver again, which the CSI spec makes safe.
 // Entries go when the leader acknowledges that the outcome is committed,
 // after journalTTL, or, oldest first, beyond journalMax entries.
 
@@ -51,8 +59,11 @@ const (
 
 // journalEntry is one keyed step as recorded on disk.
 type journalEntry struct {
-	Key     string    `json:"key"`
-	Method  string    `json:"method"`
+	Key    string `json:"key"`
+	Method string `json:"method"`
+	// Path is the path the step acts on; an entry without one (or on
+	// another path than the retry's) answers nothing.
+	Path    string    `json:"path"`
 	State   string    `json:"state"`
 	Started time.Time `json:"started"`
 	Done    time.Time `json:"done,omitzero"`
@@ -69,8 +80,13 @@ type journal struct {
 	clock clockwork.Clock
 
 	mu       sync.Mutex
-	index    map[string]time.Time // file name -> last write, for TTL and bound
-	inflight map[string]bool      // keys being executed now
+	index    map[string]time.Time       // file name -> last write, for TTL and bound
+	paths    map[string]map[string]bool // path -> file names of its entries
+	pathOf   map[string]string          // file name -> its entry's path
+	inflight map[string]string          // keys being executed now -> their path
+	// stale holds the in-flight keys whose path another step acted on
+	// while they ran: their answer is not recorded.
+	stale map[string]bool
 }
 
 // openJournal opens (creating) the journal under rootDir and drops the
@@ -83,7 +99,7 @@ func openJournal(rootDir string, clock clockwork.Clock) (*journal, error) {
 		return nil, fmt.Errorf("step journal: %w", err)
 	}
 	j := &journal{dir: dir, ttl: journalTTL, max: journalMax, clock: clock,
-		index: map[string]time.Time{}, inflight: map[string]bool{}}
+		index: map[string]time.Time{}, paths: map[string]map[string]bool{}, pathOf: map[string]string{}, inflight: map[string]string{}, stale: map[string]bool{}}
 	des, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("step journal: %w", err)
@@ -95,11 +111,15 @@ func openJournal(rootDir string, clock clockwork.Clock) (*journal, error) {
 			continue
 		}
 		e, err := j.read(name)
-		if err != nil || e == nil {
+		if err != nil || e == nil || e.Path == "" {
+			// An entry without its path was written before answers were
+			// tied to paths: no step could have made it stale, so it
+			// cannot be trusted either.
 			_ = os.Remove(filepath.Join(dir, name))
 			continue
 		}
 		j.index[name] = e.lastWrite()
+		j.addPathLocked(e.Path, name)
 	}
 	j.mu.Lock()
 	j.pruneLocked()
@@ -119,14 +139,15 @@ func fileName(key string) string {
 	return hex.EncodeToString(sum[:]) + ".json"
 }
 
-// begin claims key for one execution of method. It returns the entry found
-// for the key (nil: none), and errStepInFlight when the key is running
-// already. Unless the entry found is done, it records "started" (fsynced)
-// before returning; the caller then runs the step and calls finish.
-func (j *journal) begin(key, method string) (*journalEntry, error) {
+// begin claims key for one execution of method on path. It returns the
+// entry found for the key (nil: none), and errStepInFlight when the key is
+// running already. Unless the entry found is done, it drops the answers
+// recorded for path (supersede) and records "started" (fsynced) before
+// returning; the caller then runs the step and calls finish.
+func (j *journal) begin(key, method, path string) (*journalEntry, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.inflight[key] {
+	if _, ok := j.inflight[key]; ok {
 		return nil, errStepInFlight
 	}
 	name := fileName(key)
@@ -134,40 +155,69 @@ func (j *journal) begin(key, method string) (*journalEntry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if prev != nil && (prev.Key != key || prev.Method != method) {
+	if prev != nil && (prev.Key != key || prev.Method != method || prev.Path != path) {
 		prev = nil // another step (or a hash collision): not its answer
 	}
 	if prev != nil && prev.State == entryDone {
 		return prev, nil
 	}
-	now := j.clock.Now()
-	if err := j.writeLocked(name, &journalEntry{Key: key, Method: method, State: entryStarted, Started: now}); err != nil {
+	if err := j.supersedeLocked(path); err != nil {
 		return nil, err
 	}
-	j.inflight[key] = true
+	now := j.clock.Now()
+	if err := j.writeLocked(name, &journalEntry{Key: key, Method: method, Path: path, State: entryStarted, Started: now}); err != nil {
+		return nil, err
+	}
+	j.inflight[key] = path
 	return prev, nil
 }
 
+// supersede drops the answers recorded for path: a step on it is about to
+// run (an unkeyed one: the claim path's stage or publish), and may undo
+// what they did whatever it answers.
+func (j *journal) supersede(path string) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.supersedeLocked(path)
+}
+
+func (j *journal) supersedeLocked(path string) error {
+	for k, p := range j.inflight {
+		if p == path {
+			j.stale[k] = true
+		}
+	}
+	var errs []error
+	for name := range j.paths[path] {
+		errs = append(errs, j.removeLocked(name))
+	}
+	return errors.Join(errs...)
+}
+
 // finish records the driver's answer to the step begun for key: a success
-// as done (fsynced), anything else by dropping the entry, so the leader's
-// retry calls the driver again.
+// as done (fsynced), anything else, or a success another step on its path
+// made stale while it ran, by dropping the entry, so the leader's retry
+// calls the driver again.
 func (j *journal) finish(key, method string, ok bool) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	path := j.inflight[key]
 	delete(j.inflight, key)
+	stale := j.stale[key]
+	delete(j.stale, key)
 	name := fileName(key)
-	if !ok {
+	if !ok || stale {
 		return j.removeLocked(name)
 	}
 	started := j.index[name]
-	return j.writeLocked(name, &journalEntry{Key: key, Method: method, State: entryDone, Started: started, Done: j.clock.Now()})
+	return j.writeLocked(name, &journalEntry{Key: key, Method: method, Path: path, State: entryDone, Started: started, Done: j.clock.Now()})
 }
 
 // ack drops key's entry: its outcome is committed on the servers.
 func (j *journal) ack(key string) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.inflight[key] {
+	if _, ok := j.inflight[key]; ok {
 		return nil // a retry is running it again; finish decides
 	}
 	return j.removeLocked(fileName(key))
@@ -226,12 +276,34 @@ func (j *journal) writeLocked(name string, e *journalEntry) error {
 		return fmt.Errorf("step journal: write %s entry for %s: %w", e.State, e.Key, err)
 	}
 	j.index[name] = e.lastWrite()
+	j.addPathLocked(e.Path, name)
 	j.pruneLocked()
 	return nil
 }
 
+func (j *journal) addPathLocked(path, name string) {
+	if old, ok := j.pathOf[name]; ok && old != path {
+		delete(j.paths[old], name)
+		if len(j.paths[old]) == 0 {
+			delete(j.paths, old)
+		}
+	}
+	j.pathOf[name] = path
+	if j.paths[path] == nil {
+		j.paths[path] = map[string]bool{}
+	}
+	j.paths[path][name] = true
+}
+
 func (j *journal) removeLocked(name string) error {
 	delete(j.index, name)
+	if path, ok := j.pathOf[name]; ok {
+		delete(j.pathOf, name)
+		delete(j.paths[path], name)
+		if len(j.paths[path]) == 0 {
+			delete(j.paths, path)
+		}
+	}
 	err := os.Remove(filepath.Join(j.dir, name))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("step journal: %w", err)

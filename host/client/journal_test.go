@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -23,6 +24,17 @@ import (
 )
 
 const keyA = "default/vol1/alloc1/7/node-unpublish"
+
+// pathA is the path of keyA's step in the journal's own tests.
+const pathA = "/root/csi/p/per-alloc/alloc1/default/vol1"
+
+// pathOf gives each key of the journal's own tests a path of its own.
+func pathOf(key string) string {
+	if key == keyA {
+		return pathA
+	}
+	return pathA + "-" + key
+}
 
 func TestJournal(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -62,7 +74,7 @@ func TestJournal(t *testing.T) {
 			mustBegin(t, j, keyA, nil)
 			_ = j.finish(keyA, nodeconn.MethodUnpublish, true)
 			return func(t *testing.T, j *journal) {
-				if prev, err := j.begin(keyA, nodeconn.MethodUnstage); err != nil || prev != nil {
+				if prev, err := j.begin(keyA, nodeconn.MethodUnstage, pathA); err != nil || prev != nil {
 					t.Fatalf("begin = %+v, %v; want no entry", prev, err)
 				}
 			}
@@ -77,6 +89,35 @@ func TestJournal(t *testing.T) {
 				}
 				mustBegin(t, j, keyA, nil)
 			}
+		}},
+		{name: "a step on the same path drops the answer", run: func(t *testing.T, j *journal, _ *clockwork.FakeClock) func(*testing.T, *journal) {
+			mustBegin(t, j, keyA, nil)
+			_ = j.finish(keyA, nodeconn.MethodUnpublish, true)
+			mustBegin(t, j, "b", nil) // another path: keyA's answer stays
+			_ = j.finish("b", nodeconn.MethodUnpublish, true)
+			mustBegin(t, j, keyA, &journalEntry{State: entryDone})
+			if err := j.supersede(pathA); err != nil {
+				t.Fatal(err)
+			}
+			return func(t *testing.T, j *journal) {
+				mustBegin(t, j, keyA, nil)
+				mustBegin(t, j, "b", &journalEntry{State: entryDone})
+			}
+		}},
+		{name: "an answer a step on its path made stale while it ran is not kept", run: func(t *testing.T, j *journal, _ *clockwork.FakeClock) func(*testing.T, *journal) {
+			mustBegin(t, j, keyA, nil)
+			if err := j.supersede(pathA); err != nil {
+				t.Fatal(err)
+			}
+			_ = j.finish(keyA, nodeconn.MethodUnpublish, true)
+			return func(t *testing.T, j *journal) { mustBegin(t, j, keyA, nil) }
+		}},
+		{name: "an entry without its path is dropped", run: func(t *testing.T, j *journal, _ *clockwork.FakeClock) func(*testing.T, *journal) {
+			b, _ := json.Marshal(journalEntry{Key: keyA, Method: nodeconn.MethodUnpublish, State: entryDone, Started: t0, Done: t0})
+			if err := os.WriteFile(filepath.Join(j.dir, fileName(keyA)), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return func(t *testing.T, j *journal) { mustBegin(t, j, keyA, nil) }
 		}},
 		{name: "a torn entry is dropped", run: func(t *testing.T, j *journal, _ *clockwork.FakeClock) func(*testing.T, *journal) {
 			if err := os.WriteFile(filepath.Join(j.dir, fileName(keyA)), []byte(`{"key":"default/vo`), 0o600); err != nil {
@@ -103,7 +144,7 @@ func TestJournal(t *testing.T) {
 
 func mustBegin(t *testing.T, j *journal, key string, want *journalEntry) {
 	t.Helper()
-	prev, err := j.begin(key, nodeconn.MethodUnpublish)
+	prev, err := j.begin(key, nodeconn.MethodUnpublish, pathOf(key))
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
@@ -122,7 +163,7 @@ func TestJournalInFlightAndBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustBegin(t, j, keyA, nil)
-	if _, err := j.begin(keyA, nodeconn.MethodUnpublish); !errors.Is(err, errStepInFlight) {
+	if _, err := j.begin(keyA, nodeconn.MethodUnpublish, pathA); !errors.Is(err, errStepInFlight) {
 		t.Fatalf("second begin = %v, want errStepInFlight", err)
 	}
 	j.max = 3
@@ -140,10 +181,10 @@ func TestJournalInFlightAndBound(t *testing.T) {
 		t.Fatalf("files = %d, want 3", len(files))
 	}
 	// The in-flight key survives the bound; the oldest finished ones went.
-	if _, err := j.begin(keyA, nodeconn.MethodUnpublish); !errors.Is(err, errStepInFlight) {
+	if _, err := j.begin(keyA, nodeconn.MethodUnpublish, pathA); !errors.Is(err, errStepInFlight) {
 		t.Fatalf("in-flight entry dropped by the bound: %v", err)
 	}
-	if prev, _ := j.begin(keyA+"a", nodeconn.MethodUnpublish); prev != nil {
+	if prev, _ := j.begin(keyA+"a", nodeconn.MethodUnpublish, pathOf(keyA+"a")); prev != nil {
 		t.Fatalf("the oldest entry survived the bound: %+v", prev)
 	}
 }
@@ -206,7 +247,7 @@ func TestAgentAnswersKeyedRetryFromJournal(t *testing.T) {
 	if unstage.Request, err = proto.Marshal(&csipb.NodeUnstageVolumeRequest{VolumeId: "d1", StagingTargetPath: staging}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a2.journal.begin(unstage.Key, unstage.Method); err != nil {
+	if _, err := a2.journal.begin(unstage.Key, unstage.Method, staging); err != nil {
 		t.Fatal(err)
 	}
 	a3 := newAgent()
@@ -244,5 +285,72 @@ func TestJournalUnwritableRoot(t *testing.T) {
 	_, err := New(Config{Servers: []string{"127.0.0.1:1"}, NodeID: "n1", RootDir: root, Plugins: map[string]string{"p": "unix:///x"}})
 	if err == nil || !strings.Contains(err.Error(), "client.root_dir") || !strings.Contains(err.Error(), "journal") {
 		t.Fatalf("err = %v, want one naming client.root_dir and the journal", err)
+	}
+}
+
+// A keyed step's recorded answer is never replayed once a later step on
+// the same path has undone its effect: an unstage answered from the
+// journal after the path was staged again would leave the mount behind,
+// and the leader, told the path is unstaged, would detach the disk under
+// it (ControllerUnpublish). The journal answered that unstage "done" from
+// its record before a step on a path made the path's earlier answers
+// stale. The same holds across an agent restart, and for unpublish and
+// publish of a target path.
+func TestJournalForgetsAnswersALaterStepUndid(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	plugin := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1", StageUnstage: true})
+	staging, target := csi.Paths(root, "p", "default", "vol1", "alloc1")
+	newAgent := func() *Agent {
+		a, err := New(Config{Servers: []string{"127.0.0.1:1"}, NodeID: "n1", RootDir: root,
+			Plugins: map[string]string{"p": plugin.Endpoint()}, Clock: clockwork.NewFakeClock(), Logger: hclog.NewNullLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { a.csi.Close() })
+		return a
+	}
+	step := func(id uint64, method, key string, m proto.Message) *nodeconn.StepRequest {
+		body, err := proto.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &nodeconn.StepRequest{ID: id, Method: method, Endpoint: plugin.Endpoint(), Request: body, Key: key}
+	}
+	cap := &csipb.VolumeCapability{AccessType: &csipb.VolumeCapability_Mount{Mount: &csipb.VolumeCapability_MountVolume{}},
+		AccessMode: &csipb.VolumeCapability_AccessMode{Mode: csipb.VolumeCapability_AccessMode_SINGLE_NODE_WRITER}}
+	unstage := step(1, nodeconn.MethodUnstage, keyA+"-unstage", &csipb.NodeUnstageVolumeRequest{VolumeId: "d1", StagingTargetPath: staging})
+	stage := step(2, nodeconn.MethodStage, "", &csipb.NodeStageVolumeRequest{VolumeId: "d1", StagingTargetPath: staging, VolumeCapability: cap})
+	unpublish := step(3, nodeconn.MethodUnpublish, keyA, &csipb.NodeUnpublishVolumeRequest{VolumeId: "d1", TargetPath: target})
+	publish := step(4, nodeconn.MethodPublish, "", &csipb.NodePublishVolumeRequest{VolumeId: "d1", StagingTargetPath: staging, TargetPath: target, VolumeCapability: cap})
+	other := step(5, nodeconn.MethodUnstage, keyA+"-elsewhere", &csipb.NodeUnstageVolumeRequest{VolumeId: "d2",
+		StagingTargetPath: filepath.Join(filepath.Dir(staging), "vol2")})
+
+	a := newAgent()
+	for _, s := range []*nodeconn.StepRequest{unstage, unpublish, other} {
+		if err := a.executeKeyed(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The claim path stages and publishes the same paths again (no key:
+	// a claim's steps are not journaled).
+	for _, s := range []*nodeconn.StepRequest{stage, publish} {
+		if err := a.executeKeyed(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The release's retries of the first answers reach the driver, after
+	// an agent restart too; an answer on another path is still replayed.
+	a = newAgent()
+	for _, s := range []*nodeconn.StepRequest{unstage, unpublish, other} {
+		if err := a.executeKeyed(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(plugin.Calls(csitest.NodeUnstage)); n != 3 {
+		t.Fatalf("NodeUnstage reached the driver %d times, want 3: the retry after the re-stage was answered from the journal", n)
+	}
+	if n := len(plugin.Calls(csitest.NodeUnpublish)); n != 2 {
+		t.Fatalf("NodeUnpublish reached the driver %d times, want 2: the retry after the re-publish was answered from the journal", n)
 	}
 }

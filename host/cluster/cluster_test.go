@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -427,7 +428,18 @@ func TestClaimWriter(t *testing.T) {
 	v, _ := s.Snapshot().VolumeByID(nil, "default", "vol-sw")
 	cl := v.Claims["a1"].Copy()
 	cl.State = structs.ClaimNodeDetached
-	if _, err := w.CheckpointClaim(ctx, &structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: "vol-sw", Claim: cl}); err != nil {
+	// Leader work without a term is refused before the log (the FSM
+	// would take term 0 as unfenced), and changes nothing.
+	if _, err := w.CheckpointClaim(ctx, &structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: "vol-sw", Claim: cl}); !errors.Is(err, structs.ErrNoLeader) || !strings.Contains(err.Error(), "without a leadership term") {
+		t.Fatalf("checkpoint without a term: %v, want refused", err)
+	}
+	if _, err := w.FenceNode(ctx, &structs.NodeFenceRequest{NodeID: "n1", Fence: &structs.NodeFence{Reason: "off", Source: "module:m@1"}}); !errors.Is(err, structs.ErrNoLeader) {
+		t.Fatalf("module fence without a term: %v, want refused", err)
+	}
+	if v, _ := s.Snapshot().VolumeByID(nil, "default", "vol-sw"); v.Claims["a1"].State != structs.ClaimTaken {
+		t.Fatalf("a refused checkpoint moved the claim to %s", v.Claims["a1"].State)
+	}
+	if _, err := w.CheckpointClaim(ctx, &structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: "vol-sw", Claim: cl, Term: c.ReadyTerm()}); err != nil {
 		t.Fatal(err)
 	}
 	ls, err := w.ForceDeregister(ctx, ref)

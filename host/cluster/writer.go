@@ -23,7 +23,22 @@ func (w ClaimWriter) CheckpointClaim(ctx context.Context, req *structs.ClaimChec
 	if req == nil {
 		return 0, structs.Invalid("request", "is nil")
 	}
+	if err := needTerm("claim checkpoint", req.Term); err != nil {
+		return 0, err
+	}
 	return w.c.checkpoints.submit(ctx, req)
+}
+
+// needTerm refuses a fenced write of the watcher without a leadership
+// term. The FSM takes term 0 as unfenced (a store's own tests write so),
+// which leader work must never be: a checkpoint that needs no CSI call (a
+// hold, an abandon) would then be committed with no fence at all, whoever
+// wrote it and however late.
+func needTerm(what string, term uint64) error {
+	if term == 0 {
+		return fmt.Errorf("%s without a leadership term: leader work writes under the term it runs in: %w", what, structs.ErrNoLeader)
+	}
+	return nil
 }
 
 // MarkStuck marks (or, with a nil Stuck, clears) a volume as stuck.
@@ -64,6 +79,9 @@ func (w ClaimWriter) ForceDeregister(ctx context.Context, req *structs.VolumeDer
 func (w ClaimWriter) FenceNode(ctx context.Context, req *structs.NodeFenceRequest) (uint64, error) {
 	if req == nil {
 		return 0, structs.Invalid("request", "is nil")
+	}
+	if err := needTerm("module's node fence", req.Term); err != nil {
+		return 0, err
 	}
 	idx, _, err := w.c.Apply(ctx, structs.NodeFenceType, req)
 	return idx, err

@@ -150,6 +150,19 @@ func validateVolumeRow(snap *Snapshot, v *structs.Volume) error {
 		if err := validID(f+".node_id", c.NodeID); err != nil {
 			return err
 		}
+		// The claim's allocation may have been deleted since (gone
+		// counts as done), but one that is still there runs where the
+		// claim says: a claim never moves, an allocation never moves.
+		a, err := snap.AllocByID(nil, id)
+		if err != nil {
+			return err
+		}
+		if a != nil && a.NodeID != c.NodeID {
+			return structs.Invalid(f+".node_id", "is %q but allocation %q runs on node %q", c.NodeID, id, a.NodeID)
+		}
+		if a != nil && a.Namespace != "" && a.Namespace != v.Namespace {
+			return structs.Invalid(f+".alloc_id", "allocation %q is in namespace %q, the volume in %q", id, a.Namespace, v.Namespace)
+		}
 	}
 	if v.Stuck != nil && v.Stuck.Reason == "" {
 		return structs.Invalid("stuck.reason", "must not be empty")

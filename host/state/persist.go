@@ -2,7 +2,6 @@ package state
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -90,32 +89,30 @@ func (s *Store) Restore(r io.Reader) error {
 	}
 	rows := startRowDecoder(br, 2)
 	defer rows.stop()
-	rings := ringCounter{}
+	// Every row is validated with its write's rules, against the rows
+	// before it, before anything derived from it is counted or indexed:
+	// the derived tables dereference what the writes guarantee (a claim
+	// that is not null, ...), and a replica installing a snapshot must
+	// refuse a row no write could have made, not crash on it.
+	check := newRowChecker(db, txn)
 	// VolumeStats are counted as the volumes go in, which is exact when
-	// each volume comes once: Persist writes them in strictly increasing
-	// key order. A stream that does not (a key repeated overwrites the
-	// row) is still restored as before, and recounted from the table.
+	// they come in strictly increasing key order, as Persist writes them.
+	// A stream that does not (duplicates are refused) is still restored,
+	// and recounted from the table.
 	var stats volumeDelta
 	mods := volumeModsBuilder{}
-	var key, prevKey []byte
-	ordered := true
 	for b := rows.next(); b != nil; b = rows.next() {
 		for i := range b.rows {
 			row := &b.rows[i]
 			if row.err != nil {
 				return fmt.Errorf("restore: row %d: %w", row.line, row.err)
 			}
-			switch obj := row.obj.(type) {
-			case *eventRow:
-				rings.place(obj)
-			case *structs.Volume:
+			if err := check.row(row.table, row.obj); err != nil {
+				return fmt.Errorf("restore: row %d (%s %s): %w", row.line, row.table, rowKey(row.obj), err)
+			}
+			if obj, ok := row.obj.(*structs.Volume); ok {
 				stats.count(obj)
 				mods.add(obj)
-				key = append(append(append(append(key[:0], obj.Namespace...), 0), obj.ID...), 0)
-				if prevKey != nil && bytes.Compare(prevKey, key) >= 0 {
-					ordered = false
-				}
-				key, prevKey = prevKey, key
 			}
 			if err := txn.Insert(row.table, row.obj); err != nil {
 				return fmt.Errorf("restore: row %d into %s: %w", row.line, row.table, err)
@@ -130,7 +127,7 @@ func (s *Store) Restore(r io.Reader) error {
 	if err := rows.err(); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	if !ordered {
+	if check.unordered {
 		err = errors.Join(recountStats(txn), rebuildVolumeMods(txn), rebuildClaims(txn), rebuildStuck(txn))
 	} else {
 		err = errors.Join(insertStats(txn, stats.applyTo(VolumeStats{})), mods.insertInto(txn))

@@ -17,7 +17,7 @@ type bytesBuffer = bytes.Buffer
 
 // richFixture has something in every table: claims at several states, a
 // stuck volume, leftovers and events.
-func richFixture(t *testing.T) *fixture {
+func richFixture(t testing.TB) *fixture {
 	f := newFixture(t)
 	f.claim("vol-mw", "a1", structs.ClaimWrite)
 	f.claim("vol-mw", "a2", structs.ClaimWrite)
@@ -155,7 +155,7 @@ func TestRestoreBadStream(t *testing.T) {
 		{"bad row", lines[0] + `{"t":"volumes","r":{"id":5}}` + "\n", "decode volumes row"},
 		{"truncated", good.String()[:good.Len()-20], "row"},
 		{"event without body", lines[0] + `{"t":"events","r":{"seq":1}}` + "\n", "no event"},
-		{"duplicate-free but invalid volume", lines[0] + `{"t":"volumes","r":{"id":"x"}}` + "\n", "row 2 into volumes"},
+		{"invalid volume", lines[0] + `{"t":"volumes","r":{"id":"x"}}` + "\n", "row 2 (volumes /x): volumes[0].namespace: must not be empty"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

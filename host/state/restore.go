@@ -388,6 +388,9 @@ func (in interner) row(obj any) {
 		o.Namespace, o.PluginID, o.FSType = in.s(o.Namespace), in.s(o.PluginID), in.s(o.FSType)
 		o.AccessMode, o.AttachmentMode = internAs(in, o.AccessMode), internAs(in, o.AttachmentMode)
 		for _, c := range o.Claims {
+			if c == nil {
+				continue // refused by the restore's validation, on its goroutine
+			}
 			c.NodeID, c.ExternalNodeID = in.s(c.NodeID), in.s(c.ExternalNodeID)
 			c.Mode, c.State = internAs(in, c.Mode), internAs(in, c.State)
 			c.AccessMode, c.AttachmentMode = internAs(in, c.AccessMode), internAs(in, c.AttachmentMode)

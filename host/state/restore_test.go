@@ -254,12 +254,12 @@ func (f *failAfter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// A stream that repeats a volume (the later row overwrites the earlier, as
-// memdb's insert does) still counts each stored volume once: the counters
-// describe the table, not the rows read.
-func TestRestoreRepeatedVolumeCounts(t *testing.T) {
+// A stream whose volumes are out of key order (Persist never writes one,
+// but the counters must not depend on it) still counts each stored volume
+// once: the counters describe the table, not the rows read.
+func TestRestoreUnorderedVolumeCounts(t *testing.T) {
 	f := richFixture(t)
-	stream := withRepeatedVolumeRows(t, f.s)
+	stream := withReversedVolumeRows(t, f.s)
 	want, _ := f.s.Snapshot().VolumeStats()
 	s := NewStore()
 	if err := s.Restore(strings.NewReader(stream)); err != nil {
@@ -267,24 +267,33 @@ func TestRestoreRepeatedVolumeCounts(t *testing.T) {
 	}
 	got, _ := s.Snapshot().VolumeStats()
 	if got.Volumes != want.Volumes || got.Stuck != want.Stuck || got.Claims[structs.ClaimTaken] != want.Claims[structs.ClaimTaken] {
-		t.Fatalf("stats %+v after a stream with repeated volumes, want %+v", got, want)
+		t.Fatalf("stats %+v after a stream with volumes out of order, want %+v", got, want)
 	}
 }
 
-// withRepeatedVolumeRows is s's snapshot stream with every volume row
-// written twice in a row: a restore must end as if it were read once.
-func withRepeatedVolumeRows(t *testing.T, s *Store) string {
+// withReversedVolumeRows is s's snapshot stream with its volume rows in
+// reverse key order: a restore must end as if they were in order.
+func withReversedVolumeRows(t *testing.T, s *Store) string {
 	t.Helper()
 	var good bytes.Buffer
 	if err := s.Persist(&good); err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
+	var vols []string
 	for _, line := range strings.SplitAfter(good.String(), "\n") {
-		out.WriteString(line)
 		if strings.HasPrefix(line, `{"t":"volumes"`) {
-			out.WriteString(line)
+			vols = append(vols, line)
+			continue
 		}
+		for i := len(vols) - 1; i >= 0; i-- {
+			out.WriteString(vols[i])
+		}
+		vols = nil
+		out.WriteString(line)
+	}
+	if strings.Count(out.String(), `{"t":"volumes"`) < 2 {
+		t.Fatal("the fixture has fewer than two volumes: nothing to reorder")
 	}
 	return out.String()
 }

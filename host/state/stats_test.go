@@ -146,11 +146,11 @@ func TestStuckRowsRebuilt(t *testing.T) {
 	if err := restored.Restore(bytes.NewReader(buf.Bytes())); err != nil {
 		t.Fatal(err)
 	}
-	repeated := NewStore()
-	if err := repeated.Restore(strings.NewReader(withRepeatedVolumeRows(t, f.s))); err != nil {
+	unordered := NewStore()
+	if err := unordered.Restore(strings.NewReader(withReversedVolumeRows(t, f.s))); err != nil {
 		t.Fatal(err)
 	}
-	for name, s := range map[string]*Store{"original": f.s, "restored": restored, "repeated rows": repeated, "imported": importStream(t, buf.Bytes())} {
+	for name, s := range map[string]*Store{"original": f.s, "restored": restored, "unordered rows": unordered, "imported": importStream(t, buf.Bytes())} {
 		t.Run(name, func(t *testing.T) {
 			checkStats(t, s)
 			if stuck, _ := s.Snapshot().StuckVolumes(nil); len(stuck) < 2 {

@@ -207,15 +207,15 @@ func importStream(t *testing.T, stream []byte) *Store {
 	return b.Store()
 }
 
-// A stream repeating volume rows (the restore recounts from the table)
-// still gives exact rows.
-func TestVolumeModsRestoreRepeated(t *testing.T) {
+// A stream with volume rows out of order (the restore recounts from the
+// table) still gives exact rows.
+func TestVolumeModsRestoreUnordered(t *testing.T) {
 	f := richFixture(t)
 	s := NewStore()
-	if err := s.Restore(strings.NewReader(withRepeatedVolumeRows(t, f.s))); err != nil {
+	if err := s.Restore(strings.NewReader(withReversedVolumeRows(t, f.s))); err != nil {
 		t.Fatal(err)
 	}
-	checkVolumeMods(t, s, "repeated rows")
+	checkVolumeMods(t, s, "unordered rows")
 	checkVolumeMods(t, f.s, "the original")
 }
 
