@@ -178,7 +178,7 @@ func TestReadRefuses(t *testing.T) {
 				}
 			}
 			return ls
-		}), Options{ClusterID: "c1"}, kr, ErrInvalidRow, "invisible"},
+		}), Options{ClusterID: "c1"}, kr, ErrInvalidRow, "U+200B"},
 		{"volume ID renamed", rewrite(t, good, func(ls [][]byte) [][]byte {
 			i := volLine(ls, "v2")
 			ls[i] = bytes.Replace(ls[i], []byte(`"id":"v2"`), []byte(`"id":".."`), 1)
