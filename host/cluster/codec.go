@@ -63,6 +63,8 @@ func newRequest(t structs.MessageType) (any, error) {
 		return &structs.NodeLivenessRequest{}, nil
 	case structs.ClaimCheckpointBatchType:
 		return &structs.ClaimCheckpointBatchRequest{}, nil
+	case structs.SchedulerSyncType:
+		return &structs.SchedulerSyncRequest{}, nil
 	}
 	if r := structs.NewACLRequest(t); r != nil {
 		return r, nil

@@ -220,6 +220,8 @@ func (c *rowChecker) indexes(table string, row any) error {
 		}
 	case *eventRow:
 		create, modify = r.Index, r.Index
+	case *structs.SchedulerCursor:
+		create, modify = r.CreateIndex, r.ModifyIndex
 	default:
 		return nil
 	}
@@ -257,6 +259,8 @@ func (c *rowChecker) exists(table string, row any) (bool, error) {
 		args = []any{r.AccessorID}
 	case *aclBootstrapRow:
 		args = []any{r.Key}
+	case *structs.SchedulerCursor:
+		args = []any{r.Source}
 	default:
 		return false, fmt.Errorf("%s: unexpected row type %T", table, row)
 	}
@@ -289,6 +293,8 @@ func rowKey(row any) string {
 		return r.AccessorID
 	case *aclBootstrapRow:
 		return r.Key
+	case *structs.SchedulerCursor:
+		return r.Source
 	}
 	return "?"
 }

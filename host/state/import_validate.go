@@ -43,6 +43,11 @@ func validateRow(snap *Snapshot, table string, row any) error {
 		// Policies come before tokens (persistTables), so a token naming
 		// a policy the snapshot lacks is refused like the write would be.
 		return validateToken(snap, "acl_token", r)
+	case *structs.SchedulerCursor:
+		if err := validID("scheduler.source", r.Source); err != nil {
+			return err
+		}
+		return nil
 	case *aclBootstrapRow:
 		if r.Key != bootstrapKey {
 			return structs.Invalid("acl_bootstrap.key", "must be %q, got %q", bootstrapKey, r.Key)

@@ -19,7 +19,7 @@ const persistVersion = 1
 // persistTables is the order tables are written in; the index table goes
 // too, so blocking queries stay monotonic after a restore.
 var persistTables = []string{TableIndex, TablePlugins, TableNodes, TableAllocs, TableVolumes, TableLeftovers, TableEvents,
-	TableACLPolicies, TableACLTokens, TableACLBootstrap}
+	TableACLPolicies, TableACLTokens, TableACLBootstrap, TableSchedulers}
 
 type persistHeader struct {
 	Version int `json:"volhost_state"`
@@ -167,6 +167,8 @@ func decodeRow(table string, raw []byte) (any, error) {
 		obj = &structs.ACLPolicy{}
 	case TableACLTokens:
 		obj = &structs.ACLToken{}
+	case TableSchedulers:
+		obj = &structs.SchedulerCursor{}
 	case TableACLBootstrap:
 		obj = &aclBootstrapRow{}
 	default:

@@ -39,6 +39,7 @@ func richFixture(t testing.TB) *fixture {
 func TestPersistRestoreRoundTrip(t *testing.T) {
 	f := richFixture(t)
 	addACL(f) // the ACL tables round-trip too (kept out of the golden file's fixture)
+	addScheduler(f)
 	var buf bytes.Buffer
 	if err := f.s.Persist(&buf); err != nil {
 		t.Fatal(err)

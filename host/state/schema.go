@@ -119,6 +119,7 @@ func schema() *memdb.DBSchema {
 		tableStuck:      stuckTableSchema(),
 	}}
 	addACLTables(s.Tables)
+	addSchedulerTables(s.Tables)
 	return s
 }
 

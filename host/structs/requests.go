@@ -38,6 +38,12 @@ const (
 	// log entry (group commit). Each is checked (term fence, validation)
 	// and answered on its own, in order, in one store transaction.
 	ClaimCheckpointBatchType MessageType = 100
+
+	// 110-119 scheduler sources (host/scheduler).
+
+	// SchedulerSyncType mirrors a scheduler's allocations and records how
+	// far its changes were applied, in one entry (SchedulerSyncRequest).
+	SchedulerSyncType MessageType = 110
 )
 
 // ClaimCheckpointBatchRequest is a group commit of claim checkpoints. The

@@ -342,6 +342,10 @@ type Alloc struct {
 	NodeID       string            `json:"node_id"`
 	JobID        string            `json:"job_id,omitempty"`
 	ClientStatus AllocClientStatus `json:"client_status"`
+	// Source names the scheduler source that mirrors the allocation
+	// ("nomad", host/scheduler); empty for one registered through the
+	// API. A source only writes and judges the allocations it mirrors.
+	Source string `json:"source,omitempty"`
 	ModifyTime   time.Time         `json:"modify_time"`
 	CreateIndex  uint64            `json:"create_index"`
 	ModifyIndex  uint64            `json:"modify_index"`
@@ -540,6 +544,9 @@ const (
 	// and EventNodeFence a fence or unfence, with its reason (issue 14).
 	EventNodeStatus = "node-status"
 	EventNodeFence  = "node-fence"
+	// EventScheduler records what a scheduler source (the Nomad bridge)
+	// could not mirror or claim, and its resets: one event per problem.
+	EventScheduler = "scheduler"
 	// EventAudit records a privileged action (force deregister, detach,
 	// restore, join, remove-peer, module reload, token and policy changes).
 	// Fields["action"] names the action and Fields["accessor"] the ACL
@@ -565,7 +572,7 @@ func Choices[T ~string](vals ...T) string {
 var EventTypes = []string{
 	EventClaimTransition, EventClaimFailed, EventClaimHeld, EventVolumeStuck,
 	EventForceDeregister, EventAutoForce, EventModule, EventGC,
-	EventNodeStatus, EventNodeFence, EventAudit,
+	EventNodeStatus, EventNodeFence, EventScheduler, EventAudit,
 }
 
 // ValidEventType reports whether t is one of EventTypes.
