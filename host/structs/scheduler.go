@@ -38,11 +38,11 @@ func (c *SchedulerCursor) Copy() *SchedulerCursor {
 // scheduler lost its state), and the FSM refuses an entry of another
 // leadership term than Term: a deposed leader's bridge writes nothing.
 type SchedulerSyncRequest struct {
-	Source string   `json:"source"`
-	Index  uint64   `json:"index"`
-	Reset  bool     `json:"reset,omitempty"`
-	Allocs []*Alloc `json:"allocs,omitempty"`
-	Events []*Event `json:"events,omitempty"`
+	Source string    `json:"source"`
+	Index  uint64    `json:"index"`
+	Reset  bool      `json:"reset,omitempty"`
+	Allocs []*Alloc  `json:"allocs,omitempty"`
+	Events []*Event  `json:"events,omitempty"`
 	Time   time.Time `json:"time"`
 	Term   uint64    `json:"term,omitempty"`
 }

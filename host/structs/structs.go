@@ -345,10 +345,10 @@ type Alloc struct {
 	// Source names the scheduler source that mirrors the allocation
 	// ("nomad", host/scheduler); empty for one registered through the
 	// API. A source only writes and judges the allocations it mirrors.
-	Source string `json:"source,omitempty"`
-	ModifyTime   time.Time         `json:"modify_time"`
-	CreateIndex  uint64            `json:"create_index"`
-	ModifyIndex  uint64            `json:"modify_index"`
+	Source      string    `json:"source,omitempty"`
+	ModifyTime  time.Time `json:"modify_time"`
+	CreateIndex uint64    `json:"create_index"`
+	ModifyIndex uint64    `json:"modify_index"`
 }
 
 // Copy returns a copy.
