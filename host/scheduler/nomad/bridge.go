@@ -1,0 +1,429 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-memdb"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/volhost/volhost/host/scheduler"
+	"github.com/volhost/volhost/host/state"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// SourceName is the bridge's scheduler.Source name: the Source of the
+// allocations it mirrors and the key of its cursor.
+const SourceName = "nomad"
+
+// claimWorkers bounds the claims the bridge runs at once (each publishes
+// through CSI; the claim path serialises per volume anyway).
+const claimWorkers = 2
+
+// Bridge is the Nomad scheduler.Source.
+type Bridge struct {
+	s     Settings
+	nomad Nomad
+	w     scheduler.Writer
+	store *state.Store
+	log   hclog.Logger
+	clock clockwork.Clock
+
+	mu       sync.Mutex
+	st       scheduler.Status
+	problems map[string]scheduler.Problem
+	held     int
+}
+
+// Deps are what a Bridge reads and writes.
+type Deps struct {
+	Nomad  Nomad // nil: the api client for the settings
+	Writer scheduler.Writer
+	Store  *state.Store
+	Logger hclog.Logger
+	Clock  clockwork.Clock
+}
+
+// New returns a bridge; nothing runs until Run.
+func New(s Settings, d Deps) (*Bridge, error) {
+	if d.Nomad == nil {
+		c, err := NewClient(s)
+		if err != nil {
+			return nil, err
+		}
+		d.Nomad = c
+	}
+	if d.Logger == nil {
+		d.Logger = hclog.NewNullLogger()
+	}
+	if d.Clock == nil {
+		d.Clock = clockwork.NewRealClock()
+	}
+	b := &Bridge{s: s, nomad: d.Nomad, w: d.Writer, store: d.Store, log: d.Logger.Named("scheduler.nomad"), clock: d.Clock,
+		problems: map[string]scheduler.Problem{}}
+	b.st = scheduler.Status{Source: SourceName, Address: s.Address, State: scheduler.StateStopped}
+	return b, nil
+}
+
+// Name implements scheduler.Source.
+func (b *Bridge) Name() string { return SourceName }
+
+// run is one leadership's bookkeeping; only the Run goroutine touches it.
+type run struct {
+	term    uint64
+	nodes   map[string]Node     // Nomad nodes by ID, as last listed or streamed
+	allocs  map[string]*tracked // Nomad allocations seen, by ID
+	applied uint64              // the Nomad index committed as the cursor
+	seen    uint64              // the highest Nomad index applied in memory
+	stream  uint64              // the last stream batch's index (a lower one is a reset)
+
+	pendingAllocs map[string]*structs.Alloc
+	pendingEvents []*structs.Event
+	wantClaims    []string // allocation IDs whose claims to check after the commit
+
+	claims   chan claimJob
+	results  chan claimResult
+	inflight map[string]bool
+	lastErr  string // the last connection error recorded as an event
+}
+
+// tracked is what the bridge knows of one Nomad allocation.
+type tracked struct {
+	a       Alloc
+	vols    []volumeRequest
+	ignored bool // declares no volhost volume
+	held    bool
+}
+
+// Run implements scheduler.Source.
+func (b *Bridge) Run(ctx context.Context, term uint64) error {
+	r := &run{term: term, nodes: map[string]Node{}, allocs: map[string]*tracked{},
+		claims: make(chan claimJob, 1024), results: make(chan claimResult, 1024), inflight: map[string]bool{}}
+	b.mu.Lock()
+	b.st.State, b.st.LeaderTerm, b.st.StartTime, b.st.Claims = scheduler.StateConnecting, term, b.clock.Now(), 0
+	b.problems = map[string]scheduler.Problem{}
+	b.mu.Unlock()
+	var wg sync.WaitGroup
+	for range claimWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b.claimWorker(ctx, r)
+		}()
+	}
+	defer func() {
+		close(r.claims)
+		wg.Wait()
+		b.mu.Lock()
+		b.st.State, b.st.LeaderTerm = scheduler.StateStopped, 0
+		b.mu.Unlock()
+	}()
+	if cur, err := b.store.Snapshot().SchedulerCursor(nil, SourceName); err == nil && cur != nil {
+		r.applied = cur.Index
+		b.log.Info("resuming from the committed Nomad index", "index", cur.Index)
+	}
+	backoff := time.Second
+	for ctx.Err() == nil {
+		streamed, err := b.session(ctx, r)
+		if ctx.Err() != nil {
+			break
+		}
+		if streamed {
+			backoff = time.Second
+		}
+		b.failed(ctx, r, err)
+		if !b.wait(ctx, r, backoff) {
+			break
+		}
+		backoff = min(2*backoff, b.s.RetryMax)
+	}
+	return nil
+}
+
+// wait sleeps d (the backoff), still handling claim results.
+func (b *Bridge) wait(ctx context.Context, r *run, d time.Duration) bool {
+	t := b.clock.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.Chan():
+			return true
+		case res := <-r.results:
+			b.claimed(ctx, r, res)
+		}
+	}
+}
+
+// errStreamReset: the event stream's index went backwards.
+var errStreamReset = errors.New("the Nomad event stream's index went backwards: Nomad's state was reset; listing again")
+
+// session lists, then follows the event stream until it fails. streamed
+// says the stream was reached (the backoff starts over).
+func (b *Bridge) session(ctx context.Context, r *run) (streamed bool, err error) {
+	b.setState(scheduler.StateConnecting)
+	from, err := b.relist(ctx, r)
+	if err != nil {
+		return false, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch, err := b.nomad.Stream(sctx, from)
+	if err != nil {
+		return false, err
+	}
+	r.stream = 0
+	b.setState(scheduler.StateStreaming)
+	b.clearError(ctx, r)
+	relist := b.clock.NewTicker(b.s.Relist)
+	defer relist.Stop()
+	for {
+		wctx, wcancel := context.WithCancel(sctx)
+		nodesMoved := b.nodesWatch(wctx)
+		select {
+		case <-ctx.Done():
+			wcancel()
+			return true, ctx.Err()
+		case batch, ok := <-ch:
+			wcancel()
+			if !ok {
+				return true, errors.New("the Nomad event stream closed")
+			}
+			if batch.Err != nil {
+				return true, batch.Err
+			}
+			if err := b.applyBatch(ctx, r, batch); err != nil {
+				return true, err
+			}
+		case <-relist.Chan():
+			wcancel()
+			if _, err := b.relist(ctx, r); err != nil {
+				return true, err
+			}
+		case res := <-r.results:
+			wcancel()
+			b.claimed(ctx, r, res)
+		case <-nodesMoved:
+			wcancel()
+			// A fence (or a node agent's status) moved: held allocations
+			// may be released now.
+			if err := b.reheld(ctx, r); err != nil {
+				return true, err
+			}
+		}
+	}
+}
+
+// nodesWatch fires when volhost's nodes table changes.
+func (b *Bridge) nodesWatch(ctx context.Context) <-chan struct{} {
+	ws := memdb.NewWatchSet()
+	if _, err := b.store.Snapshot().IndexWatch(ws, state.TableNodes); err != nil {
+		return nil
+	}
+	ch := make(chan struct{})
+	go func() {
+		if ws.WatchCtx(ctx) == nil {
+			close(ch)
+		}
+	}()
+	return ch
+}
+
+// applyBatch applies one index of the event stream.
+func (b *Bridge) applyBatch(ctx context.Context, r *run, batch Batch) error {
+	if batch.Index < r.stream {
+		return errStreamReset
+	}
+	r.stream = batch.Index
+	b.mu.Lock()
+	b.st.LastEvent = b.clock.Now()
+	b.mu.Unlock()
+	snap := b.store.Snapshot()
+	for _, n := range batch.Nodes {
+		if err := b.observeNode(ctx, r, snap, n); err != nil {
+			return err
+		}
+	}
+	for _, a := range batch.Allocs {
+		b.observe(ctx, r, snap, a)
+	}
+	r.seen = max(r.seen, batch.Index)
+	return b.commit(ctx, r, false, false)
+}
+
+// relist lists Nomad's nodes and allocations and applies them whole: a
+// node that vanished is gone, an allocation that vanished has ended. It
+// returns the index to stream from.
+func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
+	nodes, nIdx, err := b.nomad.Nodes(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing Nomad nodes at %s: %w", b.s.Address, err)
+	}
+	allocs, aIdx, err := b.nomad.Allocs(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("listing Nomad allocations at %s: %w", b.s.Address, err)
+	}
+	index := max(nIdx, aIdx)
+	reset := index < r.applied
+	if reset {
+		// A Nomad that lost its state (a dev agent restarted) starts its
+		// indexes again: nothing known by index is comparable any more.
+		r.pendingEvents = append(r.pendingEvents, b.event("", "", fmt.Sprintf(
+			"Nomad's index went back from %d to %d: its state was reset; everything is listed again", r.applied, index)))
+		b.log.Warn("Nomad's index went backwards: its state was reset", "was", r.applied, "now", index)
+		r.nodes, r.allocs, r.seen = map[string]Node{}, map[string]*tracked{}, 0
+	}
+	snap := b.store.Snapshot()
+	listed := make(map[string]Node, len(nodes))
+	for _, n := range nodes {
+		listed[n.ID] = n
+	}
+	for id, n := range r.nodes {
+		if _, ok := listed[id]; !ok {
+			delete(r.nodes, id)
+			if err := b.nodeGone(ctx, r, snap, n); err != nil {
+				return 0, err
+			}
+		}
+	}
+	for _, n := range nodes {
+		if err := b.observeNode(ctx, r, snap, n); err != nil {
+			return 0, err
+		}
+	}
+	snap = b.store.Snapshot()
+	inList := make(map[string]bool, len(allocs))
+	for _, a := range allocs {
+		inList[a.ID] = true
+		b.observe(ctx, r, snap, a)
+	}
+	if err := b.vanished(ctx, r, snap, inList); err != nil {
+		return 0, err
+	}
+	r.seen = max(r.seen, index)
+	if reset {
+		r.seen = index
+	}
+	if err := b.commit(ctx, r, reset, true); err != nil {
+		return 0, err
+	}
+	b.mu.Lock()
+	b.st.LastList, b.st.Nodes = b.clock.Now(), len(r.nodes)
+	b.mu.Unlock()
+	return min(nIdx, aIdx) + 1, nil
+}
+
+// vanished ends the mirrored allocations Nomad no longer lists: it
+// garbage-collects only ended allocations, or those of a node it removed.
+// One whose node is down and not fenced is held like a lost one.
+func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inList map[string]bool) error {
+	all, err := snap.Allocs(nil)
+	if err != nil {
+		return err
+	}
+	for _, va := range all {
+		if va.Source != SourceName || va.ClientStatus.Terminal() || inList[va.ID] {
+			continue
+		}
+		a := Alloc{ID: va.ID, Namespace: va.Namespace, JobID: va.JobID, ClientStatus: clientLost}
+		if t := r.allocs[va.ID]; t != nil {
+			a = t.a
+			a.ClientStatus = clientLost
+		} else {
+			// Not seen in this leadership: find its Nomad node by the
+			// volhost node it maps to.
+			a.NodeID, a.NodeName = va.NodeID, va.NodeID
+			for _, n := range r.nodes {
+				if volhostNodeID(b.s.NodeID, n.ID, n.Name) == va.NodeID {
+					a.NodeID, a.NodeName = n.ID, n.Name
+				}
+			}
+		}
+		b.log.Info("allocation vanished from Nomad", "alloc", va.ID, "node", va.NodeID)
+		b.apply(r, snap, va, a, "vanished from Nomad")
+	}
+	return nil
+}
+
+// commit writes what is pending with the cursor. A batch that changed
+// nothing moves the cursor only on a re-list (or a reset): a log write per
+// Nomad event, most of them about allocations without volhost volumes,
+// would cost more than replaying those events after a leader change,
+// which is idempotent.
+func (b *Bridge) commit(ctx context.Context, r *run, reset, relist bool) error {
+	index := max(r.seen, r.applied)
+	if reset {
+		index = r.seen
+	}
+	if len(r.pendingAllocs) == 0 && len(r.pendingEvents) == 0 && !reset && !(relist && index > r.applied) {
+		b.claimAll(r)
+		return nil
+	}
+	req := &structs.SchedulerSyncRequest{Source: SourceName, Index: index, Reset: reset, Events: r.pendingEvents,
+		Time: b.clock.Now(), Term: r.term}
+	for _, a := range r.pendingAllocs {
+		req.Allocs = append(req.Allocs, a)
+	}
+	sortAllocs(req.Allocs)
+	if _, err := b.w.SchedulerSync(ctx, req); err != nil {
+		return fmt.Errorf("committing Nomad changes up to index %d: %w", index, err)
+	}
+	r.applied = index
+	r.pendingAllocs, r.pendingEvents = nil, nil
+	b.mu.Lock()
+	b.st.Index = index
+	b.mu.Unlock()
+	b.claimAll(r)
+	return nil
+}
+
+func (b *Bridge) setState(s string) {
+	b.mu.Lock()
+	b.st.State = s
+	b.mu.Unlock()
+}
+
+// failed records a connection or commit error: on the status line always,
+// as an event only when it differs from the last one recorded (no log
+// write per retry).
+func (b *Bridge) failed(ctx context.Context, r *run, err error) {
+	msg := err.Error()
+	b.log.Error("Nomad bridge", "error", msg)
+	b.mu.Lock()
+	b.st.State, b.st.LastError, b.st.ErrorTime = scheduler.StateRetrying, msg, b.clock.Now()
+	b.mu.Unlock()
+	if msg == r.lastErr || errors.Is(err, structs.ErrStaleTerm) || errors.Is(err, structs.ErrNoLeader) {
+		return
+	}
+	r.lastErr = msg
+	r.pendingEvents = append(r.pendingEvents, b.event("", "", "Nomad bridge: "+msg))
+	r.pendingAllocs = nil // listed again on the next session
+	if err := b.commit(ctx, r, false, false); err != nil {
+		b.log.Warn("could not record the bridge's error as an event", "error", err)
+	}
+}
+
+// clearError: the stream is up again.
+func (b *Bridge) clearError(ctx context.Context, r *run) {
+	b.mu.Lock()
+	had := b.st.LastError != ""
+	b.st.LastError, b.st.ErrorTime = "", time.Time{}
+	b.mu.Unlock()
+	if had && r.lastErr != "" {
+		r.lastErr = ""
+		r.pendingEvents = append(r.pendingEvents, b.event("", "", "Nomad bridge: connected to "+b.s.Address+" again"))
+		if err := b.commit(ctx, r, false, false); err != nil {
+			b.log.Warn("could not record the reconnection", "error", err)
+		}
+	}
+}
+
+func (b *Bridge) event(allocID, nodeID, msg string) *structs.Event {
+	return &structs.Event{Type: structs.EventScheduler, AllocID: allocID, NodeID: nodeID, Message: msg, Time: b.clock.Now(),
+		Fields: map[string]string{"source": SourceName}}
+}

@@ -1,0 +1,316 @@
+package nomad
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/volhost/volhost/host/state"
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
+)
+
+// fakeNomad is a Nomad whose nodes, allocations and event stream the test
+// sets. Each Stream call opens a new stream the test pushes batches into.
+type fakeNomad struct {
+	mu       sync.Mutex
+	nodes    map[string]Node
+	allocs   map[string]Alloc
+	meta     map[string]map[string]string // by allocation ID
+	index    uint64
+	listErr  error
+	streams  []chan Batch
+	from     []uint64 // the index each stream started at
+	metaHits int
+}
+
+func newFakeNomad() *fakeNomad {
+	return &fakeNomad{nodes: map[string]Node{}, allocs: map[string]Alloc{}, meta: map[string]map[string]string{}}
+}
+
+func (f *fakeNomad) Nodes(ctx context.Context) ([]Node, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listErr != nil {
+		return nil, 0, f.listErr
+	}
+	return slices.Collect(maps.Values(f.nodes)), f.index, nil
+}
+
+func (f *fakeNomad) Allocs(ctx context.Context) ([]Alloc, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listErr != nil {
+		return nil, 0, f.listErr
+	}
+	return slices.Collect(maps.Values(f.allocs)), f.index, nil
+}
+
+func (f *fakeNomad) Meta(ctx context.Context, allocID string) (map[string]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.metaHits++
+	m, ok := f.meta[allocID]
+	if !ok {
+		return nil, fmt.Errorf("allocation %s not found", allocID)
+	}
+	return maps.Clone(m), nil
+}
+
+func (f *fakeNomad) Stream(ctx context.Context, index uint64) (<-chan Batch, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
+	ch := make(chan Batch, 16)
+	f.streams = append(f.streams, ch)
+	f.from = append(f.from, index)
+	return ch, nil
+}
+
+// setNode / setAlloc change Nomad's state (for the next list) and return
+// the object at a new index.
+func (f *fakeNomad) setNode(n Node) Node {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.index++
+	n.ModifyIndex = f.index
+	f.nodes[n.ID] = n
+	return n
+}
+
+func (f *fakeNomad) setAlloc(a Alloc, meta map[string]string) Alloc {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.index++
+	a.ModifyIndex = f.index
+	f.allocs[a.ID] = a
+	if meta != nil {
+		f.meta[a.ID] = meta
+	}
+	return a
+}
+
+func (f *fakeNomad) remove(nodeIDs, allocIDs []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.index++
+	for _, id := range nodeIDs {
+		delete(f.nodes, id)
+	}
+	for _, id := range allocIDs {
+		delete(f.allocs, id)
+	}
+}
+
+// push sends a batch on the newest stream (the change is also in the list).
+func (f *fakeNomad) push(t *testing.T, b Batch) {
+	t.Helper()
+	f.mu.Lock()
+	if b.Index == 0 {
+		b.Index = f.index
+	}
+	ch := f.streams[len(f.streams)-1]
+	f.mu.Unlock()
+	ch <- b
+}
+
+func (f *fakeNomad) streamCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.streams)
+}
+
+// storeWriter is the server's writes without a server: each request is
+// validated and applied by the real store, so the store's rules judge
+// the bridge.
+type storeWriter struct {
+	mu       sync.Mutex
+	s        *state.Store
+	idx      uint64
+	term     uint64 // the current leadership term: an entry of another is refused like the FSM does
+	claimErr map[string]error
+	claims   []string
+	syncs    int
+}
+
+func (w *storeWriter) apply(t structs.MessageType, req any, term uint64) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if term != 0 && term != w.term {
+		return fmt.Errorf("entry of term %d appended in term %d: %w", term, w.term, structs.ErrStaleTerm)
+	}
+	w.idx++
+	_, err := w.s.Apply(w.idx, t, req)
+	return err
+}
+
+func (w *storeWriter) SchedulerSync(ctx context.Context, req *structs.SchedulerSyncRequest) (uint64, error) {
+	w.mu.Lock()
+	w.syncs++
+	w.mu.Unlock()
+	return 0, w.apply(structs.SchedulerSyncType, req, req.Term)
+}
+
+func (w *storeWriter) NodeLiveness(ctx context.Context, req *structs.NodeLivenessRequest) error {
+	return w.apply(structs.NodeLivenessType, req, req.Term)
+}
+
+func (w *storeWriter) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*structs.Claim, error) {
+	w.mu.Lock()
+	err := w.claimErr[req.VolumeID]
+	w.claims = append(w.claims, req.AllocID+"/"+req.VolumeID)
+	term := w.term
+	w.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	vol, err := w.s.Snapshot().VolumeByID(nil, req.Namespace, req.VolumeID)
+	if err != nil {
+		return nil, err
+	}
+	if vol == nil {
+		return nil, structs.NotFound("volume", req.Namespace+"/"+req.VolumeID)
+	}
+	c := &structs.Claim{AllocID: req.AllocID, NodeID: req.NodeID, Mode: req.Mode, AccessMode: vol.AccessMode,
+		AttachmentMode: vol.AttachmentMode, State: structs.ClaimTaken, CreateTime: t0, ModifyTime: t0}
+	return c, w.apply(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: req.Namespace, VolumeID: req.VolumeID, Claim: c, Term: term}, term)
+}
+
+var t0 = time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+
+// harness is a bridge over a fakeNomad and a real store with nodes n1 and
+// n2 (direct mode), plugin p and volumes v1 (single writer), v2.
+type harness struct {
+	t      *testing.T
+	nomad  *fakeNomad
+	w      *storeWriter
+	store  *state.Store
+	clock  *clockwork.FakeClock
+	bridge *Bridge
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newHarness(t *testing.T) *harness {
+	h := &harness{t: t, nomad: newFakeNomad(), store: state.NewStore(), clock: clockwork.NewFakeClockAt(t0)}
+	h.w = &storeWriter{s: h.store, term: 1, claimErr: map[string]error{}}
+	must := func(typ structs.MessageType, req any) {
+		if err := h.w.apply(typ, req, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: &structs.Plugin{ID: "p"}})
+	for _, n := range []string{"n1", "n2"} {
+		must(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: &structs.Node{ID: n, Status: structs.NodeReady,
+			Plugins: map[string]*structs.NodePlugin{"p": {PluginID: "p", Endpoint: "unix:///tmp/" + n + ".sock", ExternalNodeID: "ext-" + n}}}})
+	}
+	must(structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{
+		{Namespace: "default", ID: "v1", ExternalID: "d1", PluginID: "p", AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem},
+		{Namespace: "default", ID: "v2", ExternalID: "d2", PluginID: "p", AccessMode: structs.AccessMultiNodeMultiWrite, AttachmentMode: structs.AttachFilesystem},
+	}})
+	s, err := Config{RelistInterval: "1m"}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.bridge, err = New(s, Deps{Nomad: h.nomad, Writer: h.w, Store: h.store, Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.nomad.setNode(Node{ID: "id-n1", Name: "n1", Status: nodeReady})
+	h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeReady})
+	return h
+}
+
+// start runs the bridge (term 1) and waits for its first stream.
+func (h *harness) start() {
+	h.startTerm(1)
+}
+
+func (h *harness) startTerm(term uint64) {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel, h.done = cancel, make(chan struct{})
+	n := h.nomad.streamCount()
+	go func() {
+		defer close(h.done)
+		_ = h.bridge.Run(ctx, term)
+	}()
+	h.t.Cleanup(h.stop)
+	testutil.WaitFor(h.t, "the bridge's event stream", func() bool { return h.nomad.streamCount() > n })
+}
+
+func (h *harness) stop() {
+	if h.cancel != nil {
+		h.cancel()
+		<-h.done
+		h.cancel = nil
+	}
+}
+
+func (h *harness) alloc(id string) *structs.Alloc {
+	a, err := h.store.Snapshot().AllocByID(nil, id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return a
+}
+
+func (h *harness) claimed(vol, alloc string) bool {
+	v, err := h.store.Snapshot().VolumeByID(nil, "default", vol)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return v != nil && v.Claims[alloc] != nil
+}
+
+func (h *harness) waitStatus(id string, want structs.AllocClientStatus) {
+	h.t.Helper()
+	testutil.WaitFor(h.t, fmt.Sprintf("allocation %s %s", id, want), func() bool {
+		a := h.alloc(id)
+		return a != nil && a.ClientStatus == want
+	})
+}
+
+func (h *harness) cursor() uint64 {
+	c, err := h.store.Snapshot().SchedulerCursor(nil, SourceName)
+	if err != nil || c == nil {
+		return 0
+	}
+	return c.Index
+}
+
+func (h *harness) events(substr string) []*structs.Event {
+	evs, err := h.store.Snapshot().Events(nil, 0)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []*structs.Event
+	for _, e := range evs {
+		if e.Type == structs.EventScheduler && (substr == "" || contains(e.Message, substr)) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func contains(s, sub string) bool { return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0) }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
+
+var errUnreachable = errors.New("dial tcp 127.0.0.1:4646: connect: connection refused")

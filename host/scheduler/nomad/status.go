@@ -1,0 +1,92 @@
+package nomad
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/volhost/volhost/host/scheduler"
+)
+
+// maxProblems bounds the problem lines kept (each is also an event).
+const maxProblems = 100
+
+// problem records a problem line under key. It queues an event (committed
+// with the next batch) when the problem is new or its message changed,
+// and reports whether it did: a problem that lasts is one event, not one
+// per event or re-list.
+func (b *Bridge) problem(r *run, key, allocID, nodeID, msg string) bool {
+	b.mu.Lock()
+	old, ok := b.problems[key]
+	if ok && old.Message == msg {
+		b.mu.Unlock()
+		return false
+	}
+	if !ok && len(b.problems) >= maxProblems {
+		b.mu.Unlock()
+		b.log.Warn(msg)
+		return false
+	}
+	b.problems[key] = scheduler.Problem{Key: key, Message: msg, Since: b.clock.Now()}
+	b.mu.Unlock()
+	b.log.Warn(msg)
+	r.pendingEvents = append(r.pendingEvents, b.event(allocID, nodeID, msg))
+	return true
+}
+
+// solved drops the problem under key.
+func (b *Bridge) solved(key string) {
+	b.mu.Lock()
+	delete(b.problems, key)
+	b.mu.Unlock()
+}
+
+// forget drops an allocation the bridge no longer follows (it ended) and
+// its problem lines.
+func (b *Bridge) forget(r *run, id string) {
+	if t := r.allocs[id]; t != nil && t.held {
+		t.held = false
+		defer b.setHeld(r)
+	}
+	delete(r.allocs, id)
+	b.mu.Lock()
+	for k := range b.problems {
+		if strings.HasPrefix(k, "alloc/"+id+"/") || k == "alloc/"+id || k == "held/"+id {
+			delete(b.problems, k)
+		}
+	}
+	b.mu.Unlock()
+}
+
+// Status implements scheduler.Source: the connection state, the committed
+// cursor, counts of the allocations mirrored (from committed state) and
+// the current problem lines.
+func (b *Bridge) Status() scheduler.Status {
+	b.mu.Lock()
+	st := b.st
+	st.Held = b.held
+	for _, p := range b.problems {
+		st.Problems = append(st.Problems, p)
+	}
+	b.mu.Unlock()
+	slices.SortFunc(st.Problems, func(x, y scheduler.Problem) int { return strings.Compare(x.Key, y.Key) })
+	snap := b.store.Snapshot()
+	if cur, err := snap.SchedulerCursor(nil, SourceName); err == nil && cur != nil {
+		st.Index, st.Resets = cur.Index, cur.Resets
+	}
+	if all, err := snap.Allocs(nil); err == nil {
+		for _, a := range all {
+			if a.Source != SourceName {
+				continue
+			}
+			st.Allocs++
+			if a.ClientStatus.Terminal() {
+				st.Terminal++
+			} else {
+				st.Live++
+			}
+		}
+	}
+	return st
+}
+
+var _ scheduler.Source = (*Bridge)(nil)
