@@ -397,14 +397,28 @@ func (b *Bridge) failed(ctx context.Context, r *run, err error) {
 	b.mu.Lock()
 	b.st.State, b.st.LastError, b.st.ErrorTime = scheduler.StateRetrying, msg, b.clock.Now()
 	b.mu.Unlock()
-	if msg == r.lastErr || errors.Is(err, structs.ErrStaleTerm) || errors.Is(err, structs.ErrNoLeader) {
+	// One event per cause: the same refusal reached through the list or
+	// the stream is one incident.
+	cause := rootCause(err)
+	if cause == r.lastErr || errors.Is(err, structs.ErrStaleTerm) || errors.Is(err, structs.ErrNoLeader) {
 		return
 	}
-	r.lastErr = msg
+	r.lastErr = cause
 	r.pendingEvents = append(r.pendingEvents, b.event("", "", "Nomad bridge: "+msg))
 	r.pendingAllocs = nil // listed again on the next session
 	if err := b.commit(ctx, r, false, false); err != nil {
 		b.log.Warn("could not record the bridge's error as an event", "error", err)
+	}
+}
+
+// rootCause is the innermost error's message.
+func rootCause(err error) string {
+	for {
+		next := errors.Unwrap(err)
+		if next == nil {
+			return err.Error()
+		}
+		err = next
 	}
 }
 

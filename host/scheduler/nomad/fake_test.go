@@ -237,15 +237,32 @@ func (h *harness) start() {
 
 func (h *harness) startTerm(term uint64) {
 	h.t.Helper()
+	n := h.nomad.streamCount()
+	h.run(term)
+	testutil.WaitFor(h.t, "the bridge's event stream", func() bool { return h.nomad.streamCount() > n })
+}
+
+// advance moves the fake clock by d once the bridge waits on it (its
+// re-list ticker or its backoff).
+func (h *harness) advance(d time.Duration) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Deadline)
+	defer cancel()
+	if err := h.clock.BlockUntilContext(ctx, 1); err != nil {
+		h.t.Fatal(err)
+	}
+	h.clock.Advance(d)
+}
+
+// run starts the bridge without waiting for anything.
+func (h *harness) run(term uint64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	h.cancel, h.done = cancel, make(chan struct{})
-	n := h.nomad.streamCount()
 	go func() {
 		defer close(h.done)
 		_ = h.bridge.Run(ctx, term)
 	}()
 	h.t.Cleanup(h.stop)
-	testutil.WaitFor(h.t, "the bridge's event stream", func() bool { return h.nomad.streamCount() > n })
 }
 
 func (h *harness) stop() {
