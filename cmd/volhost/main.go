@@ -161,6 +161,9 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"alloc update":   cmd(&AllocUpdateCommand{Meta: m}),
 		"alloc status":   cmd(&AllocStatusCommand{Meta: m}),
 
+		"scheduler":        cmd(&groupCommand{Meta: m, name: "scheduler", synopsis: "Inspect the scheduler bridges (Nomad)"}),
+		"scheduler status": cmd(&SchedulerStatusCommand{Meta: m}),
+
 		"system":    cmd(&groupCommand{Meta: m, name: "system", synopsis: "System maintenance"}),
 		"system gc": cmd(&SystemGCCommand{Meta: m}),
 		"events":    cmd(&EventsCommand{Meta: m}),

@@ -20,6 +20,7 @@ import (
 	"github.com/volhost/volhost/host/metrics"
 	"github.com/volhost/volhost/host/nodeconn"
 	"github.com/volhost/volhost/host/nodestep"
+	"github.com/volhost/volhost/host/scheduler"
 	"github.com/volhost/volhost/host/server"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/tlsutil"
@@ -58,6 +59,10 @@ type Agent struct {
 	// from their heartbeats; both nil without node_rpc.address.
 	NodeRPC *nodeconn.Server
 	Tracker *nodeconn.Tracker
+
+	// Schedulers are the scheduler sources (scheduler blocks), run by
+	// the leader only.
+	Schedulers []scheduler.Source
 
 	// TLS holds the certificates when tls.http or tls.rpc is on (reloaded
 	// by ReloadTLS); ACL is the access control system when acl.enabled.
@@ -196,6 +201,10 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		Locks:      locks,
 	}, a.logger)
 	a.Server.SetReleaser(a.Watcher)
+	if err := a.setupSchedulers(d); err != nil {
+		a.CSI.Close()
+		return nil, errors.Join(err, a.closeModules(context.Background()), a.Cluster.Shutdown(), a.lock.release())
+	}
 	apiCfg := api.Config{
 		Addr: cfg.HTTP.Address, MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: a.logger.Named("http"),
 		// Privileged actions are audited through the log with ACLs on or off.
@@ -210,6 +219,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	// always leads, so it only gains the operator routes).
 	a.API.EnableCluster(a.Cluster)
 	a.API.EnableModules(a)
+	a.API.EnableSchedulers(a)
 	a.setupACL()
 	// A graceful leadership transfer stops this server's watcher (and
 	// waits for its CSI calls) before leadership moves (issue 5).
@@ -294,8 +304,8 @@ func (a *Agent) Shutdown() error {
 // leader releases claims; a step-down cancels every in-flight CSI call.
 func (a *Agent) followLeadership(ctx context.Context) {
 	ch := a.Cluster.LeaderCh()
-	stopTracker := func() {}
-	defer func() { stopTracker() }()
+	stopTracker, stopSchedulers := func() {}, func() {}
+	defer func() { stopTracker(); stopSchedulers() }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -304,10 +314,12 @@ func (a *Agent) followLeadership(ctx context.Context) {
 			a.logger.Info("leadership changed", "leader", leader)
 			a.Watcher.SetEnabled(leader)
 			stopTracker()
-			stopTracker = func() {}
+			stopSchedulers()
+			stopTracker, stopSchedulers = func() {}, func() {}
 			if leader {
 				a.moduleEvents.flush()
 				stopTracker = a.startTracker(ctx)
+				stopSchedulers = a.startSchedulers(ctx)
 			}
 		}
 	}

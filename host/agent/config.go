@@ -16,6 +16,7 @@ import (
 	hclog "github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/hcl/v2/hclsimple"
 
+	"github.com/volhost/volhost/host/scheduler/nomad"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
 )
@@ -46,6 +47,9 @@ type Config struct {
 	ModuleLimits *ModuleLimitsConfig `hcl:"module_limits,block"`
 	// ModuleSources pull modules from signed OCI bundles (issue 15).
 	ModuleSources []ModuleSourceConfig `hcl:"module_source,block"`
+	// Schedulers are the scheduler sources the leader mirrors (scheduler
+	// "nomad" { ... }: host/scheduler/nomad).
+	Schedulers []SchedulerConfig `hcl:"scheduler,block"`
 	// Region names this cluster's servers in TLS certificates
 	// (server.<region>.volhost; default "global").
 	Region string        `hcl:"region,optional"`
@@ -283,6 +287,7 @@ func (c *Config) Merge(o *Config) {
 		setString(&c.TLS.KeyFile, t.KeyFile)
 	}
 	c.ModuleSources = append(c.ModuleSources, o.ModuleSources...)
+	c.Schedulers = append(c.Schedulers, o.Schedulers...)
 	if e := o.EscapeHatch; e != nil {
 		c.EscapeHatch.AutoForceDeregister = c.EscapeHatch.AutoForceDeregister || e.AutoForceDeregister
 		setString(&c.EscapeHatch.After, e.After)
@@ -311,6 +316,8 @@ type Durations struct {
 	ModuleMaxima plugins.Maxima
 	// moduleSources are the module_source blocks, checked.
 	moduleSources []moduleSource
+	// nomad is the scheduler "nomad" block, checked (nil: none).
+	nomad *nomad.Settings
 	// HTTP timeouts (0: the API's defaults).
 	HTTPRead, HTTPWrite, HTTPIdle time.Duration
 }
@@ -451,6 +458,10 @@ func (c *Config) Validate() (Durations, error) {
 	var serr []error
 	d.moduleSources, serr = c.validateSources()
 	errs = append(errs, serr...)
+	var err error
+	if d.nomad, err = c.validateSchedulers(); err != nil {
+		errs = append(errs, err)
+	}
 	return d, errors.Join(errs...)
 }
 

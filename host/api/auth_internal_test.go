@@ -34,6 +34,7 @@ func checkCoversRoutes[T any](t *testing.T, name string, table map[string]T) {
 	s := New(Config{}, nil, nil, nil)
 	s.EnableCluster(nil)
 	s.EnableModules(nil)
+	s.EnableSchedulers(nil)
 	s.EnableACL(ACLConfig{})
 	seen := map[string]bool{}
 	for _, p := range s.Patterns() {

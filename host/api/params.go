@@ -81,6 +81,7 @@ var routeParams = map[string][]string{
 
 	"GET /v1/status/peers":                   nil,
 	"GET /v1/modules":                        nil,
+	"GET /v1/scheduler/status":               nil,
 	"GET /v1/module/{id}":                    one("per_page", "next_token"), // next_token: refused with its own reason
 	"PUT /v1/modules/reload":                 nil,
 	"POST /v1/modules/reload":                nil,

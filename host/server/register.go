@@ -268,3 +268,19 @@ func (s *Server) NodeLiveness(ctx context.Context, req *structs.NodeLivenessRequ
 	_, _, err := s.log.Apply(ctx, structs.NodeLivenessType, req)
 	return err
 }
+
+// SchedulerSync commits a scheduler source's batch (host/scheduler): its
+// allocations, events and cursor in one entry, validated by the store
+// and fenced by the leadership term the source runs under.
+func (s *Server) SchedulerSync(ctx context.Context, req *structs.SchedulerSyncRequest) (uint64, error) {
+	if req == nil {
+		return 0, structs.Invalid("", "empty scheduler sync request")
+	}
+	for _, a := range req.Allocs {
+		if a != nil && a.ModifyTime.IsZero() {
+			a.ModifyTime = s.clock.Now()
+		}
+	}
+	idx, _, err := s.log.Apply(ctx, structs.SchedulerSyncType, req)
+	return idx, err
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -312,24 +313,11 @@ func (h *harness) events(substr string) []*structs.Event {
 	}
 	var out []*structs.Event
 	for _, e := range evs {
-		if e.Type == structs.EventScheduler && (substr == "" || contains(e.Message, substr)) {
+		if e.Type == structs.EventScheduler && (substr == "" || strings.Contains(e.Message, substr)) {
 			out = append(out, e)
 		}
 	}
 	return out
-}
-
-func contains(s, sub string) bool {
-	return len(sub) == 0 || (len(s) >= len(sub) && indexOf(s, sub) >= 0)
-}
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
 }
 
 var errUnreachable = errors.New("dial tcp 127.0.0.1:4646: connect: connection refused")
