@@ -60,6 +60,9 @@ type env struct {
 	// nodeRPC is the server's node_rpc address (agentNodes only).
 	nodeRPC string
 	mgmt    string // the management token when ACL is on
+	// agentCfg is the agent's configuration; opts the env's options.
+	agentCfg string
+	opts     envOptions
 }
 
 type envOptions struct {
@@ -74,6 +77,13 @@ type envOptions struct {
 	// agentNodes are served by the driver but registered by node agents
 	// (the test starts them); the server then listens on node_rpc.
 	agentNodes []string
+	// extra is more agent configuration (a scheduler block).
+	extra string
+	// deferAgent: the test starts the agent with e.startAgent (after
+	// what its configuration names, e.g. a Nomad agent's address).
+	deferAgent bool
+	// timeout bounds the whole test (default 3 minutes).
+	timeout time.Duration
 	// acl turns ACL enforcement on: the env bootstraps it and runs the CLI
 	// (and API client) with the management token, env.mgmt.
 	acl bool
@@ -81,7 +91,10 @@ type envOptions struct {
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	if o.timeout == 0 {
+		o.timeout = 3 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	t.Cleanup(cancel)
 	if len(o.nodes) == 0 && len(o.agentNodes) == 0 {
 		o.nodes = []string{"node1"}
@@ -115,7 +128,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Logf("gcepd log tail:\n%s", drv.Tail(6000))
 		}
 	})
-	agentCfg := "log_level = \"debug\"\n" + o.watcher
+	agentCfg := "log_level = \"debug\"\n" + o.watcher + o.extra
 	if o.acl {
 		agentCfg += "acl {\n  enabled = true\n}\n"
 	}
@@ -127,6 +140,18 @@ func newEnv(t *testing.T, o envOptions) *env {
 		// Short heartbeats so a lost node is down within seconds.
 		agentCfg += fmt.Sprintf("node_rpc {\n  address = %q\n  heartbeat_interval = \"500ms\"\n  heartbeat_ttl = \"3s\"\n}\n", nodeRPC)
 	}
+	e := &env{t: t, ctx: ctx, dir: dir, drv: drv, plugin: o.plugin, nodeRPC: nodeRPC, agentCfg: agentCfg, opts: o}
+	if !o.deferAgent {
+		e.startAgent(agentCfg)
+	}
+	return e
+}
+
+// startAgent starts the volhost agent with config, then registers the
+// plugin and the nodes (newEnv does it unless deferAgent).
+func (e *env) startAgent(agentCfg string) {
+	t, ctx, dir, o := e.t, e.ctx, e.dir, e.opts
+	t.Helper()
 	agent, err := StartAgent(ctx, dir, bins.Volhost, agentCfg, o.agentArgs...)
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +162,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 			t.Logf("agent log tail:\n%s", agent.Tail(8000))
 		}
 	})
-	e := &env{t: t, ctx: ctx, dir: dir, drv: drv, agent: agent, plugin: o.plugin, nodeRPC: nodeRPC}
+	e.agent = agent
 	if o.acl {
 		if e.mgmt, err = agent.API.Bootstrap(ctx); err != nil {
 			t.Fatalf("ACL bootstrap: %v", err)
@@ -146,7 +171,6 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Setenv("VOLHOST_TOKEN", e.mgmt) // the CLI's token (Agent.CLI passes the environment on)
 	}
 	e.registerPluginAndNodes(o.nodes, o.nodeMeta)
-	return e
 }
 
 // cli runs the volhost CLI and fails the test unless the exit code is want.

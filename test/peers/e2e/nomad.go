@@ -1,0 +1,303 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The real Nomad agent the Nomad bridge's scenarios run against. Nomad is
+// BUSL-1.1: it is built locally by `make nomad` (scripts/build-nomad.sh)
+// into a cache outside the repository, never committed or vendored.
+
+// NomadBinEnv names the Nomad binary; without it the harness looks in
+// $HOME/.cache/volhost/nomad-v1.11.3/nomad, where `make nomad` puts it.
+const NomadBinEnv = "VOLHOST_E2E_NOMAD"
+
+// NomadVersion is the Nomad release the scenarios are written against.
+const NomadVersion = "v1.11.3"
+
+// NomadBin returns the Nomad binary, or an error saying how to build it.
+func NomadBin() (string, error) {
+	p := os.Getenv(NomadBinEnv)
+	if p == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		p = filepath.Join(home, ".cache", "volhost", "nomad-"+NomadVersion, "nomad")
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("no Nomad binary at %s (run `make nomad`, or set %s): %w", p, NomadBinEnv, err)
+	}
+	return p, nil
+}
+
+// Nomad is a running `nomad agent -dev` (server and client in one) on
+// loopback ports.
+type Nomad struct {
+	Addr     string // http://127.0.0.1:PORT
+	Name     string // the client node's name
+	DataDir  string
+	bin, dir string
+	cmd      *exec.Cmd
+	log      string
+	done     chan struct{}
+}
+
+// StartNomad starts a dev agent whose client node is called name, with
+// raw_exec enabled, the update check off, the cloud fingerprinters denied
+// (they probe metadata endpoints for seconds) and AWS_CA_BUNDLE unset (the
+// agent dies at start when it names a missing file). It returns once the
+// node is ready.
+func StartNomad(ctx context.Context, dir, bin, name string) (*Nomad, error) {
+	var ports [3]int
+	for i := range ports {
+		addr, err := FreeAddr()
+		if err != nil {
+			return nil, err
+		}
+		_, p, _ := net.SplitHostPort(addr)
+		ports[i], _ = strconv.Atoi(p)
+	}
+	n := &Nomad{Addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), Name: name, DataDir: filepath.Join(dir, "nomad-"+name),
+		bin: bin, dir: dir, log: filepath.Join(dir, "nomad-"+name+".log"), done: make(chan struct{})}
+	cfg := fmt.Sprintf(`
+name                 = %q
+data_dir             = %q
+bind_addr            = "127.0.0.1"
+disable_update_check = true
+log_level            = "DEBUG"
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+client {
+  network_interface = "lo"
+  options {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+`, name, n.DataDir, ports[0], ports[1], ports[2])
+	cfgPath := filepath.Join(dir, "nomad-"+name+".hcl")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	if err := n.start(cfgPath); err != nil {
+		return nil, err
+	}
+	err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
+		select {
+		case <-n.done:
+			return false, fmt.Errorf("nomad exited:\n%s", n.Tail(4000))
+		default:
+		}
+		var nodes []struct{ Name, Status string }
+		if err := n.Get(ctx, "/v1/nodes", &nodes); err != nil {
+			return false, nil
+		}
+		for _, nd := range nodes {
+			if nd.Name == name && nd.Status == "ready" {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		n.Stop()
+		return nil, fmt.Errorf("waiting for Nomad node %s: %w", name, err)
+	}
+	return n, nil
+}
+
+func (n *Nomad) start(cfgPath string) error {
+	f, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(n.bin, "agent", "-dev", "-config", cfgPath)
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "AWS_CA_BUNDLE=") && !strings.HasPrefix(kv, "NOMAD_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("starting nomad: %w", err)
+	}
+	n.cmd = cmd
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(n.done)
+	}()
+	return nil
+}
+
+// Stop ends the agent and everything it left behind: a Nomad client
+// leaves its tasks, executors and logmon running when it dies (ANCHORS),
+// so every process whose command line names this test's directory goes
+// too, by process ID.
+func (n *Nomad) Stop() {
+	if n.cmd != nil && n.cmd.Process != nil {
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-n.done:
+		case <-time.After(10 * time.Second):
+			_ = n.cmd.Process.Kill()
+			<-n.done
+		}
+	}
+	KillByDir(n.dir)
+}
+
+// Kill ends the agent at once (SIGKILL), as a crash would; its tasks keep
+// running.
+func (n *Nomad) Kill() {
+	_ = n.cmd.Process.Kill()
+	<-n.done
+}
+
+// KillByDir kills (SIGKILL) every process whose command line contains dir:
+// the tasks, executors and logmon a Nomad client left behind.
+func KillByDir(dir string) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	self := os.Getpid()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		if strings.Contains(string(cmdline), dir) {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+// Tail returns the last n bytes of the agent's log.
+func (n *Nomad) Tail(max int64) string {
+	f, err := os.Open(n.log)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	if st, _ := f.Stat(); st != nil && st.Size() > max {
+		_, _ = f.Seek(-max, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
+}
+
+// Get reads a Nomad API path into out.
+func (n *Nomad) Get(ctx context.Context, path string, out any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, n.Addr+path, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
+	}
+	return json.Unmarshal(body, out)
+}
+
+// CLI runs the nomad CLI against the agent.
+func (n *Nomad) CLI(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, n.bin, args...)
+	cmd.Env = append(os.Environ(), "NOMAD_ADDR="+n.Addr)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("nomad %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+// NomadAlloc is what the scenarios read of an allocation.
+type NomadAlloc struct {
+	ID            string
+	NodeName      string
+	ClientStatus  string
+	DesiredStatus string
+	// ModifyTime is when the server applied the allocation's last update
+	// (Unix nanoseconds): for a terminal allocation, when the client's
+	// terminal status reached the server.
+	ModifyTime int64
+	TaskStates map[string]struct {
+		State      string
+		FinishedAt time.Time
+	}
+}
+
+// JobAllocs lists a job's allocations.
+func (n *Nomad) JobAllocs(ctx context.Context, job string) ([]NomadAlloc, error) {
+	var out []NomadAlloc
+	err := n.Get(ctx, "/v1/job/"+job+"/allocations", &out)
+	return out, err
+}
+
+// Alloc reads one allocation.
+func (n *Nomad) Alloc(ctx context.Context, id string) (NomadAlloc, error) {
+	var out NomadAlloc
+	err := n.Get(ctx, "/v1/allocation/"+id, &out)
+	return out, err
+}
+
+// WaitAlloc polls a job until it has an allocation other than those in
+// skip, and returns it.
+func (n *Nomad) WaitAlloc(ctx context.Context, job string, skip map[string]bool) (NomadAlloc, error) {
+	var got NomadAlloc
+	err := Poll(ctx, 50*time.Millisecond, func() (bool, error) {
+		as, err := n.JobAllocs(ctx, job)
+		if err != nil {
+			return false, nil
+		}
+		for _, a := range as {
+			if !skip[a.ID] {
+				got = a
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return got, fmt.Errorf("waiting for an allocation of job %s: %w", job, err)
+	}
+	return got, nil
+}
+
+// Terminal reports whether the client reported the allocation ended.
+func (a NomadAlloc) Terminal() bool {
+	return a.ClientStatus == "complete" || a.ClientStatus == "failed" || a.ClientStatus == "lost"
+}

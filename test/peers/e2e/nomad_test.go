@@ -1,0 +1,233 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The Nomad bridge against a real Nomad v1.11.3 agent (make nomad builds
+// it): Nomad places the jobs of examples/nomad, the bridge mirrors their
+// allocations and claims their volumes, the GCE PD driver publishes them,
+// the raw_exec tasks write to the published path, and the claims are
+// released when the client reports the allocation ended.
+
+// nomadEnv is an env whose agent mirrors a real Nomad dev agent (node n1).
+type nomadEnv struct {
+	*env
+	nomad *Nomad
+}
+
+func newNomadEnv(t *testing.T, timeout time.Duration) *nomadEnv {
+	t.Helper()
+	bin, err := NomadBin()
+	if err != nil {
+		t.Skipf("the Nomad scenarios need a Nomad %s binary: %v", NomadVersion, err)
+	}
+	ndir, err := os.MkdirTemp("", "vhn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(ndir) })
+	e := newEnv(t, envOptions{nodes: []string{"n1"}, extra: "\nscheduler \"nomad\" {\n  address = \"NOMAD_ADDR\"\n  relist_interval = \"5s\"\n  retry_max = \"2s\"\n}\n",
+		deferAgent: true, timeout: timeout})
+	nm, err := StartNomad(e.ctx, ndir, bin, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("nomad log tail:\n%s", nm.Tail(6000))
+		}
+		nm.Stop()
+		KillByDir(e.dir)
+	})
+	e.startAgent(strings.ReplaceAll(e.agentCfg, "NOMAD_ADDR", nm.Addr))
+	return &nomadEnv{env: e, nomad: nm}
+}
+
+// volume registers a single-writer volume on a driver disk.
+func (e *env) volume(vol, disk string) {
+	e.t.Helper()
+	e.cli(0, "volume", "register", e.spec(vol+".hcl", fmt.Sprintf(`
+volume %q {
+  external_id     = %q
+  plugin_id       = %q
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+  fs_type         = "ext4"
+}
+`, vol, e.drv.VolumeID(disk), e.plugin)))
+}
+
+// example is a job file of examples/nomad.
+func example(name string) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "examples", "nomad", name)
+}
+
+// jobVars are the -var flags that point an example job at this env.
+func (e *nomadEnv) jobVars(vol string, more ...string) []string {
+	args := []string{"-var", "root_dir=" + filepath.Join(e.dir, "root-n1"), "-var", "plugin=" + e.plugin, "-var", "volume=" + vol,
+		"-var", "cleanup=true"}
+	for _, m := range more {
+		args = append(args, "-var", m)
+	}
+	return args
+}
+
+func (e *nomadEnv) run(args ...string) string {
+	e.t.Helper()
+	out, err := e.nomad.CLI(e.ctx, args...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return out
+}
+
+// schedulerStatus is the leader's bridge status.
+func (e *nomadEnv) schedulerStatus() map[string]any {
+	e.t.Helper()
+	var st []map[string]any
+	if err := json.Unmarshal([]byte(e.cli(0, "scheduler", "status", "-json")), &st); err != nil || len(st) != 1 {
+		e.t.Fatalf("scheduler status -json: %v %v", err, st)
+	}
+	return st[0]
+}
+
+// TestNomadBatchJob: a batch job's volume is claimed when Nomad places the
+// allocation, published, written by the task, and released once the
+// client reports it complete. VOLHOST_NOMAD_RUNS runs it that many times
+// and reports the latency from the client's terminal status reaching
+// Nomad's server to the claim's removal (BENCHMARKS.md).
+func TestNomadBatchJob(t *testing.T) {
+	runs := 1
+	if s := os.Getenv("VOLHOST_NOMAD_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("VOLHOST_NOMAD_RUNS=%q", s)
+		}
+		runs = n
+	}
+	e := newNomadEnv(t, 3*time.Minute+time.Duration(runs)*15*time.Second)
+	e.volume("vol1", "disk-0")
+	seen := map[string]bool{}
+	var lat []time.Duration
+	for i := range runs {
+		e.run(append(append([]string{"job", "run", "-detach"}, e.jobVars("vol1")...), example("batch-write.nomad.hcl"))...)
+		a, err := e.nomad.WaitAlloc(e.ctx, "volhost-batch", seen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[a.ID] = true
+		// The task ends only after writing to the published path; the
+		// release waits for the client's complete.
+		var done NomadAlloc
+		if err := Poll(e.ctx, 5*time.Millisecond, func() (bool, error) {
+			var err error
+			done, err = e.nomad.Alloc(e.ctx, a.ID)
+			return err == nil && done.Terminal(), nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		e.waitReleased("vol1")
+		released := time.Now()
+		if done.ClientStatus != "complete" {
+			t.Fatalf("run %d: allocation %s is %s:\n%s", i, a.ID, done.ClientStatus, e.run("alloc", "logs", "-stderr", a.ID))
+		}
+		lat = append(lat, released.Sub(time.Unix(0, done.ModifyTime)))
+		if logs := e.run("alloc", "logs", a.ID); !strings.Contains(logs, "written by allocation "+a.ID) {
+			t.Fatalf("the task did not write to the published volume:\n%s", logs)
+		}
+		mustContain(t, "alloc status", e.cli(0, "alloc", "status", a.ID), "complete")
+		if i < runs-1 {
+			e.run("job", "stop", "-purge", "volhost-batch")
+		}
+	}
+	want := []string{"controller:ControllerPublishVolume:OK", "n1:NodeStageVolume:OK", "n1:NodePublishVolume:OK",
+		"n1:NodeUnpublishVolume:OK", "n1:NodeUnstageVolume:OK", "controller:ControllerUnpublishVolume:OK"}
+	var wantAll []string
+	for range runs {
+		wantAll = append(wantAll, want...)
+	}
+	if got := e.calls(); !slices.Equal(got, wantAll) {
+		t.Fatalf("driver calls = %v, want %v", got, wantAll)
+	}
+	if e.attached("disk-0", "n1") {
+		t.Fatal("disk-0 still attached after the release")
+	}
+	st := e.schedulerStatus()
+	if st["state"] != "streaming" || st["last_error"] != nil || st["claims"].(float64) != float64(runs) {
+		t.Fatalf("scheduler status = %v", st)
+	}
+	slices.Sort(lat)
+	t.Logf("client terminal -> claim removed over %d runs: median %s, p99 %s, min %s, max %s",
+		runs, lat[len(lat)/2], lat[(len(lat)*99+99)/100-1], lat[0], lat[len(lat)-1])
+}
+
+// TestNomadShutdownDelay: a service job with shutdown_delay stopped: for
+// the delay Nomad reports the allocation pending with desired status stop
+// while its task keeps writing; the claim stays until the client reports
+// the allocation complete (hashicorp/nomad #24130, #25819: Nomad itself
+// unmounted during the delay).
+func TestNomadShutdownDelay(t *testing.T) {
+	e := newNomadEnv(t, 3*time.Minute)
+	e.volume("vol2", "disk-1")
+	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVars("vol2", "shutdown_delay=6s")...), example("service-delay.nomad.hcl"))...)
+	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heartbeat := filepath.Join(e.dir, "root-n1", "csi", e.plugin, "per-alloc", a.ID, "default", "vol2", "heartbeat")
+	if err := Poll(e.ctx, 20*time.Millisecond, func() (bool, error) {
+		_, err := os.Stat(heartbeat)
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the task never wrote to the published volume: %v", err)
+	}
+	stopped := time.Now()
+	e.run("job", "stop", "-detach", "volhost-service")
+	var sawDelay bool
+	var last NomadAlloc
+	var lastWrite time.Time
+	if err := Poll(e.ctx, 25*time.Millisecond, func() (bool, error) {
+		v, _, err := e.agent.API.Volume(e.ctx, "vol2", 0, 0)
+		if err != nil {
+			return false, err
+		}
+		// Read Nomad after volhost: a release seen here happened before
+		// this read of the client's status.
+		last, err = e.nomad.Alloc(e.ctx, a.ID)
+		if err != nil {
+			return false, err
+		}
+		if last.DesiredStatus == "stop" && !last.Terminal() {
+			sawDelay = true
+			if fi, err := os.Stat(heartbeat); err == nil {
+				lastWrite = fi.ModTime()
+			}
+		}
+		if len(v.Claims) == 0 && !last.Terminal() {
+			return false, fmt.Errorf("claim released while Nomad reports the allocation %s (desired %s)", last.ClientStatus, last.DesiredStatus)
+		}
+		return last.Terminal(), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitReleased("vol2")
+	if !sawDelay {
+		t.Fatal("never saw the allocation live with desired status stop: no shutdown delay to test")
+	}
+	if w := lastWrite.Sub(stopped); w < 4*time.Second {
+		t.Fatalf("the task's last write seen during the delay was %s after the stop, want most of the 6s delay", w)
+	}
+	t.Logf("the task wrote for %s after the stop; released %s after the client's %s",
+		lastWrite.Sub(stopped).Round(time.Millisecond), time.Since(time.Unix(0, last.ModifyTime)).Round(time.Millisecond), last.ClientStatus)
+}
