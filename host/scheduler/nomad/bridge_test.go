@@ -224,7 +224,10 @@ func TestBridgeReset(t *testing.T) {
 	h.nomad.index, h.nomad.allocs = 2, map[string]Alloc{}
 	h.nomad.mu.Unlock()
 	h.nomad.push(t, Batch{Index: 1, Err: errUnreachable})
-	h.advance(time.Second) // the backoff
+	// Once retrying, the session's re-list ticker is stopped: the clock's
+	// only waiter is the backoff.
+	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
+	h.advance(time.Second)
 	testutil.WaitFor(t, "the reset", func() bool { return h.bridge.Status().Resets == 1 })
 	h.waitStatus("a1", structs.AllocLost)
 	if h.cursor() != 2 || len(h.events("went back")) != 1 {
