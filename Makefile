@@ -11,7 +11,7 @@ PLUGIN_BUILD  := examples/plugins/build
 TEST_MODULE_BUILD := bin/test-modules
 TEST_TIMEOUT  ?= 20m
 
-.PHONY: build plugins test-modules test test-short lint run bench bench-quick e2e chaos clean
+.PHONY: build plugins test-modules test test-short lint run bench bench-quick e2e chaos clean nomad
 
 build:
 	$(GO) build -o bin/volhost ./cmd/volhost
@@ -49,7 +49,16 @@ lint:
 # The first build of the GCE PD driver takes minutes; later runs reuse the
 # Go build cache.
 E2E_BIN := $(CURDIR)/bin/e2e
-e2e: plugins test-modules
+# The real Nomad the Nomad bridge's scenarios (TestNomad*) run against,
+# built from the Go module proxy's source into a cache outside the
+# repository (Nomad is BUSL-1.1: never committed): about 10 minutes of CPU
+# on 2 cores the first time, skipped once built.
+NOMAD_VERSION ?= v1.11.3
+export VOLHOST_E2E_NOMAD ?= $(HOME)/.cache/volhost/nomad-$(NOMAD_VERSION)/nomad
+nomad:
+	@NOMAD_VERSION=$(NOMAD_VERSION) bash scripts/build-nomad.sh >/dev/null
+
+e2e: plugins test-modules nomad
 	$(GO) build -o $(E2E_BIN)/volhost ./cmd/volhost
 	cd test/peers && $(GO) build -o $(E2E_BIN)/ ./cmd/gcepd ./cmd/mockcsi
 	cd test/peers && $(GO) vet ./...
