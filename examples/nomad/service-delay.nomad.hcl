@@ -30,6 +30,12 @@ variable "cleanup" {
   default     = false
 }
 
+variable "node" {
+  description = "a regular expression the node's name must match"
+  type        = string
+  default     = ".*"
+}
+
 variable "datacenters" {
   type    = list(string)
   default = ["*"]
@@ -41,6 +47,12 @@ job "volhost-service" {
 
   group "app" {
     shutdown_delay = var.shutdown_delay
+
+    constraint {
+      attribute = "${node.unique.name}"
+      operator  = "regexp"
+      value     = "^${var.node}$"
+    }
 
     meta {
       volhost_volume_data = "default/${var.volume}"

@@ -47,6 +47,7 @@ func NomadBin() (string, error) {
 // loopback ports.
 type Nomad struct {
 	Addr     string // http://127.0.0.1:PORT
+	RPC      string // 127.0.0.1:PORT, where clients join a server
 	Name     string // the client node's name
 	DataDir  string
 	bin, dir string
@@ -61,6 +62,27 @@ type Nomad struct {
 // agent dies at start when it names a missing file). It returns once the
 // node is ready.
 func StartNomad(ctx context.Context, dir, bin, name string) (*Nomad, error) {
+	// Heartbeats short enough that a killed client is down within seconds
+	// (the default grace kept one up for 22 s), and nodes down for a
+	// second may be collected by `nomad system gc`.
+	return startNomad(ctx, dir, bin, name, nil, "", `
+server {
+  heartbeat_grace   = "1s"
+  min_heartbeat_ttl = "1s"
+  node_gc_threshold = "1s"
+}
+`)
+}
+
+// StartClient starts a client-only agent (node name) joined to n's
+// server: a second node that a test can lose.
+func (n *Nomad) StartClient(ctx context.Context, name string) (*Nomad, error) {
+	return startNomad(ctx, n.dir, n.bin, name, n, fmt.Sprintf("  enabled = true\n  servers = [%q]\n", n.RPC))
+}
+
+// startNomad starts a dev agent (server nil) or a client of server;
+// clientExtra goes inside the client block, extra after the rest.
+func startNomad(ctx context.Context, dir, bin, name string, server *Nomad, clientExtra string, extra ...string) (*Nomad, error) {
 	var ports [3]int
 	for i := range ports {
 		addr, err := FreeAddr()
@@ -70,13 +92,18 @@ func StartNomad(ctx context.Context, dir, bin, name string) (*Nomad, error) {
 		_, p, _ := net.SplitHostPort(addr)
 		ports[i], _ = strconv.Atoi(p)
 	}
-	n := &Nomad{Addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), Name: name, DataDir: filepath.Join(dir, "nomad-"+name),
+	n := &Nomad{Addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), RPC: fmt.Sprintf("127.0.0.1:%d", ports[1]), Name: name, DataDir: filepath.Join(dir, "nomad-"+name),
 		bin: bin, dir: dir, log: filepath.Join(dir, "nomad-"+name+".log"), done: make(chan struct{})}
 	cfg := fmt.Sprintf(`
 name                 = %q
 data_dir             = %q
 bind_addr            = "127.0.0.1"
 disable_update_check = true
+advertise {
+  http = "127.0.0.1"
+  rpc  = "127.0.0.1"
+  serf = "127.0.0.1"
+}
 log_level            = "DEBUG"
 ports {
   http = %d
@@ -84,7 +111,7 @@ ports {
   serf = %d
 }
 client {
-  network_interface = "lo"
+%s  network_interface = "lo"
   options {
     "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
   }
@@ -94,12 +121,17 @@ plugin "raw_exec" {
     enabled = true
   }
 }
-`, name, n.DataDir, ports[0], ports[1], ports[2])
+`, name, n.DataDir, ports[0], ports[1], ports[2], clientExtra) + strings.Join(extra, "")
 	cfgPath := filepath.Join(dir, "nomad-"+name+".hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	if err := n.start(cfgPath); err != nil {
+	args := []string{"agent", "-dev", "-config", cfgPath}
+	api := n
+	if server != nil {
+		args, api = []string{"agent", "-config", cfgPath}, server
+	}
+	if err := n.start(args); err != nil {
 		return nil, err
 	}
 	err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
@@ -109,7 +141,7 @@ plugin "raw_exec" {
 		default:
 		}
 		var nodes []struct{ Name, Status string }
-		if err := n.Get(ctx, "/v1/nodes", &nodes); err != nil {
+		if err := api.Get(ctx, "/v1/nodes", &nodes); err != nil {
 			return false, nil
 		}
 		for _, nd := range nodes {
@@ -126,12 +158,12 @@ plugin "raw_exec" {
 	return n, nil
 }
 
-func (n *Nomad) start(cfgPath string) error {
+func (n *Nomad) start(args []string) error {
 	f, err := os.OpenFile(n.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(n.bin, "agent", "-dev", "-config", cfgPath)
+	cmd := exec.Command(n.bin, args...)
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "AWS_CA_BUNDLE=") && !strings.HasPrefix(kv, "NOMAD_") {
@@ -156,8 +188,9 @@ func (n *Nomad) start(cfgPath string) error {
 
 // Stop ends the agent and everything it left behind: a Nomad client
 // leaves its tasks, executors and logmon running when it dies (ANCHORS),
-// so every process whose command line names this test's directory goes
-// too, by process ID.
+// so every process whose command line names its data directory goes
+// too, by process ID (the tasks name their volume's path, under the
+// volhost node's root_dir: the test kills those by that directory).
 func (n *Nomad) Stop() {
 	if n.cmd != nil && n.cmd.Process != nil {
 		_ = n.cmd.Process.Signal(syscall.SIGTERM)
@@ -168,7 +201,32 @@ func (n *Nomad) Stop() {
 			<-n.done
 		}
 	}
-	KillByDir(n.dir)
+	if n.cmd != nil && n.cmd.Process != nil {
+		// Its plugins (logmon) stay in its process group.
+		_ = syscall.Kill(-n.cmd.Process.Pid, syscall.SIGKILL)
+	}
+	KillByDir(n.DataDir)
+	UnmountUnder(n.DataDir)
+}
+
+// UnmountUnder detaches every mount under dir: a Nomad client mounts a
+// tmpfs for each task's secrets and leaves them when it is killed.
+func UnmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 1 && strings.HasPrefix(f[1], dir+"/") {
+			points = append(points, f[1])
+		}
+	}
+	// Deepest first.
+	for i := len(points) - 1; i >= 0; i-- {
+		_ = syscall.Unmount(points[i], syscall.MNT_DETACH)
+	}
 }
 
 // Kill ends the agent at once (SIGKILL), as a crash would; its tasks keep

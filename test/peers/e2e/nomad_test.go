@@ -25,7 +25,7 @@ type nomadEnv struct {
 	nomad *Nomad
 }
 
-func newNomadEnv(t *testing.T, timeout time.Duration) *nomadEnv {
+func newNomadEnv(t *testing.T, timeout time.Duration, nodes ...string) *nomadEnv {
 	t.Helper()
 	bin, err := NomadBin()
 	if err != nil {
@@ -36,7 +36,10 @@ func newNomadEnv(t *testing.T, timeout time.Duration) *nomadEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(ndir) })
-	e := newEnv(t, envOptions{nodes: []string{"n1"}, extra: "\nscheduler \"nomad\" {\n  address = \"NOMAD_ADDR\"\n  relist_interval = \"5s\"\n  retry_max = \"2s\"\n}\n",
+	if len(nodes) == 0 {
+		nodes = []string{"n1"}
+	}
+	e := newEnv(t, envOptions{nodes: nodes, extra: "\nscheduler \"nomad\" {\n  address = \"NOMAD_ADDR\"\n  relist_interval = \"5s\"\n  retry_max = \"2s\"\n}\n",
 		deferAgent: true, timeout: timeout})
 	nm, err := StartNomad(e.ctx, ndir, bin, "n1")
 	if err != nil {
@@ -75,7 +78,13 @@ func example(name string) string {
 
 // jobVars are the -var flags that point an example job at this env.
 func (e *nomadEnv) jobVars(vol string, more ...string) []string {
-	args := []string{"-var", "root_dir=" + filepath.Join(e.dir, "root-n1"), "-var", "plugin=" + e.plugin, "-var", "volume=" + vol,
+	return e.jobVarsOn("n1", vol, more...)
+}
+
+// jobVarsOn: the job's root_dir is node's (the example jobs take one
+// root_dir: every node of a real cluster would have the same).
+func (e *nomadEnv) jobVarsOn(node, vol string, more ...string) []string {
+	args := []string{"-var", "root_dir=" + filepath.Join(e.dir, "root-"+node), "-var", "plugin=" + e.plugin, "-var", "volume=" + vol,
 		"-var", "cleanup=true"}
 	for _, m := range more {
 		args = append(args, "-var", m)
@@ -230,4 +239,86 @@ func TestNomadShutdownDelay(t *testing.T) {
 	}
 	t.Logf("the task wrote for %s after the stop; released %s after the client's %s",
 		lastWrite.Sub(stopped).Round(time.Millisecond), time.Since(time.Unix(0, last.ModifyTime)).Round(time.Millisecond), last.ClientStatus)
+}
+
+// TestNomadLostNode: a Nomad client is killed while its allocation holds a
+// volume. Nomad marks the node down and the allocation lost within
+// seconds, while the task keeps running there: volhost marks the node
+// down (held like a lost heartbeat), keeps the allocation live and its
+// claim published, and says so once; the operator powers the machine off
+// and fences it; the claim is released without node steps, with the
+// fence's reason; `nomad system gc` removes the node and the bridge sees
+// it gone.
+func TestNomadLostNode(t *testing.T) {
+	e := newNomadEnv(t, 4*time.Minute, "n1", "n2")
+	n2, err := e.nomad.StartClient(e.ctx, "n2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n2.Stop)
+	e.volume("vol3", "disk-2")
+	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVarsOn("n2", "vol3", "node=n2", "shutdown_delay=0s")...), example("service-delay.nomad.hcl"))...)
+	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	heartbeat := filepath.Join(e.dir, "root-n2", "csi", e.plugin, "per-alloc", a.ID, "default", "vol3", "heartbeat")
+	if err := Poll(e.ctx, 20*time.Millisecond, func() (bool, error) {
+		_, err := os.Stat(heartbeat)
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("the task never wrote to the published volume: %v", err)
+	}
+
+	n2.Kill()
+	if err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) {
+		got, err := e.nomad.Alloc(e.ctx, a.ID)
+		return err == nil && got.ClientStatus == "lost", nil
+	}); err != nil {
+		t.Fatalf("Nomad never marked the allocation lost: %v", err)
+	}
+	e.waitNode("n2", func(out string) bool { return strings.Contains(out, "Nomad reports the node down") })
+	if err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) {
+		return e.schedulerStatus()["held"].(float64) == 1, nil
+	}); err != nil {
+		t.Fatalf("the lost allocation is not held: %v", err)
+	}
+	if out := e.cli(0, "alloc", "status", a.ID); !strings.Contains(out, "running") && !strings.Contains(out, "pending") {
+		t.Fatalf("the lost allocation is not mirrored live:\n%s", out)
+	}
+	if v, _, err := e.agent.API.Volume(e.ctx, "vol3", 0, 0); err != nil || v.Claims[a.ID] == nil {
+		t.Fatalf("the lost allocation's claim is gone before any fence: %v %+v", err, v)
+	}
+	if !e.attached("disk-2", "n2") {
+		t.Fatal("disk-2 detached from the lost node before any fence")
+	}
+	// Why: the task still runs on the dead client's machine.
+	before, _ := os.Stat(heartbeat)
+	if err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) {
+		fi, err := os.Stat(heartbeat)
+		return err == nil && fi.ModTime().After(before.ModTime()), nil
+	}); err != nil {
+		t.Fatal("the task on the lost node stopped writing: the scenario proves nothing")
+	}
+	mustContain(t, "events", e.cli(0, "events", "-type", "scheduler"), "held until the node is fenced")
+
+	// The operator powers the machine off, then fences it.
+	KillByDir(filepath.Join(e.dir, "root-n2"))
+	e.cli(0, "node", "fence", "-reason", "n2 powered off by the test", "n2")
+	e.waitReleased("vol3")
+	for _, c := range e.calls() {
+		if strings.HasPrefix(c, "n2:NodeUnpublish") || strings.HasPrefix(c, "n2:NodeUnstage") {
+			t.Fatalf("a node step ran on the fenced node: %v", e.calls())
+		}
+	}
+	if e.attached("disk-2", "n2") {
+		t.Fatal("disk-2 still attached to n2 after the fence")
+	}
+	mustContain(t, "alloc status", e.cli(0, "alloc", "status", a.ID), "lost")
+	mustContain(t, "events", e.cli(0, "events"), "n2 powered off by the test")
+
+	// system gc removes the dead node, with no event: the re-list sees it.
+	e.run("system", "gc")
+	e.waitNode("n2", func(out string) bool { return strings.Contains(out, "gone") })
+	mustContain(t, "events", e.cli(0, "events", "-type", "scheduler"), "was removed from Nomad")
 }
