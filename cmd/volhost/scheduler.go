@@ -64,6 +64,7 @@ func schedulerText(sts []scheduler.Status) string {
 			{"Allocations", fmt.Sprintf("%d (%d live, %d terminal, %d held)", s.Allocs, s.Live, s.Terminal, s.Held)},
 			{"Claims made", fmt.Sprint(s.Claims)},
 			{"Last error", orDash(oneLine(s.LastError))},
+			{"Failures", fmt.Sprintf("%d since last connected", s.Failures)},
 		}
 		for _, r := range rows {
 			fmt.Fprintf(&b, "%-12s = %s\n", r[0], r[1])

@@ -61,16 +61,19 @@ type Status struct {
 	Index uint64 `json:"index"`
 	// Resets counts the scheduler's index going backwards (its state
 	// was lost), each answered by a full re-list.
-	Resets     int       `json:"resets"`
-	LastList   time.Time `json:"last_list,omitzero"`
-	LastEvent  time.Time `json:"last_event,omitzero"`
-	Nodes      int       `json:"nodes"`  // scheduler nodes known
-	Allocs     int       `json:"allocs"` // allocations mirrored (those that declare volhost volumes)
-	Live       int       `json:"live"`
-	Terminal   int       `json:"terminal"`
-	Held       int       `json:"held"`   // lost allocations held until their node is fenced or gone
-	Claims     int       `json:"claims"` // claims the source made since it started leading
-	LastError  string    `json:"last_error,omitempty"`
+	Resets    int       `json:"resets"`
+	LastList  time.Time `json:"last_list,omitzero"`
+	LastEvent time.Time `json:"last_event,omitzero"`
+	Nodes     int       `json:"nodes"`  // scheduler nodes known
+	Allocs    int       `json:"allocs"` // allocations mirrored (those that declare volhost volumes)
+	Live      int       `json:"live"`
+	Terminal  int       `json:"terminal"`
+	Held      int       `json:"held"`   // lost allocations held until their node is fenced or gone
+	Claims    int       `json:"claims"` // claims the source made since it started leading
+	LastError string    `json:"last_error,omitempty"`
+	// Failures counts the attempts that failed since the source was
+	// last connected (one event per distinct cause, not per attempt).
+	Failures   int       `json:"failures"`
 	ErrorTime  time.Time `json:"error_time,omitzero"`
 	Problems   []Problem `json:"problems,omitempty"`
 	StartTime  time.Time `json:"start_time,omitzero"`

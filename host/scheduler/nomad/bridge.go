@@ -396,6 +396,7 @@ func (b *Bridge) failed(ctx context.Context, r *run, err error) {
 	b.log.Error("Nomad bridge", "error", msg)
 	b.mu.Lock()
 	b.st.State, b.st.LastError, b.st.ErrorTime = scheduler.StateRetrying, msg, b.clock.Now()
+	b.st.Failures++
 	b.mu.Unlock()
 	// One event per cause: the same refusal reached through the list or
 	// the stream is one incident.
@@ -426,7 +427,7 @@ func rootCause(err error) string {
 func (b *Bridge) clearError(ctx context.Context, r *run) {
 	b.mu.Lock()
 	had := b.st.LastError != ""
-	b.st.LastError, b.st.ErrorTime = "", time.Time{}
+	b.st.LastError, b.st.ErrorTime, b.st.Failures = "", time.Time{}, 0
 	b.mu.Unlock()
 	if had && r.lastErr != "" {
 		r.lastErr = ""

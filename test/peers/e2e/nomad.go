@@ -52,6 +52,8 @@ type Nomad struct {
 	DataDir  string
 	bin, dir string
 	cmd      *exec.Cmd
+	args     []string
+	api      *Nomad // the server whose API lists this agent's node (itself for a dev agent)
 	log      string
 	done     chan struct{}
 }
@@ -131,9 +133,31 @@ plugin "raw_exec" {
 	if server != nil {
 		args, api = []string{"agent", "-config", cfgPath}, server
 	}
+	n.args, n.api = args, api
 	if err := n.start(args); err != nil {
 		return nil, err
 	}
+	if err := n.waitReady(ctx); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	return n, nil
+}
+
+// Restart starts the agent again with the same configuration (ports,
+// data_dir) after a Stop or Kill; a dev agent comes back with an empty
+// state (its server keeps nothing).
+func (n *Nomad) Restart(ctx context.Context) error {
+	n.done = make(chan struct{})
+	if err := n.start(n.args); err != nil {
+		return err
+	}
+	return n.waitReady(ctx)
+}
+
+// waitReady waits until the agent's node is ready.
+func (n *Nomad) waitReady(ctx context.Context) error {
+	name, api := n.Name, n.api
 	err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
 		select {
 		case <-n.done:
@@ -152,10 +176,9 @@ plugin "raw_exec" {
 		return false, nil
 	})
 	if err != nil {
-		n.Stop()
-		return nil, fmt.Errorf("waiting for Nomad node %s: %w", name, err)
+		return fmt.Errorf("waiting for Nomad node %s: %w", name, err)
 	}
-	return n, nil
+	return nil
 }
 
 func (n *Nomad) start(args []string) error {

@@ -322,3 +322,72 @@ func TestNomadLostNode(t *testing.T) {
 	e.waitNode("n2", func(out string) bool { return strings.Contains(out, "gone") })
 	mustContain(t, "events", e.cli(0, "events", "-type", "scheduler"), "was removed from Nomad")
 }
+
+// runBatch runs the batch example on vol and waits for its release; it
+// returns the allocation.
+func (e *nomadEnv) runBatch(vol string, seen map[string]bool) NomadAlloc {
+	e.t.Helper()
+	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVars(vol)...), example("batch-write.nomad.hcl"))...)
+	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-batch", seen)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	seen[a.ID] = true
+	if err := Poll(e.ctx, 20*time.Millisecond, func() (bool, error) {
+		got, err := e.nomad.Alloc(e.ctx, a.ID)
+		a = got
+		return err == nil && got.Terminal(), nil
+	}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitReleased(vol)
+	mustContain(e.t, "alloc status", e.cli(0, "alloc", "status", a.ID), "complete")
+	return a
+}
+
+// TestNomadRestart: Nomad goes away (one event and a status line, the
+// bridge retrying), comes back with its state wiped (a dev agent: its
+// index starts again), and the bridge reconnects, counts the reset and
+// mirrors what Nomad does next.
+func TestNomadRestart(t *testing.T) {
+	e := newNomadEnv(t, 3*time.Minute)
+	e.volume("vol1", "disk-0")
+	seen := map[string]bool{}
+	e.runBatch("vol1", seen)
+	before := e.schedulerStatus()["index"].(float64)
+
+	e.nomad.Stop()
+	if err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) {
+		st := e.schedulerStatus()
+		msg, _ := st["last_error"].(string)
+		return st["state"] == "retrying" && strings.Contains(msg, "connection refused"), nil
+	}); err != nil {
+		t.Fatalf("the bridge does not say Nomad is gone: %v", err)
+	}
+	// A few retries (backoff 1s, 2s: retry_max) go by.
+	if err := Poll(e.ctx, 100*time.Millisecond, func() (bool, error) {
+		return e.schedulerStatus()["failures"].(float64) >= 4, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.nomad.Restart(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := Poll(e.ctx, 100*time.Millisecond, func() (bool, error) {
+		st := e.schedulerStatus()
+		return st["state"] == "streaming" && st["last_error"] == nil && st["resets"].(float64) == 1, nil
+	}); err != nil {
+		t.Fatalf("the bridge did not reconnect and count the reset: %v; status %v", err, e.schedulerStatus())
+	}
+	if after := e.schedulerStatus()["index"].(float64); after >= before {
+		t.Fatalf("the cursor did not follow Nomad's reset: %v before, %v after", before, after)
+	}
+	events := e.cli(0, "events", "-type", "scheduler")
+	mustContain(t, "events", events, "went back from", "connected to "+e.nomad.Addr+" again")
+	if n := strings.Count(events, "connection refused"); n != 1 {
+		t.Fatalf("%d events for the unreachable Nomad, want 1:\n%s", n, events)
+	}
+	// And it mirrors the new Nomad.
+	e.volume("vol2", "disk-1")
+	e.runBatch("vol2", seen)
+}
