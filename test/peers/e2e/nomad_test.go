@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -390,4 +391,198 @@ func TestNomadRestart(t *testing.T) {
 	// And it mirrors the new Nomad.
 	e.volume("vol2", "disk-1")
 	e.runBatch("vol2", seen)
+}
+
+// TestNomadLeaderFailover: three volhost servers mirror Nomad; the leader
+// is killed (SIGKILL) while an allocation holds a volume. While no server
+// leads, Nomad stops that allocation and places another that declares a
+// volume. The new leader resumes from the index committed in volhost's
+// state, re-lists, and releases the stopped allocation's claim and
+// claims, publishes and releases the new one's: every volume published
+// and unpublished exactly once, none missed.
+func TestNomadLeaderFailover(t *testing.T) {
+	bin, err := NomadBin()
+	if err != nil {
+		t.Skipf("the Nomad scenarios need a Nomad %s binary: %v", NomadVersion, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	t.Cleanup(cancel)
+	dir := t.TempDir()
+	ndir, err := os.MkdirTemp("", "vhn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock, err := os.MkdirTemp("", "vh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(ndir); os.RemoveAll(sock) })
+	nm, err := StartNomad(ctx, ndir, bin, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("nomad log tail:\n%s", nm.Tail(4000))
+		}
+		nm.Stop()
+		KillByDir(dir)
+	})
+	drv, err := StartGCEPD(ctx, sock, dir, bins.Gcepd, GCEPDOptions{Nodes: []string{"n1"}, Disks: 4,
+		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { drv.Stop(5 * time.Second) })
+	cl, err := StartCluster(ctx, dir, bins.Volhost, 3, fmt.Sprintf(`log_level = "debug"
+%s
+scheduler "nomad" {
+  address         = %q
+  relist_interval = "5s"
+  retry_max       = "2s"
+}
+`, defaultWatcher, nm.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cl.Stop()
+		if t.Failed() {
+			for _, s := range cl.Servers {
+				t.Logf("%s log tail:\n%s", s.ID, s.Tail(3000))
+			}
+		}
+	})
+	spec := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cli := func(args ...string) string {
+		t.Helper()
+		var out string
+		err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
+			s := cl.Any(0)
+			var code int
+			var err error
+			out, code, err = (&Agent{Proc: s.Proc, Addr: s.Addr, bin: bins.Volhost}).CLI(ctx, args...)
+			if err != nil {
+				return false, err
+			}
+			if code != 0 && (strings.Contains(out, "leader") || strings.Contains(out, "connection refused")) {
+				return false, nil
+			}
+			if code != 0 {
+				return false, fmt.Errorf("volhost %s: exit %d: %s", strings.Join(args, " "), code, out)
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	cli("plugin", "register", spec("plugin.hcl", fmt.Sprintf("plugin %q {\n  controller_endpoint = %q\n}\n", defaultPlugin, Endpoint(drv.Controller))))
+	root := filepath.Join(dir, "root-n1")
+	cli("node", "register", spec("n1.hcl", fmt.Sprintf("node \"n1\" {\n  status = \"ready\"\n  root_dir = %q\n  plugin %q {\n    endpoint = %q\n  }\n}\n",
+		root, defaultPlugin, Endpoint(drv.Nodes["n1"]))))
+	for i, vol := range []string{"vol1", "vol2", "vol3"} {
+		cli("volume", "register", spec(vol+".hcl", fmt.Sprintf("volume %q {\n  external_id = %q\n  plugin_id = %q\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n}\n",
+			vol, drv.VolumeID(fmt.Sprintf("disk-%d", i)), defaultPlugin)))
+	}
+	nomad := func(args ...string) {
+		t.Helper()
+		if _, err := nm.CLI(ctx, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vars := func(vol string, more ...string) []string {
+		out := []string{"-var", "root_dir=" + root, "-var", "plugin=" + defaultPlugin, "-var", "volume=" + vol, "-var", "cleanup=true"}
+		for _, m := range more {
+			out = append(out, "-var", m)
+		}
+		return out
+	}
+	waitClaims := func(vol string, cond func(map[string]*Claim) bool) {
+		t.Helper()
+		var last *Volume
+		err := Poll(ctx, 20*time.Millisecond, func() (bool, error) {
+			s, err := cl.WaitLeader(ctx, nil)
+			if err != nil {
+				return false, err
+			}
+			v, _, err := s.API.Volume(ctx, vol, 0, 0)
+			if err != nil {
+				return false, nil
+			}
+			last = v
+			return cond(v.Claims), nil
+		})
+		if err != nil {
+			t.Fatalf("waiting on %s: %v (last %+v)", vol, err, last)
+		}
+	}
+	released := func(c map[string]*Claim) bool { return len(c) == 0 }
+
+	// Before the failover: a batch job's claim made and released.
+	nomad(append(append([]string{"job", "run", "-detach"}, vars("vol1")...), example("batch-write.nomad.hcl"))...)
+	a, err := nm.WaitAlloc(ctx, "volhost-batch", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitClaims("vol1", func(c map[string]*Claim) bool { return c[a.ID] != nil })
+	waitClaims("vol1", released)
+	// A service job holds vol2.
+	nomad(append(append([]string{"job", "run", "-detach"}, vars("vol2", "shutdown_delay=0s")...), example("service-delay.nomad.hcl"))...)
+	b, err := nm.WaitAlloc(ctx, "volhost-service", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitClaims("vol2", func(c map[string]*Claim) bool { return c[b.ID] != nil })
+
+	leader, err := cl.WaitLeader(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader.KillNow()
+	// While no server leads: b is stopped, c placed.
+	nomad("job", "stop", "-detach", "volhost-service")
+	nomad(append(append([]string{"job", "run", "-detach"}, vars("vol3")...), example("batch-write.nomad.hcl"))...)
+	c, err := nm.WaitAlloc(ctx, "volhost-batch", map[string]bool{a.ID: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := cl.WaitLeader(ctx, leader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("leader %s killed, %s leads", leader.ID, next.ID)
+	waitClaims("vol2", released)
+	waitClaims("vol3", func(cs map[string]*Claim) bool { return cs[c.ID] != nil })
+	waitClaims("vol3", released)
+	if got, err := nm.Alloc(ctx, c.ID); err != nil || got.ClientStatus != "complete" {
+		t.Fatalf("allocation %s placed during the failover: %+v %v", c.ID, got, err)
+	}
+	calls, err := drv.Control.Calls(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		disk := drv.VolumeID(fmt.Sprintf("disk-%d", i))
+		n := map[string]int{}
+		for _, call := range calls.Calls {
+			if call.VolumeID == disk && call.Code == "OK" {
+				n[call.Method]++
+			}
+		}
+		for _, m := range []string{"ControllerPublishVolume", "NodeStageVolume", "NodePublishVolume", "NodeUnpublishVolume", "NodeUnstageVolume", "ControllerUnpublishVolume"} {
+			if n[m] != 1 {
+				t.Errorf("disk-%d: %s succeeded %d times, want once (calls %v)", i, m, n[m], n)
+			}
+		}
+	}
+	out := cli("scheduler", "status")
+	mustContain(t, "scheduler status", out, "streaming", "Last error   = -")
 }
