@@ -586,3 +586,83 @@ scheduler "nomad" {
 	out := cli("scheduler", "status")
 	mustContain(t, "scheduler status", out, "streaming", "Last error   = -")
 }
+
+// TestNomadBadInput: a job naming a volume volhost does not know, and a
+// job whose volume another allocation holds for writing: one event and one
+// status line each, the bridge keeps mirroring everything else, and the
+// refused claim is made once the volume is free (nothing lost).
+func TestNomadBadInput(t *testing.T) {
+	e := newNomadEnv(t, 3*time.Minute)
+	e.volume("vol1", "disk-0")
+	problems := func() string {
+		st := e.schedulerStatus()
+		var lines []string
+		ps, _ := st["problems"].([]any) // omitted when none
+		for _, p := range ps {
+			lines = append(lines, p.(map[string]any)["message"].(string))
+		}
+		return strings.Join(lines, "\n")
+	}
+	waitProblem := func(want string) {
+		t.Helper()
+		if err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) { return strings.Contains(problems(), want), nil }); err != nil {
+			t.Fatalf("no problem line saying %q: %v\n%s", want, err, problems())
+		}
+	}
+
+	// An unknown volume.
+	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVars("nope")...), example("batch-write.nomad.hcl"))...)
+	waitProblem("volume default/nope is not registered in volhost")
+
+	// vol1 held by a service; a batch job wants it too.
+	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVars("vol1", "shutdown_delay=0s")...), example("service-delay.nomad.hcl"))...)
+	svc, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.agent.API.WaitVolume(e.ctx, "vol1", func(v *Volume) bool { return v.Claims[svc.ID] != nil }); err != nil {
+		t.Fatal(err)
+	}
+	as, err := e.nomad.JobAllocs(e.ctx, "volhost-batch")
+	if err != nil {
+		t.Fatal(err)
+	}
+	skip := map[string]bool{}
+	for _, a := range as {
+		skip[a.ID] = true
+	}
+	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVars("vol1")...), example("batch-write.nomad.hcl"))...)
+	batch, err := e.nomad.WaitAlloc(e.ctx, "volhost-batch", skip)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitProblem("hold its write claim")
+	events := e.cli(0, "events", "-type", "scheduler")
+	if n := strings.Count(events, "hold its write claim"); n != 1 {
+		t.Fatalf("%d events for the refused claim, want 1:\n%s", n, events)
+	}
+	mustContain(t, "events", events, "default/nope is not registered")
+	// (The nope allocation was stopped by the job's update: its problem
+	// line went with it; its event stays.)
+	mustContain(t, "scheduler status", e.cli(0, "scheduler", "status"), "hold its write claim", "streaming")
+
+	// The service stops: the next re-list claims vol1 for the batch
+	// allocation, whose task was waiting for it; it writes and ends.
+	e.run("job", "stop", "-detach", "volhost-service")
+	if err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) {
+		got, err := e.nomad.Alloc(e.ctx, batch.ID)
+		return err == nil && got.Terminal(), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitReleased("vol1")
+	if got, _ := e.nomad.Alloc(e.ctx, batch.ID); got.ClientStatus != "complete" {
+		t.Fatalf("the batch allocation that waited for vol1 is %s", got.ClientStatus)
+	}
+	if logs := e.run("alloc", "logs", batch.ID); !strings.Contains(logs, "written by allocation "+batch.ID) {
+		t.Fatalf("the waiting task never wrote:\n%s", logs)
+	}
+	if strings.Contains(problems(), "hold its write claim") {
+		t.Fatalf("the refusal's problem line outlived it:\n%s", problems())
+	}
+}
