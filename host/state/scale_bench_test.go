@@ -181,7 +181,7 @@ func BenchmarkScale(b *testing.B) {
 			if st, err := snap.VolumeStats(); err != nil || st.Claims[structs.ClaimTaken] != shape.claimed {
 				b.Fatalf("%+v %v", st, err)
 			}
-		}), timed("scrape-scan-ms", "the same counted by scanning every volume (before issue 17) (ms)", 5, time.Millisecond, func() {
+		}), timed("scrape-scan-ms", "the same counted by scanning every volume (before the stats row) (ms)", 5, time.Millisecond, func() {
 			all, _ := snap.Volumes(nil)
 			taken := 0
 			for _, v := range all {
@@ -206,7 +206,7 @@ func BenchmarkScale(b *testing.B) {
 			if _, err := snap.StuckVolumes(nil); err != nil {
 				b.Fatal(err)
 			}
-		}), timed("ui-stats-scan-ms", "the same by scanning every volume (before session 14) (ms)", 5, time.Millisecond, func() {
+		}), timed("ui-stats-scan-ms", "the same by scanning every volume (before the counts kept in step) (ms)", 5, time.Millisecond, func() {
 			all, _ := snap.Volumes(nil)
 			byNode, byNS, stuck := map[string]int{}, map[string]int{}, 0
 			for _, v := range all {
