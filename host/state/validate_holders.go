@@ -57,8 +57,9 @@ func sortedClaimIDs(v *structs.Volume) []string {
 // plugin of a claim the node holds, or reports a staging capability its
 // claims' records contradict (a claim that staged needs STAGE_UNSTAGE_VOLUME,
 // one published without staging needs it off). A plugin reported with no
-// endpoint (its socket away) reports no capability: that is not a change,
-// and its claims' releases wait for the endpoint.
+// endpoint or no external node ID (its socket away, nothing probed)
+// reports no capability: that is not a change, and its claims' releases
+// wait for the endpoint.
 func validateNodeUnderClaims(snap *Snapshot, n *structs.Node) error {
 	old, err := snap.NodeByID(nil, n.ID)
 	if err != nil || old == nil {
@@ -71,8 +72,8 @@ func validateNodeUnderClaims(snap *Snapshot, n *structs.Node) error {
 				"the node cannot stop reporting that plugin while it holds its claims (their releases run through it): %s",
 				n.ID, c.AllocID, volName(v.Namespace, v.ID), v.PluginID, drainFirst)
 		}
-		if np.Endpoint == "" || c.TargetPath == "" {
-			return nil
+		if np.Endpoint == "" || np.ExternalNodeID == "" || c.TargetPath == "" {
+			return nil // nothing probed: no capability reported
 		}
 		if staged := c.StagingPath != ""; staged != np.StageUnstage {
 			was := "published it without staging"
