@@ -647,11 +647,12 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 			"plugin %q is not registered", p.v.PluginID), 0)
 	}
 	if !p.plugin.Capabilities.PublishUnpublish {
-		// The claim recorded an attachment (the store refuses a plugin
-		// registration that drops the capability under such claims, so
-		// this is a claim recorded before Unattached existed): skipping
+		// The claim recorded an attachment, and the store refuses a
+		// plugin registration that drops the capability under such
+		// claims (older rows get the record at restore), so only a
+		// registration racing the claim's commit gets here: skipping
 		// the detach could leave the disk attached, sending it could
-		// detach what never was; neither is guessed.
+		// fail at a controller that is not there; neither is guessed.
 		return false, p.fail(ctx, c, p.precondition(StepControllerUnpublish,
 			"the claim recorded a controller attachment but plugin %q does not advertise PUBLISH_UNPUBLISH_VOLUME: "+
 				"register the plugin with its controller endpoint, or force-deregister the volume and check the attachment by hand", p.v.PluginID), 0)

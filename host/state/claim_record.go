@@ -33,3 +33,27 @@ func keepPublishRecord(prev, c *structs.Claim) {
 	c.Unattached = prev.Unattached
 	c.Restored = c.Restored || prev.Restored
 }
+
+// recordLegacyPublish completes, in a restored volume row, the record of
+// claims written before Claim.Unattached existed: a claim of a plugin
+// without PUBLISH_UNPUBLISH_VOLUME attached nothing (the claim path sends
+// no ControllerPublishVolume for it). For a row written since, this
+// changes nothing: the store refuses a plugin registration that drops the
+// capability while a claim holds an attachment (validatePluginUnderClaims).
+// Without it, such a claim's release could neither send a
+// ControllerUnpublish to a plugin that has no controller nor skip one the
+// record says is due. v is a row just decoded and validated (its plugin is
+// in view, its claims are not null).
+func recordLegacyPublish(view *Snapshot, v *structs.Volume) error {
+	if len(v.Claims) == 0 {
+		return nil
+	}
+	p, err := view.PluginByID(nil, v.PluginID)
+	if err != nil || p == nil || p.Capabilities.PublishUnpublish {
+		return err
+	}
+	for _, c := range v.Claims {
+		c.Unattached = true
+	}
+	return nil
+}

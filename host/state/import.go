@@ -172,6 +172,11 @@ func (c *rowChecker) row(table string, row any) error {
 	if err := validateRow(c.view, table, row); err != nil {
 		return err
 	}
+	if v, ok := row.(*structs.Volume); ok {
+		if err := recordLegacyPublish(c.view, v); err != nil {
+			return err
+		}
+	}
 	if err := c.indexes(table, row); err != nil {
 		return err
 	}
