@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"google.golang.org/grpc/codes"
 
 	"github.com/volhost/volhost/host/cluster"
 	"github.com/volhost/volhost/host/csi/csitest"
@@ -310,3 +311,47 @@ func TestClaimWaitsForUnstageInDoubt(t *testing.T) {
 }
 
 func equalPlugins(a, b *structs.Plugin) bool { return reflect.DeepEqual(a, b) }
+
+// A driver that serializes its calls per volume answers a retried
+// NodeUnstage ABORTED while the first is still running (CSI spec: an
+// operation is pending for the volume): that answer says nothing about the
+// unmount, so the doubt stays and claims on the machine keep waiting; the
+// retry after the unmount ended settles it.
+func TestUnstageRetryAbortedKeepsDoubt(t *testing.T) {
+	h := newHarness(t, "node1")
+	h.withCSITimeout(200 * time.Millisecond)
+	h.nodes["node1"].SetAbortPending(true)
+	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
+	h.endedClaim(ref, "web-1", "node1")
+	unmounting := make(chan struct{})
+	h.nodes["node1"].Script(csitest.NodeUnstage, csitest.Result{Block: unmounting, Ran: true})
+	_ = h.w.Assess(h.ctx, ref)
+
+	h.clock.Advance(10 * time.Second)
+	_ = h.w.Assess(h.ctx, ref) // the retry: ABORTED, the first still runs
+	unstages := h.calls("node1", csitest.NodeUnstage, ref)
+	if len(unstages) != 2 || unstages[1].Code != codes.Aborted {
+		t.Fatalf("want the retry answered ABORTED while the first unstage runs, got %d unstages", len(unstages))
+	}
+	h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
+	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); !errors.Is(err, structs.ErrConflict) {
+		close(unmounting)
+		t.Fatalf("claim while the unstage is pending: %v, want a conflict", err)
+	}
+
+	close(unmounting)
+	if err := h.nodes["node1"].WaitFor(h.ctx, func() bool { return h.nodes["node1"].InFlight(csitest.NodeUnstage) == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(10 * time.Second)
+	_ = h.w.Assess(h.ctx, ref)
+	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
+		t.Fatal(err)
+	}
+	noViolations(t, h)
+	inUse(t, h, ref, "web-2", machineOf("node1"))
+	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
+	h.releaseAll(ref)
+	noViolations(t, h)
+	nothingLeft(t, h, ref)
+}
