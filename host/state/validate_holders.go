@@ -99,7 +99,9 @@ func validatePluginUnderClaims(snap *Snapshot, p *structs.Plugin) error {
 		return nil
 	}
 	old, err := snap.PluginByID(nil, p.ID)
-	if err != nil || old == nil {
+	if err != nil || old == nil || !old.Capabilities.PublishUnpublish {
+		// Not a change: claims committed under it attached nothing
+		// (recordPublish, recordLegacyPublish), and no volume is read.
 		return err
 	}
 	vols, err := snap.VolumesByPlugin(nil, p.ID)
