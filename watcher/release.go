@@ -108,8 +108,8 @@ func readPass(st StateReader, ref structs.VolumeRef, now time.Time) (*pass, erro
 			return nil, fmt.Errorf("read allocation %q: %w", c.AllocID, err)
 		}
 		if _, ok := p.nodes[c.NodeID]; !ok {
-			if p.nodes[c.NodeID], err = st.Node(c.NodeID); err != nil {
-				return nil, fmt.Errorf("read node %s: %w", c.NodeID, err)
+			if p.nodes[c.NodeID], err = stepNode(st, v, c); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -488,7 +488,11 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 		// machine: unstage only when no other one needs it,
 		// as committed state says right now, with the claim path held
 		// off until the checkpoint is written (VolumeLocks).
-		if np.StageUnstage && c.StagingPath != "" {
+		// Whether the claim staged is its own record (it staged only
+		// when the plugin stages), never the node's registration today:
+		// a node re-registered with the capability off would otherwise
+		// leave the path staged and have the disk detached under it.
+		if c.StagingPath != "" {
 			unlock, err := p.w.locks.Lock(rec, p.ref)
 			if err != nil {
 				return false, err
@@ -633,12 +637,25 @@ func (p *pass) committed() (*structs.Volume, error) {
 // controllerStep: ControllerUnpublishVolume when the plugin publishes and
 // this is the last claim of the volume on the node, always with a node ID.
 func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, error) {
+	if c.Unattached {
+		// Its publish attached nothing (structs.Claim.Unattached): there
+		// is nothing to detach, whatever the plugin advertises now.
+		return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil, stepFlags{})
+	}
 	if p.plugin == nil {
 		return false, p.fail(ctx, c, p.precondition(StepControllerUnpublish,
 			"plugin %q is not registered", p.v.PluginID), 0)
 	}
 	if !p.plugin.Capabilities.PublishUnpublish {
-		return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil, stepFlags{})
+		// The claim recorded an attachment, and the store refuses a
+		// plugin registration that drops the capability under such
+		// claims (older rows get the record at restore), so only a
+		// registration racing the claim's commit gets here: skipping
+		// the detach could leave the disk attached, sending it could
+		// fail at a controller that is not there; neither is guessed.
+		return false, p.fail(ctx, c, p.precondition(StepControllerUnpublish,
+			"the claim recorded a controller attachment but plugin %q does not advertise PUBLISH_UNPUBLISH_VOLUME: "+
+				"register the plugin with its controller endpoint, or force-deregister the volume and check the attachment by hand", p.v.PluginID), 0)
 	}
 	resp, fe := p.adapt(ctx, c, StepControllerUnpublish)
 	if fe != nil {

@@ -279,8 +279,15 @@ func formatVolume(v *api.VolumeResponse) string {
 			lastErr = cl.LastError.Error()
 		}
 		state := string(cl.State)
-		if cl.State == structs.ClaimTaken && cl.NodeUnpublished {
+		switch {
+		case cl.UnstageInDoubt() && cl.LastError != nil:
+			// New claims on its machine wait for this one's answer.
+			state += " (unstage in doubt: claims on its machine wait)"
+		case cl.State == structs.ClaimTaken && cl.NodeUnpublished:
 			state += " (unpublished, unstage next)" // issue 14
+		}
+		if cl.Restored {
+			state += " (restored: staging in doubt)"
 		}
 		rows = append(rows, []string{cl.AllocID, cl.NodeID, string(cl.Mode), state,
 			strconv.Itoa(cl.Attempts), next, oneLine(lastErr)})

@@ -270,6 +270,10 @@ func (s *jsonScan) claim() (*structs.Claim, bool) {
 			return 20, s.uint64(&c.CreateIndex)
 		case "modify_index":
 			return 21, s.uint64(&c.ModifyIndex)
+		case "unattached":
+			return 22, s.bool(&c.Unattached)
+		case "restored":
+			return 23, s.bool(&c.Restored)
 		}
 		return 0, false // unknown here
 	})

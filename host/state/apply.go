@@ -478,6 +478,9 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 		c.ModifyTime = c.CreateTime
 	}
 	c.CreateIndex, c.ModifyIndex = w.index, w.index
+	if err := w.recordPublish(v, c); err != nil {
+		return nil, err
+	}
 	if v.Claims == nil {
 		v.Claims = map[string]*structs.Claim{}
 	}
@@ -544,6 +547,7 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 	if c.AttachmentMode == "" {
 		c.AttachmentMode = prev.AttachmentMode
 	}
+	keepPublishRecord(prev, c)
 	evs := []*structs.Event{claimTransition(v, prev, c)}
 	if r.Free {
 		// Freed in the same write (structs.ClaimCheckpointRequest.Free):

@@ -110,7 +110,7 @@ func list(ids []string) string {
 
 func volName(ns, id string) string { return ns + "/" + id }
 
-func validatePluginUpsert(_ *Snapshot, r *structs.PluginUpsertRequest) error {
+func validatePluginUpsert(snap *Snapshot, r *structs.PluginUpsertRequest) error {
 	p := r.Plugin
 	if p == nil {
 		return structs.Invalid("plugin", "is required")
@@ -125,7 +125,7 @@ func validatePluginUpsert(_ *Snapshot, r *structs.PluginUpsertRequest) error {
 	} else if p.Capabilities.PublishUnpublish {
 		return structs.Invalid("plugin.controller_endpoint", "is required when the plugin advertises PUBLISH_UNPUBLISH_VOLUME")
 	}
-	return nil
+	return validatePluginUnderClaims(snap, p)
 }
 
 func validatePluginDeregister(snap *Snapshot, r *structs.PluginDeregisterRequest) error {
@@ -154,7 +154,10 @@ func validateNodeUpsert(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 	if err := validateNodeShape(snap, r); err != nil {
 		return err
 	}
-	return validateMachineIdentity(snap, r.Node)
+	if err := validateMachineIdentity(snap, r.Node); err != nil {
+		return err
+	}
+	return validateNodeUnderClaims(snap, r.Node)
 }
 
 // validateNodeShape checks the node on its own (what a snapshot row must
@@ -674,6 +677,9 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	}
 	if v.Stuck != nil {
 		return structs.Conflict("volume %q is stuck: %s", name, v.Stuck.Reason)
+	}
+	if err := validateClaimMachine(v, n, c); err != nil {
+		return err
 	}
 	if _, dup := v.Claims[c.AllocID]; dup {
 		return structs.Conflict("allocation %q already holds a claim on volume %q", c.AllocID, name)

@@ -159,6 +159,21 @@ type Claim struct {
 	PublishContext map[string]string `json:"publish_context,omitempty"`
 	StagingPath    string            `json:"staging_path,omitempty"`
 	TargetPath     string            `json:"target_path,omitempty"`
+	// Unattached records that the claim's publish made no controller
+	// attachment (its plugin had no PUBLISH_UNPUBLISH_VOLUME then): its
+	// release sends no ControllerUnpublish, whatever the plugin says
+	// later. What a release undoes is what the claim recorded at publish
+	// (StagingPath, TargetPath, ExternalNodeID, Unattached), never the
+	// node's or plugin's registration today. Set by the store when the
+	// claim is committed; kept by every checkpoint.
+	Unattached bool `json:"unattached,omitempty"`
+	// Restored marks a claim that came back from an operator snapshot
+	// restore: the machines kept running after the snapshot was taken, so
+	// what it recorded about its node effects may be stale. Its staging
+	// is in doubt (Claim.Staged: unknown), so the next claim on its
+	// machine stages again, and it still counts as needing the path while
+	// its target may be published. Never cleared.
+	Restored bool `json:"restored,omitempty"`
 
 	// Release bookkeeping.
 	Attempts     int         `json:"attempts"`
