@@ -43,6 +43,15 @@ type Authorizer interface {
 	Revoked(ctx context.Context, token, nodeID string) <-chan error
 }
 
+// AccessorOf is implemented by an Authorizer whose tokens have
+// accessors (ACLs on): the accessor of token is recorded on the node it
+// registers (structs.Node.RegisteredBy), so the state store refuses the
+// registration if the token is revoked before it commits. "" for no
+// token (ACLs off, anonymous).
+type AccessorOf interface {
+	AccessorOf(token string) (string, error)
+}
+
 // Config wires a Server.
 type Config struct {
 	Registrar Registrar
@@ -176,8 +185,22 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 		addr, _ := s.cfg.Leader.Leader()
 		return stream.SendMsg(&ServerMsg{NotLeader: &NotLeader{Leader: addr}})
 	}
+	// The server says which token registered the node; an agent's own
+	// claim is never believed.
+	node.RegisteredBy = ""
+	if ao, ok := s.cfg.Auth.(AccessorOf); ok {
+		acc, err := ao.AccessorOf(token)
+		if err != nil {
+			return status.Errorf(codes.PermissionDenied, "node agent of %q: %v", node.ID, err)
+		}
+		node.RegisteredBy = acc
+	}
 	if _, err := s.cfg.Registrar.RegisterAgentNode(ctx, node); err != nil {
-		return status.Errorf(codes.InvalidArgument, "register node %q: %v", node.ID, err)
+		code := codes.InvalidArgument
+		if errors.Is(err, structs.ErrPermissionDenied) {
+			code = codes.PermissionDenied // revoked before the registration committed
+		}
+		return status.Errorf(code, "register node %q: %v", node.ID, err)
 	}
 	a := &Agent{nodeID: node.ID, stream: stream, authorize: authorize, pending: map[uint64]chan *StepResult{}, done: make(chan struct{})}
 	s.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/volhost/volhost/host/structs"
 )
@@ -154,7 +155,38 @@ func validateNodeUpsert(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 	if err := validateNodeShape(snap, r); err != nil {
 		return err
 	}
+	if err := validateRegistrar(snap, r.Node); err != nil {
+		return err
+	}
 	return validateMachineIdentity(snap, r.Node)
+}
+
+// validateRegistrar refuses a registration whose token (RegisteredBy)
+// was deleted, or had expired at the registration's time (LastSeen, set
+// by the server that took it and carried in the entry, so every replica
+// judges alike), before it committed. The token was checked when the
+// hello or the request arrived; a revocation committed between that
+// check and this write is seen here, where the write is committed, and
+// the node is not registered under a token that no longer holds.
+// Snapshot rows are not held to it (validateNodeShape): a node whose
+// registering token was deleted since stays registered.
+func validateRegistrar(snap *Snapshot, n *structs.Node) error {
+	if n.RegisteredBy == "" {
+		return nil
+	}
+	tok, err := snap.ACLTokenByAccessor(nil, n.RegisteredBy)
+	if err != nil {
+		return err
+	}
+	switch {
+	case tok == nil:
+		return fmt.Errorf("node %q: the token that registered it (accessor %s) was revoked before the registration committed: %w",
+			n.ID, n.RegisteredBy, structs.ErrPermissionDenied)
+	case tok.Expired(n.LastSeen):
+		return fmt.Errorf("node %q: the token that registered it (accessor %s) expired at %s, before the registration committed: %w",
+			n.ID, n.RegisteredBy, tok.ExpirationTime.UTC().Format(time.RFC3339), structs.ErrPermissionDenied)
+	}
+	return nil
 }
 
 // validateNodeShape checks the node on its own (what a snapshot row must
