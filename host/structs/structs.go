@@ -442,7 +442,7 @@ type Node struct {
 	// was revoked must not register the node after the revocation.
 	RegisteredBy string `json:"registered_by,omitempty"`
 	CreateIndex  uint64 `json:"create_index"`
-	ModifyIndex uint64     `json:"modify_index"`
+	ModifyIndex  uint64 `json:"modify_index"`
 }
 
 // NodeFence records who attested that a node is off, and why.
