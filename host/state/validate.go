@@ -22,12 +22,19 @@ const MaxIDLength = structs.MaxIDLength
 //
 // Errors are typed (host/structs/errors.go): *structs.ValidationError (400,
 // naming the field), structs.ErrNotFound (404), structs.ErrConflict (409).
+//
+// IDs a request creates are held here to the strict rule of new IDs
+// (structs.ValidateID); Apply holds committed entries to the rule of
+// stored IDs only (ingress.go).
 func (snap *Snapshot) Validate(t structs.MessageType, req any) error {
 	o, ok := ops[t]
 	if !ok {
 		return structs.Invalid("type", "unknown message type %d", t)
 	}
-	return o.validate(snap, req)
+	if err := o.validate(snap, req); err != nil {
+		return err // the same refusal Apply would give
+	}
+	return validateNewIDs(snap, t, req)
 }
 
 // op is one message type: its validation and its write.
@@ -91,8 +98,6 @@ var ops = map[structs.MessageType]op{
 	structs.ClaimCheckpointBatchType: mkOp(validateCheckpointBatch, (*writer).checkpointBatch),
 }
 
-// validID is structs.ValidateID, the rule every ID obeys.
-var validID = structs.ValidateID
 
 // validEndpoint checks a CSI endpoint with the same rule the CSI client
 // dials by (structs.ValidateEndpoint).
