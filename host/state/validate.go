@@ -98,7 +98,6 @@ var ops = map[structs.MessageType]op{
 	structs.ClaimCheckpointBatchType: mkOp(validateCheckpointBatch, (*writer).checkpointBatch),
 }
 
-
 // validEndpoint checks a CSI endpoint with the same rule the CSI client
 // dials by (structs.ValidateEndpoint).
 func validEndpoint(field, ep string) error { return structs.ValidateEndpoint(field, ep) }
