@@ -35,7 +35,8 @@ func (f *fakeModules) ModuleInfo(name string, limit int) (*api.ModuleInfo, error
 	defer f.mu.Unlock()
 	f.limit = limit
 	if name == "m1" {
-		return &api.ModuleInfo{Status: plugins.Status{Name: name}}, nil
+		return &api.ModuleInfo{Status: plugins.Status{Name: name}, ServedVolumeCount: 3, ServedPlugins: []string{"gce-pd"},
+			ServedVolumes: []structs.VolumeRef{{Namespace: "default", ID: "v1"}, {Namespace: "prod", ID: "secret-vol"}, {Namespace: "prod", ID: "secret-vol2"}}}, nil
 	}
 	return nil, structs.NotFound("module", name)
 }

@@ -128,3 +128,43 @@ namespace "prod" { policy = "read" }`)
 		})
 	}
 }
+
+// modules:read shows what a module is; what it serves is read like the
+// volumes themselves: a token that may read only some namespaces sees
+// only their served volumes, counted alone, and never another
+// namespace's volume IDs or how many there are.
+func TestModuleServedVolumesAreScoped(t *testing.T) {
+	f := newACLFixture(t)
+	for _, tc := range []struct {
+		name, rules string
+		want        []string
+		scoped      bool
+	}{
+		{"modules only", `modules { policy = "read" }`, nil, true},
+		{"one namespace", `modules { policy = "read" }
+namespace "default" { policy = "read" }`, []string{"default/v1"}, true},
+		{"every namespace", `modules { policy = "read" }
+namespace "*" { policy = "read" }`, []string{"default/v1", "prod/secret-vol", "prod/secret-vol2"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.policy(t, "p", tc.rules)
+			secret, _ := f.token(t, "", "p")
+			resp, body := do(t, http.MethodGet, f.ts.URL+"/v1/module/m1", "", api.TokenHeader, secret)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			var info api.ModuleInfo
+			if err := json.Unmarshal([]byte(body), &info); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, v := range info.ServedVolumes {
+				got = append(got, v.Namespace+"/"+v.ID)
+			}
+			if !slices.Equal(got, tc.want) || info.ServedVolumeCount != len(tc.want) || info.ServedVolumesScoped != tc.scoped {
+				t.Fatalf("served %q (count %d, scoped %v), want %q (count %d, scoped %v)", got, info.ServedVolumeCount,
+					info.ServedVolumesScoped, tc.want, len(tc.want), tc.scoped)
+			}
+		})
+	}
+}
