@@ -118,6 +118,7 @@ func secureAttacks(t *testing.T, a *attackTarget) {
 			t.Errorf("scoped token sees event %s %q", e.Type, e.Message)
 		}
 	}
+	t.Logf("attacks refused: node fields, look-alike IDs; the default-scoped token saw %d events, none of prod", len(evs))
 	// The management token does see prod's registration happen: the
 	// filter, not an empty table, hid it.
 	if code, body := a.do(t, http.MethodGet, "/v1/volume/prod-vol?namespace=prod", "", a.mgmt); code != http.StatusOK {
