@@ -590,6 +590,13 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, err)
 		return
 	}
+	// Which token registered the node is the server's to say: the state
+	// store refuses the registration if that token is revoked before it
+	// commits (structs.Node.RegisteredBy).
+	req.Node.RegisteredBy = ""
+	if id := identityOf(r); s.auth.cfg != nil && id != nil && id.Token != nil {
+		req.Node.RegisteredBy = id.Token.AccessorID
+	}
 	n, err := s.backend.RegisterNode(r.Context(), req.Node)
 	if err != nil {
 		WriteError(w, s.probeError(r, err))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/volhost/volhost/host/structs"
 )
@@ -21,12 +22,19 @@ const MaxIDLength = structs.MaxIDLength
 //
 // Errors are typed (host/structs/errors.go): *structs.ValidationError (400,
 // naming the field), structs.ErrNotFound (404), structs.ErrConflict (409).
+//
+// IDs a request creates are held here to the strict rule of new IDs
+// (structs.ValidateID); Apply holds committed entries to the rule of
+// stored IDs only (ingress.go).
 func (snap *Snapshot) Validate(t structs.MessageType, req any) error {
 	o, ok := ops[t]
 	if !ok {
 		return structs.Invalid("type", "unknown message type %d", t)
 	}
-	return o.validate(snap, req)
+	if err := o.validate(snap, req); err != nil {
+		return err // the same refusal Apply would give
+	}
+	return validateNewIDs(snap, t, req)
 }
 
 // op is one message type: its validation and its write.
@@ -90,9 +98,6 @@ var ops = map[structs.MessageType]op{
 	structs.ClaimCheckpointBatchType: mkOp(validateCheckpointBatch, (*writer).checkpointBatch),
 }
 
-// validID is structs.ValidateID, the rule every ID obeys.
-var validID = structs.ValidateID
-
 // validEndpoint checks a CSI endpoint with the same rule the CSI client
 // dials by (structs.ValidateEndpoint).
 func validEndpoint(field, ep string) error { return structs.ValidateEndpoint(field, ep) }
@@ -154,10 +159,41 @@ func validateNodeUpsert(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 	if err := validateNodeShape(snap, r); err != nil {
 		return err
 	}
+	if err := validateRegistrar(snap, r.Node); err != nil {
+		return err
+	}
 	if err := validateMachineIdentity(snap, r.Node); err != nil {
 		return err
 	}
 	return validateNodeUnderClaims(snap, r.Node)
+}
+
+// validateRegistrar refuses a registration whose token (RegisteredBy)
+// was deleted, or had expired at the registration's time (LastSeen, set
+// by the server that took it and carried in the entry, so every replica
+// judges alike), before it committed. The token was checked when the
+// hello or the request arrived; a revocation committed between that
+// check and this write is seen here, where the write is committed, and
+// the node is not registered under a token that no longer holds.
+// Snapshot rows are not held to it (validateNodeShape): a node whose
+// registering token was deleted since stays registered.
+func validateRegistrar(snap *Snapshot, n *structs.Node) error {
+	if n.RegisteredBy == "" {
+		return nil
+	}
+	tok, err := snap.ACLTokenByAccessor(nil, n.RegisteredBy)
+	if err != nil {
+		return err
+	}
+	switch {
+	case tok == nil:
+		return fmt.Errorf("node %q: the token that registered it (accessor %s) was revoked before the registration committed: %w",
+			n.ID, n.RegisteredBy, structs.ErrPermissionDenied)
+	case tok.Expired(n.LastSeen):
+		return fmt.Errorf("node %q: the token that registered it (accessor %s) expired at %s, before the registration committed: %w",
+			n.ID, n.RegisteredBy, tok.ExpirationTime.UTC().Format(time.RFC3339), structs.ErrPermissionDenied)
+	}
+	return nil
 }
 
 // validateNodeShape checks the node on its own (what a snapshot row must

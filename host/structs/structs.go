@@ -447,9 +447,17 @@ type Node struct {
 	// it skip their node steps and go to the controller step, and it
 	// takes no new claim until unfenced. It belongs to the store: a node
 	// re-registering keeps it.
-	Fence       *NodeFence `json:"fence,omitempty"`
-	CreateIndex uint64     `json:"create_index"`
-	ModifyIndex uint64     `json:"modify_index"`
+	Fence *NodeFence `json:"fence,omitempty"`
+	// RegisteredBy is the accessor of the ACL token that authorized the
+	// node's last registration (its agent's hello, or PUT /v1/nodes);
+	// empty without a token (ACLs off, or the anonymous policy). The
+	// server sets it, never the caller. The state store refuses a
+	// registration whose token no longer exists, or has expired, when
+	// the registration commits: a hello authorized just before its token
+	// was revoked must not register the node after the revocation.
+	RegisteredBy string `json:"registered_by,omitempty"`
+	CreateIndex  uint64 `json:"create_index"`
+	ModifyIndex  uint64 `json:"modify_index"`
 }
 
 // NodeFence records who attested that a node is off, and why.
