@@ -355,3 +355,50 @@ func TestUnstageRetryAbortedKeepsDoubt(t *testing.T) {
 	noViolations(t, h)
 	nothingLeft(t, h, ref)
 }
+
+// A node that holds a claim cannot move its root_dir, by its agent's hello
+// or by a direct re-registration: the claim's paths are under the old one,
+// and the next claim there would stage a second path for the volume on
+// the same machine. Refused with nothing changed; the next claim and both
+// releases then leave the driver in order and nothing behind.
+func TestRootDirChangeUnderClaimRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(h *harness) error
+	}{
+		{"agent hello", func(h *harness) error {
+			_, err := h.hello("node1", h.nodes["node1"].Endpoint(), "ext-node1", altRoot)
+			return err
+		}},
+		{"direct registration", func(h *harness) error {
+			_, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: "node1", RootDir: altRoot,
+				Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes["node1"].Endpoint()}}})
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "node1")
+			ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
+			h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
+			if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := h.store.Snapshot().NodeByID(nil, "node1")
+			if err := tc.change(h); err != nil {
+				refusedChangesNothing(t, h, "node1", before, err)
+			}
+			h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
+			if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
+				t.Fatal(err)
+			}
+			noViolations(t, h)
+			inUse(t, h, ref, "web-2", machineOf("node1"))
+			for _, a := range []string{"web-1", "web-2"} {
+				h.mustAlloc("default", a, "node1", structs.AllocComplete)
+			}
+			h.releaseAll(ref)
+			noViolations(t, h)
+			nothingLeft(t, h, ref)
+		})
+	}
+}
