@@ -90,13 +90,21 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 		claim.AttachmentMode = vol.AttachmentMode
 	}
 	record := &structs.VolumeClaimRequest{Namespace: vol.Namespace, VolumeID: vol.ID, Claim: claim, Term: term}
-	// A publishing record of this allocation is taken up (or refused) by
-	// the store's rule for it, once the claim's IDs and paths are known.
+	// A publishing record of this allocation is taken up (written again
+	// under this term, the same publish) or refused by the store's rule.
 	resumed := prev != nil && prev.State == structs.ClaimPublishing
-	if !resumed {
-		if err := snap.Validate(structs.VolumeClaimType, record); err != nil {
-			return nil, err
-		}
+	pre := record
+	if resumed {
+		// Checked now with the record's own IDs and paths (the store
+		// compares them with this run's when the record is written), so
+		// a retry the store refuses (an ended allocation: the watcher may
+		// be releasing the claim) sends nothing, not even a probe.
+		c := claim.Copy()
+		c.ExternalNodeID, c.StagingPath, c.TargetPath = prev.ExternalNodeID, prev.StagingPath, prev.TargetPath
+		pre = &structs.VolumeClaimRequest{Namespace: vol.Namespace, VolumeID: vol.ID, Claim: c, Term: term}
+	}
+	if err := snap.Validate(structs.VolumeClaimType, pre); err != nil {
+		return nil, err
 	}
 	node, err := snap.NodeByID(nil, claim.NodeID)
 	if err != nil {

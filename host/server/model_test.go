@@ -344,7 +344,7 @@ type model struct {
 	// not say the target is gone, so its release sends NodeUnpublish
 	// again (idempotent), which is not the repeat issue 14 forbids.
 	rolledBack map[string]bool
-	seen      int             // oracle violations already judged
+	seen       int // oracle violations already judged
 	// down marks the machines one of whose nodes was reported down: a
 	// release may then skip the node steps of its ended allocations (the
 	// operator said the machine is off), leaving what they published.
@@ -782,7 +782,8 @@ func (m *model) judgeOracleLocked(last op) {
 			m.liedPairs[[2]string{v.Call.VolumeID, v.Call.NodeID}]:
 			m.stats.excused++
 			continue
-		case v.Rule == csitest.RuleOneStagingPath && m.staleAliasLocked(snap, v.Machine):
+		case (v.Rule == csitest.RuleOneStagingPath || v.Rule == csitest.RuleUnstageAfterUnpublish || v.Rule == csitest.RuleUnpublishAfterNode) &&
+			m.staleAliasLocked(snap, v.Machine):
 			m.stats.excused++
 			continue
 		}
@@ -793,13 +794,15 @@ func (m *model) judgeOracleLocked(last op) {
 }
 
 // staleAliasLocked: machine mach is registered under two node IDs that
-// report different external node IDs, one of them through a node agent:
-// the host sees two machines, each with its own root_dir, and cannot
-// learn otherwise (a direct-mode node's plugin is asked again before
-// every claim; an agent's only at its hello). RELIABILITY "What the host
-// cannot know".
+// report different external node IDs (one registration made stale by the
+// other's hello after the plugin's instance was replaced): the host sees
+// two machines and cannot learn otherwise. A direct-mode node's plugin is
+// asked again before every claim, so no new claim is published from a
+// stale registration, but the claims it holds stay on the old ID; an
+// endpoint string is no machine identity (one socket path on two
+// machines). RELIABILITY "What the host cannot know".
 func (m *model) staleAliasLocked(snap *state.Snapshot, mach string) bool {
-	exts, agent := map[string]bool{}, false
+	exts := map[string]bool{}
 	for _, id := range append(append([]string{}, modelNodes...), aliasNode) {
 		n, _ := snap.NodeByID(nil, id)
 		if n == nil || machineOf(nodeMachine(id)) != mach {
@@ -807,10 +810,9 @@ func (m *model) staleAliasLocked(snap *state.Snapshot, mach string) bool {
 		}
 		if np := n.Plugins[testPlugin]; np != nil && np.ExternalNodeID != "" {
 			exts[np.ExternalNodeID] = true
-			agent = agent || n.Agent
 		}
 	}
-	return len(exts) > 1 && agent
+	return len(exts) > 1
 }
 
 // onlyEndedLocked: every target among paths belongs to an ended
@@ -866,6 +868,10 @@ func (m *model) checkState(last op) {
 		}
 		if c.TargetPath == "" {
 			continue // claimed while its node had no plugin endpoint: nothing published
+		}
+		if m.staleAliasLocked(snap, mach) {
+			m.stats.excused++
+			continue // one machine the host sees as two: see staleAliasLocked
 		}
 		st := m.h.oracle.Machine(mach)
 		t, ok := st.Published[c.TargetPath]

@@ -14,8 +14,8 @@ func validateNewClaimMarks(c *structs.Claim) error {
 	switch {
 	case c.NodeUnpublished:
 		return structs.Invalid("claim.node_unpublished", "is written by a release, not by the claim path")
-	case c.SkipNodeStep || c.FenceReason != "" || c.Hold != nil:
-		return structs.Invalid("claim", "skip_node_step, fence_reason and hold are written by a release, not by the claim path")
+	case c.SkipNodeStep || c.FenceReason != "":
+		return structs.Invalid("claim", "skip_node_step and fence_reason are written by a release, not by the claim path")
 	}
 	if p := c.RecordProblem(); p != "" {
 		return structs.Invalid("claim", "%s", p)
@@ -24,16 +24,18 @@ func validateNewClaimMarks(c *structs.Claim) error {
 }
 
 // validateClaimOverPublishing: c is written over old, a publishing claim
-// of the same allocation. Only the confirmation of that same publish is
-// accepted: state taken, the same node, mode, external node ID and paths
-// (its release steps name them), and old's release not begun. Capacity
-// and the other claim checks were made when old was written: it has
-// counted against the volume since.
+// of the same allocation. Only that same publish is accepted (the same
+// node, mode, external node ID and paths: its release steps name them),
+// with old's release not begun: taken, its confirmation (capacity and the
+// other claim checks were made when old was written: it has counted
+// against the volume since); or publishing again, a retry taking it up
+// after the run that wrote it ended (a leader that died mid-publish, a
+// rollback that stopped), checked by the caller like a new claim but for
+// capacity. The retry's record is never removed without release
+// (validateRemovePublishing): its rollback cannot know what the earlier
+// run's calls did.
 func validateClaimOverPublishing(v *structs.Volume, old, c *structs.Claim) error {
 	name := volName(v.Namespace, v.ID)
-	if c.State != structs.ClaimTaken {
-		return structs.Conflict("allocation %q already holds a %s claim on volume %q", c.AllocID, old.State, name)
-	}
 	if !old.Resumable() {
 		return structs.Conflict("the %s claim of allocation %q on volume %q is being released (NodeUnpublish done): it cannot be taken",
 			old.State, c.AllocID, name)
@@ -54,8 +56,9 @@ func validateClaimOverPublishing(v *structs.Volume, old, c *structs.Claim) error
 }
 
 // validateRemovePublishing: only a publishing claim whose release has not
-// begun, and only the very record the remover wrote (its ModifyIndex), is
-// removed without release. Anything else may account for an attachment,
+// begun, and only the very record the remover created (its ModifyIndex,
+// never written since: not taken up by a retry, no release checkpoint),
+// is removed without release. Anything else may account for an attachment,
 // a staging path or a target that nothing else would release: a taken
 // claim; a record a release step has been recorded on; a record written
 // by an earlier run (a leader that died mid-publish), whose calls the
@@ -69,9 +72,9 @@ func validateRemovePublishing(v *structs.Volume, c *structs.Claim, r *structs.Vo
 	case !c.Resumable():
 		return structs.Conflict("the %s claim of allocation %q on volume %q is being released (NodeUnpublish done): it is not removed without release",
 			c.State, c.AllocID, name)
-	case r.ModifyIndex != c.ModifyIndex:
-		return structs.Conflict("the %s claim of allocation %q on volume %q is the record of index %d, not %d: only the run that wrote a record, and undid every step it ran, removes it",
-			c.State, c.AllocID, name, c.ModifyIndex, r.ModifyIndex)
+	case r.ModifyIndex != c.ModifyIndex || c.CreateIndex != c.ModifyIndex:
+		return structs.Conflict("the %s claim of allocation %q on volume %q is the record of index %d (created at %d), not %d: only the run that created a record, and undid every step it ran, removes it",
+			c.State, c.AllocID, name, c.ModifyIndex, c.CreateIndex, r.ModifyIndex)
 	}
 	return nil
 }

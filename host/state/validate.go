@@ -648,8 +648,12 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if c.AttachmentMode != "" && c.AttachmentMode != v.AttachmentMode {
 		return structs.Invalid("claim.attachment_mode", "%q does not match volume %q attachment mode %q", c.AttachmentMode, name, v.AttachmentMode)
 	}
+	resume := false
 	if old := v.Claims[c.AllocID]; old != nil && old.State == structs.ClaimPublishing {
-		return validateClaimOverPublishing(v, old, c)
+		if err := validateClaimOverPublishing(v, old, c); err != nil || c.State == structs.ClaimTaken {
+			return err
+		}
+		resume = true // checked below like a new claim, but it is counted already
 	}
 	if c.Mode == structs.ClaimWrite && v.AccessMode.MaxWriters() == 0 {
 		return structs.Invalid("claim.mode", "volume %q is %s: write claims are not allowed", name, v.AccessMode)
@@ -681,6 +685,9 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	}
 	if v.Stuck != nil {
 		return structs.Conflict("volume %q is stuck: %s", name, v.Stuck.Reason)
+	}
+	if resume {
+		return nil
 	}
 	if _, dup := v.Claims[c.AllocID]; dup {
 		return structs.Conflict("allocation %q already holds a claim on volume %q", c.AllocID, name)
