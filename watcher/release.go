@@ -390,6 +390,16 @@ func (p *pass) heldTooLong(c *structs.Claim) bool {
 // past a step (a crash, a leader change) resumes where it stands. The error
 // is only for a failed store write or a cancelled context.
 func (p *pass) release(ctx context.Context, c *structs.Claim, skipNode bool) error {
+	if c.State == structs.ClaimPublishing && p.w.locks.Busy(p.ref) {
+		// The claim path may be publishing this very claim (its record is
+		// written ahead of its calls): its NodePublish and this release's
+		// NodeUnpublish must not race on one target. Once it lets the
+		// volume go the claim is taken, removed, or left publishing for
+		// this release; no claim path takes up the claim of an ended
+		// allocation again (host/state refuses it).
+		p.wakeAt(p.now.Add(p.w.backoff(1)))
+		return nil
+	}
 	if c.State.Order() < structs.ClaimControllerDetached.Order() && c.Attempts >= p.w.cfg.AbandonAfter {
 		if reason := p.abandonReason(c); reason != "" {
 			if err := p.abandon(ctx, c, reason); err != nil {
@@ -401,7 +411,10 @@ func (p *pass) release(ctx context.Context, c *structs.Claim, skipNode bool) err
 		var ok bool
 		var err error
 		switch c.State {
-		case structs.ClaimTaken:
+		case structs.ClaimPublishing, structs.ClaimTaken:
+			// A publishing claim's calls may have attached, staged and
+			// published (structs.Claim.Staged and friends: unknown): its
+			// release re-sends every step, each idempotent by the CSI spec.
 			ok, err = p.nodeStep(ctx, c, skipNode)
 		case structs.ClaimNodeDetached:
 			ok, err = p.controllerStep(ctx, c)
@@ -1172,7 +1185,7 @@ func claimView(c *structs.Claim) abi.ClaimView {
 		AllocID:        c.AllocID,
 		NodeID:         c.NodeID,
 		Mode:           string(c.Mode),
-		State:          string(c.State),
+		State:          viewState(c.State),
 		Attempts:       uint32(c.Attempts),
 		ExternalNodeID: c.ExternalNodeID,
 		AccessMode:     string(c.AccessMode),
@@ -1183,6 +1196,16 @@ func claimView(c *structs.Claim) abi.ClaimView {
 		cv.LastErrorKind = string(c.LastError.Kind)
 	}
 	return cv
+}
+
+// viewState is the claim state a module sees. A publishing claim is shown
+// as taken: the ABI's states are the release's (abi.ClaimView), and for a
+// policy both are a claim in use whose node steps are all still to do.
+func viewState(s structs.ClaimState) string {
+	if s == structs.ClaimPublishing {
+		return string(structs.ClaimTaken)
+	}
+	return string(s)
 }
 
 func (p *pass) allocStatus(id string) string {

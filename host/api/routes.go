@@ -294,8 +294,7 @@ func volumeFilter(r *http.Request) (match func(*structs.Volume) bool, stuckOnly 
 	q := r.URL.Query()
 	state := structs.ClaimState(q.Get("claim_state"))
 	if state != "" && state != unclaimedState && !state.Valid() {
-		return nil, false, badChoice("claim_state", state, structs.ClaimTaken,
-			structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree, unclaimedState)
+		return nil, false, badChoice("claim_state", state, append(append([]structs.ClaimState{}, structs.ClaimStates...), unclaimedState)...)
 	}
 	var stuck *bool
 	// An empty ?stuck= is no filter, like every other empty parameter; it

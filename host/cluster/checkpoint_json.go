@@ -101,7 +101,7 @@ var enumerations = []string{
 	string(structs.AccessSingleNodeReader), string(structs.AccessSingleNodeWriter), string(structs.AccessMultiNodeReader),
 	string(structs.AccessMultiNodeSingleWrite), string(structs.AccessMultiNodeMultiWrite),
 	string(structs.AttachFilesystem), string(structs.AttachBlockDevice),
-	string(structs.ClaimTaken), string(structs.ClaimNodeDetached), string(structs.ClaimControllerDetached), string(structs.ClaimReadyToFree),
+	string(structs.ClaimPublishing), string(structs.ClaimTaken), string(structs.ClaimNodeDetached), string(structs.ClaimControllerDetached), string(structs.ClaimReadyToFree),
 	string(structs.ErrorCSI), string(structs.ErrorModule), string(structs.ErrorPrecondition),
 }
 

@@ -464,7 +464,9 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 	}
 	v := old.Copy()
 	c := r.Claim.Copy()
-	c.State = structs.ClaimTaken
+	if c.State == "" {
+		c.State = structs.ClaimTaken
+	}
 	if c.AccessMode == "" {
 		c.AccessMode = v.AccessMode
 	}
@@ -481,6 +483,11 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 	if err := w.recordPublish(v, c); err != nil {
 		return nil, err
 	}
+	if prev := v.Claims[c.AllocID]; prev != nil {
+		// A publishing record confirmed taken (validateClaimOverPublishing):
+		// the same claim, created when it was written ahead.
+		c.CreateIndex, c.CreateTime = prev.CreateIndex, prev.CreateTime
+	}
 	if v.Claims == nil {
 		v.Claims = map[string]*structs.Claim{}
 	}
@@ -492,7 +499,7 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 	return nil, w.event(&structs.Event{
 		Type: structs.EventClaimTransition, Namespace: v.Namespace, VolumeID: v.ID,
 		AllocID: c.AllocID, NodeID: c.NodeID, PluginID: v.PluginID,
-		Message: fmt.Sprintf("claim taken (%s)", c.Mode), Fields: claimFields(c),
+		Message: fmt.Sprintf("claim %s (%s)", c.State, c.Mode), Fields: claimFields(c),
 	})
 }
 

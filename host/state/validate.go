@@ -666,11 +666,15 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if !c.Mode.Valid() {
 		return structs.Invalid("claim.mode", "unknown claim mode %q (want %q or %q)", c.Mode, structs.ClaimRead, structs.ClaimWrite)
 	}
-	if c.State != "" && c.State != structs.ClaimTaken {
-		return structs.Invalid("claim.state", "a new claim starts at %q, not %q", structs.ClaimTaken, c.State)
+	if c.State != "" && c.State != structs.ClaimTaken && c.State != structs.ClaimPublishing {
+		return structs.Invalid("claim.state", "a claim is written %q (before its first CSI call) or %q, not %q",
+			structs.ClaimPublishing, structs.ClaimTaken, c.State)
 	}
 	if c.Attempts < 0 {
 		return structs.Invalid("claim.attempts", "must not be negative")
+	}
+	if err := validateNewClaimMarks(c); err != nil {
+		return err
 	}
 	v, err := snap.volumeFor(r.Namespace, r.VolumeID)
 	if err != nil {
@@ -682,6 +686,13 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	}
 	if c.AttachmentMode != "" && c.AttachmentMode != v.AttachmentMode {
 		return structs.Invalid("claim.attachment_mode", "%q does not match volume %q attachment mode %q", c.AttachmentMode, name, v.AttachmentMode)
+	}
+	resume := false
+	if old := v.Claims[c.AllocID]; old != nil && old.State == structs.ClaimPublishing {
+		if err := validateClaimOverPublishing(v, old, c); err != nil || c.State == structs.ClaimTaken {
+			return err
+		}
+		resume = true // checked below like a new claim, but it is counted already
 	}
 	if c.Mode == structs.ClaimWrite && v.AccessMode.MaxWriters() == 0 {
 		return structs.Invalid("claim.mode", "volume %q is %s: write claims are not allowed", name, v.AccessMode)
@@ -714,8 +725,14 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if v.Stuck != nil {
 		return structs.Conflict("volume %q is stuck: %s", name, v.Stuck.Reason)
 	}
+	// The machine check holds for a confirmation too: an unstage in doubt
+	// on this machine since the record was written ahead may unmount what
+	// the claim staged, so the record stays publishing and is rolled back.
 	if err := validateClaimMachine(v, n, c); err != nil {
 		return err
+	}
+	if resume {
+		return nil
 	}
 	if _, dup := v.Claims[c.AllocID]; dup {
 		return structs.Conflict("allocation %q already holds a claim on volume %q", c.AllocID, name)
@@ -751,10 +768,11 @@ func validateClaimRemove(snap *Snapshot, r *structs.VolumeClaimRemoveRequest) er
 	if err != nil {
 		return err
 	}
-	if _, ok := v.Claims[r.AllocID]; !ok {
+	c, ok := v.Claims[r.AllocID]
+	if !ok {
 		return structs.NotFound("claim", volName(r.Namespace, r.VolumeID)+"/"+r.AllocID)
 	}
-	return nil
+	return validateRemovePublishing(v, c, r)
 }
 
 func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error {
@@ -793,6 +811,12 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 	}
 	if c.State.Order() < old.State.Order() {
 		return structs.Conflict("claim of allocation %q on volume %q cannot move back from %s to %s",
+			c.AllocID, volName(r.Namespace, r.VolumeID), old.State, c.State)
+	}
+	if (c.State == structs.ClaimPublishing || old.State == structs.ClaimPublishing) && c.State.Order() == old.State.Order() && c.State != old.State {
+		// Only the claim path confirms its own publish (VolumeClaimType):
+		// a release never writes a publishing claim taken, nor back.
+		return structs.Conflict("claim of allocation %q on volume %q cannot move from %s to %s by a release checkpoint",
 			c.AllocID, volName(r.Namespace, r.VolumeID), old.State, c.State)
 	}
 	// A transition that ran a per-(volume, machine) step on the ground
@@ -843,9 +867,9 @@ func validateNodeUnpublished(old, c *structs.Claim, r *structs.ClaimCheckpointRe
 			c.AllocID, name)
 	case !c.NodeUnpublished || old.NodeUnpublished:
 		return nil
-	case c.State != structs.ClaimTaken:
-		return structs.Invalid("claim.node_unpublished", "is set only on a %s claim (NodeUnstage next), not on one moving to %s",
-			structs.ClaimTaken, c.State)
+	case c.State != structs.ClaimTaken && c.State != structs.ClaimPublishing:
+		return structs.Invalid("claim.node_unpublished", "is set only on a %s or %s claim (NodeUnstage next), not on one moving to %s",
+			structs.ClaimPublishing, structs.ClaimTaken, c.State)
 	case old.TargetPath == "" || c.TargetPath != old.TargetPath:
 		return structs.Invalid("claim.node_unpublished", "claim of allocation %q on volume %q has no target path %q to unpublish",
 			c.AllocID, name, c.TargetPath)

@@ -74,11 +74,20 @@ var AttachmentModes = []AttachmentMode{AttachFilesystem, AttachBlockDevice}
 // Valid reports whether m is a known attachment mode.
 func (m AttachmentMode) Valid() bool { return m == AttachFilesystem || m == AttachBlockDevice }
 
-// ClaimState is a claim's position in the release state machine:
-// taken → node-detached → controller-detached → ready-to-free → (removed).
+// ClaimState is a claim's position in its lifecycle:
+// publishing → taken → node-detached → controller-detached → ready-to-free
+// → (removed). A publishing claim that never reaches taken is either
+// removed by the claim path that wrote it (every publish step undone) or
+// released by the watcher like any claim (publishing → node-detached ...).
 type ClaimState string
 
 const (
+	// ClaimPublishing is the write-ahead record of a claim whose publish
+	// calls may have run: it is committed before the first CSI call, so
+	// a leader that dies mid-publish, or a refused claim whose rollback
+	// stopped, leaves a claim that accounts for what may be attached,
+	// staged or published (structs.Claim.Staged and friends: unknown).
+	ClaimPublishing         ClaimState = "publishing"
 	ClaimTaken              ClaimState = "taken"
 	ClaimNodeDetached       ClaimState = "node-detached"
 	ClaimControllerDetached ClaimState = "controller-detached"
@@ -88,16 +97,22 @@ const (
 // Valid reports whether s is a known claim state.
 func (s ClaimState) Valid() bool {
 	switch s {
-	case ClaimTaken, ClaimNodeDetached, ClaimControllerDetached, ClaimReadyToFree:
+	case ClaimPublishing, ClaimTaken, ClaimNodeDetached, ClaimControllerDetached, ClaimReadyToFree:
 		return true
 	}
 	return false
 }
 
+// ClaimStates lists every claim state in lifecycle order, for the
+// messages, filters and counters that name them.
+var ClaimStates = []ClaimState{ClaimPublishing, ClaimTaken, ClaimNodeDetached, ClaimControllerDetached, ClaimReadyToFree}
+
 // Order gives the state's rank so transitions can be checked to move forward only.
+// Publishing and taken share a rank: both are before the node steps, and
+// only the claim path moves a claim from one to the other (host/state).
 func (s ClaimState) Order() int {
 	switch s {
-	case ClaimTaken:
+	case ClaimPublishing, ClaimTaken:
 		return 0
 	case ClaimNodeDetached:
 		return 1
