@@ -2,12 +2,13 @@
 GO            ?= go
 STATICCHECK   ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 # One on-disk wazero compilation cache shared by every test package and run,
-# keyed by wazero version, outside the tracked tree (DESIGN "Testing notes").
+# keyed by wazero version, outside the tracked tree: compiling a 3 MB Go guest
+# takes about 19 s under -race, loading it from this cache about 0.4 s.
 WAZERO_VERSION := $(shell $(GO) list -m -f '{{.Version}}' github.com/tetratelabs/wazero 2>/dev/null)
 export VOLHOST_WAZERO_CACHE ?= $(HOME)/.cache/volhost/wazero-$(WAZERO_VERSION)
 PLUGIN_BUILD  := examples/plugins/build
 # The deliberately faulty modules (plugins/pluginstest/modules), built apart
-# so that `make run` loads only working ones (issue 16).
+# so that `make run` loads only working ones.
 TEST_MODULE_BUILD := bin/test-modules
 TEST_TIMEOUT  ?= 20m
 
@@ -28,9 +29,9 @@ test-modules:
 test: plugins
 	$(GO) test -race -tags volhostcheck -timeout $(TEST_TIMEOUT) ./...
 	# test/extism is its own module: the same-decisions check against Extism and
-	# TestGuestSteadyStateWork (no allocation per guest call, issue 17).
+	# TestGuestSteadyStateWork (no allocation per guest call).
 	cd test/extism && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
-	# The guest's work per call, counted (issue 17): these count through
+	# The guest's work per call, counted: these count through
 	# uncached compiles, which -race makes too slow, so they run here without it.
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestGuestCall(Counts|Work)$$' ./plugins/
 
@@ -43,6 +44,8 @@ lint:
 	# uncommitted edits there: commit first).
 	$(GO) generate ./abi/...
 	@git diff --exit-code --stat -- abi/ || { echo "go generate ./abi/... changed abi/ (or abi/ has uncommitted changes): regenerate and commit"; exit 1; }
+	# User documents cite no tracker numbers, sessions or private notes.
+	@bash scripts/check-doc-refs.sh
 
 # End-to-end: the real volhost binary against real CSI drivers (test/peers, a
 # separate module: the GCE PD driver with its fake cloud, the csi-test mock).
@@ -63,18 +66,18 @@ e2e: plugins test-modules nomad
 	cd test/peers && $(GO) build -o $(E2E_BIN)/ ./cmd/gcepd ./cmd/mockcsi
 	cd test/peers && $(GO) vet ./...
 	cd test/peers && $(GO) test -race -count=1 ./internal/... ./cmd/mockcsi ./cmd/releasebench
-	# The web UI's browser tests (TestUI*, issue 16) drive Debian's chromium
+	# The web UI's browser tests (TestUI*) drive Debian's chromium
 	# (/usr/bin/chromium, or VOLHOST_E2E_CHROMIUM) and save a screenshot of
 	# every page under bin/ui/.
 	cd test/peers && VOLHOST_E2E_BIN_DIR=$(E2E_BIN) VOLHOST_E2E_PLUGIN_BUILD=$(CURDIR)/$(PLUGIN_BUILD) \
 		VOLHOST_E2E_TEST_MODULES=$(CURDIR)/$(TEST_MODULE_BUILD) VOLHOST_E2E_UI_SHOTS=$(CURDIR)/bin/ui \
 		$(GO) test -count=1 -timeout 30m ./e2e/...
-	# Issue 12's secured cluster with the real binary: 3 servers with ACL and
+	# The secured cluster with the real binary: 3 servers with ACL and
 	# mutual TLS, a CLI release with a client token, a node token refused
 	# force-deregister, a foreign-CA server refused at join, SIGHUP rotation.
 	$(GO) test -count=1 -timeout 10m -run 'TestSecureBinaryCluster' ./cmd/volhost
 
-# Safety under random interleavings (issue 10): the model-based test over
+# Claim safety under random interleavings: the model-based test over
 # many more seeds than make test runs, then the chaos end-to-end run.
 CHAOS_SEEDS    ?= 5000
 CHAOS_RELEASES ?= 1000
@@ -94,8 +97,8 @@ chaos: plugins
 bench: build plugins
 	@bash scripts/bench.sh
 
-# The headline ratios for a reviewer on a fresh clone, in under 3 minutes
-# (issue 17): the module call (native, Go and AS guests, Extism, cold
+# The headline ratios for a reviewer on a fresh clone, in under 3 minutes:
+# the module call (native, Go and AS guests, Extism, cold
 # caches), 5 interleaved rounds, medians with min and max, the state
 # store at 100,000 volumes built by bulk FSM apply, and the whole-host
 # release CPU per claim (3 batches of 1,000 claims, median [min-max]).

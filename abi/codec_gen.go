@@ -85,7 +85,7 @@ func appendShortString(b []byte, num protowire.Number, v string) []byte {
 // than 128 bytes, unless v is empty: the inline form of appendString for
 // the request encoders' fast paths below, which check the lengths once per
 // message instead (the host encodes every claim of every request, and a
-// call per field was a third of its encoding, issue 17).
+// call per field was a large part of its encoding: BenchmarkPolicyRequestMarshal).
 func appendShort(b []byte, tag byte, v string) []byte {
 	if v != "" {
 		b = append(b, tag, byte(len(v)))
@@ -222,10 +222,10 @@ func appendMapEntries(b []byte, num protowire.Number, m map[string]string) []byt
 // seen twice must merge, and merge does that.
 
 // A Go guest decodes every request, and under a host's call timeout every
-// guest function call and loop iteration it executes costs an exit from the
-// wasm code (~100-150 ns: wazero checks for termination at each loop
-// header, and Go's wasm backend puts a loop at the entry of every non-leaf
-// function; ABI.md section 12). So each merge below is one loop over the
+// guest function call and loop iteration it executes costs a probe (the
+// host checks for termination at each loop header, and Go's wasm backend
+// puts a loop at the entry of every non-leaf function; ABI.md section 12;
+// BenchmarkGuestCost prices it). So each merge below is one loop over the
 // fields that decodes the tag and the value inline when they fit one byte
 // (fields 1..15, lengths and varints under 128: the common case) and stores
 // scalar and string fields with setters small enough to be inlined (no

@@ -20,7 +20,7 @@ import (
 // fields cleared), its encoding; and for every fuzz seed decoded as every
 // message, what the decode gives (re-encoded) or its error. The hand-written
 // codec wrote the file, and the generated one was compared with it on these
-// and on fuzzed inputs before it was removed (issue 34); a change to the
+// and on fuzzed inputs before it was removed; a change to the
 // generator (or to volhost.proto) that changes the wire fails here.
 // Regenerate only for an intended wire change:
 //

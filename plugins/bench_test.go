@@ -16,10 +16,11 @@ import (
 	"github.com/volhost/volhost/abi/defaultpolicy"
 )
 
-// Benchmarks for docs/benchmarks-history.md "Wasm ABI vs Extism (issue 3)". The policy benchmarks judge the
+// Benchmarks for docs/benchmarks-history.md "Wasm ABI vs Extism". The policy benchmarks judge the
 // same volume with 8 claims: (a) the native default policy, (b) the same
 // logic as a Go guest through the volhost ABI with call_timeout enforced
-// (by the host's instrumentation; close-on-context-done until issue 11). The Extism comparison (c) lives in the separate
+// (by the host's instrumentation; close-on-context-done until the sandbox
+// hardening). The Extism comparison (c) lives in the separate
 // module test/extism so the product never depends on Extism.
 //
 //	go test -run '^$' -bench . -benchmem ./plugins/

@@ -7,7 +7,9 @@ import (
 	"github.com/jonboulle/clockwork"
 )
 
-// Breaker defaults (DESIGN "Circuit breaker per module").
+// Breaker defaults: after DefaultBreakerThreshold consecutive faults a
+// module's breaker opens and its calls fail fast (fail closed: no release
+// on a failed decision); it half-opens after DefaultBreakerCooldown.
 const (
 	DefaultBreakerThreshold = 5
 	DefaultBreakerCooldown  = 30 * time.Second

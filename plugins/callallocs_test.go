@@ -11,8 +11,8 @@ import (
 // answer's own: the response, its decisions and the one string of the
 // message their strings point into (abi's decoder). The rest of the call
 // (the caller's context watch, the timeout, the fault typing, the encode
-// buffer, stats and breaker) allocates nothing in steady state; before
-// issue 17's part 6 it was 9 per call.
+// buffer, stats and breaker) allocates nothing in steady state; before the
+// kept watch and faultOf's target only on error it was 9 per call.
 func TestDecideReleaseAllocs(t *testing.T) {
 	for _, module := range []string{"as-default-policy", "default-policy"} {
 		t.Run(module, func(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 )
 
 // TestCheckPolicyResponse covers the answer checks on both sides of the
-// 64-claim switch from the bit set to the index (issue 17).
+// 64-claim switch from the bit set to the index.
 func TestCheckPolicyResponse(t *testing.T) {
 	decision := func(alloc string) abi.Decision {
 		return abi.Decision{AllocID: alloc, Action: abi.ActionRelease}
@@ -80,7 +80,7 @@ func timerInstance(t *testing.T) *instance {
 
 // TestTimerStaleFire: an instance's call timer is reset per call, so its
 // function may run for an earlier call after a later one armed it; it must
-// stop only a call whose own deadline has passed (issue 17's per-instance
+// stop only a call whose own deadline has passed (the per-instance
 // timer), and a stop must read as that call's timeout.
 func TestTimerStaleFire(t *testing.T) {
 	ctx := context.Background()
@@ -113,7 +113,8 @@ func TestTimerStaleFire(t *testing.T) {
 // stops only a call on that context, so the function of a watch that was
 // ended or moved just as its context ended, still to run when the next
 // call arms on another context, does not stop that call (the kept watch,
-// issue 17 part 6, keeps a watch registered while its instance is idle).
+// which keeps a watch registered while its instance is idle, makes this
+// possible).
 func TestWatchStopsOnlyItsContext(t *testing.T) {
 	inst := timerInstance(t)
 	ctx1, cancel1 := context.WithCancel(context.Background())
@@ -140,8 +141,8 @@ func TestWatchStopsOnlyItsContext(t *testing.T) {
 
 // TestTimerPendingAcrossCalls: the call timer stays pending between calls
 // and is reset only when no fire is due by the armed call's deadline
-// (issue 17: a Reset and a Stop per call were a tenth of a call's host
-// side). A fire due after a shorter call's deadline must not delay its
+// (a Reset and a Stop per call were a large part of a call's host side:
+// BenchmarkHostPath). A fire due after a shorter call's deadline must not delay its
 // stop, and a fire for an earlier call must re-arm for the current one.
 func TestTimerPendingAcrossCalls(t *testing.T) {
 	ctx := context.Background()

@@ -13,7 +13,7 @@
 // validates the answers against its own invariants.
 //
 // One wazero runtime is created per module generation, because wazero's
-// memory cap is per runtime (DESIGN "Wasm modules"), and it is closed once the
+// memory cap is per runtime, and it is closed once the
 // generation is replaced and its last in-flight call has returned.
 //
 // Use from the agent and the watcher:

@@ -12,7 +12,7 @@ import (
 // with its shipped manifest into one manager, the way `make run` loads
 // their build directory, and requires each to serve: a deliberately faulty
 // module there made a new operator's first start log "module refused"
-// (issue 16). Faulty modules belong in plugins/pluginstest/modules.
+// Faulty modules belong in plugins/pluginstest/modules.
 func TestEveryExampleModuleLoads(t *testing.T) {
 	root := filepath.Join(pluginstest.RepoRoot(), "examples", "plugins")
 	entries, err := os.ReadDir(root)

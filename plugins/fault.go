@@ -40,7 +40,8 @@ const (
 // FaultError is the typed error of a failed module call. It implements the
 // watcher's ModuleFault interface (ModuleName, ModuleVersion, FaultKind) so
 // a claim's last error names the module, its version and the kind of fault,
-// instead of matching strings across layers (ANCHORS pain 10).
+// instead of matching strings across layers (the reference scheduler's
+// opaque errors, hashicorp/nomad#27324).
 type FaultError struct {
 	Module  string
 	Version string
@@ -96,7 +97,7 @@ func (k FaultKind) countsForBreaker() bool {
 // faultOf is errors.As for a *FaultError, or nil. The successful call, the
 // common one, returns before the target variable exists: errors.As takes
 // its address as an interface, so a `var fe *FaultError` on the call path
-// was a heap allocation per call, three a decision (issue 17).
+// was a heap allocation per call, three a decision (TestDecideReleaseAllocs).
 func faultOf(err error) *FaultError {
 	if err == nil {
 		return nil

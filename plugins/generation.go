@@ -29,7 +29,8 @@ const (
 	maxMessage = 4 << 20
 	// DefaultInitTimeout bounds instantiation, the start function,
 	// _initialize and configure (Options.InitTimeout), which for a Go guest
-	// take ~6 ms (~90 ms under -race): far above a decision's call_timeout,
+	// take milliseconds, far more under -race (BenchmarkInstantiate): far
+	// above a decision's call_timeout,
 	// so they get their own, larger budget (at least 10 call_timeouts).
 	DefaultInitTimeout = 5 * time.Second
 	// pageSize is the wasm page size.
@@ -118,7 +119,7 @@ type instance struct {
 	// context.AfterFunc kept across calls while their contexts share a
 	// Done channel (the watcher's leadership context), instead of one
 	// registered and stopped per call (3 allocations and the parent's
-	// lock twice per call, issue 17): interrupt only stops an armed call,
+	// lock twice per call: TestDecideReleaseAllocs): interrupt only stops an armed call,
 	// so a watch left registered between calls does nothing. watchDone is
 	// the channel watched; unwatch ends it (close, and a generation's
 	// close for its idle instances, so a long-lived context does not pin
@@ -134,10 +135,10 @@ type instance struct {
 
 	// The call timeout of a decision call (armTimer): one timer per
 	// instance instead of a context.WithTimeout and a context.AfterFunc on
-	// it per call (about 2 us and 5 allocations of a call's host side,
-	// issue 17), and left pending between calls rather than reset and
-	// stopped for each (the timer heap's locks were a tenth of the host
-	// side): a fire that finds the current call's deadline ahead re-arms it
+	// it per call (CPU and allocations of every call's host side:
+	// BenchmarkHostPath), and left pending between calls rather than reset
+	// and stopped for each (the timer heap's locks were a large part of the
+	// host side): a fire that finds the current call's deadline ahead re-arms it
 	// for that deadline. deadline, expired, pending and fireAt are under
 	// flagMu.
 	timer    *time.Timer
@@ -165,7 +166,7 @@ const maxReservedPages = 1024
 // its cap when it is created. wazero otherwise grows it with append, copying
 // the whole memory on each memory.grow; a Go guest grows its heap a page at
 // a time for thousands of calls, and those copies made a young instance's
-// calls 1.4x as costly on average and its worst call 10x slower
+// calls costlier on average and its worst call much slower
 // (BenchmarkYoungInstance). Reserving is cheap, as the Go runtime hands out large
 // allocations as untouched zero pages, but it is capped so a manifest asking
 // for 4 GiB does not reserve that per pooled instance. On Linux the memory is

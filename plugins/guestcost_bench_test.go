@@ -22,9 +22,9 @@ import (
 	"github.com/volhost/volhost/plugins/internal/wasmbin"
 )
 
-// Per-call cost of a Go guest (issue 4). A host that enforces call_timeout
-// runs wazero with close-on-context-done, which makes every wasm loop header
-// exit to Go to check the context. Go's wasm backend puts a loop at the
+// Per-call cost of a Go guest. A host that enforces call_timeout by running
+// wazero with close-on-context-done (as volhost's first host did) makes every
+// wasm loop header exit to Go to check the context. Go's wasm backend puts a loop at the
 // entry of every non-leaf function and makes every jump within a function
 // (a taken branch, a loop's back edge) through that loop, so a Go guest's
 // per-call cost tracks the loop headers it executes. These benchmarks call
@@ -231,7 +231,7 @@ func TestGuestCallCounts(t *testing.T) {
 }
 
 // TestGuestCallWork holds the default policy's 8-claim call, in each SDK,
-// to the work issue 17 cut it to, counted (deterministic): guest function
+// to the work the call-path cuts brought it to, counted (deterministic): guest function
 // calls, loop headers (each a host probe, ABI.md section 12; in a Go guest
 // also a taken jump through a function's dispatch loop) and bulk memory
 // operations (memory.copy and memory.fill, each a call out of the compiled

@@ -98,7 +98,7 @@ func TestTwoDefaultsRefused(t *testing.T) {
 	}
 }
 
-// TestRefusalClearedWhenServingFilesReturn (issue 11 item 8): a refused
+// TestRefusalClearedWhenServingFilesReturn (status tells the truth): a refused
 // candidate replaced by the serving files again leaves no refusal behind.
 func TestRefusalClearedWhenServingFilesReturn(t *testing.T) {
 	good := benign(1)
@@ -160,7 +160,7 @@ func TestHostMaxima(t *testing.T) {
 	}
 }
 
-// TestPinnedBundleSwapsAsOne (issue 11 item 6): with a sha256 pin, the
+// TestPinnedBundleSwapsAsOne (an atomic bundle): with a sha256 pin, the
 // code and the manifest change together whatever order they arrive in: no
 // generation is formed from the new wasm and the old manifest, nor the
 // reverse, and the old generation serves until both are in place.

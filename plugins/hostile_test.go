@@ -364,7 +364,7 @@ func TestCompileBomb(t *testing.T) {
 
 // TestCountBombRefused: a 20-byte module whose element count makes
 // wazero's decoder ask for 100 GiB (a fatal out-of-memory: the agent died
-// before issue 17's fuzzing found it) is refused with the reason before
+// before FuzzInstrument found it) is refused with the reason before
 // anything decodes it, and the healthy module keeps serving.
 func TestCountBombRefused(t *testing.T) {
 	bomb := []byte("\x00asm\x01\x00\x00\x00\t\x04\xc7\xc7\xc7\xc7\x05\x040000")

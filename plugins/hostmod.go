@@ -17,8 +17,8 @@ const wasiModule = "wasi_snapshot_preview1"
 
 // allowedWASI are the wasi_snapshot_preview1 functions Go's wasip1 runtime
 // and syscall package import. They are harmless here because every instance
-// gets no preopened directory, no environment and no arguments (DESIGN
-// "Wasm modules": no files, no network, no environment). The sock_* calls
+// gets no preopened directory, no environment and no arguments (a module
+// gets no files, no network and no environment). The sock_* calls
 // are not allowed: a module has no business with the network.
 var allowedWASI = map[string]bool{
 	"args_get": true, "args_sizes_get": true, "clock_time_get": true,
@@ -130,8 +130,9 @@ func validateImports(c wazero.CompiledModule) error {
 }
 
 // requiredByKind is requiredExports of each kind, built once: every call
-// asks it whether its export resolves (a map built per call was about 5%
-// of a decision call's host side, issue 17). Read only.
+// asks it whether its export resolves (a map built per call was a
+// measurable part of a decision call's host side: BenchmarkHostPath). Read
+// only.
 var requiredByKind = map[abi.Kind]map[string][2][]api.ValueType{
 	abi.KindReleasePolicy: requiredExports(abi.KindReleasePolicy),
 	abi.KindCSIAdapter:    requiredExports(abi.KindCSIAdapter),

@@ -23,7 +23,7 @@ import (
 // allocator (4 MiB to 64 MiB of writes per instance, every max_calls
 // calls). Here an instance costs what its guest touches, its address never
 // moves as it grows (to the maximum, as before), and its pages go back to
-// the kernel when it closes (issue 17).
+// the kernel when it closes (TestLinearMemoryOutsideGoHeap, BenchmarkInstantiate).
 //
 // The mapping is unmapped when wazero closes the module. The host never
 // keeps a view of guest memory past a call (responses and log lines are

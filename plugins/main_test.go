@@ -19,8 +19,8 @@ import (
 
 // Test modules come from examples/plugins, built once per test binary by
 // pluginstest, and are compiled by wazero through the one on-disk cache
-// shared by every package and run (DESIGN "Testing notes": ~19 s cold under
-// -race, ~0.4 s cached).
+// shared by every package and run: compiling a Go guest under -race is
+// slow, loading it from the cache is not (BenchmarkCompile).
 
 // cacheDir is the shared compilation cache.
 var cacheDir = pluginstest.CacheDir()
@@ -138,8 +138,8 @@ func (w testWriter) Write(p []byte) (int, error) {
 func runtimeYield() { runtime.Gosched() }
 
 // loopProbesOnly makes the host instrument modules with probes at loop
-// headers only, not at function entries: the instrumentation before issue
-// 11, kept only so BenchmarkGuestCost can measure what the entry probes
+// headers only, not at function entries: the instrumentation before the
+// sandbox hardening, kept only so BenchmarkGuestCost can measure what the entry probes
 // cost in the same run. It is not a safe configuration (a loop-free
 // recursion escapes it), until the returned function restores it. Tests
 // using it must not run in parallel with others.

@@ -162,7 +162,7 @@ type Status struct {
 	// TableLimit is the manifest's limits.table_elements.
 	TableLimit uint32 `json:"table_limit,omitempty"`
 
-	// Issue 15: rollout and failure strategy.
+	// Rollout and failure strategy.
 	Mode      string `json:"mode,omitempty"`
 	OnFailure string `json:"on_failure,omitempty"`
 	// Promoted: the serving generation came in by `module promote`, and
@@ -192,7 +192,7 @@ type module struct {
 	cur     atomic.Pointer[generation]
 	breaker *breaker
 	stats   stats
-	// shadow is a candidate answering beside cur, never acting (issue 15);
+	// shadow is a candidate answering beside cur, never acting;
 	// prev is the last known good generation: the one cur replaced, kept
 	// loaded for `module rollback`, automatic rollback and on_failure =
 	// "last_known_good".

@@ -112,7 +112,7 @@ type Manifest struct {
 	SHA256    string // lower-case hex pin of the .wasm, "" for none
 	// Mode is ModeServe, or ModeShadow: the generation runs beside the
 	// serving one on the same requests, never acts, and its disagreements
-	// are counted until `module promote` makes it serve (issue 15).
+	// are counted until `module promote` makes it serve.
 	Mode string
 	// OnFailure is what a volume gets when this module faults or its
 	// circuit is open: OnFailureWait, OnFailureNative or

@@ -24,7 +24,7 @@ import (
 // rounds (each round runs 200 calls of every variant in turn, ten times),
 // so the per-round ratios share the machine's load. "none" is the module as built, without
 // probes (what no host may run: it cannot be stopped); "old" is the probe
-// as it was before issue 17's probe work (legacyPreempt: every probe
+// as it was before the probes were made cheaper (legacyPreempt: every probe
 // takes 1 of a budget of 64, every bulk operation 16); "new" is the host's
 // own (the instrument function Manager uses). The other variants take one
 // part away from "old" or change one parameter of "new", to show where
@@ -209,7 +209,7 @@ func (c *probeCaller) call(tb testing.TB, req []byte) {
 	}
 }
 
-// legacyPreempt is wasmbin.Preempt as it was before issue 17's probe work,
+// legacyPreempt is wasmbin.Preempt as it was before the probes were made cheaper,
 // with the given interval, for BenchmarkProbeVariants' "old": at every
 // function entry and loop header it reads the budget, enters Go and checks
 // the flag when it is spent (refilling it), then reads it again and takes
@@ -257,7 +257,7 @@ func legacyPreempt(interval int32) wasmbin.Probe {
 	return p
 }
 
-// envRounds is VOLHOST_ROUNDS, or def; the issue's ratios need at least 5.
+// envRounds is VOLHOST_ROUNDS, or def; BENCHMARKS.md's ratios need at least 5.
 func envRounds(tb testing.TB, def int) int {
 	s := os.Getenv("VOLHOST_ROUNDS")
 	if s == "" {

@@ -15,7 +15,7 @@ import (
 	"github.com/volhost/volhost/abi"
 )
 
-// Rollout (issue 15): a shadow candidate answers beside the serving
+// Rollout: a shadow candidate answers beside the serving
 // generation on the same requests and never acts; `module promote` makes it
 // serve and keeps the generation it replaced as the last known good;
 // `module rollback` (or too many faults of a promoted generation) returns

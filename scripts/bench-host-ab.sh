@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Before and after for the host's side of a module call (issue 17):
+# Before and after for the host's side of a module call:
 # test/extism BenchmarkHostSide of BASE (a git ref, default main) and of
 # the work tree on the same Go guest module (WASM, default the work tree's
 # default policy, built here), ROUNDS (7) interleaved rounds (base, new,

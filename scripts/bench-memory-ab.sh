@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Before and after for where a module instance's linear memory lives
-# (issue 17, session 12): plugins BenchmarkInstanceChurn (a Go guest's pool
+# (outside the Go heap on Linux): plugins BenchmarkInstanceChurn (a Go guest's pool
 # of 4 at memory_pages 256, replaced every 50 calls: Go heap, RSS, cost per
 # call) and BenchmarkInstantiate (one instance's set-up: time, bytes
 # allocated) of BASE (a git ref, default main) and of the work tree, ROUNDS

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Before and after for the whole-host release CPU per claim (task R, issue
-# 17): host/agent BenchmarkAgentReleaseNative of BASE (a git ref, default
+# Before and after for the whole-host release CPU per claim:
+# host/agent BenchmarkAgentReleaseNative of BASE (a git ref, default
 # main) and of the work tree, ROUNDS (5) interleaved rounds (base, new,
 # base, new, ...), each side's round a process of its own with
 # -test.benchtime 3x (3 timed batches of 1,000 claims; the process reports

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Before and after for a restart at scale (task M, issue 17): host/state
+# Before and after for a restart at scale: host/state
 # BenchmarkScaleRestored of BASE (a git ref, default main) and of the work
 # tree, ROUNDS (5) interleaved rounds (base, new, base, new, ...), each a
 # process of its own restoring the same snapshot file SNAPSHOT (the format

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Before and after for the state store at scale (task D, issue 17):
+# Before and after for the state store at scale:
 # host/state BenchmarkScale of BASE (a git ref, default main) and of the
 # work tree, ROUNDS (5) interleaved rounds (base, new, base, new, ...), one
 # process per round and side, at VOLUMES (100000). Prints a markdown table:

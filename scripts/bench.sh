@@ -9,15 +9,17 @@
 # Environment: BENCHTIME (default 200ms) for micro-benchmarks; CLAIMS (1000)
 # NODES (10), ROUNDS (5) and LATENCY (25ms, added to each ControllerUnpublish)
 # for the end-to-end runs; SKIP_GO=1 or SKIP_E2E=1 to run a part.
-# Issue 17's sections: CALL_ROUNDS (7) interleaved rounds of the module call
+# The performance sections: CALL_ROUNDS (7) interleaved rounds of the module call
 # benchmark (test/extism BenchmarkCallRatios) and SCALE_VOLUMES (10000
 # 100000 1000000) for the state store at scale (host/state BenchmarkScale),
 # with their plots BENCHMARKS-call.png and BENCHMARKS-scale.png;
-# SKIP_ISSUE17=1 leaves them out, SKIP_SCALE=1 the scale runs alone;
+# SKIP_PERF=1 leaves them out (SKIP_ISSUE17=1, its old name, still works),
+# SKIP_SCALE=1 the scale runs alone;
 # SCALE_ONLY=1 runs the scale section alone (with SKIP_GO=1 SKIP_E2E=1:
 # rewrites only the "scale" block and BENCHMARKS-scale.png).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SKIP_PERF=${SKIP_PERF:-${SKIP_ISSUE17:-}}
 root=$(pwd)
 out=$root/bin/bench
 mkdir -p "$out"
@@ -38,7 +40,7 @@ benchtime_of() {
     BenchmarkAgentRelease) echo 2x ;;
     BenchmarkAgentReleaseNative) echo 5x ;;
     BenchmarkGuestCostCold) echo 300x ;;
-    # Issue 17's own sections run them (below), with their own knobs.
+    # The performance sections run them (below), with their own knobs.
     BenchmarkCallRatios|BenchmarkScale|BenchmarkCheckpointGroupCommit|BenchmarkClaimTransitions) echo skip ;;
     BenchmarkScaleRestored|BenchmarkStepUpRealStore) echo skip ;;
     *) echo "$benchtime" ;;
@@ -71,9 +73,9 @@ if [ "${SKIP_GO:-}" != 1 ]; then
   done
 fi
 
-# Issue 17: the module call, sides interleaved in rounds (medians with
+# The performance sections: the module call, sides interleaved in rounds (medians with
 # min and max), and the state store at 10k, 100k and 1M volumes.
-if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ]; then
+if [ "${SKIP_PERF:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ]; then
   rm -f "$out/call.md" "$out/call.json" "$out/groupcommit.md" "$out/cluster.md"
   (cd test/extism && VOLHOST_ROUNDS=${CALL_ROUNDS:-7} VOLHOST_RATIOS_OUT="$out/call.md" VOLHOST_RATIOS_JSON="$out/call.json" \
     go test -run '^$' -bench '^BenchmarkCallRatios$' -benchtime 1x -timeout 20m . 2>&1) | tee "$out/call.txt" | grep -E '^(Benchmark|ok|FAIL)' || true
@@ -82,14 +84,14 @@ if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ]; then
   VOLHOST_CLUSTER_OUT="$out/cluster.md" go test -run '^$' -bench '^BenchmarkClaimTransitions$' -benchtime 1x -timeout 20m ./host/cluster/ 2>&1 |
     tee "$out/cluster.txt" | grep -E '^(Benchmark|ok|FAIL)' || true
 fi
-if [ "${SKIP_ISSUE17:-}" != 1 ]; then
+if [ "${SKIP_PERF:-}" != 1 ]; then
   if [ "${SKIP_SCALE:-}" != 1 ]; then
     rm -f "$out"/scale-*.json
     for n in ${SCALE_VOLUMES:-10000 100000 1000000}; do
       VOLHOST_SCALE_VOLUMES=$n VOLHOST_SCALE_OUT="$out/scale-$n.md" VOLHOST_SCALE_JSON="$out/scale-$n.json" \
         VOLHOST_SCALE_SNAPSHOT="$out/scale-$n.snap" \
         go test -run '^$' -bench '^BenchmarkScale$' -benchtime 1x -timeout 30m ./host/state/ 2>&1 | tee "$out/scale-$n.txt" | grep -E '^(Benchmark|ok|FAIL)' || true
-      # Task D (issue 17): a restarted server's memory (the snapshot just
+      # The restarted server's memory (the snapshot just
       # written, restored in a process of its own) and the watcher's
       # step-up over the real store; both add rows to scale-$n.md/json.
       for bench in BenchmarkScaleRestored BenchmarkStepUpRealStore; do
@@ -189,7 +191,7 @@ if [ -s "$out/go-bench.txt" ] && [ "${SKIP_GO:-}" != 1 ]; then
   } >"$out/stepup.md"
   replace_section stepup "Leader step-up with 100,000 volumes" "$out/stepup.md"
 
-  # Issue 17's whole-host release CPU per claim, with its floor and the
+  # The whole-host release CPU per claim, with its floor and the
   # host's share, from the raw run above (-benchtime 5x: five batches).
   if grep -q '^BenchmarkAgentReleaseNative' "$out/go-bench.txt"; then
     {
@@ -199,7 +201,7 @@ if [ -s "$out/go-bench.txt" ] && [ "${SKIP_GO:-}" != 1 ]; then
       echo
       awk -f scripts/release-table.awk "$out/go-bench.txt"
     } >"$out/release-cpu.md"
-    replace_section release-cpu "Whole-host release CPU per claim (issue 17)" "$out/release-cpu.md"
+    replace_section release-cpu "Whole-host release CPU per claim" "$out/release-cpu.md"
   fi
 
   {
@@ -212,7 +214,7 @@ if [ -s "$out/go-bench.txt" ] && [ "${SKIP_GO:-}" != 1 ]; then
   } >"$out/go-section.md"
   replace_section go-raw "Go benchmarks of every package (raw)" "$out/go-section.md"
 fi
-if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/call.md" ]; then
+if [ "${SKIP_PERF:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/call.md" ]; then
   {
     echo "The default policy on a volume with 8 claims. One process runs every side in"
     echo "turn, round after round (native, native with the wire, Go guest, AS guest,"
@@ -235,9 +237,9 @@ if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/call
     echo
     echo "![one policy call by side](BENCHMARKS-call.png)"
   } >"$out/call-section.md"
-  replace_section call-ratios "Module call, interleaved rounds (issue 17)" "$out/call-section.md"
+  replace_section call-ratios "Module call, interleaved rounds" "$out/call-section.md"
 fi
-if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/groupcommit.md" ]; then
+if [ "${SKIP_PERF:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/groupcommit.md" ]; then
   {
     echo "The watcher's release writes (three checkpoints per claim) from 16 concurrent"
     echo "writers on one server with raft-boltdb on disk: one raft entry per checkpoint"
@@ -249,9 +251,9 @@ if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/grou
     echo
     cat "$out/groupcommit.md"
   } >"$out/groupcommit-section.md"
-  replace_section groupcommit "Group commit of claim checkpoints (issue 17)" "$out/groupcommit-section.md"
+  replace_section groupcommit "Group commit of claim checkpoints" "$out/groupcommit-section.md"
 fi
-if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/cluster.md" ]; then
+if [ "${SKIP_PERF:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/cluster.md" ]; then
   {
     echo "Write throughput through raft with raft-boltdb on disk, 16 concurrent"
     echo "writers (the watcher's default max_concurrency), counted in claim"
@@ -266,7 +268,7 @@ if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/clus
   } >"$out/cluster-section.md"
   replace_section cluster-throughput "Cluster write throughput" "$out/cluster-section.md"
 fi
-if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SKIP_SCALE:-}" != 1 ] && ls "$out"/scale-*.md >/dev/null 2>&1; then
+if [ "${SKIP_PERF:-}" != 1 ] && [ "${SKIP_SCALE:-}" != 1 ] && ls "$out"/scale-*.md >/dev/null 2>&1; then
   {
     echo "The state store built by bulk FSM apply (ApplyAt, every request validated as"
     echo "a log entry would be; no HTTP, no raft): a tenth of the volumes claimed, a"
@@ -293,7 +295,7 @@ if [ "${SKIP_ISSUE17:-}" != 1 ] && [ "${SKIP_SCALE:-}" != 1 ] && ls "$out"/scale
     echo
     echo "![state store against volume count](BENCHMARKS-scale.png)"
   } >"$out/scale-section.md"
-  replace_section scale "State store at scale (issue 17)" "$out/scale-section.md"
+  replace_section scale "State store at scale" "$out/scale-section.md"
 fi
 echo "bench: BENCHMARKS.md updated ($((t2 - t0)) s)"
 # A benchmark that fails (a fixture a later check refuses, say) must not

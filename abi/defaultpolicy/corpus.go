@@ -12,8 +12,7 @@ import (
 // down, gone, absent) and claim state, one claim per request; plus
 // multi-claim volumes mixing them, the 8-claim benchmark shape, and an empty
 // request. The differential test runs it through the native default and the
-// default-policy Wasm module and requires equal decisions (DESIGN "Wasm
-// modules").
+// default-policy Wasm module and requires equal decisions.
 func Corpus() []*abi.PolicyRequest {
 	const now = 1_790_000_000_000
 	allocStatuses := []string{AllocPending, AllocRunning, AllocComplete, AllocFailed, AllocLost, AllocGone, "evicting", "", "<absent>"}

@@ -1,8 +1,8 @@
 // Package defaultpolicy owns the default release policy's decisions as a pure
 // function over the ABI messages. The default-policy example module is this
 // function behind the guest SDK, and the host's native default may call it
-// too, so the Wasm and native defaults cannot drift (DESIGN "Wasm modules":
-// differential test over a corpus).
+// too, so the Wasm and native defaults cannot drift (the differential test
+// runs both over Corpus).
 //
 // For each claim of the request:
 //   - its allocation is pending or running (or reports a status this
@@ -14,7 +14,7 @@
 //     passed the node step yet (state "taken") and its node is down or gone
 //     (status "down"/"gone" or absent), release skipping the node step: the
 //     node cannot answer NodeUnpublish, and waiting for it is what leaves
-//     claims on dead nodes never freed (ANCHORS pain 1).
+//     claims on dead nodes never freed (hashicorp/nomad#12346).
 package defaultpolicy
 
 import "github.com/volhost/volhost/abi"
@@ -65,7 +65,7 @@ func NewIndex(req *abi.PolicyRequest) Index {
 // guest every copy of a struct over 16 bytes is a memory.copy or
 // memory.fill, a call out of the guest's code into the host's memmove
 // (Index is 72 bytes, a Decision 48), and an 8-claim decision made about
-// 70 of them (issue 17).
+// 70 of them (TestGuestCallWork counts them).
 func (ix *Index) init(req *abi.PolicyRequest) {
 	ix.allocs, ix.nodes = req.Allocs, req.Nodes
 	if len(req.Allocs)+len(req.Nodes) > 2 {
@@ -208,7 +208,7 @@ func Decide(req *abi.PolicyRequest) *abi.PolicyResponse {
 // DecideInto is Decide writing into resp, whose Decisions backing array is
 // reused when large enough: a guest that keeps one response across calls
 // (guest.HandleReleaseInto) then decides without allocating, and so without
-// the GC work and yields allocation brings a Go guest (issue 17). resp is
+// the GC work and yields allocation brings a Go guest. resp is
 // overwritten; its decisions' AllocIDs are req's strings.
 func DecideInto(req *abi.PolicyRequest, resp *abi.PolicyResponse) {
 	decisions := resp.Decisions[:0]

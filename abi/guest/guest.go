@@ -19,7 +19,7 @@
 // yields to the Go scheduler (runtime.Gosched) before returning after every
 // 16th call, and after every call while the guest allocates fast (yield.go):
 // without yields a guest allocating large objects runs out of memory
-// (DESIGN "Wasm modules"), and a yield after every call costs more than a
+// (TestGuestMemoryBoundedLargeGarbage), and a yield after every call costs more than a
 // small decision.
 //
 // The optional export of ABI 1.1, volhost_confirm_fence, is in package
@@ -216,7 +216,7 @@ func (h *Handlers) dispatchReleaseInto(in, out []byte) (res []byte) {
 	// The last call's decisions past the new length are left as they were:
 	// their strings alias the request buffer, alive anyway. Field by field:
 	// a composite literal is a memory.fill and a memory.copy in a Go guest,
-	// each a call out of its code (issue 17).
+	// each a call out of its code (TestGuestCallWork counts them).
 	resp.Decisions, resp.Error = resp.Decisions[:0], ""
 	if err := h.ReleaseInto(req, resp); err != nil {
 		return failed(err.Error())

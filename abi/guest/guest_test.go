@@ -283,7 +283,7 @@ func TestDispatchReleaseInto(t *testing.T) {
 // whole corpus, twice (so the reused request and response shrink and grow):
 // every answer is the native Decide's, and a repeated 8-claim call
 // allocates nothing, the property that keeps GC work off a Go guest's call
-// path (issue 17). A handler that allocated, or an SDK that copied the
+// path. A handler that allocated, or an SDK that copied the
 // request's strings again, fails the count.
 func TestDispatchReleaseIntoReusesAndMatches(t *testing.T) {
 	h := &Handlers{ReleaseInto: func(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {

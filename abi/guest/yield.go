@@ -9,7 +9,7 @@ import (
 // collector's background work (mark workers, sweeper) and other goroutines
 // only when an export yields (runtime.Gosched), and without that a guest
 // allocating large objects runs out of memory. But a yield costs about 40
-// guest function calls (~4 us under a host's call timeout), more than a
+// guest function calls (BenchmarkGuestCost), more than a
 // small decision itself, so the exports yield
 //   - after every call while the guest allocates fast: for the busyWindow
 //     calls after each completed GC cycle, and

@@ -1,9 +1,9 @@
 // Package metrics owns volhost's Prometheus metrics: an own registry (no
 // global state, so tests and several servers in one process never clash),
 // gauges computed from a state snapshot at scrape time, and the counters and
-// histograms the CSI client, the volume watcher and (issue 4) the module
+// histograms the CSI client, the volume watcher and the module
 // runtime report into. Stuck claims are visible here because the reference
-// system has no metric for them (ANCHORS "No metrics for stuck claims").
+// system, Nomad, has no metric for them.
 //
 // Every method is safe on a nil *Metrics, so a component built without
 // metrics needs no checks.
@@ -26,7 +26,7 @@ import (
 const Namespace = "volhost"
 
 // Source is what the scrape-time collector reads: a state snapshot's
-// maintained volume counts (O(1), not a scan of every volume: issue 17) and
+// maintained volume counts (O(1), not a scan of every volume) and
 // its leftovers.
 type Source interface {
 	VolumeStats() (state.VolumeStats, error)
@@ -50,7 +50,7 @@ type Metrics struct {
 	moduleFaults   *prometheus.CounterVec
 	moduleDuration *prometheus.HistogramVec
 
-	mods *moduleMetrics // issue 15 (modules.go)
+	mods *moduleMetrics // module lifecycle (modules.go)
 }
 
 // New returns metrics whose gauges read store's current snapshot on scrape.
@@ -221,7 +221,7 @@ func (m *Metrics) ForcedDetach(source string) {
 	m.forcedDetach.WithLabelValues(source + "-fence").Inc()
 }
 
-// ModuleCall records one Wasm module call (issue 4): kind is the module
+// ModuleCall records one Wasm module call: kind is the module
 // kind, fault "" on success or the fault kind.
 func (m *Metrics) ModuleCall(module, kind string, d time.Duration, fault string) {
 	if m == nil {

@@ -8,7 +8,7 @@ import (
 	"github.com/volhost/volhost/plugins"
 )
 
-// Module lifecycle metrics (issue 15): per module and generation, the
+// Module lifecycle metrics: per module and generation, the
 // latency and faults of every call by the role the generation played
 // (serving, shadow, last known good), shadow disagreements, rollbacks, and
 // at scrape time each module's breaker state, pool size and shadow

@@ -1,4 +1,4 @@
-// Package tlsutil owns volhost's TLS (issue 12): loading the CA, a
+// Package tlsutil owns volhost's TLS: loading the CA, a
 // certificate and its key from files, reloading them (SIGHUP) without a
 // restart, the tls.Configs of the HTTPS API, the mutual-TLS raft transport
 // and the clients, and creating a CA and certificates for `volhost tls`.

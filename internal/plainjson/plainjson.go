@@ -3,7 +3,7 @@
 // ASCII with no escape, canonical unsigned integers, and the literals
 // null, true and false, with no white space. It serves the decoders that
 // skip encoding/json on a hot path (host/state's restore of plain volumes,
-// host/cluster's checkpoint log entries, issue 17). Every reader answers
+// host/cluster's checkpoint log entries). Every reader answers
 // false for anything outside the subset, leaving the scanner where it
 // was or part-way; the caller then gives up and decodes the whole input
 // with encoding/json, so what the fast decoders take they must decode

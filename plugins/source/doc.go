@@ -1,5 +1,5 @@
 // Package source owns where module bundles come from and how they are
-// verified before they reach the module runtime (issue 15): an OCI
+// verified before they reach the module runtime: an OCI
 // registry artifact holding a module's wasm and manifest as two layers,
 // signed in sigstore/cosign's key-based offline format (ECDSA P-256 over
 // the simple-signing JSON payload naming the manifest digest, stored as the

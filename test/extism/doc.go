@@ -1,5 +1,5 @@
 // Package extism holds the Extism comparison benchmark for volhost's Wasm
-// runtime (issue 3 benchmarks): the default release policy judged through
+// runtime: the default release policy judged through
 // (a) native Go, (b) volhost's plugins.Manager with a Go guest, and (c) the
 // Extism Go SDK with a Go guest built on the Extism Go PDK, all with
 // timeouts enforced, in one run. It is a separate Go module so the product

@@ -21,7 +21,7 @@ import (
 // TestGuestSteadyStateWork runs the 8-claim default-policy call straight
 // through wazero (no host instrumentation, a function listener counting
 // every guest function entry) on each guest, 500 calls to warm up, then
-// counts 2,000, and checks the property issue 17 asks of both SDKs: no
+// counts 2,000, and checks the property both SDKs promise: no
 // allocation per call in steady state.
 //
 //   - Go guest (abi/guest HandleReleaseInto + defaultpolicy.DecideInto):

@@ -14,7 +14,7 @@ import (
 // builds of this package is the host's side of a call (VOLHOST_HOST_CTX,
 // below, picks the caller's context). It is the
 // benchmark scripts/bench-host-ab.sh runs in interleaved processes of a
-// base tree and the work tree (issue 17):
+// base tree and the work tree:
 //
 //	flock /tmp/volhost-heavy.lock bash scripts/bench-host-ab.sh main
 func BenchmarkHostSide(b *testing.B) {

@@ -17,7 +17,7 @@ import (
 )
 
 // BenchmarkCallRatios is the module-call benchmark BENCHMARKS.md's ratios
-// come from (issue 17): every side judges the same 8-claim volume, and the
+// come from: every side judges the same 8-claim volume, and the
 // sides take turns in one process (round 1: A, B, C, ...; round 2: A, B,
 // C, ...), so the machine's load (shared with other builds) hits every side
 // alike. Each ratio is computed per round and reported as the median of the

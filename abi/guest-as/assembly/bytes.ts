@@ -149,8 +149,8 @@ function litCached(s: string): Bytes {
  * The ASCII literal s as Bytes. The first use in an instance copies it to a
  * static cache; later uses are a lookup. When the cache is full it is copied
  * into the call arena instead. Inline: a literal found in its home slot (the
- * usual case once converted) costs no call, where it cost two (issue 17:
- * each call is an instrumented function entry in the host).
+ * usual case once converted) costs no call, where it cost two (each call
+ * is an instrumented function entry in the host; TestGuestCallWork/as).
  */
 // @ts-ignore: decorator
 @inline export function lit(s: string): Bytes {

@@ -11,7 +11,7 @@
 // everything in the arena is dead when the next export starts: each export
 // resets the arena (arenaReset) and nothing is ever freed. There is no
 // garbage collector and no allocator bookkeeping, which is what keeps a call
-// to a few hundred wasm instructions (issue 4). Memory only grows when a
+// to a few hundred wasm instructions. Memory only grows when a
 // request or response is larger than any before; a grow past the manifest's
 // memory_pages traps, which the host reports as an oom fault.
 

@@ -27,7 +27,7 @@ func configure(cfg map[string]string) (string, error) {
 
 // decide is the default release policy, written into the response the SDK
 // reuses across calls: in steady state a call allocates nothing, so the
-// guest's GC has no work on the call path (issue 17).
+// guest's GC has no work on the call path (TestGuestSteadyStateWork).
 func decide(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {
 	defaultpolicy.DecideInto(req, resp)
 	return nil

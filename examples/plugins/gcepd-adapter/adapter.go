@@ -70,7 +70,7 @@ func configure(cfg map[string]string) (string, error) {
 // from node metadata when gce.project and gce.zone are set (instance from
 // gce.instance, else the node's ID); otherwise it is the ID the node's
 // plugin reported (NodeGetInfo), then the one recorded on the claim, which
-// survives the node being gone (ANCHORS pain 2: "missing external node ID").
+// survives the node being gone (hashicorp/nomad#25349: "missing external node ID").
 // The driver rejects an empty node ID, so no ID is an error, not a guess.
 // adaptSteps are the steps whose CSI requests this adapter changes: only the
 // controller calls carry a node ID, and the driver wants its own

@@ -270,7 +270,7 @@ async function overview(q, signal, started) {
   }, (e) => { fill(stats, errorBox(e)); markRendered(started); return !(e instanceof APIError && e.status === 403); });
 }
 
-const STATES = ["taken", "node-detached", "controller-detached", "ready-to-free"];
+const STATES = ["publishing", "taken", "node-detached", "controller-detached", "ready-to-free"];
 
 function renderStats(s) {
   const counts = h("dl", {class: "counts"},
@@ -502,7 +502,7 @@ async function modules(q, signal, started) {
         m.last_known_good ? actionButton("Roll back…", "modules:reload", null, () => rollout(m, "rollback"), {"data-action": "rollback"}) : null));
   });
   // Promote makes the shadow candidate serve (the serving generation is
-  // kept as the last known good); roll back returns to that one (issue 15).
+  // kept as the last known good); roll back returns to that one.
   const rollout = async (m, action) => {
     const what = action === "promote"
       ? `The shadow candidate ${m.shadow.version || ""} of ${m.name} starts serving on this agent; the generation serving now is kept as the last known good, and a promoted version that faults past its rollback limit is rolled back automatically.`
@@ -558,7 +558,7 @@ async function nodes(q, signal, started) {
     }
   };
   // A fence is an operator's attestation that the node is off: its claims
-  // skip their node steps and go to the controller detach (issue 14).
+  // skip their node steps and go to the controller detach.
   const fence = async (n) => {
     const reason = h("input", {id: "confirm-reason", type: "text", "aria-required": "true", placeholder: "e.g. powered off in the cloud console"});
     const body = [

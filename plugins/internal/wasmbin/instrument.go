@@ -107,13 +107,12 @@ const PreemptExport = "volhost.preempt"
 // at most PreemptBudget probes pass between two entries, and at most about
 // 2 x PreemptBudget x PreemptUnit instructions run (2 million) plus two
 // function bodies: a bound that a count of probes alone did not give (a
-// long straight-line body ran up to 64 times over before issue 17). It
+// long straight-line body ran up to 64 times over under the old probe). It
 // was 64 probes; at 256, with bulk operations charged by length
-// (bulkCharge), the probes' overhead on an 8-claim call fell by about a
-// quarter (AssemblyScript) to a third (Go) (docs/benchmarks-history.md "Probe
-// variants"), for a stop-the-world that waits up to 256 probes instead of
+// (bulkCharge), the probes' overhead on an 8-claim call fell
+// (BenchmarkProbeVariants), for a stop-the-world that waits up to 256 probes instead of
 // 64 (a few microseconds in the example guests) for a running call
-// (RATIONALE "Cheaper probes").
+// (RATIONALE "Why do probes charge by static cost?").
 const PreemptBudget = 256
 
 // PreemptUnit is how many instructions of static cost make one more unit
@@ -191,10 +190,10 @@ func NewPreempt(budget, unit int32) Probe {
 //	    i32.const refill; global.set budget; end
 //	global.get budget; i32.const charge; i32.sub; global.set budget
 //
-// Testing before taking, not after, is what the probe was before issue 17
-// and measured cheaper under wazero's compiler (a variant of
+// Testing before taking, not after, is what the old probe did, and it
+// measured cheaper under wazero's compiler (a variant of
 // BenchmarkProbeVariants run once: taking first made an AssemblyScript
-// call about 7% slower, presumably because the taken value is then live
+// call slower, presumably because the taken value is then live
 // across the slow path's call).
 func preemptCode(b []byte, flag uint32, charge, refill int32) []byte {
 	budget := flag + 1
@@ -216,8 +215,8 @@ func preemptCode(b []byte, flag uint32, charge, refill int32) []byte {
 // 1<<PreemptBulkTableShift table entries. A bulk operation can take
 // milliseconds (a memory.fill of the whole memory), so the next probe
 // after a large one enters Go, while the small copies an AssemblyScript
-// or Go guest makes all the time cost what a probe does. (Before issue 17
-// every bulk operation took a quarter of the budget, and the Go entries
+// or Go guest makes all the time cost what a probe does. (Under the old
+// probe every bulk operation took a quarter of the budget, and the Go entries
 // that caused were most of what the probes cost an AssemblyScript call.)
 //
 // The budget never goes below bulkFloor: straight-line code of enough

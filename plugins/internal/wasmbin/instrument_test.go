@@ -455,7 +455,7 @@ func TestCallDepthBound(t *testing.T) {
 // 1 + its length in KiB (1, 3, 65); "long" is 8,192 nops, whose entry
 // takes 1 + 8,193/PreemptUnit = 3. A probe that finds the budget spent
 // (below 1) enters Go and refills it to PreemptBudget before taking its
-// own charge. (Before issue 17 every probe took 1 of 64 and every bulk
+// own charge. (Under the old probe every probe took 1 of 64 and every bulk
 // operation 16, whatever its length.)
 func TestPreemptBudget(t *testing.T) {
 	fill := func(n int32) []byte { // memory.fill(0, 0, n)

@@ -2,13 +2,14 @@
 // AssemblyScript module. It gives the same decisions, reasons and
 // retry_after_ms as defaultpolicy.Decide for every request, in claim order
 // (plugins/asguest_test.go compares them), at a fraction of a Go guest's
-// per-call cost (issue 4).
+// per-call cost (BenchmarkGuestCost).
 //
 // For each claim: its allocation pending, running or of an unknown status:
 // WAIT (retry 0: the host's backoff), "allocation <status>"; terminal
 // (complete, failed, lost) or gone (status "gone" or absent): RELEASE,
 // or RELEASE_SKIP_NODE when the claim is still "taken" and its node is down
-// or gone (ANCHORS pain 1: a dead node cannot answer NodeUnpublish).
+// or gone (a dead node cannot answer NodeUnpublish, and waiting for it
+// leaves its claims never freed: hashicorp/nomad#12346).
 
 import {
   ACTION_RELEASE, ACTION_RELEASE_SKIP_NODE, ACTION_WAIT, AllocView, blen, bptr, byteAt, Bytes, bytesEqual, ConfigureRequest,

@@ -8,7 +8,8 @@
 // when gce.project and gce.zone are set (instance from gce.instance, else
 // the node's ID, else the claim's node ID), otherwise it is the ID the
 // node's plugin reported (NodeGetInfo), then the one recorded on the claim,
-// which survives the node being gone (ANCHORS pain 2). The driver rejects
+// which survives the node being gone (hashicorp/nomad#25349: "missing
+// external node ID" after the node went). The driver rejects
 // an empty node ID, so no ID is an error, not a guess.
 //
 // classify: NotFound is retried at every step (at an unpublish or unstage

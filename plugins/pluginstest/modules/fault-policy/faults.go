@@ -14,7 +14,8 @@ import (
 // version is reported to the host in the configure response.
 const version = "1.0.0"
 
-// Modes, each one fault the host must isolate (issue 3, item 5).
+// Modes, each one fault the host must isolate (the module runtime's
+// sandbox: a module's fault never reaches the host).
 const (
 	ModeOK        = "ok"        // default-policy decisions: the healthy baseline
 	ModePanic     = "panic"     // the handler panics; the SDK answers Error "panic: ..."

@@ -1,4 +1,4 @@
-// Command benchplot draws the issue 17 plots for make bench from the JSON
+// Command benchplot draws the performance plots for make bench from the JSON
 // the benchmarks write: the module call cost by guest language
 // (BenchmarkCallRatios, -call) and the state store against volume count
 // (BenchmarkScale, one -scale file per count).
@@ -156,7 +156,7 @@ func plotScale(glob, png string) error {
 		{mem, "rss-MiB", "RSS after GC", red}, {mem, "heap-MiB", "Go heap", blue},
 		{times, "save-s", "snapshot save", blue}, {times, "restore-s", "snapshot restore", red},
 		{times, "releasable-s", "step-up's releasable read", green}, {times, "build-s", "bulk FSM apply (build)", orange},
-		// BenchmarkScaleRestored and BenchmarkStepUpRealStore (task D);
+		// BenchmarkScaleRestored and BenchmarkStepUpRealStore;
 		// drawn only when the run has them.
 		{mem, "rss-restored-MiB", "RSS, restored in a fresh process", green},
 		{times, "stepup-assessed-s", "watcher step-up, all assessed", gray},
