@@ -26,6 +26,9 @@ type StateReader interface {
 	Volume(namespace, id string) (*structs.Volume, error)
 	Alloc(id string) (*structs.Alloc, error)
 	Node(id string) (*structs.Node, error)
+	// NodeOfMachine is the node registered on machine m (the plugin and
+	// the external node ID its driver reports), nil when none is.
+	NodeOfMachine(m structs.Machine) (*structs.Node, error)
 	Plugin(id string) (*structs.Plugin, error)
 	// ReleasableVolumes lists volumes that have at least one claim whose
 	// allocation is terminal or gone (what step-up and the claim GC visit).

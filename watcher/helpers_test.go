@@ -123,6 +123,17 @@ func (s *fakeStore) Node(id string) (*structs.Node, error) {
 	return s.nodes[id].Copy(), nil
 }
 
+func (s *fakeStore) NodeOfMachine(m structs.Machine) (*structs.Node, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, n := range s.nodes {
+		if np := n.Plugins[m.PluginID]; np != nil && np.ExternalNodeID == m.ExternalNodeID {
+			return n.Copy(), nil
+		}
+	}
+	return nil, nil
+}
+
 func (s *fakeStore) Plugin(id string) (*structs.Plugin, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

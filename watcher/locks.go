@@ -63,3 +63,14 @@ func (l *VolumeLocks) drop(ref structs.VolumeRef, e *volumeLock) {
 		delete(l.locks, ref)
 	}
 }
+
+// Busy reports whether ref's lock is held or waited for. The release of a
+// publishing claim waits while it is (the claim path may be publishing
+// that claim); a claim path that starts after the check cannot take up a
+// claim whose allocation ended, so the answer cannot go stale in a way
+// that matters there.
+func (l *VolumeLocks) Busy(ref structs.VolumeRef) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.locks[ref] != nil
+}

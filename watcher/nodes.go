@@ -133,3 +133,27 @@ func (p *pass) forcedDetach(f *structs.NodeFence) {
 	}
 	m.ForcedDetach(source)
 }
+
+// stepNode is the node a claim's node steps go to: its own node, or, when
+// that node is no longer registered, the node registered on the machine
+// the claim was published to (structs.Machine: the volume's plugin and the
+// external node ID recorded on the claim). A node deregistered or
+// collected whose machine came back under another node ID is not gone:
+// its staging path and target are still mounted there, and skipping its
+// node steps as if the machine had vanished leaves them mounted, after
+// which ControllerUnpublish detaches the disk under them. The claim keeps
+// its node ID; only where its steps run changes. nil: gone.
+func stepNode(st StateReader, v *structs.Volume, c *structs.Claim) (*structs.Node, error) {
+	n, err := st.Node(c.NodeID)
+	if err != nil {
+		return nil, fmt.Errorf("read node %s: %w", c.NodeID, err)
+	}
+	if n != nil || c.ExternalNodeID == "" {
+		return n, nil
+	}
+	m := structs.Machine{PluginID: v.PluginID, ExternalNodeID: c.ExternalNodeID}
+	if n, err = st.NodeOfMachine(m); err != nil {
+		return nil, fmt.Errorf("read the node on %s: %w", m, err)
+	}
+	return n, nil
+}

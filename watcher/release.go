@@ -108,8 +108,8 @@ func readPass(st StateReader, ref structs.VolumeRef, now time.Time) (*pass, erro
 			return nil, fmt.Errorf("read allocation %q: %w", c.AllocID, err)
 		}
 		if _, ok := p.nodes[c.NodeID]; !ok {
-			if p.nodes[c.NodeID], err = st.Node(c.NodeID); err != nil {
-				return nil, fmt.Errorf("read node %s: %w", c.NodeID, err)
+			if p.nodes[c.NodeID], err = stepNode(st, v, c); err != nil {
+				return nil, err
 			}
 		}
 	}
@@ -390,6 +390,16 @@ func (p *pass) heldTooLong(c *structs.Claim) bool {
 // past a step (a crash, a leader change) resumes where it stands. The error
 // is only for a failed store write or a cancelled context.
 func (p *pass) release(ctx context.Context, c *structs.Claim, skipNode bool) error {
+	if c.State == structs.ClaimPublishing && p.w.locks.Busy(p.ref) {
+		// The claim path may be publishing this very claim (its record is
+		// written ahead of its calls): its NodePublish and this release's
+		// NodeUnpublish must not race on one target. Once it lets the
+		// volume go the claim is taken, removed, or left publishing for
+		// this release; no claim path takes up the claim of an ended
+		// allocation again (host/state refuses it).
+		p.wakeAt(p.now.Add(p.w.backoff(1)))
+		return nil
+	}
 	if c.State.Order() < structs.ClaimControllerDetached.Order() && c.Attempts >= p.w.cfg.AbandonAfter {
 		if reason := p.abandonReason(c); reason != "" {
 			if err := p.abandon(ctx, c, reason); err != nil {
@@ -401,7 +411,10 @@ func (p *pass) release(ctx context.Context, c *structs.Claim, skipNode bool) err
 		var ok bool
 		var err error
 		switch c.State {
-		case structs.ClaimTaken:
+		case structs.ClaimPublishing, structs.ClaimTaken:
+			// A publishing claim's calls may have attached, staged and
+			// published (structs.Claim.Staged and friends: unknown): its
+			// release re-sends every step, each idempotent by the CSI spec.
 			ok, err = p.nodeStep(ctx, c, skipNode)
 		case structs.ClaimNodeDetached:
 			ok, err = p.controllerStep(ctx, c)
@@ -488,7 +501,11 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 		// machine: unstage only when no other one needs it,
 		// as committed state says right now, with the claim path held
 		// off until the checkpoint is written (VolumeLocks).
-		if np.StageUnstage && c.StagingPath != "" {
+		// Whether the claim staged is its own record (it staged only
+		// when the plugin stages), never the node's registration today:
+		// a node re-registered with the capability off would otherwise
+		// leave the path staged and have the disk detached under it.
+		if c.StagingPath != "" {
 			unlock, err := p.w.locks.Lock(rec, p.ref)
 			if err != nil {
 				return false, err
@@ -633,12 +650,25 @@ func (p *pass) committed() (*structs.Volume, error) {
 // controllerStep: ControllerUnpublishVolume when the plugin publishes and
 // this is the last claim of the volume on the node, always with a node ID.
 func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, error) {
+	if c.Unattached {
+		// Its publish attached nothing (structs.Claim.Unattached): there
+		// is nothing to detach, whatever the plugin advertises now.
+		return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil, stepFlags{})
+	}
 	if p.plugin == nil {
 		return false, p.fail(ctx, c, p.precondition(StepControllerUnpublish,
 			"plugin %q is not registered", p.v.PluginID), 0)
 	}
 	if !p.plugin.Capabilities.PublishUnpublish {
-		return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil, stepFlags{})
+		// The claim recorded an attachment, and the store refuses a
+		// plugin registration that drops the capability under such
+		// claims (older rows get the record at restore), so only a
+		// registration racing the claim's commit gets here: skipping
+		// the detach could leave the disk attached, sending it could
+		// fail at a controller that is not there; neither is guessed.
+		return false, p.fail(ctx, c, p.precondition(StepControllerUnpublish,
+			"the claim recorded a controller attachment but plugin %q does not advertise PUBLISH_UNPUBLISH_VOLUME: "+
+				"register the plugin with its controller endpoint, or force-deregister the volume and check the attachment by hand", p.v.PluginID), 0)
 	}
 	resp, fe := p.adapt(ctx, c, StepControllerUnpublish)
 	if fe != nil {
@@ -1155,7 +1185,7 @@ func claimView(c *structs.Claim) abi.ClaimView {
 		AllocID:        c.AllocID,
 		NodeID:         c.NodeID,
 		Mode:           string(c.Mode),
-		State:          string(c.State),
+		State:          viewState(c.State),
 		Attempts:       uint32(c.Attempts),
 		ExternalNodeID: c.ExternalNodeID,
 		AccessMode:     string(c.AccessMode),
@@ -1166,6 +1196,16 @@ func claimView(c *structs.Claim) abi.ClaimView {
 		cv.LastErrorKind = string(c.LastError.Kind)
 	}
 	return cv
+}
+
+// viewState is the claim state a module sees. A publishing claim is shown
+// as taken: the ABI's states are the release's (abi.ClaimView), and for a
+// policy both are a claim in use whose node steps are all still to do.
+func viewState(s structs.ClaimState) string {
+	if s == structs.ClaimPublishing {
+		return string(structs.ClaimTaken)
+	}
+	return string(s)
 }
 
 func (p *pass) allocStatus(id string) string {

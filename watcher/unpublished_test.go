@@ -84,11 +84,27 @@ func TestNodeUnpublishedOnlyBeforeUnstage(t *testing.T) {
 			f.store.putAlloc("a2", testNode, structs.AllocRunning)
 			v.Claims["a2"] = newClaim("a2", testNode, structs.ClaimTaken)
 		}, wantCalls: []string{mNodeUnpublish}, want: full},
-		{name: "plugin does not stage", setup: func(f *fixture, _ *structs.Volume) {
+		{name: "plugin does not stage", setup: func(f *fixture, v *structs.Volume) {
 			n := readyNode(testNode)
 			n.Plugins[testPlugin].StageUnstage = false
 			f.store.putNode(n)
+			v.Claims["a1"].StagingPath = "" // published without staging, as the claim path records it
 		}, wantCalls: []string{mNodeUnpublish, mCtlUnpublish}, want: full},
+		// What the claim recorded decides, not the node's registration
+		// today: a claim that staged is unstaged although the node now
+		// says its plugin does not stage.
+		{name: "claim staged, node no longer says it stages", setup: func(f *fixture, _ *structs.Volume) {
+			n := readyNode(testNode)
+			n.Plugins[testPlugin].StageUnstage = false
+			f.store.putNode(n)
+		}, wantCalls: []string{mNodeUnpublish, mNodeUnstage, mCtlUnpublish},
+			want: append([]structs.ClaimState{unpublishedMark}, full...)},
+		// A claim whose publish attached nothing is not detached, although
+		// the plugin now publishes.
+		{name: "claim unattached", setup: func(_ *fixture, v *structs.Volume) {
+			v.Claims["a1"].Unattached = true
+		}, wantCalls: []string{mNodeUnpublish, mNodeUnstage},
+			want: append([]structs.ClaimState{unpublishedMark}, full...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, Config{}, nil)

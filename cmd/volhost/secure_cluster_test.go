@@ -307,6 +307,12 @@ tls {
 		}
 	}
 
+	// Issue 30's attacks through the HTTP API of the real binaries.
+	secureAttacks(t, &attackTarget{hc: hc, leader: leader.http, mgmt: boot.SecretID, token: func(name, rules string) string {
+		policy(name, rules)
+		return token(name)["VOLHOST_TOKEN"]
+	}})
+
 	// SIGHUP rotation on the leader with requests flowing.
 	serial := func() string {
 		resp, err := hc.Get("https://" + leader.http + "/v1/status/leader")

@@ -57,8 +57,7 @@ func (o *optBool) Set(s string) error {
 func (o *optBool) IsBoolFlag() bool { return true }
 
 // claimStates are the values of volume status -claim-state.
-var claimStates = []structs.ClaimState{structs.ClaimTaken, structs.ClaimNodeDetached,
-	structs.ClaimControllerDetached, structs.ClaimReadyToFree, "unclaimed"}
+var claimStates = append(append([]structs.ClaimState{}, structs.ClaimStates...), "unclaimed")
 
 // VolumeRegisterCommand is `volhost volume register FILE`.
 type VolumeRegisterCommand struct{ *Meta }
@@ -117,9 +116,9 @@ func (c *VolumeStatusCommand) Help() string {
     Only list stuck volumes (-stuck=false: only the others).
 
   -claim-state=<state>
-    Only list volumes with a claim in this state: taken, node-detached,
-    controller-detached, ready-to-free, or unclaimed for volumes without
-    claims.
+    Only list volumes with a claim in this state: publishing, taken,
+    node-detached, controller-detached, ready-to-free, or unclaimed for
+    volumes without claims.
 
   -search=<text>
     Only list volumes whose ID or name contains the text.
@@ -203,7 +202,7 @@ func claimSummary(v *structs.Volume) string {
 		counts[cl.State]++
 	}
 	var parts []string
-	for _, s := range []structs.ClaimState{structs.ClaimTaken, structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree} {
+	for _, s := range structs.ClaimStates {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}
@@ -279,8 +278,15 @@ func formatVolume(v *api.VolumeResponse) string {
 			lastErr = cl.LastError.Error()
 		}
 		state := string(cl.State)
-		if cl.State == structs.ClaimTaken && cl.NodeUnpublished {
+		switch {
+		case cl.UnstageInDoubt() && cl.LastError != nil:
+			// New claims on its machine wait for this one's answer.
+			state += " (unstage in doubt: claims on its machine wait)"
+		case cl.State == structs.ClaimTaken && cl.NodeUnpublished:
 			state += " (unpublished, unstage next)" // issue 14
+		}
+		if cl.Restored {
+			state += " (restored: staging in doubt)"
 		}
 		rows = append(rows, []string{cl.AllocID, cl.NodeID, string(cl.Mode), state,
 			strconv.Itoa(cl.Attempts), next, oneLine(lastErr)})

@@ -3,6 +3,7 @@ package acl
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -106,11 +107,18 @@ func (r *Resolver) Resolve(secret string) (*Identity, error) {
 	if _, err := uuid.Parse(secret); err != nil || len(secret) != 36 {
 		return nil, ErrTokenMalformed
 	}
-	tok, err := r.state.ACLTokenBySecretHash(HashSecret(secret))
+	hash := HashSecret(secret)
+	tok, err := r.state.ACLTokenBySecretHash(hash)
 	if err != nil {
 		return nil, fmt.Errorf("resolve token: %w", err)
 	}
-	if tok == nil {
+	// The stored hash is compared again in constant time: the index
+	// lookup compares byte by byte and stops at the first difference,
+	// which is harmless only because what it compares is the SHA-256 of
+	// the guess (whose prefix an attacker cannot steer toward a stored
+	// one); nothing that decides a match should rest on that, nor on an
+	// index that might match loosely. SECURITY.md "Token lookup timing".
+	if tok == nil || subtle.ConstantTimeCompare([]byte(tok.SecretHash), []byte(hash)) != 1 {
 		return nil, ErrTokenNotFound
 	}
 	if tok.Expired(r.clock.Now()) {

@@ -3,6 +3,7 @@ package acl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -141,5 +142,47 @@ func TestServiceWritesHashesOnly(t *testing.T) {
 	}
 	if _, err := s.UpsertPolicy(context.Background(), "boss", &structs.ACLPolicy{Name: "x", Rules: `node { policy = "root" }`}); err == nil || len(log.reqs) != 1 {
 		t.Fatalf("bad rules: %v, %d writes", err, len(log.reqs))
+	}
+}
+
+// prefixState answers a token lookup by the hash's first 4 characters,
+// as a loose or prefix-matching index would.
+type prefixState struct{ *memState }
+
+func (p prefixState) ACLTokenBySecretHash(h string) (*structs.ACLToken, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, t := range p.tokens {
+		if k[:4] == h[:4] {
+			return t, nil
+		}
+	}
+	return nil, nil
+}
+
+// A secret resolves only to the token whose stored hash equals its own,
+// compared in full (and in constant time) by the resolver itself,
+// whatever the state's lookup returned: a lookup that matches loosely
+// does not let a near secret in.
+func TestResolveComparesTheWholeHash(t *testing.T) {
+	m := newMem()
+	m.setPolicy("p", `operator { policy = "read" }`)
+	tok := &structs.ACLToken{AccessorID: "a1", SecretHash: HashSecret(secret1), Policies: []string{"p"}}
+	m.tokens[tok.SecretHash] = tok
+	r := NewResolver(prefixState{m}, nil)
+	if _, err := r.Resolve(secret1); err != nil {
+		t.Fatalf("the token's own secret: %v", err)
+	}
+	// Another well-formed secret whose hash shares the stored one's
+	// first 4 hex digits (about 65,000 tries).
+	near := ""
+	for i := 0; near == ""; i++ {
+		s := fmt.Sprintf("0b9e6a8c-3c52-4d5e-9f3b-%012x", i)
+		if s != secret1 && HashSecret(s)[:4] == tok.SecretHash[:4] {
+			near = s
+		}
+	}
+	if _, err := r.Resolve(near); !errors.Is(err, ErrTokenNotFound) {
+		t.Fatalf("a secret whose hash shares the stored one's prefix: %v, want not found", err)
 	}
 }

@@ -183,6 +183,15 @@ func (l lazyAuth) Authorize(ctx context.Context, token, nodeID string) error {
 	return nodeconn.ACLAuth(l.a.ACL.Resolver).Authorize(ctx, token, nodeID)
 }
 
+// AccessorOf is the accessor recorded on the node the token registers
+// ("" with ACLs off: no token to revoke).
+func (l lazyAuth) AccessorOf(token string) (string, error) {
+	if l.a.ACL == nil {
+		return "", nil
+	}
+	return nodeconn.ACLAuth(l.a.ACL.Resolver).(nodeconn.AccessorOf).AccessorOf(token)
+}
+
 // Revoked fires when the token stops granting the node; a certificate's
 // node does not change while its connection lives, and without ACLs there
 // is no token to revoke (a nil channel never fires).

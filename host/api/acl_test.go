@@ -35,7 +35,8 @@ func (f *fakeModules) ModuleInfo(name string, limit int) (*api.ModuleInfo, error
 	defer f.mu.Unlock()
 	f.limit = limit
 	if name == "m1" {
-		return &api.ModuleInfo{Status: plugins.Status{Name: name}}, nil
+		return &api.ModuleInfo{Status: plugins.Status{Name: name}, ServedVolumeCount: 3, ServedPlugins: []string{"gce-pd"},
+			ServedVolumes: []structs.VolumeRef{{Namespace: "default", ID: "v1"}, {Namespace: "prod", ID: "secret-vol"}, {Namespace: "prod", ID: "secret-vol2"}}}, nil
 	}
 	return nil, structs.NotFound("module", name)
 }
@@ -76,11 +77,22 @@ type aclFixture struct {
 
 func newACLFixture(t *testing.T) *aclFixture {
 	t.Helper()
+	return newACLFixtureWith(t, nil)
+}
+
+// newACLFixtureWith is newACLFixture with the API reading through
+// wrap(store) (nil: the store itself).
+func newACLFixtureWith(t *testing.T, wrap func(api.Store) api.Store) *aclFixture {
+	t.Helper()
 	f := &aclFixture{b: apitest.NewStoreBackend(), clk: clockwork.NewFakeClockAt(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)),
 		op: &fakeOp{id: "s1", leader: true}, mods: &fakeModules{}}
 	f.b.Now = f.clk.Now
 	f.svc = acl.NewService(f.b.Store, f.b, f.clk)
-	s := api.NewServer(api.Config{}, f.b.Store, f.b, nil)
+	var store api.Store = api.StateStore(f.b.Store)
+	if wrap != nil {
+		store = wrap(store)
+	}
+	s := api.New(api.Config{}, store, f.b, nil)
 	s.EnableCluster(f.op)
 	s.EnableModules(f.mods)
 	s.EnableACL(api.ACLConfig{Service: f.svc, Audit: f.b})

@@ -451,6 +451,30 @@ func (s *Server) revokedError(ctx context.Context, r *http.Request) error {
 	return &httpError{status: http.StatusForbidden, msg: "Permission denied: " + cause.Error()}
 }
 
+// currentACL is the ACL of the token that authorized r as it is now,
+// resolved again at each call: what a read filters item by item (events
+// by their subject) must be judged by the policy in force when the read
+// runs, and a blocking query runs again at every wake, possibly minutes
+// after it was authorized. nil: ACLs are off, or the route is open. A
+// token gone since is a 403 wrapping acl.ErrRevoked.
+func (s *Server) currentACL(r *http.Request) (*acl.ACL, error) {
+	g, _ := r.Context().Value(grantKey{}).(*grant)
+	if s.auth.cfg == nil || g == nil || g.rule.open {
+		return nil, nil
+	}
+	id, err := s.auth.cfg.Service.Resolve(g.secret)
+	if err != nil {
+		if !isTokenError(err) {
+			return nil, err // the state could not be read: 500
+		}
+		return nil, &httpError{status: http.StatusForbidden, msg: fmt.Sprintf("Permission denied: %v: %v", acl.ErrRevoked, err)}
+	}
+	if id.ACL == nil {
+		return acl.DenyAll(), nil
+	}
+	return id.ACL, nil
+}
+
 // serveAudited serves r and, when its route is privileged and the answer
 // is a success, records the audit event with id's accessor ("anonymous"
 // for nil: ACLs off or no token).

@@ -31,13 +31,20 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.SinceIndex = since
-	if id := identityOf(r); id != nil && id.ACL != nil {
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
 		// events:read opens the route; each event is then read like its
 		// subject (acl.AllowedEvent): a token that cannot read a
-		// namespace sees none of its events.
-		f.Visible = id.ACL.AllowedEvent
-	}
-	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		// namespace sees none of its events. The ACL is the token's at
+		// this run, not at the request's start: a blocking query woken
+		// after its policy was narrowed must not show what the old
+		// policy allowed (currentACL).
+		a, err := s.currentACL(r)
+		if err != nil {
+			return nil, 0, err
+		}
+		if a != nil {
+			f.Visible = a.AllowedEvent
+		}
 		es, next, err := rd.EventsFiltered(ws, f)
 		if err != nil {
 			return nil, 0, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
 	"github.com/volhost/volhost/plugins/kit"
@@ -48,6 +49,31 @@ type ModuleInfo struct {
 	ServedVolumesTruncated bool `json:"served_volumes_truncated,omitempty"`
 	// ServedPlugins are the CSI plugins of those volumes.
 	ServedPlugins []string `json:"served_plugins"`
+	// ServedVolumesScoped: the caller may not read every namespace, so
+	// ServedVolumes holds only those of the namespaces it may read, and
+	// ServedVolumeCount counts them (within the first per_page).
+	ServedVolumesScoped bool `json:"served_volumes_scoped,omitempty"`
+}
+
+// scopeServed keeps, for a token that may not read every namespace, only
+// the served volumes of the namespaces it may read: modules:read shows
+// what a module is, namespace:read what it serves. A module serving
+// "prod" volumes must not name them, nor count them, to a token scoped
+// to "dev" (Nomad and Consul filter lists by namespace the same way).
+func scopeServed(info *ModuleInfo, a *acl.ACL) *ModuleInfo {
+	if a == nil || a.AllowedEverywhere(acl.NamespaceRead) {
+		return info
+	}
+	out := *info
+	out.ServedVolumes = make([]structs.VolumeRef, 0, len(info.ServedVolumes))
+	for _, v := range info.ServedVolumes {
+		if a.Allowed(acl.NamespaceRead, v.Namespace) {
+			out.ServedVolumes = append(out.ServedVolumes, v)
+		}
+	}
+	out.ServedVolumeCount = len(out.ServedVolumes)
+	out.ServedVolumesScoped = true
+	return &out
 }
 
 // ModulesResponse lists module statuses.
@@ -86,7 +112,12 @@ func (s *Server) EnableModules(b ModuleBackend) {
 			WriteError(w, err)
 			return
 		}
-		WriteJSON(w, http.StatusOK, info)
+		a, err := s.currentACL(r)
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		WriteJSON(w, http.StatusOK, scopeServed(info, a))
 	})
 	reload := func(w http.ResponseWriter, r *http.Request) {
 		st, err := b.ReloadModules(r.Context())

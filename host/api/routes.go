@@ -294,8 +294,7 @@ func volumeFilter(r *http.Request) (match func(*structs.Volume) bool, stuckOnly 
 	q := r.URL.Query()
 	state := structs.ClaimState(q.Get("claim_state"))
 	if state != "" && state != unclaimedState && !state.Valid() {
-		return nil, false, badChoice("claim_state", state, structs.ClaimTaken,
-			structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree, unclaimedState)
+		return nil, false, badChoice("claim_state", state, append(append([]structs.ClaimState{}, structs.ClaimStates...), unclaimedState)...)
 	}
 	var stuck *bool
 	// An empty ?stuck= is no filter, like every other empty parameter; it
@@ -589,6 +588,13 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
 		s.log.Info("request denied", "method", r.Method, "path", r.URL.Path, "accessor", identityOf(r).Accessor(), "reason", err.Error())
 		WriteError(w, err)
 		return
+	}
+	// Which token registered the node is the server's to say: the state
+	// store refuses the registration if that token is revoked before it
+	// commits (structs.Node.RegisteredBy).
+	req.Node.RegisteredBy = ""
+	if id := identityOf(r); s.auth.cfg != nil && id != nil && id.Token != nil {
+		req.Node.RegisteredBy = id.Token.AccessorID
 	}
 	n, err := s.backend.RegisterNode(r.Context(), req.Node)
 	if err != nil {

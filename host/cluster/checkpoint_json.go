@@ -101,7 +101,7 @@ var enumerations = []string{
 	string(structs.AccessSingleNodeReader), string(structs.AccessSingleNodeWriter), string(structs.AccessMultiNodeReader),
 	string(structs.AccessMultiNodeSingleWrite), string(structs.AccessMultiNodeMultiWrite),
 	string(structs.AttachFilesystem), string(structs.AttachBlockDevice),
-	string(structs.ClaimTaken), string(structs.ClaimNodeDetached), string(structs.ClaimControllerDetached), string(structs.ClaimReadyToFree),
+	string(structs.ClaimPublishing), string(structs.ClaimTaken), string(structs.ClaimNodeDetached), string(structs.ClaimControllerDetached), string(structs.ClaimReadyToFree),
 	string(structs.ErrorCSI), string(structs.ErrorModule), string(structs.ErrorPrecondition),
 }
 
@@ -270,6 +270,10 @@ func (s *jsonScan) claim() (*structs.Claim, bool) {
 			return 20, s.uint64(&c.CreateIndex)
 		case "modify_index":
 			return 21, s.uint64(&c.ModifyIndex)
+		case "unattached":
+			return 22, s.bool(&c.Unattached)
+		case "restored":
+			return 23, s.bool(&c.Restored)
 		}
 		return 0, false // unknown here
 	})

@@ -175,6 +175,8 @@ func (e *jsonWriter) claim(c *structs.Claim) {
 	}
 	e.optional("staging_path", c.StagingPath)
 	e.optional("target_path", c.TargetPath)
+	e.flag("unattached", c.Unattached)
+	e.flag("restored", c.Restored)
 	e.key("attempts")
 	e.int(int64(c.Attempts))
 	// time.Time is a struct: omitempty never omits it.

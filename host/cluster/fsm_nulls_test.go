@@ -42,7 +42,7 @@ func validRequests(t testing.TB, now time.Time) map[structs.MessageType]any {
 		structs.AllocDeleteType:      &structs.AllocDeleteRequest{AllocIDs: []string{"a3"}},
 		structs.VolumeClaimType: &structs.VolumeClaimRequest{Namespace: "default", VolumeID: "vol-mw", Claim: &structs.Claim{AllocID: "a2", NodeID: "n2", Mode: structs.ClaimWrite,
 			PublishContext: map[string]string{"d": "x"}, LastError: &structs.ClaimError{Message: "x"}, Hold: &structs.ClaimHold{Module: "m"}}},
-		structs.VolumeClaimRemoveType:    &structs.VolumeClaimRemoveRequest{Namespace: "default", VolumeID: "vol-sw", AllocID: "a1"},
+		structs.VolumeClaimRemoveType:    &structs.VolumeClaimRemoveRequest{Namespace: "default", VolumeID: "vol-mw", AllocID: "a5", ModifyIndex: uint64(len(baseEntries(t, now)) + 2)},
 		structs.ClaimCheckpointType:      ck(),
 		structs.ClaimCheckpointBatchType: &structs.ClaimCheckpointBatchRequest{Checkpoints: []*structs.ClaimCheckpointRequest{ck()}},
 		structs.VolumeStuckType:          &structs.VolumeStuckRequest{Namespace: "default", VolumeID: "vol-sw", Stuck: &structs.Stuck{Reason: "r", Attempts: 1}},
@@ -59,7 +59,8 @@ func validRequests(t testing.TB, now time.Time) map[structs.MessageType]any {
 	}
 }
 
-// nullsBase is an FSM holding testdata/base.json, a1's claim on vol-sw, a
+// nullsBase is an FSM holding testdata/base.json, a1's claim on vol-sw,
+// a5's publishing claim on vol-mw (the entry after it), a
 // plugin no volume uses, a node without allocations, ACL policy p and a
 // token of it (acc-1), and the index of its last entry.
 func nullsBase(t testing.TB, now time.Time) (*fsm, uint64) {
@@ -71,6 +72,12 @@ func nullsBase(t testing.TB, now time.Time) (*fsm, uint64) {
 		t.Fatal(err)
 	}
 	entries = append(entries, claim)
+	pub, err := encodeCommand(structs.VolumeClaimType, now, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: "vol-mw",
+		Claim: &structs.Claim{AllocID: "a5", NodeID: "n1", Mode: structs.ClaimWrite, State: structs.ClaimPublishing, ExternalNodeID: "ext-n1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries = append(entries, pub)
 	for _, r := range []struct {
 		typ structs.MessageType
 		req any

@@ -506,6 +506,17 @@ func TestSnapshotSaveRestore(t *testing.T) {
 	if err := al.c.RestoreSnapshot(testCtx(t), bytes.NewReader(buf.Bytes()), RestoreOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The saved state, with its claims marked restored (their staging is
+	// in doubt: structs.Claim.Restored), on every server alike.
+	_, saved, err := snapshot.Read(bytes.NewReader(buf.Bytes()), keyring{al.c.meta},
+		snapshot.Options{ClusterID: aid, MarkClaimsRestored: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = digest(t, saved)
+	if v, _ := al.s.Snapshot().VolumeByID(nil, "default", "vol-sw"); v == nil || v.Claims["a1"] == nil || !v.Claims["a1"].Restored {
+		t.Fatalf("the restored claim is not marked restored: %+v", v)
+	}
 	a.waitConverged()
 	for _, n := range a.nodes {
 		if got := digest(t, n.s); got != want || n.c.ID() != aid || len(n.c.Keyring()) != len(keys) {

@@ -56,6 +56,9 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 	}
 	h, scratch, err := snapshot.Read(r, keyring{c.meta}, snapshot.Options{
 		ClusterID: c.meta.clusterID(), ForceForeign: o.ForceForeign,
+		// The machines kept running since the snapshot was taken: its
+		// claims' staging is in doubt (structs.Claim.Restored).
+		MarkClaimsRestored: true,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", &structs.ValidationError{Field: "snapshot", Msg: "restore refused"}, err)

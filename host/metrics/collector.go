@@ -8,9 +8,7 @@ import (
 
 // claimStates are reported on every scrape, zeros included, so a dashboard
 // sees "no claims taken" rather than a missing series.
-var claimStates = []structs.ClaimState{
-	structs.ClaimTaken, structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree,
-}
+var claimStates = structs.ClaimStates
 
 // stateCollector reads its gauges from one snapshot per scrape: the counts
 // the store keeps in step with every write (state.VolumeStats), so a scrape

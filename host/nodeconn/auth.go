@@ -29,6 +29,19 @@ func (x aclAuth) Revoked(ctx context.Context, token, nodeID string) <-chan error
 	return x.r.WatchRevocation(ctx, token, func(id *acl.Identity) error { return mayServe(id, nodeID) })
 }
 
+// AccessorOf is the accessor of token's ACL token ("" for anonymous),
+// recorded on the node it registers.
+func (x aclAuth) AccessorOf(token string) (string, error) {
+	id, err := x.r.Resolve(token)
+	if err != nil {
+		return "", err
+	}
+	if id.Token == nil {
+		return "", nil
+	}
+	return id.Token.AccessorID, nil
+}
+
 // mayServe is the one rule of who may be nodeID's agent.
 func mayServe(id *acl.Identity, nodeID string) error {
 	if id.ACL == nil || !id.ACL.AllowedNode(acl.NodeWrite, nodeID) {

@@ -43,6 +43,15 @@ type Authorizer interface {
 	Revoked(ctx context.Context, token, nodeID string) <-chan error
 }
 
+// AccessorOf is implemented by an Authorizer whose tokens have
+// accessors (ACLs on): the accessor of token is recorded on the node it
+// registers (structs.Node.RegisteredBy), so the state store refuses the
+// registration if the token is revoked before it commits. "" for no
+// token (ACLs off, anonymous).
+type AccessorOf interface {
+	AccessorOf(token string) (string, error)
+}
+
 // Config wires a Server.
 type Config struct {
 	Registrar Registrar
@@ -176,8 +185,22 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 		addr, _ := s.cfg.Leader.Leader()
 		return stream.SendMsg(&ServerMsg{NotLeader: &NotLeader{Leader: addr}})
 	}
+	// The server says which token registered the node; an agent's own
+	// claim is never believed.
+	node.RegisteredBy = ""
+	if ao, ok := s.cfg.Auth.(AccessorOf); ok {
+		acc, err := ao.AccessorOf(token)
+		if err != nil {
+			return status.Errorf(codes.PermissionDenied, "node agent of %q: %v", node.ID, err)
+		}
+		node.RegisteredBy = acc
+	}
 	if _, err := s.cfg.Registrar.RegisterAgentNode(ctx, node); err != nil {
-		return status.Errorf(codes.InvalidArgument, "register node %q: %v", node.ID, err)
+		code := codes.InvalidArgument
+		if errors.Is(err, structs.ErrPermissionDenied) {
+			code = codes.PermissionDenied // revoked before the registration committed
+		}
+		return status.Errorf(code, "register node %q: %v", node.ID, err)
 	}
 	a := &Agent{nodeID: node.ID, stream: stream, authorize: authorize, pending: map[uint64]chan *StepResult{}, done: make(chan struct{})}
 	s.mu.Lock()
@@ -185,7 +208,12 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 	s.conns[node.ID] = a
 	s.mu.Unlock()
 	if old != nil {
-		old.close() // a reconnect replaces the stream; its steps fail Unavailable
+		// A reconnect replaces the stream: the old one ends Aborted and
+		// sends nothing more. replace returns once a send in progress on
+		// it is over, so no step goes down the old stream after the new
+		// one is welcomed.
+		old.replace()
+		s.log.Info("node agent stream replaced by a newer one", "node", node.ID)
 	}
 	defer func() {
 		s.mu.Lock()
@@ -216,6 +244,12 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 	for {
 		var m *AgentMsg
 		select {
+		case <-a.done:
+			// Closed from outside: a newer stream for the same node
+			// replaced this one (the agent reconnected, or a second
+			// agent claims the node). Its heartbeats must not keep the
+			// node ready, and the agent is told why.
+			return status.Errorf(codes.Aborted, "node agent of %q: this stream was replaced by a newer stream for the same node", node.ID)
 		case err := <-revoked:
 			a.revoke(err)
 			s.log.Warn("node agent disconnected: its token was revoked", "node", node.ID, "reason", err)
@@ -311,6 +345,8 @@ type Agent struct {
 	done    chan struct{}
 	closed  bool
 	revoked error // why the stream's token stopped holding, once it did
+	// replaced: a newer stream for the same node took this one's place.
+	replaced bool
 }
 
 // NodeID is the node this agent was authorized to serve: the claim path
@@ -321,6 +357,37 @@ func (a *Agent) send(m *ServerMsg) error {
 	a.sendMu.Lock()
 	defer a.sendMu.Unlock()
 	return a.stream.SendMsg(m)
+}
+
+// errClosed is the send of a message on a closed agent.
+var errClosed = errors.New("the node agent's stream is closed")
+
+// sendOpen sends m unless the agent is closed, checked under the send
+// lock: replace, which takes that lock after marking the agent closed,
+// thus orders every send either before it returns or not at all.
+func (a *Agent) sendOpen(m *ServerMsg) error {
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	a.mu.Lock()
+	closed := a.closed
+	a.mu.Unlock()
+	if closed {
+		return errClosed
+	}
+	return a.stream.SendMsg(m)
+}
+
+// replace closes the agent because a newer stream for its node was
+// accepted, and returns once no send is in progress on it: the handler
+// of its stream ends (Aborted), which cancels the stream and so unblocks
+// a send stuck on flow control.
+func (a *Agent) replace() {
+	a.mu.Lock()
+	a.replaced = true
+	a.mu.Unlock()
+	a.close()
+	a.sendMu.Lock()
+	a.sendMu.Unlock() //nolint:staticcheck // SA2001: waits for the send in progress, guards nothing
 }
 
 // revoke closes the agent because its token no longer holds: steps in
@@ -344,6 +411,9 @@ func (a *Agent) gone(method string) error {
 		// operator rotates a node's token. It is retried once the agent
 		// reconnects with a valid one.
 		return status.Errorf(codes.Unavailable, "%s not sent to the node agent of %q: its token no longer holds (%v)", method, a.nodeID, a.revoked)
+	}
+	if a.replaced {
+		return status.Errorf(codes.Unavailable, "%s not sent on a replaced stream of the node agent of %q: retried on its newer stream", method, a.nodeID)
 	}
 	// The step may have run: Unavailable is retried, and every node
 	// step is idempotent (CSI spec).
@@ -404,8 +474,11 @@ func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Mes
 	if dl, ok := ctx.Deadline(); ok {
 		sr.DeadlineUnixNano = dl.UnixNano()
 	}
-	if err := a.send(&ServerMsg{Step: sr}); err != nil {
+	if err := a.sendOpen(&ServerMsg{Step: sr}); err != nil {
 		forget()
+		if errors.Is(err, errClosed) {
+			return a.gone(method)
+		}
 		return status.Errorf(codes.Unavailable, "send %s to the node agent of %q: %v", method, a.nodeID, err)
 	}
 	select {
@@ -416,7 +489,7 @@ func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Mes
 		return status.Error(codes.Code(r.Code), r.Message)
 	case <-ctx.Done():
 		forget()
-		_ = a.send(&ServerMsg{Cancel: &Cancel{ID: id}})
+		_ = a.sendOpen(&ServerMsg{Cancel: &Cancel{ID: id}})
 		return status.FromContextError(ctx.Err()).Err()
 	case <-a.done:
 		forget()
@@ -428,13 +501,10 @@ func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Mes
 // keyed step's outcome is committed. Best effort: an ack lost with the
 // stream leaves the entry to the journal's TTL.
 func (a *Agent) AckStep(key string) {
-	a.mu.Lock()
-	closed := a.closed
-	a.mu.Unlock()
-	if closed || key == "" {
+	if key == "" {
 		return
 	}
-	_ = a.send(&ServerMsg{Ack: &Ack{Key: key}})
+	_ = a.sendOpen(&ServerMsg{Ack: &Ack{Key: key}})
 }
 
 // NodeStageVolume runs NodeStageVolume on the agent's node.

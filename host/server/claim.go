@@ -18,19 +18,31 @@ import (
 
 // ClaimVolume publishes a volume for an allocation and records the claim.
 // Every refusal (capacity, access mode, unknown IDs, a live claim by the same
-// allocation) is checked before the first CSI call; the claim is written to
-// the log only once publish succeeded, and a publish that fails half way is
-// rolled back, undoing only what this claim created, so no attachment is
-// left that no claim accounts for and none is taken from another claim.
+// allocation) is checked before the first CSI call.
+//
+// The claim is written ahead of its first CSI call, in state publishing
+// (host/structs publishing.go), with the external node ID and paths its
+// calls will use: from then on a record accounts for whatever they may
+// attach, stage or publish, whether this leader dies mid-publish or a
+// rollback stops half way. Publish confirms the same record taken. A
+// publish that fails is rolled back newest step first, stopping at the
+// first undo that fails or loses its answer (the CSI spec orders the
+// undos: no NodeUnstage under a target that may be published, no
+// ControllerUnpublish under a path that may be staged). A rollback that
+// undid every step removes the record it wrote; otherwise the record
+// stays, counted against the volume, and is released by the watcher in
+// the spec's order once its allocation ends, or finished by a retry.
 //
 // The request is idempotent: the same allocation, volume, node and mode
-// again answers the recorded claim without any CSI call. That is what
-// makes retrying safe after an ErrOutcomeUnknown answer (the commit could
-// not be confirmed; the claim may be recorded, so nothing was undone).
+// again answers the recorded taken claim without any CSI call, and takes
+// up a publishing one (a retry after a leader died mid-publish or after a
+// refused claim): every publish step is re-sent (idempotent by the CSI
+// spec) and the record confirmed taken. That is what makes retrying safe
+// after an ErrOutcomeUnknown answer.
 //
 // It runs only on a leader whose step-up is complete, under that
-// leadership term: every CSI call is preceded by ConfirmLeader and the
-// claim record carries the term, which the FSM checks (issue 10 defect 5).
+// leadership term: every CSI call is preceded by ConfirmLeader and every
+// record carries the term, which the FSM checks (issue 10 defect 5).
 func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*structs.Claim, error) {
 	if req == nil {
 		return nil, structs.Invalid("", "empty claim request")
@@ -56,7 +68,8 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 	if vol == nil {
 		return nil, structs.NotFound("volume", volumeKey(req.Namespace, req.VolumeID))
 	}
-	if prev := vol.Claims[req.AllocID]; prev != nil && sameClaim(prev, req, vol) {
+	prev := vol.Claims[req.AllocID]
+	if prev != nil && prev.State == structs.ClaimTaken && sameClaim(prev, req, vol) {
 		return prev.Copy(), nil
 	}
 	now := s.clock.Now()
@@ -66,7 +79,7 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 		Mode:           req.Mode,
 		AccessMode:     req.AccessMode,
 		AttachmentMode: req.AttachmentMode,
-		State:          structs.ClaimTaken,
+		State:          structs.ClaimPublishing,
 		CreateTime:     now,
 		ModifyTime:     now,
 	}
@@ -77,7 +90,20 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 		claim.AttachmentMode = vol.AttachmentMode
 	}
 	record := &structs.VolumeClaimRequest{Namespace: vol.Namespace, VolumeID: vol.ID, Claim: claim, Term: term}
-	if err := snap.Validate(structs.VolumeClaimType, record); err != nil {
+	// A publishing record of this allocation is taken up (written again
+	// under this term, the same publish) or refused by the store's rule.
+	resumed := prev != nil && prev.State == structs.ClaimPublishing
+	pre := record
+	if resumed {
+		// Checked now with the record's own IDs and paths (the store
+		// compares them with this run's when the record is written), so
+		// a retry the store refuses (an ended allocation: the watcher may
+		// be releasing the claim) sends nothing, not even a probe.
+		c := claim.Copy()
+		c.ExternalNodeID, c.StagingPath, c.TargetPath = prev.ExternalNodeID, prev.StagingPath, prev.TargetPath
+		pre = &structs.VolumeClaimRequest{Namespace: vol.Namespace, VolumeID: vol.ID, Claim: c, Term: term}
+	}
+	if err := snap.Validate(structs.VolumeClaimType, pre); err != nil {
 		return nil, err
 	}
 	node, err := snap.NodeByID(nil, claim.NodeID)
@@ -94,25 +120,43 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 	}
 
 	pub := &publisher{s: s, vol: vol, node: node, plugin: plugin, claim: claim, term: term}
-	if err := pub.publish(ctx); err != nil {
-		pub.rollback(ctx)
+	if err := pub.prepare(ctx); err != nil {
 		return nil, err
 	}
-	if _, _, err := s.log.Apply(ctx, structs.VolumeClaimType, record); err != nil {
-		if errors.Is(err, structs.ErrOutcomeUnknown) {
-			// The claim may be committed: undoing its publish would take
-			// the volume from a workload that holds it (issue 10 defect
-			// 3). A retry of the same request finds the claim or makes it.
-			s.logger.Warn("claim commit unconfirmed; publish kept for a retry", "volume", volumeKey(vol.Namespace, vol.ID),
-				"alloc", claim.AllocID, "node", claim.NodeID, "error", err)
-			return nil, fmt.Errorf("claim of volume %q by allocation %q: %w", volumeKey(vol.Namespace, vol.ID), claim.AllocID, err)
+	key := volumeKey(vol.Namespace, vol.ID)
+	index, _, err := s.log.Apply(ctx, structs.VolumeClaimType, record)
+	if err != nil {
+		// Nothing was sent. A record whose commit is unconfirmed may
+		// exist: a retry takes it up, and the watcher releases it if the
+		// allocation ends first (it accounts for calls never made).
+		return nil, fmt.Errorf("claim of volume %q by allocation %q: %w", key, claim.AllocID, err)
+	}
+	if err := pub.publish(ctx, index); err != nil {
+		if pub.rollback(ctx) && !resumed {
+			pub.remove(ctx, index)
+		} else {
+			s.logger.Warn("refused claim left publishing for the watcher to release once its allocation ends (or for a retry to finish)",
+				"volume", key, "alloc", claim.AllocID, "node", claim.NodeID, "resumed", resumed)
 		}
-		pub.rollback(ctx)
 		return nil, err
 	}
-	s.logger.Info("volume claimed", "volume", volumeKey(vol.Namespace, vol.ID), "alloc", claim.AllocID,
-		"node", claim.NodeID, "plugin", plugin.ID, "mode", claim.Mode)
-	return claim, nil
+	taken := claim.Copy()
+	taken.State = structs.ClaimTaken
+	taken.ModifyTime = s.clock.Now()
+	confirm := &structs.VolumeClaimRequest{Namespace: vol.Namespace, VolumeID: vol.ID, Claim: taken, Term: term}
+	if _, _, err := s.log.Apply(ctx, structs.VolumeClaimType, confirm); err != nil {
+		// The publishing record stays and accounts for the publish: a
+		// retry (here or on the next leader) re-sends it and confirms it;
+		// if the allocation ends first, the watcher releases it. Nothing
+		// is undone here: the claim may be confirmed (issue 10 defect 3),
+		// and a deposed leader may not call the plugins anyway.
+		s.logger.Warn("claim published but not confirmed taken; kept publishing for a retry", "volume", key,
+			"alloc", claim.AllocID, "node", claim.NodeID, "error", err)
+		return nil, fmt.Errorf("claim of volume %q by allocation %q: %w", key, claim.AllocID, err)
+	}
+	s.logger.Info("volume claimed", "volume", key, "alloc", claim.AllocID,
+		"node", claim.NodeID, "plugin", plugin.ID, "mode", claim.Mode, "resumed", resumed)
+	return taken, nil
 }
 
 // stepUpWait bounds how long a claim waits for a new leader's step-up
@@ -161,6 +205,38 @@ type publisher struct {
 	claim  *structs.Claim
 	term   uint64
 	undo   []func(context.Context) error
+
+	// Set by prepare, before the claim is written ahead.
+	np         *structs.NodePlugin // the node's plugin, nil or without endpoint: no node steps
+	nodeCSI    NodeSteps
+	adapted    *abi.AdapterResponse
+	secrets    map[string]string
+	capability *csipb.VolumeCapability
+	staging    string // the volume's staging path on the machine ("" unless the plugin stages)
+}
+
+// attachRecorded is whether the claim path sends ControllerPublishVolume:
+// only when the publishing record committed at index says the claim
+// attaches (not Unattached). The store sets Unattached from the plugin it
+// holds at commit, and a plugin that dropped PUBLISH_UNPUBLISH_VOLUME
+// between this run's read and the commit would otherwise get an attachment
+// that no release undoes (a release skips ControllerUnpublish for an
+// unattached claim). A record no longer as committed (a release began on
+// it) stops the publish before any call.
+func (p *publisher) attachRecorded(index uint64) (bool, error) {
+	v, err := p.s.store.Snapshot().VolumeByID(nil, p.vol.Namespace, p.vol.ID)
+	if err != nil {
+		return false, err
+	}
+	var c *structs.Claim
+	if v != nil {
+		c = v.Claims[p.claim.AllocID]
+	}
+	if c == nil || c.ModifyIndex != index || c.State != structs.ClaimPublishing {
+		return false, structs.Conflict("the publishing record of allocation %q on volume %q changed after it was written (a release began): nothing sent",
+			p.claim.AllocID, volumeKey(p.vol.Namespace, p.vol.ID))
+	}
+	return p.plugin.Capabilities.PublishUnpublish && !c.Unattached, nil
 }
 
 // call runs one CSI call of the claim path once leadership of its term is
@@ -172,35 +248,61 @@ func (p *publisher) call(ctx context.Context, f func(context.Context) error) err
 	return f(ctx)
 }
 
-func (p *publisher) publish(ctx context.Context) error {
+// prepare decides everything the claim's calls will name, before any is
+// sent and before the claim is written ahead: where its node steps go,
+// the adapter's answer (the external node ID every release step of the
+// claim will name), the secrets, and the staging and target paths. Each
+// refusal here leaves nothing to undo.
+func (p *publisher) prepare(ctx context.Context) error {
 	np := p.node.Plugins[p.plugin.ID]
-	var node NodeSteps
 	if np != nil && np.Endpoint != "" {
 		// Checked before the first CSI call: no controller attachment
 		// for a node whose steps cannot be run now.
-		var err error
-		if node, err = p.nodeSteps(); err != nil {
+		node, err := p.nodeSteps()
+		if err != nil {
 			return err
 		}
+		if err := p.checkMachine(ctx, np); err != nil {
+			return err
+		}
+		p.np, p.nodeCSI = np, node
 	}
 	adapted, err := p.adapt(ctx)
 	if err != nil {
 		return err
 	}
+	p.adapted = adapted
 	p.claim.ExternalNodeID = adapted.NodeID
-	secrets, err := p.vol.SelectSecrets(adapted.SecretKeys)
-	if err != nil {
+	if p.secrets, err = p.vol.SelectSecrets(adapted.SecretKeys); err != nil {
 		// The release's rule too: a fault, not a call without the secret.
 		return fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, err)
 	}
-	capability := csi.Capability(p.claim.AccessMode, p.claim.AttachmentMode, p.vol.FSType, p.vol.MountFlags)
-	readonly := p.claim.Mode == structs.ClaimRead
-
-	if p.plugin.Capabilities.PublishUnpublish {
-		if adapted.NodeID == "" {
-			// GCE PD and others reject an empty node ID; never send one (ANCHORS: CSI spec rules).
-			return structs.Invalid("node_id", "no external node ID for node %q and plugin %q: register the node's plugin endpoint", p.node.ID, p.plugin.ID)
+	if p.plugin.Capabilities.PublishUnpublish && adapted.NodeID == "" {
+		// GCE PD and others reject an empty node ID; never send one (ANCHORS: CSI spec rules).
+		return structs.Invalid("node_id", "no external node ID for node %q and plugin %q: register the node's plugin endpoint", p.node.ID, p.plugin.ID)
+	}
+	p.capability = csi.Capability(p.claim.AccessMode, p.claim.AttachmentMode, p.vol.FSType, p.vol.MountFlags)
+	if p.np != nil {
+		staging, target := csi.Paths(p.node.RootDir, p.plugin.ID, p.vol.Namespace, p.vol.ID, p.claim.AllocID)
+		p.claim.TargetPath = target
+		if p.np.StageUnstage {
+			p.staging, p.claim.StagingPath = staging, staging
 		}
+	}
+	return nil
+}
+
+// publish runs the claim's CSI calls, as prepare decided them, once its
+// publishing record is committed.
+func (p *publisher) publish(ctx context.Context, index uint64) error {
+	adapted, secrets, capability := p.adapted, p.secrets, p.capability
+	readonly := p.claim.Mode == structs.ClaimRead
+	attach, err := p.attachRecorded(index)
+	if err != nil {
+		return err
+	}
+
+	if attach {
 		// Whether another claim on the machine already holds the
 		// attachment is read before the call: ControllerPublish is
 		// idempotent (CSI spec), so it answers OK for an attachment this
@@ -227,21 +329,21 @@ func (p *publisher) publish(ctx context.Context) error {
 		}
 		p.claim.PublishContext = resp.GetPublishContext()
 	}
-	if np == nil || np.Endpoint == "" {
+	if p.np == nil {
 		return nil
 	}
-	staging, target := csi.Paths(p.node.RootDir, p.plugin.ID, p.vol.Namespace, p.vol.ID, p.claim.AllocID)
-	p.claim.TargetPath = target
-	if np.StageUnstage {
-		p.claim.StagingPath = staging
+	np, node, target := p.np, p.nodeCSI, p.claim.TargetPath
+	if p.staging != "" {
+		staging := p.staging
 		// Stage once per volume and machine: later claims there reuse it
 		// (CSI spec: NodeStageVolume is per volume per node), but only
 		// from a claim that certainly staged this path and has not begun
 		// to unstage it. A claim whose NodeUnstage may have run (its
-		// answer lost), or that staged nothing (taken while its node had
-		// no node endpoint), leaves the path in doubt or empty: stage
-		// again, which the CSI spec makes idempotent, rather than publish
-		// from an empty directory onto the node's root disk.
+		// answer lost), that staged nothing (taken while its node had no
+		// node endpoint), or that is still publishing, leaves the path in
+		// doubt or empty: stage again, which the CSI spec makes
+		// idempotent, rather than publish from an empty directory onto
+		// the node's root disk.
 		if p.vol.StagedFor(p.claim) == nil {
 			err := p.call(ctx, func(ctx context.Context) error {
 				return node.NodeStageVolume(ctx, np.Endpoint, &csipb.NodeStageVolumeRequest{
@@ -249,13 +351,16 @@ func (p *publisher) publish(ctx context.Context) error {
 					VolumeCapability: capability, Secrets: secrets, VolumeContext: adapted.VolumeContext,
 				})
 			})
-			// No other claim needs the path (none certainly staged it, and
-			// a claim that may have unstaged it is releasing): undoing is safe.
-			p.undoIfRan(err, func(ctx context.Context) error {
-				return node.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
-					VolumeId: adapted.VolumeID, StagingTargetPath: staging,
+			// Undone only when no other claim on the machine may have a
+			// target published from the path (structs.Volume.NeedsStaging):
+			// the rollback's NodeUnstage must not pull it from under one.
+			if p.vol.NeedsStaging(p.claim) == nil {
+				p.undoIfRan(err, func(ctx context.Context) error {
+					return node.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
+						VolumeId: adapted.VolumeID, StagingTargetPath: staging,
+					})
 				})
-			})
+			}
 			if err != nil {
 				return fmt.Errorf("node stage of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
 			}
@@ -300,6 +405,32 @@ func answerLost(err error) bool {
 	return false
 }
 
+// checkMachine asks a direct-mode node's plugin, which this server dials,
+// which machine it is now, before anything is attached for it: the
+// controller attachment goes to the external node ID the node registered
+// with, and the node steps to the plugin's machine, so a registration the
+// plugin contradicts (its instance replaced, its endpoint now reaching
+// another machine) would attach one machine and mount on another, or
+// stage a second path for the volume on a machine registered under two
+// node IDs. A node agent's plugin is node-local: its agent reports it at
+// every hello, and RELIABILITY says what the host cannot know of an agent
+// that reports another machine's ID.
+func (p *publisher) checkMachine(ctx context.Context, np *structs.NodePlugin) error {
+	if p.node.Agent {
+		return nil
+	}
+	probed, err := p.s.csi.ProbeNode(ctx, np.Endpoint)
+	if err != nil {
+		return fmt.Errorf("probing node %q's plugin %q before publishing: %w", p.node.ID, p.plugin.ID, err)
+	}
+	if probed.ExternalNodeID != np.ExternalNodeID || probed.StageUnstage != np.StageUnstage {
+		return structs.Conflict("node %q's plugin %q now answers external node ID %q (stage_unstage %t), but the node is registered with %q (stage_unstage %t): "+
+			"its instance was replaced or its endpoint reaches another machine; register the node again before claiming there",
+			p.node.ID, p.plugin.ID, probed.ExternalNodeID, probed.StageUnstage, np.ExternalNodeID, np.StageUnstage)
+	}
+	return nil
+}
+
 // nodeSteps is where the claim's node steps go: the node's agent when it
 // registered through one (its endpoints are node-local: never dialled
 // from here), else this server in direct mode.
@@ -315,22 +446,51 @@ func (p *publisher) nodeSteps() (NodeSteps, error) {
 	return nil, structs.Conflict("the node agent of node %q is not connected to this server: the claim cannot be published there now", p.node.ID)
 }
 
-// rollback undoes the publish steps that succeeded, newest first. It runs
-// on a context detached from the caller's cancellation (a client that hung
-// up must not leave a half-made attachment) but with its own deadline.
-func (p *publisher) rollback(ctx context.Context) {
+// rollback undoes the publish steps that ran or may have run, newest
+// first, and reports whether every one was undone. It stops at the first
+// undo that fails or loses its answer: the CSI spec orders the undos as
+// it orders a release (NodeUnstage only after every NodeUnpublish of the
+// staging path, ControllerUnpublish only after every node step on the
+// machine), and an undo that may not have run leaves the ones after it
+// unsafe: a NodeUnstage under a target that may still be published, a
+// ControllerUnpublish that detaches a disk under a mount. What is left is
+// accounted to the claim's publishing record, which the watcher releases
+// in that order once the allocation ends.
+//
+// It runs on a context detached from the caller's cancellation (a client
+// that hung up must not leave a half-made attachment) but with its own
+// deadline.
+func (p *publisher) rollback(ctx context.Context) bool {
 	ctx = context.WithoutCancel(ctx)
-	var errs []error
 	for i := len(p.undo) - 1; i >= 0; i-- {
 		if err := p.call(ctx, p.undo[i]); err != nil {
-			errs = append(errs, err)
+			p.s.logger.Error("rolling back a refused claim stopped at an undo that failed; its publishing record stays for the watcher to release",
+				"volume", volumeKey(p.vol.Namespace, p.vol.ID), "alloc", p.claim.AllocID, "node", p.node.ID,
+				"undos_left", i+1, "error", err)
+			return false
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		p.s.logger.Error("rolling back a failed claim left an attachment behind", "volume",
-			volumeKey(p.vol.Namespace, p.vol.ID), "alloc", p.claim.AllocID, "node", p.node.ID, "error", err)
+	return true
+}
+
+// remove drops the claim's publishing record, written at index by this
+// run, once its rollback undid every step: the store refuses it for any
+// other record (host/state validateRemovePublishing). A remove that fails
+// leaves the record, which the watcher releases with idempotent steps.
+func (p *publisher) remove(ctx context.Context, index uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	_, _, err := p.s.log.Apply(ctx, structs.VolumeClaimRemoveType, &structs.VolumeClaimRemoveRequest{
+		Namespace: p.vol.Namespace, VolumeID: p.vol.ID, AllocID: p.claim.AllocID, ModifyIndex: index, Term: p.term,
+	})
+	if err != nil {
+		p.s.logger.Warn("a refused claim was rolled back but its publishing record stays; the watcher releases it once the allocation ends",
+			"volume", volumeKey(p.vol.Namespace, p.vol.ID), "alloc", p.claim.AllocID, "error", err)
 	}
 }
+
+// removeTimeout bounds the write that drops a rolled-back claim's record.
+const removeTimeout = 10 * time.Second
 
 func (p *publisher) adapt(ctx context.Context) (*abi.AdapterResponse, error) {
 	adapter := p.s.modules.AdapterFor(p.vol)

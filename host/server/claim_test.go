@@ -116,13 +116,15 @@ func TestReleaseRechecksCommittedClaimsBeforeNodeUnstage(t *testing.T) {
 	}
 }
 
-// unknownLog commits like the real log but answers every claim write with
-// ErrOutcomeUnknown, as a cancelled wait or a lost leadership does.
+// unknownLog commits like the real log but answers every claim write that
+// confirms a claim taken with ErrOutcomeUnknown, as a cancelled wait or a
+// lost leadership does. (A publishing record whose commit is unconfirmed
+// stops the claim before any CSI call; a retry takes it up and publishes.)
 type unknownLog struct{ Log }
 
 func (l unknownLog) Apply(ctx context.Context, t structs.MessageType, req any) (uint64, any, error) {
 	idx, resp, err := l.Log.Apply(ctx, t, req)
-	if err == nil && t == structs.VolumeClaimType {
+	if r, ok := req.(*structs.VolumeClaimRequest); err == nil && ok && r.Claim.State == structs.ClaimTaken {
 		return idx, resp, fmt.Errorf("apply: %w (%w)", structs.ErrOutcomeUnknown, context.Canceled)
 	}
 	return idx, resp, err

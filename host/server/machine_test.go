@@ -53,11 +53,14 @@ func (h *harness) stagedBeforePublish(node string, ref structs.VolumeRef, alloc 
 
 // A release records node_unpublished, sends NodeUnstage, and its answer
 // is lost (Unavailable: a node agent's stream breaking mid-step answers
-// just that, and the step may have run). The claim stays taken. A new
-// claim on the node must stage again before it publishes: publishing from
-// a path nobody staged puts the workload's writes on the node's root
-// disk. The old claim's retry then leaves the path to the new one.
-func TestClaimAfterUnstageInDoubtStagesAgain(t *testing.T) {
+// just that, and the step may have run, or may still be running). The
+// claim stays taken, its staging unknown. A new claim on the node is
+// refused while that unstage is in doubt: staging again would not help,
+// the unmount may end after it and remove the path under the new
+// allocation, whose writes then go to the node's root disk. Once the old
+// claim's retry has the driver's answer, the claim is taken and stages
+// before it publishes.
+func TestClaimAfterUnstageInDoubtWaitsThenStages(t *testing.T) {
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
 	h.endedClaim(ref, "web-1", "node1")
@@ -70,26 +73,26 @@ func TestClaimAfterUnstageInDoubtStagesAgain(t *testing.T) {
 	}
 
 	h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
+	calls := len(h.nodes["node1"].AllCalls()) + len(h.ctl.AllCalls())
+	err := h.claim(ref, "web-2", "node1", structs.ClaimWrite)
+	if !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), "retry the claim") {
+		t.Fatalf("claim during the unstage in doubt: %v, want a conflict saying to retry", err)
+	}
+	if n := len(h.nodes["node1"].AllCalls()) + len(h.ctl.AllCalls()); n != calls {
+		t.Fatalf("the refused claim made %d CSI calls", n-calls)
+	}
+
+	h.clock.Advance(10 * time.Second) // past web-1's backoff
+	if err := h.w.Assess(h.ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	if v := h.vol(ref); v.Claims["web-1"] != nil {
+		t.Fatalf("web-1's retry did not settle its unstage: %+v", v.Claims["web-1"])
+	}
 	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
 		t.Fatal(err)
 	}
 	h.stagedBeforePublish("node1", ref, "web-2")
-
-	h.clock.Advance(10 * time.Second) // past web-1's backoff
-	unstages := len(h.calls("node1", csitest.NodeUnstage, ref))
-	if err := h.w.Assess(h.ctx, ref); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(h.calls("node1", csitest.NodeUnstage, ref)); n != unstages {
-		t.Fatal("web-1's retry unstaged the path web-2 staged and publishes from")
-	}
-	if n := len(h.calls("controller", csitest.ControllerUnpublish, ref)); n != 0 {
-		t.Fatalf("%d ControllerUnpublish under web-2", n)
-	}
-	v := h.vol(ref)
-	if v.Claims["web-1"] != nil || v.Claims["web-2"] == nil {
-		t.Fatalf("claims %v: want web-1 released, web-2 taken", v.Claims)
-	}
 }
 
 // A claim taken while its node had no node endpoint stages nothing. Once

@@ -195,6 +195,10 @@ type Options struct {
 	ForceForeign bool
 	// StoreOptions are passed to the new store.
 	StoreOptions []state.Option
+	// MarkClaimsRestored marks the snapshot's claims restored
+	// (state.Builder.MarkClaimsRestored): set when the snapshot is
+	// restored over a running cluster.
+	MarkClaimsRestored bool
 }
 
 // Read reads and checks a whole snapshot and returns its header and a new
@@ -235,6 +239,9 @@ func Read(r io.Reader, kr Keyring, o Options) (Header, *state.Store, error) {
 		return err
 	}
 	b := state.NewBuilder()
+	if o.MarkClaimsRestored {
+		b.MarkClaimsRestored()
+	}
 	for n := 2; ; n++ {
 		sumBefore := rd.sum.Sum(nil)
 		line, err := rd.next()

@@ -464,7 +464,9 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 	}
 	v := old.Copy()
 	c := r.Claim.Copy()
-	c.State = structs.ClaimTaken
+	if c.State == "" {
+		c.State = structs.ClaimTaken
+	}
 	if c.AccessMode == "" {
 		c.AccessMode = v.AccessMode
 	}
@@ -478,6 +480,14 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 		c.ModifyTime = c.CreateTime
 	}
 	c.CreateIndex, c.ModifyIndex = w.index, w.index
+	if err := w.recordPublish(v, c); err != nil {
+		return nil, err
+	}
+	if prev := v.Claims[c.AllocID]; prev != nil {
+		// A publishing record confirmed taken (validateClaimOverPublishing):
+		// the same claim, created when it was written ahead.
+		c.CreateIndex, c.CreateTime = prev.CreateIndex, prev.CreateTime
+	}
 	if v.Claims == nil {
 		v.Claims = map[string]*structs.Claim{}
 	}
@@ -489,7 +499,7 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 	return nil, w.event(&structs.Event{
 		Type: structs.EventClaimTransition, Namespace: v.Namespace, VolumeID: v.ID,
 		AllocID: c.AllocID, NodeID: c.NodeID, PluginID: v.PluginID,
-		Message: fmt.Sprintf("claim taken (%s)", c.Mode), Fields: claimFields(c),
+		Message: fmt.Sprintf("claim %s (%s)", c.State, c.Mode), Fields: claimFields(c),
 	})
 }
 
@@ -544,6 +554,7 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 	if c.AttachmentMode == "" {
 		c.AttachmentMode = prev.AttachmentMode
 	}
+	keepPublishRecord(prev, c)
 	evs := []*structs.Event{claimTransition(v, prev, c)}
 	if r.Free {
 		// Freed in the same write (structs.ClaimCheckpointRequest.Free):

@@ -146,6 +146,19 @@ func (f *fixture) claim(volID, allocID string, mode structs.ClaimMode) {
 	})
 }
 
+// publishing writes allocID's claim ahead of its publish (state
+// publishing) and returns the index it was committed at.
+func (f *fixture) publishing(volID, allocID string, mode structs.ClaimMode) uint64 {
+	f.t.Helper()
+	a := f.alloc(allocID)
+	f.must(structs.VolumeClaimType, &structs.VolumeClaimRequest{
+		Namespace: "default", VolumeID: volID,
+		Claim: &structs.Claim{AllocID: allocID, NodeID: a.NodeID, Mode: mode, State: structs.ClaimPublishing,
+			ExternalNodeID: "ext-" + a.NodeID, TargetPath: "/t/" + allocID, StagingPath: "/s/" + volID},
+	})
+	return f.idx
+}
+
 // setAlloc changes an allocation's client status.
 func (f *fixture) setAlloc(id string, st structs.AllocClientStatus) {
 	f.t.Helper()

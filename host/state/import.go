@@ -53,7 +53,20 @@ type Builder struct {
 	txn   *memdb.Txn
 	rows  int
 	check *rowChecker
+	// restored: mark the claims of the volumes added (MarkClaimsRestored).
+	restored bool
 }
+
+// MarkClaimsRestored makes the builder mark every claim of the volumes
+// added after it, short of ready-to-free, as restored
+// (structs.Claim.Restored): an operator snapshot is an older state the
+// machines have moved on from, so what its claims recorded about staging
+// may be stale, and the next claim on their machines stages again. The
+// marks are in the state the restore replicates, so every replica
+// installs the same one. A raft snapshot sent to a follower is the
+// leader's current state, not an older one, and is not marked: a
+// follower's state must equal the leader's.
+func (b *Builder) MarkClaimsRestored() { b.restored = true }
 
 // NewBuilder starts an empty store.
 func NewBuilder() *Builder {
@@ -71,6 +84,9 @@ func (b *Builder) Rows() int { return b.rows }
 func (b *Builder) Add(table string, row any) error {
 	if err := b.check.row(table, row); err != nil {
 		return err
+	}
+	if v, ok := row.(*structs.Volume); ok && b.restored {
+		markRestored(v) // validated: no claim is null
 	}
 	if err := b.txn.Insert(table, row); err != nil {
 		return fmt.Errorf("insert into %s: %w", table, err)
@@ -155,6 +171,11 @@ func (c *rowChecker) row(table string, row any) error {
 	}
 	if err := validateRow(c.view, table, row); err != nil {
 		return err
+	}
+	if v, ok := row.(*structs.Volume); ok {
+		if err := recordLegacyPublish(c.view, v); err != nil {
+			return err
+		}
 	}
 	if err := c.indexes(table, row); err != nil {
 		return err
@@ -325,4 +346,14 @@ func (b *Builder) Store(opts ...Option) *Store {
 	s.cur.Store(&dbState{db: b.db, abandon: make(chan struct{})})
 	s.volEvents = countVolumeEvents(b.db)
 	return s
+}
+
+// markRestored marks v's claims short of ready-to-free restored. v is a
+// row just decoded, owned by the builder.
+func markRestored(v *structs.Volume) {
+	for _, c := range v.Claims {
+		if c != nil && c.State != structs.ClaimReadyToFree {
+			c.Restored = true
+		}
+	}
 }

@@ -143,6 +143,8 @@ func validateVolumeRow(snap *Snapshot, v *structs.Volume) error {
 			return structs.Invalid(f+".state", "unknown claim state %q", c.State)
 		case c.Attempts < 0:
 			return structs.Invalid(f+".attempts", "must not be negative")
+		case c.RecordProblem() != "":
+			return structs.Invalid(f, "%s", c.RecordProblem())
 		}
 		if err := validID(f+".alloc_id", c.AllocID); err != nil {
 			return err

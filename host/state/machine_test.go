@@ -24,6 +24,11 @@ func TestNodeUpsertKeepsOneMachineOneNode(t *testing.T) {
 		}
 		return n
 	}
+	stagingNode := func(id, root, ext string) *structs.Node {
+		n := node(id, root, ext)
+		n.Plugins["ebs"].StageUnstage = true
+		return n
+	}
 	// withClaim gives n1 a taken claim on vol-sw, recorded at i-0001 with
 	// paths under n1's root_dir, as the claim path records it.
 	withClaim := func(f *fixture) {
@@ -58,7 +63,11 @@ func TestNodeUpsertKeepsOneMachineOneNode(t *testing.T) {
 		{"root_dir change with a claim", withClaim, node("n1", "/srv/n1", "i-0001"),
 			`its root_dir cannot change to "/srv/n1" while it holds claims: drain the node`},
 		{"endpoint lost with a claim", withClaim, node("n1", "/var/lib/volhost/n1", ""), ""},
-		{"plugin dropped with a claim", withClaim, node("n1", "/var/lib/volhost/n1", "-"), ""},
+		{"plugin dropped with a claim", withClaim, node("n1", "/var/lib/volhost/n1", "-"),
+			`node "n1" holds the claim of allocation "a1" on volume "default/vol-sw" of plugin "ebs": the node cannot stop reporting that plugin while it holds its claims`},
+		{"staging capability off with a claim that staged", withClaim, node("n1", "/var/lib/volhost/n1", "i-0001"),
+			`which staged it at /var/lib/volhost/n1/csi/ebs/staging/default/vol-sw: plugin "ebs" cannot report STAGE_UNSTAGE_VOLUME false there while it holds claims of that plugin: drain the node`},
+		{"staging capability kept with a claim that staged", withClaim, stagingNode("n1", "/var/lib/volhost/n1", "i-0001"), ""},
 		{"ID change once the claim is freed", released, node("n1", "/srv/n1", "i-0009"), ""},
 	}
 	for _, tt := range tests {

@@ -30,3 +30,13 @@ func (r Reader) Plugin(id string) (*structs.Plugin, error) {
 func (r Reader) ReleasableVolumes() ([]structs.VolumeRef, error) {
 	return r.s.Snapshot().ReleasableVolumes(nil)
 }
+
+// NodeOfMachine is the node that reports machine m, nil when none does (a
+// node upsert refuses a second one).
+func (r Reader) NodeOfMachine(m structs.Machine) (*structs.Node, error) {
+	nodes, err := r.s.Snapshot().NodesByMachine(nil, m)
+	if err != nil || len(nodes) == 0 {
+		return nil, err
+	}
+	return nodes[0], nil
+}

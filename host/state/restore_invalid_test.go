@@ -36,6 +36,11 @@ var invalidRows = []struct {
 		r["claims"].(map[string]any)["a2"].(map[string]any)["state"] = "half-done"
 		return one(r)
 	}, "unknown claim state"},
+	{"publishing claim with a release's mark", "volumes", "vol-ro", func(r map[string]any) []map[string]any {
+		c := r["claims"].(map[string]any)["a2"].(map[string]any)
+		c["state"], c["skip_node_step"] = "publishing", true
+		return one(r)
+	}, "skip_node_step is set on a publishing claim"},
 	{"claim with negative attempts", "volumes", "vol-ro", func(r map[string]any) []map[string]any {
 		r["claims"].(map[string]any)["a2"].(map[string]any)["attempts"] = -1
 		return one(r)

@@ -229,8 +229,8 @@ func BenchmarkScale(b *testing.B) {
 		// One claim write, then what a blocking query on the volumes reads:
 		// only the changed volume.
 		mark := s.LatestIndex()
-		if _, err := s.ApplyAt(mark+1, t0, structs.VolumeClaimRemoveType, &structs.VolumeClaimRemoveRequest{
-			Namespace: "default", VolumeID: "vol-0000000", AllocID: "alloc-0000000"}); err != nil {
+		if _, err := s.ApplyAt(mark+1, t0, structs.ClaimGCType, &structs.ClaimGCRequest{
+			Volumes: []structs.VolumeRef{{Namespace: "default", ID: "vol-0000000"}}}); err != nil {
 			b.Fatal(err)
 		}
 		after := s.Snapshot()
@@ -470,11 +470,11 @@ func writeBurst(tb testing.TB, s *Store, volumes, n int) int {
 		vol, alloc := fmt.Sprintf("vol-%07d", j), fmt.Sprintf("alloc-%07d", volumes/100+i%(volumes/10-volumes/100))
 		idx++
 		if _, err := s.ApplyAt(idx, t0, structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: vol,
-			Claim: &structs.Claim{AllocID: alloc, NodeID: fmt.Sprintf("node-%03d", (volumes/100+i%(volumes/10-volumes/100))%100), Mode: structs.ClaimRead}}); err != nil {
+			Claim: &structs.Claim{AllocID: alloc, NodeID: fmt.Sprintf("node-%03d", (volumes/100+i%(volumes/10-volumes/100))%100), Mode: structs.ClaimRead, State: structs.ClaimPublishing}}); err != nil {
 			tb.Fatalf("burst claim %d: %v", i, err)
 		}
 		idx++
-		if _, err := s.ApplyAt(idx, t0, structs.VolumeClaimRemoveType, &structs.VolumeClaimRemoveRequest{Namespace: "default", VolumeID: vol, AllocID: alloc}); err != nil {
+		if _, err := s.ApplyAt(idx, t0, structs.VolumeClaimRemoveType, &structs.VolumeClaimRemoveRequest{Namespace: "default", VolumeID: vol, AllocID: alloc, ModifyIndex: idx - 1}); err != nil {
 			tb.Fatalf("burst claim removal %d: %v", i, err)
 		}
 	}

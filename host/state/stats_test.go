@@ -86,10 +86,10 @@ func TestVolumeStatsFollowWrites(t *testing.T) {
 		t.Fatal("base data has no volumes: the test proves nothing")
 	}
 	f.claim("vol-mw", "a1", structs.ClaimWrite)
-	f.claim("vol-mw", "a2", structs.ClaimRead)
+	a2 := f.publishing("vol-mw", "a2", structs.ClaimRead)
 	checkStats(t, f.s)
-	if st, _ := f.s.Snapshot().VolumeStats(); st.Claims[structs.ClaimTaken] != 2 {
-		t.Fatalf("two claims taken, stats say %+v", st)
+	if st, _ := f.s.Snapshot().VolumeStats(); st.Claims[structs.ClaimTaken] != 1 || st.Claims[structs.ClaimPublishing] != 1 {
+		t.Fatalf("one claim taken and one publishing, stats say %+v", st)
 	}
 	before, _ := f.s.Snapshot().VolumeStats()
 	// Refused: a claim cannot jump to ready-to-free while its alloc runs.
@@ -112,7 +112,7 @@ func TestVolumeStatsFollowWrites(t *testing.T) {
 	checkStats(t, f.s)
 	f.must(structs.VolumeStuckType, &structs.VolumeStuckRequest{Namespace: "default", VolumeID: "vol-mw"})
 	checkStats(t, f.s)
-	f.must(structs.VolumeClaimRemoveType, &structs.VolumeClaimRemoveRequest{Namespace: "default", VolumeID: "vol-mw", AllocID: "a2"})
+	f.must(structs.VolumeClaimRemoveType, &structs.VolumeClaimRemoveRequest{Namespace: "default", VolumeID: "vol-mw", AllocID: "a2", ModifyIndex: a2})
 	checkStats(t, f.s)
 
 	var buf bytes.Buffer

@@ -205,9 +205,9 @@ func TestApplyEveryWriteType(t *testing.T) {
 		},
 		{
 			name: "claim remove", typ: structs.VolumeClaimRemoveType,
-			setup: func(f *fixture) { f.claim("vol-sw", "a1", structs.ClaimWrite) },
+			setup: func(f *fixture) { f.publishing("vol-sw", "a1", structs.ClaimWrite) },
 			req: func(f *fixture) any {
-				return &structs.VolumeClaimRemoveRequest{Namespace: "default", VolumeID: "vol-sw", AllocID: "a1"}
+				return &structs.VolumeClaimRemoveRequest{Namespace: "default", VolumeID: "vol-sw", AllocID: "a1", ModifyIndex: f.idx}
 			},
 			tables: []string{TableVolumes, TableEvents},
 			check: func(t *testing.T, f *fixture, _ any) {

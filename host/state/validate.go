@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/volhost/volhost/host/structs"
 )
@@ -21,12 +22,19 @@ const MaxIDLength = structs.MaxIDLength
 //
 // Errors are typed (host/structs/errors.go): *structs.ValidationError (400,
 // naming the field), structs.ErrNotFound (404), structs.ErrConflict (409).
+//
+// IDs a request creates are held here to the strict rule of new IDs
+// (structs.ValidateID); Apply holds committed entries to the rule of
+// stored IDs only (ingress.go).
 func (snap *Snapshot) Validate(t structs.MessageType, req any) error {
 	o, ok := ops[t]
 	if !ok {
 		return structs.Invalid("type", "unknown message type %d", t)
 	}
-	return o.validate(snap, req)
+	if err := o.validate(snap, req); err != nil {
+		return err // the same refusal Apply would give
+	}
+	return validateNewIDs(snap, t, req)
 }
 
 // op is one message type: its validation and its write.
@@ -90,9 +98,6 @@ var ops = map[structs.MessageType]op{
 	structs.ClaimCheckpointBatchType: mkOp(validateCheckpointBatch, (*writer).checkpointBatch),
 }
 
-// validID is structs.ValidateID, the rule every ID obeys.
-var validID = structs.ValidateID
-
 // validEndpoint checks a CSI endpoint with the same rule the CSI client
 // dials by (structs.ValidateEndpoint).
 func validEndpoint(field, ep string) error { return structs.ValidateEndpoint(field, ep) }
@@ -110,7 +115,7 @@ func list(ids []string) string {
 
 func volName(ns, id string) string { return ns + "/" + id }
 
-func validatePluginUpsert(_ *Snapshot, r *structs.PluginUpsertRequest) error {
+func validatePluginUpsert(snap *Snapshot, r *structs.PluginUpsertRequest) error {
 	p := r.Plugin
 	if p == nil {
 		return structs.Invalid("plugin", "is required")
@@ -125,7 +130,7 @@ func validatePluginUpsert(_ *Snapshot, r *structs.PluginUpsertRequest) error {
 	} else if p.Capabilities.PublishUnpublish {
 		return structs.Invalid("plugin.controller_endpoint", "is required when the plugin advertises PUBLISH_UNPUBLISH_VOLUME")
 	}
-	return nil
+	return validatePluginUnderClaims(snap, p)
 }
 
 func validatePluginDeregister(snap *Snapshot, r *structs.PluginDeregisterRequest) error {
@@ -154,7 +159,41 @@ func validateNodeUpsert(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 	if err := validateNodeShape(snap, r); err != nil {
 		return err
 	}
-	return validateMachineIdentity(snap, r.Node)
+	if err := validateRegistrar(snap, r.Node); err != nil {
+		return err
+	}
+	if err := validateMachineIdentity(snap, r.Node); err != nil {
+		return err
+	}
+	return validateNodeUnderClaims(snap, r.Node)
+}
+
+// validateRegistrar refuses a registration whose token (RegisteredBy)
+// was deleted, or had expired at the registration's time (LastSeen, set
+// by the server that took it and carried in the entry, so every replica
+// judges alike), before it committed. The token was checked when the
+// hello or the request arrived; a revocation committed between that
+// check and this write is seen here, where the write is committed, and
+// the node is not registered under a token that no longer holds.
+// Snapshot rows are not held to it (validateNodeShape): a node whose
+// registering token was deleted since stays registered.
+func validateRegistrar(snap *Snapshot, n *structs.Node) error {
+	if n.RegisteredBy == "" {
+		return nil
+	}
+	tok, err := snap.ACLTokenByAccessor(nil, n.RegisteredBy)
+	if err != nil {
+		return err
+	}
+	switch {
+	case tok == nil:
+		return fmt.Errorf("node %q: the token that registered it (accessor %s) was revoked before the registration committed: %w",
+			n.ID, n.RegisteredBy, structs.ErrPermissionDenied)
+	case tok.Expired(n.LastSeen):
+		return fmt.Errorf("node %q: the token that registered it (accessor %s) expired at %s, before the registration committed: %w",
+			n.ID, n.RegisteredBy, tok.ExpirationTime.UTC().Format(time.RFC3339), structs.ErrPermissionDenied)
+	}
+	return nil
 }
 
 // validateNodeShape checks the node on its own (what a snapshot row must
@@ -627,11 +666,15 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if !c.Mode.Valid() {
 		return structs.Invalid("claim.mode", "unknown claim mode %q (want %q or %q)", c.Mode, structs.ClaimRead, structs.ClaimWrite)
 	}
-	if c.State != "" && c.State != structs.ClaimTaken {
-		return structs.Invalid("claim.state", "a new claim starts at %q, not %q", structs.ClaimTaken, c.State)
+	if c.State != "" && c.State != structs.ClaimTaken && c.State != structs.ClaimPublishing {
+		return structs.Invalid("claim.state", "a claim is written %q (before its first CSI call) or %q, not %q",
+			structs.ClaimPublishing, structs.ClaimTaken, c.State)
 	}
 	if c.Attempts < 0 {
 		return structs.Invalid("claim.attempts", "must not be negative")
+	}
+	if err := validateNewClaimMarks(c); err != nil {
+		return err
 	}
 	v, err := snap.volumeFor(r.Namespace, r.VolumeID)
 	if err != nil {
@@ -643,6 +686,13 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	}
 	if c.AttachmentMode != "" && c.AttachmentMode != v.AttachmentMode {
 		return structs.Invalid("claim.attachment_mode", "%q does not match volume %q attachment mode %q", c.AttachmentMode, name, v.AttachmentMode)
+	}
+	resume := false
+	if old := v.Claims[c.AllocID]; old != nil && old.State == structs.ClaimPublishing {
+		if err := validateClaimOverPublishing(v, old, c); err != nil || c.State == structs.ClaimTaken {
+			return err
+		}
+		resume = true // checked below like a new claim, but it is counted already
 	}
 	if c.Mode == structs.ClaimWrite && v.AccessMode.MaxWriters() == 0 {
 		return structs.Invalid("claim.mode", "volume %q is %s: write claims are not allowed", name, v.AccessMode)
@@ -674,6 +724,15 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	}
 	if v.Stuck != nil {
 		return structs.Conflict("volume %q is stuck: %s", name, v.Stuck.Reason)
+	}
+	// The machine check holds for a confirmation too: an unstage in doubt
+	// on this machine since the record was written ahead may unmount what
+	// the claim staged, so the record stays publishing and is rolled back.
+	if err := validateClaimMachine(v, n, c); err != nil {
+		return err
+	}
+	if resume {
+		return nil
 	}
 	if _, dup := v.Claims[c.AllocID]; dup {
 		return structs.Conflict("allocation %q already holds a claim on volume %q", c.AllocID, name)
@@ -709,10 +768,11 @@ func validateClaimRemove(snap *Snapshot, r *structs.VolumeClaimRemoveRequest) er
 	if err != nil {
 		return err
 	}
-	if _, ok := v.Claims[r.AllocID]; !ok {
+	c, ok := v.Claims[r.AllocID]
+	if !ok {
 		return structs.NotFound("claim", volName(r.Namespace, r.VolumeID)+"/"+r.AllocID)
 	}
-	return nil
+	return validateRemovePublishing(v, c, r)
 }
 
 func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error {
@@ -751,6 +811,12 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 	}
 	if c.State.Order() < old.State.Order() {
 		return structs.Conflict("claim of allocation %q on volume %q cannot move back from %s to %s",
+			c.AllocID, volName(r.Namespace, r.VolumeID), old.State, c.State)
+	}
+	if (c.State == structs.ClaimPublishing || old.State == structs.ClaimPublishing) && c.State.Order() == old.State.Order() && c.State != old.State {
+		// Only the claim path confirms its own publish (VolumeClaimType):
+		// a release never writes a publishing claim taken, nor back.
+		return structs.Conflict("claim of allocation %q on volume %q cannot move from %s to %s by a release checkpoint",
 			c.AllocID, volName(r.Namespace, r.VolumeID), old.State, c.State)
 	}
 	// A transition that ran a per-(volume, machine) step on the ground
@@ -801,9 +867,9 @@ func validateNodeUnpublished(old, c *structs.Claim, r *structs.ClaimCheckpointRe
 			c.AllocID, name)
 	case !c.NodeUnpublished || old.NodeUnpublished:
 		return nil
-	case c.State != structs.ClaimTaken:
-		return structs.Invalid("claim.node_unpublished", "is set only on a %s claim (NodeUnstage next), not on one moving to %s",
-			structs.ClaimTaken, c.State)
+	case c.State != structs.ClaimTaken && c.State != structs.ClaimPublishing:
+		return structs.Invalid("claim.node_unpublished", "is set only on a %s or %s claim (NodeUnstage next), not on one moving to %s",
+			structs.ClaimPublishing, structs.ClaimTaken, c.State)
 	case old.TargetPath == "" || c.TargetPath != old.TargetPath:
 		return structs.Invalid("claim.node_unpublished", "claim of allocation %q on volume %q has no target path %q to unpublish",
 			c.AllocID, name, c.TargetPath)

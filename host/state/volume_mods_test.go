@@ -141,13 +141,13 @@ func TestVolumeModsFollowWrites(t *testing.T) {
 				case 1: // claim
 					i := rng.IntN(pool)
 					f.apply(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: []string{"default", "other"}[i%2], VolumeID: vol(i),
-						Claim: &structs.Claim{AllocID: newAlloc(), NodeID: "n1", Mode: structs.ClaimWrite}})
+						Claim: &structs.Claim{AllocID: newAlloc(), NodeID: "n1", Mode: structs.ClaimWrite, State: []structs.ClaimState{structs.ClaimTaken, structs.ClaimPublishing}[rng.IntN(2)]}})
 				case 2: // remove the claims of one volume
 					i := rng.IntN(pool)
 					ns := []string{"default", "other"}[i%2]
 					if v := f.volume(ns, vol(i)); v != nil {
-						for a := range v.Claims {
-							f.apply(structs.VolumeClaimRemoveType, &structs.VolumeClaimRemoveRequest{Namespace: ns, VolumeID: vol(i), AllocID: a})
+						for a, c := range v.Claims {
+							f.apply(structs.VolumeClaimRemoveType, &structs.VolumeClaimRemoveRequest{Namespace: ns, VolumeID: vol(i), AllocID: a, ModifyIndex: c.ModifyIndex})
 						}
 					}
 				case 3: // one GC entry bumping several volumes

@@ -2,6 +2,7 @@ package structs
 
 import (
 	"fmt"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -9,8 +10,9 @@ import (
 // module, policy, accessor).
 const MaxIDLength = 128
 
-// ValidateID is the one rule every ID obeys, wherever it arrives (a path,
-// a query, a body, a raft entry, a snapshot): 1 to MaxIDLength characters
+// ValidateID is the one rule every new ID obeys, wherever it arrives (a
+// path, a query, a body, a node agent's hello, the leader's check before
+// it writes an entry): 1 to MaxIDLength characters
 // from the ASCII letters, digits and - _ . : / @, and not "." or "..".
 //
 // IDs are what people compare by eye, in the CLI, the UI and the logs. An
@@ -36,6 +38,39 @@ func ValidateID(field, id string) error {
 	for i := 0; i < len(id); i++ {
 		if !idByte(id[i]) {
 			return Invalid(field, "%s at byte %d is not allowed: an ID holds only ASCII letters, digits and - _ . : / @ (%s)", describeByte(id, i), i, IDRule)
+		}
+	}
+	return nil
+}
+
+// ValidateStoredID is the rule for IDs already committed: log entries
+// being applied (on every replica, and replayed after a restart) and
+// snapshot rows being restored. It is the rule of the versions before
+// ValidateID's allowlist: 1 to MaxIDLength bytes of valid UTF-8, not "."
+// or "..", and no whitespace, control or format (Cf) character.
+//
+// A committed entry was accepted by the leader of its day; refusing it
+// now would stop, or split, a replica that replays a log written by an
+// earlier version ("vol+1", "vol~1", "völ1" were valid then). So
+// ValidateID, strict, is applied where an ID enters the cluster (the
+// API, the node RPC's hello, the CLI, and the leader before it writes an
+// entry that names a new ID: state.Snapshot.Validate), and this rule
+// where one is already in. The characters it still refuses were refused
+// by every version, so no committed entry holds them.
+func ValidateStoredID(field, id string) error {
+	switch {
+	case id == "":
+		return Invalid(field, "must not be empty")
+	case len(id) > MaxIDLength:
+		return Invalid(field, "is %d bytes long, at most %d allowed", len(id), MaxIDLength)
+	case !utf8.ValidString(id):
+		return Invalid(field, "is not valid UTF-8")
+	case id == "." || id == "..":
+		return Invalid(field, "%q is reserved (it cannot be a path segment)", id)
+	}
+	for _, r := range id {
+		if unicode.IsSpace(r) || unicode.IsControl(r) || unicode.Is(unicode.Cf, r) {
+			return Invalid(field, "must not contain whitespace or control characters, nor invisible format characters (%U)", r)
 		}
 	}
 	return nil

@@ -81,39 +81,55 @@ func (e Effect) String() string {
 // was taken while its node had no node endpoint).
 
 // Staged is whether the staging path the claim published from is staged
-// for it: none once its release may have sent NodeUnstage (unknown) or is
-// past its node steps; a claim that recorded no staging path staged
-// nothing, whatever its state.
+// for it: unknown while the claim is publishing (its NodeStage may have
+// run, or not yet) or once its release may have sent NodeUnstage; none
+// once it is past its node steps; a claim that recorded no staging path
+// staged nothing, whatever its state.
+//
+// A claim restored from an operator snapshot (Restored) is unknown too:
+// its machine kept running after the snapshot, and may have unstaged the
+// path since.
 func (c *Claim) Staged() Effect {
 	switch {
-	case c.StagingPath == "" || c.State != ClaimTaken:
+	case c.StagingPath == "" || !c.beforeNodeSteps():
 		return EffectNone
-	case c.NodeUnpublished:
+	case c.NodeUnpublished || c.Restored || c.State == ClaimPublishing:
 		return EffectUnknown
 	}
 	return EffectDone
 }
 
-// Published is whether the claim's target is published: unknown when its
+// beforeNodeSteps: the claim's release has not checkpointed its node steps
+// done (publishing or taken).
+func (c *Claim) beforeNodeSteps() bool {
+	return c.State == ClaimTaken || c.State == ClaimPublishing
+}
+
+// Published is whether the claim's target is published: unknown while the
+// claim is publishing (its NodePublish may have run) or when its
 // NodeUnpublish failed (the call may have run), none once it is recorded
 // done or the claim is past its node steps.
 func (c *Claim) Published() Effect {
 	switch {
-	case c.TargetPath == "" || c.State != ClaimTaken || c.NodeUnpublished:
+	case c.TargetPath == "" || !c.beforeNodeSteps() || c.NodeUnpublished:
 		return EffectNone
-	case c.LastError != nil && c.LastError.Step == stepNodeUnpublish:
+	case c.State == ClaimPublishing, c.LastError != nil && c.LastError.Step == stepNodeUnpublish:
 		return EffectUnknown
 	}
 	return EffectDone
 }
 
 // Attached is whether the claim holds the controller attachment: unknown
+// while the claim is publishing (its ControllerPublish may have run) or
 // when its ControllerUnpublish failed (the call may have run), none once
-// its controller step is done.
+// its controller step is done or when its publish attached nothing
+// (Unattached: its plugin had no PUBLISH_UNPUBLISH_VOLUME then).
 func (c *Claim) Attached() Effect {
 	switch {
-	case c.State.Order() >= ClaimControllerDetached.Order():
+	case c.Unattached || c.State.Order() >= ClaimControllerDetached.Order():
 		return EffectNone
+	case c.State == ClaimPublishing:
+		return EffectUnknown
 	case c.State == ClaimNodeDetached && c.LastError != nil && c.LastError.Step == stepControllerUnpublish:
 		return EffectUnknown
 	}
@@ -123,6 +139,7 @@ func (c *Claim) Attached() Effect {
 // The release step names (abi.Step*, which this package cannot import).
 const (
 	stepNodeUnpublish       = "node-unpublish"
+	stepNodeUnstage         = "node-unstage"
 	stepControllerUnpublish = "controller-unpublish"
 )
 
@@ -156,14 +173,18 @@ func (v *Volume) StagedFor(c *Claim) *Claim {
 }
 
 // NeedsStaging is a claim other than c, on c's machine, that still needs
-// the volume staged there: one that staged and has not begun to unstage.
-// NodeUnstageVolume for c is sent only when there is none (CSI spec: no
-// NodeUnstage while a target is published from the staging path). A claim
-// that staged nothing (taken while its node had no node endpoint) needs
-// nothing, whatever its state.
+// the volume staged there: one that staged and has not begun to unstage,
+// or whose target may still be published from its staging path (a
+// restored claim, whose staging is in doubt but whose allocation may be
+// running on it; a publishing claim: a publish in flight, a leader that
+// died mid-publish, a refused claim whose rollback stopped). NodeUnstage
+// for c is sent only when there is none (CSI spec: no NodeUnstage while a
+// target is published from the staging path). A claim that staged nothing
+// (taken while its node had no node endpoint) needs nothing, whatever its
+// state.
 func (v *Volume) NeedsStaging(c *Claim) *Claim {
 	return v.otherClaim(c, func(o *Claim) bool {
-		return SameMachine(c, o) && o.Staged() == EffectDone
+		return SameMachine(c, o) && o.StagingPath != "" && (o.Staged() == EffectDone || o.Published() != EffectNone)
 	})
 }
 

@@ -12,7 +12,7 @@ const (
 	VolumeRegisterType    MessageType = 3
 	VolumeDeregisterType  MessageType = 4
 	AllocUpsertType       MessageType = 5
-	VolumeClaimType       MessageType = 6 // a new claim (taken)
+	VolumeClaimType       MessageType = 6 // a new claim (publishing, or taken), or a publishing claim confirmed taken
 	ClaimCheckpointType   MessageType = 7 // a whole claim at a release transition or failed attempt
 	VolumeStuckType       MessageType = 8
 	ClaimGCType           MessageType = 9 // empty "GC claim": only bumps the volume's index
@@ -22,7 +22,7 @@ const (
 	PluginDeregisterType  MessageType = 13
 	NodeDeregisterType    MessageType = 14
 	AllocDeleteType       MessageType = 15
-	VolumeClaimRemoveType MessageType = 16 // drop a claim that never got published (claim failed half way)
+	VolumeClaimRemoveType MessageType = 16 // drop a publishing claim whose every publish step was undone
 
 	// Reserved ranges, so work on separate features never collides on a
 	// persisted number: 17-29 claim safety (fencing, conditional
@@ -117,7 +117,13 @@ type AllocDeleteRequest struct {
 	AllocIDs []string `json:"alloc_ids"`
 }
 
-// VolumeClaimRequest records a new claim (state taken) after publish succeeded.
+// VolumeClaimRequest records a claim. The claim path writes it twice: in
+// state publishing before its first CSI call (a new claim, checked like
+// any: capacity, access mode, allocation and node), then in state taken
+// once publish succeeded, over that same publishing record (same node,
+// mode, external node ID and paths). A taken claim with no publishing
+// record before it is a new claim too (log entries written before the
+// publishing state existed).
 type VolumeClaimRequest struct {
 	Namespace string `json:"namespace"`
 	VolumeID  string `json:"volume_id"`
@@ -131,12 +137,24 @@ type VolumeClaimRequest struct {
 // FencedTerm implements the FSM's term fence.
 func (r *VolumeClaimRequest) FencedTerm() uint64 { return r.Term }
 
-// VolumeClaimRemoveRequest drops a claim outright.
+// VolumeClaimRemoveRequest drops a publishing claim without release: the
+// claim path that wrote it undid every publish step it ran, and nothing
+// else may have acted under the record. The store refuses any other
+// claim (one taken, releasing, or a publishing record written or changed
+// by another run, ModifyIndex), and the FSM a request of another term.
 type VolumeClaimRemoveRequest struct {
 	Namespace string `json:"namespace"`
 	VolumeID  string `json:"volume_id"`
 	AllocID   string `json:"alloc_id"`
+	// ModifyIndex is the index the remover's own publishing record was
+	// committed at: the claim must still be that record.
+	ModifyIndex uint64 `json:"modify_index"`
+	// Term is the leadership term the claim path ran in (0: unfenced, tests).
+	Term uint64 `json:"term,omitempty"`
 }
+
+// FencedTerm implements the FSM's term fence.
+func (r *VolumeClaimRemoveRequest) FencedTerm() uint64 { return r.Term }
 
 // ClaimCheckpointRequest writes a whole claim. A claim checkpointed at
 // ready-to-free is removed from the volume in the same write.

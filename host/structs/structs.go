@@ -74,11 +74,20 @@ var AttachmentModes = []AttachmentMode{AttachFilesystem, AttachBlockDevice}
 // Valid reports whether m is a known attachment mode.
 func (m AttachmentMode) Valid() bool { return m == AttachFilesystem || m == AttachBlockDevice }
 
-// ClaimState is a claim's position in the release state machine:
-// taken → node-detached → controller-detached → ready-to-free → (removed).
+// ClaimState is a claim's position in its lifecycle:
+// publishing → taken → node-detached → controller-detached → ready-to-free
+// → (removed). A publishing claim that never reaches taken is either
+// removed by the claim path that wrote it (every publish step undone) or
+// released by the watcher like any claim (publishing → node-detached ...).
 type ClaimState string
 
 const (
+	// ClaimPublishing is the write-ahead record of a claim whose publish
+	// calls may have run: it is committed before the first CSI call, so
+	// a leader that dies mid-publish, or a refused claim whose rollback
+	// stopped, leaves a claim that accounts for what may be attached,
+	// staged or published (structs.Claim.Staged and friends: unknown).
+	ClaimPublishing         ClaimState = "publishing"
 	ClaimTaken              ClaimState = "taken"
 	ClaimNodeDetached       ClaimState = "node-detached"
 	ClaimControllerDetached ClaimState = "controller-detached"
@@ -88,16 +97,22 @@ const (
 // Valid reports whether s is a known claim state.
 func (s ClaimState) Valid() bool {
 	switch s {
-	case ClaimTaken, ClaimNodeDetached, ClaimControllerDetached, ClaimReadyToFree:
+	case ClaimPublishing, ClaimTaken, ClaimNodeDetached, ClaimControllerDetached, ClaimReadyToFree:
 		return true
 	}
 	return false
 }
 
+// ClaimStates lists every claim state in lifecycle order, for the
+// messages, filters and counters that name them.
+var ClaimStates = []ClaimState{ClaimPublishing, ClaimTaken, ClaimNodeDetached, ClaimControllerDetached, ClaimReadyToFree}
+
 // Order gives the state's rank so transitions can be checked to move forward only.
+// Publishing and taken share a rank: both are before the node steps, and
+// only the claim path moves a claim from one to the other (host/state).
 func (s ClaimState) Order() int {
 	switch s {
-	case ClaimTaken:
+	case ClaimPublishing, ClaimTaken:
 		return 0
 	case ClaimNodeDetached:
 		return 1
@@ -159,6 +174,21 @@ type Claim struct {
 	PublishContext map[string]string `json:"publish_context,omitempty"`
 	StagingPath    string            `json:"staging_path,omitempty"`
 	TargetPath     string            `json:"target_path,omitempty"`
+	// Unattached records that the claim's publish made no controller
+	// attachment (its plugin had no PUBLISH_UNPUBLISH_VOLUME then): its
+	// release sends no ControllerUnpublish, whatever the plugin says
+	// later. What a release undoes is what the claim recorded at publish
+	// (StagingPath, TargetPath, ExternalNodeID, Unattached), never the
+	// node's or plugin's registration today. Set by the store when the
+	// claim is committed; kept by every checkpoint.
+	Unattached bool `json:"unattached,omitempty"`
+	// Restored marks a claim that came back from an operator snapshot
+	// restore: the machines kept running after the snapshot was taken, so
+	// what it recorded about its node effects may be stale. Its staging
+	// is in doubt (Claim.Staged: unknown), so the next claim on its
+	// machine stages again, and it still counts as needing the path while
+	// its target may be published. Never cleared.
+	Restored bool `json:"restored,omitempty"`
 
 	// Release bookkeeping.
 	Attempts     int         `json:"attempts"`
@@ -432,9 +462,17 @@ type Node struct {
 	// it skip their node steps and go to the controller step, and it
 	// takes no new claim until unfenced. It belongs to the store: a node
 	// re-registering keeps it.
-	Fence       *NodeFence `json:"fence,omitempty"`
-	CreateIndex uint64     `json:"create_index"`
-	ModifyIndex uint64     `json:"modify_index"`
+	Fence *NodeFence `json:"fence,omitempty"`
+	// RegisteredBy is the accessor of the ACL token that authorized the
+	// node's last registration (its agent's hello, or PUT /v1/nodes);
+	// empty without a token (ACLs off, or the anonymous policy). The
+	// server sets it, never the caller. The state store refuses a
+	// registration whose token no longer exists, or has expired, when
+	// the registration commits: a hello authorized just before its token
+	// was revoked must not register the node after the revocation.
+	RegisteredBy string `json:"registered_by,omitempty"`
+	CreateIndex  uint64 `json:"create_index"`
+	ModifyIndex  uint64 `json:"modify_index"`
 }
 
 // NodeFence records who attested that a node is off, and why.

@@ -54,6 +54,11 @@ func (b *StoreBackend) apply(t structs.MessageType, req any) (any, uint64, error
 	if b.Now != nil {
 		now = b.Now()
 	}
+	// As the leader does (cluster.Apply): the pre-log check, which holds
+	// new IDs to the strict rule, then the apply.
+	if err := b.Store.Snapshot().Validate(t, req); err != nil {
+		return nil, 0, err
+	}
 	resp, err := b.Store.ApplyAt(b.index+1, now, t, req)
 	if err != nil {
 		return nil, 0, err

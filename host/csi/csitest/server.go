@@ -146,6 +146,9 @@ type Server struct {
 	maxIn    map[[2]string]int // by method and volume ("" = any volume)
 	oracle   *Oracle
 	changed  chan struct{} // closed and replaced on every change
+	// abortPending: a call on a volume that has another call of this
+	// server in flight answers ABORTED without running (SetAbortPending).
+	abortPending bool
 }
 
 // NewServer starts a scripted CSI plugin; t.Cleanup stops it and removes
@@ -322,6 +325,27 @@ func (s *Server) SetNodeID(id string) {
 	s.oracle.join(opts)
 }
 
+// SetAbortPending makes a call on a volume that has another call of this
+// server still running (a blocked one whose caller may have left) answer
+// ABORTED without running, as the CSI spec's "operation pending for
+// volume" error lets a driver do: then a CO that re-sends a call whose
+// answer was lost learns when the first one is over. Off by default.
+func (s *Server) SetAbortPending(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.abortPending = on
+}
+
+// pendingLocked reports whether a call on volume is in flight.
+func (s *Server) pendingLocked(volume string) bool {
+	for key, n := range s.volIn {
+		if key[1] == volume && n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Oracle is the state this plugin acts on (its own when Options had none).
 func (s *Server) Oracle() *Oracle { return s.oracle }
 
@@ -368,6 +392,13 @@ func (s *Server) handle(ctx context.Context, c Call, ok func(Call) error) error 
 	s.calls = append(s.calls, c)
 	idx := len(s.calls) - 1
 	var r Result
+	if s.abortPending && c.VolumeID != "" && s.pendingLocked(c.VolumeID) {
+		// Not run and no script consumed: the operation pending answers.
+		s.calls[idx].End, s.calls[idx].Done, s.calls[idx].Code = s.opts.Clock.Now(), true, codes.Aborted
+		s.notifyLocked()
+		s.mu.Unlock()
+		return status.Errorf(codes.Aborted, "an operation is pending for volume %s", c.VolumeID)
+	}
 	if q := s.scripts[c.Method]; len(q) > 0 {
 		r, s.scripts[c.Method] = q[0], q[1:]
 	}

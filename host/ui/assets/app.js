@@ -270,7 +270,7 @@ async function overview(q, signal, started) {
   }, (e) => { fill(stats, errorBox(e)); markRendered(started); return !(e instanceof APIError && e.status === 403); });
 }
 
-const STATES = ["taken", "node-detached", "controller-detached", "ready-to-free"];
+const STATES = ["publishing", "taken", "node-detached", "controller-detached", "ready-to-free"];
 
 function renderStats(s) {
   const counts = h("dl", {class: "counts"},

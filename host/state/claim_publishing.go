@@ -1,0 +1,80 @@
+package state
+
+import "github.com/volhost/volhost/host/structs"
+
+// The claim path's write-ahead record (structs.ClaimPublishing): a claim
+// is committed publishing before its first CSI call, confirmed taken by
+// the same publish, or removed by the run that wrote it once every step
+// it ran was undone. These are the store's rules for the two writes that
+// follow the record; the record itself is a new claim (validateClaim).
+
+// validateNewClaimMarks: a claim the claim path writes carries none of
+// the marks a release writes, and no impossible combination.
+func validateNewClaimMarks(c *structs.Claim) error {
+	switch {
+	case c.NodeUnpublished:
+		return structs.Invalid("claim.node_unpublished", "is written by a release, not by the claim path")
+	case c.SkipNodeStep || c.FenceReason != "":
+		return structs.Invalid("claim", "skip_node_step and fence_reason are written by a release, not by the claim path")
+	}
+	if p := c.RecordProblem(); p != "" {
+		return structs.Invalid("claim", "%s", p)
+	}
+	return nil
+}
+
+// validateClaimOverPublishing: c is written over old, a publishing claim
+// of the same allocation. Only that same publish is accepted (the same
+// node, mode, external node ID and paths: its release steps name them),
+// with old's release not begun: taken, its confirmation (capacity and the
+// other claim checks were made when old was written: it has counted
+// against the volume since); or publishing again, a retry taking it up
+// after the run that wrote it ended (a leader that died mid-publish, a
+// rollback that stopped), checked by the caller like a new claim but for
+// capacity. The retry's record is never removed without release
+// (validateRemovePublishing): its rollback cannot know what the earlier
+// run's calls did.
+func validateClaimOverPublishing(v *structs.Volume, old, c *structs.Claim) error {
+	name := volName(v.Namespace, v.ID)
+	if !old.Resumable() {
+		return structs.Conflict("the %s claim of allocation %q on volume %q is being released (NodeUnpublish done): it cannot be taken",
+			old.State, c.AllocID, name)
+	}
+	want := c.Copy()
+	if want.AccessMode == "" {
+		want.AccessMode = v.AccessMode
+	}
+	if want.AttachmentMode == "" {
+		want.AttachmentMode = v.AttachmentMode
+	}
+	if !structs.SamePublish(old, want) {
+		return structs.Conflict("the %s claim of allocation %q on volume %q was written for node %q (external node ID %q, target %q, staging %q): a claim taken over it must be that same publish, not node %q (external node ID %q, target %q, staging %q)",
+			old.State, c.AllocID, name, old.NodeID, old.ExternalNodeID, old.TargetPath, old.StagingPath,
+			want.NodeID, want.ExternalNodeID, want.TargetPath, want.StagingPath)
+	}
+	return nil
+}
+
+// validateRemovePublishing: only a publishing claim whose release has not
+// begun, and only the very record the remover created (its ModifyIndex,
+// never written since: not taken up by a retry, no release checkpoint),
+// is removed without release. Anything else may account for an attachment,
+// a staging path or a target that nothing else would release: a taken
+// claim; a record a release step has been recorded on; a record written
+// by an earlier run (a leader that died mid-publish), whose calls the
+// remover's rollback did not undo.
+func validateRemovePublishing(v *structs.Volume, c *structs.Claim, r *structs.VolumeClaimRemoveRequest) error {
+	name := volName(v.Namespace, v.ID)
+	switch {
+	case c.State != structs.ClaimPublishing:
+		return structs.Conflict("the claim of allocation %q on volume %q is %s: only a %s claim whose publish was undone is removed without release",
+			c.AllocID, name, c.State, structs.ClaimPublishing)
+	case !c.Resumable():
+		return structs.Conflict("the %s claim of allocation %q on volume %q is being released (NodeUnpublish done): it is not removed without release",
+			c.State, c.AllocID, name)
+	case r.ModifyIndex != c.ModifyIndex || c.CreateIndex != c.ModifyIndex:
+		return structs.Conflict("the %s claim of allocation %q on volume %q is the record of index %d (created at %d), not %d: only the run that created a record, and undid every step it ran, removes it",
+			c.State, c.AllocID, name, c.ModifyIndex, c.CreateIndex, r.ModifyIndex)
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+package structs
+
+// A NodeUnstageVolume whose answer was lost may still be running on the
+// machine: the caller's deadline ended the call on the CO's side while the
+// driver goes on unmounting (or a node agent's stream broke mid-step). A
+// claim that stages and publishes there meanwhile has its staging path
+// removed under it when the unmount ends, and its allocation writes to the
+// node's root disk. Re-staging does not help (it may run before the
+// unmount ends), so a new claim of the volume on that machine waits until
+// the release has a definitive answer for its unstage (UnstagingFor).
+
+// gRPC codes (google.golang.org/grpc/codes, which this package does not
+// import) of an answer that does not say the call is over.
+const (
+	codeCanceled         = 1
+	codeDeadlineExceeded = 4
+	codeAborted          = 10 // CSI spec: an operation is pending for the volume
+	codeUnavailable      = 14
+)
+
+// AnswerLost reports whether a CSI call that answered code may still be
+// running, or may have run: its answer says nothing about the driver's
+// state (a deadline, a broken connection, a cancellation, or ABORTED for
+// an operation still pending on the volume).
+func AnswerLost(code uint32) bool {
+	switch code {
+	case codeCanceled, codeDeadlineExceeded, codeAborted, codeUnavailable:
+		return true
+	}
+	return false
+}
+
+// UnstageInDoubt reports whether c's release has sent NodeUnstageVolume
+// (or may have: a leader that sent it and died wrote nothing after) with
+// no definitive answer yet: the claim is still taken, recorded its
+// NodeUnpublish done (written before the unstage is sent), and its last
+// error, if any, is not a driver's answer to the unstage that says the
+// call is over. A module fault or a missing endpoint at a later attempt
+// says nothing about an earlier attempt's call, so it leaves the doubt.
+func (c *Claim) UnstageInDoubt() bool {
+	if c.State != ClaimTaken || !c.NodeUnpublished || c.StagingPath == "" {
+		return false
+	}
+	e := c.LastError
+	definitive := e != nil && e.Kind == ErrorCSI && e.Step == stepNodeUnstage && !AnswerLost(e.Code)
+	return !definitive
+}
+
+// UnstagingFor is a claim other than c, on c's machine, whose
+// NodeUnstageVolume of the volume is in doubt (Claim.UnstageInDoubt): a
+// claim c may not stage or publish there until it is settled.
+func (v *Volume) UnstagingFor(c *Claim) *Claim {
+	return v.otherClaim(c, func(o *Claim) bool {
+		return SameMachine(c, o) && o.UnstageInDoubt()
+	})
+}
