@@ -18,25 +18,50 @@ import (
 	"strings"
 
 	"github.com/hashicorp/cli"
+
+	"github.com/volhost/volhost/host/cluster"
 )
 
 // Version is the build's version, printed by `volhost version` and
 // -version.
-var Version = "0.1.0-dev"
+var Version = "0.2.0-dev"
 
-// versionLine is what `volhost version` and -version print: the version,
-// the commit the binary was built from when the build recorded one, and
-// the Go toolchain and platform.
-func versionLine() string {
-	line := "volhost v" + Version
+// The servers advertise this binary's version to each other (the members
+// map, `operator raft list-peers`, the feature gates' refusals).
+func init() { cluster.BuildVersion = buildVersion() }
+
+// buildVersion is Version with the commit the binary was built from, when
+// the build recorded one.
+func buildVersion() string {
+	if rev := buildRevision(); rev != "" {
+		return Version + "+" + rev
+	}
+	return Version
+}
+
+func buildRevision() string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
 			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				line += " (" + s.Value[:12] + ")"
+				return s.Value[:12]
 			}
 		}
 	}
-	return line + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH
+	return ""
+}
+
+// versionLine is what `volhost version` and -version print: the version,
+// the commit the binary was built from when the build recorded one, the
+// Go toolchain and platform, and the log features it understands.
+func versionLine() string {
+	line := "volhost v" + Version
+	if rev := buildRevision(); rev != "" {
+		line += " (" + rev + ")"
+	}
+	// The gated log features this binary understands: a cluster enables
+	// each once every server lists it (operator raft list-peers).
+	return line + " " + runtime.Version() + " " + runtime.GOOS + "/" + runtime.GOARCH +
+		"\nLog features: " + strings.Join(cluster.Features(), ", ")
 }
 
 // VersionCommand prints the version (`volhost version`, as -version does).
@@ -171,6 +196,7 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"operator":                      cmd(&groupCommand{Meta: m, name: "operator", synopsis: "Cluster operations: raft peers and leadership, snapshots"}),
 		"operator raft":                 cmd(&groupCommand{Meta: m, name: "operator raft", synopsis: "Inspect and change the raft peer set"}),
 		"operator raft list-peers":      cmd(&RaftListPeersCommand{Meta: m}),
+		"operator raft digest":          cmd(&RaftDigestCommand{Meta: m}),
 		"operator raft remove-peer":     cmd(&RaftRemovePeerCommand{Meta: m}),
 		"operator raft transfer-leader": cmd(&RaftTransferLeaderCommand{Meta: m}),
 		"operator snapshot":             cmd(&groupCommand{Meta: m, name: "operator snapshot", synopsis: "Save and restore the whole cluster state"}),

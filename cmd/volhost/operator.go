@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -87,7 +88,9 @@ func (c *RaftListPeersCommand) Synopsis() string {
 func (c *RaftListPeersCommand) Help() string {
 	return helpText("operator raft list-peers [options]", `
   List the servers of the raft configuration: ID, raft address, HTTP API
-  address, whether it leads and whether it votes. Answered by the leader
+  address, whether it leads, whether it votes and the volhost version it
+  advertised, then the log features the cluster enabled and, for each
+  server lacking one of this binary's features, which. Answered by the leader
   unless -stale is given, in which case the server at -address answers from
   its own view (useful when the cluster has no leader).
 
@@ -114,16 +117,37 @@ func (c *RaftListPeersCommand) Run(args []string) int {
 	if c.json {
 		return c.printJSON(out)
 	}
-	rows := [][]string{{"ID", "Raft Address", "HTTP Address", "State", "Voter"}}
+	rows := [][]string{{"ID", "Raft Address", "HTTP Address", "State", "Voter", "Version"}}
 	for _, p := range out.Servers {
 		st := "follower"
 		if p.Leader {
 			st = "leader"
 		}
-		rows = append(rows, []string{p.ID, p.RaftAddr, orDash(p.HTTPAddr), st, strconv.FormatBool(p.Voter)})
+		rows = append(rows, []string{p.ID, p.RaftAddr, orDash(p.HTTPAddr), st, strconv.FormatBool(p.Voter), peerVersion(p)})
 	}
 	c.Ui.Output(table(rows))
+	c.Ui.Output("\nEnabled features: " + orDash(strings.Join(out.EnabledFeatures, ", ")))
+	for _, p := range out.Servers {
+		var lacks []string
+		for _, f := range cluster.Features() {
+			if !slices.Contains(p.Features, f) {
+				lacks = append(lacks, f)
+			}
+		}
+		if len(lacks) > 0 {
+			c.Ui.Output(fmt.Sprintf("%s lacks: %s", p.ID, strings.Join(lacks, ", ")))
+		}
+	}
 	return 0
+}
+
+// peerVersion is the version a server advertised; a server older than the
+// feature gates advertises none.
+func peerVersion(p cluster.Peer) string {
+	if p.Build == "" {
+		return "before " + cluster.GateVersion
+	}
+	return p.Build
 }
 
 // RaftRemovePeerCommand is `volhost operator raft remove-peer ID`.

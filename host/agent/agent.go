@@ -267,6 +267,11 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.logger.Info("listening for node agents", "node_rpc", a.NodeRPC.Addr())
 	}
 	a.startSources(ctx)
+	if sv := a.cfg.Server; sv != nil && sv.Enabled {
+		// A follower re-sends its join to record its version and
+		// features (cluster advertise.go), with the join's TLS and token.
+		a.Cluster.SetJoinClient(a.joinClient())
+	}
 	if sv := a.cfg.Server; sv != nil && sv.Enabled && len(sv.Join) > 0 {
 		a.wg.Add(1)
 		go func() {

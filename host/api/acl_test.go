@@ -204,6 +204,7 @@ var aclCases = []struct {
 	{"leftovers clear", "DELETE", "/v1/volumes/leftovers?all=true", "", "operator:write", `operator { policy = "write" }`, `operator { policy = "read" }`},
 	{"metrics", "GET", "/v1/metrics", "", "operator:read", `operator { policy = "read" }`, `node { policy = "write" }`},
 	{"raft configuration", "GET", "/v1/operator/raft/configuration", "", "operator:read", `operator { policy = "read" }`, `node { policy = "write" }`},
+	{"raft digest", "GET", "/v1/operator/raft/digest", "", "operator:read", `operator { policy = "read" }`, `node { policy = "write" }`},
 	{"raft remove-peer", "DELETE", "/v1/operator/raft/peer?id=s2", "", "operator:write", `operator { policy = "write" }`, `operator { policy = "read" }`},
 	{"raft transfer-leader", "PUT", "/v1/operator/raft/transfer-leader", "", "operator:write", `operator { policy = "write" }`, `operator { policy = "read" }`},
 	{"raft join", "POST", "/v1/operator/raft/join", joinBody, "management (or a verified server certificate)", "", `operator { policy = "write" }`},

@@ -212,6 +212,7 @@ var routeRules = map[string]rule{
 	"PUT " + joinPath:                  {join: true, audit: "raft-join"},
 
 	"GET /v1/operator/raft/configuration":    need(acl.OperatorRead),
+	"GET /v1/operator/raft/digest":           need(acl.OperatorRead),
 	"DELETE /v1/operator/raft/peer":          audited(need(acl.OperatorWrite), "raft-remove-peer"),
 	"PUT /v1/operator/raft/transfer-leader":  audited(need(acl.OperatorWrite), "raft-transfer-leader"),
 	"POST /v1/operator/raft/transfer-leader": audited(need(acl.OperatorWrite), "raft-transfer-leader"),

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/volhost/volhost/host/cluster"
 )
@@ -11,7 +13,8 @@ import (
 // Operator routes (served once EnableCluster is called):
 //
 //	GET    /v1/status/peers                  -> ["raft address", ...] (this server's view)
-//	GET    /v1/operator/raft/configuration   -> {"cluster_id", "servers": [Peer...]}
+//	GET    /v1/operator/raft/configuration   -> {"cluster_id", "servers": [Peer...], "enabled_features"}
+//	GET    /v1/operator/raft/digest          ?index=N (wait until applied) -> cluster.Digest; with ?stale=true the server asked answers
 //	POST   /v1/operator/raft/join            cluster.JoinRequest -> cluster.JoinResponse
 //	DELETE /v1/operator/raft/peer?id=ID      -> {"removed"}
 //	PUT    /v1/operator/raft/transfer-leader ?id=ID (any voter when omitted) -> {"leader"}
@@ -40,6 +43,18 @@ type membershipChecker interface {
 type RaftConfigurationResponse struct {
 	ClusterID string         `json:"cluster_id"`
 	Servers   []cluster.Peer `json:"servers"`
+	// EnabledFeatures are the gated log forms the cluster writes: every
+	// server advertised them.
+	EnabledFeatures []string `json:"enabled_features,omitempty"`
+}
+
+// featureGate and digester are the parts of *cluster.Cluster behind the
+// feature gates and the replica digest (optional: test operators lack
+// them).
+type featureGate interface{ EnabledFeatures() []string }
+
+type digester interface {
+	Digest(ctx context.Context, index uint64) (cluster.Digest, error)
 }
 
 // RemovePeerResponse answers DELETE /v1/operator/raft/peer.
@@ -57,6 +72,7 @@ func (s *Server) operatorRoutes() {
 	m := s.mux
 	m.HandleFunc("GET /v1/status/peers", s.statusPeers)
 	m.HandleFunc("GET /v1/operator/raft/configuration", s.raftConfiguration)
+	m.HandleFunc("GET /v1/operator/raft/digest", s.raftDigest)
 	m.HandleFunc("POST "+joinPath, s.raftJoin)
 	m.HandleFunc("PUT "+joinPath, s.raftJoin)
 	m.HandleFunc("DELETE /v1/operator/raft/peer", s.raftRemovePeer)
@@ -93,8 +109,42 @@ func (s *Server) raftConfiguration(w http.ResponseWriter, _ *http.Request) {
 	if peers == nil {
 		peers = []cluster.Peer{}
 	}
-	WriteJSON(w, http.StatusOK, RaftConfigurationResponse{ClusterID: s.fwd.op.ID(), Servers: peers})
+	out := RaftConfigurationResponse{ClusterID: s.fwd.op.ID(), Servers: peers}
+	if g, ok := s.fwd.op.(featureGate); ok {
+		out.EnabledFeatures = g.EnabledFeatures()
+	}
+	WriteJSON(w, http.StatusOK, out)
 }
+
+// raftDigest answers this server's state digest once it applied ?index.
+func (s *Server) raftDigest(w http.ResponseWriter, r *http.Request) {
+	d, ok := s.fwd.op.(digester)
+	if !ok {
+		WriteError(w, &httpError{status: http.StatusNotImplemented, msg: "this server computes no digest"})
+		return
+	}
+	var index uint64
+	if v := r.URL.Query().Get("index"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			WriteError(w, badRequest("index", "must be a raft index"))
+			return
+		}
+		index = n
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), digestWait)
+	defer cancel()
+	out, err := d.Digest(ctx, index)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	setStaleness(w, s.fwd.op)
+	WriteJSON(w, http.StatusOK, out)
+}
+
+// digestWait bounds how long a digest waits for its index.
+const digestWait = 30 * time.Second
 
 func (s *Server) raftJoin(w http.ResponseWriter, r *http.Request) {
 	var req cluster.JoinRequest

@@ -102,6 +102,7 @@ var routeParams = map[string][]string{
 	"POST " + joinPath:                       nil,
 	"PUT " + joinPath:                        nil,
 	"GET /v1/operator/raft/configuration":    nil,
+	"GET /v1/operator/raft/digest":           one("index"),
 	"DELETE /v1/operator/raft/peer":          one("id"),
 	"PUT /v1/operator/raft/transfer-leader":  one("id"),
 	"POST /v1/operator/raft/transfer-leader": one("id"),

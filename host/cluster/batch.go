@@ -134,6 +134,27 @@ func (b *checkpointBatcher) commit(batch []*pendingCheckpoint) {
 	if len(live) == 0 {
 		return
 	}
+	if len(live) > 1 && !b.c.FeatureEnabled(FeatureCheckpointBatch) {
+		// The older form (gate.go): one entry per checkpoint, while some
+		// server does not understand the batch entry.
+		for _, p := range live {
+			b.commit([]*pendingCheckpoint{p})
+		}
+		return
+	}
+	gated := live[:0:0]
+	for _, p := range live {
+		// The writer wrote the older forms already (older.go): a field
+		// still gated here is refused, never committed.
+		if err := b.c.checkGate(structs.ClaimCheckpointType, p.req); err != nil {
+			p.done <- checkpointResult{err: err}
+			continue
+		}
+		gated = append(gated, p)
+	}
+	if live = gated; len(live) == 0 {
+		return
+	}
 	t, req := structs.ClaimCheckpointType, any(live[0].req)
 	if len(live) > 1 {
 		all := make([]*structs.ClaimCheckpointRequest, len(live))

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -109,6 +110,19 @@ type Config struct {
 	// after its barrier before reporting the step-up on LeaderCh (default
 	// 2*LeaderLeaseTimeout + DefaultCancelMargin). See stepUpDelay.
 	StepUpDelay time.Duration
+	// OnHalt replaces the FSM's panic at a log entry this binary does not
+	// understand (halt.go); the FSM stops applying either way. Tests set
+	// it.
+	OnHalt func(error)
+	// AdvertiseInterval is how often a follower checks that its member
+	// record carries its version and features and, if not, asks the
+	// leader to record them (advertise.go; default 2s).
+	AdvertiseInterval time.Duration
+
+	// olderThanGates makes this server advertise no build and no
+	// features, as a release before the feature gates does (tests of the
+	// gates; its FSM still understands everything).
+	olderThanGates bool
 }
 
 // DefaultCancelMargin is the time a deposed leader gets, after its lease
@@ -152,6 +166,12 @@ type Cluster struct {
 	trans       raft.Transport
 	reconcileCh chan struct{}
 	checkpoints *checkpointBatcher // group commit of claim checkpoints (batch.go)
+	fsm         *fsm
+	logs        raft.LogStore // read by tests and the digest's index check
+	// gateMu orders the enabling of features with joins (gate.go).
+	gateMu sync.Mutex
+	// joinClient posts join requests (RetryJoin, advertise.go).
+	joinClient *http.Client
 
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -289,6 +309,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		logs, stable, snaps, trans = bolt, bolt, fss, t
 	}
 	c.trans = trans
+	c.logs = logs
 
 	// Who bootstraps: a single node (dev, or -data-dir without -server)
 	// bootstraps itself; a server only with bootstrap_expect 1. A server
@@ -321,14 +342,16 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	// applies only to a fresh one.
 	c.booted = has
 
-	r, err := raft.NewRaft(rc, &fsm{store: store, meta: c.meta, logger: c.logger}, logs, stable, snaps, trans)
+	c.fsm = &fsm{store: store, meta: c.meta, logger: c.logger, halt: cfg.OnHalt}
+	r, err := raft.NewRaft(rc, c.fsm, logs, stable, snaps, trans)
 	if err != nil {
 		c.closeAll()
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	c.raft = r
-	c.wg.Add(2)
+	c.wg.Add(3)
 	go c.forwardLeadership()
+	go c.advertise()
 	c.checkpoints = newCheckpointBatcher(c)
 	go c.checkpoints.run(c.stopCh)
 	return c, nil
@@ -671,6 +694,9 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 	}
 	if !c.IsLeader() {
 		return 0, nil, raftErr("apply", raft.ErrNotLeader)
+	}
+	if err := c.checkGate(t, req); err != nil {
+		return 0, nil, err
 	}
 	if err := c.store.Snapshot().Validate(t, req); err != nil {
 		return 0, nil, err

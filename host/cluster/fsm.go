@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -17,6 +18,15 @@ type fsm struct {
 	store  *state.Store
 	meta   *meta
 	logger hclog.Logger
+	// halt is called once when the log holds an entry this binary does
+	// not understand (halt.go); nil panics.
+	halt func(error)
+
+	// mu orders Apply with digest (digest.go): a digest reads the store,
+	// the meta and the index of the last applied entry together.
+	mu      sync.Mutex
+	applied uint64
+	halted  error // set by stop; every later Apply refuses
 }
 
 // fsmResult is what fsm.Apply returns through raft's ApplyFuture.Response.
@@ -32,6 +42,15 @@ type fsmResult struct {
 // leader validated it is refused here, atomically, and the refusal is the
 // apply response: never a panic, never partial state.
 func (f *fsm) Apply(l *raft.Log) any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.halted != nil {
+		return fsmResult{err: f.halted}
+	}
+	if err := f.understands(l); err != nil {
+		return fsmResult{err: f.stop(err)}
+	}
+	f.applied = l.Index
 	if len(l.Data) > 0 && isMetaType(l.Data[0]) {
 		// A cluster-owned command (cluster ID, members): not the store's.
 		err := f.meta.apply(l.Data[0], l.Data[1:])
@@ -135,6 +154,12 @@ func fenceTerm(req any, logTerm uint64) error {
 // The cluster meta is copied now too: raft calls Snapshot on the FSM
 // goroutine, so both are taken at the same log index.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.halted != nil {
+		// A snapshot would claim the entry it could not apply.
+		return nil, f.halted
+	}
 	return &fsmSnapshot{snap: f.store.Snapshot(), header: f.meta.header()}, nil
 }
 
@@ -146,10 +171,13 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err := f.store.Restore(body); err != nil {
 		return err
 	}
 	f.meta.restore(h)
+	f.applied = 0 // unknown until the next entry: raft knows the snapshot's index
 	return nil
 }
 

@@ -17,7 +17,8 @@ import (
 )
 
 // A log entry the FSM cannot decode or the store refuses is an error
-// response, never a panic, and leaves the state untouched.
+// response, never a panic, and leaves the state untouched. (An entry of a
+// type it does not know stops it: TestFSMStopsAtUnknownEntry.)
 func TestFSMApplyBadEntries(t *testing.T) {
 	s := state.NewStore()
 	f := &fsm{store: s, meta: newMeta(), logger: hclog.NewNullLogger()}
@@ -32,7 +33,6 @@ func TestFSMApplyBadEntries(t *testing.T) {
 		want func(error) bool
 	}{
 		{"empty", nil, func(err error) bool { return err != nil }},
-		{"unknown type", []byte{250, '{', '}'}, func(err error) bool { var ve *structs.ValidationError; return errors.As(err, &ve) }},
 		{"garbage body", []byte{byte(structs.NodeUpsertType), 'x', 'y'}, func(err error) bool { return err != nil }},
 		{"refused by the store", good, func(err error) bool { var ve *structs.ValidationError; return errors.As(err, &ve) }},
 	}
@@ -75,7 +75,8 @@ func (nopCloser) Close() error { return nil }
 
 // The FSM restores snapshots with the cluster header, and those written
 // before the header existed (a bare state store stream); a header of an
-// unknown protocol version is refused and changes nothing.
+// unknown protocol version, or one that enabled a feature this binary
+// does not know, is refused and changes nothing.
 func TestFSMRestoreSnapshotFormats(t *testing.T) {
 	src := state.NewStore()
 	if _, err := src.ApplyAt(1, time.Now(), structs.NodeUpsertType, &structs.NodeUpsertRequest{
@@ -87,8 +88,8 @@ func TestFSMRestoreSnapshotFormats(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := src.Digest()
-	hdr := func(version int) string {
-		b, _ := json.Marshal(snapshotHeader{Version: version, ClusterID: "c-1", Members: []Member{{ID: "s1", HTTPAddr: "h1"}}})
+	hdr := func(version int, features ...EnabledFeature) string {
+		b, _ := json.Marshal(snapshotHeader{Version: version, ClusterID: "c-1", Members: []Member{{ID: "s1", HTTPAddr: "h1"}}, Features: features})
 		return string(b) + "\n"
 	}
 	tests := []struct {
@@ -99,7 +100,9 @@ func TestFSMRestoreSnapshotFormats(t *testing.T) {
 	}{
 		{"bare store stream", bare.String(), true, ""},
 		{"with cluster header", hdr(ProtocolVersion) + bare.String(), true, "c-1"},
-		{"unknown protocol version", hdr(ProtocolVersion+1) + bare.String(), false, "old"},
+		{"with enabled features", hdr(snapshotVersionFeatures, enabledOf(gates[0])) + bare.String(), true, "c-1"},
+		{"unknown protocol version", hdr(snapshotVersionFeatures+1) + bare.String(), false, "old"},
+		{"a feature this binary does not know", hdr(snapshotVersionFeatures, EnabledFeature{Name: "from-the-future", Since: "9.0.0"}) + bare.String(), false, "old"},
 		{"header only", hdr(ProtocolVersion), false, "old"},
 		{"garbage", "garbage\n", false, "old"},
 	}

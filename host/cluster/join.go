@@ -38,6 +38,7 @@ func (c *Cluster) RetryJoin(ctx context.Context, addrs []string, maxInterval tim
 	if hc == nil {
 		hc = &http.Client{Timeout: 30 * time.Second}
 	}
+	c.SetJoinClient(hc)
 	b := backoff.NewExponentialBackOff()
 	b.InitialInterval = 500 * time.Millisecond
 	if maxInterval > 0 {
@@ -79,7 +80,24 @@ type joinError struct {
 }
 
 func (c *Cluster) joinOnce(ctx context.Context, hc *http.Client, addr string) (JoinResponse, error) {
-	body, err := json.Marshal(c.Self())
+	self := c.Self()
+	resp, err := c.postJoin(ctx, hc, addr, self)
+	if err != nil && errors.Is(err, errUnknownField) {
+		// A server older than the feature gates refuses the build and
+		// features fields: join in its form. The record it writes lacks
+		// them; advertise sends them again once a newer server leads.
+		c.logger.Info("the server asked is older than the feature gates; joining in its request form", "via", addr)
+		return c.postJoin(ctx, hc, addr, legacyJoinRequest{ID: self.ID, RaftAddr: self.RaftAddr,
+			HTTPAddr: self.HTTPAddr, ClusterID: self.ClusterID, Version: self.Version})
+	}
+	return resp, err
+}
+
+// errUnknownField marks a 400 answer refusing a field of the request.
+var errUnknownField = errors.New("unknown field")
+
+func (c *Cluster) postJoin(ctx context.Context, hc *http.Client, addr string, join any) (JoinResponse, error) {
+	body, err := json.Marshal(join)
 	if err != nil {
 		return JoinResponse{}, err
 	}
@@ -110,6 +128,9 @@ func (c *Cluster) joinOnce(ctx context.Context, hc *http.Client, addr string) (J
 		// cannot change the answer.
 		var je joinError
 		_ = json.Unmarshal(raw, &je)
+		if resp.StatusCode == http.StatusBadRequest && strings.Contains(je.Error, "unknown field") {
+			return JoinResponse{}, fmt.Errorf("%w via %s: %w: %s", ErrJoinRefused, addr, errUnknownField, je.Error)
+		}
 		return JoinResponse{}, fmt.Errorf("%w via %s: %s", ErrJoinRefused, addr, je.Error)
 	}
 	var je joinError

@@ -105,7 +105,8 @@ func newKey(now time.Time) (*Key, error) {
 // ensureKeyring creates the first key on the leader's first step-up (from
 // reconcileMeta), so a cluster can seal a snapshot from its first minute.
 func (c *Cluster) ensureKeyring(ctx context.Context) {
-	if c.meta.hasKey() {
+	if c.meta.hasKey() || !c.FeatureEnabled(FeatureKeyring) {
+		// Without the feature: created once every server understands it.
 		return
 	}
 	if _, err := c.RotateKey(ctx); err != nil {

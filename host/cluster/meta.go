@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -24,10 +25,18 @@ const (
 	clusterInitType  byte = 200 // set the cluster ID (once, at bootstrap)
 	memberUpsertType byte = 201 // record a server's HTTP address
 	memberRemoveType byte = 202 // forget a removed server
+	// featuresEnableType enables features every server understands
+	// (gate.go). It is written only once every server advertises
+	// features, so no server that predates it ever receives one.
+	featuresEnableType byte = 203
 )
 
+// isMetaType reports whether t is a cluster-owned command. The range is
+// reserved whole, 200 and up, so a cluster command this binary does not
+// know is recognised as one and stops the FSM (unknownEntry) instead of
+// reaching the state store's decoder.
 func isMetaType(t byte) bool {
-	return (t >= clusterInitType && t <= memberRemoveType) || t == keyringAddType
+	return t >= clusterInitType || t == keyringAddType
 }
 
 // Member is one server as the replicated state knows it: its raft ID and
@@ -36,7 +45,21 @@ type Member struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raft_addr"`
 	HTTPAddr string `json:"http_addr"`
-	Version  int    `json:"version"`
+	// Version is the cluster protocol version, 1 for every release:
+	// releases before the feature gates refuse a join of any other
+	// value, so it stays 1 and Features says what a server understands.
+	Version int `json:"version"`
+	// Build is the server's volhost version and Features the gated log
+	// forms it understands (gate.go); both empty for a server older than
+	// GateVersion.
+	Build    string   `json:"build,omitempty"`
+	Features []string `json:"features,omitempty"`
+}
+
+// sameMember compares two member records field by field.
+func sameMember(a, b Member) bool {
+	return a.ID == b.ID && a.RaftAddr == b.RaftAddr && a.HTTPAddr == b.HTTPAddr &&
+		a.Version == b.Version && a.Build == b.Build && slices.Equal(a.Features, b.Features)
 }
 
 // meta is the cluster's own replicated state: the cluster ID created at
@@ -50,9 +73,41 @@ type meta struct {
 	// keys is the cluster keyring, oldest first; the last one is active
 	// (keyring.go).
 	keys []Key
+	// features are the enabled features by name (gate.go); never removed.
+	features map[string]EnabledFeature
 }
 
-func newMeta() *meta { return &meta{members: map[string]Member{}} }
+func newMeta() *meta {
+	return &meta{members: map[string]Member{}, features: map[string]EnabledFeature{}}
+}
+
+func (m *meta) enabled(name string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	_, ok := m.features[name]
+	return ok
+}
+
+// enabledList is the enabled features sorted by name.
+func (m *meta) enabledList() []EnabledFeature {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]EnabledFeature, 0, len(m.features))
+	for _, e := range m.features {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b EnabledFeature) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (m *meta) enabledNames() []string {
+	l := m.enabledList()
+	out := make([]string, len(l))
+	for i, e := range l {
+		out[i] = e.Name
+	}
+	return out
+}
 
 func (m *meta) clusterID() string {
 	m.mu.RLock()
@@ -92,6 +147,8 @@ type metaCommand struct {
 	Member    *Member `json:"member,omitempty"`
 	RemoveID  string  `json:"remove_id,omitempty"`
 	Key       *Key    `json:"key,omitempty"`
+	// Enable lists the features a featuresEnableType command enables.
+	Enable []EnabledFeature `json:"enable,omitempty"`
 }
 
 func encodeMeta(t byte, cmd metaCommand) ([]byte, error) {
@@ -126,6 +183,15 @@ func (m *meta) apply(t byte, data []byte) error {
 		delete(m.members, cmd.RemoveID)
 	case keyringAddType:
 		return m.applyKey(cmd.Key)
+	case featuresEnableType:
+		for _, e := range cmd.Enable {
+			if e.Name == "" {
+				return errors.New("feature enable without a feature name")
+			}
+			if _, ok := m.features[e.Name]; !ok {
+				m.features[e.Name] = e
+			}
+		}
 	default:
 		return fmt.Errorf("unknown cluster command %d", t)
 	}
@@ -143,14 +209,27 @@ type snapshotHeader struct {
 	// Keyring is absent from snapshots written before the keyring existed;
 	// the next leader step-up creates one.
 	Keyring []Key `json:"keyring,omitempty"`
+	// Features are the enabled features. A snapshot with any is written
+	// as snapshotVersionFeatures, which servers older than the gates
+	// refuse with a clear error ("snapshot is cluster protocol version
+	// 2") instead of restoring state written in forms they cannot read.
+	Features []EnabledFeature `json:"features,omitempty"`
 }
+
+// snapshotVersionFeatures is the snapshot header version once a feature
+// is enabled; ProtocolVersion (1) before.
+const snapshotVersionFeatures = 2
 
 func (m *meta) header() snapshotHeader {
 	members := m.list()
 	m.mu.RLock()
 	keys := append([]Key(nil), m.keys...)
 	m.mu.RUnlock()
-	return snapshotHeader{Version: ProtocolVersion, ClusterID: m.clusterID(), Members: members, Keyring: keys}
+	h := snapshotHeader{Version: ProtocolVersion, ClusterID: m.clusterID(), Members: members, Keyring: keys, Features: m.enabledList()}
+	if len(h.Features) > 0 {
+		h.Version = snapshotVersionFeatures
+	}
+	return h
 }
 
 func writeHeader(w io.Writer, h snapshotHeader) error {
@@ -184,8 +263,14 @@ func readHeader(r io.Reader) (*snapshotHeader, io.Reader, error) {
 	if err := json.Unmarshal(line, &h); err != nil {
 		return nil, nil, fmt.Errorf("decode snapshot header: %w", err)
 	}
-	if h.Version != ProtocolVersion {
-		return nil, nil, fmt.Errorf("snapshot is cluster protocol version %d, this server speaks %d", h.Version, ProtocolVersion)
+	if h.Version != ProtocolVersion && h.Version != snapshotVersionFeatures {
+		return nil, nil, fmt.Errorf("snapshot is cluster protocol version %d, this server speaks %d and %d", h.Version, ProtocolVersion, snapshotVersionFeatures)
+	}
+	for _, e := range h.Features {
+		if _, ok := gateOf(Feature(e.Name)); !ok {
+			return nil, nil, fmt.Errorf("snapshot needs feature %q, which this server (volhost %s) does not understand: run volhost %s or later",
+				e.Name, BuildVersion, e.Since)
+		}
 	}
 	return &h, br, nil
 }
@@ -197,11 +282,15 @@ func (m *meta) restore(h *snapshotHeader) {
 	m.id = ""
 	m.members = map[string]Member{}
 	m.keys = nil
+	m.features = map[string]EnabledFeature{}
 	if h == nil {
 		return
 	}
 	m.id = h.ClusterID
 	m.keys = append([]Key(nil), h.Keyring...)
+	for _, e := range h.Features {
+		m.features[e.Name] = e
+	}
 	for _, mem := range h.Members {
 		m.members[mem.ID] = mem
 	}

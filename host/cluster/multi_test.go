@@ -280,7 +280,7 @@ func TestJoinRefused(t *testing.T) {
 	tc := newCluster(t, 1)
 	l := tc.leader()
 	base := func() JoinRequest {
-		return JoinRequest{ID: "s9", RaftAddr: "raft-s9", HTTPAddr: "http-s9", Version: ProtocolVersion}
+		return JoinRequest{ID: "s9", RaftAddr: "raft-s9", HTTPAddr: "http-s9", Version: ProtocolVersion, Features: Features()}
 	}
 	tests := []struct {
 		name    string
@@ -289,7 +289,8 @@ func TestJoinRefused(t *testing.T) {
 		field   string
 	}{
 		{"other cluster", func(r *JoinRequest) { r.ClusterID = "another-cluster" }, true, ""},
-		{"other version", func(r *JoinRequest) { r.Version = ProtocolVersion + 1 }, true, ""},
+		{"older than the feature gates", func(r *JoinRequest) { r.Features = nil }, true, ""},
+		{"lacks one enabled feature", func(r *JoinRequest) { r.Features = Features()[1:] }, true, ""},
 		{"own ID at another address", func(r *JoinRequest) { r.ID = "s1" }, true, ""},
 		{"no ID", func(r *JoinRequest) { r.ID = "" }, false, "id"},
 		{"no raft address", func(r *JoinRequest) { r.RaftAddr = "" }, false, "raft_addr"},

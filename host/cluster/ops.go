@@ -29,8 +29,26 @@ type JoinRequest struct {
 	// ClusterID is the cluster the joiner already belongs to ("" when it
 	// is fresh). A different non-empty ID is refused.
 	ClusterID string `json:"cluster_id"`
-	// Version is the joiner's ProtocolVersion; another one is refused.
+	// Version is the joiner's ProtocolVersion, 1: releases before the
+	// feature gates refuse any other value, so a newer server stays
+	// joinable by an older leader during a rolling upgrade.
 	Version int `json:"version"`
+	// Build and Features say what the joiner runs and understands
+	// (gate.go). A joiner that lacks a feature the cluster enabled is
+	// refused. Servers older than the gates send neither, and refuse a
+	// request that has them: joinOnce then sends the older form.
+	Build    string   `json:"build,omitempty"`
+	Features []string `json:"features,omitempty"`
+}
+
+// legacyJoinRequest is the join request of releases before the feature
+// gates: their API refuses unknown fields.
+type legacyJoinRequest struct {
+	ID        string `json:"id"`
+	RaftAddr  string `json:"raft_addr"`
+	HTTPAddr  string `json:"http_addr"`
+	ClusterID string `json:"cluster_id"`
+	Version   int    `json:"version"`
 }
 
 // JoinResponse answers a join.
@@ -50,6 +68,10 @@ type Peer struct {
 	HTTPAddr string `json:"http_addr"`
 	Leader   bool   `json:"leader"`
 	Voter    bool   `json:"voter"`
+	// Build and Features are what the server advertised (empty: a
+	// version before the feature gates, or not recorded yet).
+	Build    string   `json:"build,omitempty"`
+	Features []string `json:"features,omitempty"`
 }
 
 // ID is the cluster ID ("" until the first leader created it).
@@ -71,8 +93,37 @@ func (c *Cluster) Self() JoinRequest {
 	c.mu.Unlock()
 	return JoinRequest{
 		ID: c.cfg.NodeID, RaftAddr: c.RaftAddr(), HTTPAddr: addr,
-		ClusterID: c.ID(), Version: ProtocolVersion,
+		ClusterID: c.ID(), Version: ProtocolVersion, Build: c.build(), Features: c.features(),
 	}
+}
+
+// build and features are what this server advertises (Config.olderThanGates).
+func (c *Cluster) build() string {
+	if c.cfg.olderThanGates {
+		return ""
+	}
+	return BuildVersion
+}
+
+func (c *Cluster) features() []string {
+	if c.cfg.olderThanGates {
+		return nil
+	}
+	return Features()
+}
+
+// selfMember is this server's member record.
+func (c *Cluster) selfMember() Member {
+	c.mu.Lock()
+	addr := c.httpAddr
+	c.mu.Unlock()
+	return Member{ID: c.cfg.NodeID, RaftAddr: c.RaftAddr(), HTTPAddr: addr, Version: ProtocolVersion,
+		Build: c.build(), Features: c.features()}
+}
+
+func joinMember(req JoinRequest) Member {
+	return Member{ID: req.ID, RaftAddr: req.RaftAddr, HTTPAddr: req.HTTPAddr, Version: req.Version,
+		Build: req.Build, Features: req.Features}
 }
 
 // SetHTTPAddr records this server's API address (known once the listener
@@ -138,6 +189,11 @@ func (c *Cluster) applyMeta(ctx context.Context, t byte, cmd metaCommand) error 
 	if !c.IsLeader() {
 		return raftErr("apply", raft.ErrNotLeader)
 	}
+	if g, ok := gateOfMeta(t); ok {
+		if err := c.needFeature(g, fmt.Sprintf("cluster command %d", t)); err != nil {
+			return err
+		}
+	}
 	data, err := encodeMeta(t, cmd)
 	if err != nil {
 		return err
@@ -167,9 +223,8 @@ func (c *Cluster) reconcileMeta() {
 		}
 		c.logger.Info("cluster created", "cluster_id", c.meta.clusterID())
 	}
-	c.ensureKeyring(ctx)
+	self := c.selfMember()
 	c.mu.Lock()
-	self := Member{ID: c.cfg.NodeID, RaftAddr: c.RaftAddr(), HTTPAddr: c.httpAddr, Version: ProtocolVersion}
 	pending := make([]JoinRequest, 0, len(c.pending))
 	for _, p := range c.pending {
 		pending = append(pending, p)
@@ -177,13 +232,15 @@ func (c *Cluster) reconcileMeta() {
 	c.mu.Unlock()
 	want := []Member{self}
 	for _, p := range pending {
-		want = append(want, Member{ID: p.ID, RaftAddr: p.RaftAddr, HTTPAddr: p.HTTPAddr, Version: p.Version})
+		want = append(want, joinMember(p))
 	}
-	for _, m := range want {
-		if m.HTTPAddr == "" {
+	for i, m := range want {
+		// This server's own record is written even without an HTTP
+		// address yet: it carries the features the gates count.
+		if m.HTTPAddr == "" && i > 0 {
 			continue
 		}
-		if cur, ok := c.meta.member(m.ID); ok && cur == m {
+		if cur, ok := c.meta.member(m.ID); ok && sameMember(cur, m) {
 			continue
 		}
 		if err := c.applyMeta(ctx, memberUpsertType, metaCommand{Member: &m}); err != nil {
@@ -194,6 +251,10 @@ func (c *Cluster) reconcileMeta() {
 	c.mu.Lock()
 	clear(c.pending)
 	c.mu.Unlock()
+	if err := c.reconcileFeatures(ctx); err != nil {
+		c.logger.Warn("enabling features failed", "error", err)
+	}
+	c.ensureKeyring(ctx)
 }
 
 // validateJoin checks a join request's fields and compatibility.
@@ -203,10 +264,9 @@ func (c *Cluster) validateJoin(req JoinRequest) error {
 		return structs.Invalid("id", "must not be empty")
 	case req.RaftAddr == "":
 		return structs.Invalid("raft_addr", "must not be empty")
-	case req.Version != ProtocolVersion:
-		return fmt.Errorf("%w: %w: server %s speaks cluster protocol version %d, this cluster speaks %d",
-			ErrJoinRefused, structs.ErrConflict, req.ID, req.Version, ProtocolVersion)
 	}
+	// What a joiner must understand is the features this cluster enabled
+	// (checkJoinFeatures, under gateMu in Join), not a protocol number.
 	if id := c.ID(); id != "" && req.ClusterID != "" && req.ClusterID != id {
 		return fmt.Errorf("%w: %w: server %s belongs to cluster %s, this is cluster %s (wipe its data dir to join this one)",
 			ErrJoinRefused, structs.ErrConflict, req.ID, req.ClusterID, id)
@@ -239,6 +299,24 @@ func (c *Cluster) Join(ctx context.Context, req JoinRequest) (JoinResponse, erro
 	if !c.IsLeader() {
 		return c.joinSeed(req)
 	}
+	resp, err := c.joinLeader(ctx, req)
+	if err != nil {
+		return resp, err
+	}
+	if err := c.reconcileFeatures(ctx); err != nil {
+		c.logger.Warn("enabling features after a join failed", "error", err)
+	}
+	return resp, nil
+}
+
+// joinLeader adds the joiner and records it, under gateMu: no feature is
+// enabled between its check and its addition.
+func (c *Cluster) joinLeader(ctx context.Context, req JoinRequest) (JoinResponse, error) {
+	c.gateMu.Lock()
+	defer c.gateMu.Unlock()
+	if err := c.checkJoinFeatures(req); err != nil {
+		return JoinResponse{}, err
+	}
 	cf := c.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
 		return JoinResponse{}, raftErr("join", err)
@@ -253,9 +331,9 @@ func (c *Cluster) Join(ctx context.Context, req JoinRequest) (JoinResponse, erro
 	if err := wait(ctx, f); err != nil {
 		return JoinResponse{}, raftErr("join: add voter", err)
 	}
-	if req.HTTPAddr != "" {
-		m := Member{ID: req.ID, RaftAddr: req.RaftAddr, HTTPAddr: req.HTTPAddr, Version: req.Version}
-		if cur, ok := c.meta.member(req.ID); !ok || cur != m {
+	if req.HTTPAddr != "" || len(req.Features) > 0 {
+		m := joinMember(req)
+		if cur, ok := c.meta.member(req.ID); !ok || !sameMember(cur, m) {
 			if err := c.applyMeta(ctx, memberUpsertType, metaCommand{Member: &m}); err != nil {
 				return JoinResponse{}, err
 			}
@@ -320,6 +398,7 @@ func (c *Cluster) Peers() ([]Peer, error) {
 		out = append(out, Peer{
 			ID: string(s.ID), RaftAddr: string(s.Address), HTTPAddr: m.HTTPAddr,
 			Leader: s.ID == leader, Voter: s.Suffrage == raft.Voter,
+			Build: m.Build, Features: m.Features,
 		})
 	}
 	return out, nil
@@ -353,7 +432,14 @@ func (c *Cluster) RemovePeer(ctx context.Context, id string) error {
 		// cleans the members map on its reconcile if needed.
 		return nil
 	}
-	return c.applyMeta(ctx, memberRemoveType, metaCommand{RemoveID: id})
+	if err := c.applyMeta(ctx, memberRemoveType, metaCommand{RemoveID: id}); err != nil {
+		return err
+	}
+	// The removed server may have been the last one lacking a feature.
+	if err := c.reconcileFeatures(ctx); err != nil {
+		c.logger.Warn("enabling features after a removal failed", "error", err)
+	}
+	return nil
 }
 
 // TransferLeadership hands leadership to the server id (any voter when

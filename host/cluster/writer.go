@@ -26,7 +26,7 @@ func (w ClaimWriter) CheckpointClaim(ctx context.Context, req *structs.ClaimChec
 	if err := needTerm("claim checkpoint", req.Term); err != nil {
 		return 0, err
 	}
-	return w.c.checkpoints.submit(ctx, req)
+	return w.checkpointOlder(ctx, req)
 }
 
 // needTerm refuses a fenced write of the watcher without a leadership

@@ -1,0 +1,66 @@
+package cluster
+
+import (
+	"context"
+
+	"github.com/volhost/volhost/host/structs"
+)
+
+// The older forms of gated checkpoint fields (gates' Older column): what
+// the leader writes while some server does not understand the field, so
+// the claim release goes on during a rolling upgrade instead of failing.
+
+// olderCheckpoint returns req without the fields whose features are not
+// enabled, and whether a Free must be written as a second checkpoint.
+func (c *Cluster) olderCheckpoint(req *structs.ClaimCheckpointRequest) (out *structs.ClaimCheckpointRequest, freeAfter bool) {
+	out = req
+	if req.Claim != nil && req.Claim.NodeUnpublished && !c.FeatureEnabled(FeatureNodeUnpublished) && !c.committedNodeUnpublished(req) {
+		// Without the mark a retry repeats NodeUnpublishVolume, which is
+		// idempotent (CSI spec, NodeUnpublishVolume: "MUST reply 0 OK"
+		// when the target is already unpublished): the releases before
+		// the mark existed did exactly that. A mark already committed (by
+		// a leader older than the gates) is kept: the store refuses to
+		// clear it.
+		r := *out
+		cl := *req.Claim
+		cl.NodeUnpublished = false
+		r.Claim = &cl
+		out = &r
+	}
+	if out.Free && !c.FeatureEnabled(FeatureCheckpointFree) {
+		r := *out
+		r.Free = false
+		out, freeAfter = &r, true
+	}
+	return out, freeAfter
+}
+
+// committedNodeUnpublished reports whether the committed claim already
+// carries the NodeUnpublished mark.
+func (c *Cluster) committedNodeUnpublished(req *structs.ClaimCheckpointRequest) bool {
+	v, err := c.store.Snapshot().VolumeByID(nil, req.Namespace, req.VolumeID)
+	if err != nil || v == nil {
+		return false
+	}
+	old := v.Claims[req.Claim.AllocID]
+	return old != nil && old.NodeUnpublished
+}
+
+// checkpointOlder writes a checkpoint in the forms every server
+// understands: a Free becomes the controller-detached checkpoint, then the
+// ready-to-free one, as releases did before Free (nothing runs between
+// the two; a leader lost in between leaves the claim at
+// controller-detached, which the next leader's pass frees).
+func (w ClaimWriter) checkpointOlder(ctx context.Context, req *structs.ClaimCheckpointRequest) (uint64, error) {
+	req, freeAfter := w.c.olderCheckpoint(req)
+	idx, err := w.c.checkpoints.submit(ctx, req)
+	if err != nil || !freeAfter {
+		return idx, err
+	}
+	free := *req
+	cl := *req.Claim
+	cl.State = structs.ClaimReadyToFree
+	free.Claim = &cl
+	free.Unstaged, free.ControllerUnpublished = false, false
+	return w.c.checkpoints.submit(ctx, &free)
+}
