@@ -34,6 +34,7 @@ const (
 	FeatureCheckpointBatch Feature = "checkpoint-batch"
 	FeatureNodeUnpublished Feature = "claim-node-unpublished"
 	FeatureCheckpointFree  Feature = "checkpoint-free"
+	FeatureSchedulerSync   Feature = "scheduler-sync"
 )
 
 // gate is one row of the feature table.
@@ -76,6 +77,9 @@ var gates = []gate{
 	{Feature: FeatureCheckpointFree, Since: GateVersion, Uses: func(req any) bool {
 		return anyCheckpoint(req, func(ck *structs.ClaimCheckpointRequest) bool { return ck.Free })
 	}, Older: "two checkpoints: controller-detached, then ready-to-free"},
+	{Feature: FeatureSchedulerSync, Since: GateVersion, Types: []structs.MessageType{structs.SchedulerSyncType},
+		Older: "", // refused: a scheduler bridge retries until every server understands its batches
+	},
 	// New rows go here: {Feature: "...", Since: "<first version writing it>", Types: ...}.
 }
 
