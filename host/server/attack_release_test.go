@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +53,67 @@ func TestClaimWaitsForDetachInDoubt(t *testing.T) {
 	noViolations(t, h)
 	inUse(t, h, ref, "web-2", machineOf("node1"))
 	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
+	h.releaseAll(ref)
+	noViolations(t, h)
+	nothingLeft(t, h, ref)
+}
+
+// `volume deregister -force` while a release's NodeUnstage is in doubt
+// (its caller's deadline passed, the driver still unmounting), then the
+// usual workaround: the volume registered again and claimed on the same
+// machine. The new row has no claim that says an unstage may still run;
+// the leftover does, and the claim waits for the operator to clear it
+// (a claim taken there would stage and publish, and the old unmount end
+// under it).
+func TestForceDeregisterDuringUnstageThenReclaim(t *testing.T) {
+	h := newHarness(t, "node1", "node2")
+	h.withCSITimeout(200 * time.Millisecond)
+	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
+	h.endedClaim(ref, "web-1", "node1")
+	unmounting := make(chan struct{})
+	h.nodes["node1"].Script(csitest.NodeUnstage, csitest.Result{Block: unmounting, Ran: true})
+	_ = h.w.Assess(h.ctx, ref)
+	if c := h.vol(ref).Claims["web-1"]; c == nil || !c.NodeUnpublished {
+		close(unmounting)
+		t.Fatalf("the release did not stop at its unstage: %+v", c)
+	}
+	leftovers, _, err := h.srv.DeregisterVolume(h.ctx, ref.Namespace, ref.ID, true)
+	if err != nil || len(leftovers) != 1 || leftovers[0].InDoubt != "NodeUnstageVolume" {
+		close(unmounting)
+		t.Fatalf("force deregister: %v, leftovers %+v: want one with its unstage in doubt", err, leftovers)
+	}
+	h.volume(ref.Namespace, ref.ID, structs.AccessMultiNodeMultiWrite)
+	h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
+	claimErr := h.claim(ref, "web-2", "node1", structs.ClaimWrite)
+	close(unmounting)
+	if err := h.nodes["node1"].WaitFor(h.ctx, func() bool { return h.nodes["node1"].InFlight(csitest.NodeUnstage) == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	noViolations(t, h)
+	if claimErr == nil {
+		inUse(t, h, ref, "web-2", machineOf("node1"))
+		t.Fatal("a claim was taken on a machine where a force-deregistered claim's NodeUnstage was in doubt")
+	}
+	if !errors.Is(claimErr, structs.ErrConflict) || !strings.Contains(claimErr.Error(), "leftovers -clear") {
+		t.Fatalf("the refusal %v is not a conflict saying what to do", claimErr)
+	}
+	// Another machine is not held up.
+	h.mustAlloc("default", "web-3", "node2", structs.AllocRunning)
+	if err := h.claim(ref, "web-3", "node2", structs.ClaimWrite); err != nil {
+		t.Fatal(err)
+	}
+	// The operator checked the machine and clears the leftover.
+	if _, err := h.srv.ClearLeftovers(h.ctx, []string{leftovers[0].ID}, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
+		t.Fatal(err)
+	}
+	noViolations(t, h)
+	inUse(t, h, ref, "web-2", machineOf("node1"))
+	inUse(t, h, ref, "web-3", machineOf("node2"))
+	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
+	h.mustAlloc("default", "web-3", "node2", structs.AllocComplete)
 	h.releaseAll(ref)
 	noViolations(t, h)
 	nothingLeft(t, h, ref)

@@ -731,6 +731,9 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if err := validateClaimMachine(v, n, c); err != nil {
 		return err
 	}
+	if err := validateClaimLeftovers(snap, v, n, c); err != nil {
+		return err
+	}
 	if resume {
 		return nil
 	}

@@ -159,3 +159,39 @@ func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) 
 		"The claim is refused until the release's next attempt has the driver's answer; retry the claim then, or claim on another node",
 		volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.StagingPath, why)
 }
+
+// validateClaimLeftovers refuses a claim c of v on node n while a leftover
+// of the same disk (plugin and external volume ID) on the same machine
+// has a destructive call in doubt (Leftover.InDoubt): the volume was
+// force-deregistered while its release's NodeUnstage or ControllerUnpublish
+// had no answer, the row that said so is gone, and a volume registered
+// again for the disk would stage and publish there while the unmount or
+// detach may still end under it. The operator clears the leftover once
+// the machine is checked.
+func validateClaimLeftovers(snap *Snapshot, v *structs.Volume, n *structs.Node, c *structs.Claim) error {
+	left, err := snap.Leftovers(nil)
+	if err != nil {
+		return err
+	}
+	ext := c.ExternalNodeID
+	if ext == "" {
+		if np := n.Plugins[v.PluginID]; np != nil {
+			ext = np.ExternalNodeID
+		}
+	}
+	for _, l := range left {
+		if l.InDoubt == "" || l.PluginID != v.PluginID || l.ExternalID != v.ExternalID {
+			continue
+		}
+		same := l.NodeID == c.NodeID
+		if l.ExternalNodeID != "" && ext != "" {
+			same = l.ExternalNodeID == ext
+		}
+		if same {
+			return structs.Conflict("volume %q: disk %q was force-deregistered while the release of allocation %q on node %q (the same machine) had sent %s with no answer: "+
+				"it may still run there and would end under a claim published now. Check the machine, then `volhost volume leftovers -clear %s` and retry the claim, or claim on another node",
+				volName(v.Namespace, v.ID), v.ExternalID, l.AllocID, l.NodeID, l.InDoubt, l.ID)
+		}
+	}
+	return nil
+}

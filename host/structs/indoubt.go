@@ -89,3 +89,16 @@ func (v *Volume) DetachingFor(c *Claim) *Claim {
 		return SameMachine(c, o) && o.DetachInDoubt()
 	})
 }
+
+// StepInDoubt names the destructive call of c's release that may still be
+// running on its machine ("" when none): what a force deregister records
+// on the claim's leftover (Leftover.InDoubt).
+func (c *Claim) StepInDoubt() string {
+	switch {
+	case c.UnstageInDoubt():
+		return "NodeUnstageVolume"
+	case c.DetachInDoubt():
+		return "ControllerUnpublishVolume"
+	}
+	return ""
+}

@@ -644,9 +644,15 @@ type Leftover struct {
 	NodeID         string     `json:"node_id"`
 	ExternalNodeID string     `json:"external_node_id,omitempty"`
 	State          ClaimState `json:"state"` // the release state the claim had reached
-	Reason         string     `json:"reason"`
-	Time           time.Time  `json:"time"`
-	CreateIndex    uint64     `json:"create_index"`
+	// InDoubt names the destructive call the claim's release had sent
+	// with no definitive answer yet (NodeUnstageVolume or
+	// ControllerUnpublishVolume: Claim.UnstageInDoubt, DetachInDoubt): it
+	// may still run on the machine, so a claim of the same disk there
+	// waits until the operator clears the leftover.
+	InDoubt     string    `json:"in_doubt,omitempty"`
+	Reason      string    `json:"reason"`
+	Time        time.Time `json:"time"`
+	CreateIndex uint64    `json:"create_index"`
 }
 
 func copyMap(m map[string]string) map[string]string {
