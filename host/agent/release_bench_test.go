@@ -28,7 +28,7 @@ import (
 // the sides take turns going first, and all agents run throughout, so
 // machine noise hits them alike. A first, unmeasured batch warms them all
 // (module pools, Go heaps). Reported: claims/s per side and each Wasm
-// side's ratio to native (issue 4: at least 0.95), and the Go guests'
+// side's ratio to native (BENCHMARKS.md's target: at least 0.95), and the Go guests'
 // module calls per claim, claiming included.
 //
 //	go test -run '^$' -bench AgentRelease -benchtime 3x ./host/agent/

@@ -20,8 +20,8 @@ import (
 	"github.com/volhost/volhost/watcher"
 )
 
-// BenchmarkAgentReleaseNative is issue 17's "whole-host release CPU per
-// claim" on one agent alone: BenchmarkAgentRelease's native side without
+// BenchmarkAgentReleaseNative is BENCHMARKS.md's "whole-host release CPU
+// per claim" on one agent alone: BenchmarkAgentRelease's native side without
 // the two Wasm agents beside it, so the process CPU over a timed batch is
 // this agent's release and nothing idle next to it. One batch of 1,000
 // claims per iteration (claiming untimed, a GC before the timed part) at
