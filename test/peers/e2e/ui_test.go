@@ -18,7 +18,7 @@ import (
 	"github.com/volhost/volhost/test/peers/internal/fault"
 )
 
-// The web UI's browser tests (issue 16): Debian's chromium driven by
+// The web UI's browser tests: Debian's chromium driven by
 // chromedp against the real agent with the GCE PD driver.
 
 // ChromiumEnv overrides the browser binary (default /usr/bin/chromium,
@@ -313,7 +313,7 @@ func TestUIPages(t *testing.T) {
 	b.run(visible(`#modules-table tr[data-module="default-policy"][data-state="serving"]`))
 	b.shot("modules")
 
-	// Rollout (issue 15) through the UI: a shadow candidate's agreement
+	// Module rollout through the UI: a shadow candidate's agreement
 	// shows, Promote makes it serve, Roll back returns to the last known
 	// good generation.
 	e.cli(0, "module", "shadow", "default-policy", filepath.Join(modDir, "default-policy.wasm"))
@@ -338,7 +338,7 @@ func TestUIPages(t *testing.T) {
 	}
 	b.shot("nodes")
 
-	// Fence through the UI (issue 14): the confirmation asks for the
+	// Fence through the UI: the confirmation asks for the
 	// reason, the node shows fenced with it, the API records it; unfence
 	// clears it.
 	b.run(chromedp.Click(chromedp.CSS(`#nodes-table tr[data-node="node1"] button[data-action="fence"]`)), visible(`#confirm-reason`))
