@@ -16,7 +16,7 @@ import (
 	"github.com/volhost/volhost/plugins/pluginstest"
 )
 
-// BenchmarkAgentRelease is the core issue's release-throughput benchmark on
+// BenchmarkAgentRelease is the release-throughput benchmark on
 // the whole host (HTTP API, raft log, go-memdb store, watcher, gRPC CSI
 // clients) against the scripted CSI server over a unix socket, by
 // controller concurrency, with three agents side by side: one on the native

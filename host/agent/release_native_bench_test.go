@@ -40,8 +40,8 @@ import (
 // (floor-cpu-us/claim), the whole release's CPU less it, per iteration
 // (host-share-cpu-us/claim), and their ratio (floor-share). The floor is
 // work this benchmark's one process pays that a deployment pays in the
-// driver's process and on the node: the issue's whole-host target cannot be
-// below it.
+// driver's process and on the node: the whole-host target (BENCHMARKS.md)
+// cannot be below it.
 //
 // VOLHOST_RELEASE_CPUPROFILE=FILE writes a CPU profile of each timed part,
 // not of the claiming (FILE.0, FILE.1, ...; `go tool pprof` merges them),
