@@ -701,7 +701,7 @@ async function nodes(q, signal, started) {
   markRendered(started);
 }
 
-const EVENT_TYPES = ["claim-transition", "claim-failed", "claim-held", "volume-stuck", "force-deregister", "auto-force-deregister", "module", "claim-gc", "node-status", "node-fence", "audit"];
+const EVENT_TYPES = ["claim-transition", "claim-failed", "claim-held", "volume-stuck", "force-deregister", "auto-force-deregister", "module", "claim-gc", "node-status", "node-fence", "scheduler", "audit"];
 
 async function events(q, signal, started) {
   const type = q.get("type") || "";
