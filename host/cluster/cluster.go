@@ -695,7 +695,7 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 	if !c.IsLeader() {
 		return 0, nil, raftErr("apply", raft.ErrNotLeader)
 	}
-	if err := c.checkGate(t, req); err != nil {
+	if err := c.checkGateSettled(ctx, t, req); err != nil {
 		return 0, nil, err
 	}
 	if err := c.store.Snapshot().Validate(t, req); err != nil {
