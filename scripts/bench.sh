@@ -13,13 +13,12 @@
 # benchmark (test/extism BenchmarkCallRatios) and SCALE_VOLUMES (10000
 # 100000 1000000) for the state store at scale (host/state BenchmarkScale),
 # with their plots BENCHMARKS-call.png and BENCHMARKS-scale.png;
-# SKIP_PERF=1 leaves them out (SKIP_ISSUE17=1, its old name, still works),
+# SKIP_PERF=1 leaves them out,
 # SKIP_SCALE=1 the scale runs alone;
 # SCALE_ONLY=1 runs the scale section alone (with SKIP_GO=1 SKIP_E2E=1:
 # rewrites only the "scale" block and BENCHMARKS-scale.png).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SKIP_PERF=${SKIP_PERF:-${SKIP_ISSUE17:-}}
 root=$(pwd)
 out=$root/bin/bench
 mkdir -p "$out"

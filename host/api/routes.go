@@ -19,7 +19,8 @@ type (
 		Index uint64 `json:"index"`
 	}
 	// DeregisterResponse answers DELETE /v1/volume/ID: what a forced
-	// deregister may have left attached (ANCHORS pain 5).
+	// deregister may have left attached (hashicorp/nomad#8641: the
+	// reference system does not say).
 	DeregisterResponse struct {
 		Leftovers []*structs.Leftover `json:"leftovers"`
 		Index     uint64              `json:"index"`
@@ -64,8 +65,7 @@ type (
 
 // volumeJSON is a volume as the API answers it: "claims" is always there,
 // {} for none, in the list and the detail alike, so a script reads claims
-// one way (issue 16: `volume status -json` seemed to omit claims the table
-// showed). The shallower Claims field wins over the embedded volume's.
+// one way (`volume status -json` seemed to omit claims the table showed). The shallower Claims field wins over the embedded volume's.
 type volumeJSON struct {
 	*structs.Volume
 	Claims map[string]*structs.Claim `json:"claims"`
@@ -241,8 +241,8 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
 		// Walk the ID index from the page's first key and stop once the
 		// page is full: a page costs its size (plus the volumes the
-		// filters skip), not the table's (issue 17: 346 ms per page at
-		// 1,000,000 volumes when every list read the whole table).
+		// filters skip), not the table's (BenchmarkScale reads a page both
+		// ways at 1,000,000 volumes).
 		fromNS, fromID, _ := strings.Cut(pp.start, "\x00")
 		if ns != "" && fromNS < ns {
 			fromNS, fromID = ns, ""
@@ -251,7 +251,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 		if stuckOnly {
 			// ?stuck=true walks the stuck volumes' own index, in the same
 			// key order (so the same next_token), instead of skipping
-			// every volume that is not stuck (issue 17).
+			// every volume that is not stuck.
 			walk = rd.StuckVolumesFrom
 		}
 		next, err := walk(ws, fromNS, fromID)
@@ -281,7 +281,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 // unclaimedState is the ?claim_state= value that selects volumes without claims.
 const unclaimedState = "unclaimed"
 
-// volumeFilter reads the list filters the UI uses (issue 16), applied
+// volumeFilter reads the list filters the UI uses, applied
 // before paging so a page is always full:
 //
 //	?claim_state=S  volumes with a claim in state S ("unclaimed": none)
@@ -367,8 +367,8 @@ func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// forceCheck applies DESIGN "Operator commands": force-deregister needs
-// every claim's allocation terminal or gone.
+// forceCheck applies force-deregister's rule (as the reference scheduler's
+// `volume deregister -force`): every claim's allocation terminal or gone.
 func forceCheck(ws memdb.WatchSet, rd Reader, v *structs.Volume) (ForceCheck, error) {
 	fc := ForceCheck{Allowed: true}
 	for allocID := range v.Claims {
@@ -648,7 +648,7 @@ func (s *Server) nodeStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 // fenceNode records an operator's attestation that a node is off; its
-// claims then skip their node steps (issue 14).
+// claims then skip their node steps.
 func (s *Server) fenceNode(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "node_id")
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/volhost/volhost/host/ui"
 )
 
-// Routes the web UI (issue 16, host/ui) needs beyond the CLI's:
+// Routes the web UI (host/ui) needs beyond the CLI's:
 //
 //	GET /ui/...                          the embedded UI (open: the data comes from authorized API calls)
 //	GET /v1/acl/token/self/capabilities  ?namespace=  what the caller's token may do, so the UI hides what it may not
@@ -187,7 +187,7 @@ func (s *stuckSampler) list() []StuckSample {
 func (s *Server) sampleStuck(now time.Time) {
 	var n int
 	_, err := s.store.Query(s.base, 0, 0, func(ws memdb.WatchSet, rd Reader) (uint64, error) {
-		st, err := rd.VolumeStatsWatch(nil) // a count kept in step, not a scan (issue 17)
+		st, err := rd.VolumeStatsWatch(nil) // a count kept in step, not a scan (BenchmarkScale)
 		n = st.Stuck
 		return 0, err
 	})
@@ -240,9 +240,9 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 // volumes (unsorted, uncut). For the whole store (ns "") it reads what the
 // store keeps in step with every write: the stats row, the stuck volumes'
 // index and the claims table, O(stuck volumes + claims). It used to scan
-// every volume, hundreds of milliseconds at 1,000,000 volumes, on every
-// load of the UI's overview and nodes pages and again on every write that
-// woke their blocking query (issue 17). One namespace is read from that
+// every volume (BenchmarkScale times that scan at 1,000,000 volumes), on
+// every load of the UI's overview and nodes pages and again on every write
+// that woke their blocking query. One namespace is read from that
 // namespace's key prefix of the volumes table: O(its volumes).
 func countVolumes(ws memdb.WatchSet, rd Reader, ns string, out *StatsResponse) error {
 	if ns != "" {

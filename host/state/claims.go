@@ -18,7 +18,7 @@ import (
 // allocation update that wakes the watcher, then the checkpoints) only the
 // last, which frees the claim, changes the set. A row changes only when a
 // claim is taken or leaves its volume, or (never in practice) moves node
-// (issue 17).
+// (BenchmarkReleaseWrites).
 //
 // Like volume_mods and the stats row, the rows are derived data: not
 // persisted (the snapshot format and Digest are unchanged), built on

@@ -60,7 +60,7 @@ func chaosInt(t *testing.T, name string, def int) int {
 	return n
 }
 
-// TestChaosFailover (issue 10 "Prove it"): three real servers release
+// TestChaosFailover (RELIABILITY.md): three real servers release
 // claims against the real GCE PD driver while the leader is SIGKILLed and,
 // separately, SIGSTOPped for longer than its lease. The driver's own log
 // (every call with its arrival and answer times and the server that sent

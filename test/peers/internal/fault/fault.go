@@ -2,7 +2,7 @@
 // driver programs: a gRPC unary interceptor that records every CSI call in
 // arrival order and, when a fault is armed for its method, answers with a
 // gRPC code, hangs, or both. Faults are what a real driver cannot be made to
-// show on demand (DESIGN "Real CSI drivers for tests").
+// show on demand.
 package fault
 
 import (
