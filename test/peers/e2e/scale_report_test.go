@@ -19,10 +19,13 @@ type scaleReport struct {
 	Started time.Time `json:"started"`
 	Seconds float64   `json:"seconds"`
 
-	LoadSeconds    float64 `json:"load_seconds"`
-	VolumesPerSec  float64 `json:"volumes_per_sec"`
-	ClaimSeconds   float64 `json:"claim_seconds"`
-	ClaimsPerSec   float64 `json:"claims_per_sec"`
+	LoadSeconds   float64 `json:"load_seconds"`
+	VolumesPerSec float64 `json:"volumes_per_sec"`
+	ClaimSeconds  float64 `json:"claim_seconds"`
+	ClaimsPerSec  float64 `json:"claims_per_sec"`
+	// ClaimsRefused counts claims answered 503 and sent again (the leader
+	// could not confirm its leadership in time under the load).
+	ClaimsRefused  int     `json:"claims_refused_503"`
 	ReleaseSeconds float64 `json:"release_seconds"`
 	ReleasesPerSec float64 `json:"releases_per_sec"`
 
@@ -30,6 +33,9 @@ type scaleReport struct {
 	// largest sampled over the run (restarts and rejoins included).
 	RSSHeldMiB map[string]int `json:"rss_held_mib"`
 	RSSMaxMiB  map[string]int `json:"rss_max_mib"`
+	// RSSHeldParts splits RSSHeldMiB into anonymous memory (the Go heap)
+	// and mapped files (the bolt log, the binary).
+	RSSHeldParts map[string][2]int `json:"rss_held_anon_file_mib"`
 
 	SnapshotSaveSeconds float64 `json:"operator_snapshot_save_seconds"`
 	SnapshotBytes       int64   `json:"operator_snapshot_bytes"`
@@ -52,7 +58,8 @@ type scaleReport struct {
 	// LeaderChanges counts leaderships taken after the first (every
 	// server's "entering leader state"); QuorumLost a leader's "failed to
 	// contact quorum of nodes", HeartbeatTimeouts a follower's "heartbeat
-	// timeout reached".
+	// timeout reached, starting election" (a restarted follower may log
+	// one before the leader reaches it: pre-vote keeps the leader).
 	LeaderChanges     int `json:"leader_changes"`
 	QuorumLost        int `json:"quorum_lost"`
 	HeartbeatTimeouts int `json:"heartbeat_timeouts"`
@@ -161,7 +168,7 @@ func (rep *scaleReport) addLog(server string, r logRead) {
 	}
 	rep.leaderships += r.count("entering leader state")
 	rep.QuorumLost += r.count("failed to contact quorum of nodes")
-	rep.HeartbeatTimeouts += r.count("heartbeat timeout reached")
+	rep.HeartbeatTimeouts += r.count("heartbeat timeout reached, starting election")
 }
 
 func (rep *scaleReport) finish() {
@@ -204,7 +211,7 @@ func (rep *scaleReport) markdown() string {
 	slices.Sort(ids)
 	var held, peak []string
 	for _, id := range ids {
-		held = append(held, fmt.Sprintf("%s %d", id, rep.RSSHeldMiB[id]))
+		held = append(held, fmt.Sprintf("%s %d (anon %d, files %d)", id, rep.RSSHeldMiB[id], rep.RSSHeldParts[id][0], rep.RSSHeldParts[id][1]))
 		peak = append(peak, fmt.Sprintf("%s %d", id, rep.RSSMaxMiB[id]))
 	}
 	fmt.Fprintf(&b, "| RSS per server with the claims held, MiB | %s |\n", strings.Join(held, ", "))
@@ -215,7 +222,7 @@ func (rep *scaleReport) markdown() string {
 	fmt.Fprintf(&b, "| operator snapshot save | %.2f s (%.0f MiB) |\n", rep.SnapshotSaveSeconds, float64(rep.SnapshotBytes)/(1<<20))
 	fmt.Fprintf(&b, "| restart on its own data dir: restore / caught up | %.2f / %.2f s |\n", rep.Restart.RestoreSeconds, rep.Restart.CaughtUpSeconds)
 	fmt.Fprintf(&b, "| wiped follower rejoins: snapshot installed / caught up | %.2f / %.2f s |\n", rep.Rejoin.InstallSeconds, rep.Rejoin.CaughtUpSeconds)
-	fmt.Fprintf(&b, "| claims through the API, %d clients | %.0f/s |\n", rep.Clients, rep.ClaimsPerSec)
+	fmt.Fprintf(&b, "| claims through the API, %d clients (answered 503 and sent again) | %.0f/s (%d) |\n", rep.Clients, rep.ClaimsPerSec, rep.ClaimsRefused)
 	fmt.Fprintf(&b, "| releases after allocations complete | %.0f/s |\n", rep.ReleasesPerSec)
 	for _, r := range rep.RoutesHeld {
 		if r.Route == "/v1/stats" {

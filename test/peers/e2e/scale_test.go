@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -88,7 +90,7 @@ func TestScaleCluster(t *testing.T) {
 	}()
 	start := time.Now()
 	rep := scaleReport{Volumes: nvol, Claims: nclaim, Clients: clients, Servers: len(c.Servers), Started: start.UTC(),
-		RSSMaxMiB: map[string]int{}, RSSHeldMiB: map[string]int{}}
+		RSSMaxMiB: map[string]int{}, RSSHeldMiB: map[string]int{}, RSSHeldParts: map[string][2]int{}}
 	rss := startRSSSampler(c, rep.RSSMaxMiB)
 	defer rss.stop()
 
@@ -146,18 +148,24 @@ func TestScaleCluster(t *testing.T) {
 	// open overview and volumes page cost).
 	ui := startReader(ctx, api, []string{"/v1/stats", "/v1/volumes?claim_state=taken&per_page=50"})
 	t0 = time.Now()
+	var refused atomic.Int64
 	if err := parallel(ctx, clients, nclaim, func(ctx context.Context, i int) error {
-		return api.Claim(ctx, ClaimRequest{Namespace: "default", VolumeID: fmt.Sprintf("vol-%07d", i), AllocID: fmt.Sprintf("alloc-%07d", i),
-			NodeID: nodeIDs[i%nodes], Mode: "write"})
+		return retry503(ctx, &refused, func() error {
+			return api.Claim(ctx, ClaimRequest{Namespace: "default", VolumeID: fmt.Sprintf("vol-%07d", i), AllocID: fmt.Sprintf("alloc-%07d", i),
+				NodeID: nodeIDs[i%nodes], Mode: "write"})
+		})
 	}); err != nil {
 		t.Fatalf("claims: %v", err)
 	}
 	rep.ClaimSeconds = time.Since(t0).Seconds()
 	rep.ClaimsPerSec = float64(nclaim) / rep.ClaimSeconds
 	rep.ReadsDuringClaims = ui.stop()
+	rep.ClaimsRefused = int(refused.Load())
 	t.Logf("%d claims in %.1fs (%.0f/s)", nclaim, rep.ClaimSeconds, rep.ClaimsPerSec)
 	for _, s := range c.Servers {
-		rep.RSSHeldMiB[s.ID] = procRSSMiB(s.cmd.Process.Pid)
+		pid := s.cmd.Process.Pid
+		rep.RSSHeldMiB[s.ID] = procRSSMiB(pid)
+		rep.RSSHeldParts[s.ID] = [2]int{procStatusMiB(pid, "RssAnon"), procStatusMiB(pid, "RssFile")}
 	}
 	if rep.RoutesHeld, err = timeRoutes(ctx, api, 7); err != nil {
 		t.Fatal(err)
@@ -279,6 +287,25 @@ feed:
 		return err
 	}
 	return nil
+}
+
+// retry503 runs f again while it answers 503 (the leader could not confirm
+// its leadership in time, or there is none for a moment: the claim was not
+// made and may be sent again, as a client does), counting each in refused.
+func retry503(ctx context.Context, refused *atomic.Int64, f func() error) error {
+	for {
+		err := f()
+		var he *HTTPError
+		if err == nil || !errors.As(err, &he) || he.Status != http.StatusServiceUnavailable {
+			return err
+		}
+		refused.Add(1)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // saveSnapshot streams GET /v1/operator/snapshot to path.
@@ -538,14 +565,19 @@ func startRSSSampler(c *Cluster, into map[string]int) *rssSampler {
 func (s *rssSampler) stop() { s.stopOnce.Do(func() { s.cancel(); <-s.done }) }
 
 // procRSSMiB is a process's resident set from /proc (0 if it is gone).
-func procRSSMiB(pid int) int {
+func procRSSMiB(pid int) int { return procStatusMiB(pid, "VmRSS") }
+
+// procStatusMiB reads one kB field of /proc/PID/status in MiB: VmRSS, or
+// its parts RssAnon (the Go heap and stacks) and RssFile (mapped files:
+// the binary and raft's bolt log, which raft-boltdb reads through mmap).
+func procStatusMiB(pid int, field string) int {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		var kb int
-		if _, err := fmt.Sscanf(line, "VmRSS: %d kB", &kb); err == nil {
+		if _, err := fmt.Sscanf(line, field+": %d kB", &kb); err == nil {
 			return kb / 1024
 		}
 	}
