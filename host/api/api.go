@@ -146,6 +146,7 @@ type Server struct {
 	blocking chan struct{}   // one slot per blocking query in flight
 
 	stuckSamples stuckSampler // the stuck-over-time series of GET /v1/stats (ui.go)
+	releases     releaseWindow // the release series of GET /v1/stats, folded once (release_window.go)
 }
 
 // connStates tracks the state of every open connection (http.Server's

@@ -59,6 +59,8 @@ type Backend interface {
 // Reader is the read side of a state snapshot. *state.Snapshot satisfies it.
 // ws may be nil; a missing object is (nil, nil).
 type Reader interface {
+	// Generation identifies the database read (state.Snapshot.Generation).
+	Generation() <-chan struct{}
 	// VolumesFrom walks the volumes in (namespace, ID) order from the
 	// first at or after (namespace, id); next returns nil after the last.
 	// A list page costs its own size, not the table's (issue 17).
