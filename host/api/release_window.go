@@ -29,8 +29,8 @@ type claimKey struct{ ns, vol, alloc string }
 
 // minuteReleases is what one minute's ready-to-free events add up to.
 type minuteReleases struct {
-	count                           int
-	latency                         [8]int // by latencyBounds, the last one ≥ the largest
+	count                            int
+	latency                          [8]int // by latencyBounds, the last one ≥ the largest
 	fromAlloc, fromEvent, unmeasured int
 }
 
