@@ -84,6 +84,9 @@ type Reader interface {
 	VolumeStatsWatch(ws memdb.WatchSet) (state.VolumeStats, error)
 	StuckVolumes(ws memdb.WatchSet) ([]*structs.Volume, error)
 	StuckVolumesFrom(ws memdb.WatchSet, namespace, id string) (next func() *structs.Volume, err error)
+	// ClaimedVolumesFrom walks only the volumes with a claim (the list's
+	// ?claim_state= filter), as VolumesFrom walks them all.
+	ClaimedVolumesFrom(ws memdb.WatchSet, namespace, id string) (next func() *structs.Volume, err error)
 	ClaimCountsByNode(ws memdb.WatchSet) (map[string]int, error)
 }
 

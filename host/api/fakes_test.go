@@ -208,6 +208,18 @@ func (r fakeReader) StuckVolumesFrom(ws memdb.WatchSet, ns, id string) (func() *
 	}, nil
 }
 
+func (r fakeReader) ClaimedVolumesFrom(ws memdb.WatchSet, ns, id string) (func() *structs.Volume, error) {
+	all, _ := r.VolumesFrom(ws, ns, id)
+	return func() *structs.Volume {
+		for v := all(); v != nil; v = all() {
+			if len(v.Claims) > 0 {
+				return v
+			}
+		}
+		return nil
+	}, nil
+}
+
 func (r fakeReader) ClaimCountsByNode(memdb.WatchSet) (map[string]int, error) {
 	counts := map[string]int{}
 	for _, v := range r.f.volumes {
