@@ -127,6 +127,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		cc.Server, cc.Bootstrap, cc.BootstrapExpect = true, false, sv.BootstrapExpect
 		cc.AdvertiseAddr = sv.AdvertiseRaft
 		a.retryJoinMax = d.RetryMaxInterval
+		applyRaft(&cc, sv, d)
 	}
 	if err := a.setupTLS(&cc); err != nil {
 		a.CSI.Close()

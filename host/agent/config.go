@@ -133,6 +133,11 @@ type ServerConfig struct {
 	// interfaces (0.0.0.0).
 	AdvertiseRaft string `hcl:"advertise_raft,optional"`
 	AdvertiseHTTP string `hcl:"advertise_http,optional"`
+	// Raft's timings and snapshot policy for large states (raft_config.go).
+	RaftMultiplier        int    `hcl:"raft_multiplier,optional"`
+	RaftSnapshotThreshold int    `hcl:"raft_snapshot_threshold,optional"`
+	RaftSnapshotInterval  string `hcl:"raft_snapshot_interval,optional"`
+	RaftTrailingLogs      int    `hcl:"raft_trailing_logs,optional"`
 }
 
 // WatcherConfig tunes claim release. Durations are Go duration strings.
@@ -248,6 +253,7 @@ func (c *Config) Merge(o *Config) {
 		setString(&c.Server.JoinToken, sv.JoinToken)
 		setString(&c.Server.AdvertiseRaft, sv.AdvertiseRaft)
 		setString(&c.Server.AdvertiseHTTP, sv.AdvertiseHTTP)
+		mergeRaft(c.Server, sv)
 	}
 	if w := o.Watcher; w != nil {
 		setInt(&c.Watcher.MaxConcurrency, w.MaxConcurrency)
@@ -312,6 +318,8 @@ func (c *Config) Merge(o *Config) {
 type Durations struct {
 	IdleTimeout, BackoffBase, BackoffMax, StuckAfter, CSITimeout, GCInterval, GCThreshold, EscapeAfter time.Duration
 	RetryMaxInterval, MaxRetryAfter                                                                    time.Duration
+	// RaftSnapshotInterval is server.raft_snapshot_interval (0: raft's).
+	RaftSnapshotInterval time.Duration
 	// ModuleMaxima are module_limits, parsed.
 	ModuleMaxima plugins.Maxima
 	// moduleSources are the module_source blocks, checked.
@@ -379,6 +387,7 @@ func (c *Config) Validate() (Durations, error) {
 		if sv.RetryMaxInterval != "" {
 			parse("server.retry_max_interval", sv.RetryMaxInterval, &d.RetryMaxInterval)
 		}
+		errs = append(errs, sv.validateRaft(&d)...)
 		switch {
 		case sv.BootstrapExpect < 0:
 			errs = append(errs, fmt.Errorf("server.bootstrap_expect: must not be negative, got %d", sv.BootstrapExpect))

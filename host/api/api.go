@@ -145,7 +145,8 @@ type Server struct {
 	hosts    map[string]bool // AllowedHosts, lower case
 	blocking chan struct{}   // one slot per blocking query in flight
 
-	stuckSamples stuckSampler // the stuck-over-time series of GET /v1/stats (ui.go)
+	stuckSamples stuckSampler  // the stuck-over-time series of GET /v1/stats (ui.go)
+	releases     releaseWindow // the release series of GET /v1/stats, folded once (release_window.go)
 }
 
 // connStates tracks the state of every open connection (http.Server's

@@ -59,6 +59,8 @@ type Backend interface {
 // Reader is the read side of a state snapshot. *state.Snapshot satisfies it.
 // ws may be nil; a missing object is (nil, nil).
 type Reader interface {
+	// Generation identifies the database read (state.Snapshot.Generation).
+	Generation() <-chan struct{}
 	// VolumesFrom walks the volumes in (namespace, ID) order from the
 	// first at or after (namespace, id); next returns nil after the last.
 	// A list page costs its own size, not the table's (BenchmarkScale).
@@ -82,6 +84,9 @@ type Reader interface {
 	VolumeStatsWatch(ws memdb.WatchSet) (state.VolumeStats, error)
 	StuckVolumes(ws memdb.WatchSet) ([]*structs.Volume, error)
 	StuckVolumesFrom(ws memdb.WatchSet, namespace, id string) (next func() *structs.Volume, err error)
+	// ClaimedVolumesFrom walks only the volumes with a claim (the list's
+	// ?claim_state= filter), as VolumesFrom walks them all.
+	ClaimedVolumesFrom(ws memdb.WatchSet, namespace, id string) (next func() *structs.Volume, err error)
 	ClaimCountsByNode(ws memdb.WatchSet) (map[string]int, error)
 }
 

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -11,7 +10,6 @@ import (
 	memdb "github.com/hashicorp/go-memdb"
 
 	"github.com/volhost/volhost/host/acl"
-	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/ui"
 )
@@ -223,7 +221,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
 		now := time.Now()
-		out, err := computeStats(ws, rd, ns, now)
+		out, err := computeStats(ws, rd, ns, now, &s.releases)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -307,7 +305,7 @@ func stuckVolume(v *structs.Volume) StuckVolume {
 // the claim. A claim whose allocation record is gone or not terminal is
 // measured from its first release event instead, which leaves out the
 // first step; LatencyBasis says how many of each there were.
-func computeStats(ws memdb.WatchSet, rd Reader, ns string, now time.Time) (*StatsResponse, error) {
+func computeStats(ws memdb.WatchSet, rd Reader, ns string, now time.Time, releases *releaseWindow) (*StatsResponse, error) {
 	out := &StatsResponse{
 		ClaimsByState: map[structs.ClaimState]int{},
 		ClaimsByNode:  map[string]int{},
@@ -337,58 +335,8 @@ func computeStats(ws memdb.WatchSet, rd Reader, ns string, now time.Time) (*Stat
 	}
 	out.Latency[len(latencyBounds)].Label = "≥ " + latencyBounds[len(latencyBounds)-1].String()
 
-	es, _, err := rd.EventsFiltered(ws, state.EventFilter{After: start})
-	if err != nil {
+	if err := releases.releaseSeries(ws, rd, ns, start, out); err != nil {
 		return nil, err
-	}
-	type claimKey struct{ ns, vol, alloc string }
-	firstStep := map[claimKey]time.Time{}
-	var fromAlloc, fromEvent, unmeasured int
-	for _, e := range es {
-		ev := e.Event
-		if ns != "" && ev.Namespace != ns {
-			continue
-		}
-		if ev.AllocID == "" || (ev.Type != structs.EventClaimTransition && ev.Type != structs.EventClaimFailed && ev.Type != structs.EventClaimHeld) {
-			continue
-		}
-		k := claimKey{ev.Namespace, ev.VolumeID, ev.AllocID}
-		if ev.Fields["from"] != "" {
-			if _, ok := firstStep[k]; !ok {
-				firstStep[k] = ev.Time
-			}
-		}
-		if ev.Type != structs.EventClaimTransition || ev.Fields["state"] != string(structs.ClaimReadyToFree) {
-			continue
-		}
-		if i := int(ev.Time.Sub(start) / time.Minute); i >= 0 && i < len(out.Releases) {
-			out.Releases[i].Count++
-		}
-		began := firstStep[k]
-		a, err := rd.AllocByID(ws, ev.AllocID)
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case a != nil && a.ClientStatus.Terminal() && !a.ModifyTime.IsZero() && !a.ModifyTime.After(ev.Time):
-			began = a.ModifyTime
-			fromAlloc++
-		case !began.IsZero():
-			fromEvent++
-		default:
-			unmeasured++ // its release began before the window
-			continue
-		}
-		d := ev.Time.Sub(began)
-		i := sort.Search(len(latencyBounds), func(i int) bool { return d < latencyBounds[i] })
-		out.Latency[i].Count++
-	}
-	out.LatencyBasis = "allocation terminal → claim removed"
-	if fromEvent > 0 {
-		out.LatencyBasis += fmt.Sprintf("; %d of %d from the first release event (allocation record gone)", fromEvent, fromAlloc+fromEvent)
-	}
-	if unmeasured > 0 {
-		out.LatencyBasis += fmt.Sprintf("; %d not measured (began before the window)", unmeasured)
 	}
 	return out, nil
 }

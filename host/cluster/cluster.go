@@ -255,6 +255,14 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	if cfg.TrailingLogs > 0 {
 		rc.TrailingLogs = cfg.TrailingLogs
 	}
+	// Servers of a cluster take turns to snapshot (snapshot_schedule.go);
+	// raft's own timer is left to a single node, which has no one to
+	// starve.
+	var schedule *snapshotSchedule
+	if cfg.Server {
+		schedule = &snapshotSchedule{period: rc.SnapshotInterval, threshold: rc.SnapshotThreshold, now: time.Now}
+		rc.SnapshotInterval = snapshotTimerOff
+	}
 
 	var (
 		logs   raft.LogStore
@@ -352,6 +360,10 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	c.wg.Add(3)
 	go c.forwardLeadership()
 	go c.advertise()
+	if schedule != nil {
+		c.wg.Add(1)
+		go c.runSnapshotSchedule(*schedule)
+	}
 	c.checkpoints = newCheckpointBatcher(c)
 	go c.checkpoints.run(c.stopCh)
 	return c, nil

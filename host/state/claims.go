@@ -38,6 +38,8 @@ func claimsTableSchema() *memdb.TableSchema {
 	return &memdb.TableSchema{Name: tableClaims, Indexes: map[string]*memdb.IndexSchema{
 		indexID:   {Name: indexID, Unique: true, Indexer: claimRowIndexer{byNode: false}},
 		indexNode: {Name: indexNode, Unique: true, Indexer: claimRowIndexer{byNode: true}},
+		// The list's ?claim_state= walk (claimed_volumes.go).
+		indexVolume: {Name: indexVolume, Unique: true, Indexer: claimVolumeIndexer{}},
 	}}
 }
 

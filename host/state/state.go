@@ -131,6 +131,12 @@ func (s *Store) Snapshot() *Snapshot {
 	return &Snapshot{txn: st.db.Txn(false), abandon: st.abandon}
 }
 
+// Generation identifies the database the view reads: Restore replaces it
+// (and closes the old one's channel), so two views of one generation see
+// one history of writes. Readers that fold the store's changes into their
+// own totals (the stats' release window) start over on a new generation.
+func (snap *Snapshot) Generation() <-chan struct{} { return snap.abandon }
+
 // LatestIndex is the highest raft index applied to any table.
 func (s *Store) LatestIndex() uint64 { return s.Snapshot().LatestIndex() }
 
