@@ -5,7 +5,7 @@
 // open and redraw when the agent's index moves, so a release in progress
 // updates without a reload.
 
-import {APIError, Caps, capabilities, get, request, setToken, token, watch} from "./api.js";
+import {APIError, Caps, capabilities, get, pause, request, setToken, token, watch} from "./api.js";
 import {barChart, stepChart} from "./charts.js";
 
 // ---- DOM helpers: elements are built, never parsed from strings, so no
@@ -744,6 +744,67 @@ async function events(q, signal, started) {
   }
 }
 
+// Scheduler: each scheduler source the leader runs (the Nomad bridge):
+// whether it is connected, the scheduler index committed in volhost's
+// state (the cursor a new leader resumes from), the failures since it
+// was last connected, and the problems it could not mirror or claim. The
+// status lives in the leader's memory, not in the state store, so there
+// is no index to block on: the page asks again every few seconds, one
+// cheap read per open tab, and patches in place.
+const SCHEDULER_REFRESH_MS = 2000;
+
+async function scheduler(q, signal, started) {
+  const body = h("div", {id: "scheduler-body"});
+  fill(main, h("h1", {}, "Scheduler"), body);
+  while (!signal.aborted) {
+    let res;
+    try {
+      res = await get("/v1/scheduler/status", {}, signal);
+    } catch (e) {
+      if (signal.aborted) return;
+      patch(body, errorBox(e));
+      markRendered(started);
+      if (e instanceof APIError && e.status === 403) return; // the token lacks operator:read: asking again will not help
+      await pause(SCHEDULER_REFRESH_MS, signal);
+      continue;
+    }
+    const list = (res.body && res.body.schedulers) || [];
+    patch(body, list.length ? list.map(renderSource) :
+      h("p", {id: "no-scheduler"}, "No scheduler source is configured: volhost's allocations and nodes come from the API. A scheduler \"nomad\" block in the servers' configuration makes the leader mirror a Nomad cluster."));
+    markRendered(started);
+    await pause(SCHEDULER_REFRESH_MS, signal);
+  }
+}
+
+function renderSource(s) {
+  const connected = s.state === "streaming";
+  const kv = (field, k, val) => h("div", {}, h("dt", {}, k), h("dd", {"data-field": field}, val === undefined || val === null || val === "" ? "—" : val));
+  const stateKind = connected ? "ok" : s.state === "retrying" ? "stuck" : "type";
+  const attrs = h("dl", {class: "attrs"},
+    kv("source", "Source", s.source),
+    kv("address", "Address", h("span", {class: "mono"}, s.address)),
+    kv("state", "State", badge(s.state, stateKind)),
+    kv("connected", "Connected", connected ? "yes" : "no"),
+    kv("index", "Index (cursor committed)", String(s.index)),
+    kv("resets", "Resets", String(s.resets)),
+    kv("last-list", "Last list", fmtTime(s.last_list)),
+    kv("last-event", "Last event", fmtTime(s.last_event)),
+    kv("nodes", "Nodes", String(s.nodes)),
+    kv("allocs", "Allocations", `${s.allocs} (${s.live} live, ${s.terminal} terminal, ${s.held} held)`),
+    kv("claims", "Claims made", String(s.claims)),
+    kv("failures", "Failures since last connected", String(s.failures)),
+    kv("last-error", "Last error", s.last_error ? [s.last_error, isZeroTime(s.error_time) ? null : h("div", {class: "sub"}, ago(s.error_time))] : "—"),
+    kv("leader-term", "Leader term", s.leader_term ? String(s.leader_term) : "— (this server does not run it)"));
+  const problems = (s.problems || []).map((p) => h("tr", {"data-key": p.key},
+    h("td", {}, fmtTime(p.since)), h("td", {class: "mono"}, p.key), h("td", {}, p.message)));
+  return h("section", {"aria-labelledby": `src-${s.source}`, "data-source": s.source, "data-state": s.state, "data-connected": String(connected)},
+    h("h2", {id: `src-${s.source}`}, `Source ${s.source}`),
+    s.last_error ? h("p", {class: "error", role: "alert"}, `Not connected to ${s.address}: ${s.failures} failed attempt(s) since it was last connected (last error below). Nothing is released on a guess meanwhile: allocations stay as last mirrored.`) : null,
+    attrs,
+    table(`Problems (${problems.length}): what the source could not mirror or claim, kept while it lasts; each was also recorded once as a scheduler event`,
+      ["Since", "About", "Problem"], problems, {id: `problems-${s.source}`}));
+}
+
 function notFound() {
   fill(main, h("h1", {}, "Not found"), h("p", {}, "No such page. ", h("a", {href: "/ui/"}, "Back to the overview")));
 }
@@ -751,7 +812,7 @@ function notFound() {
 // ---- router
 
 const pages = {"": ["overview", overview], volumes: ["volumes", volumes], volume: ["volumes", volume], modules: ["modules", modules],
-  nodes: ["nodes", nodes], events: ["events", events]};
+  nodes: ["nodes", nodes], scheduler: ["scheduler", scheduler], events: ["events", events]};
 
 let pageAbort = null;
 

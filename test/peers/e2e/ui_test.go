@@ -441,6 +441,10 @@ volume "gvol" {
 	}
 	b.shot("nodes")
 
+	// No scheduler block: the scheduler page says where allocations come
+	// from (the Nomad scenarios check a source's page).
+	b.open("/ui/scheduler", `#no-scheduler`)
+
 	// Fence through the UI: the confirmation asks for the
 	// reason, the node shows fenced with it, the API records it; unfence
 	// clears it.
