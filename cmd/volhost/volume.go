@@ -282,6 +282,8 @@ func formatVolume(v *api.VolumeResponse) string {
 		case cl.UnstageInDoubt() && cl.LastError != nil:
 			// New claims on its machine wait for this one's answer.
 			state += " (unstage in doubt: claims on its machine wait)"
+		case cl.DetachInDoubt() && cl.LastError != nil:
+			state += " (detach in doubt: claims on its machine wait)"
 		case cl.State == structs.ClaimTaken && cl.NodeUnpublished:
 			state += " (unpublished, unstage next)" // NodeUnpublish committed, NodeUnstage next
 		}

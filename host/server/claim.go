@@ -28,8 +28,10 @@ import (
 // publish that fails is rolled back newest step first, stopping at the
 // first undo that fails or loses its answer (the CSI spec orders the
 // undos: no NodeUnstage under a target that may be published, no
-// ControllerUnpublish under a path that may be staged). A rollback that
-// undid every step removes the record it wrote; otherwise the record
+// ControllerUnpublish under a path that may be staged). A retry that took
+// up a publishing record rolls back nothing (an earlier run may have
+// published its target). A rollback that undid every step removes the
+// record it wrote; otherwise the record
 // stays, counted against the volume, and is released by the watcher in
 // the spec's order once its allocation ends, or finished by a retry.
 //
@@ -132,7 +134,14 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 		return nil, fmt.Errorf("claim of volume %q by allocation %q: %w", key, claim.AllocID, err)
 	}
 	if err := pub.publish(ctx, index); err != nil {
-		if pub.rollback(ctx) && !resumed {
+		// A retry that took up a record rolls back nothing: the earlier
+		// run's calls (a leader that died mid-publish, a rollback that
+		// stopped) may have published the target, and this run cannot
+		// know, so its NodeUnstage or ControllerUnpublish could land
+		// under that mount (CSI spec: NodeUnstage after every
+		// NodeUnpublish, ControllerUnpublish after every node step). The
+		// record accounts for all of it either way.
+		if !resumed && pub.rollback(ctx) {
 			pub.remove(ctx, index)
 		} else {
 			s.logger.Warn("refused claim left publishing for the watcher to release once its allocation ends (or for a retry to finish)",

@@ -568,7 +568,9 @@ func (m *model) do(o op) {
 	case "advance":
 		h.clock.Advance(time.Duration(o.secs) * time.Second)
 	case "hello":
-		ext := "ext-" + nodeMachine(o.node)
+		// A node agent reports what its plugin answers NodeGetInfo now
+		// (after an instance replacement, the new ID): only "other" lies.
+		ext := h.nodes[nodeMachine(o.node)].NodeID()
 		switch o.ext {
 		case "new":
 			// The instance was replaced: its plugin answers a new
@@ -608,15 +610,23 @@ func (m *model) do(o op) {
 		// The node's agent says hello with its plugin's external node ID
 		// and without, then with, the plugin's endpoint: the plugin's
 		// socket went away and came back (a driver restarting).
-		ep, root := "", rootDir
-		if cur, _ := h.store.Snapshot().NodeByID(nil, o.node); cur != nil && cur.RootDir != "" {
-			root = cur.RootDir // losing the endpoint changes nothing else
+		// With the socket back, the agent reports what the plugin
+		// answers now (a new ID after an instance replacement); without
+		// it, the ID it last had.
+		ep, root, ext := "", rootDir, h.nodes[nodeMachine(o.node)].NodeID()
+		if cur, _ := h.store.Snapshot().NodeByID(nil, o.node); cur != nil {
+			if cur.RootDir != "" {
+				root = cur.RootDir // losing the endpoint changes nothing else
+			}
+			if np := cur.Plugins[testPlugin]; o.kind == "endpoint-off" && np != nil && np.ExternalNodeID != "" {
+				ext = np.ExternalNodeID
+			}
 		}
 		if o.kind == "endpoint-on" {
 			ep = h.nodes[nodeMachine(o.node)].Endpoint()
 		}
 		if m.register(o.node, func() error {
-			_, err := h.hello(o.node, ep, "ext-"+nodeMachine(o.node), root)
+			_, err := h.hello(o.node, ep, ext, root)
 			return err
 		}) {
 			m.setLied(o.node, false)
@@ -697,6 +707,13 @@ func (m *model) claim(o op) {
 		return
 	}
 	m.stats.refused++
+	if m.lied[o.node] {
+		// A refused claim's calls, and its rollback's, went to the ID
+		// the host was told too (see liedPairs).
+		if n, _ := h.store.Snapshot().NodeByID(nil, o.node); n != nil && n.Plugins[testPlugin] != nil {
+			m.liedPairs[[2]string{externalID(ref.Namespace, ref.ID), n.Plugins[testPlugin].ExternalNodeID}] = true
+		}
+	}
 	// A refused claim whose calls did not all answer OK may leave what
 	// they did (a lost answer, a failed rollback step): the host logs it
 	// and cannot know more. What it leaves is excused at the end, on that
