@@ -22,7 +22,7 @@ import (
 )
 
 // TestClaimModel is the model-based test of the claim and release
-// machinery (issue 10 "Prove it"): random sequences of claims, allocation
+// machinery (RATIONALE.md "Safety"): random sequences of claims, allocation
 // updates, release passes, operator detaches, CSI failures, calls that run
 // and lose their answer, hostile module answers, node status changes,
 // leader step-down/step-up, and node identity changes (a node agent's hello
@@ -342,7 +342,8 @@ type model struct {
 	// rolledBack are the targets a refused claim's rollback unpublished
 	// before an undo after it failed: the claim's publishing record does
 	// not say the target is gone, so its release sends NodeUnpublish
-	// again (idempotent), which is not the repeat issue 14 forbids.
+	// again (idempotent), which is not the repeat checkUnpublishedOnce
+	// forbids.
 	rolledBack map[string]bool
 	seen       int // oracle violations already judged
 	// down marks the machines one of whose nodes was reported down: a
@@ -417,7 +418,7 @@ func runModel(h *harness, ns string, ops []op, st *stats) string {
 
 // checkUnpublishedOnce: once NodeUnpublish of a target path succeeded, a
 // failed NodeUnstage of the volume on that node does not make the leader
-// send the NodeUnpublish again (issue 14: the retry of a failed unstage
+// send the NodeUnpublish again (the retry of a failed unstage once
 // repeated the unpublish; the NodeUnpublished mark prevents it). A repeat
 // after a pass was cancelled mid-call is not counted: the plugin may have
 // answered OK to a caller that had gone, and the leader cannot know.
@@ -514,7 +515,7 @@ func (m *model) do(o op) {
 		m.claim(o)
 	case "claim-during-release":
 		// The claim runs while a pass over the volume is between its
-		// NodeUnpublish and its per-node steps (issue 10 defect 2).
+		// NodeUnpublish and its per-node steps (a release racing a new claim).
 		ref := m.refs[o.vol]
 		var fired atomic.Bool
 		h.setOnCall(func(plugin string, c csitest.Call) {
