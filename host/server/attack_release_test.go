@@ -1,10 +1,13 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
@@ -114,6 +117,125 @@ func TestForceDeregisterDuringUnstageThenReclaim(t *testing.T) {
 	inUse(t, h, ref, "web-3", machineOf("node2"))
 	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
 	h.mustAlloc("default", "web-3", "node2", structs.AllocComplete)
+	h.releaseAll(ref)
+	noViolations(t, h)
+	nothingLeft(t, h, ref)
+}
+
+// A release step that failed with a definitive answer (Internal: the
+// driver says it did not unmount or detach) is tried again; the leader
+// that sends the retry steps down (or dies) before the answer, and
+// writes nothing more. The driver goes on with the retry. Committed
+// state still holds the first, definitive, answer: read as "the call is
+// over", it lets a claim on that machine publish while the unmount or
+// detach of the retry runs, and ends under the new claim's mount.
+func TestClaimWaitsForRetryInDoubtAfterDefinitiveFailure(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		method string
+		server func(h *harness) *csitest.Server
+		state  structs.ClaimState
+	}{
+		{"unstage", csitest.NodeUnstage, func(h *harness) *csitest.Server { return h.nodes["node1"] }, structs.ClaimTaken},
+		{"detach", csitest.ControllerUnpublish, func(h *harness) *csitest.Server { return h.ctl }, structs.ClaimNodeDetached},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "node1")
+			ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
+			h.endedClaim(ref, "web-1", "node1")
+			srv := tc.server(h)
+			srv.Script(tc.method, csitest.Result{Code: codes.Internal, Message: "device busy"})
+			_ = h.w.Assess(h.ctx, ref)
+			if c := h.vol(ref).Claims["web-1"]; c == nil || c.State != tc.state || c.LastError == nil || c.LastError.Code != uint32(codes.Internal) {
+				t.Fatalf("the release did not stop at its failed %s: %+v", tc.method, c)
+			}
+
+			// The retry: the driver runs it, slowly; its leader steps
+			// down while it waits (the pass's context ends).
+			running := make(chan struct{})
+			srv.Script(tc.method, csitest.Result{Block: running, Ran: true})
+			h.clock.Advance(10 * time.Second)
+			pass, stepDown := context.WithCancel(h.ctx)
+			done := make(chan struct{})
+			go func() { defer close(done); _ = h.w.Assess(pass, ref) }()
+			if err := srv.WaitFor(h.ctx, func() bool { return srv.InFlight(tc.method) == 1 }); err != nil {
+				close(running)
+				t.Fatal(err)
+			}
+			stepDown()
+			<-done
+
+			h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
+			claimErr := h.claim(ref, "web-2", "node1", structs.ClaimWrite)
+			close(running) // the driver's retry ends
+			if err := srv.WaitFor(h.ctx, func() bool { return srv.InFlight(tc.method) == 0 }); err != nil {
+				t.Fatal(err)
+			}
+			noViolations(t, h)
+			if claimErr == nil {
+				inUse(t, h, ref, "web-2", machineOf("node1"))
+				t.Fatalf("a claim was taken on a machine where a retried %s was in doubt", tc.method)
+			}
+			if !errors.Is(claimErr, structs.ErrConflict) {
+				t.Fatalf("the refusal %v is not a conflict", claimErr)
+			}
+			h.clock.Advance(10 * time.Second)
+			_ = h.w.Assess(h.ctx, ref)
+			if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
+				t.Fatal(err)
+			}
+			noViolations(t, h)
+			inUse(t, h, ref, "web-2", machineOf("node1"))
+			h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
+			h.releaseAll(ref)
+			noViolations(t, h)
+			nothingLeft(t, h, ref)
+		})
+	}
+}
+
+// The same doubt on a claim still publishing: a leader died mid-publish
+// (or a refused claim's rollback stopped), the allocation ended, and the
+// watcher's release of the publishing record sent NodeUnstage, whose
+// answer was lost while the driver goes on unmounting. A claim on that
+// machine must wait for it as for a taken claim's.
+func TestClaimWaitsForPublishingClaimsUnstageInDoubt(t *testing.T) {
+	h := newHarness(t, "node1")
+	h.withCSITimeout(200 * time.Millisecond)
+	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
+	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
+	crashMidPublish(t, h, ref, "web-1")
+	h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
+	unmounting := make(chan struct{})
+	h.nodes["node1"].Script(csitest.NodeUnstage, csitest.Result{Block: unmounting, Ran: true})
+	_ = h.w.Assess(h.ctx, ref)
+	if c := h.vol(ref).Claims["web-1"]; c == nil || c.State != structs.ClaimPublishing || !c.NodeUnpublished {
+		close(unmounting)
+		t.Fatalf("the release did not stop at its unstage: %+v", c)
+	}
+
+	h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
+	claimErr := h.claim(ref, "web-2", "node1", structs.ClaimWrite)
+	close(unmounting)
+	if err := h.nodes["node1"].WaitFor(h.ctx, func() bool { return h.nodes["node1"].InFlight(csitest.NodeUnstage) == 0 }); err != nil {
+		t.Fatal(err)
+	}
+	noViolations(t, h)
+	if claimErr == nil {
+		inUse(t, h, ref, "web-2", machineOf("node1"))
+		t.Fatal("a claim was taken on a machine where a publishing claim's NodeUnstage was in doubt")
+	}
+	if !errors.Is(claimErr, structs.ErrConflict) {
+		t.Fatalf("the refusal %v is not a conflict", claimErr)
+	}
+	h.clock.Advance(10 * time.Second)
+	_ = h.w.Assess(h.ctx, ref)
+	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
+		t.Fatal(err)
+	}
+	noViolations(t, h)
+	inUse(t, h, ref, "web-2", machineOf("node1"))
+	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
 	h.releaseAll(ref)
 	noViolations(t, h)
 	nothingLeft(t, h, ref)
