@@ -240,3 +240,52 @@ func TestClaimWaitsForPublishingClaimsUnstageInDoubt(t *testing.T) {
 	noViolations(t, h)
 	nothingLeft(t, h, ref)
 }
+
+// A node force-deregistered while it holds a claim comes back under
+// another node ID on the same machine (same plugin, same external node
+// ID) but with another root_dir: a claim there would stage the volume at a
+// second staging path on one machine (CSI spec: NodeStageVolume is once
+// per volume per node), and the old claim's release, seeing the new claim
+// staged on its machine, leaves the first path staged; the last release's
+// ControllerUnpublish then detaches the disk under it. One volume has one
+// staging path per machine: a claim that would stage another is refused
+// until the claims holding the first one are released.
+func TestMachineBackWithAnotherRootDirStagesNoSecondPath(t *testing.T) {
+	h := newHarness(t, "node1")
+	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
+	h.endedClaim(ref, "web-1", "node1")
+	if _, _, err := h.srv.DeregisterNode(h.ctx, "node1", true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: aliasNode, RootDir: altRoot,
+		Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes["node1"].Endpoint()}}}); err != nil {
+		t.Fatal(err)
+	}
+	h.mustAlloc("default", "web-2", aliasNode, structs.AllocRunning)
+	claimErr := h.claim(ref, "web-2", aliasNode, structs.ClaimWrite)
+	noViolations(t, h)
+	if claimErr == nil {
+		_ = h.w.Assess(h.ctx, ref)
+		noViolations(t, h)
+		h.mustAlloc("default", "web-2", aliasNode, structs.AllocComplete)
+		h.releaseAll(ref)
+		noViolations(t, h)
+		nothingLeft(t, h, ref)
+		t.Fatal("a claim staged a second staging path for the volume on one machine")
+	}
+	if !errors.Is(claimErr, structs.ErrConflict) {
+		t.Fatalf("the refusal %v is not a conflict", claimErr)
+	}
+	// Once the old claim is released through the machine, the claim is
+	// taken at the new root.
+	h.releaseAll(ref)
+	if err := h.claim(ref, "web-2", aliasNode, structs.ClaimWrite); err != nil {
+		t.Fatal(err)
+	}
+	noViolations(t, h)
+	inUse(t, h, ref, "web-2", machineOf("node1"))
+	h.mustAlloc("default", "web-2", aliasNode, structs.AllocComplete)
+	h.releaseAll(ref)
+	noViolations(t, h)
+	nothingLeft(t, h, ref)
+}

@@ -726,9 +726,12 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if v.Stuck != nil {
 		return structs.Conflict("volume %q is stuck: %s", name, v.Stuck.Reason)
 	}
-	// The machine check holds for a confirmation too: an unstage in doubt
-	// on this machine since the record was written ahead may unmount what
-	// the claim staged, so the record stays publishing and is rolled back.
+	// The machine checks hold for a new claim and for a retry taking up a
+	// record (resume), at the claim path's check and at the write-ahead
+	// record's commit, before any CSI call. A confirmation returned above:
+	// between its record and its confirmation the claim path holds the
+	// volume's lock, so no release step of the volume ran on this leader,
+	// and another leader's are term-fenced.
 	if err := validateClaimMachine(v, n, c); err != nil {
 		return err
 	}

@@ -128,7 +128,12 @@ func validatePluginUnderClaims(snap *Snapshot, p *structs.Plugin) error {
 // (structs.Volume.UnstagingFor): the unmount may still be running, and a
 // path staged and published now would be removed under the allocation; or
 // a ControllerUnpublishVolume in doubt (structs.Volume.DetachingFor): the
-// disk would be detached under the new claim's mount.
+// disk would be detached under the new claim's mount; or while another
+// claim there may hold the volume staged at another staging path
+// (structs.Volume.StagedElsewhere: a machine back under another node ID
+// with another root_dir). c's paths are known once the claim path has
+// prepared them, so the last check refuses the write-ahead record, before
+// any CSI call.
 func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) error {
 	probe := *c
 	if probe.ExternalNodeID == "" {
@@ -145,6 +150,12 @@ func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) 
 			"the storage may still be detaching the disk, and a claim published there now would lose it under its mount when that ends. "+
 			"The claim is refused until the release's next attempt has the driver's answer; retry the claim then, or claim on another node",
 			volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.ExternalNodeID, why)
+	}
+	if o := v.StagedElsewhere(&probe); o != nil {
+		return structs.Conflict("volume %q: the claim of allocation %q on node %q (the same machine) staged it at %s; a claim on node %q would stage it again at %s, "+
+			"a second staging path on one machine, one of which no release would unstage. "+
+			"The claim is refused until that claim is released; or register node %q with the root_dir that claim's path is under",
+			volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.StagingPath, c.NodeID, c.StagingPath, c.NodeID)
 	}
 	o := v.UnstagingFor(&probe)
 	if o == nil {
