@@ -482,9 +482,10 @@ func (c *VolumeLeftoversCommand) Help() string {
   List the attachments that force-deregistered volumes may have left on
   nodes (node, external IDs, the release state the claim had reached, and
   the NodeUnstage or ControllerUnpublish that was sent with no answer and
-  may still run: a claim of the same disk on that machine is refused until
-  the leftover is cleared). Clean them up on the storage side, then clear
-  them here.
+  may still run). Until a leftover short of controller-detached is
+  cleared, a claim of its disk is refused on its machine, and on every
+  machine for a single-node volume. Clean them up on the storage side,
+  then clear them here.
 
   -clear=<id>
     Forget one leftover by ID (repeatable).

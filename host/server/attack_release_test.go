@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 
+	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
 )
@@ -288,4 +290,70 @@ func TestMachineBackWithAnotherRootDirStagesNoSecondPath(t *testing.T) {
 	h.releaseAll(ref)
 	noViolations(t, h)
 	nothingLeft(t, h, ref)
+}
+
+// `volume deregister -force` of a single-node volume whose claim was never
+// released (its allocation ended, the release had not run): the leftover
+// says the disk may still be attached to node1. The volume registered
+// again for the same disk and claimed on node2 would attach the disk to a
+// second machine (CSI spec: a volume without a MULTI_NODE capability is
+// published to one node at a time; a multi-attach disk would take it). The
+// claim waits until the operator has cleaned the leftover up and cleared
+// it; on node1 too, where the mounts it lists may still be.
+func TestForceDeregisteredAttachmentKeepsDiskFromAnotherMachine(t *testing.T) {
+	h := newHarness(t, "node1", "node2")
+	ref := h.volume("default", "vol1", structs.AccessSingleNodeWriter)
+	h.endedClaim(ref, "web-1", "node1")
+	leftovers, _, err := h.srv.DeregisterVolume(h.ctx, ref.Namespace, ref.ID, true)
+	if err != nil || len(leftovers) != 1 {
+		t.Fatalf("force deregister: %v, leftovers %+v", err, leftovers)
+	}
+	h.volume(ref.Namespace, ref.ID, structs.AccessSingleNodeWriter)
+	for _, node := range []string{"node2", "node1"} {
+		alloc := "web-on-" + node
+		h.mustAlloc("default", alloc, node, structs.AllocRunning)
+		claimErr := h.claim(ref, alloc, node, structs.ClaimWrite)
+		noViolations(t, h)
+		if claimErr == nil {
+			t.Fatalf("a claim on %s was taken while a force-deregistered claim of the disk may still hold it on node1", node)
+		}
+		if !errors.Is(claimErr, structs.ErrConflict) || !strings.Contains(claimErr.Error(), "leftovers -clear") {
+			t.Fatalf("the refusal %v is not a conflict saying what to do", claimErr)
+		}
+		h.mustAlloc("default", alloc, node, structs.AllocFailed)
+	}
+	// The operator cleans node1 up (here: the release's own steps, by hand)
+	// and clears the leftover; the disk is then claimed on node2.
+	h.cleanUpByHand(ref, "web-1", "node1")
+	if _, err := h.srv.ClearLeftovers(h.ctx, []string{leftovers[0].ID}, false); err != nil {
+		t.Fatal(err)
+	}
+	h.mustAlloc("default", "web-2", "node2", structs.AllocRunning)
+	if err := h.claim(ref, "web-2", "node2", structs.ClaimWrite); err != nil {
+		t.Fatal(err)
+	}
+	noViolations(t, h)
+	inUse(t, h, ref, "web-2", machineOf("node2"))
+	h.mustAlloc("default", "web-2", "node2", structs.AllocComplete)
+	h.releaseAll(ref)
+	noViolations(t, h)
+	nothingLeft(t, h, ref)
+}
+
+// cleanUpByHand is what an operator does for a leftover: unpublish,
+// unstage and detach the disk of alloc's claim on node, straight at the
+// plugins.
+func (h *harness) cleanUpByHand(ref structs.VolumeRef, alloc, node string) {
+	h.t.Helper()
+	staging, target := csi.Paths(rootDir, testPlugin, ref.Namespace, ref.ID, alloc)
+	ext, ep := externalID(ref.Namespace, ref.ID), h.nodes[node].Endpoint()
+	if err := h.srv.csi.NodeUnpublishVolume(h.ctx, ep, &csipb.NodeUnpublishVolumeRequest{VolumeId: ext, TargetPath: target}); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.srv.csi.NodeUnstageVolume(h.ctx, ep, &csipb.NodeUnstageVolumeRequest{VolumeId: ext, StagingTargetPath: staging}); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.srv.csi.ControllerUnpublishVolume(h.ctx, h.ctl.Endpoint(), &csipb.ControllerUnpublishVolumeRequest{VolumeId: ext, NodeId: "ext-" + node}); err != nil {
+		h.t.Fatal(err)
+	}
 }

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/volhost/volhost/host/structs"
@@ -171,14 +172,17 @@ func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) 
 		volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.StagingPath, why)
 }
 
-// validateClaimLeftovers refuses a claim c of v on node n while a leftover
-// of the same disk (plugin and external volume ID) on the same machine
-// has a destructive call in doubt (Leftover.InDoubt): the volume was
-// force-deregistered while its release's NodeUnstage or ControllerUnpublish
-// had no answer, the row that said so is gone, and a volume registered
-// again for the disk would stage and publish there while the unmount or
-// detach may still end under it. The operator clears the leftover once
-// the machine is checked.
+// validateClaimLeftovers refuses a claim c of v on node n while a
+// leftover of the same disk (plugin and external volume ID) may still hold
+// it: its force-deregistered claim had not reached controller-detached, so
+// the disk may still be attached, staged or published where it ran, with
+// nothing left to release it but the operator. On that machine (external
+// node ID, else node ID) a claim would stage and publish beside mounts the
+// operator is about to remove, or under a NodeUnstage or
+// ControllerUnpublish that was sent with no answer and may still run
+// (Leftover.InDoubt); on another machine, a single-node volume would be
+// attached a second time (a multi-attach disk takes it). The operator
+// cleans the leftover up, clears it, and the claim goes through.
 func validateClaimLeftovers(snap *Snapshot, v *structs.Volume, n *structs.Node, c *structs.Claim) error {
 	left, err := snap.Leftovers(nil)
 	if err != nil {
@@ -191,18 +195,30 @@ func validateClaimLeftovers(snap *Snapshot, v *structs.Volume, n *structs.Node, 
 		}
 	}
 	for _, l := range left {
-		if l.InDoubt == "" || l.PluginID != v.PluginID || l.ExternalID != v.ExternalID {
+		if l.PluginID != v.PluginID || l.ExternalID != v.ExternalID || l.State.Order() >= structs.ClaimControllerDetached.Order() {
 			continue
 		}
 		same := l.NodeID == c.NodeID
 		if l.ExternalNodeID != "" && ext != "" {
 			same = l.ExternalNodeID == ext
 		}
-		if same {
-			return structs.Conflict("volume %q: disk %q was force-deregistered while the release of allocation %q on node %q (the same machine) had sent %s with no answer: "+
-				"it may still run there and would end under a claim published now. Check the machine, then `volhost volume leftovers -clear %s` and retry the claim, or claim on another node",
-				volName(v.Namespace, v.ID), v.ExternalID, l.AllocID, l.NodeID, l.InDoubt, l.ID)
+		var why string
+		switch {
+		case same && l.InDoubt != "":
+			why = fmt.Sprintf("the release of allocation %q on node %q (the same machine) had sent %s with no answer: it may still run there and would end under a claim published now",
+				l.AllocID, l.NodeID, l.InDoubt)
+		case same:
+			why = fmt.Sprintf("its claim by allocation %q on node %q (the same machine) had reached %s: the disk may still be staged or published there, and cleaning that up would pull it from under a claim published now",
+				l.AllocID, l.NodeID, l.State)
+		case v.AccessMode.SingleNode():
+			why = fmt.Sprintf("its claim by allocation %q on node %q had reached %s: the disk may still be attached there, and volume %q is %s (a second machine would attach it too)",
+				l.AllocID, l.NodeID, l.State, volName(v.Namespace, v.ID), v.AccessMode)
+		default:
+			continue
 		}
+		return structs.Conflict("volume %q: disk %q was force-deregistered and left leftover %q: %s. "+
+			"Clean the leftover up on the storage side, then `volhost volume leftovers -clear %s` and retry the claim",
+			volName(v.Namespace, v.ID), v.ExternalID, l.ID, why, l.ID)
 	}
 	return nil
 }
