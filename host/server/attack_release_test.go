@@ -357,3 +357,39 @@ func (h *harness) cleanUpByHand(ref structs.VolumeRef, alloc, node string) {
 		h.t.Fatal(err)
 	}
 }
+
+// An allocation ends and its claim's release is half done (target
+// unpublished, unstage refused); the allocation is then deleted (the
+// scheduler garbage-collected it) and an allocation with the same ID
+// written again as running. Terminal is for good for an allocation that
+// exists, but a deleted one came back: its claim, still taken, is then
+// answered to its "retry" as published (no CSI call) while its target is
+// gone, and the release stops under a live allocation. An allocation that
+// a claim still names is not written again once gone.
+func TestDeletedAllocationWithClaimDoesNotComeBack(t *testing.T) {
+	h := newHarness(t, "node1")
+	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
+	h.endedClaim(ref, "web-1", "node1")
+	h.nodes["node1"].Script(csitest.NodeUnstage, csitest.Result{Code: codes.Internal, Message: "device busy"})
+	_ = h.w.Assess(h.ctx, ref)
+	if c := h.vol(ref).Claims["web-1"]; c == nil || !c.NodeUnpublished {
+		t.Fatalf("the release did not stop after its NodeUnpublish: %+v", c)
+	}
+	if _, _, err := h.cluster.Apply(h.ctx, structs.AllocDeleteType, &structs.AllocDeleteRequest{AllocIDs: []string{"web-1"}}); err != nil {
+		t.Fatal(err)
+	}
+	upErr := h.alloc("default", "web-1", "node1", structs.AllocRunning)
+	if upErr == nil {
+		claimErr := h.claim(ref, "web-1", "node1", structs.ClaimWrite)
+		if claimErr == nil {
+			inUse(t, h, ref, "web-1", machineOf("node1"))
+		}
+		t.Fatalf("a deleted allocation whose claim is being released was written again as running (claim: %v)", claimErr)
+	}
+	if !errors.Is(upErr, structs.ErrConflict) {
+		t.Fatalf("the refusal %v is not a conflict", upErr)
+	}
+	h.releaseAll(ref)
+	noViolations(t, h)
+	nothingLeft(t, h, ref)
+}

@@ -597,6 +597,21 @@ func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
 			}
 			continue // its node may have been deregistered since
 		}
+		// Gone is for good too while a claim still names the
+		// allocation: it ended before it was deleted (a live one's claim
+		// is never released), its claim may be half released, and the
+		// claim path would answer the claim taken to an allocation
+		// running again with its target already unpublished.
+		if !a.ClientStatus.Terminal() {
+			vols, err := snap.VolumesClaimedByAlloc(nil, a.ID)
+			if err != nil {
+				return err
+			}
+			if len(vols) > 0 {
+				return structs.Conflict("allocation %q was deleted while its claim on volume %q is being released; it cannot come back as %s (use a new allocation ID)",
+					a.ID, volName(vols[0].Namespace, vols[0].ID), a.ClientStatus)
+			}
+		}
 		if _, err := mustExist(snap.NodeByID, "node", a.NodeID); err != nil {
 			return err
 		}
