@@ -72,6 +72,11 @@ type Options struct {
 	// function, _initialize and configure (DefaultInitTimeout if 0; at
 	// least 10 call_timeouts either way).
 	InitTimeout time.Duration
+	// Signed names the modules that run only what a signed source
+	// verified, each with a description of that source for refusals
+	// (e.g. `module_source "policy" (registry/modules/policy:stable)`):
+	// Shadow refuses their candidates, ShadowSigned takes them.
+	Signed map[string]string
 }
 
 // Swap tells Options.OnSwap that a module's serving generation changed.

@@ -593,7 +593,24 @@ var ErrCandidate = errors.New("shadow candidate refused")
 // serving file), maxima, compile, canary and self-test. It replaces any
 // shadow candidate. Like the module directory, it is this agent's state:
 // it lasts until a reload brings new files, or the agent restarts.
+//
+// A module listed in Options.Signed refuses it (ErrSignatureRequired):
+// its candidates come through ShadowSigned.
 func (m *Manager) Shadow(ctx context.Context, name string, wasm, manifestSrc []byte) (Status, error) {
+	return m.shadow(ctx, name, wasm, manifestSrc, false)
+}
+
+// ShadowSigned is Shadow for a candidate whose signature its source
+// verified against the module's key (plugins/source's Poller, before its
+// Apply): the only way in for a module listed in Options.Signed.
+func (m *Manager) ShadowSigned(ctx context.Context, name string, wasm, manifestSrc []byte) (Status, error) {
+	return m.shadow(ctx, name, wasm, manifestSrc, true)
+}
+
+func (m *Manager) shadow(ctx context.Context, name string, wasm, manifestSrc []byte, signed bool) (Status, error) {
+	if err := m.checkSigned(name, signed); err != nil {
+		return Status{}, err
+	}
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
 	mod, err := m.moduleLocked(name)

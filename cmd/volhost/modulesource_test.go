@@ -154,7 +154,6 @@ func TestModuleSourceShadow(t *testing.T) {
 // modules:reload, or management, would bypass the signature. The upload
 // is refused, naming the module_source, and nothing shadows.
 func TestSignedModuleRefusesUploadedCandidates(t *testing.T) {
-	t.Skip("attack: an uploaded candidate bypasses module_source's signature (unfixed)")
 	host, _ := sourcetest.NewRegistry(t)
 	_, pub := writeKeys(t, t.TempDir(), "k")
 	dir := t.TempDir()
