@@ -34,6 +34,9 @@ func (snap *Snapshot) Validate(t structs.MessageType, req any) error {
 	if err := o.validate(snap, req); err != nil {
 		return err // the same refusal Apply would give
 	}
+	if err := validateAllocWrites(snap, t, req); err != nil {
+		return err
+	}
 	return validateNewIDs(snap, t, req)
 }
 
