@@ -21,6 +21,7 @@ package nomad
 
 import (
 	"fmt"
+	"net/url"
 	"time"
 )
 
@@ -62,6 +63,19 @@ type TLSConfig struct {
 	ClientKey  string `hcl:"client_key,optional"`
 	ServerName string `hcl:"server_name,optional"`
 	Insecure   bool   `hcl:"insecure,optional"`
+}
+
+// ShownAddress is the address as volhost shows it (status, events,
+// errors, logs): without the user information a URL may carry, whose
+// password the Nomad client sends as basic authentication, a credential
+// like the token.
+func (c Config) ShownAddress() string {
+	u, err := url.Parse(c.Address)
+	if err != nil {
+		return "(the configured Nomad address, not shown: it does not parse as a URL)"
+	}
+	u.User = nil
+	return u.String()
 }
 
 // Settings is a validated Config.
