@@ -286,6 +286,12 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("cluster: data dir: %w", err)
 		}
+		// The log and snapshots hold volume secrets in clear and the
+		// keyring that seals saved snapshots: private, even when the
+		// directory existed before with wider permissions.
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("cluster: data dir: %w", err)
+		}
 		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open raft log %s: %w", dir, err)
