@@ -21,6 +21,7 @@ package nomad
 
 import (
 	"fmt"
+	"net"
 	"net/url"
 	"time"
 )
@@ -76,6 +77,23 @@ func (c Config) ShownAddress() string {
 	}
 	u.User = nil
 	return u.String()
+}
+
+// Insecure names what the configuration exposes, "" when nothing: a
+// token (or an address's password) sent over plain HTTP to another
+// machine crosses the network in clear. The agent logs it at start.
+func (c Config) Insecure() string {
+	u, err := url.Parse(c.Address)
+	if err != nil || u.Scheme != "http" {
+		return ""
+	}
+	if _, hasPassword := u.User.Password(); c.Token == "" && !hasPassword {
+		return ""
+	}
+	if ip := net.ParseIP(u.Hostname()); (ip != nil && ip.IsLoopback()) || u.Hostname() == "localhost" {
+		return ""
+	}
+	return fmt.Sprintf("INSECURE: scheduler \"nomad\" sends its token to %s over plain HTTP: it crosses the network in clear; use https with a tls block", c.ShownAddress())
 }
 
 // Settings is a validated Config.
