@@ -15,12 +15,6 @@ import (
 // allocation); a sync changing an allocation registered through the API
 // would do the same to the API's.
 func checkAllocOwner(snap *Snapshot, f string, a *structs.Alloc, source string) error {
-	if a.Source != source {
-		if source == "" {
-			return structs.Invalid(f+".source", "must be empty: %q names a scheduler source, and only that source's sync writes its allocations", a.Source)
-		}
-		return structs.Invalid(f+".source", "must be %q, the syncing source, got %q", source, a.Source)
-	}
 	old, err := snap.AllocByID(nil, a.ID)
 	if err != nil {
 		return err
@@ -32,6 +26,12 @@ func checkAllocOwner(snap *Snapshot, f string, a *structs.Alloc, source string) 
 		}
 		return structs.Conflict("allocation %q was registered by %s: it is not %s to change (it ends when its owner reports it ended)",
 			a.ID, ownerOf(old), writer)
+	}
+	if a.Source != source {
+		if source == "" {
+			return structs.Invalid(f+".source", "must be empty: %q names a scheduler source, and only that source's sync writes its allocations", a.Source)
+		}
+		return structs.Invalid(f+".source", "must be %q, the syncing source, got %q", source, a.Source)
 	}
 	return nil
 }

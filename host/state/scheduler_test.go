@@ -128,6 +128,10 @@ func TestAPIAllocWritesLeaveSchedulerAllocsAlone(t *testing.T) {
 	}{
 		{"end an allocation Nomad mirrors", &structs.Alloc{ID: "nomad-1", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocComplete},
 			"scheduler \"nomad\"", structs.ErrConflict},
+		// `volhost alloc update` reads the allocation and writes it back,
+		// source included.
+		{"end an allocation Nomad mirrors, its source copied", &structs.Alloc{ID: "nomad-1", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocComplete, Source: "nomad"},
+			"scheduler \"nomad\"", structs.ErrConflict},
 		{"name a source", &structs.Alloc{ID: "new", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocRunning, Source: "nomad"},
 			"source", nil},
 		{"move an allocation to another namespace", &structs.Alloc{ID: "a1", Namespace: "other", NodeID: "n1", ClientStatus: structs.AllocRunning},
