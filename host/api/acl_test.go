@@ -208,8 +208,10 @@ var aclCases = []struct {
 	{"alloc write", "PUT", "/v1/allocs", `{"allocs":[{"id":"a1","node_id":"n1","client_status":"running"}]}`, "node:write",
 		`node { policy = "write" }`, `node { policy = "read" }`},
 	// Node-scoped tokens (a node agent writes its own node only).
-	{"node write scoped", "PUT", "/v1/node/n1/status", `{"status":"down"}`, `node:write on node "n1"`,
-		`node_id "n1" { policy = "write" }`, `node_id "n2" { policy = "write" }`},
+	// A node's status is the operator's word: its own node_id rule does
+	// not grant it (the agent heartbeats instead).
+	{"node status needs every node", "PUT", "/v1/node/n1/status", `{"status":"down"}`, "node:write",
+		`node { policy = "write" }`, `node_id "n1" { policy = "write" }`},
 	{"node register scoped", "PUT", "/v1/nodes", `{"node":{"id":"n1"}}`, `node:write on node "n1"`,
 		`node_id "n1" { policy = "write" }`, `node_id "n1" { policy = "read" }`},
 	{"plugin write needs every node", "PUT", "/v1/plugins", `{"plugin":{"id":"p3"}}`, "node:write",

@@ -154,8 +154,13 @@ var routeRules = map[string]rule{
 	"PUT /v1/nodes":             audited(needNode(acl.NodeWrite, nodeBody), "node-register"),
 	"POST /v1/nodes":            audited(needNode(acl.NodeWrite, nodeBody), "node-register"),
 	"GET /v1/node/{id}":         needNode(acl.NodeRead, nodePath),
-	"PUT /v1/node/{id}/status":  audited(needNode(acl.NodeWrite, nodePath), "node-status"),
-	"POST /v1/node/{id}/status": audited(needNode(acl.NodeWrite, nodePath), "node-status"),
+	// A status set here is an operator's word, not a timeout (the store
+	// clears HeartbeatLost): "down" lets the default policy skip the
+	// node steps of its claims, as a fence does. Never a node agent's
+	// (node_id rules do not grant it): its agent reports liveness by
+	// heartbeats on its stream.
+	"PUT /v1/node/{id}/status":  audited(need(acl.NodeWrite), "node-status"),
+	"POST /v1/node/{id}/status": audited(need(acl.NodeWrite), "node-status"),
 	// A fence lets claims skip their node steps (a forced detach): an
 	// operator's attestation, never a node agent's.
 	"PUT /v1/node/{id}/fence":    audited(need(acl.OperatorWrite), "node-fence"),
