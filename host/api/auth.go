@@ -151,9 +151,9 @@ var routeRules = map[string]rule{
 	// these routes are about one node and are checked against it. A
 	// registration decides where the node's steps, with volume secrets,
 	// are sent: audited, like a plugin's controller endpoint below.
-	"PUT /v1/nodes":             audited(needNode(acl.NodeWrite, nodeBody), "node-register"),
-	"POST /v1/nodes":            audited(needNode(acl.NodeWrite, nodeBody), "node-register"),
-	"GET /v1/node/{id}":         needNode(acl.NodeRead, nodePath),
+	"PUT /v1/nodes":     audited(needNode(acl.NodeWrite, nodeBody), "node-register"),
+	"POST /v1/nodes":    audited(needNode(acl.NodeWrite, nodeBody), "node-register"),
+	"GET /v1/node/{id}": needNode(acl.NodeRead, nodePath),
 	// A status set here is an operator's word, not a timeout (the store
 	// clears HeartbeatLost): "down" lets the default policy skip the
 	// node steps of its claims, as a fence does. Never a node agent's
