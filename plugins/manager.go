@@ -264,6 +264,9 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	opts.Maxima = opts.Maxima.withDefaults()
 	m := &Manager{opts: opts, log: opts.Logger.Named("plugins")}
 	if opts.CacheDir != "" {
+		if err := checkCacheDir(opts.CacheDir); err != nil {
+			return nil, fmt.Errorf("plugins: compilation cache: %w", err)
+		}
 		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
 		if err != nil {
 			return nil, fmt.Errorf("plugins: compilation cache %s: %w", opts.CacheDir, err)
