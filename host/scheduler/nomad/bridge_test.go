@@ -385,3 +385,27 @@ func TestNomadAddressCredentialsNeverShown(t *testing.T) {
 		t.Fatalf("the address is not shown at all:\n%s", shown)
 	}
 }
+
+// TestJobAuthorCannotClaimAnotherNamespace: a Nomad job author names
+// volumes in its group meta, with a volhost namespace if it likes. The
+// allocation is mirrored in its Nomad namespace, and the store refuses a
+// claim by an allocation of one namespace on a volume of another: a job
+// in "dev" naming "default/v1" gets one refusal (a problem line and an
+// event), never the volume.
+func TestJobAuthorCannotClaimAnotherNamespace(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	a := web("dev-1", "n1", clientRunning, "run")
+	a.Namespace = "dev"
+	a = h.nomad.setAlloc(a, map[string]string{"volhost_volume_data": "default/v1"})
+	ok := h.nomad.setAlloc(web("ok", "n1", clientRunning, "run"), map[string]string{"volhost_volume_d": "v2"})
+	h.nomad.push(t, Batch{Allocs: []Alloc{a, ok}})
+	testutil.WaitFor(t, "the claim of v2", func() bool { return h.claimed("v2", "ok") })
+	testutil.WaitFor(t, "the refusal as an event", func() bool { return len(h.events("namespace")) == 1 })
+	if h.claimed("v1", "dev-1") {
+		t.Fatal("an allocation of Nomad namespace dev claimed volume default/v1")
+	}
+	if ev := h.events("namespace")[0]; !strings.Contains(ev.Message, "dev-1") {
+		t.Fatalf("refusal event %q does not name the allocation", ev.Message)
+	}
+}
