@@ -63,20 +63,6 @@ type Leadership interface {
 	ConfirmLeader(ctx context.Context, term uint64) error
 }
 
-// NodeCSI is a CSI node service reached at an endpoint.
-type NodeCSI interface {
-	NodeUnpublishVolume(ctx context.Context, endpoint string, req *csipb.NodeUnpublishVolumeRequest) error
-	NodeUnstageVolume(ctx context.Context, endpoint string, req *csipb.NodeUnstageVolumeRequest) error
-}
-
-// NodeAgents reaches the node agents (`volhost agent -client`) connected
-// to this server. A node registered through its agent is driven only
-// through it: the endpoint a call names is the one the agent registered.
-type NodeAgents interface {
-	// NodeAgent returns node's connected agent; false when none is.
-	NodeAgent(nodeID string) (NodeCSI, bool)
-}
-
 // ControllerCSI is a CSI controller service reached at an endpoint.
 type ControllerCSI interface {
 	ControllerUnpublishVolume(ctx context.Context, endpoint string, req *csipb.ControllerUnpublishVolumeRequest) error

@@ -14,6 +14,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // Step names, as they appear in ClaimError.Step and AdapterRequest.Step.
@@ -448,7 +449,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 	}
 	published := c.TargetPath != "" || c.StagingPath != ""
 	var flags stepFlags
-	var nodeCSI NodeCSI
+	var nodeCSI attach.NodeRelease
 	var acks []string           // keyed steps whose outcome the advance commits
 	rec, recorded := ctx, false // the context of the writes that record what the node did
 	fence := p.fence(c.NodeID)
@@ -480,7 +481,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			if fe != nil {
 				return false, p.failAdapt(ctx, c, fe)
 			}
-			err := p.callCSI(WithStepKey(ctx, p.stepKey(c, StepNodeUnpublish)), func(ctx context.Context) error {
+			err := p.callCSI(attach.WithStepKey(ctx, attach.Key(p.ref, c, StepNodeUnpublish)), func(ctx context.Context) error {
 				return nodeCSI.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
 					VolumeId:   resp.VolumeID,
 					TargetPath: c.TargetPath,
@@ -490,7 +491,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 				return false, err
 			}
 			unpublished = true
-			acks = append(acks, p.stepKey(c, StepNodeUnpublish))
+			acks = append(acks, attach.Key(p.ref, c, StepNodeUnpublish))
 			// From here on the pass records what the node did: a pass
 			// cancelled now (the watcher disabled, a step-down under
 			// way) must still commit the unpublish, or the next pass
@@ -502,7 +503,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 		// The staging path is shared by the volume's claims on this
 		// machine: unstage only when no other one needs it,
 		// as committed state says right now, with the claim path held
-		// off until the checkpoint is written (VolumeLocks).
+		// off until the checkpoint is written (attach.VolumeLocks).
 		// Whether the claim staged is its own record (it staged only
 		// when the plugin stages), never the node's registration today:
 		// a node re-registered with the capability off would otherwise
@@ -530,7 +531,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 					if err := p.recordUnpublished(rec, c); err != nil {
 						return false, err
 					}
-					ackSteps(nodeCSI, acks...)
+					attach.Ack(nodeCSI, acks...)
 					acks = nil
 				}
 				resp, fe := p.adapt(ctx, c, StepNodeUnstage)
@@ -539,7 +540,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 				}
 				// The unstage, a new destructive call, runs under the pass's
 				// own context: a cancelled pass records, it does not act.
-				err := p.callCSI(WithStepKey(ctx, p.stepKey(c, StepNodeUnstage)), func(ctx context.Context) error {
+				err := p.callCSI(attach.WithStepKey(ctx, attach.Key(p.ref, c, StepNodeUnstage)), func(ctx context.Context) error {
 					return nodeCSI.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
 						VolumeId:          resp.VolumeID,
 						StagingTargetPath: c.StagingPath,
@@ -549,7 +550,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 					return false, err
 				}
 				flags.unstaged = true
-				acks = append(acks, p.stepKey(c, StepNodeUnstage))
+				acks = append(acks, attach.Key(p.ref, c, StepNodeUnstage))
 			}
 		}
 	}
@@ -567,7 +568,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 	if err := p.advance(rec, c, structs.ClaimNodeDetached, nil, flags); err != nil {
 		return false, err
 	}
-	ackSteps(nodeCSI, acks...)
+	attach.Ack(nodeCSI, acks...)
 	if forced {
 		p.forcedDetach(fence)
 		p.log.Warn("node steps skipped: node is fenced", "alloc", c.AllocID, "node", c.NodeID,

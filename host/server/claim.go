@@ -14,6 +14,7 @@ import (
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // ClaimVolume publishes a volume for an allocation and records the claim.
@@ -217,7 +218,7 @@ type publisher struct {
 
 	// Set by prepare, before the claim is written ahead.
 	np         *structs.NodePlugin // the node's plugin, nil or without endpoint: no node steps
-	nodeCSI    NodeSteps
+	nodeCSI    attach.NodeSteps
 	adapted    *abi.AdapterResponse
 	secrets    map[string]string
 	capability *csipb.VolumeCapability
@@ -443,16 +444,15 @@ func (p *publisher) checkMachine(ctx context.Context, np *structs.NodePlugin) er
 // nodeSteps is where the claim's node steps go: the node's agent when it
 // registered through one (its endpoints are node-local: never dialled
 // from here), else this server in direct mode.
-func (p *publisher) nodeSteps() (NodeSteps, error) {
-	if !p.node.Agent {
+func (p *publisher) nodeSteps() (attach.NodeSteps, error) {
+	a, viaAgent := attach.AgentOf(p.s.agents, p.node)
+	switch {
+	case !viaAgent:
 		return p.s.node, nil
+	case a == nil:
+		return nil, structs.Conflict("the node agent of node %q is not connected to this server: the claim cannot be published there now", p.node.ID)
 	}
-	if p.s.agents != nil {
-		if a, ok := p.s.agents.NodeSteps(p.node.ID); ok {
-			return a, nil
-		}
-	}
-	return nil, structs.Conflict("the node agent of node %q is not connected to this server: the claim cannot be published there now", p.node.ID)
+	return a, nil
 }
 
 // rollback undoes the publish steps that ran or may have run, newest

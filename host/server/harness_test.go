@@ -18,6 +18,7 @@ import (
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // harness is the whole claim machinery of one server over real parts: a
@@ -91,7 +92,7 @@ func newHarness(t testing.TB, nodeIDs ...string) *harness {
 		h.nodes[id] = csitest.NewServer(t, csitest.Options{NodeID: "ext-" + id, StageUnstage: true, OnCall: hook(id),
 			Oracle: h.oracle, Machine: machineOf(id)})
 	}
-	locks := watcher.NewVolumeLocks()
+	locks := attach.NewVolumeLocks()
 	h.agents = &agentLinks{client: client, up: map[string]bool{}}
 	h.srv = New(Config{Store: h.store, Log: c, CSI: client, Modules: h.mods, Clock: h.clock, Locks: locks, Agents: h.agents})
 	h.w = watcher.New(watcher.Config{
@@ -141,14 +142,7 @@ func (a *agentLinks) connected(nodeID string) bool {
 	return a.up[nodeID]
 }
 
-func (a *agentLinks) NodeSteps(nodeID string) (NodeSteps, bool) {
-	if !a.connected(nodeID) {
-		return nil, false
-	}
-	return a.client, true
-}
-
-func (a *agentLinks) NodeAgent(nodeID string) (watcher.NodeCSI, bool) {
+func (a *agentLinks) NodeAgent(nodeID string) (attach.NodeSteps, bool) {
 	if !a.connected(nodeID) {
 		return nil, false
 	}
