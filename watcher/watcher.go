@@ -527,14 +527,6 @@ func (w *Watcher) leaderContext(ctx context.Context) (context.Context, context.C
 	return ctx, func() { stop(); cancel(); w.wg.Done() }, nil
 }
 
-// confirm checks, before a CSI call, that this server still leads term.
-func (w *Watcher) confirm(ctx context.Context, term uint64) error {
-	if w.deps.Leadership == nil {
-		return nil
-	}
-	return w.deps.Leadership.ConfirmLeader(ctx, term)
-}
-
 // clampRetry turns a module's retry_after_ms into a duration within [0,
 // MaxRetryAfter]. A huge value must not overflow into a time in the past,
 // which re-assessed the claim at once, forever.

@@ -267,14 +267,14 @@ func (onlyAsked) ReleasableVolumes() ([]structs.VolumeRef, error) { return nil, 
 type switchModules struct {
 	mu       sync.Mutex
 	policies map[string]watcher.Policy
-	adapters map[string]watcher.Adapter
+	adapters map[string]attach.Adapter
 }
 
-func (m *switchModules) set(ns string, p watcher.Policy, a watcher.Adapter) {
+func (m *switchModules) set(ns string, p watcher.Policy, a attach.Adapter) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.policies == nil {
-		m.policies, m.adapters = map[string]watcher.Policy{}, map[string]watcher.Adapter{}
+		m.policies, m.adapters = map[string]watcher.Policy{}, map[string]attach.Adapter{}
 	}
 	m.policies[ns], m.adapters[ns] = p, a
 }
@@ -288,7 +288,7 @@ func (m *switchModules) PolicyFor(v *structs.Volume) watcher.Policy {
 	return watcher.DefaultPolicy{}
 }
 
-func (m *switchModules) AdapterFor(v *structs.Volume) watcher.Adapter {
+func (m *switchModules) AdapterFor(v *structs.Volume) attach.Adapter {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if a := m.adapters[v.Namespace]; a != nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
-	"github.com/volhost/volhost/watcher"
 	"github.com/volhost/volhost/watcher/attach"
 )
 
@@ -27,10 +26,11 @@ type Log interface {
 	Apply(ctx context.Context, t structs.MessageType, req any) (uint64, any, error)
 	IsLeader() bool
 	Leader() (addr, id string)
-	// ReadyTerm and ConfirmLeader fence the claim path's CSI calls by
-	// leadership term (watcher.Leadership).
+	// ReadyTerm is the term the claim path runs under; ConfirmLeader
+	// fences each of its CSI calls by that term (attach.Call), as the
+	// watcher's are.
 	ReadyTerm() uint64
-	ConfirmLeader(ctx context.Context, term uint64) error
+	attach.Leader
 	// WaitForLeader blocks until this server's step-up is complete.
 	WaitForLeader(ctx context.Context) error
 }
@@ -48,7 +48,7 @@ type Server struct {
 	csi     *csi.Client
 	node    attach.NodeSteps
 	agents  attach.NodeAgents
-	modules watcher.Modules
+	modules attach.Adapters
 	release releaser
 	clock   clockwork.Clock
 	logger  hclog.Logger
@@ -72,8 +72,9 @@ type Config struct {
 	Node attach.NodeSteps
 	// Agents routes the node steps of nodes registered by a node agent;
 	// nil: none is ever connected.
-	Agents  attach.NodeAgents
-	Modules watcher.Modules
+	Agents attach.NodeAgents
+	// Modules serves the volumes' adapters (the watcher's Modules).
+	Modules attach.Adapters
 	Clock   clockwork.Clock
 	Logger  hclog.Logger
 	// Locks is shared with the watcher (nil: the server's own).
