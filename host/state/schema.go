@@ -116,6 +116,7 @@ func schema() *memdb.DBSchema {
 		tableStats:      statsTableSchema(),
 		tableVolumeMods: volumeModsTableSchema(),
 		tableClaims:     claimsTableSchema(),
+		tableNodeClaims: nodeClaimsTableSchema(),
 		tableStuck:      stuckTableSchema(),
 	}}
 	addACLTables(s.Tables)
