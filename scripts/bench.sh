@@ -127,7 +127,7 @@ if [ "${SKIP_SCALE_CLUSTER:-}" != 1 ]; then
   (cd test/peers && go build -o "$out/e2e-bin/" ./cmd/gcepd ./cmd/mockcsi)
   (cd test/peers && VOLHOST_E2E_BIN_DIR="$out/e2e-bin" VOLHOST_SCALE_VOLUMES=$cn VOLHOST_SCALE_HCL="$chcl" \
     VOLHOST_SCALE_MD="$out/scale-cluster.md" VOLHOST_SCALE_REPORT="$out/scale-cluster.json" \
-    go test -count=1 -run '^TestScaleCluster$' -timeout 120m -v ./e2e/ 2>&1) | grep -v '^        {' >"$out/scale-cluster.txt" || true
+    go test -count=1 -run '^TestScaleCluster$' -timeout 180m -v ./e2e/ 2>&1) | grep -v '^        {' >"$out/scale-cluster.txt" || true
   grep -E '^(--- |ok|FAIL)' "$out/scale-cluster.txt" || true
 fi
 t1=$(date +%s)
@@ -176,7 +176,7 @@ if [ "${SKIP_SCALE_CLUSTER:-}" != 1 ] && [ -s "$out/scale-cluster.md" ]; then
   {
     echo '```sh'
     echo "make build"
-    echo "cd test/peers && VOLHOST_SCALE_VOLUMES=${SCALE_CLUSTER_VOLUMES:-1000000} VOLHOST_SCALE_HCL='$chcl' go test -count=1 -run '^TestScaleCluster\$' -timeout 120m -v ./e2e/"
+    echo "cd test/peers && VOLHOST_SCALE_VOLUMES=${SCALE_CLUSTER_VOLUMES:-1000000} VOLHOST_SCALE_HCL='$chcl' go test -count=1 -run '^TestScaleCluster\$' -timeout 180m -v ./e2e/"
     echo '```'
     echo
     cat "$out/scale-cluster.md"

@@ -49,9 +49,11 @@ func TestScaleCluster(t *testing.T) {
 	maxLeaderChanges := chaosInt(t, "VOLHOST_SCALE_MAX_LEADER_CHANGES", 0)
 	const nodes = 4
 
-	// A million volumes load in minutes on a shared 2-core machine; the
-	// budget grows with the size.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+time.Duration(nvol/1000)*3*time.Second)
+	// A million volumes load in minutes on a shared 2-core machine, and
+	// its claims and releases run at a hundred or two a second there: the
+	// budget grows with both.
+	ctx, cancel := context.WithTimeout(context.Background(),
+		10*time.Minute+time.Duration(nvol/1000)*3*time.Second+time.Duration(nclaim)*25*time.Millisecond)
 	defer cancel()
 	dir := t.TempDir()
 	sock, err := os.MkdirTemp("", "vh")
