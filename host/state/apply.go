@@ -93,7 +93,7 @@ type writer struct {
 	// stats is this write's change to VolumeStats (stats.go).
 	stats volumeDelta
 	// nodeClaimDelta is this write's change to the claims on each node
-	// (node_claims.go).
+	// (node_claim_counts.go).
 	nodeClaimDelta map[string]int
 	// mods is, for each volume written, the ModifyIndex it had before
 	// this write and has after it, 0 when absent (volume_mods.go).
