@@ -36,6 +36,9 @@ type scaleReport struct {
 	// RSSHeldParts splits RSSHeldMiB into anonymous memory (the Go heap)
 	// and mapped files (the bolt log, the binary).
 	RSSHeldParts map[string][2]int `json:"rss_held_anon_file_mib"`
+	// HeapHeldMiB is each server's Go heap in use and the heap its last
+	// collection found live (half the next goal), with the claims held.
+	HeapHeldMiB map[string][2]int `json:"heap_held_inuse_live_mib"`
 
 	SnapshotSaveSeconds float64 `json:"operator_snapshot_save_seconds"`
 	SnapshotBytes       int64   `json:"operator_snapshot_bytes"`
@@ -256,12 +259,18 @@ func (rep *scaleReport) markdown() string {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	var held, peak []string
+	var held, peak, heap []string
 	for _, id := range ids {
 		held = append(held, fmt.Sprintf("%s %d (anon %d, files %d)", id, rep.RSSHeldMiB[id], rep.RSSHeldParts[id][0], rep.RSSHeldParts[id][1]))
 		peak = append(peak, fmt.Sprintf("%s %d", id, rep.RSSMaxMiB[id]))
+		if h, ok := rep.HeapHeldMiB[id]; ok {
+			heap = append(heap, fmt.Sprintf("%s %d / %d", id, h[0], h[1]))
+		}
 	}
 	fmt.Fprintf(&b, "| RSS per server with the claims held, MiB | %s |\n", strings.Join(held, ", "))
+	if len(heap) > 0 {
+		fmt.Fprintf(&b, "| Go heap per server with the claims held: in use / live at the last collection, MiB | %s |\n", strings.Join(heap, ", "))
+	}
 	fmt.Fprintf(&b, "| RSS per server, largest over the run, MiB | %s |\n", strings.Join(peak, ", "))
 	fmt.Fprintf(&b, "| volumes loaded (PUT /v1/volumes, 1,000 per request) | %.1f s, %.0f/s |\n", rep.LoadSeconds, rep.VolumesPerSec)
 	fmt.Fprintf(&b, "| raft's own snapshots | %d, longest %.2f s, at most %d of %d servers at one moment |\n",

@@ -101,7 +101,7 @@ func TestScaleCluster(t *testing.T) {
 	}()
 	start := time.Now()
 	rep := scaleReport{Volumes: nvol, Claims: nclaim, Clients: clients, Servers: len(c.Servers), Started: start.UTC(),
-		RSSMaxMiB: map[string]int{}, RSSHeldMiB: map[string]int{}, RSSHeldParts: map[string][2]int{}}
+		RSSMaxMiB: map[string]int{}, RSSHeldMiB: map[string]int{}, RSSHeldParts: map[string][2]int{}, HeapHeldMiB: map[string][2]int{}}
 	rss := startRSSSampler(c, rep.RSSMaxMiB)
 	defer rss.stop()
 
@@ -180,6 +180,9 @@ func TestScaleCluster(t *testing.T) {
 		pid := s.cmd.Process.Pid
 		rep.RSSHeldMiB[s.ID] = procRSSMiB(pid)
 		rep.RSSHeldParts[s.ID] = [2]int{procStatusMiB(pid, "RssAnon"), procStatusMiB(pid, "RssFile")}
+		if h, err := heapFigures(ctx, s.API); err == nil {
+			rep.HeapHeldMiB[s.ID] = h
+		}
 	}
 	rep.mark("UI routes timed, claims held")
 	if rep.RoutesHeld, err = timeRoutes(ctx, api, 7); err != nil {
@@ -602,4 +605,37 @@ func procStatusMiB(pid int, field string) int {
 		}
 	}
 	return 0
+}
+
+// heapFigures reads a server's Go heap from its metrics (the Go
+// collector's): the heap in use and half the next collection's goal,
+// which under GOGC=100 is the heap the last collection found live, in MiB.
+func heapFigures(ctx context.Context, a *API) ([2]int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/v1/metrics", nil)
+	if err != nil {
+		return [2]int{}, err
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return [2]int{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return [2]int{}, err
+	}
+	var inuse, next float64
+	for _, line := range strings.Split(string(b), "\n") {
+		var v float64
+		if _, err := fmt.Sscanf(line, "go_memstats_heap_inuse_bytes %g", &v); err == nil {
+			inuse = v
+		}
+		if _, err := fmt.Sscanf(line, "go_memstats_next_gc_bytes %g", &v); err == nil {
+			next = v
+		}
+	}
+	if inuse == 0 || next == 0 {
+		return [2]int{}, fmt.Errorf("metrics of %s: no Go heap figures", a.base)
+	}
+	return [2]int{int(inuse / (1 << 20)), int(next / 2 / (1 << 20))}, nil
 }
