@@ -396,14 +396,15 @@ func TestDeletedAllocationWithClaimDoesNotComeBack(t *testing.T) {
 
 // A refused claim's rollback loses the answer of its NodeUnstage undo
 // (the caller's deadline passed while the driver goes on unmounting): the
-// rollback stops and the claim's publishing record stays, but nothing in
-// it says an unstage may still run (the release side records
-// node_unpublished before its own NodeUnstage; the claim path writes
-// nothing after its record). A claim of the volume on that machine then
-// stages (idempotent: the path is still staged), publishes, and the
-// rollback's unmount ends under it.
+// rollback stops and the claim's publishing record stays. Unless it says
+// an unstage may still run (as a release records node_unpublished before
+// its own NodeUnstage), a claim of the volume on that machine stages
+// (idempotent: the path is still staged), publishes, and the rollback's
+// unmount ends under it.
 func TestClaimWaitsForRollbackUnstageInDoubt(t *testing.T) {
-	t.Skip("open: the claim path records nothing when its rollback's NodeUnstage loses its answer, so a claim on the machine does not wait for it (RELIABILITY, the third review's open items); takes the CSI client's 10 s call timeout")
+	if testing.Short() {
+		t.Skip("waits out the CSI client's 10 s call timeout")
+	}
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
 	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
@@ -425,4 +426,27 @@ func TestClaimWaitsForRollbackUnstageInDoubt(t *testing.T) {
 		inUse(t, h, ref, "web-2", machineOf("node1"))
 		t.Fatal("a claim was taken on a machine where a rollback's NodeUnstage was in doubt")
 	}
+	if !errors.Is(claimErr, structs.ErrConflict) {
+		t.Fatalf("the refusal %v is not a conflict", claimErr)
+	}
+	if c := h.vol(ref).Claims["web-1"]; c == nil || c.State != structs.ClaimPublishing || !c.UnstageInDoubt() {
+		t.Fatalf("the refused claim's record does not say its unstage is in doubt: %+v", c)
+	}
+	// The retry of the refused claim does not take the record up.
+	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err == nil {
+		t.Fatal("a retry took up a record whose rollback's unstage is in doubt")
+	}
+	// The allocation fails; the watcher releases the record, re-sending
+	// the unstage, and the claim on the machine is then taken.
+	h.mustAlloc("default", "web-1", "node1", structs.AllocFailed)
+	h.releaseAll(ref)
+	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
+		t.Fatal(err)
+	}
+	noViolations(t, h)
+	inUse(t, h, ref, "web-2", machineOf("node1"))
+	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
+	h.releaseAll(ref)
+	noViolations(t, h)
+	nothingLeft(t, h, ref)
 }

@@ -143,6 +143,9 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 		if !resumed && pub.rollback(ctx) {
 			pub.remove(ctx, index)
 		} else {
+			if pub.unstageInDoubt {
+				pub.recordUnstageInDoubt(ctx, index)
+			}
 			s.logger.Warn("refused claim left publishing for the watcher to release once its allocation ends (or for a retry to finish)",
 				"volume", key, "alloc", claim.AllocID, "node", claim.NodeID, "resumed", resumed)
 		}
@@ -213,6 +216,12 @@ type publisher struct {
 	claim  *structs.Claim
 	term   uint64
 	undo   []func(context.Context) error
+	// unstageUndo is the position (1-based; 0: none) in undo of the
+	// NodeUnstage that undoes this claim's NodeStage, and unstageInDoubt
+	// says the rollback stopped there with the answer lost: the unmount
+	// may still be running (recordUnstageInDoubt).
+	unstageUndo    int
+	unstageInDoubt bool
 
 	// Set by prepare, before the claim is written ahead.
 	np         *structs.NodePlugin // the node's plugin, nil or without endpoint: no node steps
@@ -362,11 +371,15 @@ func (p *publisher) publish(ctx context.Context, index uint64) error {
 			// target published from the path (structs.Volume.NeedsStaging):
 			// the rollback's NodeUnstage must not pull it from under one.
 			if p.vol.NeedsStaging(p.claim) == nil {
+				n := len(p.undo)
 				p.undoIfRan(err, func(ctx context.Context) error {
 					return node.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
 						VolumeId: adapted.VolumeID, StagingTargetPath: staging,
 					})
 				})
+				if len(p.undo) > n {
+					p.unstageUndo = len(p.undo)
+				}
 			}
 			if err != nil {
 				return fmt.Errorf("node stage of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)
@@ -470,6 +483,7 @@ func (p *publisher) rollback(ctx context.Context) bool {
 	ctx = context.WithoutCancel(ctx)
 	for i := len(p.undo) - 1; i >= 0; i-- {
 		if err := p.call(ctx, p.undo[i]); err != nil {
+			p.unstageInDoubt = i+1 == p.unstageUndo && answerLost(err)
 			p.s.logger.Error("rolling back a refused claim stopped at an undo that failed; its publishing record stays for the watcher to release",
 				"volume", volumeKey(p.vol.Namespace, p.vol.ID), "alloc", p.claim.AllocID, "node", p.node.ID,
 				"undos_left", i+1, "error", err)
@@ -492,6 +506,32 @@ func (p *publisher) remove(ctx context.Context, index uint64) {
 	if err != nil {
 		p.s.logger.Warn("a refused claim was rolled back but its publishing record stays; the watcher releases it once the allocation ends",
 			"volume", volumeKey(p.vol.Namespace, p.vol.ID), "alloc", p.claim.AllocID, "error", err)
+	}
+}
+
+// recordUnstageInDoubt marks the claim's publishing record after its
+// rollback stopped at a NodeUnstage whose answer was lost: the unmount may
+// still be running on the machine, and a claim staged and published there
+// meanwhile would lose its staging path when it ends. The mark is the one
+// a release writes before its own NodeUnstage, node_unpublished (true: the
+// rollback's NodeUnpublish, newest first, ran before, or the target was
+// never published), so claims on the machine wait for the unstage's answer
+// (structs.Claim.UnstageInDoubt, checked by the store), a retry of this
+// claim does not take the record up (Claim.Resumable), and the watcher,
+// once the allocation ends, re-sends the unstage and settles it. A write
+// that fails leaves the record as it was, logged.
+func (p *publisher) recordUnstageInDoubt(ctx context.Context, index uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	defer cancel()
+	c := p.claim.Copy()
+	c.NodeUnpublished = true
+	c.ModifyIndex = index // the record this run wrote (host/state validateUnstageInDoubtMark)
+	c.ModifyTime = p.s.clock.Now()
+	if _, _, err := p.s.log.Apply(ctx, structs.VolumeClaimType, &structs.VolumeClaimRequest{
+		Namespace: p.vol.Namespace, VolumeID: p.vol.ID, Claim: c, Term: p.term,
+	}); err != nil {
+		p.s.logger.Error("a refused claim's rollback lost the answer of its NodeUnstage, and recording that it may still run failed: claims of the volume on the machine do not wait for it",
+			"volume", volumeKey(p.vol.Namespace, p.vol.ID), "alloc", p.claim.AllocID, "node", p.node.ID, "error", err)
 	}
 }
 

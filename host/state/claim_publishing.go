@@ -12,8 +12,8 @@ import "github.com/volhost/volhost/host/structs"
 // the marks a release writes, and no impossible combination.
 func validateNewClaimMarks(c *structs.Claim) error {
 	switch {
-	case c.NodeUnpublished:
-		return structs.Invalid("claim.node_unpublished", "is written by a release, not by the claim path")
+	case c.NodeUnpublished && c.State != structs.ClaimPublishing:
+		return structs.Invalid("claim.node_unpublished", "is written by a release, or by the claim path on its publishing record once its rollback's NodeUnstage lost its answer")
 	case c.SkipNodeStep || c.FenceReason != "":
 		return structs.Invalid("claim", "skip_node_step and fence_reason are written by a release, not by the claim path")
 	}
@@ -75,6 +75,41 @@ func validateRemovePublishing(v *structs.Volume, c *structs.Claim, r *structs.Vo
 	case r.ModifyIndex != c.ModifyIndex || c.CreateIndex != c.ModifyIndex:
 		return structs.Conflict("the %s claim of allocation %q on volume %q is the record of index %d (created at %d), not %d: only the run that created a record, and undid every step it ran, removes it",
 			c.State, c.AllocID, name, c.ModifyIndex, c.CreateIndex, r.ModifyIndex)
+	}
+	return nil
+}
+
+// validateUnstageInDoubtMark: c marks v's publishing record of the same
+// publish node_unpublished, which the claim path writes once its
+// rollback stopped at a NodeUnstage whose answer was lost (the unmount
+// may still run: structs.Claim.UnstageInDoubt; the rollback's
+// NodeUnpublish ran before it, newest first). Only over the very record
+// the run wrote (its ModifyIndex: nothing written on it since), while its
+// release has not begun, and for a claim that staged. Nothing else is
+// checked: the mark records a doubt, and refusing it because, say, the
+// node went down since would lose that.
+func validateUnstageInDoubtMark(v *structs.Volume, c *structs.Claim) error {
+	name := volName(v.Namespace, v.ID)
+	old := v.Claims[c.AllocID]
+	switch {
+	case old == nil || old.State != structs.ClaimPublishing || !old.Resumable():
+		return structs.Conflict("allocation %q has no publishing claim on volume %q whose release has not begun: node_unpublished is not the claim path's to write",
+			c.AllocID, name)
+	case c.ModifyIndex != old.ModifyIndex:
+		return structs.Conflict("the publishing claim of allocation %q on volume %q is the record of index %d, not %d: only the run that wrote it marks it",
+			c.AllocID, name, old.ModifyIndex, c.ModifyIndex)
+	case c.StagingPath == "":
+		return structs.Invalid("claim.node_unpublished", "the claim of allocation %q staged nothing: no unstage to be in doubt", c.AllocID)
+	}
+	want := c.Copy()
+	if want.AccessMode == "" {
+		want.AccessMode = v.AccessMode
+	}
+	if want.AttachmentMode == "" {
+		want.AttachmentMode = v.AttachmentMode
+	}
+	if !structs.SamePublish(old, want) {
+		return structs.Conflict("the publishing claim of allocation %q on volume %q is another publish than the one marked", c.AllocID, name)
 	}
 	return nil
 }

@@ -92,3 +92,55 @@ func TestPublishingClaimWrites(t *testing.T) {
 		t.Fatalf("the rolled-back record is still there: %+v", c)
 	}
 }
+
+// The claim path marks its publishing record node_unpublished once its
+// rollback stopped at a NodeUnstage whose answer was lost: only the very
+// record it wrote, before any release, for a claim that staged; the mark
+// then holds claims on the machine (Claim.UnstageInDoubt) and refuses a
+// retry taking the record up.
+func TestUnstageInDoubtMark(t *testing.T) {
+	f := newFixture(t)
+	rec := &structs.Claim{AllocID: "a5", NodeID: "n1", Mode: structs.ClaimWrite, State: structs.ClaimPublishing,
+		ExternalNodeID: "ext-n1", StagingPath: "/root/staging/vol-mw", TargetPath: "/root/per-alloc/a5/vol-mw"}
+	f.must(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: "vol-mw", Claim: rec})
+	idx := f.idx
+	mark := func(edit func(c *structs.Claim)) *structs.VolumeClaimRequest {
+		c := rec.Copy()
+		c.NodeUnpublished, c.ModifyIndex = true, idx
+		edit(c)
+		return &structs.VolumeClaimRequest{Namespace: "default", VolumeID: "vol-mw", Claim: c}
+	}
+	for _, tc := range []struct {
+		name, want string
+		edit       func(c *structs.Claim)
+	}{
+		{"another run's record", "only the run that wrote it", func(c *structs.Claim) { c.ModifyIndex = idx - 1 }},
+		{"another publish", "another publish", func(c *structs.Claim) { c.TargetPath = "/elsewhere" }},
+		{"a claim that staged nothing", "staged nothing", func(c *structs.Claim) { c.StagingPath = "" }},
+		{"confirmed taken with the mark", "node_unpublished", func(c *structs.Claim) { c.State = structs.ClaimTaken }},
+	} {
+		before := f.volume("default", "vol-mw")
+		if _, err := f.apply(structs.VolumeClaimType, mark(tc.edit)); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
+		}
+		if after := f.volume("default", "vol-mw"); !reflect.DeepEqual(before, after) {
+			t.Errorf("%s: the refused write changed the volume", tc.name)
+		}
+	}
+	f.must(structs.VolumeClaimType, mark(func(*structs.Claim) {}))
+	c := f.volume("default", "vol-mw").Claims["a5"]
+	if c.State != structs.ClaimPublishing || !c.UnstageInDoubt() {
+		t.Fatalf("the marked record %+v does not hold its unstage in doubt", c)
+	}
+	// A retry does not take it up, and a claim on its machine waits.
+	retry := rec.Copy()
+	if _, err := f.apply(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: "vol-mw", Claim: retry}); err == nil {
+		t.Fatal("a retry took up a record whose rollback's unstage is in doubt")
+	}
+	other := &structs.Claim{AllocID: "a1", NodeID: "n1", Mode: structs.ClaimWrite, State: structs.ClaimPublishing, ExternalNodeID: "ext-n1",
+		StagingPath: "/root/staging/vol-mw", TargetPath: "/root/per-alloc/a1/vol-mw"}
+	if _, err := f.apply(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: "vol-mw", Claim: other}); err == nil ||
+		!strings.Contains(err.Error(), "sent NodeUnstageVolume") {
+		t.Fatalf("a claim on the machine while the rollback's unstage is in doubt: %v", err)
+	}
+}

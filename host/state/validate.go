@@ -711,6 +711,9 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if c.AttachmentMode != "" && c.AttachmentMode != v.AttachmentMode {
 		return structs.Invalid("claim.attachment_mode", "%q does not match volume %q attachment mode %q", c.AttachmentMode, name, v.AttachmentMode)
 	}
+	if c.NodeUnpublished {
+		return validateUnstageInDoubtMark(v, c)
+	}
 	resume := false
 	if old := v.Claims[c.AllocID]; old != nil && old.State == structs.ClaimPublishing {
 		if err := validateClaimOverPublishing(v, old, c); err != nil || c.State == structs.ClaimTaken {
