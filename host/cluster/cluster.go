@@ -162,8 +162,10 @@ type Cluster struct {
 	rereportCh   chan struct{}
 	probe        ProbeFunc // membership checks (join.go); nil: count voters only
 
-	meta        *meta
-	trans       raft.Transport
+	meta  *meta
+	trans raft.Transport
+	// reach is trans when it is a network transport (reach_transport.go).
+	reach       *reachTransport
 	reconcileCh chan struct{}
 	checkpoints *checkpointBatcher // group commit of claim checkpoints (batch.go)
 	fsm         *fsm
@@ -316,6 +318,12 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 				c.closeAll()
 				return nil, fmt.Errorf("cluster: transport on %s: %w", cfg.BindAddr, err)
 			}
+		}
+		// Appends to a follower that is down wait for it instead of
+		// building raft's backoff (reach_transport.go).
+		if nt, ok := t.(*raft.NetworkTransport); ok {
+			c.reach = newReachTransport(nt)
+			t = c.reach
 		}
 		if cl, ok := t.(io.Closer); ok {
 			c.closers = append([]io.Closer{cl}, c.closers...)
@@ -758,6 +766,9 @@ func (c *Cluster) AppliedIndex() uint64 { return c.raft.AppliedIndex() }
 // store. It is safe to call more than once.
 func (c *Cluster) Shutdown() error {
 	c.shutdownOnce.Do(func() {
+		if c.reach != nil {
+			c.reach.stopWaiting()
+		}
 		err := c.raft.Shutdown().Error()
 		close(c.stopCh)
 		c.wg.Wait()
