@@ -529,6 +529,9 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 				if fe != nil {
 					return false, p.failAdapt(ctx, c, fe)
 				}
+				if err := p.markResent(ctx, c, c.UnstageInDoubt()); err != nil {
+					return false, err
+				}
 				// The unstage, a new destructive call, runs under the pass's
 				// own context: a cancelled pass records, it does not act.
 				err := p.callCSI(attach.WithStepKey(ctx, attach.Key(p.ref, c, StepNodeUnstage)), func(ctx context.Context) error {
@@ -714,6 +717,10 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 			return false, err
 		}
 		return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil, stepFlags{})
+	}
+	if err := p.markResent(ctx, c, c.DetachInDoubt()); err != nil {
+		release()
+		return false, err
 	}
 	err = p.callCSI(ctx, func(ctx context.Context) error {
 		return p.w.deps.Controller.ControllerUnpublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerUnpublishVolumeRequest{

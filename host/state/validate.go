@@ -605,6 +605,21 @@ func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
 			}
 			continue // its node may have been deregistered since
 		}
+		// Gone is for good too while a claim still names the
+		// allocation: it ended before it was deleted (a live one's claim
+		// is never released), its claim may be half released, and the
+		// claim path would answer the claim taken to an allocation
+		// running again with its target already unpublished.
+		if !a.ClientStatus.Terminal() {
+			vols, err := snap.VolumesClaimedByAlloc(nil, a.ID)
+			if err != nil {
+				return err
+			}
+			if len(vols) > 0 {
+				return structs.Conflict("allocation %q was deleted while its claim on volume %q is being released; it cannot come back as %s (use a new allocation ID)",
+					a.ID, volName(vols[0].Namespace, vols[0].ID), a.ClientStatus)
+			}
+		}
 		if _, err := mustExist(snap.NodeByID, "node", a.NodeID); err != nil {
 			return err
 		}
@@ -734,10 +749,16 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if v.Stuck != nil {
 		return structs.Conflict("volume %q is stuck: %s", name, v.Stuck.Reason)
 	}
-	// The machine check holds for a confirmation too: an unstage in doubt
-	// on this machine since the record was written ahead may unmount what
-	// the claim staged, so the record stays publishing and is rolled back.
+	// The machine checks hold for a new claim and for a retry taking up a
+	// record (resume), at the claim path's check and at the write-ahead
+	// record's commit, before any CSI call. A confirmation returned above:
+	// between its record and its confirmation the claim path holds the
+	// volume's lock, so no release step of the volume ran on this leader,
+	// and another leader's are term-fenced.
 	if err := validateClaimMachine(v, n, c); err != nil {
+		return err
+	}
+	if err := validateClaimLeftovers(snap, v, n, c); err != nil {
 		return err
 	}
 	if resume {

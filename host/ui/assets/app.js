@@ -479,9 +479,9 @@ async function allLeftovers(signal) {
 }
 
 function renderLeftovers(list) {
-  return table("Leftovers (claims a forced deregister left possibly attached)", ["Allocation", "Node", "External node", "External volume", "State reached", "Reason", "Time"],
+  return table("Leftovers (claims a forced deregister left possibly attached)", ["Allocation", "Node", "External node", "External volume", "State reached", "In doubt", "Reason", "Time"],
     list.map((l) => h("tr", {"data-leftover": l.id}, h("td", {}, l.alloc_id), h("td", {}, l.node_id), h("td", {class: "mono"}, l.external_node_id || "—"),
-      h("td", {class: "mono"}, l.external_id), h("td", {}, l.state), h("td", {}, l.reason), h("td", {}, fmtTime(l.time)))));
+      h("td", {class: "mono"}, l.external_id), h("td", {}, l.state), h("td", {}, l.in_doubt || "—"), h("td", {}, l.reason), h("td", {}, fmtTime(l.time)))));
 }
 
 function renderVolume(v, nsCaps, act) {
