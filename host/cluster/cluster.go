@@ -695,6 +695,7 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 	if !c.IsLeader() {
 		return 0, nil, raftErr("apply", raft.ErrNotLeader)
 	}
+	req = c.olderRequest(req)
 	if err := c.checkGate(t, req); err != nil {
 		return 0, nil, err
 	}
