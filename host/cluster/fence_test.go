@@ -13,7 +13,7 @@ import (
 	"github.com/volhost/volhost/internal/testutil"
 )
 
-// Issue 10 defect 5: leader work runs under the term its step-up was
+// The failover fence: leader work runs under the term its step-up was
 // reported for. ConfirmLeader passes for that term only, and the FSM
 // refuses a fenced write whose term is not the term of its log entry.
 func TestTermFence(t *testing.T) {
@@ -49,6 +49,51 @@ func TestTermFence(t *testing.T) {
 	claim.Term = term - 1
 	if _, _, err := c.Apply(testCtx(t), structs.VolumeClaimType, claim); !errors.Is(err, structs.ErrStaleTerm) {
 		t.Fatalf("claim of an older term: %v, want ErrStaleTerm", err)
+	}
+}
+
+// The scheduler bridge's writes are leader work too: a sync (allocations,
+// events, cursor) or a node status a deposed leader's bridge decided under
+// an older term is refused by the FSM and changes nothing, whatever the
+// store would accept; the same write under the entry's term is applied.
+func TestTermFenceSchedulerWrites(t *testing.T) {
+	c, s := start(t, Config{Dev: true})
+	term := c.ReadyTerm()
+	loadBase(t, c)
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	syncReq := func(term uint64) *structs.SchedulerSyncRequest {
+		return &structs.SchedulerSyncRequest{Source: "nomad", Index: 42, Time: now, Term: term,
+			Allocs: []*structs.Alloc{{ID: "nomad-1", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocRunning, Source: "nomad"}}}
+	}
+	down := func(term uint64) *structs.NodeLivenessRequest {
+		return &structs.NodeLivenessRequest{NodeID: "n2", From: structs.NodeReady, Status: structs.NodeDown,
+			Reason: "Nomad reports the node down", Time: now, Term: term}
+	}
+	for _, w := range []struct {
+		name string
+		typ  structs.MessageType
+		req  func(uint64) any
+	}{
+		{"scheduler sync", structs.SchedulerSyncType, func(tm uint64) any { return syncReq(tm) }},
+		{"node liveness", structs.NodeLivenessType, func(tm uint64) any { return down(tm) }},
+	} {
+		for _, stale := range []uint64{term - 1, term + 1} {
+			before := digest(t, s)
+			if _, _, err := c.Apply(testCtx(t), w.typ, w.req(stale)); !errors.Is(err, structs.ErrStaleTerm) {
+				t.Fatalf("%s of term %d (current %d): %v, want ErrStaleTerm", w.name, stale, term, err)
+			}
+			if digest(t, s) != before {
+				t.Fatalf("%s of a stale term changed the state", w.name)
+			}
+		}
+		mustApply(t, c, w.typ, w.req(term))
+	}
+	snap := s.Snapshot()
+	if cur, _ := snap.SchedulerCursor(nil, "nomad"); cur == nil || cur.Index != 42 {
+		t.Fatalf("cursor %+v after the current term's sync", cur)
+	}
+	if n, _ := snap.NodeByID(nil, "n2"); n.Status != structs.NodeDown {
+		t.Fatalf("node n2 %s after the current term's liveness", n.Status)
 	}
 }
 
@@ -91,7 +136,7 @@ func TestTransferClearsReadyTerm(t *testing.T) {
 	}
 }
 
-// Issue 10 defect 3: refused writes and writes of unknown outcome are told
+// Refused writes and writes of unknown outcome are told
 // apart by type, never by message.
 func TestApplyErrClassifies(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())

@@ -99,6 +99,24 @@ func (c *Cluster) olderRequest(req any) any {
 	return req
 }
 
+// olderRequestSettled is olderRequest for a write that may arrive while
+// this leader is still stepping up, when every gate reads closed until the
+// step-up writes the members' feature records (checkGateSettled): a field
+// the older form would drop waits for the step-up, then is judged, so a
+// fresh cluster's first registration keeps its token's accessor.
+func (c *Cluster) olderRequestSettled(ctx context.Context, req any) any {
+	out := c.olderRequest(req)
+	if out == req || c.ReadyTerm() != 0 || !c.IsLeader() {
+		return out
+	}
+	wctx, cancel := context.WithTimeout(ctx, gateSettleWait)
+	defer cancel()
+	if c.WaitForLeader(wctx) != nil {
+		return out
+	}
+	return c.olderRequest(req)
+}
+
 // committedNodeUnpublished reports whether the committed claim already
 // carries the NodeUnpublished mark.
 func (c *Cluster) committedNodeUnpublished(req *structs.ClaimCheckpointRequest) bool {

@@ -331,7 +331,8 @@ func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inL
 			continue
 		}
 		a := Alloc{ID: va.ID, Namespace: va.Namespace, JobID: va.JobID, ClientStatus: clientLost}
-		if t := r.allocs[va.ID]; t != nil {
+		t := r.allocs[va.ID]
+		if t != nil {
 			a = t.a
 			a.ClientStatus = clientLost
 		} else {
@@ -344,6 +345,15 @@ func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inL
 				}
 			}
 		}
+		// Tracked as lost: a hold is judged again when its node is fenced
+		// (reheld), and must be judged lost then, not as the running it
+		// was last listed (or not at all, for one this leadership never
+		// saw listed).
+		if t == nil {
+			t = &tracked{}
+			r.allocs[va.ID] = t
+		}
+		t.a = a
 		b.log.Info("allocation vanished from Nomad", "alloc", va.ID, "node", va.NodeID)
 		b.apply(r, snap, va, a, "vanished from Nomad")
 	}

@@ -194,11 +194,14 @@ func TestBridgeResume(t *testing.T) {
 }
 
 // TestBridgeStaleTerm: a bridge still running for a term this server no
-// longer leads in commits nothing.
+// longer leads in commits nothing: no allocation, no cursor, no claim, and
+// no node status (Nomad reports n2 down: only the current leader's bridge
+// may mark it so).
 func TestBridgeStaleTerm(t *testing.T) {
 	h := newHarness(t)
 	h.w.term = 2
 	h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
+	h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
 	h.run(1)
 	testutil.WaitFor(t, "the refused commit on the status line", func() bool {
 		return strings.Contains(h.bridge.Status().LastError, "term")
@@ -208,6 +211,41 @@ func TestBridgeStaleTerm(t *testing.T) {
 	if h.alloc("a1") != nil || h.cursor() != 0 || len(h.w.claims) != 0 {
 		t.Fatalf("a stale term wrote: alloc %+v, cursor %d, claims %v", h.alloc("a1"), h.cursor(), h.w.claims)
 	}
+	if vn, _ := h.store.Snapshot().NodeByID(nil, "n2"); vn.Status != structs.NodeReady {
+		t.Fatalf("a stale term marked node n2 %s", vn.Status)
+	}
+}
+
+// TestBridgeVanishedOnDownNodeHeld: an allocation that vanishes from
+// Nomad's list while its node is down (a server-side GC, or a Nomad that
+// lost it) may still run there: it is held like a lost one, not ended,
+// until the node is fenced.
+func TestBridgeVanishedOnDownNodeHeld(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	a := h.nomad.setAlloc(web("a1", "n2", clientRunning, "run"), metaV1)
+	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
+	testutil.WaitFor(t, "the claim of v1", func() bool { return h.claimed("v1", "a1") })
+	n := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
+	h.nomad.push(t, Batch{Nodes: []Node{n}})
+	testutil.WaitFor(t, "node n2 down", func() bool {
+		vn, _ := h.store.Snapshot().NodeByID(nil, "n2")
+		return vn.Status == structs.NodeDown
+	})
+	h.nomad.remove(nil, []string{"a1"})
+	h.relist()
+	h.relist()
+	if got := h.alloc("a1").ClientStatus; got != structs.AllocRunning {
+		t.Fatalf("vanished on a down, unfenced node: mirrored %s", got)
+	}
+	if st := h.bridge.Status(); st.Held != 1 {
+		t.Fatalf("held %d, want 1", st.Held)
+	}
+	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: "n2",
+		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.waitStatus("a1", structs.AllocLost)
 }
 
 // TestBridgeReset: Nomad's index going backwards (a restarted dev agent)

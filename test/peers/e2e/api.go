@@ -27,7 +27,7 @@ type Claim struct {
 	Attempts       int         `json:"attempts"`
 	LastError      *ClaimError `json:"last_error"`
 	SkipNodeStep   bool        `json:"skip_node_step"`
-	// NodeUnpublished: NodeUnpublish succeeded, NodeUnstage next (issue 14).
+	// NodeUnpublished: NodeUnpublish succeeded, NodeUnstage next.
 	NodeUnpublished bool   `json:"node_unpublished"`
 	FenceReason     string `json:"fence_reason"`
 	Hold            *struct {
@@ -241,7 +241,7 @@ func (a *API) NodeFence(ctx context.Context, id string) (*NodeFence, error) {
 	return n.Fence, err
 }
 
-// NodeFence is an operator's attestation that a node is off (issue 14).
+// NodeFence is an operator's attestation that a node is off.
 type NodeFence struct {
 	Reason string `json:"reason"`
 	Source string `json:"source"`
@@ -271,4 +271,38 @@ func (a *API) WaitVolume(ctx context.Context, id string, cond func(*Volume) bool
 		}
 		index = idx
 	}
+}
+
+// Event is one entry of GET /v1/events.
+type Event struct {
+	Index    uint64    `json:"index"`
+	Time     time.Time `json:"time"`
+	Type     string    `json:"type"`
+	VolumeID string    `json:"volume_id"`
+	AllocID  string    `json:"alloc_id"`
+	Message  string    `json:"message"`
+}
+
+// Events lists the retained events matching q (volume_id, namespace,
+// type), oldest first; one page of up to 1000.
+func (a *API) Events(ctx context.Context, q url.Values) ([]Event, error) {
+	q.Set("per_page", "1000")
+	var evs []Event
+	_, err := a.do(ctx, http.MethodGet, "/v1/events?"+q.Encode(), nil, &evs)
+	return evs, err
+}
+
+// Alloc is GET /v1/alloc/ID.
+type Alloc struct {
+	ID           string    `json:"id"`
+	ClientStatus string    `json:"client_status"`
+	Source       string    `json:"source"`
+	ModifyTime   time.Time `json:"modify_time"`
+}
+
+// Alloc reads an allocation.
+func (a *API) Alloc(ctx context.Context, id string) (*Alloc, error) {
+	var al Alloc
+	_, err := a.do(ctx, http.MethodGet, "/v1/alloc/"+url.PathEscape(id), nil, &al)
+	return &al, err
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // The Nomad bridge against a real Nomad v1.11.3 agent (make nomad builds
@@ -116,7 +119,10 @@ func (e *nomadEnv) schedulerStatus() map[string]any {
 // allocation, published, written by the task, and released once the
 // client reports it complete. VOLHOST_NOMAD_RUNS runs it that many times
 // and reports the latency from the client's terminal status reaching
-// Nomad's server to the claim's removal (BENCHMARKS.md).
+// Nomad's server (the allocation's ModifyTime there) to the claim's
+// removal (the time of volhost's "released and removed" event), split at
+// the bridge's commit of the terminal status (the allocation's ModifyTime
+// in volhost): BENCHMARKS.md.
 func TestNomadBatchJob(t *testing.T) {
 	runs := 1
 	if s := os.Getenv("VOLHOST_NOMAD_RUNS"); s != "" {
@@ -129,7 +135,7 @@ func TestNomadBatchJob(t *testing.T) {
 	e := newNomadEnv(t, 3*time.Minute+time.Duration(runs)*15*time.Second)
 	e.volume("vol1", "disk-0")
 	seen := map[string]bool{}
-	var lat []time.Duration
+	var lat, mirror, release []time.Duration
 	for i := range runs {
 		e.run(append(append([]string{"job", "run", "-detach"}, e.jobVars("vol1")...), example("batch-write.nomad.hcl"))...)
 		a, err := e.nomad.WaitAlloc(e.ctx, "volhost-batch", seen)
@@ -148,11 +154,14 @@ func TestNomadBatchJob(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.waitReleased("vol1")
-		released := time.Now()
 		if done.ClientStatus != "complete" {
 			t.Fatalf("run %d: allocation %s is %s:\n%s", i, a.ID, done.ClientStatus, e.run("alloc", "logs", "-stderr", a.ID))
 		}
-		lat = append(lat, released.Sub(time.Unix(0, done.ModifyTime)))
+		terminal := time.Unix(0, done.ModifyTime)
+		mirrored, removed := e.releaseTimes("vol1", a.ID)
+		lat = append(lat, removed.Sub(terminal))
+		mirror = append(mirror, mirrored.Sub(terminal))
+		release = append(release, removed.Sub(mirrored))
 		if logs := e.run("alloc", "logs", a.ID); !strings.Contains(logs, "written by allocation "+a.ID) {
 			t.Fatalf("the task did not write to the published volume:\n%s", logs)
 		}
@@ -177,9 +186,38 @@ func TestNomadBatchJob(t *testing.T) {
 	if st["state"] != "streaming" || st["last_error"] != nil || st["claims"].(float64) != float64(runs) {
 		t.Fatalf("scheduler status = %v", st)
 	}
-	slices.Sort(lat)
-	t.Logf("client terminal -> claim removed over %d runs: median %s, p99 %s, min %s, max %s",
-		runs, lat[len(lat)/2], lat[(len(lat)*99+99)/100-1], lat[0], lat[len(lat)-1])
+	t.Logf("client terminal -> claim removed over %d runs: %s", runs, spread(lat))
+	t.Logf("  of which client terminal -> committed in volhost by the bridge: %s", spread(mirror))
+	t.Logf("  and committed -> claim removed (the watcher's release, 3 CSI calls): %s", spread(release))
+}
+
+// releaseTimes reads when the bridge committed allocation alloc's terminal
+// status (its ModifyTime in volhost) and when its claim on vol was removed
+// (the "released and removed" event).
+func (e *nomadEnv) releaseTimes(vol, alloc string) (mirrored, removed time.Time) {
+	e.t.Helper()
+	va, err := e.agent.API.Alloc(e.ctx, alloc)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	evs, err := e.agent.API.Events(e.ctx, url.Values{"volume_id": {vol}, "type": {"claim-transition"}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.AllocID == alloc && strings.Contains(ev.Message, "released and removed") {
+			return va.ModifyTime, ev.Time
+		}
+	}
+	e.t.Fatalf("no removal event for the claim of %s on %s: %+v", alloc, vol, evs)
+	return
+}
+
+// spread is the median, p99, min and max of ds (sorted in place).
+func spread(ds []time.Duration) string {
+	slices.Sort(ds)
+	r := func(d time.Duration) time.Duration { return d.Round(100 * time.Microsecond) }
+	return fmt.Sprintf("median %s, p99 %s, min %s, max %s", r(ds[len(ds)/2]), r(ds[(len(ds)*99+99)/100-1]), r(ds[0]), r(ds[len(ds)-1]))
 }
 
 // TestNomadShutdownDelay: a service job with shutdown_delay stopped: for
@@ -356,6 +394,12 @@ func TestNomadRestart(t *testing.T) {
 	seen := map[string]bool{}
 	e.runBatch("vol1", seen)
 	before := e.schedulerStatus()["index"].(float64)
+	// The web UI's scheduler page, loaded once, follows the whole outage.
+	b := newBrowser(t, e.agent.Addr)
+	b.open("/ui/scheduler", `section[data-source="nomad"][data-state="streaming"][data-connected="true"]`)
+	eval[bool](b, `window.__sameDocument = true`)
+	e.uiMatchesStatus(b)
+	b.shot("scheduler")
 
 	e.nomad.Stop()
 	if err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) {
@@ -371,6 +415,12 @@ func TestNomadRestart(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	b.run(visible(`section[data-source="nomad"][data-state="retrying"][data-connected="false"]`))
+	if got := b.text(`section[data-source="nomad"] [data-field="last-error"]`); !strings.Contains(got, "connection refused") {
+		t.Fatalf("the scheduler page's last error %q does not say Nomad refused the connection", got)
+	}
+	eval[bool](b, inPage(`section[data-source="nomad"] [data-field="failures"]`, `if (Number(e.innerText) >= 4) resolve(true); else setTimeout(look, 20)`))
+	b.shot("scheduler-retrying")
 	if err := e.nomad.Restart(e.ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -382,6 +432,11 @@ func TestNomadRestart(t *testing.T) {
 	}
 	if after := e.schedulerStatus()["index"].(float64); after >= before {
 		t.Fatalf("the cursor did not follow Nomad's reset: %v before, %v after", before, after)
+	}
+	b.run(visible(`section[data-source="nomad"][data-state="streaming"][data-connected="true"]`))
+	e.uiMatchesStatus(b)
+	if !eval[bool](b, `window.__sameDocument === true`) {
+		t.Fatal("the scheduler page reloaded: it should update in place")
 	}
 	events := e.cli(0, "events", "-type", "scheduler")
 	mustContain(t, "events", events, "went back from", "connected to "+e.nomad.Addr+" again")
@@ -645,6 +700,16 @@ func TestNomadBadInput(t *testing.T) {
 	// (The nope allocation was stopped by the job's update: its problem
 	// line went with it; its event stays.)
 	mustContain(t, "scheduler status", e.cli(0, "scheduler", "status"), "hold its write claim", "streaming")
+	// The web UI's scheduler page shows the same problem line, and drops
+	// it without a reload once the claim is made.
+	b := newBrowser(t, e.agent.Addr)
+	row := fmt.Sprintf(`#problems-nomad tr[data-key="alloc/%s/volume/default/vol1"]`, batch.ID)
+	b.open("/ui/scheduler", row)
+	if got := b.text(row); !strings.Contains(got, "hold its write claim") || !strings.Contains(got, batch.ID) {
+		t.Fatalf("the scheduler page's problem line %q does not name the allocation and the refusal", got)
+	}
+	eval[bool](b, `window.__sameDocument = true`)
+	b.shot("scheduler-problems")
 
 	// The service stops: the next re-list claims vol1 for the batch
 	// allocation, whose task was waiting for it; it writes and ends.
@@ -664,5 +729,48 @@ func TestNomadBadInput(t *testing.T) {
 	}
 	if strings.Contains(problems(), "hold its write claim") {
 		t.Fatalf("the refusal's problem line outlived it:\n%s", problems())
+	}
+	b.run(chromedp.WaitNotPresent(chromedp.CSS(row)))
+	if !eval[bool](b, `window.__sameDocument === true`) {
+		t.Fatal("the scheduler page reloaded: it should update in place")
+	}
+}
+
+// num prints a JSON number as an integer.
+func num(v any) string {
+	f, _ := v.(float64)
+	return strconv.FormatInt(int64(f), 10)
+}
+
+// uiMatchesStatus waits until the web UI's scheduler page (open in b)
+// shows what `volhost scheduler status -json` answers: source, address,
+// connection, cursor, resets, failures, claims. The page refreshes every
+// few seconds and the cursor may move meanwhile: both are read again
+// until one refresh agrees.
+func (e *nomadEnv) uiMatchesStatus(b *browser) {
+	e.t.Helper()
+	var last string
+	err := Poll(e.ctx, 100*time.Millisecond, func() (bool, error) {
+		st := e.schedulerStatus()
+		want := map[string]string{
+			"source": "nomad", "address": e.nomad.Addr, "state": st["state"].(string),
+			"index": num(st["index"]), "resets": num(st["resets"]), "failures": num(st["failures"]), "claims": num(st["claims"]),
+		}
+		if st["state"] == "streaming" {
+			want["connected"] = "yes"
+		} else {
+			want["connected"] = "no"
+		}
+		got := eval[map[string]string](b, `Object.fromEntries([...document.querySelectorAll('section[data-source="nomad"] [data-field]')].map((d) => [d.dataset.field, d.innerText.trim()]))`)
+		last = fmt.Sprintf("page %v, status %v", got, want)
+		for k, v := range want {
+			if got[k] != v {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		e.t.Fatalf("the scheduler page never agreed with the status: %v; last %s", err, last)
 	}
 }
