@@ -264,6 +264,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		rc.SnapshotInterval = snapshotTimerOff
 	}
 
+	fence := func() {} // a data dir's snapshots are fenced (snapshot_fence.go)
 	var (
 		logs   raft.LogStore
 		stable raft.StableStore
@@ -315,6 +316,10 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 			c.closers = append([]io.Closer{cl}, c.closers...)
 		}
 		logs, stable, snaps, trans = bolt, bolt, fss, t
+		fence = func() {
+			c.wg.Add(1)
+			go c.runSnapshotFence(schedule, fss, dir)
+		}
 	}
 	c.trans = trans
 	c.logs = logs
@@ -364,6 +369,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		c.wg.Add(1)
 		go c.runSnapshotSchedule(*schedule)
 	}
+	fence()
 	c.checkpoints = newCheckpointBatcher(c)
 	go c.checkpoints.run(c.stopCh)
 	return c, nil
