@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -137,7 +138,8 @@ type Cluster struct {
 	store  *state.Store
 	raft   *raft.Raft
 
-	closers []io.Closer // transport and bolt store, closed after raft
+	closers []io.Closer   // transport and bolt store, closed after raft
+	storage *storageFault // the raft stores' last failed write (nil: in memory)
 
 	notifyCh chan bool
 	leaderCh chan bool
@@ -315,7 +317,8 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		if cl, ok := t.(io.Closer); ok {
 			c.closers = append([]io.Closer{cl}, c.closers...)
 		}
-		logs, stable, snaps, trans = bolt, bolt, fss, t
+		c.storage = &storageFault{dir: dir}
+		logs, stable, snaps, trans = faultLog{bolt, c.storage}, faultStable{bolt, c.storage}, fss, t
 		fence = func() {
 			c.wg.Add(1)
 			go c.runSnapshotFence(schedule, fss, dir)
@@ -666,6 +669,12 @@ func applyErr(ctx context.Context, err error) error {
 		return fmt.Errorf("apply: %w: %w", structs.ErrNoLeader, err)
 	case ctx.Err() != nil, errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown):
 		return fmt.Errorf("apply: %w (%w)", structs.ErrOutcomeUnknown, err)
+	case diskRefused(err):
+		return diskApplyErr(err)
+	case errors.Is(err, syscall.EIO):
+		// The leader's own log append failed midway: the entry may be on
+		// its disk and commit once it leads again.
+		return fmt.Errorf("apply: %w (this server's raft log write failed: %w)", structs.ErrOutcomeUnknown, err)
 	}
 	return fmt.Errorf("apply: %w", err)
 }
@@ -711,7 +720,7 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 		return 0, nil, err
 	}
 	if !c.IsLeader() {
-		return 0, nil, raftErr("apply", raft.ErrNotLeader)
+		return 0, nil, c.noLeaderBecauseOfDisk(raftErr("apply", raft.ErrNotLeader))
 	}
 	req = c.olderRequestSettled(ctx, req)
 	if err := c.checkGateSettled(ctx, t, req); err != nil {
