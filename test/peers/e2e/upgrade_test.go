@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -32,6 +33,25 @@ func (a *API) raftConfiguration(ctx context.Context) (raftConfiguration, error) 
 	var c raftConfiguration
 	_, err := a.do(ctx, http.MethodGet, "/v1/operator/raft/configuration", nil, &c)
 	return c, err
+}
+
+// snapshotHeaderVersion reads the cluster header version of a raft
+// snapshot's state file (its first line).
+func snapshotHeaderVersion(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	line, err := bufio.NewReader(f).ReadBytes('\n')
+	if err != nil {
+		return 0, err
+	}
+	var h struct {
+		Version int `json:"volhost_cluster"`
+	}
+	err = json.Unmarshal(line, &h)
+	return h.Version, err
 }
 
 // claimWindow is one claim's life as the test saw it: granted (the
@@ -393,7 +413,6 @@ client {
 	}); err != nil {
 		t.Fatalf("the features were not enabled once every server was upgraded: %v (enabled %v)", err, on)
 	}
-	enabledAt := time.Now()
 	t.Logf("every server upgraded: enabled %v", on)
 	round(7, "every server upgraded", nil)
 	round(8, "every server upgraded", nil)
@@ -402,15 +421,16 @@ client {
 	// written once the features were enabled, refuses it and stops.
 	victim := a
 	if err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-		// Every retained snapshot is from after the enabling: the
-		// server removed those an older binary could fall back to.
-		metas, _ := filepath.Glob(filepath.Join(dir, victim.ID, "raft", "snapshots", "*", "meta.json"))
-		for _, m := range metas {
-			if fi, err := os.Stat(m); err != nil || !fi.ModTime().After(enabledAt) {
+		// Every retained snapshot is of the enabled features' header
+		// version: the server removed those an older binary could fall
+		// back to.
+		states, _ := filepath.Glob(filepath.Join(dir, victim.ID, "raft", "snapshots", "*", "state.bin"))
+		for _, st := range states {
+			if v, err := snapshotHeaderVersion(st); err != nil || v != 2 {
 				return false, nil
 			}
 		}
-		return len(metas) > 0, nil
+		return len(states) > 0, nil
 	}); err != nil {
 		t.Fatalf("%s kept a snapshot from before the features were enabled: %v", victim.ID, err)
 	}
