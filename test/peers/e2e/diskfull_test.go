@@ -55,11 +55,13 @@ func fill(t *testing.T, path string) {
 }
 
 // TestDiskFull (RELIABILITY.md): a server whose data dir is a small tmpfs
-// that fills up. Every write acknowledged before, during and after the
+// that fills up, then is mounted read-only. Every write acknowledged before, during and after the
 // fault is there after a SIGKILL and a restart on the same data dir; a
 // write the server could not persist is answered with an error, never
 // acknowledged; the error says the disk is full; once space returns the
-// server takes writes again without a restart.
+// server takes writes again without a restart; started on the data dir
+// mounted read-only, it stops with an error saying so, and once the dir is
+// writable again it starts with every acknowledged write.
 func TestDiskFull(t *testing.T) {
 	if testing.Short() {
 		t.Skip("mounts a tmpfs and runs an agent process")
@@ -221,4 +223,41 @@ func TestDiskFull(t *testing.T) {
 	t.Logf("disk full: %d writes acknowledged, %d lost after SIGKILL and restart; %d refused (%d of them applied after all); "+
 		"writes again %s after the disk filled (%d attempts after space returned)", len(acked), lost, len(refused), present,
 		recovered.Round(time.Millisecond), n)
+
+	// A read-only data dir: the server refuses to start, saying so
+	// (a file system with files open for writing cannot be remounted
+	// read-only under a running server, so this is checked at start).
+	agent.Stop(10 * time.Second)
+	if out, err := exec.Command("mount", "-o", "remount,ro", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("remount read-only: %v: %s", err, out)
+	}
+	p, err := Start(dir, "agent-ro", bins.Volhost, "agent", "-data-dir", data, "-bind", raftAddr, "-http-addr", httpAddr, "-config", cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.Exited():
+	case <-ctx.Done():
+		p.Kill()
+		t.Fatal("the server ran on a read-only data dir")
+	}
+	if tail := p.Tail(4000); !strings.Contains(tail, "read-only file system") {
+		t.Errorf("the server stopped on a read-only data dir without saying so:\n%s", tail)
+	} else {
+		for _, line := range strings.Split(tail, "\n") {
+			if strings.Contains(line, "read-only file system") {
+				t.Logf("read-only data dir: %s", strings.TrimSpace(line))
+				break
+			}
+		}
+	}
+	if out, err := exec.Command("mount", "-o", "remount,rw", mnt).CombinedOutput(); err != nil {
+		t.Fatalf("remount read-write: %v: %s", err, out)
+	}
+	start()
+	for id := range acked {
+		if _, _, err := api.Volume(ctx, id, 0, 0); err != nil {
+			t.Errorf("acknowledged write of %s lost after the read-only start: %v", id, err)
+		}
+	}
 }
