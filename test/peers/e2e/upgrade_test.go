@@ -69,7 +69,7 @@ type claimWindow struct {
 // server at a time while releases are in flight; one upgraded server is
 // rolled back to the previous release while the gate holds, then upgraded
 // again; the last one is stopped so a new leader takes claims while an
-// old server is still in the configuration. Checked: no claim lost (every
+// old server is still in the configuration; the node agents go last. Checked: no claim lost (every
 // granted claim is in the store and attached at the driver), every claim
 // removed exactly once, no detach, unstage or unpublish of a disk at the
 // driver while its claim was live, no overlapping ControllerUnpublish,
@@ -183,8 +183,10 @@ events {
 	for i, a := range rpcAddrs {
 		quoted[i] = fmt.Sprintf("%q", a)
 	}
-	for _, n := range nodes {
-		p, err := Start(dir, "client-"+n, oldBin, "agent", "-client", "-config", spec("client-"+n+".hcl", fmt.Sprintf(`
+	clients := map[string]*Proc{}
+	startClient := func(n, bin string) {
+		t.Helper()
+		p, err := Start(dir, "client-"+n, bin, "agent", "-client", "-config", spec("client-"+n+".hcl", fmt.Sprintf(`
 client {
   servers  = [%s]
   node_id  = %q
@@ -197,14 +199,20 @@ client {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() {
+		clients[n] = p
+	}
+	t.Cleanup(func() {
+		for n, p := range clients {
 			p.Stop(5 * time.Second)
 			if t.Failed() {
 				t.Logf("client %s log tail:\n%s", n, p.Tail(3000))
 			}
-		})
-	}
-	for _, n := range nodes {
+		}
+	})
+	// registered waits until n's agent is connected (its node steps go
+	// through it).
+	registered := func(n string) {
+		t.Helper()
 		if err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
 			s := cl.Any(0)
 			out, code, err := (&Agent{Proc: s.Proc, Addr: s.Addr, bin: s.bin}).CLI(ctx, "node", "status", n)
@@ -212,6 +220,12 @@ client {
 		}); err != nil {
 			t.Fatalf("the node agent did not register %s: %v", n, err)
 		}
+	}
+	for _, n := range nodes {
+		startClient(n, oldBin)
+	}
+	for _, n := range nodes {
+		registered(n)
 	}
 	var vols []VolumeSpec
 	ext := map[string]string{} // volume ID -> the driver's volume ID
@@ -460,6 +474,15 @@ client {
 	}
 	rejoined(victim)
 	round(9, "every server upgraded, "+victim.ID+" back on the new binary", nil)
+	// The node agents last, one at a time, while releases go through them.
+	round(10, "node agents upgraded", func() {
+		for _, n := range nodes {
+			clients[n].Stop(10 * time.Second)
+			startClient(n, newBin)
+			registered(n)
+		}
+	})
+	round(11, "servers and node agents on the new binary", nil)
 
 	// The judges: the driver's log and state, the store's events, the
 	// digests.
