@@ -434,7 +434,10 @@ client {
 	// The previous release, started on a data dir whose snapshot was
 	// written once the features were enabled, refuses it and stops.
 	victim := a
-	if err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
+	// Its snapshot turn comes every second (raft_snapshot_interval).
+	fctx, fcancel := context.WithTimeout(ctx, time.Minute)
+	defer fcancel()
+	if err := Poll(fctx, 100*time.Millisecond, func() (bool, error) {
 		// Every retained snapshot is of the enabled features' header
 		// version: the server removed those an older binary could fall
 		// back to.
