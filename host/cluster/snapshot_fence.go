@@ -20,8 +20,9 @@ import (
 // ("undecodable log entry skipped", "a new claim starts at taken"), and
 // served a diverged replica (found by test/peers/e2e TestUpgradeRolling).
 // So once a feature is enabled the server makes sure its newest snapshot
-// is of the new version (taking one in its snapshot turn, or at once on a
-// single node) and deletes the retained snapshots older than that: an
+// is of the new version (taking one at once when its last one was small
+// or it is a single node, else in its snapshot turn) and deletes the
+// retained snapshots older than that: an
 // older binary then finds no snapshot it can read, and raft stops it at
 // start ("failed to load any existing snapshots").
 
@@ -43,7 +44,7 @@ func (c *Cluster) runSnapshotFence(schedule *snapshotSchedule, snaps *raft.FileS
 			return
 		case <-time.After(every):
 		}
-		if len(c.meta.enabledNames()) == 0 || !c.inOwnSnapshotTurn(schedule) {
+		if len(c.meta.enabledNames()) == 0 || !(c.inOwnSnapshotTurn(schedule) || smallState(snaps)) {
 			continue
 		}
 		err := c.fenceSnapshots(snaps, dir)
@@ -55,6 +56,21 @@ func (c *Cluster) runSnapshotFence(schedule *snapshotSchedule, snaps *raft.FileS
 		}
 		c.logger.Warn("snapshots from before the enabled features are kept for now; retrying", "error", err)
 	}
+}
+
+// smallStateBytes is the size of the newest snapshot under which the
+// fence does not wait for this server's snapshot turn: the turns keep
+// large states' snapshots (seconds of CPU each) from running on every
+// server at once, and a small one is over in a moment. Waiting for the
+// turn (up to raft_snapshot_interval) is the window in which the previous
+// release, started here by mistake, would still replay the log.
+const smallStateBytes = 64 << 20
+
+// smallState: the newest retained snapshot is smaller than
+// smallStateBytes (false without one: its size is unknown).
+func smallState(snaps *raft.FileSnapshotStore) bool {
+	list, err := snaps.List()
+	return err == nil && len(list) > 0 && list[0].Size < smallStateBytes
 }
 
 // inOwnSnapshotTurn: no schedule, or this server's turn now.

@@ -41,7 +41,13 @@ func TestSnapshotFenceRemovesOlderVersions(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Cluster{logger: hclog.NewNullLogger()}
+	if smallState(fss) {
+		t.Fatal("no snapshot counted as a small state")
+	}
 	old1 := putSnapshot(t, fss, 10, ProtocolVersion)
+	if !smallState(fss) {
+		t.Fatal("a snapshot of a few bytes not counted as a small state")
+	}
 	if v, err := newestSnapshotVersion(fss); err != nil || v != ProtocolVersion {
 		t.Fatalf("newest version %d, %v", v, err)
 	}
