@@ -154,6 +154,9 @@ type Cluster struct {
 	booted     bool                   // bootstrap-expect: BootstrapCluster was called
 	onTransfer func()
 	readyTerm  uint64        // term of the reported step-up (0: none)
+	// barrierTerm is the term whose step-up barrier was applied
+	// (ReadyForReads).
+	barrierTerm uint64
 	lease      time.Duration // raft's LeaderLeaseTimeout
 	// The last successful leadership verification (ConfirmLeader).
 	verifiedAt time.Time
@@ -424,6 +427,9 @@ func (c *Cluster) stepUp() bool {
 			return false
 		}
 		if err == nil {
+			c.mu.Lock()
+			c.barrierTerm = term
+			c.mu.Unlock()
 			break
 		}
 		if !c.IsLeader() || c.raft.CurrentTerm() != term {
@@ -466,6 +472,20 @@ func (c *Cluster) report(v bool, term uint64) {
 	default:
 	}
 	c.leaderCh <- v
+}
+
+// ReadyForReads reports whether this server leads and has applied every
+// entry committed before its term (its step-up barrier), so its store
+// holds every acknowledged write. A new leader is elected with its
+// committed tail not yet applied: a read it answered then missed a write
+// acknowledged before the leader change or a restart (found by
+// test/peers/e2e TestDiskFull). It does not wait for StepUpDelay, which
+// is for CSI calls, not reads.
+func (c *Cluster) ReadyForReads() bool {
+	c.mu.Lock()
+	bt := c.barrierTerm
+	c.mu.Unlock()
+	return bt != 0 && c.IsLeader() && bt == c.raft.CurrentTerm()
 }
 
 // ReadyTerm is the leadership term this server leads in with its step-up
