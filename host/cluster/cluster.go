@@ -153,11 +153,11 @@ type Cluster struct {
 	pending    map[string]JoinRequest // bootstrap-expect: joiners seen before bootstrap
 	booted     bool                   // bootstrap-expect: BootstrapCluster was called
 	onTransfer func()
-	readyTerm  uint64        // term of the reported step-up (0: none)
+	readyTerm  uint64 // term of the reported step-up (0: none)
 	// barrierTerm is the term whose step-up barrier was applied
 	// (ReadyForReads).
 	barrierTerm uint64
-	lease      time.Duration // raft's LeaderLeaseTimeout
+	lease       time.Duration // raft's LeaderLeaseTimeout
 	// The last successful leadership verification (ConfirmLeader).
 	verifiedAt time.Time
 	// verifyClock times a leadership verification (time.Now; tests make

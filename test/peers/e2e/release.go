@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,6 +24,10 @@ func productRoot(ctx context.Context) (string, error) {
 	}
 	return filepath.Clean(filepath.Join(peers, "..", "..")), nil
 }
+
+// ErrReleaseUnavailable: the previous release's commit cannot be built
+// here (not in the clone).
+var ErrReleaseUnavailable = errors.New("previous release unavailable")
 
 // PreviousRelease returns the commit .release/previous names and the
 // volhost binary built from it. The build runs once per commit, in a git
@@ -49,6 +54,9 @@ func PreviousRelease(ctx context.Context) (commit, bin string, err error) {
 	}
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return "", "", err
+	}
+	if _, err := runIn(ctx, root, "git", "cat-file", "-e", commit+"^{commit}"); err != nil {
+		return commit, "", fmt.Errorf("%w: commit %s is not in this clone (a shallow clone? git fetch --unshallow)", ErrReleaseUnavailable, commit)
 	}
 	wt, err := os.MkdirTemp("", "vh-release-")
 	if err != nil {
