@@ -755,7 +755,14 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 	}
 	f := c.raft.Apply(data, c.timeout(ctx))
 	if err := wait(ctx, f); err != nil {
-		return 0, nil, applyErr(ctx, err)
+		err = applyErr(ctx, err)
+		if (errors.Is(err, structs.ErrNoLeader) || errors.Is(err, structs.ErrOutcomeUnknown)) && !diskRefused(err) {
+			// Leadership lost between the check and the append, or
+			// while the entry waited: because of the disk, when its
+			// last write failed.
+			err = c.noLeaderBecauseOfDisk(err)
+		}
+		return 0, nil, err
 	}
 	res, ok := f.Response().(fsmResult)
 	if !ok {

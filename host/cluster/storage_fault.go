@@ -81,9 +81,10 @@ func (c *Cluster) StorageFault() error {
 	return c.storage.get()
 }
 
-// noLeaderBecauseOfDisk is structs.ErrNoLeader naming the disk when this
-// server's last raft write failed: the server cannot lead or vote until
-// its data dir takes writes again.
+// noLeaderBecauseOfDisk is err (structs.ErrNoLeader, or an outcome
+// unknown because leadership was lost) naming the disk when this server's
+// last raft write failed: the server cannot lead or vote until its data
+// dir takes writes again.
 func (c *Cluster) noLeaderBecauseOfDisk(err error) error {
 	fault := c.StorageFault()
 	if fault == nil {

@@ -75,14 +75,17 @@ func TestDiskFull(t *testing.T) {
 	}
 	mountTmpfs(t, mnt, "16m")
 	data := filepath.Join(mnt, "data")
-	httpAddr, err := FreeAddr()
+	// Two distinct ports, held until both are picked.
+	var ports addrReservation
+	httpAddr, err := ports.next()
 	if err != nil {
 		t.Fatal(err)
 	}
-	raftAddr, err := FreeAddr()
+	raftAddr, err := ports.next()
 	if err != nil {
 		t.Fatal(err)
 	}
+	ports.release()
 	cfg := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfg, []byte("log_level = \"debug\"\n"), 0o600); err != nil {
 		t.Fatal(err)
