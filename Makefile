@@ -44,7 +44,8 @@ lint:
 	# uncommitted edits there: commit first).
 	$(GO) generate ./abi/...
 	@git diff --exit-code --stat -- abi/ || { echo "go generate ./abi/... changed abi/ (or abi/ has uncommitted changes): regenerate and commit"; exit 1; }
-	# User documents cite no tracker numbers, sessions or private notes.
+	# User documents and the source (comments, test names, log lines) cite no
+	# tracker numbers, sessions or private notes.
 	@bash scripts/check-doc-refs.sh
 
 # End-to-end: the real volhost binary against real CSI drivers (test/peers, a

@@ -13,13 +13,17 @@
 # benchmark (test/extism BenchmarkCallRatios) and SCALE_VOLUMES (10000
 # 100000 1000000) for the state store at scale (host/state BenchmarkScale),
 # with their plots BENCHMARKS-call.png and BENCHMARKS-scale.png;
-# SKIP_PERF=1 leaves them out (SKIP_ISSUE17=1, its old name, still works),
+# SKIP_PERF=1 leaves them out,
 # SKIP_SCALE=1 the scale runs alone;
 # SCALE_ONLY=1 runs the scale section alone (with SKIP_GO=1 SKIP_E2E=1:
 # rewrites only the "scale" block and BENCHMARKS-scale.png).
+# The scale benchmark through raft (test/peers/e2e TestScaleCluster: three
+# real servers, SCALE_CLUSTER_VOLUMES volumes, default 1000000, a tenth of
+# them claimed and released through the API) rewrites the "scale-cluster"
+# block; SKIP_SCALE_CLUSTER=1 leaves it out (SKIP_GO=1 SKIP_E2E=1 SKIP_PERF=1
+# run it alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-SKIP_PERF=${SKIP_PERF:-${SKIP_ISSUE17:-}}
 root=$(pwd)
 out=$root/bin/bench
 mkdir -p "$out"
@@ -109,6 +113,19 @@ if [ "${SKIP_PERF:-}" != 1 ]; then
   if [ "${SCALE_ONLY:-}" != 1 ] && [ -s "$out/call.json" ]; then plot_call=(-call "$out/call.json"); fi
   (cd test/extism && go run ./cmd/benchplot "${plot_call[@]}" -scale "$out/scale-*.json" -out "$root") || true
 fi
+# Three real servers through raft, the issue's million-volume table in one
+# run (TestScaleCluster, test/peers/e2e/scale_test.go).
+if [ "${SKIP_SCALE_CLUSTER:-}" != 1 ]; then
+  cn=${SCALE_CLUSTER_VOLUMES:-1000000}
+  rm -f "$out/scale-cluster.md"
+  mkdir -p "$out/e2e-bin"
+  go build -o "$out/e2e-bin/volhost" ./cmd/volhost
+  (cd test/peers && go build -o "$out/e2e-bin/" ./cmd/gcepd ./cmd/mockcsi)
+  (cd test/peers && VOLHOST_E2E_BIN_DIR="$out/e2e-bin" VOLHOST_SCALE_VOLUMES=$cn \
+    VOLHOST_SCALE_MD="$out/scale-cluster.md" VOLHOST_SCALE_REPORT="$out/scale-cluster.json" \
+    go test -count=1 -run '^TestScaleCluster$' -timeout 120m -v ./e2e/ 2>&1) | grep -v '^        {' >"$out/scale-cluster.txt" || true
+  grep -E '^(--- |ok|FAIL)' "$out/scale-cluster.txt" || true
+fi
 t1=$(date +%s)
 
 if [ "${SKIP_E2E:-}" != 1 ]; then
@@ -151,6 +168,17 @@ if [ "${SKIP_GO:-}" != 1 ] || [ "${SKIP_E2E:-}" != 1 ]; then
   replace_section machine "Machine and command (make bench)" "$out/machine.md"
 fi
 
+if [ "${SKIP_SCALE_CLUSTER:-}" != 1 ] && [ -s "$out/scale-cluster.md" ]; then
+  {
+    echo '```sh'
+    echo "make build"
+    echo "cd test/peers && VOLHOST_SCALE_VOLUMES=${SCALE_CLUSTER_VOLUMES:-1000000} go test -count=1 -run '^TestScaleCluster\$' -timeout 120m -v ./e2e/"
+    echo '```'
+    echo
+    cat "$out/scale-cluster.md"
+  } >"$out/scale-cluster-section.md"
+  replace_section scale-cluster "A million volumes through raft (three servers, the real binary)" "$out/scale-cluster-section.md"
+fi
 if [ -f "$out/release.md" ] && [ "${SKIP_E2E:-}" != 1 ]; then
   {
     echo '```sh'

@@ -91,7 +91,7 @@ func TestAdapterFaults(t *testing.T) {
 					t.Fatalf("call = %+v, want adapter's IDs and no secrets", c)
 				}
 			}},
-		// Issue 10 defect 4: IDs the host cannot verify are faults, no call.
+		// Module answers are bounded: IDs the host cannot verify are faults, no call.
 		{name: "foreign-volume-id", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "someone-elses-disk", NodeID: "ext-" + testNode}, nil)},
 			check: func(t *testing.T, e *structs.ClaimError, _ []csiCall) {
 				if e.Fault != FaultUnsafe || !strings.Contains(e.Message, `"someone-elses-disk"`) {
@@ -161,7 +161,8 @@ func TestStoreWriteFailure(t *testing.T) {
 		t.Fatalf("assess = %v, want the write error", err)
 	}
 	// NodeUnpublish, then the checkpoint of its success failed: no
-	// NodeUnstage follows an unrecorded unpublish (issue 14).
+	// NodeUnstage follows an unrecorded unpublish (exactly one NodeUnpublish
+	// per claim: a retry must know whether the target was unpublished).
 	if got := f.csi.methods(); !slices.Equal(got, []string{mNodeUnpublish}) {
 		t.Fatalf("calls = %v, want NodeUnpublish only", got)
 	}

@@ -26,7 +26,7 @@ func (w *Watcher) backoff(n int) time.Duration {
 
 // controllerLimiter bounds ControllerUnpublishVolume calls per plugin. The
 // reference system allows one destructive controller RPC per plugin at a
-// time because drivers race on attach/detach (ANCHORS pain 8).
+// time because drivers race on attach/detach (hashicorp/nomad#17996).
 type controllerLimiter struct {
 	n    int
 	mu   sync.Mutex
@@ -38,7 +38,8 @@ func newControllerLimiter(n int) *controllerLimiter {
 }
 
 // acquire waits for a slot of plugin's semaphore or for ctx to end (a
-// step-down must not wait behind a hung driver call, ANCHORS pain 6).
+// step-down must not wait behind a hung driver call: hashicorp/nomad#10927,
+// a detach that hangs with no cancellation).
 func (l *controllerLimiter) acquire(ctx context.Context, plugin string) (release func(), err error) {
 	l.mu.Lock()
 	sem, ok := l.sems[plugin]

@@ -10,7 +10,8 @@ import (
 )
 
 // Defaults for Config. They follow the reference system where it is right
-// (ANCHORS: 2 min CSI timeout, 1 s..1 min backoff, 5 min GC and quiescence)
+// (Nomad's volumewatcher and csi_endpoint: 2 min CSI timeout, 1 s..1 min
+// backoff, 5 min GC and quiescence)
 // and improve on it where it hurts (stuck detection instead of 24 h of silent
 // retries).
 const (
@@ -35,7 +36,7 @@ type Config struct {
 	MaxConcurrency int
 	// ControllerConcurrency bounds ControllerUnpublishVolume calls in flight
 	// per plugin. The default of 1 matches the reference system: many drivers
-	// race on attach/detach (device names, ANCHORS pain 8).
+	// race on attach/detach (device names, hashicorp/nomad#17996).
 	ControllerConcurrency int
 	// IdleTimeout is how long a volume's bookkeeping (wake-up timer, rate
 	// limiter) is kept after its last pass before it is dropped. No goroutine

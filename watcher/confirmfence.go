@@ -11,7 +11,7 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// A module confirms a fence (ABI 1.1, issue 14).
+// A module confirms a fence (ABI 1.1's volhost_confirm_fence export).
 //
 // A claim whose node only missed heartbeats is held by the host until the
 // node is fenced (nodes.go): a timeout is no proof that a node is off. An

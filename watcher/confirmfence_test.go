@@ -88,7 +88,7 @@ func answer(resp abi.FenceResponse) func(context.Context, *abi.FenceRequest) (*a
 	}
 }
 
-// ABI 1.1, issue 14: an adapter module confirms the fence of a node that
+// ABI 1.1's volhost_confirm_fence: an adapter module confirms the fence of a node that
 // only missed heartbeats; the fence is committed (by the pass's term,
 // naming the module) before the claim skips its node steps, with the
 // module's reason on the claim and the module-fence metric label.

@@ -51,7 +51,8 @@ type ClaimWriter interface {
 // Leadership is the fence of leader work (host/cluster): the watcher runs
 // under the term its enable was reported for and confirms it before every
 // CSI call, and stamps it on every checkpoint so the FSM refuses writes of
-// an older term (issue 10 defect 5).
+// an older term (the failover fence: exclusion between an old and a new
+// leader must not rest on timing alone).
 type Leadership interface {
 	// ReadyTerm is the term this server leads in with its step-up
 	// complete, 0 when it does not lead.
@@ -94,7 +95,8 @@ type Adapter interface {
 }
 
 // Modules picks the policy and adapter that serve a volume. The default
-// returns the native implementations; issue 4 plugs Wasm modules in here.
+// returns the native implementations; the agent plugs Wasm modules in here
+// (host/agent's module registry).
 type Modules interface {
 	PolicyFor(v *structs.Volume) Policy
 	AdapterFor(v *structs.Volume) Adapter

@@ -12,8 +12,9 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// differentialViews is the size of the generated corpus (issue 4: at least
-// 10,000 volume views).
+// differentialViews is the size of the generated corpus: at least 10,000
+// volume views, enough to cover every status and state combination many
+// times over.
 const differentialViews = 10_000
 
 // randomPolicyRequest generates one volume view: 0..12 claims (now and then
@@ -93,7 +94,7 @@ func normalized(resp *abi.PolicyResponse) *abi.PolicyResponse {
 // exactly like the native DefaultPolicy over abi/defaultpolicy's corpus and
 // 10,000 generated volume views (seeded, so a failure reproduces). The two
 // share abi/defaultpolicy.Decide, so a difference is a bug in the codec, the
-// guest SDK or the runtime (DESIGN "Wasm modules").
+// guest SDK or the runtime.
 //
 // as-default-policy, the AssemblyScript port (abi/guest-as), shares no code
 // with the native policy, so for it the test checks the port's logic too.

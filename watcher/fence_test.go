@@ -29,7 +29,7 @@ func (l *fakeLeadership) ConfirmLeader(_ context.Context, term uint64) error {
 	return nil
 }
 
-// Issue 10 defect 5: no CSI call leaves a server whose leadership of the
+// The failover fence: no CSI call leaves a server whose leadership of the
 // pass's term cannot be confirmed (a paused leader that woke up), and the
 // claim is left exactly as checkpointed for the next leader; every
 // checkpoint carries the term, for the FSM's fence.
@@ -84,7 +84,7 @@ func (n *stuckNode) NodeUnpublishVolume(context.Context, string, *csipb.NodeUnpu
 	return nil
 }
 
-// Issue 10 defect 7: a step-down waits for an operator's detach as for the
+// A step-down waits for an operator's detach as for the
 // watcher's own passes; it returns only once the detach's CSI call has.
 func TestStepDownWaitsForDetach(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

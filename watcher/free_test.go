@@ -9,9 +9,11 @@ import (
 )
 
 // TestReleaseFreesInTheControllerDetachedWrite: a release writes two
-// checkpoints after the node steps (issue 17): node-detached, then
+// checkpoints after the node steps (fewer raft writes per claim:
+// BenchmarkAgentReleaseNative): node-detached, then
 // controller-detached with Free (the staging test plugin adds the
-// NodeUnpublished mark before NodeUnstage, issue 14), which the store applies together with ready-to-free; a claim found
+// NodeUnpublished mark before NodeUnstage, so NodeUnpublish runs exactly
+// once), which the store applies together with ready-to-free; a claim found
 // at controller-detached (an older leader's write) gets its own
 // ready-to-free checkpoint.
 func TestReleaseFreesInTheControllerDetachedWrite(t *testing.T) {

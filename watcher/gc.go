@@ -37,7 +37,8 @@ func (w *Watcher) writeGC(ctx context.Context, refs []structs.VolumeRef) (int, e
 
 // gcLoop is the periodic claim GC, only while enabled (leader). It is a
 // safety net for wake-ups lost anywhere (the reference system relies on it
-// alone, ANCHORS pain 3): it bumps only volumes with a claim that has been
+// alone, so allocations wait on "volume max claims reached" until its 5
+// minute run: hashicorp/nomad#13416): it bumps only volumes with a claim that has been
 // releasable for GCThreshold and is not waiting for its backoff.
 func (w *Watcher) gcLoop(ctx context.Context) {
 	defer w.wg.Done()

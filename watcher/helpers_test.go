@@ -304,7 +304,8 @@ func (s *fakeStore) checkpointStates() []structs.ClaimState {
 }
 
 // unpublishedMark is how checkpointStates shows a taken claim checkpointed
-// with its NodeUnpublish done (issue 14).
+// with its NodeUnpublish done (committed before NodeUnstage runs, so a
+// retry never repeats the unpublish).
 const unpublishedMark structs.ClaimState = "taken/node-unpublished"
 
 func (s *fakeStore) checkpointCalls() []*structs.ClaimCheckpointRequest {

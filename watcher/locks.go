@@ -13,7 +13,8 @@ import (
 // ControllerUnpublishVolume, and the checkpoint). Without it a claim could
 // stage or publish on a node between the release's "last claim on this
 // node" check and its NodeUnstage, and the unstage would pull the volume
-// from under a running workload (issue 10 defect 2). Across leaders the
+// from under a running workload (a release pass racing a new claim on the
+// same node). Across leaders the
 // term fence does the same job: both sides only act in the term they
 // confirmed.
 //

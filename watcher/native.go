@@ -33,13 +33,13 @@ const (
 )
 
 // DefaultPolicy is the built-in release policy. The Wasm default-policy
-// example must decide exactly like it (differential test, issue 4).
+// example must decide exactly like it (TestDifferentialDefaultPolicy).
 //
 // For each claim: an allocation pending or running waits (no timed retry:
 // its status change wakes the volume); a terminal or gone allocation is
 // released, skipping the node step when the claim is still taken and its
-// node is down or gone (ANCHORS pain 1: the reference system never frees
-// claims on dead nodes).
+// node is down or gone (the reference system never frees claims on dead
+// nodes: hashicorp/nomad#12346).
 type DefaultPolicy struct{}
 
 var _ Policy = DefaultPolicy{}
@@ -96,8 +96,8 @@ func (SpecAdapter) AdaptRequest(_ context.Context, req *abi.AdapterRequest) (*ab
 // ClassifyError implements Adapter, following the CSI spec's error tables:
 // NOT_FOUND "verify and retry with exponential backoff", ABORTED "an
 // operation is pending, retry with backoff", transient transport codes are
-// retried, and UNIMPLEMENTED or request errors are never retried (ANCHORS
-// "CSI spec rules"; Kubernetes' external-attacher treats the same transient
+// retried, and UNIMPLEMENTED or request errors are never retried (CSI spec,
+// "Error Scheme"; Kubernetes' external-attacher treats the same transient
 // set as "may still be in progress").
 func (SpecAdapter) ClassifyError(_ context.Context, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
 	switch codes.Code(req.Code) {

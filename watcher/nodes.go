@@ -9,7 +9,7 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// Node agents, fences and lost heartbeats (issue 14).
+// Node agents, fences and lost heartbeats.
 //
 // A node registered by its node agent is reached only through the agent's
 // connection: its plugin endpoints are node-local. A node whose agent

@@ -46,7 +46,7 @@ func agentNode(status structs.NodeStatus, lost bool, fence *structs.NodeFence) *
 	return n
 }
 
-// The safety rule of issue 14: a node that only missed heartbeats keeps
+// The node agent's safety rule: a node that only missed heartbeats keeps
 // its claims waiting (visibly, held by the host) whatever the policy says;
 // a fence lets them skip the node steps, with the reason on the claim and
 // in the metric; a node the operator marked down keeps today's skip.

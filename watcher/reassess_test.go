@@ -46,7 +46,8 @@ type reassessModules struct{ policy Policy }
 func (m reassessModules) PolicyFor(*structs.Volume) Policy   { return m.policy }
 func (m reassessModules) AdapterFor(*structs.Volume) Adapter { return SpecAdapter{} }
 
-// TestReassessRejudgesAtOnce (issue 11 item 7): a claim deferred by the
+// TestReassessRejudgesAtOnce (a module swap re-judges what the old version
+// decided): a claim deferred by the
 // old generation for 30 s is judged by the new one as soon as Reassess
 // runs, with the clock not moved at all; volumes pred leaves out are not
 // visited, and a disabled watcher queues nothing.

@@ -35,7 +35,8 @@ const (
 )
 
 // Stuck reasons. They are stable strings so a volume already stuck for the
-// same reason is not re-marked on every attempt (no log spam, ANCHORS pain 2).
+// same reason is not re-marked on every attempt (no log spam, the
+// reference system's hashicorp/nomad#25349).
 const (
 	ReasonFatal       = "driver error classified fatal"
 	ReasonMaxAttempts = "max attempts reached"
@@ -166,7 +167,7 @@ func (w *Watcher) assess(ctx context.Context, ref structs.VolumeRef) (time.Time,
 // escapeHatch force-deregisters a volume stuck for AutoForceAfter whose
 // allocations are all terminal or gone (opt-in). The store answers with the
 // attachments left behind and keeps them as leftovers: the reference system
-// drops them silently (ANCHORS pain 5).
+// drops them silently (hashicorp/nomad#8641).
 func (p *pass) escapeHatch(ctx context.Context) (bool, error) {
 	cfg := p.w.cfg
 	s := p.v.Stuck
@@ -344,7 +345,7 @@ func (p *pass) act(ctx context.Context, c *structs.Claim, vd verdict) error {
 // starts or its holder or reason changes, so a policy answering "wait" on
 // every pass is not a loop of log writes. A hold counts toward stuck_after
 // like a run of failures: a policy can delay a release, it cannot hide a
-// claim that never releases (issue 10 defect 4).
+// claim that never releases (module answers are bounded by the host).
 func (p *pass) hold(ctx context.Context, c *structs.Claim, vd verdict) error {
 	h := &structs.ClaimHold{Reason: vd.reason, Since: p.now}
 	if n, ok := p.policy.(Named); ok && !vd.hostHold {
@@ -471,7 +472,8 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			return false, p.fail(ctx, c, fe, 0)
 		}
 		// A claim whose NodeUnpublish is already committed resumes at the
-		// unstage: the unpublish is never repeated (issue 14).
+		// unstage: the unpublish is never repeated (exactly one NodeUnpublish
+		// per claim, even across a node agent's restart).
 		unpublished := false
 		if c.TargetPath != "" && !c.NodeUnpublished {
 			resp, fe := p.adapt(ctx, c, StepNodeUnpublish)
@@ -492,7 +494,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			// From here on the pass records what the node did: a pass
 			// cancelled now (the watcher disabled, a step-down under
 			// way) must still commit the unpublish, or the next pass
-			// repeats it (issue 14: exactly one NodeUnpublish).
+			// repeats it (exactly one NodeUnpublish per claim).
 			rctx, cancel := recording(ctx)
 			defer cancel()
 			rec, recorded = rctx, true
@@ -607,7 +609,8 @@ func (p *pass) recordUnpublished(ctx context.Context, c *structs.Claim) error {
 // lastOnNodeCommitted: no other claim of the volume on c's machine still
 // needs the staging path (structs.Volume.NeedsStaging), read from
 // committed state, not from the claims this pass loaded: a claim taken
-// there since then needs it (issue 10 defect 2). The machine, not the
+// there since then needs it (a release pass racing a new claim on the
+// same node). The machine, not the
 // node ID: one machine registered under two node IDs shares the path. A
 // claim that staged nothing (taken while its node had no node endpoint)
 // does not keep a path another claim staged from being unstaged. Call it
@@ -624,8 +627,8 @@ func (p *pass) lastOnNodeCommitted(c *structs.Claim) (bool, error) {
 // the controller attachment or may (structs.Volume.HoldsAttachment), read
 // from committed state. The attachment is per (volume, external node ID),
 // so it is left to the last such claim: ControllerUnpublishVolume then
-// runs once, after every node step on that machine (CSI spec; ANCHORS
-// pain 9: unpublish while still in use, or twice). Call it holding the
+// runs once, after every node step on that machine (CSI spec;
+// hashicorp/nomad#24130: unpublish while still in use, or twice). Call it holding the
 // volume's lock.
 func (p *pass) sharedOnNodeCommitted(c *structs.Claim) (bool, error) {
 	v, err := p.committed()
@@ -678,7 +681,7 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 		if p.nodes[c.NodeID] == nil {
 			// Nomad's behaviour: with the node gone and no external node
 			// ID known, nothing can address the attachment; abandon the
-			// claim rather than loop (ANCHORS pain 1), and say so.
+			// claim rather than loop (hashicorp/nomad#12346), and say so.
 			note := p.precondition(StepControllerUnpublish,
 				"node %q is gone and no external node ID is known: claim abandoned without ControllerUnpublishVolume", c.NodeID)
 			note.Time = p.now
@@ -687,7 +690,7 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 		}
 		// Never send an empty node ID: GCE PD rejects it and the
 		// reference system loops on "missing external node ID" after
-		// every election (ANCHORS pain 2).
+		// every election (hashicorp/nomad#25349).
 		return false, p.fail(ctx, c, p.precondition(StepControllerUnpublish,
 			"no external node ID for node %q", c.NodeID), 0)
 	}
@@ -705,7 +708,8 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 	}
 	// The attachment is per (volume, node): decide from committed state,
 	// with the claim path held off until the checkpoint is written, that
-	// no other claim on the node still needs it (issue 10 defect 2).
+	// no other claim on the node still needs it (a release pass racing a
+	// new claim on the same node).
 	unlock, err := p.w.locks.Lock(ctx, p.ref)
 	if err != nil {
 		release()
@@ -745,8 +749,8 @@ func (p *pass) secrets(keys []string) (map[string]string, *structs.ClaimError) {
 }
 
 // callCSI runs one CSI call under CSITimeout, once this server has
-// confirmed it still leads the pass's term (issue 10 defect 5: a deposed or
-// paused leader sends nothing). A failed confirmation is returned as a
+// confirmed it still leads the pass's term (the failover fence: a deposed
+// or paused leader sends nothing). A failed confirmation is returned as a
 // leadership error, which ends the pass without touching the claim.
 func (p *pass) callCSI(ctx context.Context, call func(context.Context) error) error {
 	if err := p.w.confirm(ctx, p.term); err != nil {
@@ -816,7 +820,7 @@ func (p *pass) csiOutcome(ctx context.Context, c *structs.Claim, step string, er
 	case abi.OutcomeDone:
 		// A module may make the host more careful, never declare a failed
 		// detach done: the claim would move on, and the volume be freed,
-		// with the disk still attached (issue 10 defect 4).
+		// with the disk still attached.
 		me := p.fault(p.adapter, step, FaultUnsafe, "classified the failed %s (%s: %s) as done; a failed step is never done",
 			step, code, msg)
 		me.Code, me.CodeName = ce.Code, ce.CodeName
@@ -879,8 +883,8 @@ func (p *pass) adapt(ctx context.Context, c *structs.Claim, step string) (*abi.A
 	return resp, nil
 }
 
-// CheckAdapterIDs bounds an adapter's answer to what the host can verify
-// (issue 10 defect 4): the volume ID must be the volume's external ID, and
+// CheckAdapterIDs bounds an adapter's answer to what the host can verify:
+// the volume ID must be the volume's external ID, and
 // a node ID must be the one the claim's steps go to. A module that names
 // another disk or another instance would otherwise detach it from under
 // someone else.
@@ -944,7 +948,8 @@ func (p *pass) failAdapt(ctx context.Context, c *structs.Claim, fe *structs.Clai
 // last error (an abandoned claim says why).
 //
 // A claim advanced to controller-detached is freed in the same write
-// (structs.ClaimCheckpointRequest.Free; issue 17): nothing runs between
+// (structs.ClaimCheckpointRequest.Free; BenchmarkAgentReleaseNative
+// reports the raft entries per claim): nothing runs between
 // the two states, so their own log entries bought a log append, an FSM
 // transaction and a watcher pass per claim and no safety. A claim found at
 // controller-detached (written by an older leader) still gets its own
@@ -1027,7 +1032,7 @@ func (p *pass) fail(ctx context.Context, c *structs.Claim, e *structs.ClaimError
 // attempt, any attempt whose error differs from the previous one (another
 // step, code, module fault or message), and attempts 2, 4, 8, 16, ...
 // of the same error, so a claim that keeps failing stays visible at the
-// default level without a line per retry. Issue 16: only the first of a
+// default level without a line per retry. Before, only the first of a
 // run reached WARN, and a later, different failure was hidden at DEBUG.
 func warnWorthy(prev, e *structs.ClaimError, attempts int) bool {
 	if prev == nil || attempts <= 1 {
@@ -1040,7 +1045,7 @@ func warnWorthy(prev, e *structs.ClaimError, attempts int) bool {
 }
 
 // markStuck marks the volume stuck for reason, once per reason (no log
-// spam, ANCHORS pain 2).
+// spam, hashicorp/nomad#25349).
 func (p *pass) markStuck(ctx context.Context, c *structs.Claim, reason string, e *structs.ClaimError) error {
 	if p.v.Stuck != nil && p.v.Stuck.Reason == reason {
 		return nil
@@ -1219,7 +1224,8 @@ func (p *pass) allocStatus(id string) string {
 // which is when it became terminal (the client's last status update). It is
 // at least 1 ms: 0 means "not terminal or unknown" on the wire, and a policy
 // must not read an allocation that ended this millisecond as one of unknown
-// age (grace-policy releases those at once; issue 4 grace test).
+// age (grace-policy releases those at once; the grace-policy example's
+// tests).
 func (p *pass) allocView(id string) abi.AllocView {
 	av := abi.AllocView{ID: id, ClientStatus: p.allocStatus(id)}
 	if a := p.allocs[id]; a != nil && a.ClientStatus.Terminal() && !a.ModifyTime.IsZero() {

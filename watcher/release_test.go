@@ -54,7 +54,7 @@ func TestReleaseStateMachine(t *testing.T) {
 	all := []string{mNodeUnpublish, mNodeUnstage, mCtlUnpublish}
 	full := []structs.ClaimState{structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree}
 	// The node plugin stages: NodeUnpublish's success is committed before
-	// NodeUnstage runs (issue 14), one write more than a claim without an
+	// NodeUnstage runs (exactly one NodeUnpublish), one write more than a claim without an
 	// unstage to follow (TestNodeUnpublishedOnlyBeforeUnstage).
 	staged := append([]structs.ClaimState{unpublishedMark}, full...)
 	steps := []step{
@@ -301,7 +301,8 @@ func TestNodeDownSkipsNodeStep(t *testing.T) {
 }
 
 // TestEmptyNodeIDNeverSent: a live node without an external node ID is a
-// precondition error, never an RPC with an empty node ID (ANCHORS pain 2).
+// precondition error, never an RPC with an empty node ID
+// (hashicorp/nomad#25349).
 func TestEmptyNodeIDNeverSent(t *testing.T) {
 	f := newFixture(t, Config{}, nil)
 	n := readyNode(testNode)
@@ -581,8 +582,7 @@ func (doneAdapter) ClassifyError(ctx context.Context, req *abi.ClassifyRequest) 
 
 // TestAdapterOutcomes: Retry honours RetryAfterMs; Done on a failed step is
 // an unsafe module fault that keeps the claim where it is, with the
-// driver's code (issue 10 defect 4: a module may never declare a failed
-// detach done).
+// driver's code (a module may never declare a failed detach done).
 func TestAdapterOutcomes(t *testing.T) {
 	f := newFixture(t, Config{}, testModules{adapter: doneAdapter{}})
 	f.store.putAlloc("a1", testNode, structs.AllocComplete)
@@ -714,7 +714,7 @@ func TestEscapeHatch(t *testing.T) {
 }
 
 // TestReleaseFailuresLoggedAtWarn: a claim failing the same way warns at
-// attempts 1, 2, 4 and 8, and a different failure warns at once (issue 16:
+// attempts 1, 2, 4 and 8, and a different failure warns at once (before,
 // only the first of several release failures reached the log at WARN).
 func TestReleaseFailuresLoggedAtWarn(t *testing.T) {
 	var buf bytes.Buffer // assess runs on this goroutine; the watcher is not enabled

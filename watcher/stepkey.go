@@ -9,7 +9,7 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// Idempotency keys of release steps (issue 14). A node step sent through a
+// Idempotency keys of release steps. A node step sent through a
 // node agent carries the key of the claim step it runs, so an agent that
 // ran the step and died before its answer reached the leader can answer
 // the leader's retry from its journal (host/client) instead of calling the

@@ -13,7 +13,7 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// Issue 14: NodeUnpublish's success is committed before NodeUnstage runs,
+// NodeUnpublish's success is committed before NodeUnstage runs,
 // so a retry after a failed (or lost) unstage resumes at the unstage and
 // the target is unpublished exactly once.
 func TestNodeUnpublishNotRepeatedAfterFailedUnstage(t *testing.T) {
@@ -69,7 +69,7 @@ func TestNodeUnpublishedClaimResumesAtUnstage(t *testing.T) {
 
 // The extra checkpoint is written only when a NodeUnstage follows: a claim
 // that is not the last on its node, or whose plugin does not stage, keeps
-// one write per step (issue 17 counts raft writes per claim).
+// one write per step (BenchmarkAgentReleaseNative reports the raft entries per claim).
 func TestNodeUnpublishedOnlyBeforeUnstage(t *testing.T) {
 	full := []structs.ClaimState{structs.ClaimNodeDetached, structs.ClaimControllerDetached, structs.ClaimReadyToFree}
 	for _, tc := range []struct {

@@ -10,7 +10,7 @@ import (
 )
 
 // ModuleViews are the requests the watcher would hand a volume's modules
-// now (issue 15, `volhost module record`): built by the same code from the
+// now (`volhost module record`): built by the same code from the
 // same reads as a release pass, so a recorded view replays exactly.
 type ModuleViews struct {
 	// Policy is the release policy's request; nil when the volume has no

@@ -21,7 +21,7 @@ type ModuleRuntime interface {
 	AdaptsStep(module, step string) bool
 	ClassifyError(ctx context.Context, module string, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error)
 
-	// The failure strategy (issue 15): what answers when a module faults.
+	// The failure strategy (a manifest's on_failure): what answers when a module faults.
 	OnFailure(module string) string
 	// The *LastKnownGood calls ask a generation other than faulted (the
 	// generation the fault came from), preferring the previous one.

@@ -14,7 +14,7 @@ import (
 	"github.com/volhost/volhost/internal/testutil"
 )
 
-// Wasm vs native (issue 4 benchmarks): the watcher's release throughput and
+// Wasm vs native: the watcher's release throughput and
 // step-up assessment time (the shapes of BenchmarkReleaseThroughput and
 // BenchmarkStepUp) with the default-policy and gcepd-adapter Wasm modules
 // serving every volume, against the native DefaultPolicy and SpecAdapter,

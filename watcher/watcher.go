@@ -11,8 +11,9 @@
 // policy answer is validated by the host before anything is released.
 //
 // Modelled on Nomad's nomad/volumewatcher, minus its pains: no goroutine per
-// volume (ANCHORS: one per volume until a 5 min quiescent timeout), no log
-// writes to retry, cancellable CSI calls (pain 6), gRPC codes kept (pain 10).
+// volume (Nomad keeps one per volume until a 5 min quiescent timeout), no
+// log writes to retry, cancellable CSI calls (hashicorp/nomad#10927), gRPC
+// codes kept (hashicorp/nomad#27324).
 package watcher
 
 import (
@@ -189,8 +190,8 @@ func (w *Watcher) watchVolumes(ctx context.Context) {
 	defer w.wg.Done()
 
 	// Step-up: every volume with a releasable claim is assessed, which
-	// recovers releases a previous leader left half done (ANCHORS: the
-	// reference system's first query "reaps every volume" for this reason).
+	// recovers releases a previous leader left half done (Nomad's
+	// volumewatcher: its first query "reaps every volume" for this reason).
 	var refs []structs.VolumeRef
 	err := w.retry(ctx, "list releasable volumes", func() (err error) {
 		refs, err = w.deps.State.ReleasableVolumes()
@@ -507,8 +508,8 @@ func (w *Watcher) Assess(ctx context.Context, ref structs.VolumeRef) error {
 // leaderContext returns ctx additionally cancelled on step-down, for an
 // operator action (detach, GC). The action joins the enable's wait group
 // until the returned cancel is called, so a step-down waits for it as for
-// the watcher's own passes (issue 10 defect 7: a detach still sending CSI
-// calls after the step-down returned).
+// the watcher's own passes (a detach could still send CSI calls after the
+// step-down returned).
 func (w *Watcher) leaderContext(ctx context.Context) (context.Context, context.CancelFunc, error) {
 	w.mu.Lock()
 	lctx, enabled := w.ctx, w.enabled
@@ -534,7 +535,7 @@ func (w *Watcher) confirm(ctx context.Context, term uint64) error {
 
 // clampRetry turns a module's retry_after_ms into a duration within [0,
 // MaxRetryAfter]. A huge value must not overflow into a time in the past,
-// which re-assessed the claim at once, forever (issue 10 defect 4).
+// which re-assessed the claim at once, forever.
 func (w *Watcher) clampRetry(ms int64) time.Duration {
 	if ms <= 0 {
 		return 0

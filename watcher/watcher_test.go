@@ -248,7 +248,7 @@ func TestDetach(t *testing.T) {
 	f.store.putVolume(newVolume("v1", inBackoff, newClaim("a2", testNode, structs.ClaimTaken), newClaim("b1", "n2", structs.ClaimTaken)))
 	f.w.SetEnabled(true)
 	// The step-up pass records the policy's hold on b1, the one due
-	// releasable claim (issue 10: a hold is visible); wait for it, so what
+	// releasable claim (a hold is visible); wait for it, so what
 	// the refused detach writes is counted alone.
 	testutil.WaitFor(t, "the step-up pass's hold", func() bool {
 		c := f.store.claim(ref("v1"), "b1")

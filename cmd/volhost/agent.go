@@ -131,6 +131,7 @@ func runAgent(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(os.Stderr, "Error: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return 1
 	}
+	a.ApplyDefaultMemoryLimit()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go reloadOnHangup(ctx, a)

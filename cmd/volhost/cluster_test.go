@@ -1,6 +1,6 @@
 package main
 
-// The multi-server end-to-end test (issue 5): the real binary, three
+// The multi-server end-to-end test: the real binary, three
 // `volhost agent -server` processes on loopback, SIGKILL of the leader.
 
 import (

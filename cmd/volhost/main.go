@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 	return 0
 }
 
-// Commands returns the command table. Module commands (issue 4: `module
+// Commands returns the command table. Module commands (`module
 // list|status|reload`) and `operator raft list-peers` register here too.
 func Commands(m *Meta) map[string]cli.CommandFactory {
 	cmd := func(c cli.Command) cli.CommandFactory {
@@ -164,7 +164,7 @@ func Commands(m *Meta) map[string]cli.CommandFactory {
 		"module list":   cmd(&ModuleListCommand{Meta: m}),
 		"module status": cmd(&ModuleStatusCommand{Meta: m}),
 		"module reload": cmd(&ModuleReloadCommand{Meta: m}),
-		// Module lifecycle kit (issue 15).
+		// Module lifecycle kit: author, record, test and roll out modules.
 		"module run":      cmd(&ModuleRunCommand{Meta: m}),
 		"module test":     cmd(&ModuleTestCommand{Meta: m}),
 		"module new":      cmd(&ModuleNewCommand{Meta: m}),

@@ -85,7 +85,7 @@ func TestWalkthrough(t *testing.T) {
 	reg := e.ok("volume", "register", "testdata/volume.hcl")
 	contains(t, "volume register", reg, `Registered volume "vol1" in namespace "default"`)
 	if strings.Contains(reg, "Index") {
-		t.Errorf("volume register prints the log index (issue 16):\n%s", reg)
+		t.Errorf("volume register prints the log index (noise to an operator):\n%s", reg)
 	}
 	contains(t, "volume register json", e.ok("volume", "register", "testdata/volumes.json"),
 		`Registered volume "vol2" in namespace "default"`, `Registered volume "vol3" in namespace "prod"`)
@@ -177,8 +177,8 @@ func TestStuckVolumeStatus(t *testing.T) {
 	}
 }
 
-// A claim a policy holds shows who holds it, why and until when (issue 10:
-// `taken 0 - -` said nothing).
+// A claim a policy holds shows who holds it, why and until when (`taken 0
+// - -` said nothing).
 func TestHeldClaimStatus(t *testing.T) {
 	e := newCLIEnv(t)
 	e.setup()

@@ -40,7 +40,7 @@ type Meta struct {
 	clientKey  string
 }
 
-// Environment variables of the security flags (issue 12).
+// Environment variables of the security flags.
 const (
 	envToken      = "VOLHOST_TOKEN"
 	envCACert     = "VOLHOST_CACERT"

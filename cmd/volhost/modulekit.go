@@ -14,7 +14,7 @@ import (
 	"github.com/volhost/volhost/plugins/kit"
 )
 
-// Module author commands (issue 15): they run offline, with no agent.
+// Module author commands: they run offline, with no agent.
 
 // kitCacheDir is the compilation cache of the offline commands: the one
 // tests and `make` share, else the agent's default under the user's cache.

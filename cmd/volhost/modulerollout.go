@@ -13,7 +13,7 @@ import (
 	"github.com/volhost/volhost/plugins/source"
 )
 
-// Rollout commands (issue 15): they act on the agent asked, like reload.
+// Rollout commands: they act on the agent asked, like reload.
 
 // ModuleShadowCommand is `volhost module shadow NAME FILE`.
 type ModuleShadowCommand struct{ *Meta }

@@ -42,7 +42,8 @@ func (a *attackTarget) do(t *testing.T, method, path, body, secret string) (int,
 }
 
 // secureAttacks runs the attacks that need only the HTTP API against the
-// real binaries (issue 30): each is refused and changes nothing.
+// real binaries (every role bounded on every interface; SECURITY.md):
+// each is refused and changes nothing.
 func secureAttacks(t *testing.T, a *attackTarget) {
 	// (c) A node-scoped token cannot steer the leader through PUT
 	// /v1/nodes: each operator field is 403, and the node is unchanged.

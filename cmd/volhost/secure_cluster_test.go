@@ -39,7 +39,7 @@ func forgedManagementToken(t *testing.T, secret string) []byte {
 	return append([]byte{byte(structs.ACLTokenUpsertType)}, `{"time":"`+string(at)+`","req":`+string(req)+`}`...)
 }
 
-// TestSecureBinaryCluster is issue 12's end-to-end check with the real
+// TestSecureBinaryCluster is the ACL and TLS end-to-end check with the real
 // binary: three servers with ACLs and mutual TLS (HTTPS with client
 // certificates, raft over mTLS) form a cluster from certificates made by
 // `volhost tls`; a release is driven through the CLI with a client token;
@@ -307,7 +307,7 @@ tls {
 		}
 	}
 
-	// Issue 30's attacks through the HTTP API of the real binaries.
+	// The role attacks (SECURITY.md) through the HTTP API of the real binaries.
 	secureAttacks(t, &attackTarget{hc: hc, leader: leader.http, mgmt: boot.SecretID, token: func(name, rules string) string {
 		policy(name, rules)
 		return token(name)["VOLHOST_TOKEN"]

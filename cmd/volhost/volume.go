@@ -87,7 +87,7 @@ func (c *VolumeRegisterCommand) Help() string {
 func (c *VolumeRegisterCommand) Run(args []string) int {
 	return registerFile(c.Meta, "volume", args, loadVolumes, func(ctx context.Context, cl *client.Client, vols []*structs.Volume) error {
 		// The log index is not printed: it is noise to an operator
-		// (issue 16); API users read it from the X-Volhost-Index header.
+		// who just registered a volume; API users read it from the X-Volhost-Index header.
 		if _, err := cl.RegisterVolumes(ctx, vols); err != nil {
 			return err
 		}
@@ -282,8 +282,10 @@ func formatVolume(v *api.VolumeResponse) string {
 		case cl.UnstageInDoubt() && cl.LastError != nil:
 			// New claims on its machine wait for this one's answer.
 			state += " (unstage in doubt: claims on its machine wait)"
+		case cl.DetachInDoubt() && cl.LastError != nil:
+			state += " (detach in doubt: claims on its machine wait)"
 		case cl.State == structs.ClaimTaken && cl.NodeUnpublished:
-			state += " (unpublished, unstage next)" // issue 14
+			state += " (unpublished, unstage next)" // NodeUnpublish committed, NodeUnstage next
 		}
 		if cl.Restored {
 			state += " (restored: staging in doubt)"
@@ -460,8 +462,9 @@ func (c *VolumeDetachCommand) Run(args []string) int {
 	c.Ui.Output(fmt.Sprintf("Detach of volume %q on node %q: %d of %d claim(s) released", rest[0], rest[1], len(res.Released), len(res.Claims)))
 	c.Ui.Output(table(rows))
 	if failed {
-		// A claim that did not finish is not a silent success (ANCHORS:
-		// the reference system reports success after skipping steps).
+		// A claim that did not finish is not a silent success (the
+		// reference system's `volume detach` reports success after
+		// skipping steps).
 		c.Ui.Error("Error: not every claim was released; see the last errors above")
 		return 1
 	}

@@ -1,4 +1,4 @@
-// Package acl owns volhost's access control (issue 12): policies written in
+// Package acl owns volhost's access control: policies written in
 // HCL, the capabilities they grant, tokens (a management type with every
 // capability, a client type with the union of its policies), the
 // resolution of a request's secret to an ACL, and the capability check.
@@ -25,8 +25,8 @@
 // with deny winning. A request's namespace is matched exactly first, then
 // against the glob with the most literal characters.
 //
-// node_id blocks scope node access to named nodes (issue 14: a node
-// agent's token should write its own node only): a request about node N
+// node_id blocks scope node access to named nodes (a node agent's token
+// should write its own node only): a request about node N
 // (a node agent connecting as N, registering N, setting N's status) is
 // allowed by the node block or by the node_id rule that governs N (exact,
 // else the glob with the most literal characters); a deny in that rule

@@ -138,7 +138,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 // TestNodeScopedAccess: node_id rules scope node access to named nodes (a
-// node agent's token writes its own node only, issue 14); the node block
+// node agent's token writes its own node only); the node block
 // covers every node and the routes that are about no one node.
 func TestNodeScopedAccess(t *testing.T) {
 	agent := New(mustParse(t, `node_id "n1" { policy = "write" }`))

@@ -46,7 +46,7 @@ type Agent struct {
 
 	moduleEvents *moduleEvents
 	moduleSwaps  *moduleSwaps
-	// sources are the module_source blocks (issue 15, sources.go) and
+	// sources are the module_source blocks (sources.go) and
 	// moduleMaxima the module_limits they are pulled under.
 	sources      []moduleSource
 	moduleMaxima plugins.Maxima
@@ -122,11 +122,12 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		Logger:    a.logger,
 	}
 	if sv := cfg.Server; sv != nil && sv.Enabled {
-		// A server of a multi-server cluster (issue 5): it bootstraps only
+		// A server of a multi-server cluster: it bootstraps only
 		// as the bootstrap_expect seed, otherwise it waits to be joined.
 		cc.Server, cc.Bootstrap, cc.BootstrapExpect = true, false, sv.BootstrapExpect
 		cc.AdvertiseAddr = sv.AdvertiseRaft
 		a.retryJoinMax = d.RetryMaxInterval
+		applyRaft(&cc, sv, d)
 	}
 	if err := a.setupTLS(&cc); err != nil {
 		a.CSI.Close()
@@ -152,7 +153,8 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		return nil, errors.Join(err, a.Cluster.Shutdown(), a.lock.release())
 	}
 	// One set of volume locks for the claim path and the watcher's
-	// per-node release steps (issue 10 defect 2).
+	// per-node release steps (a release pass must not race a new claim on
+	// the same node).
 	locks := watcher.NewVolumeLocks()
 	if err := a.setupNodeRPC(); err != nil {
 		a.CSI.Close()
@@ -222,7 +224,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	a.API.EnableSchedulers(a)
 	a.setupACL()
 	// A graceful leadership transfer stops this server's watcher (and
-	// waits for its CSI calls) before leadership moves (issue 5).
+	// waits for its CSI calls) before leadership moves.
 	a.Cluster.OnTransfer(func() { a.Watcher.SetEnabled(false) })
 	return a, nil
 }

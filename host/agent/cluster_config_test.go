@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/volhost/volhost/host/cluster"
 )
 
 func TestServerBlockFromHCL(t *testing.T) {
@@ -86,5 +88,52 @@ func TestServerBlockValidation(t *testing.T) {
 	ok.Server.AdvertiseRaft, ok.Server.AdvertiseHTTP = "10.0.0.1:4748", "10.0.0.1:4747"
 	if _, err := ok.Validate(); err != nil {
 		t.Fatalf("advertised config refused: %v", err)
+	}
+}
+
+// The server block's raft settings reach the cluster: the multiplier
+// scales raft's three failure-detection timings, the snapshot policy and
+// trailing logs pass through; out-of-range values are refused by name.
+func TestServerRaftSettings(t *testing.T) {
+	c, err := LoadConfigFile("testdata/server.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Merge(c)
+	d, err := cfg.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cc cluster.Config
+	applyRaft(&cc, cfg.Server, d)
+	if cc.HeartbeatTimeout != 5*time.Second || cc.ElectionTimeout != 5*time.Second || cc.LeaderLeaseTimeout != 2500*time.Millisecond {
+		t.Fatalf("timings %s/%s/%s, want 5s/5s/2.5s", cc.HeartbeatTimeout, cc.ElectionTimeout, cc.LeaderLeaseTimeout)
+	}
+	if cc.SnapshotThreshold != 16384 || cc.SnapshotInterval != 5*time.Minute || cc.TrailingLogs != 20000 {
+		t.Fatalf("snapshot policy %d/%s/%d", cc.SnapshotThreshold, cc.SnapshotInterval, cc.TrailingLogs)
+	}
+	// Unset: the cluster's defaults (zero values) stay.
+	var def cluster.Config
+	applyRaft(&def, &ServerConfig{}, Durations{})
+	if def.HeartbeatTimeout != 0 || def.ElectionTimeout != 0 || def.LeaderLeaseTimeout != 0 || def.SnapshotThreshold != 0 ||
+		def.SnapshotInterval != 0 || def.TrailingLogs != 0 {
+		t.Fatalf("unset raft settings changed the cluster config: %+v", def)
+	}
+	for _, bad := range []struct {
+		sv   ServerConfig
+		want string
+	}{
+		{ServerConfig{RaftMultiplier: 11}, "server.raft_multiplier"},
+		{ServerConfig{RaftMultiplier: -1}, "server.raft_multiplier"},
+		{ServerConfig{RaftSnapshotThreshold: -1}, "server.raft_snapshot_threshold"},
+		{ServerConfig{RaftTrailingLogs: -1}, "server.raft_trailing_logs"},
+		{ServerConfig{RaftSnapshotInterval: "10ms"}, "server.raft_snapshot_interval"},
+		{ServerConfig{RaftSnapshotInterval: "soon"}, "server.raft_snapshot_interval"},
+	} {
+		errs := bad.sv.validateRaft(&Durations{})
+		if len(errs) != 1 || !strings.Contains(errs[0].Error(), bad.want) {
+			t.Fatalf("%+v: errors %v, want one naming %s", bad.sv, errs, bad.want)
+		}
 	}
 }

@@ -1,6 +1,6 @@
 package agent
 
-// Multi-server tests (issue 5): three agents in one process, joined over
+// Multi-server tests: three agents in one process, joined over
 // their HTTP APIs, raft over connected in-memory transports (so a test can
 // partition a server), state in data dirs, one scripted CSI plugin shared
 // by all of them.

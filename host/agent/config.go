@@ -45,7 +45,7 @@ type Config struct {
 	// file (RATIONALE "Modules"): a manifest asking for more is refused,
 	// naming the limit.
 	ModuleLimits *ModuleLimitsConfig `hcl:"module_limits,block"`
-	// ModuleSources pull modules from signed OCI bundles (issue 15).
+	// ModuleSources pull modules from signed OCI bundles.
 	ModuleSources []ModuleSourceConfig `hcl:"module_source,block"`
 	// Schedulers are the scheduler sources the leader mirrors (scheduler
 	// "nomad" { ... }: host/scheduler/nomad).
@@ -56,7 +56,7 @@ type Config struct {
 	ACL    *ACLConfig    `hcl:"acl,block"`
 	TLS    *TLSConfig    `hcl:"tls,block"`
 	Events *EventsConfig `hcl:"events,block"`
-	// NodeRPC is where servers listen for node agents (issue 14); Client
+	// NodeRPC is where servers listen for node agents; Client
 	// runs this process as a node agent instead of a server.
 	NodeRPC *NodeRPCConfig `hcl:"node_rpc,block"`
 	Client  *ClientConfig  `hcl:"client,block"`
@@ -76,14 +76,14 @@ type ModuleLimitsConfig struct {
 	RequireSHA256 bool `hcl:"require_sha256,optional"`
 }
 
-// ACLConfig turns on access control (issue 12): every request needs a
+// ACLConfig turns on access control: every request needs a
 // token whose policies grant the route's capability (README "Securing a
 // cluster").
 type ACLConfig struct {
 	Enabled bool `hcl:"enabled,optional"`
 }
 
-// TLSConfig turns on TLS (issue 12): HTTPS for the API (http), mutual TLS
+// TLSConfig turns on TLS: HTTPS for the API (http), mutual TLS
 // for raft (rpc). The files reload on SIGHUP.
 type TLSConfig struct {
 	HTTP     bool   `hcl:"http,optional"`
@@ -117,7 +117,7 @@ type HTTPConfig struct {
 }
 
 // ServerConfig makes the agent one server of a multi-server raft cluster
-// (issue 5). Exactly one server (the seed) sets bootstrap_expect = N; the
+// (README "Running a cluster"). Exactly one server (the seed) sets bootstrap_expect = N; the
 // others set join to any server's HTTP address. See RATIONALE.md "Cluster".
 type ServerConfig struct {
 	Enabled         bool     `hcl:"enabled,optional"`
@@ -133,6 +133,11 @@ type ServerConfig struct {
 	// interfaces (0.0.0.0).
 	AdvertiseRaft string `hcl:"advertise_raft,optional"`
 	AdvertiseHTTP string `hcl:"advertise_http,optional"`
+	// Raft's timings and snapshot policy for large states (raft_config.go).
+	RaftMultiplier        int    `hcl:"raft_multiplier,optional"`
+	RaftSnapshotThreshold int    `hcl:"raft_snapshot_threshold,optional"`
+	RaftSnapshotInterval  string `hcl:"raft_snapshot_interval,optional"`
+	RaftTrailingLogs      int    `hcl:"raft_trailing_logs,optional"`
 }
 
 // WatcherConfig tunes claim release. Durations are Go duration strings.
@@ -248,6 +253,7 @@ func (c *Config) Merge(o *Config) {
 		setString(&c.Server.JoinToken, sv.JoinToken)
 		setString(&c.Server.AdvertiseRaft, sv.AdvertiseRaft)
 		setString(&c.Server.AdvertiseHTTP, sv.AdvertiseHTTP)
+		mergeRaft(c.Server, sv)
 	}
 	if w := o.Watcher; w != nil {
 		setInt(&c.Watcher.MaxConcurrency, w.MaxConcurrency)
@@ -312,6 +318,8 @@ func (c *Config) Merge(o *Config) {
 type Durations struct {
 	IdleTimeout, BackoffBase, BackoffMax, StuckAfter, CSITimeout, GCInterval, GCThreshold, EscapeAfter time.Duration
 	RetryMaxInterval, MaxRetryAfter                                                                    time.Duration
+	// RaftSnapshotInterval is server.raft_snapshot_interval (0: raft's).
+	RaftSnapshotInterval time.Duration
 	// ModuleMaxima are module_limits, parsed.
 	ModuleMaxima plugins.Maxima
 	// moduleSources are the module_source blocks, checked.
@@ -379,6 +387,7 @@ func (c *Config) Validate() (Durations, error) {
 		if sv.RetryMaxInterval != "" {
 			parse("server.retry_max_interval", sv.RetryMaxInterval, &d.RetryMaxInterval)
 		}
+		errs = append(errs, sv.validateRaft(&d)...)
 		switch {
 		case sv.BootstrapExpect < 0:
 			errs = append(errs, fmt.Errorf("server.bootstrap_expect: must not be negative, got %d", sv.BootstrapExpect))
@@ -412,7 +421,7 @@ func (c *Config) Validate() (Durations, error) {
 		}
 	}
 	if sv := c.Server; sv != nil && sv.Enabled && c.ACL != nil && c.ACL.Enabled && (c.TLS == nil || !c.TLS.HTTP) {
-		// A join must be authorized (issue 12): by a server certificate
+		// A join must be authorized: by a server certificate
 		// over HTTPS, or by a management token, which exists only once
 		// the cluster is formed and bootstrapped.
 		switch {

@@ -13,7 +13,7 @@ func TestModuleEventMessage(t *testing.T) {
 	}{
 		{plugins.Event{Module: "grace", Kind: plugins.EventRefused, Generation: 2, Version: "1.1.0", Reason: "bad pin"},
 			"module grace refused (generation 2, version 1.1.0): bad pin"},
-		// Refused before the module could say its version (issue 16: "version )").
+		// Refused before the module could say its version (not "version )").
 		{plugins.Event{Module: "grace", Kind: plugins.EventRefused, Generation: 1, Reason: "not a valid module"},
 			"module grace refused (generation 1): not a valid module"},
 		{plugins.Event{Module: "grace", Kind: plugins.EventRefused, Reason: "no manifest"},

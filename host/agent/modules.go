@@ -196,9 +196,9 @@ func (s *moduleSwaps) take() []plugins.Swap {
 
 // reassessSwapped has the watcher judge again, at once, every volume with
 // a releasable claim that a swapped module's old or new generation
-// selects: a wait the old generation asked for must not outlive it (issue
-// 11: a claim deferred 30 s by generation N was released at 30.4 s
-// although N+1 said 2 s). The initial load happens before the watcher
+// selects: a wait the old generation asked for must not outlive it (a
+// claim deferred 30 s by generation N was released at 30.4 s although N+1
+// said 2 s: TestModuleSwapRejudgesAtOnce). The initial load happens before the watcher
 // exists, and a disabled watcher ignores it: its step-up judges every
 // volume anyway.
 func (a *Agent) reassessSwapped() {
@@ -262,7 +262,7 @@ func (e *moduleEvents) add(ev plugins.Event) {
 // moduleEventMessage is the event's one line, e.g. "module grace refused
 // (generation 2, version 1.1.0): manifest pins ...". A module refused
 // before it said its version has none, and the line says nothing of it
-// rather than "version )" (issue 16).
+// rather than "version )".
 func moduleEventMessage(ev plugins.Event) string {
 	var details []string
 	if ev.Generation > 0 {

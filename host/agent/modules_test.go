@@ -27,7 +27,7 @@ import (
 	"github.com/volhost/volhost/watcher"
 )
 
-// The agent's Wasm module tests (issue 4): one process, the agent with
+// The agent's Wasm module tests: one process, the agent with
 // -module-dir over example modules, scripted CSI drivers, and a fake clock
 // that drives the watcher's backoffs, the escape hatch's "after", the
 // grace period and the module runtime's breaker and debounce (the directory

@@ -20,7 +20,7 @@ import (
 )
 
 // NodeRPCConfig is the servers' side of the node agents' connection
-// (issue 14): where servers listen for agents, and the heartbeat settings
+// (README "Running node agents"): where servers listen for agents, and the heartbeat settings
 // the leader applies. Off unless address is set.
 type NodeRPCConfig struct {
 	// Address is where node agents connect (default port 4749).

@@ -9,7 +9,8 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// TestModuleSwapRejudgesAtOnce (issue 11 item 7): a claim the grace policy
+// TestModuleSwapRejudgesAtOnce (a swap re-judges what the old version
+// decided): a claim the grace policy
 // deferred for 30 s is judged again as soon as a generation with a 2 s
 // grace is swapped in, with the clock standing still, and is released
 // after about 2 s of fake time, not 30.

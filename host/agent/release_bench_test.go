@@ -16,7 +16,7 @@ import (
 	"github.com/volhost/volhost/plugins/pluginstest"
 )
 
-// BenchmarkAgentRelease is the core issue's release-throughput benchmark on
+// BenchmarkAgentRelease is the release-throughput benchmark on
 // the whole host (HTTP API, raft log, go-memdb store, watcher, gRPC CSI
 // clients) against the scripted CSI server over a unix socket, by
 // controller concurrency, with three agents side by side: one on the native
@@ -28,7 +28,7 @@ import (
 // the sides take turns going first, and all agents run throughout, so
 // machine noise hits them alike. A first, unmeasured batch warms them all
 // (module pools, Go heaps). Reported: claims/s per side and each Wasm
-// side's ratio to native (issue 4: at least 0.95), and the Go guests'
+// side's ratio to native (BENCHMARKS.md's target: at least 0.95), and the Go guests'
 // module calls per claim, claiming included.
 //
 //	go test -run '^$' -bench AgentRelease -benchtime 3x ./host/agent/

@@ -20,8 +20,8 @@ import (
 	"github.com/volhost/volhost/watcher"
 )
 
-// BenchmarkAgentReleaseNative is issue 17's "whole-host release CPU per
-// claim" on one agent alone: BenchmarkAgentRelease's native side without
+// BenchmarkAgentReleaseNative is BENCHMARKS.md's "whole-host release CPU
+// per claim" on one agent alone: BenchmarkAgentRelease's native side without
 // the two Wasm agents beside it, so the process CPU over a timed batch is
 // this agent's release and nothing idle next to it. One batch of 1,000
 // claims per iteration (claiming untimed, a GC before the timed part) at
@@ -40,8 +40,8 @@ import (
 // (floor-cpu-us/claim), the whole release's CPU less it, per iteration
 // (host-share-cpu-us/claim), and their ratio (floor-share). The floor is
 // work this benchmark's one process pays that a deployment pays in the
-// driver's process and on the node: the issue's whole-host target cannot be
-// below it.
+// driver's process and on the node: the whole-host target (BENCHMARKS.md)
+// cannot be below it.
 //
 // VOLHOST_RELEASE_CPUPROFILE=FILE writes a CPU profile of each timed part,
 // not of the claiming (FILE.0, FILE.1, ...; `go tool pprof` merges them),

@@ -73,7 +73,7 @@ func (e *moduleEnv) waitReleased(t *testing.T, ids ...string) {
 	}, nil)
 }
 
-// TestShadowPromoteFaultAutoRollback is issue 15's rollout end to end on
+// TestShadowPromoteFaultAutoRollback is the module rollout end to end on
 // one agent: a shadow candidate disagrees on 1 of 3 volumes being
 // released and never acts; it is promoted; it faults on the next volumes,
 // whose releases the last known good decides; past its rollback limit it

@@ -15,7 +15,7 @@ import (
 )
 
 // setupTLS loads the certificates and, with tls.rpc, puts raft on the
-// mutual-TLS transport (issue 12).
+// mutual-TLS transport.
 func (a *Agent) setupTLS(cc *cluster.Config) error {
 	t := a.cfg.TLS
 	if !a.cfg.Dev && (t == nil || !t.RPC) {
@@ -56,7 +56,8 @@ func (a *Agent) setupProbe(cc cluster.Config) {
 	switch {
 	case cc.Dev && cc.Transport == nil:
 		// In memory: no other server can ever reach this one, so any
-		// join is bogus (issue 12's attack added a fake voter to -dev).
+		// join is bogus (an anonymous join once added a fake voter to -dev:
+		// TestJoinAttackRefused).
 		a.Cluster.SetProbe(func(context.Context, string) error {
 			return errors.New("this agent runs -dev: its raft transport is in memory and no server can join it")
 		})

@@ -19,7 +19,7 @@ func httpDo(t *testing.T, hc *http.Client, method, url, body, token string) (int
 		t.Fatal(err)
 	}
 	if method != http.MethodGet {
-		req.Header.Set("Content-Type", "application/json") // the API refuses other writes (issue 13)
+		req.Header.Set("Content-Type", "application/json") // the API refuses other writes
 	}
 	if token != "" {
 		req.Header.Set(api.TokenHeader, token)
@@ -42,7 +42,7 @@ func peerCount(t *testing.T, a *Agent) int {
 	return len(peers)
 }
 
-// TestJoinAttackRefused reproduces issue 12's attack on `agent -dev`: an
+// TestJoinAttackRefused reproduces an attack on `agent -dev`: an
 // anonymous join carrying the cluster ID from the configuration added a
 // fake voter and every write then answered 503 for good. With ACLs it is
 // 403 (the configuration is not even readable); with a management token,

@@ -13,8 +13,8 @@ import (
 )
 
 // servedQuery answers "what does module NAME serve" (`volhost module
-// status NAME`) without matching every volume (issue 17: at 1,000,000
-// volumes that was a scan per request). plugins.Manager.Match ranks a
+// status NAME`) without matching every volume (a scan per request;
+// BenchmarkModuleStatus). plugins.Manager.Match ranks a
 // module's volume selectors over its plugin patterns over a default, so:
 //
 //   - a volume no volume selector names is served by the owner of its

@@ -16,7 +16,7 @@ import (
 
 // BenchmarkModuleStatus times `module status NAME`'s served-volume
 // answer (servedQuery) against matching every volume (the answer before
-// issue 17), for the default policy and for an adapter selecting one
+// servedQuery), for the default policy and for an adapter selecting one
 // plugin, at 10,000 and 100,000 volumes over four plugins (and at
 // VOLHOST_STATUS_VOLUMES, e.g. 1000000). The index side should not grow
 // with the volumes; the scan side does. The two sides alternate, round

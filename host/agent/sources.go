@@ -17,7 +17,7 @@ import (
 	"github.com/volhost/volhost/plugins/source"
 )
 
-// ModuleSourceConfig is a module_source "NAME" block (issue 15): module
+// ModuleSourceConfig is a module_source "NAME" block: module
 // NAME comes from a signed OCI bundle, polled for a new digest.
 //
 //	module_source "policy" {

@@ -191,7 +191,7 @@ var aclCases = []struct {
 	{"node write", "PUT", "/v1/node/n1/status", `{"status":"down"}`, "node:write", `node { policy = "write" }`, `node { policy = "read" }`},
 	{"alloc write", "PUT", "/v1/allocs", `{"allocs":[{"id":"a1","node_id":"n1","client_status":"running"}]}`, "node:write",
 		`node { policy = "write" }`, `node { policy = "read" }`},
-	// Node-scoped tokens (issue 14: a node agent's writes its own node).
+	// Node-scoped tokens (a node agent writes its own node only).
 	{"node write scoped", "PUT", "/v1/node/n1/status", `{"status":"down"}`, `node:write on node "n1"`,
 		`node_id "n1" { policy = "write" }`, `node_id "n2" { policy = "write" }`},
 	{"node register scoped", "PUT", "/v1/nodes", `{"node":{"id":"n1"}}`, `node:write on node "n1"`,

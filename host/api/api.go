@@ -29,7 +29,7 @@
 //	GET    /v1/metrics                  Prometheus text format
 //	GET    /ui/                         the web UI (host/ui; ui.go has its read routes)
 //
-// With EnableACL (issue 12) every route needs the capability routeRules
+// With EnableACL every route needs the capability routeRules
 // declares for it (auth.go) and the /v1/acl routes are served (acl.go);
 // a denial is 403 "Permission denied: missing capability ...".
 //
@@ -145,7 +145,8 @@ type Server struct {
 	hosts    map[string]bool // AllowedHosts, lower case
 	blocking chan struct{}   // one slot per blocking query in flight
 
-	stuckSamples stuckSampler // the stuck-over-time series of GET /v1/stats (ui.go)
+	stuckSamples stuckSampler  // the stuck-over-time series of GET /v1/stats (ui.go)
+	releases     releaseWindow // the release series of GET /v1/stats, folded once (release_window.go)
 }
 
 // connStates tracks the state of every open connection (http.Server's
@@ -225,8 +226,8 @@ func New(cfg Config, store Store, backend Backend, metrics http.Handler) *Server
 // Handler returns the API's http.Handler (for tests and embedding).
 func (s *Server) Handler() http.Handler { return s.handler }
 
-// Handle registers an extra route on the API, e.g. the module commands of
-// issue 4 (/v1/modules, /v1/module/{name}, /v1/modules/reload). Use
+// Handle registers an extra route on the API, e.g. the module commands
+// (/v1/modules, /v1/module/{name}, /v1/modules/reload). Use
 // WriteJSON and WriteError so answers look like every other route. It must
 // be called before the server starts serving.
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }

@@ -344,7 +344,7 @@ func TestErrorMapping(t *testing.T) {
 		{"not found", structs.NotFound("volume", "default/x"), 404, "", ""},
 		{"conflict", structs.Conflict("volume %q in use by 1 allocation", "x"), 409, "", ""},
 		{"no leader", fmt.Errorf("apply: %w", structs.ErrNoLeader), 503, "", ""},
-		// Issue 10 defect 3: a commit that could not be confirmed (a
+		// A commit that could not be confirmed (a
 		// cancelled wait, SIGTERM) is a retryable 503, never a 500.
 		{"outcome unknown", fmt.Errorf("apply: %w (%w)", structs.ErrOutcomeUnknown, context.DeadlineExceeded), 503, "", ""},
 		{"validation", fmt.Errorf("register: %w", structs.Invalid("plugin_id", "unknown plugin %q", "p")), 400, "plugin_id", ""},
@@ -544,8 +544,8 @@ func setTestContentType(req *http.Request, hasBody bool) {
 
 // TestVolumeClaimsAlwaysInJSON: the list and the detail carry every
 // volume's claims under "claims", {} for a volume without any, so a
-// script reads them the same way from both (issue 16: `volume status
-// -json` seemed to omit claims the table showed).
+// script reads them the same way from both (`volume status -json` seemed
+// to omit claims the table showed).
 func TestVolumeClaimsAlwaysInJSON(t *testing.T) {
 	f := newFixture(t, api.Config{})
 	f.store.volumes = append(f.store.volumes, &structs.Volume{Namespace: "default", ID: "vol-free", PluginID: "gce-pd"})
@@ -581,7 +581,7 @@ func TestVolumeClaimsAlwaysInJSON(t *testing.T) {
 // TestRegisterNodeWarnsOfMissingController: a node whose driver advertises
 // CONTROLLER_SERVICE for a plugin registered without a controller endpoint
 // registers, with a Warning header saying ControllerUnpublish would be
-// skipped (issue 16: this was silent); a plugin with its endpoint gets none.
+// skipped (this was silent); a plugin with its endpoint gets none.
 func TestRegisterNodeWarnsOfMissingController(t *testing.T) {
 	f := newFixture(t, api.Config{})
 	f.store.plugins = append(f.store.plugins, &structs.Plugin{ID: "nodeonly"})

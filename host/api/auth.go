@@ -19,7 +19,7 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// Token headers (issue 12). X-Volhost-Token wins over Authorization.
+// Token headers. X-Volhost-Token wins over Authorization.
 const (
 	TokenHeader = "X-Volhost-Token"
 	// TokenEnv names the environment variable the CLI reads the token from.
@@ -155,7 +155,7 @@ var routeRules = map[string]rule{
 	"PUT /v1/node/{id}/status":  audited(needNode(acl.NodeWrite, nodePath), "node-status"),
 	"POST /v1/node/{id}/status": audited(needNode(acl.NodeWrite, nodePath), "node-status"),
 	// A fence lets claims skip their node steps (a forced detach): an
-	// operator's attestation, never a node agent's (issue 14).
+	// operator's attestation, never a node agent's.
 	"PUT /v1/node/{id}/fence":    audited(need(acl.OperatorWrite), "node-fence"),
 	"DELETE /v1/node/{id}/fence": audited(need(acl.OperatorWrite), "node-unfence"),
 	// Removing a node or a plugin is an operator's decision, never a
@@ -187,7 +187,7 @@ var routeRules = map[string]rule{
 	"GET /v1/module/{id}":      need(acl.ModulesRead),
 	"PUT /v1/modules/reload":   audited(need(acl.ModulesReload), "module-reload"),
 	"POST /v1/modules/reload":  audited(need(acl.ModulesReload), "module-reload"),
-	// Issue 15: a recorded module view shows the volume's claims, nodes
+	// `volhost module record`: a recorded module view shows the volume's claims, nodes
 	// and context, so it is read like the volume itself.
 	"GET /v1/volume/{id}/module-view": needNS(acl.NamespaceRead, nsQuery),
 	// Rollout changes what judges volumes: privileged like a reload, audited.
@@ -198,8 +198,7 @@ var routeRules = map[string]rule{
 	"PUT /v1/module/{id}/shadow":    audited(need(acl.ModulesReload), "module-shadow"),
 	"DELETE /v1/module/{id}/shadow": audited(need(acl.ModulesReload), "module-shadow-discard"),
 	"POST /v1/module/{id}/shadow":   audited(need(acl.ModulesReload), "module-shadow"),
-	// A snapshot carries volume secrets sealed with the keyring (issue
-	// 13): saving one needs operator:write. Restoring replaces the ACL
+	// A snapshot carries volume secrets sealed with the keyring: saving one needs operator:write. Restoring replaces the ACL
 	// tokens and policies too, so it needs a management token: with
 	// operator:write alone it could mint any token it likes.
 	"GET /v1/operator/snapshot":        audited(need(acl.OperatorWrite), "snapshot-save"),
@@ -217,7 +216,7 @@ var routeRules = map[string]rule{
 	"PUT /v1/operator/raft/transfer-leader":  audited(need(acl.OperatorWrite), "raft-transfer-leader"),
 	"POST /v1/operator/raft/transfer-leader": audited(need(acl.OperatorWrite), "raft-transfer-leader"),
 
-	// The web UI (issue 16): its static assets are public, every datum it
+	// The web UI: its static assets are public, every datum it
 	// shows comes from an authorized API call carrying the operator's token.
 	"GET /ui/":                            {open: true},
 	"GET /v1/acl/token/self/capabilities": {self: true},

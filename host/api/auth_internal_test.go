@@ -12,7 +12,7 @@ func TestEveryRouteDeclaresACapability(t *testing.T) {
 	checkCoversRoutes(t, "routeRules", routeRules)
 	for p, r := range routeRules {
 		// The UI's static assets are open; every datum they show comes
-		// from an authorized API call (issue 16).
+		// from an authorized API call.
 		if r.open && !strings.HasSuffix(p, "{$}") && p != "GET /v1/status/leader" && !strings.Contains(p, "/v1/acl/bootstrap") && p != "GET /ui/" {
 			t.Errorf("route %q is open; only the health check, bootstrap, the UI's assets and the empty-ID 400s may be", p)
 		}

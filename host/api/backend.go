@@ -12,7 +12,7 @@ import (
 
 // Backend performs every write and operation the API exposes. The lead
 // implements it in host/server: each method validates before anything is
-// written to the replicated log (ANCHORS pain 10), so a refusal is an error
+// written to the replicated log (hashicorp/nomad#27324), so a refusal is an error
 // here and never a committed entry.
 //
 // Errors are mapped to HTTP statuses by type, never by message:
@@ -59,9 +59,11 @@ type Backend interface {
 // Reader is the read side of a state snapshot. *state.Snapshot satisfies it.
 // ws may be nil; a missing object is (nil, nil).
 type Reader interface {
+	// Generation identifies the database read (state.Snapshot.Generation).
+	Generation() <-chan struct{}
 	// VolumesFrom walks the volumes in (namespace, ID) order from the
 	// first at or after (namespace, id); next returns nil after the last.
-	// A list page costs its own size, not the table's (issue 17).
+	// A list page costs its own size, not the table's (BenchmarkScale).
 	VolumesFrom(ws memdb.WatchSet, namespace, id string) (next func() *structs.Volume, err error)
 	VolumeByID(ws memdb.WatchSet, ns, id string) (*structs.Volume, error)
 	Allocs(ws memdb.WatchSet) ([]*structs.Alloc, error)
@@ -78,10 +80,13 @@ type Reader interface {
 	// VolumeStatsWatch, StuckVolumes (and StuckVolumesFrom) and
 	// ClaimCountsByNode read what the store keeps in step with every write
 	// (host/state/stats.go): GET /v1/stats and the stuck filter of the
-	// volume list read them instead of every volume (issue 17).
+	// volume list read them instead of every volume (BenchmarkScale).
 	VolumeStatsWatch(ws memdb.WatchSet) (state.VolumeStats, error)
 	StuckVolumes(ws memdb.WatchSet) ([]*structs.Volume, error)
 	StuckVolumesFrom(ws memdb.WatchSet, namespace, id string) (next func() *structs.Volume, err error)
+	// ClaimedVolumesFrom walks only the volumes with a claim (the list's
+	// ?claim_state= filter), as VolumesFrom walks them all.
+	ClaimedVolumesFrom(ws memdb.WatchSet, namespace, id string) (next func() *structs.Volume, err error)
 	ClaimCountsByNode(ws memdb.WatchSet) (map[string]int, error)
 }
 

@@ -134,6 +134,9 @@ func (r fakeReader) PluginByID(_ memdb.WatchSet, id string) (*structs.Plugin, er
 	return nil, nil
 }
 
+// Generation: the fake is never restored.
+func (r fakeReader) Generation() <-chan struct{} { return nil }
+
 // EventsFiltered numbers the fake's events 1.. and applies the filter the
 // way the store does (the store's own tests cover the rings).
 func (r fakeReader) EventsFiltered(_ memdb.WatchSet, f state.EventFilter) ([]state.EventEntry, uint64, error) {
@@ -198,6 +201,18 @@ func (r fakeReader) StuckVolumesFrom(ws memdb.WatchSet, ns, id string) (func() *
 	return func() *structs.Volume {
 		for v := all(); v != nil; v = all() {
 			if v.Stuck != nil {
+				return v
+			}
+		}
+		return nil
+	}, nil
+}
+
+func (r fakeReader) ClaimedVolumesFrom(ws memdb.WatchSet, ns, id string) (func() *structs.Volume, error) {
+	all, _ := r.VolumesFrom(ws, ns, id)
+	return func() *structs.Volume {
+		for v := all(); v != nil; v = all() {
+			if len(v.Claims) > 0 {
 				return v
 			}
 		}

@@ -32,7 +32,7 @@ const (
 	// cannot bounce a request between them.
 	ForwardedHeader = "X-Volhost-Forwarded-By"
 	// forwardDialTimeout bounds reaching the leader: a dead leader means
-	// a fast 503, never a hang (issue 5).
+	// a fast 503, never a hang.
 	forwardDialTimeout = 2 * time.Second
 )
 

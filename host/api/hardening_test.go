@@ -554,7 +554,7 @@ func TestBadQueryParameters(t *testing.T) {
 	}{
 		// Enumerated values.
 		{"unknown event type (silent)", "GET", "/v1/events?type=zzz", "", nil, "type",
-			[]string{`must be one of claim-transition, claim-failed, claim-held,`, "node-fence, audit", `got "zzz"`}},
+			[]string{`must be one of claim-transition, claim-failed, claim-held,`, "node-fence, scheduler, audit", `got "zzz"`}},
 		{"event namespace without volume (silent)", "GET", "/v1/events?namespace=prod", "", nil, "namespace", []string{"only with volume_id"}},
 		{"claim state", "GET", "/v1/volumes?claim_state=freed", "", nil, "claim_state", []string{"must be one of publishing, taken,", "unclaimed", `got "freed"`}},
 		{"claim mode", "PUT", "/v1/volume/vol1/claim", `{"alloc_id":"a1","node_id":"n1","mode":"rw"}`, jsonCT, "mode", []string{`must be one of read, write, got "rw"`}},

@@ -50,7 +50,7 @@ func badChoice[T ~string](field string, got T, valid ...T) error {
 }
 
 // StatusFor maps an error onto an HTTP status by type, never by message
-// (ANCHORS pain 10).
+// (the reference system matches error strings across RPC).
 func StatusFor(err error) int {
 	var he *httpError
 	var ve *structs.ValidationError
@@ -69,7 +69,8 @@ func StatusFor(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, structs.ErrNoLeader), errors.Is(err, structs.ErrOutcomeUnknown):
 		// Outcome unknown: 503 too, with a message saying the write may
-		// be recorded and a retry is safe (issue 10 defect 3).
+		// be recorded and a retry is safe: undoing a write that may have
+		// committed would undo CSI work a recorded claim needs.
 		return http.StatusServiceUnavailable
 	case errors.Is(err, context.DeadlineExceeded):
 		return http.StatusGatewayTimeout

@@ -24,7 +24,7 @@ type ModuleBackend interface {
 	ModuleRollout
 }
 
-// ModuleRollout is issue 15's rollout: promote a shadow candidate, roll
+// ModuleRollout is the module rollout: promote a shadow candidate, roll
 // back to the last known good, upload a shadow candidate. Like reload,
 // these act on the server asked.
 type ModuleRollout interface {
@@ -81,7 +81,7 @@ type ModulesResponse struct {
 	Modules []plugins.Status `json:"modules"`
 }
 
-// EnableModules adds the module routes (issue 4): GET /v1/modules,
+// EnableModules adds the module routes: GET /v1/modules,
 // GET /v1/module/{name}, PUT|POST /v1/modules/reload.
 func (s *Server) EnableModules(b ModuleBackend) {
 	s.mux.HandleFunc("GET /v1/modules", func(w http.ResponseWriter, _ *http.Request) {
@@ -233,7 +233,7 @@ func nonNil(st []plugins.Status) []plugins.Status {
 	return st
 }
 
-// ModuleViewer answers `volhost module record` (issue 15): the views the
+// ModuleViewer answers `volhost module record`: the views the
 // watcher would hand a volume's modules now, secrets redacted.
 type ModuleViewer interface {
 	ModuleView(ns, id, step, allocID string) (*kit.Recording, error)

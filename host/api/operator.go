@@ -23,8 +23,8 @@ import (
 //	GET    /v1/operator/keyring              -> [KeyInfo...] (IDs and ages, never key material)
 //	PUT    /v1/operator/keyring/rotate       -> KeyInfo of the new active key
 //
-// Both snapshot routes and the keyring routes need operator:write (the ACL
-// work, issue 12, enforces it at route registration).
+// Both snapshot routes and the keyring routes need operator:write
+// (routeRules in auth.go enforces it at route registration).
 const (
 	joinPath = cluster.JoinPath
 	// maxSnapshotBytes bounds a restore upload (the normal body limit is
@@ -33,7 +33,7 @@ const (
 )
 
 // membershipChecker refuses joins and removals that would leave the
-// cluster without quorum (issue 12). *cluster.Cluster implements it.
+// cluster without quorum. *cluster.Cluster implements it.
 type membershipChecker interface {
 	CheckJoin(ctx context.Context, req cluster.JoinRequest) error
 	CheckRemove(ctx context.Context, id string) error

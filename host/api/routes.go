@@ -19,7 +19,8 @@ type (
 		Index uint64 `json:"index"`
 	}
 	// DeregisterResponse answers DELETE /v1/volume/ID: what a forced
-	// deregister may have left attached (ANCHORS pain 5).
+	// deregister may have left attached (hashicorp/nomad#8641: the
+	// reference system does not say).
 	DeregisterResponse struct {
 		Leftovers []*structs.Leftover `json:"leftovers"`
 		Index     uint64              `json:"index"`
@@ -64,8 +65,7 @@ type (
 
 // volumeJSON is a volume as the API answers it: "claims" is always there,
 // {} for none, in the list and the detail alike, so a script reads claims
-// one way (issue 16: `volume status -json` seemed to omit claims the table
-// showed). The shallower Claims field wins over the embedded volume's.
+// one way (`volume status -json` seemed to omit claims the table showed). The shallower Claims field wins over the embedded volume's.
 type volumeJSON struct {
 	*structs.Volume
 	Claims map[string]*structs.Claim `json:"claims"`
@@ -228,7 +228,7 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	filter, stuckOnly, err := volumeFilter(r)
+	filter, only, err := volumeFilter(r)
 	if err != nil {
 		WriteError(w, err)
 		return
@@ -241,18 +241,24 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
 		// Walk the ID index from the page's first key and stop once the
 		// page is full: a page costs its size (plus the volumes the
-		// filters skip), not the table's (issue 17: 346 ms per page at
-		// 1,000,000 volumes when every list read the whole table).
+		// filters skip), not the table's (BenchmarkScale reads a page both
+		// ways at 1,000,000 volumes).
 		fromNS, fromID, _ := strings.Cut(pp.start, "\x00")
 		if ns != "" && fromNS < ns {
 			fromNS, fromID = ns, ""
 		}
 		walk := rd.VolumesFrom
-		if stuckOnly {
+		switch only {
+		case onlyStuck:
 			// ?stuck=true walks the stuck volumes' own index, in the same
 			// key order (so the same next_token), instead of skipping
-			// every volume that is not stuck (issue 17).
+			// every volume that is not stuck.
 			walk = rd.StuckVolumesFrom
+		case onlyClaimed:
+			// ?claim_state=S (a state, not "unclaimed") walks the claims
+			// by volume, in the same key order: O(claims), not O(volumes)
+			// (host/state/claimed_volumes.go).
+			walk = rd.ClaimedVolumesFrom
 		}
 		next, err := walk(ws, fromNS, fromID)
 		if err != nil {
@@ -281,20 +287,20 @@ func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
 // unclaimedState is the ?claim_state= value that selects volumes without claims.
 const unclaimedState = "unclaimed"
 
-// volumeFilter reads the list filters the UI uses (issue 16), applied
+// volumeFilter reads the list filters the UI uses, applied
 // before paging so a page is always full:
 //
 //	?claim_state=S  volumes with a claim in state S ("unclaimed": none)
 //	?stuck=true     stuck volumes only (false: not stuck)
 //	?search=TEXT    volumes whose ID or name contains TEXT
 //
-// stuckOnly is true for ?stuck=true: only stuck volumes can match, so the
-// caller may walk the stuck volumes alone.
-func volumeFilter(r *http.Request) (match func(*structs.Volume) bool, stuckOnly bool, err error) {
+// only says which volumes alone can match, so the caller may walk just
+// those: the stuck ones for ?stuck=true, the claimed ones for a claim state.
+func volumeFilter(r *http.Request) (match func(*structs.Volume) bool, only walkOnly, err error) {
 	q := r.URL.Query()
 	state := structs.ClaimState(q.Get("claim_state"))
 	if state != "" && state != unclaimedState && !state.Valid() {
-		return nil, false, badChoice("claim_state", state, append(append([]structs.ClaimState{}, structs.ClaimStates...), unclaimedState)...)
+		return nil, onlyAll, badChoice("claim_state", state, append(append([]structs.ClaimState{}, structs.ClaimStates...), unclaimedState)...)
 	}
 	var stuck *bool
 	// An empty ?stuck= is no filter, like every other empty parameter; it
@@ -302,13 +308,19 @@ func volumeFilter(r *http.Request) (match func(*structs.Volume) bool, stuckOnly 
 	if q.Get("stuck") != "" {
 		b, err := queryBool(r, "stuck")
 		if err != nil {
-			return nil, false, err
+			return nil, onlyAll, err
 		}
 		stuck = &b
 	}
 	search := q.Get("search")
 	if len(search) > 256 {
-		return nil, false, badRequest("search", "longer than 256 characters")
+		return nil, onlyAll, badRequest("search", "longer than 256 characters")
+	}
+	switch {
+	case stuck != nil && *stuck:
+		only = onlyStuck
+	case state != "" && state != unclaimedState:
+		only = onlyClaimed
 	}
 	return func(v *structs.Volume) bool {
 		if stuck != nil && (v.Stuck != nil) != *stuck {
@@ -329,8 +341,17 @@ func volumeFilter(r *http.Request) (match func(*structs.Volume) bool, stuckOnly 
 			}
 		}
 		return false
-	}, stuck != nil && *stuck, nil
+	}, only, nil
 }
+
+// walkOnly is the subset of the volumes a list filter can match.
+type walkOnly int
+
+const (
+	onlyAll walkOnly = iota
+	onlyStuck
+	onlyClaimed
+)
 
 // volumeRef reads the namespace (?namespace=, "default" when omitted) and
 // the {id} of a volume route, each validated.
@@ -367,8 +388,8 @@ func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// forceCheck applies DESIGN "Operator commands": force-deregister needs
-// every claim's allocation terminal or gone.
+// forceCheck applies force-deregister's rule (as the reference scheduler's
+// `volume deregister -force`): every claim's allocation terminal or gone.
 func forceCheck(ws memdb.WatchSet, rd Reader, v *structs.Volume) (ForceCheck, error) {
 	fc := ForceCheck{Allowed: true}
 	for allocID := range v.Claims {
@@ -648,7 +669,7 @@ func (s *Server) nodeStatus(w http.ResponseWriter, r *http.Request) {
 }
 
 // fenceNode records an operator's attestation that a node is off; its
-// claims then skip their node steps (issue 14).
+// claims then skip their node steps.
 func (s *Server) fenceNode(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r, "node_id")
 	if err != nil {

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"fmt"
 	"net/http"
 	"slices"
 	"sort"
@@ -11,12 +10,11 @@ import (
 	memdb "github.com/hashicorp/go-memdb"
 
 	"github.com/volhost/volhost/host/acl"
-	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/ui"
 )
 
-// Routes the web UI (issue 16, host/ui) needs beyond the CLI's:
+// Routes the web UI (host/ui) needs beyond the CLI's:
 //
 //	GET /ui/...                          the embedded UI (open: the data comes from authorized API calls)
 //	GET /v1/acl/token/self/capabilities  ?namespace=  what the caller's token may do, so the UI hides what it may not
@@ -187,7 +185,7 @@ func (s *stuckSampler) list() []StuckSample {
 func (s *Server) sampleStuck(now time.Time) {
 	var n int
 	_, err := s.store.Query(s.base, 0, 0, func(ws memdb.WatchSet, rd Reader) (uint64, error) {
-		st, err := rd.VolumeStatsWatch(nil) // a count kept in step, not a scan (issue 17)
+		st, err := rd.VolumeStatsWatch(nil) // a count kept in step, not a scan (BenchmarkScale)
 		n = st.Stuck
 		return 0, err
 	})
@@ -223,7 +221,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	}
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
 		now := time.Now()
-		out, err := computeStats(ws, rd, ns, now)
+		out, err := computeStats(ws, rd, ns, now, &s.releases)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -240,9 +238,9 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 // volumes (unsorted, uncut). For the whole store (ns "") it reads what the
 // store keeps in step with every write: the stats row, the stuck volumes'
 // index and the claims table, O(stuck volumes + claims). It used to scan
-// every volume, hundreds of milliseconds at 1,000,000 volumes, on every
-// load of the UI's overview and nodes pages and again on every write that
-// woke their blocking query (issue 17). One namespace is read from that
+// every volume (BenchmarkScale times that scan at 1,000,000 volumes), on
+// every load of the UI's overview and nodes pages and again on every write
+// that woke their blocking query. One namespace is read from that
 // namespace's key prefix of the volumes table: O(its volumes).
 func countVolumes(ws memdb.WatchSet, rd Reader, ns string, out *StatsResponse) error {
 	if ns != "" {
@@ -307,7 +305,7 @@ func stuckVolume(v *structs.Volume) StuckVolume {
 // the claim. A claim whose allocation record is gone or not terminal is
 // measured from its first release event instead, which leaves out the
 // first step; LatencyBasis says how many of each there were.
-func computeStats(ws memdb.WatchSet, rd Reader, ns string, now time.Time) (*StatsResponse, error) {
+func computeStats(ws memdb.WatchSet, rd Reader, ns string, now time.Time, releases *releaseWindow) (*StatsResponse, error) {
 	out := &StatsResponse{
 		ClaimsByState: map[structs.ClaimState]int{},
 		ClaimsByNode:  map[string]int{},
@@ -337,58 +335,8 @@ func computeStats(ws memdb.WatchSet, rd Reader, ns string, now time.Time) (*Stat
 	}
 	out.Latency[len(latencyBounds)].Label = "≥ " + latencyBounds[len(latencyBounds)-1].String()
 
-	es, _, err := rd.EventsFiltered(ws, state.EventFilter{After: start})
-	if err != nil {
+	if err := releases.releaseSeries(ws, rd, ns, start, out); err != nil {
 		return nil, err
-	}
-	type claimKey struct{ ns, vol, alloc string }
-	firstStep := map[claimKey]time.Time{}
-	var fromAlloc, fromEvent, unmeasured int
-	for _, e := range es {
-		ev := e.Event
-		if ns != "" && ev.Namespace != ns {
-			continue
-		}
-		if ev.AllocID == "" || (ev.Type != structs.EventClaimTransition && ev.Type != structs.EventClaimFailed && ev.Type != structs.EventClaimHeld) {
-			continue
-		}
-		k := claimKey{ev.Namespace, ev.VolumeID, ev.AllocID}
-		if ev.Fields["from"] != "" {
-			if _, ok := firstStep[k]; !ok {
-				firstStep[k] = ev.Time
-			}
-		}
-		if ev.Type != structs.EventClaimTransition || ev.Fields["state"] != string(structs.ClaimReadyToFree) {
-			continue
-		}
-		if i := int(ev.Time.Sub(start) / time.Minute); i >= 0 && i < len(out.Releases) {
-			out.Releases[i].Count++
-		}
-		began := firstStep[k]
-		a, err := rd.AllocByID(ws, ev.AllocID)
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case a != nil && a.ClientStatus.Terminal() && !a.ModifyTime.IsZero() && !a.ModifyTime.After(ev.Time):
-			began = a.ModifyTime
-			fromAlloc++
-		case !began.IsZero():
-			fromEvent++
-		default:
-			unmeasured++ // its release began before the window
-			continue
-		}
-		d := ev.Time.Sub(began)
-		i := sort.Search(len(latencyBounds), func(i int) bool { return d < latencyBounds[i] })
-		out.Latency[i].Count++
-	}
-	out.LatencyBasis = "allocation terminal → claim removed"
-	if fromEvent > 0 {
-		out.LatencyBasis += fmt.Sprintf("; %d of %d from the first release event (allocation record gone)", fromEvent, fromAlloc+fromEvent)
-	}
-	if unmeasured > 0 {
-		out.LatencyBasis += fmt.Sprintf("; %d not measured (began before the window)", unmeasured)
 	}
 	return out, nil
 }

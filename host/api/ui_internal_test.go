@@ -96,7 +96,7 @@ func TestStatsWholeStoreMatchesNamespaceWalks(t *testing.T) {
 	apply(structs.VolumeDeregisterType, &structs.VolumeDeregisterRequest{Namespace: vols[3].Namespace, VolumeID: vols[3].ID})
 
 	now := time.Now()
-	whole, err := computeStats(nil, st.Snapshot(), "", now)
+	whole, err := computeStats(nil, st.Snapshot(), "", now, &releaseWindow{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ type Agent struct {
 	csi   *csi.Client
 	steps *nodestep.Executor
 	// journal answers a leader's retry of a keyed release step that
-	// already succeeded here (issue 14).
+	// already succeeded here (exactly one NodeUnpublish per claim).
 	journal *journal
 	// sockets are the endpoints the agent serves; a step naming another
 	// is refused (a server never makes a node dial an arbitrary address).

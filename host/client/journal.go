@@ -17,7 +17,7 @@ import (
 	"github.com/jonboulle/clockwork"
 )
 
-// The step journal (issue 14): the node agent's durable record of the keyed
+// The step journal: the node agent's durable record of the keyed
 // release steps it ran, under root_dir/journal, one small file per key.
 //
 // An agent can die after the driver answered a step and before the answer

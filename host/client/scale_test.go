@@ -27,7 +27,7 @@ import (
 	"github.com/volhost/volhost/internal/testutil"
 )
 
-// The scale measurement of issue 14 (BENCHMARKS.md "Node agents"): the
+// The node agents' scale measurement (BENCHMARKS.md "Node agents"): the
 // leader runs in a child process (so its CPU and memory are its own), the
 // simulated agents in this one, all against one scripted plugin socket.
 // Opt-in: VOLHOST_SCALE_AGENTS=1000 go test -run TestScaleAgents -v ./host/client/

@@ -10,7 +10,7 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// Group commit of claim checkpoints (issue 17). The watcher's release
+// Group commit of claim checkpoints (BenchmarkCheckpointGroupCommit). The watcher's release
 // workers each write a checkpoint per claim transition; one raft entry per
 // checkpoint made a release cost a log append, an fsync and an FSM
 // transaction per transition. The batcher commits whatever checkpoints

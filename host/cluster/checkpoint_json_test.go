@@ -215,8 +215,8 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 // (decodeCommand, fast path) and the same entry's request with
 // encoding/json (the path before it), in interleaved rounds of 20,000
 // decodes, and reports the median [min-max] of each side's ns per decode
-// and of their per-round ratio (docs/benchmarks-history.md "Whole-host
-// release CPU per claim (session 13)"):
+// and of their per-round ratio (docs/benchmarks-history.md, "the floor,
+// and checkpoint entries without encoding/json"):
 //
 //	go test -run '^$' -bench '^BenchmarkDecodeCheckpoint$' -benchtime 1x ./host/cluster/
 func BenchmarkDecodeCheckpoint(b *testing.B) {

@@ -9,7 +9,7 @@
 //
 // Apply validates a request against the current state before writing it to
 // the log, so a refusal is an error to the caller and never a committed
-// entry (ANCHORS pain 10).
+// entry (hashicorp/nomad#27324).
 //
 // With Server set the node is one voter of a multi-server cluster: servers
 // find each other through Join (the HTTP API forwards a join to the
@@ -255,6 +255,14 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	if cfg.TrailingLogs > 0 {
 		rc.TrailingLogs = cfg.TrailingLogs
 	}
+	// Servers of a cluster take turns to snapshot (snapshot_schedule.go);
+	// raft's own timer is left to a single node, which has no one to
+	// starve.
+	var schedule *snapshotSchedule
+	if cfg.Server {
+		schedule = &snapshotSchedule{period: rc.SnapshotInterval, threshold: rc.SnapshotThreshold, now: time.Now}
+		rc.SnapshotInterval = snapshotTimerOff
+	}
 
 	var (
 		logs   raft.LogStore
@@ -352,6 +360,10 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	c.wg.Add(3)
 	go c.forwardLeadership()
 	go c.advertise()
+	if schedule != nil {
+		c.wg.Add(1)
+		go c.runSnapshotSchedule(*schedule)
+	}
 	c.checkpoints = newCheckpointBatcher(c)
 	go c.checkpoints.run(c.stopCh)
 	return c, nil
@@ -391,10 +403,10 @@ func (c *Cluster) forwardLeadership() {
 // stepUp reports leadership once it is safe to start leader work; it
 // returns false when the cluster stops. It reports only once every entry
 // of earlier terms is applied: after a restart or a leader change the store
-// must hold the whole log before the watcher assesses it (ANCHORS: the
-// first pass after step-up reaps everything). A failed barrier is retried
+// must hold the whole log before the watcher assesses it (as in Nomad's
+// volumewatcher, the first pass after step-up reaps everything). A failed barrier is retried
 // while this server leads the same term; leader work never starts on a
-// store that may be behind (issue 10 defect 5).
+// store that may be behind (the failover fence).
 func (c *Cluster) stepUp() bool {
 	term := c.raft.CurrentTerm()
 	for attempt := 1; ; attempt++ {
@@ -464,7 +476,7 @@ func (c *Cluster) ReadyTerm() uint64 {
 // ConfirmLeader returns nil only if this server still leads in term, as
 // confirmed by a quorum of voters (raft's VerifyLeader) within the last
 // lease; otherwise an error wrapping structs.ErrNoLeader. It is the fence
-// before every CSI call of leader work (issue 10 defect 5): a leader that
+// before every CSI call of leader work: a leader that
 // was paused (SIGSTOP, a VM freeze) longer than its lease and wakes up has
 // by then been replaced, and its verification fails instead of its call
 // going out. A verification is shared by the calls that start within
@@ -531,8 +543,8 @@ func (c *Cluster) confirmMaxAge() time.Duration {
 // 2*LeaderLeaseTimeout after it lost its quorum (raft checks its lease once
 // per LeaderLeaseTimeout), and its watcher then cancels every CSI call. So
 // after StepUpDelay (default 2*LeaderLeaseTimeout + DefaultCancelMargin)
-// no controller call of the old term is running (ANCHORS pain 8 and 9:
-// never two ControllerUnpublish calls for one volume at once). A single
+// no controller call of the old term is running (hashicorp/nomad#17996
+// and #24130: never two ControllerUnpublish calls for one volume at once). A single
 // voter has nobody to wait for. It returns false when the cluster stops.
 func (c *Cluster) waitStepUpDelay() bool {
 	if c.voters() <= 1 {
@@ -639,7 +651,7 @@ func raftErr(op string, err error) error {
 // (raft's own words: "the entry may still commit") and a shutdown while
 // waiting leave the entry possibly committed: those wrap
 // structs.ErrOutcomeUnknown, so no caller undoes what may be recorded
-// (issue 10 defect 3).
+// (a claim path once rolled back a committed claim).
 func applyErr(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipTransferInProgress):
@@ -695,7 +707,7 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 	if !c.IsLeader() {
 		return 0, nil, raftErr("apply", raft.ErrNotLeader)
 	}
-	if err := c.checkGate(t, req); err != nil {
+	if err := c.checkGateSettled(ctx, t, req); err != nil {
 		return 0, nil, err
 	}
 	if err := c.store.Snapshot().Validate(t, req); err != nil {

@@ -76,7 +76,7 @@ func newRequest(t structs.MessageType) (any, error) {
 // request's encoding rather than marshalled: json.Marshal of the envelope
 // would scan and copy the request's bytes again (json.RawMessage is
 // compacted) to produce the same bytes (TestEncodeCommandEnvelope), once
-// per log entry on the release path (issue 17). A checkpoint's request is
+// per log entry on the release path (BenchmarkEncodeCheckpoint). A checkpoint's request is
 // written by appendCheckpoint when it can (checkpoint_json.go), and the
 // entry is built in a pooled buffer and copied out at its size, as
 // json.Marshal does with its own: a buffer per entry grown by appending
@@ -154,7 +154,7 @@ func decodeCommand(data []byte) (structs.MessageType, time.Time, any, error) {
 // before it): {"time":"<RFC 3339>","req":<request>}. Decoding the
 // envelope as JSON scanned the whole request once more and copied it
 // into the json.RawMessage before the request's own decoding, on every
-// entry every server applies (issue 17). The time string of that shape
+// entry every server applies (BenchmarkDecodeCheckpoint). The time string of that shape
 // holds no quote or backslash, so its end is the next quote. The request
 // is what lies between the time and the envelope's last byte; the
 // caller's json.Unmarshal of it refuses anything that is not one JSON

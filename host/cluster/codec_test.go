@@ -11,7 +11,7 @@ import (
 )
 
 // TestEncodeCommandEnvelope: the envelope encodeCommand writes by hand is
-// byte for byte what json.Marshal of the envelope wrote before (issue 17),
+// byte for byte what json.Marshal of the envelope wrote before,
 // so entries already in logs and the ones written now read the same;
 // strings json escapes (HTML characters, quotes, control characters)
 // included, and a leader clock in another zone.
@@ -53,7 +53,7 @@ func TestEncodeCommandEnvelope(t *testing.T) {
 }
 
 // envelopeDecode is decodeCommand without its split: the envelope decoded
-// as JSON, as every entry was before issue 17.
+// as JSON, as every entry was before decodeCommand split it.
 func envelopeDecode(data []byte) (structs.MessageType, time.Time, any, error) {
 	t := structs.MessageType(data[0])
 	req, err := newRequest(t)

@@ -13,7 +13,7 @@ import (
 	"github.com/volhost/volhost/internal/testutil"
 )
 
-// Issue 10 defect 5: leader work runs under the term its step-up was
+// The failover fence: leader work runs under the term its step-up was
 // reported for. ConfirmLeader passes for that term only, and the FSM
 // refuses a fenced write whose term is not the term of its log entry.
 func TestTermFence(t *testing.T) {
@@ -136,7 +136,7 @@ func TestTransferClearsReadyTerm(t *testing.T) {
 	}
 }
 
-// Issue 10 defect 3: refused writes and writes of unknown outcome are told
+// Refused writes and writes of unknown outcome are told
 // apart by type, never by message.
 func TestApplyErrClassifies(t *testing.T) {
 	cancelled, cancel := context.WithCancel(context.Background())

@@ -74,7 +74,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 	resp, err := f.store.ApplyAt(l.Index, at, t, req)
 	if err != nil {
 		// Debug, not error: the caller gets the typed error; logging it on
-		// every server is the noise ANCHORS pain 10 complains about.
+		// every server is the noise of hashicorp/nomad#27324.
 		f.logger.Debug("log entry refused at apply", "index", l.Index, "type", t, "error", err)
 	}
 	return fsmResult{resp: resp, err: err}
@@ -136,7 +136,7 @@ type fenced interface{ FencedTerm() uint64 }
 // fenceTerm refuses a fenced request appended in another term than the one
 // its writer worked under: a watcher pass or claim of a deposed leader,
 // still running when this server was re-elected (or its entry re-sent by a
-// new leader), must not move a claim (issue 10 defect 5). Term 0 is an
+// new leader), must not move a claim (the failover fence). Term 0 is an
 // unfenced writer (tests of the store alone).
 func fenceTerm(req any, logTerm uint64) error {
 	f, ok := req.(fenced)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -179,6 +180,32 @@ func (c *Cluster) checkGate(t structs.MessageType, req any) error {
 		}
 	}
 	return nil
+}
+
+// gateSettleWait bounds how long a gated write waits for a leader still
+// stepping up to record the servers' features and enable them.
+const gateSettleWait = 10 * time.Second
+
+// checkGateSettled is checkGate for a write that may arrive while this
+// leader is still stepping up. The members' feature records and the
+// enabling are written by the step-up (reconcileMeta, after the barrier),
+// so in the first moments of a new cluster, or of a new leader whose
+// predecessor lost its leadership before enabling, every gate reads
+// closed although every server understands it: an `acl bootstrap` sent as
+// soon as a leader is elected was refused with "upgrade s2". Such a write
+// waits for the step-up (like the claim path's readyTerm), then is judged;
+// a gate still closed after it is a real refusal.
+func (c *Cluster) checkGateSettled(ctx context.Context, t structs.MessageType, req any) error {
+	err := c.checkGate(t, req)
+	if err == nil || c.ReadyTerm() != 0 || !c.IsLeader() {
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, gateSettleWait)
+	defer cancel()
+	if c.WaitForLeader(wctx) != nil {
+		return err
+	}
+	return c.checkGate(t, req)
 }
 
 // needFeature is nil when g is enabled, else the refusal naming the

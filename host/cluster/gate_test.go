@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -223,4 +224,29 @@ func TestGateTableCoversNewTypes(t *testing.T) {
 
 func fenceReq() *structs.NodeFenceRequest {
 	return &structs.NodeFenceRequest{NodeID: "n1", Fence: &structs.NodeFence{Reason: "powered off", Source: "operator", Time: time.Now()}}
+}
+
+// A gated write that reaches a new leader before its step-up recorded the
+// servers' features waits for the step-up instead of being refused: the
+// first `acl bootstrap` of a fresh cluster, sent as soon as a leader was
+// elected, was answered "upgrade s2" by a cluster of one version.
+func TestGatedWriteWaitsForStepUp(t *testing.T) {
+	for range 5 {
+		tc := &tcluster{t: t}
+		n := tc.newNode("s1", "", 1)
+		// As soon as raft says leader: the barrier, the feature records
+		// and the enabling may all be ahead.
+		for !n.c.IsLeader() {
+			runtime.Gosched()
+		}
+		_, _, err := n.c.Apply(testCtx(t), structs.ACLBootstrapType, &structs.ACLBootstrapRequest{Token: &structs.ACLToken{
+			AccessorID: "a1", SecretHash: strings.Repeat("ab", 32), Type: structs.ACLManagementToken}})
+		if err != nil {
+			t.Fatalf("a gated write during step-up: %v", err)
+		}
+		if !n.c.FeatureEnabled(FeatureACL) {
+			t.Fatal("the ACL entry committed before its feature was enabled")
+		}
+		_ = n.c.Shutdown()
+	}
 }

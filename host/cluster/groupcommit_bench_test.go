@@ -11,7 +11,7 @@ import (
 	"github.com/volhost/volhost/internal/testutil"
 )
 
-// BenchmarkCheckpointGroupCommit (issue 17) compares, in one process and
+// BenchmarkCheckpointGroupCommit compares, in one process and
 // on one server with raft-boltdb on disk, the watcher's release writes
 // (three checkpoints per claim: node-detached, controller-detached,
 // ready-to-free) from 16 concurrent writers committed one raft entry per

@@ -188,8 +188,8 @@ var ErrNoQuorum = structs.Conflict("would leave the cluster without quorum")
 
 // CheckJoin refuses, on the leader, a join that would leave the cluster
 // without a quorum: the joiner must answer at its raft address (a fake
-// voter that never answers raises the quorum and blocks every write, the
-// attack of issue 12), and the live voters plus the joiner must be a
+// voter that never answers raises the quorum and blocks every write:
+// TestJoinAttackRefused in host/agent), and the live voters plus the joiner must be a
 // majority of the new configuration. A server already in the
 // configuration at the same address passes (a restart's rejoin).
 func (c *Cluster) CheckJoin(ctx context.Context, req JoinRequest) error {

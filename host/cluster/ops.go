@@ -489,7 +489,7 @@ func (c *Cluster) TransferLeadership(ctx context.Context, id string) error {
 		// Leader work restarts only through the leadership forwarder, the
 		// one goroutine that also reports step-downs: re-enabling here
 		// directly could race a concurrent step-down and start the
-		// watcher on a follower (issue 10 defect 5). The forwarder
+		// watcher on a follower. The forwarder
 		// re-reports the step-up if this server still leads by then.
 		select {
 		case c.rereportCh <- struct{}{}:

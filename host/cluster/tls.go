@@ -11,7 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// NewTLSTransport is raft's network transport over mutual TLS (issue 12):
+// NewTLSTransport is raft's network transport over mutual TLS:
 // the listener on bind requires and verifies a client certificate with
 // server (tlsutil.Holder.RPCServerConfig), and dials present this
 // server's certificate and verify the peer with client

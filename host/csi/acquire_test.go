@@ -8,7 +8,7 @@ import (
 
 // A call on a cached connection takes its reference without parsing the
 // endpoint again: a URL parse and its allocations on every CSI call of a
-// release (issue 17) for an endpoint parsed when it was dialled.
+// release for an endpoint parsed when it was dialled.
 func TestAcquireCachedAllocatesNothing(t *testing.T) {
 	dir, err := os.MkdirTemp("", "csi")
 	if err != nil {

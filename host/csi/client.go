@@ -114,7 +114,8 @@ func (c *Client) Close() error {
 //
 // The endpoint is parsed only to dial: a cached connection's endpoint
 // parsed once already, and a parse per call was a URL parse (and its
-// allocations) on each of a release's three calls (issue 17).
+// allocations) on each of a release's three calls
+// (TestAcquireCachedAllocatesNothing).
 func (c *Client) acquire(endpoint string) (*conn, error) {
 	var stale *grpc.ClientConn
 	defer func() {
@@ -221,7 +222,7 @@ func (c *Client) invoke(ctx context.Context, endpoint, method string, f fields, 
 		// watcher's own CSI deadline is the same timeout, set just
 		// before, and a context derived under a sooner deadline is a
 		// cancel context and its registration with the parent for
-		// nothing, three times per release (issue 17).
+		// nothing, three times per release.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithDeadline(ctx, start.Add(c.cfg.CallTimeout))
 		defer cancel()
@@ -234,7 +235,7 @@ func (c *Client) invoke(ctx context.Context, endpoint, method string, f fields, 
 		c.cfg.Metrics.ObserveCall(method, code, d)
 	}
 	// The log lines' fields are built only when their level is on: every
-	// release makes three calls (issue 17).
+	// release makes three calls.
 	args := func() []any {
 		args := []any{"method", method, "endpoint", endpoint, "code", code.String(), "duration", d}
 		if f.volumeID != "" {
@@ -353,7 +354,7 @@ func (c *Client) ProbeNode(ctx context.Context, endpoint string) (*structs.NodeP
 	}
 	// Whether the driver also has a controller service: registration warns
 	// when its plugin was registered without a controller endpoint, which
-	// would skip ControllerUnpublish silently (issue 16). Only a warning
+	// would skip ControllerUnpublish silently. Only a warning
 	// rides on it, so a driver that fails this REQUIRED identity call is
 	// registered as before (and the warning is not given).
 	var pcaps *csipb.GetPluginCapabilitiesResponse

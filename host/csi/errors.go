@@ -11,7 +11,7 @@ import (
 // Error is a failed CSI call. It keeps the driver's (or gRPC's) status, so
 // status.Code(err) answers the CSI code even through further %w wrapping:
 // callers classify NotFound, Aborted, Unavailable... by code, never by the
-// message (ANCHORS pain 10).
+// message (the reference system matches error strings across RPC).
 type Error struct {
 	Method   string // CSI method, e.g. "ControllerUnpublishVolume"
 	Endpoint string
@@ -41,7 +41,8 @@ var (
 	ErrNoControllerService = errors.New("csi plugin does not advertise CONTROLLER_SERVICE")
 	// ErrNoNodeID: NodeGetInfo returned an empty node_id. The spec requires
 	// one and release needs it for ControllerUnpublish, so registration
-	// refuses it instead of failing every release later (ANCHORS pain 2).
+	// refuses it instead of failing every release later
+	// (hashicorp/nomad#25349).
 	ErrNoNodeID = errors.New("csi NodeGetInfo returned an empty node_id")
 	// ErrClosed: the Client was closed.
 	ErrClosed = errors.New("csi client closed")

@@ -98,7 +98,7 @@ type NotLeader struct {
 // step): the same for every retry of that step, by this leader or the
 // next. The agent journals a keyed step's success before answering and
 // answers a retry with the same key from its journal instead of calling
-// the driver again (issue 14). The claim path's steps carry none.
+// the driver again (exactly one NodeUnpublish per claim). The claim path's steps carry none.
 type StepRequest struct {
 	ID               uint64 `json:"id"`
 	Method           string `json:"method"`

@@ -64,7 +64,7 @@ const (
 // stands for any one element (an escaped ID). A step's path must have
 // exactly this shape: "under root_dir" alone would let a leader aim an
 // unstage's cleanup at root_dir/journal, the agent's record of the steps
-// it ran (issue 14), and make it repeat one.
+// it ran (host/client's journal), and make it repeat one.
 var (
 	stagingLayout = layout{[]string{"csi", "", "staging", "", ""}, "csi/<plugin>/staging/<ns>/<volume>"}
 	targetLayout  = layout{[]string{"csi", "", "per-alloc", "", "", ""}, "csi/<plugin>/per-alloc/<alloc>/<ns>/<volume>"}

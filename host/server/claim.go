@@ -28,8 +28,10 @@ import (
 // publish that fails is rolled back newest step first, stopping at the
 // first undo that fails or loses its answer (the CSI spec orders the
 // undos: no NodeUnstage under a target that may be published, no
-// ControllerUnpublish under a path that may be staged). A rollback that
-// undid every step removes the record it wrote; otherwise the record
+// ControllerUnpublish under a path that may be staged). A retry that took
+// up a publishing record rolls back nothing (an earlier run may have
+// published its target). A rollback that undid every step removes the
+// record it wrote; otherwise the record
 // stays, counted against the volume, and is released by the watcher in
 // the spec's order once its allocation ends, or finished by a retry.
 //
@@ -42,7 +44,7 @@ import (
 //
 // It runs only on a leader whose step-up is complete, under that
 // leadership term: every CSI call is preceded by ConfirmLeader and every
-// record carries the term, which the FSM checks (issue 10 defect 5).
+// record carries the term, which the FSM checks (the failover fence).
 func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*structs.Claim, error) {
 	if req == nil {
 		return nil, structs.Invalid("", "empty claim request")
@@ -132,7 +134,14 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 		return nil, fmt.Errorf("claim of volume %q by allocation %q: %w", key, claim.AllocID, err)
 	}
 	if err := pub.publish(ctx, index); err != nil {
-		if pub.rollback(ctx) && !resumed {
+		// A retry that took up a record rolls back nothing: the earlier
+		// run's calls (a leader that died mid-publish, a rollback that
+		// stopped) may have published the target, and this run cannot
+		// know, so its NodeUnstage or ControllerUnpublish could land
+		// under that mount (CSI spec: NodeUnstage after every
+		// NodeUnpublish, ControllerUnpublish after every node step). The
+		// record accounts for all of it either way.
+		if !resumed && pub.rollback(ctx) {
 			pub.remove(ctx, index)
 		} else {
 			s.logger.Warn("refused claim left publishing for the watcher to release once its allocation ends (or for a retry to finish)",
@@ -148,7 +157,7 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 		// The publishing record stays and accounts for the publish: a
 		// retry (here or on the next leader) re-sends it and confirms it;
 		// if the allocation ends first, the watcher releases it. Nothing
-		// is undone here: the claim may be confirmed (issue 10 defect 3),
+		// is undone here: the claim may be confirmed (outcome unknown),
 		// and a deposed leader may not call the plugins anyway.
 		s.logger.Warn("claim published but not confirmed taken; kept publishing for a retry", "volume", key,
 			"alloc", claim.AllocID, "node", claim.NodeID, "error", err)
@@ -166,7 +175,7 @@ const stepUpWait = 10 * time.Second
 // readyTerm is the leadership term the claim runs under. A leader still
 // stepping up (its barrier, then StepUpDelay while a deposed leader's calls
 // drain) makes the claim wait rather than fail: the claim path is delayed
-// like the watcher (issue 10 defect 5), and a client sees a slower answer
+// like the watcher (the failover fence), and a client sees a slower answer
 // instead of a 503 after every failover.
 func (s *Server) readyTerm(ctx context.Context) (uint64, error) {
 	if term := s.log.ReadyTerm(); term != 0 {
@@ -240,7 +249,7 @@ func (p *publisher) attachRecorded(index uint64) (bool, error) {
 }
 
 // call runs one CSI call of the claim path once leadership of its term is
-// confirmed (issue 10 defect 5).
+// confirmed (the failover fence: a deposed or paused leader sends nothing).
 func (p *publisher) call(ctx context.Context, f func(context.Context) error) error {
 	if err := p.s.log.ConfirmLeader(ctx, p.term); err != nil {
 		return fmt.Errorf("not sent: %w", err)
@@ -278,7 +287,7 @@ func (p *publisher) prepare(ctx context.Context) error {
 		return fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, err)
 	}
 	if p.plugin.Capabilities.PublishUnpublish && adapted.NodeID == "" {
-		// GCE PD and others reject an empty node ID; never send one (ANCHORS: CSI spec rules).
+		// GCE PD and others reject an empty node ID; never send one (node_id is optional in the CSI spec, not in drivers).
 		return structs.Invalid("node_id", "no external node ID for node %q and plugin %q: register the node's plugin endpoint", p.node.ID, p.plugin.ID)
 	}
 	p.capability = csi.Capability(p.claim.AccessMode, p.claim.AttachmentMode, p.vol.FSType, p.vol.MountFlags)
@@ -307,7 +316,7 @@ func (p *publisher) publish(ctx context.Context, index uint64) error {
 		// attachment is read before the call: ControllerPublish is
 		// idempotent (CSI spec), so it answers OK for an attachment this
 		// claim did not make, and that one must never be undone here
-		// (issue 10 defect 1).
+		// (a rollback detached a live claim's disk).
 		owned := p.vol.HoldsAttachment(p.claim) == nil
 		var resp *csipb.ControllerPublishVolumeResponse
 		err := p.call(ctx, func(ctx context.Context) (err error) {

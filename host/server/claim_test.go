@@ -18,7 +18,7 @@ import (
 	"github.com/volhost/volhost/watcher"
 )
 
-// Issue 10 defect 1: a claim whose NodePublish fails rolls back only what it
+// A claim whose NodePublish fails rolls back only what it
 // created. web-1 holds the attachment of disk-1 on node1; web-2's failed
 // read claim on the same node must not ControllerUnpublish it, while a
 // first claim's failed publish still undoes its own attachment.
@@ -65,7 +65,7 @@ func TestRollbackUndoesOnlyWhatTheClaimCreated(t *testing.T) {
 	}
 }
 
-// Issue 10 defect 2: a claim committed on the node while a release pass is
+// A claim committed on the node while a release pass is
 // between its NodeUnpublish and its NodeUnstage makes the pass leave the
 // staging path and the attachment to the new claim.
 func TestReleaseRechecksCommittedClaimsBeforeNodeUnstage(t *testing.T) {
@@ -130,7 +130,7 @@ func (l unknownLog) Apply(ctx context.Context, t structs.MessageType, req any) (
 	return idx, resp, err
 }
 
-// Issue 10 defect 3: a claim whose commit could not be confirmed is not
+// A claim whose commit could not be confirmed is not
 // rolled back (it may be recorded), answers ErrOutcomeUnknown, and the same
 // request again answers the recorded claim without any CSI call.
 func TestClaimWithUnknownOutcomeIsKeptAndRetrySafe(t *testing.T) {
@@ -164,7 +164,7 @@ func TestClaimWithUnknownOutcomeIsKeptAndRetrySafe(t *testing.T) {
 	}
 }
 
-// Issue 10 defect 4: every module answer is bounded by what the host can
+// Every module answer is bounded by what the host can
 // verify; a violation is a module fault, with no CSI call made.
 func TestHostileModuleAnswersAreFaults(t *testing.T) {
 	cases := []struct {
@@ -280,7 +280,7 @@ func TestPolicyHoldIsBoundedVisibleAndCountsTowardStuck(t *testing.T) {
 	}
 }
 
-// Issue 10 defect 5 (claim path): a server that does not lead a ready term
+// The failover fence on the claim path: a server that does not lead a ready term
 // makes no CSI call for a claim.
 func TestClaimNeedsAReadyLeaderTerm(t *testing.T) {
 	h := newHarness(t, "node1")
@@ -304,7 +304,7 @@ func (staleLog) ConfirmLeader(_ context.Context, term uint64) error {
 	return fmt.Errorf("term %d: %w", term, structs.ErrNoLeader)
 }
 
-// Issue 10 defect 8: a null plugin entry in a node registration is a
+// A null plugin entry in a node registration is a
 // validation error naming the field, not a panic.
 func TestRegisterNodeWithNullPluginEntry(t *testing.T) {
 	h := newHarness(t)

@@ -303,8 +303,8 @@ func (m *switchModules) AdapterFor(v *structs.Volume) watcher.Adapter {
 	return watcher.SpecAdapter{}
 }
 
-// Hostile modules: each breaks one rule the host must enforce (issue 10
-// defect 4). They are named so a failing sequence reads.
+// Hostile modules: each breaks one rule the host must enforce (module
+// answers are bounded by what the host can verify). They are named so a failing sequence reads.
 type (
 	// releaseEverything releases every claim, live or not, optionally
 	// skipping the node step.

@@ -22,7 +22,7 @@ import (
 )
 
 // TestClaimModel is the model-based test of the claim and release
-// machinery (issue 10 "Prove it"): random sequences of claims, allocation
+// machinery (RATIONALE.md "Safety"): random sequences of claims, allocation
 // updates, release passes, operator detaches, CSI failures, calls that run
 // and lose their answer, hostile module answers, node status changes,
 // leader step-down/step-up, and node identity changes (a node agent's hello
@@ -342,7 +342,8 @@ type model struct {
 	// rolledBack are the targets a refused claim's rollback unpublished
 	// before an undo after it failed: the claim's publishing record does
 	// not say the target is gone, so its release sends NodeUnpublish
-	// again (idempotent), which is not the repeat issue 14 forbids.
+	// again (idempotent), which is not the repeat checkUnpublishedOnce
+	// forbids.
 	rolledBack map[string]bool
 	seen       int // oracle violations already judged
 	// down marks the machines one of whose nodes was reported down: a
@@ -417,7 +418,7 @@ func runModel(h *harness, ns string, ops []op, st *stats) string {
 
 // checkUnpublishedOnce: once NodeUnpublish of a target path succeeded, a
 // failed NodeUnstage of the volume on that node does not make the leader
-// send the NodeUnpublish again (issue 14: the retry of a failed unstage
+// send the NodeUnpublish again (the retry of a failed unstage once
 // repeated the unpublish; the NodeUnpublished mark prevents it). A repeat
 // after a pass was cancelled mid-call is not counted: the plugin may have
 // answered OK to a caller that had gone, and the leader cannot know.
@@ -514,7 +515,7 @@ func (m *model) do(o op) {
 		m.claim(o)
 	case "claim-during-release":
 		// The claim runs while a pass over the volume is between its
-		// NodeUnpublish and its per-node steps (issue 10 defect 2).
+		// NodeUnpublish and its per-node steps (a release racing a new claim).
 		ref := m.refs[o.vol]
 		var fired atomic.Bool
 		h.setOnCall(func(plugin string, c csitest.Call) {
@@ -567,7 +568,9 @@ func (m *model) do(o op) {
 	case "advance":
 		h.clock.Advance(time.Duration(o.secs) * time.Second)
 	case "hello":
-		ext := "ext-" + nodeMachine(o.node)
+		// A node agent reports what its plugin answers NodeGetInfo now
+		// (after an instance replacement, the new ID): only "other" lies.
+		ext := h.nodes[nodeMachine(o.node)].NodeID()
 		switch o.ext {
 		case "new":
 			// The instance was replaced: its plugin answers a new
@@ -607,15 +610,23 @@ func (m *model) do(o op) {
 		// The node's agent says hello with its plugin's external node ID
 		// and without, then with, the plugin's endpoint: the plugin's
 		// socket went away and came back (a driver restarting).
-		ep, root := "", rootDir
-		if cur, _ := h.store.Snapshot().NodeByID(nil, o.node); cur != nil && cur.RootDir != "" {
-			root = cur.RootDir // losing the endpoint changes nothing else
+		// With the socket back, the agent reports what the plugin
+		// answers now (a new ID after an instance replacement); without
+		// it, the ID it last had.
+		ep, root, ext := "", rootDir, h.nodes[nodeMachine(o.node)].NodeID()
+		if cur, _ := h.store.Snapshot().NodeByID(nil, o.node); cur != nil {
+			if cur.RootDir != "" {
+				root = cur.RootDir // losing the endpoint changes nothing else
+			}
+			if np := cur.Plugins[testPlugin]; o.kind == "endpoint-off" && np != nil && np.ExternalNodeID != "" {
+				ext = np.ExternalNodeID
+			}
 		}
 		if o.kind == "endpoint-on" {
 			ep = h.nodes[nodeMachine(o.node)].Endpoint()
 		}
 		if m.register(o.node, func() error {
-			_, err := h.hello(o.node, ep, "ext-"+nodeMachine(o.node), root)
+			_, err := h.hello(o.node, ep, ext, root)
 			return err
 		}) {
 			m.setLied(o.node, false)
@@ -696,6 +707,13 @@ func (m *model) claim(o op) {
 		return
 	}
 	m.stats.refused++
+	if m.lied[o.node] {
+		// A refused claim's calls, and its rollback's, went to the ID
+		// the host was told too (see liedPairs).
+		if n, _ := h.store.Snapshot().NodeByID(nil, o.node); n != nil && n.Plugins[testPlugin] != nil {
+			m.liedPairs[[2]string{externalID(ref.Namespace, ref.ID), n.Plugins[testPlugin].ExternalNodeID}] = true
+		}
+	}
 	// A refused claim whose calls did not all answer OK may leave what
 	// they did (a lost answer, a failed rollback step): the host logs it
 	// and cannot know more. What it leaves is excused at the end, on that

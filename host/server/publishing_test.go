@@ -186,3 +186,43 @@ func TestLeaderCrashMidPublish(t *testing.T) {
 		}
 	})
 }
+
+// A retry that takes up a publishing record left by a leader that died
+// mid-publish cannot know what that run's calls did: its target may be
+// published. When the retry's own publish fails, its rollback must not
+// undo the staging or the attachment the record accounts for: a
+// NodeUnstage under the earlier run's target, or a ControllerUnpublish
+// under its mount, is what the CSI spec forbids. The record stays and the
+// watcher releases it in the spec's order once the allocation ends.
+func TestResumedClaimRollbackKeepsEarlierRunsSteps(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		publish csitest.Result
+	}{
+		{"the retry's NodePublish fails", csitest.Result{Code: codes.Internal}},
+		{"the retry's NodePublish loses its answer", csitest.Lost(codes.Unavailable)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, "node1")
+			ref := h.volume("default", "vol1", structs.AccessSingleNodeWriter)
+			h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
+			crashMidPublish(t, h, ref, "web-1")
+			h.srv = New(Config{Store: h.store, Log: h.cluster, CSI: h.srv.csi, Modules: h.mods, Clock: h.clock,
+				Locks: h.srv.locks, Agents: h.agents})
+			h.srv.SetReleaser(h.w)
+
+			h.nodes["node1"].Script(csitest.NodePublish, tc.publish)
+			if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err == nil {
+				t.Fatal("a retry whose NodePublish failed was accepted")
+			}
+			noViolations(t, h)
+			if c := h.vol(ref).Claims["web-1"]; c == nil || c.State != structs.ClaimPublishing {
+				t.Fatalf("the record of the earlier run is not kept publishing: %+v", c)
+			}
+			h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
+			h.releaseAll(ref)
+			noViolations(t, h)
+			nothingLeft(t, h, ref)
+		})
+	}
+}

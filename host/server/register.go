@@ -44,14 +44,14 @@ func (s *Server) RegisterPlugin(ctx context.Context, p *structs.Plugin) (*struct
 // RegisterNode probes every CSI node plugin endpoint of the node for the
 // external node ID (NodeGetInfo) and staging capability, then records it.
 // The external node ID is learnt here, once, so a release never has to ask
-// a node that may be gone (ANCHORS pain 2: "missing external node ID").
+// a node that may be gone (hashicorp/nomad#25349: "missing external node ID").
 func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.Node, error) {
 	if n == nil || n.ID == "" {
 		return nil, structs.Invalid("id", "node ID is required")
 	}
 	for id, np := range n.Plugins {
 		if np == nil {
-			// Checked before anything reads the entry (issue 10 defect 8).
+			// Checked before anything reads the entry (a null entry panicked).
 			return nil, structs.Invalid(fmt.Sprintf("node.plugins[%s]", id), "is null: give the plugin's endpoint, or {} for none")
 		}
 	}
@@ -138,7 +138,7 @@ func (s *Server) RegisterVolumes(ctx context.Context, vols []*structs.Volume) (u
 // DeregisterVolume removes a volume. Without force it is refused while the
 // volume has claims; with force it is refused while an allocation using it
 // is live, and otherwise drops the claims without CSI calls and answers with
-// the attachments that may be left behind (ANCHORS pain 5).
+// the attachments that may be left behind (hashicorp/nomad#8641).
 func (s *Server) DeregisterVolume(ctx context.Context, ns, id string, force bool) ([]*structs.Leftover, uint64, error) {
 	if ns == "" {
 		ns = "default"
@@ -208,7 +208,7 @@ func (s *Server) leaderOnly() error {
 
 // FenceNode records an operator's attestation that node id is off: its
 // claims skip their node steps and go to the controller step, and it takes
-// no new claim until unfenced (issue 14). A timeout never calls this: a
+// no new claim until unfenced. A timeout never calls this: a
 // forced detach of a node that is only slow corrupts data (Kubernetes
 // #120344), so only an operator, or a module confirming a fence, does.
 func (s *Server) FenceNode(ctx context.Context, id, reason, accessor string) (uint64, error) {
@@ -229,8 +229,7 @@ func (s *Server) UnfenceNode(ctx context.Context, id, accessor string) (uint64, 
 	return idx, err
 }
 
-// RegisterAgentNode records a node as its node agent reported it (issue
-// 14): the agent probed its node-local plugin sockets itself, so nothing
+// RegisterAgentNode records a node as its node agent reported it: the agent probed its node-local plugin sockets itself, so nothing
 // is dialled from here. The heartbeat fields and the fence belong to the
 // store: a reconnecting agent keeps its node's status, which its next
 // heartbeat moves back to ready through the tracker (with an event).

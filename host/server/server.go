@@ -1,7 +1,7 @@
 // Package server implements volhost's operations on top of the state store,
 // the replicated log and the CSI clients: every write is validated against a
 // snapshot before it reaches the log (a refusal is never committed, unlike the
-// reference system: ANCHORS pain 10), CSI probes and the claim path's publish
+// reference system: hashicorp/nomad#27324), CSI probes and the claim path's publish
 // calls happen here, and the leader-only work is handed to the watcher.
 package server
 
@@ -73,7 +73,7 @@ type Server struct {
 	// them is refused by the log (and the loser's rollback cannot unpublish
 	// the winner's attachment), and with the watcher's per-node release
 	// steps, so a release never unstages or detaches under a claim being
-	// made (issue 10 defect 2).
+	// made.
 	locks *watcher.VolumeLocks
 }
 

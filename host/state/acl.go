@@ -8,7 +8,7 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// ACL tables (issue 12). Tokens are keyed by accessor ID and indexed by the
+// ACL tables. Tokens are keyed by accessor ID and indexed by the
 // SHA-256 of their secret: the secret itself is never stored.
 const (
 	TableACLPolicies  = "acl_policies"

@@ -162,7 +162,7 @@ func (w *writer) finish() error {
 // own fields only: nothing else changes, and a stored object's maps and
 // claims are never changed in place (withNewClaims), so the new version
 // shares them; a deep copy per volume woken was every claim's release
-// copying the volume with all its claims once more (issue 17).
+// copying the volume with all its claims once more (BenchmarkReleaseWrites).
 func (w *writer) touchVolumes(vols []*structs.Volume) error {
 	for _, v := range vols {
 		c := *v
@@ -221,7 +221,8 @@ func (w *writer) upsertNode(r *structs.NodeUpsertRequest) (any, error) {
 }
 
 // nodeMoved wakes the volumes claimed on a node whose status changed or
-// which is gone: their node step may now be skipped (ANCHORS pain 1).
+// which is gone: their node step may now be skipped (claims on dead nodes
+// are freed, unlike hashicorp/nomad#12346).
 func (w *writer) nodeMoved(nodeID string) error {
 	vols, err := w.snap.VolumesClaimedOnNode(nil, nodeID)
 	if err != nil {
@@ -298,7 +299,7 @@ func (w *writer) registerVolumes(r *structs.VolumeRegisterRequest) (any, error) 
 // dropEmpty stores an empty map or slice of a registered volume as nil:
 // the JSON is the same (the fields are omitempty), a restore reads them
 // back as nil anyway, and an empty map kept per volume is memory a
-// million volumes pay for nothing (issue 17).
+// million volumes pay for nothing (BenchmarkScale).
 func dropEmpty(v *structs.Volume) {
 	if len(v.Secrets) == 0 {
 		v.Secrets = nil
@@ -344,7 +345,7 @@ func (w *writer) deregisterVolume(r *structs.VolumeDeregisterRequest) (any, erro
 	sort.Strings(ids)
 	// No CSI call happens here: every claim not yet released may have left
 	// an attachment behind, which is recorded instead of dropped silently
-	// (ANCHORS pain 5).
+	// (hashicorp/nomad#8641: the reference system forgets them).
 	leftovers := make([]*structs.Leftover, 0, len(ids))
 	for _, id := range ids {
 		c := v.Claims[id]
@@ -451,7 +452,7 @@ func claimFields(c *structs.Claim) map[string]string {
 		}
 	}
 	if c.FenceReason != "" {
-		// The node steps were skipped: the node is attested off (issue 14).
+		// The node steps were skipped: the node is attested off (fenced).
 		f["fence_reason"] = c.FenceReason
 	}
 	return f
@@ -582,7 +583,7 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 // never changed in place (memdb's readers share it), so what the write
 // does not replace (the other claims, the maps and slices) is shared with
 // v, and only the claims map is new. A checkpoint copied the whole volume,
-// every claim included, twice per release (issue 17).
+// every claim included, twice per release (BenchmarkReleaseWrites).
 func withNewClaims(v *structs.Volume) *structs.Volume {
 	n := *v
 	n.Claims = maps.Clone(v.Claims)
@@ -599,7 +600,8 @@ func claimTransition(v *structs.Volume, prev, c *structs.Claim) *structs.Event {
 	}
 	switch {
 	case c.State == structs.ClaimReadyToFree:
-		// The claim stops counting for capacity only now (ANCHORS pain 7),
+		// The claim stops counting for capacity only now, so no replacement
+		// is placed before the controller detach (hashicorp/nomad#8609),
 		// and leaves the volume in the same write.
 		dropClaim(v, c.AllocID)
 		ev.Message = fmt.Sprintf("claim %s -> %s: released and removed", prev.State, c.State)

@@ -9,7 +9,7 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// Node agent writes (issue 14): fences and heartbeat transitions. Both
+// Node agent writes: fences and heartbeat transitions. Both
 // record an event and wake the volumes claimed on the node, so the
 // watcher reassesses them through the same path as any other write.
 

@@ -4,7 +4,8 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// Group commit (issue 17): a ClaimCheckpointBatchRequest applies many claim
+// Group commit (BenchmarkCheckpointGroupCommit in host/cluster): a
+// ClaimCheckpointBatchRequest applies many claim
 // checkpoints in one raft entry and one memdb transaction. Each checkpoint
 // is validated against the state the checkpoints before it left, exactly
 // as if each had its own entry in that order, and applied only when it

@@ -9,7 +9,7 @@ import (
 
 // benchStore registers n volumes, 1,000 per raft entry, then bumps `moved`
 // of them in one GC entry. Each volume has its own disk: registration
-// refuses a second volume on one (issue 16).
+// refuses a second volume on one (one disk, one volume).
 func benchStore(b *testing.B, n, moved int) (*fixture, uint64) {
 	b.Helper()
 	f := newFixture(b)

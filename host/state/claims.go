@@ -18,7 +18,7 @@ import (
 // allocation update that wakes the watcher, then the checkpoints) only the
 // last, which frees the claim, changes the set. A row changes only when a
 // claim is taken or leaves its volume, or (never in practice) moves node
-// (issue 17).
+// (BenchmarkReleaseWrites).
 //
 // Like volume_mods and the stats row, the rows are derived data: not
 // persisted (the snapshot format and Digest are unchanged), built on
@@ -38,6 +38,8 @@ func claimsTableSchema() *memdb.TableSchema {
 	return &memdb.TableSchema{Name: tableClaims, Indexes: map[string]*memdb.IndexSchema{
 		indexID:   {Name: indexID, Unique: true, Indexer: claimRowIndexer{byNode: false}},
 		indexNode: {Name: indexNode, Unique: true, Indexer: claimRowIndexer{byNode: true}},
+		// The list's ?claim_state= walk (claimed_volumes.go).
+		indexVolume: {Name: indexVolume, Unique: true, Indexer: claimVolumeIndexer{}},
 	}}
 }
 

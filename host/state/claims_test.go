@@ -42,6 +42,40 @@ func checkClaims(t *testing.T, s *Store, when string) {
 	if !slices.IsSortedFunc(got, byKey) || !slices.Equal(got, want) {
 		t.Fatalf("%s: claims table %v, the volumes' claims %v", when, got, want)
 	}
+	checkClaimedWalk(t, snap, vols, when)
+}
+
+// checkClaimedWalk fails t unless ClaimedVolumesFrom, from every volume's
+// key and from the start, walks exactly the volumes with a claim from
+// there, in key order, each once (what ?claim_state= pages through).
+func checkClaimedWalk(t *testing.T, snap *Snapshot, vols []*structs.Volume, when string) {
+	t.Helper()
+	starts := [][2]string{{"", ""}}
+	for _, v := range vols {
+		starts = append(starts, [2]string{v.Namespace, v.ID}, [2]string{v.Namespace, v.ID + "\x01"})
+	}
+	for _, st := range starts {
+		var want, got []string
+		all, err := snap.VolumesFrom(nil, st[0], st[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for v := all(); v != nil; v = all() {
+			if len(v.Claims) > 0 {
+				want = append(want, v.Namespace+"/"+v.ID)
+			}
+		}
+		claimed, err := snap.ClaimedVolumesFrom(memdb.NewWatchSet(), st[0], st[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for v := claimed(); v != nil; v = claimed() {
+			got = append(got, v.Namespace+"/"+v.ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: claimed volumes from %q/%q: %v, want %v", when, st[0], st[1], got, want)
+		}
+	}
 }
 
 func compareStrings(a, b string) int {

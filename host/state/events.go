@@ -99,7 +99,7 @@ func ringArg(ring string) string { return ring + "\x00" }
 // sequence number, of the table and of each ring, is read from the
 // store once per transaction and then counted on: a batch of checkpoints
 // writes several events, and each read was a radix walk with its watch
-// channel lookups (issue 17).
+// channel lookups (BenchmarkReleaseWrites).
 func (w *writer) event(e *structs.Event) error {
 	e.Index = w.index
 	if e.Time.IsZero() {

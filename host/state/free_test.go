@@ -8,7 +8,7 @@ import (
 )
 
 // TestCheckpointFree: a checkpoint at controller-detached with Free set
-// (issue 17) applies both transitions in one write, each with its event,
+// (one raft write fewer per claim) applies both transitions in one write, each with its event,
 // or, refused, neither; the checks of a ready-to-free checkpoint of its
 // own (the allocation must not run) hold for the freeing half too.
 func TestCheckpointFree(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 // a soft memory limit near the size of one state (README "Production
 // agent": GOMEMLIMIT=1800MiB for a 2 GiB budget at 1,000,000 volumes) the
 // collector then runs back to back while the new state grows towards the
-// limit: a 1,000,000-volume restore took 17 s instead of 11 (issue 17:
-// restore <= 15 s). No limit can hold while two states are live, so a
+// limit, and a 1,000,000-volume restore slowed by half (BenchmarkScale
+// under GOMEMLIMIT; BENCHMARKS.md "Under a soft memory limit"). No limit can hold while two states are live, so a
 // restore lifts it and puts it back when it ends; the collector then
 // brings the heap under it again. Without a limit this changes nothing.
 //

@@ -9,7 +9,7 @@ import (
 )
 
 // Reads of a write transaction's own writes without memdb's read path
-// (issue 17, session 9). memdb reads an index the transaction has modified
+// (BenchmarkReleaseWrites measures both ways). memdb reads an index the transaction has modified
 // through a clone of that index's radix transaction, and go-immutable-radix
 // drops the writable-node cache of a transaction it clones (Txn.Clone: "to
 // avoid leaking future writes into the clone"). So every read of a volume

@@ -13,7 +13,7 @@ import (
 	"github.com/volhost/volhost/internal/testutil"
 )
 
-// BenchmarkReleaseWrites (issue 17, session 9): the store's side of
+// BenchmarkReleaseWrites: the store's side of
 // releasing 1,000 claims as the FSM applies it, with and without ownRows
 // (own_rows.go), sides alternating round after round in one process: one
 // allocation update ending the claims' allocations (each claimed volume

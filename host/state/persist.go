@@ -66,7 +66,7 @@ func (snap *Snapshot) Persist(w io.Writer) error {
 // Rows are decoded on other goroutines (restore.go) while this one inserts
 // them, in stream order, into the new database: at 1,000,000 volumes
 // decoding and memdb inserts cost about the same, and a restore blocks the
-// FSM (issue 17: restore <= 15 s).
+// FSM (BenchmarkScale times save and restore).
 //
 // A soft memory limit (GOMEMLIMIT) is lifted while it runs (memlimit.go).
 func (s *Store) Restore(r io.Reader) error {

@@ -305,7 +305,7 @@ func (snap *Snapshot) LatestIndex() uint64 {
 // (namespace, ID) is at or after (fromNamespace, fromID), and the key of
 // the volume after the page ("", "" on the last page). It walks the ID
 // index from that key with LowerBound, so a page costs its own size, not
-// the table's (issue 17: a list page at 1,000,000 volumes).
+// the table's (BenchmarkScale reads a list page at 1,000,000 volumes).
 func (snap *Snapshot) VolumesPage(ws memdb.WatchSet, namespace, fromNamespace, fromID string, limit int) (page []*structs.Volume, nextNamespace, nextID string, err error) {
 	if namespace != "" && fromNamespace < namespace {
 		fromNamespace, fromID = namespace, ""

@@ -11,7 +11,7 @@ import (
 // VolumePluginIDs lists the distinct plugin IDs the volumes name, registered
 // or not, in order. It hops through the (plugin, external ID) index with
 // LowerBound, one seek per distinct ID, so it costs the number of plugins,
-// not of volumes (issue 17: `module status` at 1,000,000 volumes).
+// not of volumes (`module status` at 1,000,000 volumes).
 func (snap *Snapshot) VolumePluginIDs() ([]string, error) {
 	var ids []string
 	from := ""

@@ -9,7 +9,7 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// Issue 10 defect 2: a checkpoint that ran NodeUnstage or ControllerUnpublish
+// A release pass racing a new claim on the same node: a checkpoint that ran NodeUnstage or ControllerUnpublish
 // on the ground that no other claim on the node needed it is refused when a
 // committed claim on that node says otherwise, and changes nothing.
 func TestCheckpointRefusesPerNodeStepUnderAnotherClaim(t *testing.T) {
@@ -63,7 +63,7 @@ func TestCheckpointRefusesPerNodeStepUnderAnotherClaim(t *testing.T) {
 	}
 }
 
-// Issue 10 defect 6: the watcher's feed, waiting above the pre-restore
+// After a restore of an older snapshot the watcher's feed, waiting above the pre-restore
 // index, wakes on a restore of an older snapshot and hands over every
 // volume with the restored (lower) index, so the watcher assesses them all.
 func TestVolumesChangedSinceWakesOnRestoreOfOlderState(t *testing.T) {

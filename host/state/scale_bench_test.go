@@ -19,7 +19,7 @@ import (
 	"github.com/volhost/volhost/internal/testutil"
 )
 
-// scaleShape is the issue 17 target shape: volumes, a tenth of them
+// scaleShape is the shape of the scale targets (BENCHMARKS.md): volumes, a tenth of them
 // claimed, a tenth of those releasable (the claim's alloc has completed).
 type scaleShape struct{ volumes, claimed, releasable int }
 
@@ -80,14 +80,13 @@ func bulkLoad(tb testing.TB, shape scaleShape) *Store {
 	return s
 }
 
-// BenchmarkScale (issue 17): a store of VOLHOST_SCALE_VOLUMES volumes
+// BenchmarkScale: a store of VOLHOST_SCALE_VOLUMES volumes
 // (default 1,000,000; a tenth claimed, a hundredth releasable) built by
 // bulk FSM apply, then what a server does with it, each timed as the
 // median of 5 runs (min-max beside it): save and restore a snapshot
 // (Persist to a file, Restore from it), a 1,000-volume list page read
 // from the ID index and, for comparison, cut from a scan of every volume
-// (how the HTTP list route reads it before issue 17's paged read is wired
-// in), the counts a metrics scrape reads and the scan they replace, the
+// (how the HTTP list route read it before the paged read), the counts a metrics scrape reads and the scan they replace, the
 // volume counts of GET /v1/stats and the scan they replace, the
 // releasable volumes step-up visits, and the volumes changed since a
 // write (what a blocking query wakes). Heap and RSS after a GC.

@@ -62,21 +62,21 @@ func schema() *memdb.DBSchema {
 					"Namespace", "ID")},
 				// The disk behind a volume: registration refuses a second
 				// volume on the same plugin and external ID (two volumes,
-				// one disk; issue 16) without scanning the plugin's volumes.
+				// one disk) without scanning the plugin's volumes.
 				// Not unique: a snapshot from before the check may hold
 				// such a pair, and a restore must not lose it. Its plugin
 				// prefix also lists a plugin's volumes: a separate plugin
 				// index cost every volume a fourth radix entry (about 20%
 				// of the store's memory and restore time at 1,000,000
-				// volumes, issue 17) for one rare read (plugin deregister).
+				// volumes, BenchmarkScale) for one rare read (plugin deregister).
 				indexExternal: {Name: indexExternal, Indexer: volumeKey(func(v *structs.Volume) (string, string) { return v.PluginID, v.ExternalID },
 					"PluginID", "ExternalID")},
 				// No index on ModifyIndex: "volumes modified since N" reads
 				// the volume_mods table (volume_mods.go), a row per raft
-				// index rather than a radix entry per volume (issue 17).
+				// index rather than a radix entry per volume (BenchmarkScale).
 				// No index on the claims' allocs and nodes: the claims table
 				// (claims.go) answers those, written only when the set of
-				// claims changes, not on every volume write (issue 17).
+				// claims changes, not on every volume write (BenchmarkReleaseWrites).
 			},
 		},
 		TableAllocs: {
@@ -108,7 +108,7 @@ func schema() *memdb.DBSchema {
 				// third radix insert (and its writable-node cache) for it,
 				// and its one reader (Snapshot.Events, tests and tools)
 				// scans the sequence index instead; the API's event
-				// stream filters by index on a scan already (issue 17).
+				// stream filters by index on a scan already.
 				indexRing: {Name: indexRing, Unique: true, Indexer: ringKey()},
 			},
 		},
@@ -127,7 +127,7 @@ func schema() *memdb.DBSchema {
 // a volume's fields, with FromObject reading the fields directly instead of
 // through reflection, in one allocation: the volumes table's two indexes on
 // every volume are built on each volume write and a million times on a
-// restore (issue 17). The keys are byte for byte the CompoundIndex's
+// restore (BenchmarkScale). The keys are byte for byte the CompoundIndex's
 // (TestVolumeKeyIndexer); so are FromArgs and PrefixFromArgs (keys.go),
 // built in one allocation too.
 type volumeKeyIndexer struct {
@@ -168,8 +168,9 @@ func primaryKeyLen(v *structs.Volume) int { return len(v.Namespace) + len(v.ID) 
 // arguments, but a radix node has at most 16 children where a byte gives
 // 256. The keys that use it (event sequence numbers, raft indexes) grow by
 // one at a time, so every insert copies the last node of that path: a copy
-// of 16 edges, not of up to 256 (4 KiB), per index per write (issue 17:
-// what a write allocates is what a server's RSS runs ahead of its heap by).
+// of 16 edges, not of up to 256 (4 KiB), per index per write (what a write
+// allocates is what a server's RSS runs ahead of its heap by;
+// BenchmarkReleaseWrites).
 type hexUintIndex[T any] struct{ field func(T) uint64 }
 
 func hexUint[T any](field func(T) uint64) hexUintIndex[T] { return hexUintIndex[T]{field: field} }

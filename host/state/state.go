@@ -10,7 +10,8 @@
 //
 // Validation is a pure function of a snapshot and a request
 // (Snapshot.Validate), so the server refuses bad requests before they reach
-// the log (ANCHORS pain 10) and Apply refuses them again, atomically, at apply
+// the log (not a committed refusal logged on every server without IDs, as
+// in hashicorp/nomad#27324) and Apply refuses them again, atomically, at apply
 // time.
 package state
 
@@ -130,6 +131,12 @@ func (s *Store) Snapshot() *Snapshot {
 	return &Snapshot{txn: st.db.Txn(false), abandon: st.abandon}
 }
 
+// Generation identifies the database the view reads: Restore replaces it
+// (and closes the old one's channel), so two views of one generation see
+// one history of writes. Readers that fold the store's changes into their
+// own totals (the stats' release window) start over on a new generation.
+func (snap *Snapshot) Generation() <-chan struct{} { return snap.abandon }
+
 // LatestIndex is the highest raft index applied to any table.
 func (s *Store) LatestIndex() uint64 { return s.Snapshot().LatestIndex() }
 
@@ -196,8 +203,8 @@ func (s *Store) blockingQuery(ctx context.Context, minIndex uint64, maxWait time
 // snapshot, perhaps older) while it waits, or before it was called with an
 // index the restored store has not reached, returns every volume and the
 // restored index, which may be lower than index: the restored volumes'
-// modify indexes say nothing about what the caller has seen (issue 10
-// defect 6: a watcher that waited for an index above the pre-restore one
+// modify indexes say nothing about what the caller has seen (a watcher
+// that waited for an index above the pre-restore one
 // missed every restored claim). It implements the watcher's VolumeFeed.
 func (s *Store) VolumesChangedSince(ctx context.Context, index uint64) ([]*structs.Volume, uint64, error) {
 	start := s.cur.Load().abandon

@@ -17,9 +17,9 @@ import (
 	"github.com/volhost/volhost/watcher"
 )
 
-// BenchmarkStepUpRealStore (issue 17: "step-up to all assessed <= 10 s"):
+// BenchmarkStepUpRealStore (BENCHMARKS.md's target "step-up to all assessed"):
 // leader step-up of the watcher (native policy, CSI calls answered at once)
-// over this package's store holding the issue's shape (bulkLoad:
+// over this package's store holding the scale shape (bulkLoad:
 // VOLHOST_SCALE_VOLUMES volumes, default 1,000,000; a tenth claimed, a
 // hundredth releasable). Where watcher.BenchmarkStepUp reads a fake store,
 // this one reads the real one: ReleasableVolumes, the blocking feed's first

@@ -383,7 +383,8 @@ func TestReadObjectsAreNotMutated(t *testing.T) {
 
 // A write claim counts until ready-to-free: a second writer on a
 // single-writer volume is refused through every release state and accepted
-// only once the first claim is freed (ANCHORS pain 7).
+// only once the first claim is freed (hashicorp/nomad#8609: a replacement
+// placed before the controller detach finished).
 func TestWriterHeldUntilReadyToFree(t *testing.T) {
 	for _, mode := range []string{"vol-sw", "vol-ms"} {
 		t.Run(mode, func(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 
 // The stuck table holds one row per stuck volume, pointing at the stored
 // volume: what GET /v1/stats lists and what the volume list's ?stuck=true
-// walks, without scanning every volume (issue 17: hundreds of milliseconds
-// at 1,000,000 volumes, on every load of the UI's overview and again on
+// walks, without scanning every volume (BenchmarkScale: a scan at
+// 1,000,000 volumes, on every load of the UI's overview and again on
 // every write that woke its blocking query). An index on the volumes table
 // would list them too, but memdb opens, commits and re-roots a transaction
 // for every index of a table on every write to it (go-memdb

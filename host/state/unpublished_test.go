@@ -6,7 +6,7 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// Issue 14: the NodeUnpublished mark records, on a taken claim, that its
+// Exactly one NodeUnpublish per claim: the NodeUnpublished mark records, on a taken claim, that its
 // NodeUnpublish succeeded. The store takes it only for a terminal
 // allocation's taken claim that has a target path, never lets a later
 // checkpoint clear it, and refuses leave state untouched.

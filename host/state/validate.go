@@ -16,8 +16,8 @@ const MaxIDLength = structs.MaxIDLength
 
 // Validate checks req (of message type t) against the snapshot without
 // changing anything. The server calls it before writing to the log, so a
-// refusal is an error to the caller and never a committed entry (ANCHORS
-// pain 10); Apply calls it again inside its write transaction, so a request
+// refusal is an error to the caller and never a committed entry
+// (hashicorp/nomad#27324); Apply calls it again inside its write transaction, so a request
 // that raced another write is refused atomically instead of corrupting state.
 //
 // Errors are typed (host/structs/errors.go): *structs.ValidationError (400,
@@ -94,7 +94,7 @@ var ops = map[structs.MessageType]op{
 	structs.ClaimGCType:           mkOp(validateGC, (*writer).gcClaims),
 	structs.LeftoversClearType:    mkOp(validateLeftoversClear, (*writer).clearLeftovers),
 	structs.EventAppendType:       mkOp(validateEvents, (*writer).appendEvents),
-	// Issue 17's group commit (batch.go).
+	// Group commit (batch.go).
 	structs.ClaimCheckpointBatchType: mkOp(validateCheckpointBatch, (*writer).checkpointBatch),
 }
 
@@ -375,7 +375,7 @@ func validateNodeDeregister(snap *Snapshot, r *structs.NodeDeregisterRequest) er
 		return structs.Conflict("node %q has live allocation(s): %s; they must end first", r.NodeID, list(live))
 	}
 	// Claims of ended allocations still on the node: once the node is
-	// gone their node steps are skipped (ANCHORS pain 1), which unmounts
+	// gone their node steps are skipped (hashicorp/nomad#12346), which unmounts
 	// nothing, so the operator says so with force.
 	claims, err := nodeClaims(snap, r.NodeID)
 	if err != nil {
@@ -402,7 +402,7 @@ func validateVolumeRegister(snap *Snapshot, r *structs.VolumeRegisterRequest) er
 // validateOneVolumePerDisk refuses a volume whose plugin and external ID
 // another volume already has, in the store or earlier in the request: two
 // volumes on one disk let two single-node-writer claims attach it to two
-// nodes, and releasing one detaches the disk under the other (issue 16). A
+// nodes, and releasing one detaches the disk under the other. A
 // re-registration of the same volume is an update, not a second volume.
 func validateOneVolumePerDisk(snap *Snapshot, vols []*structs.Volume) error {
 	seen := make(map[[2]string]string, len(vols))
@@ -590,7 +590,8 @@ func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
 				return structs.Invalid(f+".node_id", "allocation %q runs on node %q and cannot move to %q", a.ID, old.NodeID, a.NodeID)
 			}
 			// Terminal is for good: a released claim must never find its
-			// allocation running again (DESIGN "Release" 1).
+			// allocation running again (RATIONALE.md "Safety": never release under a
+			// running allocation).
 			if old.ClientStatus.Terminal() && !a.ClientStatus.Terminal() {
 				return structs.Conflict("allocation %q is %s, a terminal status; it cannot become %s", a.ID, old.ClientStatus, a.ClientStatus)
 			}
@@ -719,7 +720,7 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	}
 	if n.Fence != nil {
 		// Fenced, heartbeating: attested off, so nothing may be published
-		// there until an operator unfences it (issue 14).
+		// there until an operator unfences it.
 		return structs.Conflict("node %q is fenced (%s: %s) and cannot take a claim until `volhost node unfence`", n.ID, n.Fence.Source, n.Fence.Reason)
 	}
 	if v.Stuck != nil {
@@ -738,7 +739,7 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 		return structs.Conflict("allocation %q already holds a claim on volume %q", c.AllocID, name)
 	}
 	// A claim counts until ready-to-free, so a new writer never races the
-	// controller detach of the previous one (ANCHORS pain 7).
+	// controller detach of the previous one (hashicorp/nomad#8609).
 	if c.Mode == structs.ClaimWrite {
 		if max := v.AccessMode.MaxWriters(); max >= 0 {
 			if w := v.Allocs(structs.ClaimWrite); len(w) >= max {
@@ -821,7 +822,8 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 	}
 	// A transition that ran a per-(volume, machine) step on the ground
 	// that no other claim on the machine needed it is refused if a
-	// committed claim says otherwise (issue 10 defect 2), with the rules
+	// committed claim says otherwise (a release pass racing a new claim on
+	// the same node), with the rules
 	// the release decided by (structs.Volume.NeedsStaging, HoldsAttachment).
 	if r.Unstaged {
 		if o := v.NeedsStaging(old); o != nil {
@@ -840,7 +842,7 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 	}
 	if c.State.Order() > old.State.Order() || (c.NodeUnpublished && !old.NodeUnpublished) || r.Free {
 		// The host's safety invariant, enforced at the store too: never
-		// release a claim whose allocation still runs (DESIGN "Release" 1),
+		// release a claim whose allocation still runs,
 		// nor record that its target was unpublished.
 		live, err := snap.liveAllocs([]string{c.AllocID})
 		if err != nil {
@@ -855,8 +857,8 @@ func validateCheckpoint(snap *Snapshot, r *structs.ClaimCheckpointRequest) error
 	return nil
 }
 
-// validateNodeUnpublished checks the claim's NodeUnpublished mark (issue
-// 14): it is set only on a taken claim that has a target path to
+// validateNodeUnpublished checks the claim's NodeUnpublished mark (exactly
+// one NodeUnpublish per claim): it is set only on a taken claim that has a target path to
 // unpublish, and never cleared, so a checkpoint from a copy read before it
 // was set cannot make the next attempt repeat NodeUnpublishVolume.
 func validateNodeUnpublished(old, c *structs.Claim, r *structs.ClaimCheckpointRequest) error {

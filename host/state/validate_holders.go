@@ -126,13 +126,25 @@ func validatePluginUnderClaims(snap *Snapshot, p *structs.Plugin) error {
 // validateClaimMachine refuses a new claim c of v on node n while another
 // claim of the volume on the same machine has a NodeUnstageVolume in doubt
 // (structs.Volume.UnstagingFor): the unmount may still be running, and a
-// path staged and published now would be removed under the allocation.
+// path staged and published now would be removed under the allocation; or
+// a ControllerUnpublishVolume in doubt (structs.Volume.DetachingFor): the
+// disk would be detached under the new claim's mount.
 func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) error {
 	probe := *c
 	if probe.ExternalNodeID == "" {
 		if np := n.Plugins[v.PluginID]; np != nil {
 			probe.ExternalNodeID = np.ExternalNodeID
 		}
+	}
+	if o := v.DetachingFor(&probe); o != nil {
+		why := "its answer has not arrived"
+		if e := o.LastError; e != nil {
+			why = "its last attempt failed: " + e.Error()
+		}
+		return structs.Conflict("volume %q: the release of allocation %q on node %q (the same machine) sent ControllerUnpublishVolume to external node ID %q and %s: "+
+			"the storage may still be detaching the disk, and a claim published there now would lose it under its mount when that ends. "+
+			"The claim is refused until the release's next attempt has the driver's answer; retry the claim then, or claim on another node",
+			volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.ExternalNodeID, why)
 	}
 	o := v.UnstagingFor(&probe)
 	if o == nil {

@@ -110,3 +110,52 @@ func TestClaimRefusedWhileUnstageInDoubt(t *testing.T) {
 		})
 	}
 }
+
+// A new claim of a volume waits while a release's ControllerUnpublish of
+// it to the same machine is in doubt (node-detached, no definitive driver
+// answer yet): the detach may end under the new claim's mount. Another
+// machine, a definitive answer, or a claim that attached nothing lets it
+// through.
+func TestClaimRefusedWhileDetachInDoubt(t *testing.T) {
+	if (&structs.Claim{State: structs.ClaimNodeDetached, Unattached: true}).DetachInDoubt() {
+		t.Fatal("a claim that attached nothing has a detach in doubt")
+	}
+	for _, tc := range []struct {
+		name    string
+		last    *structs.ClaimError // a1's last error once node-detached
+		node    string              // where the new claim is made
+		refused bool
+	}{
+		{"detach sent, no answer recorded", nil, "n1", true},
+		{"answer lost", &structs.ClaimError{Kind: structs.ErrorCSI, Step: "controller-unpublish", Code: 4, CodeName: "DeadlineExceeded"}, "n1", true},
+		{"operation pending", &structs.ClaimError{Kind: structs.ErrorCSI, Step: "controller-unpublish", Code: 10, CodeName: "Aborted"}, "n1", true},
+		{"a module fault on a later attempt", &structs.ClaimError{Kind: structs.ErrorModule, Step: "adapter", Message: "trap"}, "n1", true},
+		{"the driver refused the detach", &structs.ClaimError{Kind: structs.ErrorCSI, Step: "controller-unpublish", Code: 13, CodeName: "Internal"}, "n1", false},
+		{"another machine", nil, "n2", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.publishedClaim("vol-mw", "a1", "n1", "i-0001")
+			f.setAlloc("a1", structs.AllocComplete)
+			c := f.volume("default", "vol-mw").Claims["a1"].Copy()
+			c.State, c.LastError = structs.ClaimNodeDetached, tc.last
+			f.must(structs.ClaimCheckpointType, &structs.ClaimCheckpointRequest{Namespace: "default", VolumeID: "vol-mw", Claim: c})
+			alloc := map[string]string{"n1": "a5", "n2": "a2"}[tc.node]
+			ext := map[string]string{"n1": "i-0001", "n2": "i-0002"}[tc.node]
+			req := &structs.VolumeClaimRequest{Namespace: "default", VolumeID: "vol-mw",
+				Claim: &structs.Claim{AllocID: alloc, NodeID: tc.node, Mode: structs.ClaimWrite}}
+			err := f.s.Snapshot().Validate(structs.VolumeClaimType, req)
+			if got := errors.Is(err, structs.ErrConflict); got != tc.refused {
+				t.Fatalf("validate: %v, refused %v, want %v", err, got, tc.refused)
+			}
+			if tc.refused && !strings.Contains(err.Error(), `the release of allocation "a1" on node "n1" (the same machine) sent ControllerUnpublishVolume`) {
+				t.Fatalf("the refusal does not say why: %v", err)
+			}
+			req.Claim.ExternalNodeID = ext
+			_, err = f.apply(structs.VolumeClaimType, req)
+			if got := errors.Is(err, structs.ErrConflict); got != tc.refused {
+				t.Fatalf("commit: %v, refused %v, want %v", err, got, tc.refused)
+			}
+		})
+	}
+}

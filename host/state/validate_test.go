@@ -75,7 +75,7 @@ func TestRefusalsLeaveStateUnchanged(t *testing.T) {
 			&structs.VolumeRegisterRequest{Volumes: []*structs.Volume{vol(func(*structs.Volume) {}), vol(func(v *structs.Volume) { v.ID = "b"; v.PluginID = "" })}}, "invalid:volumes[1].plugin_id"},
 		{"volume re-register changes claimed spec", func(f *fixture) { f.claim("vol-sw", "a1", structs.ClaimWrite) }, structs.VolumeRegisterType,
 			&structs.VolumeRegisterRequest{Volumes: []*structs.Volume{vol(func(v *structs.Volume) { v.ID = "vol-sw"; v.ExternalID = "other" })}}, "conflict"},
-		// One disk, one volume (issue 16): a second volume on vol-sw's disk.
+		// One disk, one volume: a second volume on vol-sw's disk.
 		{"volume on a registered disk", nil, structs.VolumeRegisterType,
 			&structs.VolumeRegisterRequest{Volumes: []*structs.Volume{vol(func(v *structs.Volume) { v.ExternalID = "vol-0aaa" })}}, "conflict"},
 		{"volume on a registered disk in another namespace", nil, structs.VolumeRegisterType,

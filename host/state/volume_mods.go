@@ -17,8 +17,8 @@ import (
 // volume, listing those volumes. It replaces a memdb index on the volumes'
 // ModifyIndex, which cost every volume a radix leaf and node of its own
 // (with their two watch channels, about 380 B) although volumes are written
-// many at a time: at 1,000,000 volumes that index was a fifth of the store's
-// memory and a quarter of a restore's inserts (issue 17). The rows are
+// many at a time: at 1,000,000 volumes that index was a large part of the
+// store's memory and of a restore's inserts (BenchmarkScale). The rows are
 // derived data, like VolumeStats: not persisted (the snapshot format and
 // Digest are unchanged), rebuilt on Restore and on import, and kept in step
 // with every volume write in the same transaction (writer.finishVolumeMods).

@@ -16,7 +16,7 @@ const EndpointForms = "want unix:///absolute/path/to.sock or tcp://host:port, e.
 // tcp://host:port, nothing else. It is the one check both registration (the
 // FSM) and the CSI client's dial use, so a registration the store accepts
 // is one the client can dial, and every endpoint mistake reads the same
-// (issue 16: two validators with two messages, and endpoints accepted at
+// (there were two validators with two messages, and endpoints accepted at
 // registration that failed only when a release dialed them).
 func ValidateEndpoint(field, endpoint string) error {
 	bad := func(why string) error {

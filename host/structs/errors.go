@@ -17,8 +17,7 @@ var (
 	// ErrOutcomeUnknown: a write reached the log but its commit could not
 	// be confirmed (the caller's context ended, or leadership was lost
 	// while waiting); it may still commit. Callers must not undo what the
-	// write records (issue 10: a claim path that rolled back a committed
-	// claim). 503; retrying an idempotent request is safe.
+	// write records (a claim path once rolled back a committed claim). 503; retrying an idempotent request is safe.
 	ErrOutcomeUnknown = errors.New("the write may have been recorded: its outcome is unknown; retrying the same request is safe")
 	// ErrStaleTerm: a fenced write (claim, checkpoint) was started under a
 	// leadership term that is no longer current. A kind of ErrConflict.
@@ -27,7 +26,7 @@ var (
 
 // classError is an error of a sentinel class whose message is only its own
 // sentence: `errors.Is(err, ErrConflict)` holds, but the message does not
-// end in ": conflict" or ": not found" (issue 16: the status class belongs
+// end in ": conflict" or ": not found" (the status class belongs
 // in the exit code, the HTTP status and -json, not in the sentence).
 type classError struct {
 	msg   string

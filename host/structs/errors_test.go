@@ -10,7 +10,7 @@ import (
 // TestClassErrorsReadAsOneSentence: NotFound and Conflict errors are of
 // their class for callers that branch (errors.Is, the HTTP status) but
 // their message is the sentence alone, without the ": not found" or
-// ": conflict" suffix a new operator saw at the end of CLI errors (issue 16).
+// ": conflict" suffix a new operator saw at the end of CLI errors.
 func TestClassErrorsReadAsOneSentence(t *testing.T) {
 	tests := []struct {
 		err   error

@@ -54,3 +54,38 @@ func (v *Volume) UnstagingFor(c *Claim) *Claim {
 		return SameMachine(c, o) && o.UnstageInDoubt()
 	})
 }
+
+// The same holds for a controller detach: a ControllerUnpublishVolume
+// whose answer was lost may still be detaching the disk, and a claim on
+// that machine meanwhile finds the attachment still there (its
+// ControllerPublish answers OK, idempotent), stages and publishes, and has
+// the disk detached under its mount when the detach ends (CSI spec:
+// ControllerUnpublish only after every node step on the node). So a new
+// claim of the volume on that machine waits until the release has a
+// definitive answer for its detach (DetachingFor).
+
+// DetachInDoubt reports whether c's release has sent
+// ControllerUnpublishVolume (or may have: the release checkpoints
+// node-detached before it sends it, and a leader that sent it and died
+// wrote nothing after) with no definitive answer yet: the claim is
+// node-detached, attached something at publish (not Unattached), and its
+// last error, if any, is not a driver's answer to the detach that says
+// the call is over. As for UnstageInDoubt, a later attempt's module fault
+// or missing controller says nothing about an earlier attempt's call.
+func (c *Claim) DetachInDoubt() bool {
+	if c.State != ClaimNodeDetached || c.Unattached {
+		return false
+	}
+	e := c.LastError
+	definitive := e != nil && e.Kind == ErrorCSI && e.Step == stepControllerUnpublish && !AnswerLost(e.Code)
+	return !definitive
+}
+
+// DetachingFor is a claim other than c, on c's machine, whose
+// ControllerUnpublishVolume of the volume is in doubt (Claim.DetachInDoubt):
+// a claim c may not publish there until it is settled.
+func (v *Volume) DetachingFor(c *Claim) *Claim {
+	return v.otherClaim(c, func(o *Claim) bool {
+		return SameMachine(c, o) && o.DetachInDoubt()
+	})
+}

@@ -32,7 +32,7 @@ const (
 	NodeFenceType    MessageType = 70 // fence or unfence a node, with the reason
 	NodeLivenessType MessageType = 71 // a heartbeat transition: ready, down, gone
 
-	// 100-109 batched raft writes (issue 17).
+	// 100-109 batched raft writes (group commit).
 
 	// ClaimCheckpointBatchType carries several claim checkpoints in one
 	// log entry (group commit). Each is checked (term fence, validation)
@@ -176,11 +176,11 @@ type ClaimCheckpointRequest struct {
 	// NodeUnstageVolume or ControllerUnpublishVolume, which are per
 	// (volume, node), on the ground that no other live claim of the volume
 	// on that node needed them. The store refuses the checkpoint when a
-	// committed claim contradicts that (issue 10: a claim taken on the node
-	// while the release was deciding).
+	// committed claim contradicts that (a claim taken on the node while
+	// the release was deciding).
 	Unstaged              bool `json:"unstaged,omitempty"`
 	ControllerUnpublished bool `json:"controller_unpublished,omitempty"`
-	// Free (issue 17) frees a claim checkpointed at controller-detached in
+	// Free frees a claim checkpointed at controller-detached in
 	// the same write: the store applies the controller-detached
 	// transition, then ready-to-free (the claim leaves the volume), each
 	// with its transition event, atomically. Nothing runs between the two

@@ -134,7 +134,8 @@ const (
 )
 
 // ClaimError is the last error a claim's release hit. The gRPC code is kept
-// as a number so callers branch on it, never on the message (ANCHORS pain 10).
+// as a number so callers branch on it, never on the message (the
+// reference system matches error strings across RPC).
 type ClaimError struct {
 	Kind          ErrorKind `json:"kind"`
 	Step          string    `json:"step,omitempty"` // node-unpublish, node-unstage, controller-unpublish, policy, adapter
@@ -199,14 +200,14 @@ type Claim struct {
 	// NodeUnpublished records, while the claim is still taken, that its
 	// NodeUnpublishVolume succeeded and its NodeUnstageVolume is next: a
 	// retry, a leader change or a node agent restart resumes at the
-	// unstage instead of repeating the unpublish (issue 14). It is written
+	// unstage instead of repeating the unpublish. It is written
 	// only when an unstage follows; a claim without one goes from taken to
 	// node-detached in one checkpoint. Once set it is never cleared.
 	NodeUnpublished bool `json:"node_unpublished,omitempty"`
 	// FenceReason is set when the node steps were skipped because the
 	// claim's node is fenced: the operator's (or module's) attestation
 	// that the node is off, kept on the claim as the reason for the
-	// forced detach (issue 14).
+	// forced detach.
 	FenceReason string `json:"fence_reason,omitempty"`
 	// Hold is set while a release policy keeps a releasable claim waiting:
 	// who holds it, why and until when (`volume status`), and since when,
@@ -239,7 +240,8 @@ func (c *Claim) Copy() *Claim {
 
 // ClaimHold records a release policy's decision to keep a releasable claim
 // waiting. It is written when a hold starts or its holder or reason
-// changes, never on every pass (no log writes in a loop, ANCHORS pain 2).
+// changes, never on every pass (no log writes in a loop,
+// hashicorp/nomad#25349).
 type ClaimHold struct {
 	Module        string    `json:"module,omitempty"`
 	ModuleVersion string    `json:"module_version,omitempty"`
@@ -322,7 +324,8 @@ func (v *Volume) Copy() *Volume {
 
 // Allocs returns the allocation IDs holding the volume in the given mode.
 // A claim counts until it reaches ready-to-free: before that the volume must
-// read as in use, so no new writer races the controller detach (ANCHORS pain 7).
+// read as in use, so no new writer races the controller detach
+// (hashicorp/nomad#8609).
 func (v *Volume) Allocs(mode ClaimMode) []string {
 	var ids []string
 	for id, c := range v.Claims {
@@ -397,7 +400,7 @@ const (
 	NodeReady NodeStatus = "ready"
 	NodeDown  NodeStatus = "down"
 	// NodeGone is a node down for longer than node_gc_threshold: its node
-	// agent is not expected back (issue 14). The release policy sees it
+	// agent is not expected back. The release policy sees it
 	// as it sees a node removed from the store.
 	NodeGone NodeStatus = "gone"
 )
@@ -423,7 +426,7 @@ type NodePlugin struct {
 // MissingControllerWarnings names each plugin of n whose driver advertises
 // CONTROLLER_SERVICE while its registration (plugin, nil when unknown) has
 // no controller endpoint: its releases would skip ControllerUnpublish and
-// leave the disk attached to the node (issue 16: this was silent).
+// leave the disk attached to the node (this was silent).
 func MissingControllerWarnings(n *Node, plugin func(id string) *Plugin) []string {
 	var out []string
 	for _, id := range slices.Sorted(maps.Keys(n.Plugins)) {
@@ -451,7 +454,7 @@ type Node struct {
 	// Agent is set when the node registered through its node agent
 	// (`volhost agent -client`): its plugin endpoints are node-local, so
 	// the leader sends node steps down the agent's connection and never
-	// dials them itself (issue 14).
+	// dials them itself.
 	Agent bool `json:"agent,omitempty"`
 	// HeartbeatLost says the status is down or gone because the node's
 	// agent stopped heartbeating: a timeout, which on its own never lets
@@ -529,8 +532,8 @@ func (n *Node) Copy() *Node {
 		c.Plugins = make(map[string]*NodePlugin, len(n.Plugins))
 		for k, p := range n.Plugins {
 			if p == nil {
-				// Kept as it is for validation to name (issue 10 defect
-				// 8: a null entry in a request panicked here).
+				// Kept as it is for validation to name (a null entry in a
+				// request panicked here).
 				c.Plugins[k] = nil
 				continue
 			}
@@ -579,7 +582,7 @@ const (
 	EventModule          = "module"
 	EventGC              = "claim-gc"
 	// EventNodeStatus records a heartbeat transition (ready, down, gone)
-	// and EventNodeFence a fence or unfence, with its reason (issue 14).
+	// and EventNodeFence a fence or unfence, with its reason.
 	EventNodeStatus = "node-status"
 	EventNodeFence  = "node-fence"
 	// EventScheduler records what a scheduler source (the Nomad bridge)
@@ -632,8 +635,8 @@ type Event struct {
 }
 
 // Leftover is an attachment that may remain on a node because a volume was
-// force-deregistered before its claim was released (ANCHORS pain 5: the
-// reference system drops these silently).
+// force-deregistered before its claim was released (the reference system
+// drops these silently: hashicorp/nomad#8641).
 type Leftover struct {
 	ID             string     `json:"id"` // namespace/volume/alloc
 	Namespace      string     `json:"namespace"`

@@ -1,7 +1,7 @@
 # Waits `grace` after an allocation ends before releasing its claims; releases
 # at once (skipping the node step) when the node is down or gone.
 kind       = "release-policy"
-version    = "1.0.0"
+version    = "1.0.1"
 plugin_ids = []
 volumes    = ["batch/*"]
 default    = false

@@ -10,7 +10,7 @@ import (
 )
 
 // version is reported to the host in the configure response.
-const version = "1.0.0"
+const version = "1.0.1"
 
 // defaultGrace applies when the manifest's config sets no grace.
 const defaultGrace = 30 * time.Second
@@ -74,7 +74,12 @@ func decide(req *abi.PolicyRequest) (*abi.PolicyResponse, error) {
 				if a := ix.Alloc(c.AllocID); a != nil && status != defaultpolicy.AllocGone && a.TerminalAgeMs > 0 && a.TerminalAgeMs < graceMs {
 					d = abi.Decision{
 						AllocID: c.AllocID, Action: abi.ActionWait, RetryAfterMs: graceMs - a.TerminalAgeMs,
-						Reason: fmt.Sprintf("allocation %s %v ago, grace %v", status, time.Duration(a.TerminalAgeMs)*time.Millisecond, grace),
+						// The reason names no age: the host records a hold
+						// again whenever its reason changes, so an age in it
+						// made every pass a new hold and a new claim-held
+						// event, and the hold read "1ms ago" for good. The
+						// hold's since and until say when (RetryAfterMs).
+						Reason: fmt.Sprintf("allocation %s, grace %v", status, grace),
 					}
 				}
 			}

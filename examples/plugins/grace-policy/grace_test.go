@@ -82,3 +82,25 @@ func TestConfigure(t *testing.T) {
 	}
 	grace = defaultGrace
 }
+
+// TestWaitReasonIsStable: the reason of a wait does not change as the
+// allocation ages. The host writes a hold again (with a claim-held event)
+// whenever its reason changes, so a reason naming the age was a new hold
+// on every pass, and read "1ms ago" long after.
+func TestWaitReasonIsStable(t *testing.T) {
+	reason := func(ageMs int64) string {
+		req := &abi.PolicyRequest{
+			Claims: []abi.ClaimView{{AllocID: "a", NodeID: "n1", State: "taken"}},
+			Allocs: []abi.AllocView{{ID: "a", ClientStatus: "complete", TerminalAgeMs: ageMs}},
+			Nodes:  []abi.NodeView{{ID: "n1", Status: "ready"}},
+		}
+		resp, err := decide(req)
+		if err != nil || len(resp.Decisions) != 1 || resp.Decisions[0].Action != abi.ActionWait {
+			t.Fatalf("decide at age %d ms = %+v, %v; want one wait", ageMs, resp, err)
+		}
+		return resp.Decisions[0].Reason
+	}
+	if a, b := reason(1), reason(12_345); a != b {
+		t.Fatalf("the wait's reason changes with the allocation's age: %q, then %q", a, b)
+	}
+}

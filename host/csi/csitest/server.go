@@ -313,6 +313,14 @@ func (s *Server) Attached(volumeID, nodeID string) bool {
 	return s.oracle.isAttached(volumeID, nodeID)
 }
 
+// NodeID is what NodeGetInfo answers now: what a node agent, which asks
+// its plugin at every hello, reports.
+func (s *Server) NodeID() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opts.NodeID
+}
+
 // SetNodeID makes NodeGetInfo answer id from now on, as when the machine's
 // instance was replaced under the same name: with an Oracle, id is one more
 // external node ID of the plugin's machine (the old ones stay its own, so

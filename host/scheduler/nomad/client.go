@@ -19,7 +19,7 @@ type Node struct {
 }
 
 // Alloc is what the bridge reads of a Nomad allocation: never its job
-// (event payloads carry none; ANCHORS "Third wave").
+// (event payloads carry none, as measured against Nomad v1.11.3).
 type Alloc struct {
 	ID            string
 	Namespace     string

@@ -92,12 +92,30 @@ function fmtTime(t) {
   return h("time", {datetime: t, title: t}, d.toLocaleString());
 }
 
-function ago(t) {
+function ago(t, style) {
   if (isZeroTime(t)) return "never";
   const s = Math.round((Date.now() - new Date(t).getTime()) / 1000);
-  if (s < -1) return `in ${fmtDur(-s)}`;
-  return `${fmtDur(Math.max(0, s))} ago`;
+  if (style === "ends") return s < 0 ? `ends in ${fmtDur(-s)}` : s === 0 ? "ends now" : `ended ${fmtDur(s)} ago`;
+  if (Math.abs(s) <= 1) return "now";
+  return s < 0 ? `in ${fmtDur(-s)}` : `${fmtDur(s)} ago`;
 }
+
+// rel is a time shown relative to now ("in 12s", "3m ago"), kept current
+// by the ticker below: a page redraws only when the agent's index moves,
+// and a claim that is held or waiting for its backoff moves nothing, so a
+// relative time computed at render went stale for good. style "ends"
+// reads "ends in 12s" / "ended 3s ago" (a hold's until).
+function rel(t, style) {
+  if (isZeroTime(t)) return "never";
+  return h("time", {class: "rel", datetime: t, "data-style": style, title: new Date(t).toLocaleString()}, ago(t, style));
+}
+
+setInterval(() => {
+  for (const e of document.querySelectorAll("time.rel")) {
+    const text = ago(e.getAttribute("datetime"), e.dataset.style);
+    if (e.textContent !== text) e.textContent = text;
+  }
+}, 1000);
 
 function fmtDur(s) {
   if (s < 60) return `${s}s`;
@@ -105,8 +123,11 @@ function fmtDur(s) {
   return `${Math.floor(s / 3600)}h${Math.floor((s % 3600) / 60)}m`;
 }
 
-function volLink(ns, id) {
-  return h("a", {href: `/ui/volume?namespace=${encodeURIComponent(ns)}&id=${encodeURIComponent(id)}`}, id);
+// volLink links a volume's page. With full set the text is
+// "namespace/id": where namespaces mix (events, audit) an ID alone is
+// ambiguous, since two namespaces may hold the same volume ID.
+function volLink(ns, id, full) {
+  return h("a", {href: `/ui/volume?namespace=${encodeURIComponent(ns)}&id=${encodeURIComponent(id)}`}, full ? `${ns}/${id}` : id);
 }
 
 function table(caption, headers, rows, attrs) {
@@ -262,7 +283,7 @@ async function overview(q, signal, started) {
   fill(audit, section("Recent privileged actions", auditRes instanceof Error ? errorBox(auditRes) :
     table("Audit events, newest first", ["Time", "Action", "Accessor", "Request", "Volume"],
       auditRes.events.slice().reverse().map((e) => h("tr", {}, h("td", {}, fmtTime(e.time)), h("td", {}, (e.fields || {}).action),
-        h("td", {}, (e.fields || {}).accessor), h("td", {}, e.message), h("td", {}, e.volume_id ? volLink(e.namespace, e.volume_id) : "—"))))));
+        h("td", {}, (e.fields || {}).accessor), h("td", {}, e.message), h("td", {}, e.volume_id ? volLink(e.namespace || "default", e.volume_id, true) : "—"))))));
 
   await watch("/v1/stats", {}, signal, (r) => {
     patch(stats, renderStats(r.body));
@@ -280,7 +301,7 @@ function renderStats(s) {
     h("div", {class: s.stuck_count ? "warn" : ""}, h("dt", {}, "Stuck"), h("dd", {id: "count-stuck"}, s.stuck_count)));
   const stuck = table(`Stuck volumes, longest first (${s.stuck_count})`, ["Volume", "Namespace", "Plugin", "Since", "Reason", "Attempts"],
     s.stuck.map((v) => h("tr", {}, h("td", {}, volLink(v.namespace, v.id)), h("td", {}, v.namespace), h("td", {}, v.plugin_id),
-      h("td", {}, ago(v.stuck.since)), h("td", {}, v.stuck.reason, v.stuck.code_name ? ` (${v.stuck.code_name})` : ""), h("td", {}, v.stuck.attempts))));
+      h("td", {}, rel(v.stuck.since)), h("td", {}, v.stuck.reason, v.stuck.code_name ? ` (${v.stuck.code_name})` : ""), h("td", {}, v.stuck.attempts))));
   const minuteLabel = (m) => new Date(m).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"});
   const charts = h("div", {class: "charts"},
     h("figure", {}, barChart("Releases per minute", s.releases_per_minute.map((m) => minuteLabel(m.minute)), s.releases_per_minute.map((m) => m.count)),
@@ -364,6 +385,9 @@ async function volume(q, signal, started) {
   const forceDeregister = async () => {
     const claims = Object.values(current.claims || {}).sort((a, b) => a.alloc_id.localeCompare(b.alloc_id));
     const ok = await confirmAction(`Force deregister ${ns}/${id}?`, [
+      // The disk itself, as the storage names it: what the operator
+      // looks up on the storage side to clean a leftover up.
+      h("p", {id: "confirm-external"}, "External volume: ", h("span", {class: "mono"}, current.external_id), ` (plugin ${current.plugin_id})`),
       h("p", {}, "The volume is removed from volhost now, without any CSI call. ",
         claims.length ? `Its ${claims.length} unreleased claim(s) are recorded as leftovers, which may still be attached:` : "It has no claims: nothing is left over."),
       claims.length ? table("Leftovers this will record", ["Allocation", "Node", "External node", "Release state reached"],
@@ -383,6 +407,25 @@ async function volume(q, signal, started) {
     }
   };
 
+  // A volume without claims goes with a plain deregister: no force, no
+  // leftovers (the store refuses it while a claim remains).
+  const deregister = async () => {
+    const ok = await confirmAction(`Deregister ${ns}/${id}?`, [
+      h("p", {}, `The volume ${ns}/${id} (external volume `, h("span", {class: "mono"}, current.external_id),
+        `, plugin ${current.plugin_id}) is removed from volhost. It has no claims, so nothing is attached through volhost and nothing is left over; the disk itself is not touched.`),
+    ], "Deregister");
+    if (!ok) return;
+    try {
+      await request("DELETE", `/v1/volume/${encodeURIComponent(id)}`, {query: {namespace: ns}});
+      gone = true;
+      fill(body, h("p", {class: "ok", role: "status", id: "deregistered"}, `Volume ${ns}/${id} deregistered.`));
+      toast(`Deregistered ${ns}/${id}`);
+      await refreshSide();
+    } catch (e) {
+      toast("Deregister failed: " + e.message, true);
+    }
+  };
+
   const detach = async (node) => {
     const ok = await confirmAction(`Detach ${ns}/${id} from node ${node}?`,
       h("p", {}, `volhost will release this volume's claims on node ${node} now: NodeUnpublish and NodeUnstage on the node, then ControllerUnpublish, as the watcher would once the allocations end. Claims whose allocation is still running are refused.`), "Detach");
@@ -398,11 +441,21 @@ async function volume(q, signal, started) {
   await watch(`/v1/volume/${encodeURIComponent(id)}`, {namespace: ns}, signal, async (r) => {
     if (gone) return;
     current = r.body;
-    patch(body, renderVolume(current, nsCaps, {forceDeregister, detach}));
+    patch(body, renderVolume(current, nsCaps, {forceDeregister, deregister, detach}));
     await refreshSide();
     markRendered(started);
   }, (e) => {
-    if (e instanceof APIError && (e.status === 404 || e.status === 403)) {
+    if (e instanceof APIError && e.status === 404) {
+      // Not registered (any more): a deregistered volume's page is still
+      // its retained timeline and leftovers, reached from an event or an
+      // audit row. That is no error, so no red box above the timeline.
+      if (!gone) fill(body, h("p", {class: "notice", role: "status", id: "not-registered"},
+        `Volume ${ns}/${id} is not registered: it was deregistered, or never existed. The events volhost retains for it and its leftovers follow.`));
+      refreshSide();
+      markRendered(started);
+      return false;
+    }
+    if (e instanceof APIError && e.status === 403) {
       if (!gone) fill(body, errorBox(e));
       refreshSide();
       markRendered(started);
@@ -445,18 +498,22 @@ function renderVolume(v, nsCaps, act) {
   const rows = claims.map((c) => h("tr", {"data-alloc": c.alloc_id, "data-state": c.state},
     h("td", {}, c.alloc_id), h("td", {}, c.node_id, c.external_node_id ? h("div", {class: "sub mono"}, c.external_node_id) : null), h("td", {}, c.mode),
     h("td", {}, stepper(c.state)), h("td", {}, c.attempts),
-    h("td", {}, isZeroTime(c.next_attempt) ? "—" : ago(c.next_attempt)),
+    h("td", {class: "next-attempt"}, isZeroTime(c.next_attempt) ? "—" : rel(c.next_attempt)),
     h("td", {class: "last-error"}, c.last_error ? [
       h("strong", {}, c.last_error.code_name || c.last_error.kind), c.last_error.step ? ` at ${c.last_error.step}` : "", ": ", c.last_error.message,
       c.last_error.module ? h("div", {class: "sub"}, `judged by ${c.last_error.module}${c.last_error.module_version ? "@" + c.last_error.module_version : ""}${c.last_error.fault ? ", fault " + c.last_error.fault : ""}`) : null,
     ] : "—"),
     h("td", {class: "hold"}, c.hold ? [h("strong", {}, c.hold.module ? `${c.hold.module}${c.hold.module_version ? "@" + c.hold.module_version : ""}` : "policy"), ": ", c.hold.reason || "waiting",
-      isZeroTime(c.hold.until) ? "" : h("div", {class: "sub"}, `until ${new Date(c.hold.until).toLocaleString()}`)] : "—")));
+      h("div", {class: "sub"}, "held since ", rel(c.hold.since), isZeroTime(c.hold.until) ? "" : [", ", rel(c.hold.until, "ends")])] : "—")));
   const fc = v.force_deregister || {};
+  // Deregister is the way out for a free volume; force deregister only
+  // for one whose claims cannot be released (a free volume needs none).
   const actions = h("div", {class: "actions"},
     nodes.map((n) => actionButton(`Detach from ${n}…`, "namespace:detach", nsCaps, () => act.detach(n), {"data-node": n})),
-    actionButton("Force deregister…", "namespace:force-deregister", nsCaps, act.forceDeregister, {id: "force-deregister", disabled: !allowed("namespace:force-deregister", nsCaps) || !fc.allowed}),
-    fc.allowed ? null : h("p", {class: "sub"}, `Force deregister is refused while allocations still run: ${(fc.live_allocs || []).join(", ")}.`));
+    actionButton("Deregister…", "namespace:deregister", nsCaps, act.deregister, {id: "deregister", disabled: !allowed("namespace:deregister", nsCaps) || claims.length > 0,
+      ...(claims.length ? {title: `Deregister needs the volume free: ${claims.length} claim(s) not yet released`} : {})}),
+    claims.length ? actionButton("Force deregister…", "namespace:force-deregister", nsCaps, act.forceDeregister, {id: "force-deregister", disabled: !allowed("namespace:force-deregister", nsCaps) || !fc.allowed}) : null,
+    claims.length && !fc.allowed ? h("p", {class: "sub"}, `Force deregister is refused while allocations still run: ${(fc.live_allocs || []).join(", ")}.`) : null);
   return [stuck, section("Attributes", attrs),
     section("Claims", table("Claims and their release state", ["Allocation", "Node", "Mode", "State", "Attempts", "Next attempt", "Last error", "Waiting on"], rows, {id: "claims-table"})),
     section("Actions", actions)];
@@ -482,35 +539,70 @@ async function modules(q, signal, started) {
   for (const e of evs.events) if (e.module) lastEvent[e.module] = e;
   const infos = await Promise.all(list.body.modules.map((m) => get(`/v1/module/${encodeURIComponent(m.name)}`, {}, signal).then((r) => r.body).catch(() => null)));
   const ms = (ns) => ns ? `${(ns / 1e6).toFixed(ns < 1e6 ? 3 : 1)} ms` : "—";
+  // rolloutCell says where the module's rollout stands, whatever it is:
+  // the column was empty for a module with no candidate and nothing to
+  // roll back to, which read as a missing value.
+  const rolloutCell = (m) => {
+    const changes = (m.shadow && m.shadow.manifest_changes) || [];
+    return [
+      m.shadow ? [
+        changes.length ? h("ul", {class: "changes"}, changes.map((c) => h("li", {class: c.selection ? "selection" : ""}, `${c.field}: ${c.from || "—"} → ${c.to || "—"}`, c.selection ? " (changes what it serves)" : ""))) : null,
+        actionButton("Promote…", "modules:reload", null, () => rollout(m, "promote"), {"data-action": "promote"}),
+        actionButton("Discard…", "modules:reload", null, () => rollout(m, "discard"), {"data-action": "discard"})] : null,
+      m.promoted ? h("div", {}, badge("promoted", "ok")) : null,
+      m.last_known_good ? [h("div", {class: "sub"}, `last known good: ${m.last_known_good.version || "?"} (generation ${m.last_known_good.generation})`),
+        actionButton("Roll back…", "modules:reload", null, () => rollout(m, "rollback"), {"data-action": "rollback"})] : null,
+      m.shadow || m.promoted || m.last_known_good ? null : m.state === "serving"
+        ? [h("div", {}, "no candidate"), h("div", {class: "sub"}, "try one in shadow: ", h("code", {}, `volhost module shadow ${m.name} FILE.wasm`))]
+        : h("div", {}, "none: fix the module's files, then reload"),
+    ];
+  };
   const rows = list.body.modules.map((m, i) => {
     const info = infos[i];
     const ev = lastEvent[m.name];
     return h("tr", {"data-module": m.name, "data-state": m.state},
-      h("th", {scope: "row"}, m.name, m.default ? h("div", {class: "sub"}, "default") : null),
-      h("td", {}, m.kind), h("td", {}, m.version || "—"), h("td", {}, m.generation),
-      h("td", {class: "mono", title: m.sha256}, m.sha256 ? m.sha256.slice(0, 12) + "…" : "—"),
-      h("td", {}, ev ? [fmtTime(ev.time), h("div", {class: "sub"}, ev.message)] : "—"),
+      // Fourteen columns ran off a 1280-pixel screen and broke names
+      // over three lines: the kind, generation, SHA-256, breaker and
+      // faults ride in the cells they qualify.
+      h("th", {scope: "row"}, h("span", {class: "module-name"}, m.name), h("div", {class: "sub nowrap"}, m.kind || "", m.default ? " · default" : "")),
+      h("td", {title: m.sha256 ? `sha256 ${m.sha256}` : undefined}, m.version || "—",
+        h("div", {class: "sub nowrap"}, `generation ${m.generation}`, m.sha256 ? h("span", {class: "mono"}, ` ${m.sha256.slice(0, 8)}…`) : "")),
+      h("td", {title: ev ? ev.message : undefined}, ev ? fmtTime(ev.time) : "—"),
       h("td", {class: "module-state"}, badge(m.state, m.state === "serving" ? "ok" : "stuck"), m.refusal ? h("div", {class: "refusal"}, m.refusal) : null),
-      h("td", {}, m.breaker_open || m.state === "open-circuit" ? badge("open", "stuck") : "closed"),
-      h("td", {}, m.calls), h("td", {}, Object.keys(m.faults || {}).length ? Object.entries(m.faults).map(([k, n]) => `${k}: ${n}`).join(", ") : "none"),
-      h("td", {}, `p50 ${ms(m.p50_ns)}, p99 ${ms(m.p99_ns)}`),
+      h("td", {class: "calls"}, m.calls, m.breaker_open || m.state === "open-circuit" ? [" ", badge("breaker open", "stuck")] : "",
+        h("div", {class: "sub"}, Object.keys(m.faults || {}).length ? "faults " + Object.entries(m.faults).map(([k, n]) => `${k}: ${n}`).join(", ") : "no faults")),
+      h("td", {class: "nowrap"}, `p50 ${ms(m.p50_ns)}`, h("br"), `p99 ${ms(m.p99_ns)}`),
       h("td", {}, info ? `${info.served_volume_count ?? (info.served_volumes || []).length} volume(s)` : (m.volumes || []).join(", ") || "—"),
       h("td", {class: "shadow"}, m.shadow
         ? [`${m.shadow.agreement_percent.toFixed(1)}% of ${m.shadow.calls} call(s)`, h("div", {class: "sub"}, `candidate ${m.shadow.version || "?"} (generation ${m.shadow.generation})`)]
         : "no shadow"),
-      h("td", {}, m.shadow ? actionButton("Promote…", "modules:reload", null, () => rollout(m, "promote"), {"data-action": "promote"}) : null,
-        m.last_known_good ? actionButton("Roll back…", "modules:reload", null, () => rollout(m, "rollback"), {"data-action": "rollback"}) : null));
+      h("td", {class: "rollout"}, rolloutCell(m)));
   });
   // Promote makes the shadow candidate serve (the serving generation is
-  // kept as the last known good); roll back returns to that one.
+  // kept as the last known good); roll back returns to that one; discard
+  // drops the candidate. A candidate whose manifest changes what the
+  // module serves is promoted only with that change shown and confirmed
+  // here (the API refuses it otherwise: allow_selection_change).
   const rollout = async (m, action) => {
-    const what = action === "promote"
-      ? `The shadow candidate ${m.shadow.version || ""} of ${m.name} starts serving on this agent; the generation serving now is kept as the last known good, and a promoted version that faults past its rollback limit is rolled back automatically.`
-      : `${m.name} returns to its last known good generation ${m.last_known_good.version || ""} (generation ${m.last_known_good.generation}) on this agent; the files rolled back from are not loaded again until they change.`;
-    if (!await confirmAction(action === "promote" ? `Promote ${m.name}?` : `Roll back ${m.name}?`, h("p", {}, what), action === "promote" ? "Promote" : "Roll back")) return;
+    const changes = (m.shadow && m.shadow.manifest_changes) || [];
+    const selection = changes.some((c) => c.selection);
+    const candidate = m.shadow ? m.shadow.version || "" : "";
+    const what = {
+      promote: `The shadow candidate ${candidate} of ${m.name} starts serving on this agent; the generation serving now is kept as the last known good, and a promoted version that faults past its rollback limit is rolled back automatically.`,
+      rollback: m.last_known_good ? `${m.name} returns to its last known good generation ${m.last_known_good.version || ""} (generation ${m.last_known_good.generation}) on this agent; the files rolled back from are not loaded again until they change.` : "",
+      discard: `The shadow candidate ${candidate} of ${m.name} is dropped; the generation serving now keeps serving, and a reload does not load the same files again.`,
+    }[action];
+    const title = {promote: `Promote ${m.name}?`, rollback: `Roll back ${m.name}?`, discard: `Discard the candidate of ${m.name}?`}[action];
+    const label = {promote: "Promote", rollback: "Roll back", discard: "Discard"}[action];
+    const body = [h("p", {}, what),
+      action === "promote" && changes.length ? [h("p", {}, selection ? "Its manifest changes what the module serves:" : "Its manifest changes:"),
+        h("ul", {id: "confirm-changes"}, changes.map((c) => h("li", {}, `${c.field}: ${c.from || "—"} → ${c.to || "—"}`)))] : null];
+    if (!await confirmAction(title, body, label)) return;
     try {
-      await request("PUT", `/v1/module/${encodeURIComponent(m.name)}/${action}`);
-      toast(`${m.name}: ${action === "promote" ? "promoted" : "rolled back"}`);
+      const path = `/v1/module/${encodeURIComponent(m.name)}`;
+      if (action === "discard") await request("DELETE", `${path}/shadow`);
+      else await request("PUT", `${path}/${action}`, {query: action === "promote" && selection ? {allow_selection_change: "true"} : {}});
+      toast(`${m.name}: ${{promote: "promoted", rollback: "rolled back", discard: "candidate discarded"}[action]}`);
       render();
     } catch (e) {
       toast(`${action} failed: ` + e.message, true);
@@ -530,7 +622,7 @@ async function modules(q, signal, started) {
   fill(main, h("h1", {}, "Modules"),
     h("div", {class: "actions"}, actionButton("Reload modules…", "modules:reload", null, reload, {id: "reload-modules"})),
     table("Modules on this agent",
-      ["Module", "Kind", "Version", "Generation", "SHA-256", "Loaded", "State", "Breaker", "Calls", "Faults", "Latency", "Serves", "Shadow agreement", "Rollout"], rows, {id: "modules-table"}));
+      ["Module", "Version", "Loaded", "State", "Calls", "Latency", "Serves", "Shadow agreement", "Rollout"], rows, {id: "modules-table"}));
   markRendered(started);
 }
 
@@ -596,7 +688,7 @@ async function nodes(q, signal, started) {
   const rows = list.map((n) => h("tr", {"data-node": n.id, "data-fenced": n.fence ? "true" : "false"},
     h("th", {scope: "row"}, n.id), h("td", {}, badge(n.status, n.status === "ready" ? "ok" : "stuck"),
       n.status_reason ? h("div", {class: "sub"}, n.status_reason) : null),
-    h("td", {}, n.agent ? ago(n.status_since || n.last_seen) : "direct mode"),
+    h("td", {}, n.agent ? rel(n.status_since || n.last_seen) : "direct mode"),
     h("td", {}, fenceCell(n)),
     h("td", {}, Object.values(n.plugins || {}).map((p) => h("div", {}, p.plugin_id, h("span", {class: "sub mono"}, ` ${p.external_node_id || ""}`))), Object.keys(n.plugins || {}).length ? null : "—"),
     h("td", {}, stats ? (stats.body.claims_by_node[n.id] || 0) : "—"),
@@ -629,7 +721,7 @@ async function events(q, signal, started) {
   fill(main, h("h1", {}, "Events"), form, live, list);
   const matches = (e) => !text || [e.volume_id, e.node_id, e.alloc_id, e.module, e.message, e.plugin_id].some((x) => x && x.toLowerCase().includes(text));
   const item = (e) => h("li", {"data-type": e.type}, fmtTime(e.time), " ", badge(e.type, "type"), " ",
-    e.volume_id ? [volLink(e.namespace || "default", e.volume_id), " "] : "", e.message,
+    e.volume_id ? [volLink(e.namespace || "default", e.volume_id, true), " "] : "", e.message,
     e.node_id ? h("span", {class: "sub"}, ` node ${e.node_id}`) : "", e.fields && e.fields.accessor ? h("span", {class: "sub"}, ` by ${e.fields.accessor}`) : "");
   const first = await lastEvents({type}, 200, signal);
   fill(list, ...first.events.filter(matches).reverse().map(item));

@@ -27,7 +27,7 @@ type Claim struct {
 	Attempts       int         `json:"attempts"`
 	LastError      *ClaimError `json:"last_error"`
 	SkipNodeStep   bool        `json:"skip_node_step"`
-	// NodeUnpublished: NodeUnpublish succeeded, NodeUnstage next (issue 14).
+	// NodeUnpublished: NodeUnpublish succeeded, NodeUnstage next.
 	NodeUnpublished bool   `json:"node_unpublished"`
 	FenceReason     string `json:"fence_reason"`
 	Hold            *struct {
@@ -241,7 +241,7 @@ func (a *API) NodeFence(ctx context.Context, id string) (*NodeFence, error) {
 	return n.Fence, err
 }
 
-// NodeFence is an operator's attestation that a node is off (issue 14).
+// NodeFence is an operator's attestation that a node is off.
 type NodeFence struct {
 	Reason string `json:"reason"`
 	Source string `json:"source"`

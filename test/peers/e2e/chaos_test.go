@@ -39,6 +39,10 @@ type chaosReport struct {
 	InFlightAtSignal  int          `json:"calls_in_flight_at_signal"`
 	RemovedOnce       int          `json:"claims_removed_exactly_once"`
 	RemovedOtherThan1 int          `json:"claims_not_removed_exactly_once"`
+	LostAnswers       int          `json:"lost_answers"`         // calls the driver ran whose answer was dropped
+	ClaimRetries      int          `json:"claim_retries"`        // claims answered with an error and sent again
+	AttachedAtEnd     int          `json:"attached_at_end"`      // disks the fake cloud still attaches after every release
+	PublishedAtEnd    int          `json:"node_calls_unmatched"` // NodeStage/NodePublish OK with no later NodeUnstage/NodeUnpublish OK
 	Events            []chaosEvent `json:"events"`
 	Duration          string       `json:"duration"`
 }
@@ -56,7 +60,7 @@ func chaosInt(t *testing.T, name string, def int) int {
 	return n
 }
 
-// TestChaosFailover (issue 10 "Prove it"): three real servers release
+// TestChaosFailover (RELIABILITY.md): three real servers release
 // claims against the real GCE PD driver while the leader is SIGKILLed and,
 // separately, SIGSTOPped for longer than its lease. The driver's own log
 // (every call with its arrival and answer times and the server that sent
@@ -69,6 +73,7 @@ func TestChaosFailover(t *testing.T) {
 	releases := chaosInt(t, "VOLHOST_CHAOS_RELEASES", 80)
 	kills := chaosInt(t, "VOLHOST_CHAOS_KILLS", 1)
 	pauses := chaosInt(t, "VOLHOST_CHAOS_PAUSES", 1)
+	lostPerRound := chaosInt(t, "VOLHOST_CHAOS_LOST", 1)
 	const disks = 10
 	rounds := max(1, (releases+disks-1)/disks)
 
@@ -175,10 +180,32 @@ watcher {
 		}
 		plan = append(plan, planned{round: (i + 1) * rounds / (nEvents + 1), kind: kind})
 	}
+	// Lost answers at the driver: in every round, the next call of each
+	// method below runs and its answer is dropped, as when a connection
+	// breaks after the driver acted. The claim path and the release must
+	// treat the outcome as unknown: re-send (the CSI spec makes each call
+	// idempotent) or undo, never assume it did not run.
+	lost := []fault.Rule{
+		{Method: "ControllerPublishVolume", Code: "Unavailable"},
+		{Method: "NodeStageVolume", Code: "DeadlineExceeded"},
+		{Method: "NodePublishVolume", Code: "Unavailable"},
+		{Method: "NodeUnpublishVolume", Code: "Unavailable"},
+		{Method: "NodeUnstageVolume", Code: "DeadlineExceeded"},
+		{Method: "ControllerUnpublishVolume", Code: "Unavailable"},
+	}
+	claimRetries := 0
 	var events []chaosEvent
 	var killed *Server
 	released := 0
 	for round := 0; round < rounds; round++ {
+		if lostPerRound > 0 {
+			for _, r := range lost {
+				r.Lose, r.Count = true, lostPerRound
+				if err := drv.Control.Fault(ctx, r); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
 		var allocs []AllocSpec
 		for i := 0; i < disks; i++ {
 			allocs = append(allocs, AllocSpec{ID: fmt.Sprintf("r%d-a%d", round, i), Namespace: "default",
@@ -189,9 +216,22 @@ watcher {
 		}
 		for i, a := range allocs {
 			req := ClaimRequest{Namespace: "default", VolumeID: vols[i].ID, AllocID: a.ID, NodeID: a.NodeID, Mode: "write"}
-			// A claim answered 503 may be recorded: the same request again is safe.
-			if err := cl.Retry(ctx, func(ctx context.Context, api *API) error { return api.Claim(ctx, req) }); err != nil {
-				t.Fatalf("claim %s: %v", a.ID, err)
+			// A claim answered with an error may be recorded (publishing)
+			// or refused while a release on the machine is in doubt: the
+			// same request again is safe, and is what a scheduler does.
+			var last error
+			err := Poll(ctx, 50*time.Millisecond, func() (bool, error) {
+				last = cl.Retry(ctx, func(ctx context.Context, api *API) error { return api.Claim(ctx, req) })
+				if last != nil {
+					claimRetries++
+					if claimRetries > 50*rounds {
+						return false, fmt.Errorf("too many refused claims: %w", last)
+					}
+				}
+				return last == nil, nil
+			})
+			if err != nil {
+				t.Fatalf("claim %s: %v (last: %v)", a.ID, err, last)
 			}
 		}
 		startedUnpublish := func() (int, error) {
@@ -291,7 +331,45 @@ watcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := chaosReport{Releases: released, Kills: kills, Pauses: pauses, Duration: time.Since(start).Round(time.Second).String()}
+	rep := chaosReport{Releases: released, Kills: kills, Pauses: pauses, ClaimRetries: claimRetries, Duration: time.Since(start).Round(time.Second).String()}
+	// What the driver holds now, after every claim was released: no disk
+	// attached to any instance, and every node call that took effect
+	// undone (counted by staging and target path from the driver's log).
+	for i := 0; i < disks; i++ {
+		for _, n := range nodes {
+			att, err := drv.Control.Attached(ctx, fmt.Sprintf("disk-%d", i), n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if att {
+				rep.AttachedAtEnd++
+				t.Errorf("disk-%d is still attached to %s after every claim was released", i, n)
+			}
+		}
+	}
+	held := map[string]int{}
+	for _, c := range r.Calls {
+		if c.Ran {
+			rep.LostAnswers++
+		}
+		if c.Code != "OK" && !(c.Ran && c.DriverCode == "OK") {
+			continue
+		}
+		switch c.Method {
+		case "NodeStageVolume", "NodePublishVolume":
+			held[c.Service+" "+c.Method[len("Node"):len(c.Method)-len("Volume")]+" "+c.VolumeID]++
+		case "NodeUnstageVolume":
+			held[c.Service+" Stage "+c.VolumeID] = 0
+		case "NodeUnpublishVolume":
+			held[c.Service+" Publish "+c.VolumeID] = 0
+		}
+	}
+	for k, n := range held {
+		if n > 0 {
+			rep.PublishedAtEnd++
+			t.Errorf("driver log: %s took effect and was never undone", k)
+		}
+	}
 	byVol := map[string][]fault.Call{}
 	for _, c := range r.Calls {
 		if c.Method == "ControllerUnpublishVolume" {

@@ -319,7 +319,7 @@ func mustContain(t *testing.T, what, out string, wants ...string) {
 // NodeStage, NodePublish); once the allocation completes the watcher
 // releases it with NodeUnpublish, NodeUnstage, ControllerUnpublish in that
 // order; the fake cloud shows the disk detached; and the volume reads as in
-// use until the claim is ready to free (ANCHORS pain 7).
+// use until the claim is ready to free (hashicorp/nomad#8609).
 func TestLifecycle(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	e.claim("vol1", "disk-1", "web-1", "node1")
@@ -429,7 +429,8 @@ func TestTransientErrorsRetried(t *testing.T) {
 
 // TestPersistentDetachFailureStuck: every detach fails in the fake cloud;
 // the volume becomes stuck with the driver's gRPC code; force-deregister
-// then succeeds and leaves a leftover that names the node (ANCHORS pain 5).
+// then succeeds and leaves a leftover that names the node
+// (hashicorp/nomad#8641).
 func TestPersistentDetachFailureStuck(t *testing.T) {
 	e := newEnv(t, envOptions{watcher: `
 watcher {

@@ -51,7 +51,7 @@ func rssMiB(t *testing.T, pid int) int {
 	return 0
 }
 
-// TestLoadIdleConnectionsAndLongPolls (issue 13 "Prove it"): one agent on
+// TestLoadIdleConnectionsAndLongPolls (BENCHMARKS.md): one agent on
 // loopback, offered as many idle keep-alive connections as the test's file
 // limit allows (up to 20,000, from 100 client addresses 127.0.0.2-101, under
 // the per-client cap of 200) with a total cap of half that, and 500 long

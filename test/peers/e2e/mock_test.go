@@ -72,7 +72,8 @@ func TestMockScriptedErrorSequence(t *testing.T) {
 	want := []string{
 		"NodeUnpublishVolume:Unavailable", "NodeUnpublishVolume:Aborted", "NodeUnpublishVolume:OK",
 		// The unpublish's success is committed before the unstage runs
-		// (issue 14), so the retry of a failed unstage does not repeat it.
+		// (the NodeUnpublished mark), so the retry of a failed unstage does
+		// not repeat it.
 		"NodeUnstageVolume:Internal", "NodeUnstageVolume:OK",
 		"ControllerUnpublishVolume:DeadlineExceeded", "ControllerUnpublishVolume:Unavailable",
 		"ControllerUnpublishVolume:ResourceExhausted", "ControllerUnpublishVolume:OK",

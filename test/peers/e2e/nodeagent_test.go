@@ -316,7 +316,7 @@ client {
 // timing). The release resumes through the new agent at the unstage: the
 // driver sees exactly one successful NodeUnpublish for the claim, the
 // release completes, the staging directory is removed, and the new agent
-// says in its log that it called the unanswered step again (issue 14).
+// says in its log that it called the unanswered step again.
 func TestNodeAgentRestartMidRelease(t *testing.T) {
 	e := newEnv(t, envOptions{agentNodes: []string{"n1"}})
 	root := filepath.Join(e.dir, "root-n1")

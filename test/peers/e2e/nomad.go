@@ -210,7 +210,8 @@ func (n *Nomad) start(args []string) error {
 }
 
 // Stop ends the agent and everything it left behind: a Nomad client
-// leaves its tasks, executors and logmon running when it dies (ANCHORS),
+// leaves its tasks, executors and logmon running when it dies (seen with
+// Nomad v1.11.3),
 // so every process whose command line names its data directory goes
 // too, by process ID (the tasks name their volume's path, under the
 // volhost node's root_dir: the test kills those by that directory).

@@ -2,13 +2,14 @@
 // driver programs: a gRPC unary interceptor that records every CSI call in
 // arrival order and, when a fault is armed for its method, answers with a
 // gRPC code, hangs, or both. Faults are what a real driver cannot be made to
-// show on demand (DESIGN "Real CSI drivers for tests").
+// show on demand.
 package fault
 
 import (
 	"context"
 	"fmt"
 	"path"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,6 +32,11 @@ type Rule struct {
 	// Hang delays the call this long (or until the caller gives up, since
 	// the gRPC context carries the caller's deadline).
 	Hang string `json:"hang,omitempty"`
+	// Lose runs the call at the driver and then answers Code instead of
+	// the driver's answer: the call took effect and its caller cannot know
+	// (a connection that broke after the driver acted, a deadline that
+	// fired while it finished). Needs Code.
+	Lose bool `json:"lose,omitempty"`
 
 	code codes.Code
 	hang time.Duration
@@ -54,6 +60,9 @@ func (r *Rule) Parse() error {
 			return fmt.Errorf("fault rule for %s: bad hang %q", r.Method, r.Hang)
 		}
 		r.hang = d
+	}
+	if r.Lose && (r.Code == "" || r.code == codes.OK) {
+		return fmt.Errorf("fault rule for %s: lose needs the code the caller gets instead of the driver's answer", r.Method)
 	}
 	if r.Code == "" && r.Hang == "" {
 		return fmt.Errorf("fault rule for %s: set code, hang or both", r.Method)
@@ -88,6 +97,10 @@ type Call struct {
 	Code string `json:"code"`
 	// Injected says the answer came from a fault rule, not the driver.
 	Injected bool `json:"injected,omitempty"`
+	// Ran says the driver ran the call although the answer was injected
+	// (a Lose rule); DriverCode is what the driver answered.
+	Ran        bool   `json:"ran,omitempty"`
+	DriverCode string `json:"driver_code,omitempty"`
 	// Caller is the volhost server that sent the call (its
 	// x-volhost-server metadata), Start and End when it arrived and
 	// answered: the chaos test checks them for overlaps and for calls
@@ -154,12 +167,17 @@ func (in *Injector) ResetCalls() {
 	in.mu.Unlock()
 }
 
-// takeLocked returns the first rule for method and consumes one use of it.
+// takeLocked returns the rule for method and consumes one use of it: the
+// first counted rule, else the first persistent one, so a one-off fault
+// armed during a run applies over a standing one (a hang on every
+// detach).
 func (in *Injector) takeLocked(method string) *Rule {
-	for i, r := range in.rules {
-		if r.Method != method {
-			continue
-		}
+	i := slices.IndexFunc(in.rules, func(r *Rule) bool { return r.Method == method && r.Count > 0 })
+	if i < 0 {
+		i = slices.IndexFunc(in.rules, func(r *Rule) bool { return r.Method == method })
+	}
+	if i >= 0 {
+		r := in.rules[i]
 		if r.Count > 0 {
 			r.Count--
 			if r.Count == 0 {
@@ -227,6 +245,11 @@ func (in *Injector) Apply(ctx context.Context, service, method string, req any, 
 		t.Stop()
 	}
 	switch {
+	case rule != nil && r.Lose && ctx.Err() == nil:
+		_, derr := handler(ctx)
+		c.Ran, c.DriverCode = true, status.Code(derr).String()
+		err = status.Errorf(r.code, "injected fault for %s: the driver answered %s, this answer was lost", c.Method, c.DriverCode)
+		c.Injected = true
 	case rule != nil && r.Code != "" && r.code != codes.OK:
 		err = status.Errorf(r.code, "injected fault for %s", c.Method)
 		c.Injected = true

@@ -138,3 +138,35 @@ func TestHangEndsWithCallerDeadline(t *testing.T) {
 		t.Fatalf("got %v, want Canceled", err)
 	}
 }
+
+// A lost answer: the driver runs the call, the caller gets the injected
+// code, and the record says the call ran and what the driver answered. A
+// counted rule applies before a standing one of the same method, and the
+// standing one applies again once the counted one is used up.
+func TestLoseRunsTheCallAndLosesItsAnswer(t *testing.T) {
+	in := New()
+	if err := in.Arm(Rule{Method: "NodeUnstageVolume", Hang: "1ms"},
+		Rule{Method: "NodeUnstageVolume", Code: "Unavailable", Lose: true, Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	driver := func(context.Context) (any, error) { ran++; return "driver", nil }
+	if resp, err := in.Apply(context.Background(), "node1", "NodeUnstageVolume", nil, driver); status.Code(err) != codes.Unavailable || resp != nil {
+		t.Fatalf("lost answer: %v, %v", resp, err)
+	}
+	if ran != 1 {
+		t.Fatalf("the driver ran %d times, want 1", ran)
+	}
+	if resp, err := in.Apply(context.Background(), "node1", "NodeUnstageVolume", nil, driver); err != nil || resp != "driver" {
+		t.Fatalf("after the lost answer: %v, %v", resp, err)
+	}
+	done, _ := in.Calls()
+	if len(done) != 2 || !done[0].Ran || !done[0].Injected || done[0].DriverCode != "OK" || done[0].Code != "Unavailable" || done[1].Ran || done[1].Injected {
+		t.Fatalf("records: %+v", done)
+	}
+	for _, bad := range []Rule{{Method: "NodeUnstageVolume", Lose: true}, {Method: "NodeUnstageVolume", Lose: true, Code: "OK"}} {
+		if err := in.Arm(bad); err == nil {
+			t.Errorf("armed %+v", bad)
+		}
+	}
+}

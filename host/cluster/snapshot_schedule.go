@@ -1,0 +1,117 @@
+package cluster
+
+import (
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Raft's own snapshot timer wakes every SnapshotInterval to twice that (at
+// random) and snapshots when SnapshotThreshold entries were appended since
+// the last snapshot. Under a steady write load every server of a cluster
+// passes the threshold together, so their snapshots overlap: at 1,000,000
+// volumes a snapshot encodes the whole state for seconds of CPU, and three
+// servers on one 2-core machine snapshotted at once during a claim load
+// (10-30 s each); followers' heartbeats starved and the leader lost its
+// quorum. etcd and Consul keep one member's snapshot from starving the
+// others by giving each member its own moment; here the servers take
+// turns by the clock, which needs no messages between them.
+//
+// The schedule: time is cut into periods of SnapshotInterval (from the Unix
+// epoch, so every server cuts it alike), each period into one slot per
+// server of the raft configuration in the order of their IDs. A server
+// starts a snapshot only in the first half of its own slot, and only when
+// its log holds SnapshotThreshold entries past its last snapshot. So two
+// servers never snapshot at the same moment while a snapshot takes less
+// than half a slot (SnapshotInterval / (2 x servers): 20 s with raft's
+// default 120 s and three servers) and their clocks agree to a fraction
+// of that; README "Running a million volumes" says what to set when
+// snapshots take longer.
+
+// snapshotTimerOff is raft's SnapshotInterval when the schedule decides
+// instead: raft's timer never fires in a server's lifetime.
+const snapshotTimerOff = 100 * 365 * 24 * time.Hour
+
+// snapshotSchedule is the policy the schedule applies.
+type snapshotSchedule struct {
+	period    time.Duration // raft's SnapshotInterval
+	threshold uint64        // raft's SnapshotThreshold
+	now       func() time.Time
+}
+
+// inSnapshotSlot reports whether a server of the given rank among n may
+// start a snapshot at now: in the first half of its slot of the period.
+func inSnapshotSlot(now time.Time, period time.Duration, rank, n int) bool {
+	if n < 1 || rank < 0 || rank >= n || period <= 0 {
+		return false
+	}
+	slot := period / time.Duration(n)
+	off := time.Duration(now.UnixNano() % int64(period))
+	start := time.Duration(rank) * slot
+	return off >= start && off < start+slot/2
+}
+
+// snapshotRank is id's position among the servers of conf in ID order
+// (-1 when it is not one of them: not joined yet).
+func snapshotRank(conf raft.Configuration, id raft.ServerID) (rank, n int) {
+	ids := make([]string, 0, len(conf.Servers))
+	for _, s := range conf.Servers {
+		ids = append(ids, string(s.ID))
+	}
+	slices.Sort(ids)
+	return slices.Index(ids, string(id)), len(ids)
+}
+
+// checkEvery is how often the schedule looks: often enough to start early
+// in a half slot, at most once a second.
+func (s snapshotSchedule) checkEvery(n int) time.Duration {
+	half := s.period / time.Duration(max(n, 1)) / 2
+	return min(max(half/8, 10*time.Millisecond), time.Second)
+}
+
+// runSnapshotSchedule takes raft's snapshots in this server's slots until
+// the cluster stops.
+func (c *Cluster) runSnapshotSchedule(s snapshotSchedule) {
+	defer c.wg.Done()
+	n := 1
+	for {
+		select {
+		case <-c.stopCh:
+			return
+		case <-time.After(s.checkEvery(n)):
+		}
+		f := c.raft.GetConfiguration()
+		if f.Error() != nil {
+			continue
+		}
+		var rank int
+		rank, n = snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
+		if !inSnapshotSlot(s.now(), s.period, rank, n) || c.logsSinceSnapshot() < s.threshold {
+			continue
+		}
+		start := time.Now()
+		err := c.raft.Snapshot().Error()
+		switch {
+		case err == nil:
+			c.logger.Debug("raft snapshot taken in this server's slot", "rank", rank, "servers", n, "took", time.Since(start))
+		case errors.Is(err, raft.ErrNothingNewToSnapshot), errors.Is(err, raft.ErrRaftShutdown):
+		default:
+			c.logger.Warn("raft snapshot failed", "error", err)
+		}
+	}
+}
+
+// logsSinceSnapshot is how many log entries follow the last snapshot
+// (raft's own test for its timer, from its public stats).
+func (c *Cluster) logsSinceSnapshot() uint64 {
+	st := c.raft.Stats()
+	last, err1 := strconv.ParseUint(st["last_log_index"], 10, 64)
+	snap, err2 := strconv.ParseUint(st["last_snapshot_index"], 10, 64)
+	if err1 != nil || err2 != nil || last < snap {
+		return 0
+	}
+	return last - snap
+}

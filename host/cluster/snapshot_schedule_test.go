@@ -1,0 +1,76 @@
+package cluster
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
+)
+
+// At no instant of a period may two servers' slots be open, and every
+// server gets half of its slot: the schedule that keeps the servers of a
+// cluster from snapshotting all at once.
+func TestSnapshotSlotsNeverOverlap(t *testing.T) {
+	period := 120 * time.Second
+	base := time.Unix(1_800_000_000, 0)
+	for n := 1; n <= 5; n++ {
+		open := make([]time.Duration, n)
+		const step = 50 * time.Millisecond
+		for off := time.Duration(0); off < 2*period; off += step {
+			now := base.Add(off)
+			k := 0
+			for r := range n {
+				if inSnapshotSlot(now, period, r, n) {
+					k++
+					open[r] += step
+				}
+			}
+			if k > 1 {
+				t.Fatalf("n=%d at %s: %d servers may snapshot", n, now, k)
+			}
+		}
+		want := period / time.Duration(n) // half a slot in each of two periods
+		for r, d := range open {
+			if d < want-time.Second || d > want+time.Second {
+				t.Fatalf("n=%d rank %d: open %s over two periods, want about %s", n, r, d, want)
+			}
+		}
+	}
+	if inSnapshotSlot(base, period, -1, 3) || inSnapshotSlot(base, period, 3, 3) || inSnapshotSlot(base, 0, 0, 1) {
+		t.Fatal("a server outside the configuration (or no period) was given a slot")
+	}
+}
+
+// The rank is the server's place among the configuration's IDs in order,
+// the same on every server whatever order raft lists them in.
+func TestSnapshotRank(t *testing.T) {
+	conf := raft.Configuration{Servers: []raft.Server{{ID: "s3"}, {ID: "s1"}, {ID: "s2"}}}
+	for id, want := range map[raft.ServerID]int{"s1": 0, "s2": 1, "s3": 2, "s4": -1} {
+		if r, n := snapshotRank(conf, id); r != want || n != 3 {
+			t.Fatalf("%s: rank %d of %d, want %d of 3", id, r, n, want)
+		}
+	}
+}
+
+// A server's snapshots come from the schedule (raft's own timer is off):
+// past the threshold, it snapshots in its slot.
+func TestSnapshotScheduleTakesSnapshots(t *testing.T) {
+	cfg := Config{DataDir: t.TempDir(), Server: true, BootstrapExpect: 1, NodeID: "s1",
+		SnapshotInterval: 200 * time.Millisecond, SnapshotThreshold: 4}
+	c, _ := start(t, cfg)
+	if got := c.raft.ReloadableConfig().SnapshotInterval; got != snapshotTimerOff {
+		t.Fatalf("raft's own snapshot interval %s: its timer would run beside the schedule", got)
+	}
+	for i := range 8 {
+		mustApply(t, c, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{{Type: structs.EventModule, Message: fmt.Sprint(i)}}})
+	}
+	testutil.WaitFor(t, "the schedule's snapshots to leave fewer entries than the threshold", func() bool {
+		n, _ := strconv.ParseUint(c.raft.Stats()["last_snapshot_index"], 10, 64)
+		return n > 0 && c.logsSinceSnapshot() < cfg.SnapshotThreshold
+	})
+}

@@ -1,0 +1,247 @@
+package e2e
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+)
+
+// scaleReport is what TestScaleCluster measured, in one run.
+type scaleReport struct {
+	Volumes int       `json:"volumes"`
+	Claims  int       `json:"claims"`
+	Clients int       `json:"clients"`
+	Servers int       `json:"servers"`
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
+
+	LoadSeconds   float64 `json:"load_seconds"`
+	VolumesPerSec float64 `json:"volumes_per_sec"`
+	ClaimSeconds  float64 `json:"claim_seconds"`
+	ClaimsPerSec  float64 `json:"claims_per_sec"`
+	// ClaimsRefused counts claims answered 503 and sent again (the leader
+	// could not confirm its leadership in time under the load).
+	ClaimsRefused  int     `json:"claims_refused_503"`
+	ReleaseSeconds float64 `json:"release_seconds"`
+	ReleasesPerSec float64 `json:"releases_per_sec"`
+
+	// RSSHeldMiB is each server's RSS with every claim held; RSSMaxMiB the
+	// largest sampled over the run (restarts and rejoins included).
+	RSSHeldMiB map[string]int `json:"rss_held_mib"`
+	RSSMaxMiB  map[string]int `json:"rss_max_mib"`
+	// RSSHeldParts splits RSSHeldMiB into anonymous memory (the Go heap)
+	// and mapped files (the bolt log, the binary).
+	RSSHeldParts map[string][2]int `json:"rss_held_anon_file_mib"`
+
+	SnapshotSaveSeconds float64 `json:"operator_snapshot_save_seconds"`
+	SnapshotBytes       int64   `json:"operator_snapshot_bytes"`
+
+	// RaftSnapshots are raft's own snapshots, from the servers' logs.
+	RaftSnapshots          []raftSnapshot `json:"raft_snapshots"`
+	RaftSnapshotMaxSeconds float64        `json:"raft_snapshot_max_seconds"`
+	// RaftSnapshotMaxOverlap is the most servers snapshotting at one
+	// moment (the target: fewer than all of them).
+	RaftSnapshotMaxOverlap int `json:"raft_snapshot_max_overlap"`
+
+	Restart restartReport `json:"restart"`
+	Rejoin  restartReport `json:"wiped_rejoin"`
+
+	RoutesHeld          []routeTiming `json:"ui_routes_claims_held"`
+	RoutesReleased      []routeTiming `json:"ui_routes_after_releases"`
+	ReadsDuringClaims   []routeTiming `json:"reads_during_claims"`
+	ReadsDuringReleases []routeTiming `json:"reads_during_releases"`
+
+	// LeaderChanges counts leaderships taken after the first (every
+	// server's "entering leader state"); QuorumLost a leader's "failed to
+	// contact quorum of nodes", HeartbeatTimeouts a follower's "heartbeat
+	// timeout reached, starting election" (a restarted follower may log
+	// one before the leader reaches it: pre-vote keeps the leader).
+	LeaderChanges     int `json:"leader_changes"`
+	QuorumLost        int `json:"quorum_lost"`
+	HeartbeatTimeouts int `json:"heartbeat_timeouts"`
+	leaderships       int
+}
+
+// raftSnapshot is one of raft's own snapshots on one server.
+type raftSnapshot struct {
+	Server  string    `json:"server"`
+	Start   time.Time `json:"start"`
+	Seconds float64   `json:"seconds"`
+}
+
+// logLine is one JSON log line of an agent (log_json = true).
+type logLine struct {
+	Time    time.Time
+	Message string
+}
+
+// logRead is what scanLog found.
+type logRead struct{ lines []logLine }
+
+func logSize(path string) (int64, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+func scanLog(path string) (logRead, error) { return scanLogFrom(path, 0) }
+
+// scanLogFrom reads the JSON log lines of path from byte offset from on;
+// other lines (a panic's text) are skipped.
+func scanLogFrom(path string, from int64) (logRead, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return logRead{}, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(from, 0); err != nil {
+		return logRead{}, err
+	}
+	var r logRead
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var l struct {
+			Time    string `json:"@timestamp"`
+			Message string `json:"@message"`
+		}
+		if json.Unmarshal(sc.Bytes(), &l) != nil {
+			continue
+		}
+		ts, err := time.Parse(time.RFC3339Nano, l.Time)
+		if err != nil {
+			ts, err = time.Parse("2006-01-02T15:04:05.000000Z07:00", l.Time)
+		}
+		if err != nil {
+			continue
+		}
+		r.lines = append(r.lines, logLine{Time: ts, Message: l.Message})
+	}
+	return r, sc.Err()
+}
+
+func (r logRead) count(msg string) int {
+	n := 0
+	for _, l := range r.lines {
+		if strings.HasPrefix(l.Message, msg) {
+			n++
+		}
+	}
+	return n
+}
+
+// spans pairs every line starting with from with the next starting with to.
+func (r logRead) spans(from, to string) [][2]time.Time {
+	var out [][2]time.Time
+	var open *time.Time
+	for _, l := range r.lines {
+		switch {
+		case strings.HasPrefix(l.Message, from):
+			t := l.Time
+			open = &t
+		case strings.HasPrefix(l.Message, to) && open != nil:
+			out = append(out, [2]time.Time{*open, l.Time})
+			open = nil
+		}
+	}
+	return out
+}
+
+// span is the last from→to span in seconds (0 if none).
+func (r logRead) span(from, to string) float64 {
+	s := r.spans(from, to)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)-1][1].Sub(s[len(s)-1][0]).Seconds()
+}
+
+func (rep *scaleReport) addLog(server string, r logRead) {
+	for _, s := range r.spans("starting snapshot up to", "snapshot complete up to") {
+		rep.RaftSnapshots = append(rep.RaftSnapshots, raftSnapshot{Server: server, Start: s[0].UTC(), Seconds: s[1].Sub(s[0]).Seconds()})
+	}
+	rep.leaderships += r.count("entering leader state")
+	rep.QuorumLost += r.count("failed to contact quorum of nodes")
+	rep.HeartbeatTimeouts += r.count("heartbeat timeout reached, starting election")
+}
+
+func (rep *scaleReport) finish() {
+	rep.LeaderChanges = max(rep.leaderships-1, 0)
+	slices.SortFunc(rep.RaftSnapshots, func(a, b raftSnapshot) int { return a.Start.Compare(b.Start) })
+	type edge struct {
+		t     time.Time
+		delta int
+	}
+	var edges []edge
+	for _, s := range rep.RaftSnapshots {
+		rep.RaftSnapshotMaxSeconds = max(rep.RaftSnapshotMaxSeconds, s.Seconds)
+		end := s.Start.Add(time.Duration(s.Seconds * float64(time.Second)))
+		edges = append(edges, edge{s.Start, 1}, edge{end, -1})
+	}
+	// Ends sort before starts at the same instant: touching is not overlap.
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.t.Compare(b.t); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	n := 0
+	for _, e := range edges {
+		n += e.delta
+		rep.RaftSnapshotMaxOverlap = max(rep.RaftSnapshotMaxOverlap, n)
+	}
+}
+
+// markdown is the issue's table for this run.
+func (rep *scaleReport) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d volumes, %d claims by %d clients, %d servers (run of %s, %.0f s):\n\n",
+		rep.Volumes, rep.Claims, rep.Clients, rep.Servers, rep.Started.Format("2006-01-02 15:04Z"), rep.Seconds)
+	b.WriteString("| figure | result |\n| --- | --- |\n")
+	ids := make([]string, 0, len(rep.RSSHeldMiB))
+	for id := range rep.RSSHeldMiB {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var held, peak []string
+	for _, id := range ids {
+		held = append(held, fmt.Sprintf("%s %d (anon %d, files %d)", id, rep.RSSHeldMiB[id], rep.RSSHeldParts[id][0], rep.RSSHeldParts[id][1]))
+		peak = append(peak, fmt.Sprintf("%s %d", id, rep.RSSMaxMiB[id]))
+	}
+	fmt.Fprintf(&b, "| RSS per server with the claims held, MiB | %s |\n", strings.Join(held, ", "))
+	fmt.Fprintf(&b, "| RSS per server, largest over the run, MiB | %s |\n", strings.Join(peak, ", "))
+	fmt.Fprintf(&b, "| volumes loaded (PUT /v1/volumes, 1,000 per request) | %.1f s, %.0f/s |\n", rep.LoadSeconds, rep.VolumesPerSec)
+	fmt.Fprintf(&b, "| raft's own snapshots | %d, longest %.2f s, at most %d of %d servers at one moment |\n",
+		len(rep.RaftSnapshots), rep.RaftSnapshotMaxSeconds, rep.RaftSnapshotMaxOverlap, rep.Servers)
+	fmt.Fprintf(&b, "| operator snapshot save | %.2f s (%.0f MiB) |\n", rep.SnapshotSaveSeconds, float64(rep.SnapshotBytes)/(1<<20))
+	fmt.Fprintf(&b, "| restart on its own data dir: restore / caught up | %.2f / %.2f s |\n", rep.Restart.RestoreSeconds, rep.Restart.CaughtUpSeconds)
+	fmt.Fprintf(&b, "| wiped follower rejoins: snapshot installed / caught up | %.2f / %.2f s |\n", rep.Rejoin.InstallSeconds, rep.Rejoin.CaughtUpSeconds)
+	fmt.Fprintf(&b, "| claims through the API, %d clients (answered 503 and sent again) | %.0f/s (%d) |\n", rep.Clients, rep.ClaimsPerSec, rep.ClaimsRefused)
+	fmt.Fprintf(&b, "| releases after allocations complete | %.0f/s |\n", rep.ReleasesPerSec)
+	for _, r := range rep.RoutesHeld {
+		if r.Route == "/v1/stats" {
+			fmt.Fprintf(&b, "| `GET /v1/stats`, claims held: median [min-max] of %d | %.1f [%.1f-%.1f] ms |\n", r.N, r.MedianMs, r.MinMs, r.MaxMs)
+		}
+	}
+	for _, r := range rep.ReadsDuringClaims {
+		fmt.Fprintf(&b, "| `GET %s` once a second during the claims: median [min-max] of %d | %.1f [%.1f-%.1f] ms |\n", r.Route, r.N, r.MedianMs, r.MinMs, r.MaxMs)
+	}
+	fmt.Fprintf(&b, "| leader changes (quorum lost, follower heartbeat timeouts) | %d (%d, %d) |\n", rep.LeaderChanges, rep.QuorumLost, rep.HeartbeatTimeouts)
+	b.WriteString("\nEach route the web UI reads, the leader answering, median [min-max] of the rounds, ms:\n\n")
+	b.WriteString("| route | claims held | after the releases |\n| --- | ---: | ---: |\n")
+	for i, r := range rep.RoutesHeld {
+		after := ""
+		if i < len(rep.RoutesReleased) {
+			a := rep.RoutesReleased[i]
+			after = fmt.Sprintf("%.1f [%.1f-%.1f]", a.MedianMs, a.MinMs, a.MaxMs)
+		}
+		fmt.Fprintf(&b, "| `%s` | %.1f [%.1f-%.1f] | %s |\n", r.Route, r.MedianMs, r.MinMs, r.MaxMs, after)
+	}
+	return b.String()
+}
