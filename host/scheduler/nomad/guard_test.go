@@ -218,3 +218,78 @@ func TestBridgeLeavesAPIAllocations(t *testing.T) {
 		t.Fatal("no problem line for the operator's allocation")
 	}
 }
+
+// TestBridgeTerminalReplay: after an allocation ended (and the bridge
+// forgot it), a new stream replays its older running. Terminal is for
+// good in the store: the bridge must drop the replay, not send it, or the
+// store refuses the whole batch and the bridge fails every session that
+// replays it, mirroring nothing else.
+func TestBridgeTerminalReplay(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	running := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
+	h.nomad.push(t, Batch{Allocs: []Alloc{running}})
+	h.waitStatus("a1", structs.AllocRunning)
+	done := h.nomad.setAlloc(web("a1", "n1", clientComplete, "run"), nil)
+	h.nomad.push(t, Batch{Allocs: []Alloc{done}})
+	h.waitStatus("a1", structs.AllocComplete)
+	h.reconnect()
+	h.nomad.push(t, Batch{Index: running.ModifyIndex, Allocs: []Alloc{running}})
+	marker := h.nomad.setAlloc(web("m1", "n1", clientRunning, "run"), map[string]string{"volhost_volume_d": "v2"})
+	h.nomad.push(t, Batch{Allocs: []Alloc{marker}})
+	h.waitStatus("m1", structs.AllocRunning)
+	if got := h.alloc("a1").ClientStatus; got != structs.AllocComplete {
+		t.Fatalf("allocation a1 %s after a replayed running", got)
+	}
+	if evs, st := h.events("committing"), h.bridge.Status(); len(evs) != 0 || st.LastError != "" {
+		t.Fatalf("a refused commit after the replay: %d events, last error %q", len(evs), st.LastError)
+	}
+}
+
+// TestBridgeSkipsEndedAllocations: Nomad lists its ended allocations until
+// it garbage-collects them. One that ended before the bridge mirrored it
+// has nothing to release: no job meta is read for it, at any re-list (a
+// read per ended allocation per re-list would load Nomad for nothing).
+func TestBridgeSkipsEndedAllocations(t *testing.T) {
+	h := newHarness(t)
+	for i := range 3 {
+		h.nomad.setAlloc(web("old"+string(rune('0'+i)), "n1", clientComplete, "run"), metaV1)
+	}
+	h.start()
+	h.relist()
+	h.nomad.mu.Lock()
+	hits := h.nomad.metaHits
+	h.nomad.mu.Unlock()
+	if hits != 0 {
+		t.Fatalf("%d job meta reads for allocations that had ended, want 0", hits)
+	}
+	if h.alloc("old0") != nil {
+		t.Fatal("an allocation that ended before it was seen was mirrored")
+	}
+}
+
+// TestBridgeHeldEndsWhenNodeBack: a node agent's node keeps its volhost
+// status whatever Nomad says, so no volhost write wakes the bridge when
+// Nomad reports it back: the node's own status event must judge its held
+// allocations again (its client stops what it lost), not the next
+// re-list minutes later.
+func TestBridgeHeldEndsWhenNodeBack(t *testing.T) {
+	h := newHarness(t)
+	vn, _ := h.store.Snapshot().NodeByID(nil, "n2")
+	agent := vn.Copy()
+	agent.Agent = true
+	if err := h.w.apply(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: agent}, 0); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	a := h.nomad.setAlloc(web("a1", "n2", clientRunning, "run"), metaV1)
+	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
+	testutil.WaitFor(t, "the claim of v1", func() bool { return h.claimed("v1", "a1") })
+	down := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
+	a = h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
+	h.nomad.push(t, Batch{Nodes: []Node{down}, Allocs: []Alloc{a}})
+	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
+	back := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeReady})
+	h.nomad.push(t, Batch{Nodes: []Node{back}})
+	h.waitStatus("a1", structs.AllocLost)
+}
