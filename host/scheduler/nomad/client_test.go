@@ -12,6 +12,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/volhost/volhost/host/scheduler"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // TestClientRefusedToken: a Nomad that refuses the configured token is one
@@ -179,5 +183,40 @@ func TestClientConsistentLists(t *testing.T) {
 		if q.Has("stale") {
 			t.Fatalf("a list read stale: %v", q)
 		}
+	}
+}
+
+// TestBridgeRefusedToken: a Nomad that refuses the bridge's token is one
+// event and one status line naming the token, however many times the
+// bridge tries again; nothing else is written.
+func TestBridgeRefusedToken(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "ACL token not found", http.StatusForbidden)
+	}))
+	t.Cleanup(srv.Close)
+	h := newHarness(t)
+	set, err := Config{Address: srv.URL, Token: "wrong-token", RelistInterval: "1m"}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.bridge, err = New(set, Deps{Writer: h.w, Store: h.store, Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.run(1)
+	testutil.WaitFor(t, "the refused token's event", func() bool { return len(h.events("Nomad refused the token")) == 1 })
+	for range 3 {
+		h.advance(time.Minute)
+	}
+	h.advance(time.Minute)
+	st := h.bridge.Status()
+	if st.State != scheduler.StateRetrying || !strings.Contains(st.LastError, `check the token of the scheduler "nomad" block`) || st.Failures < 4 {
+		t.Fatalf("status %+v", st)
+	}
+	if n := len(h.events("")); n != 1 {
+		t.Fatalf("%d scheduler events after %d failures, want 1", n, st.Failures)
+	}
+	if h.cursor() != 0 {
+		t.Fatalf("cursor %d committed without Nomad", h.cursor())
 	}
 }

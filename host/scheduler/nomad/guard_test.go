@@ -161,8 +161,8 @@ func TestBridgeOneClaimInFlight(t *testing.T) {
 	}
 }
 
-// TestBridgeNodeStatus: Nomad's node down and back are mirrored onto the
-// volhost node a bridge registered by hand; a node registered by a
+// TestBridgeNodeStatus: Nomad's node down, back and disconnected are
+// mirrored onto a volhost node registered by hand; a node registered by a
 // volhost node agent is left alone (its heartbeats own its status).
 func TestBridgeNodeStatus(t *testing.T) {
 	h := newHarness(t)
@@ -189,6 +189,11 @@ func TestBridgeNodeStatus(t *testing.T) {
 	n1 = h.nomad.setNode(Node{ID: "id-n1", Name: "n1", Status: nodeReady})
 	h.nomad.push(t, Batch{Nodes: []Node{n1}})
 	testutil.WaitFor(t, "node n1 ready again", nodeIs("n1", structs.NodeReady))
+	// A disconnected client (max_client_disconnect) has stopped answering
+	// too: down in volhost, its node steps held until a fence.
+	n1 = h.nomad.setNode(Node{ID: "id-n1", Name: "n1", Status: nodeDisconnected})
+	h.nomad.push(t, Batch{Nodes: []Node{n1}})
+	testutil.WaitFor(t, "node n1 down when disconnected", nodeIs("n1", structs.NodeDown))
 }
 
 // TestBridgeLeavesAPIAllocations: an allocation an operator registered
