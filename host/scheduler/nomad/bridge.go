@@ -320,7 +320,8 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 
 // vanished ends the mirrored allocations Nomad no longer lists: it
 // garbage-collects only ended allocations, or those of a node it removed.
-// One whose node is down and not fenced is held like a lost one.
+// One whose node is down and not fenced is held like a lost one (decide,
+// clientVanished).
 func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inList map[string]bool) error {
 	all, err := snap.Allocs(nil)
 	if err != nil {
@@ -330,11 +331,11 @@ func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inL
 		if va.Source != SourceName || va.ClientStatus.Terminal() || inList[va.ID] {
 			continue
 		}
-		a := Alloc{ID: va.ID, Namespace: va.Namespace, JobID: va.JobID, ClientStatus: clientLost}
+		a := Alloc{ID: va.ID, Namespace: va.Namespace, JobID: va.JobID, ClientStatus: clientVanished}
 		t := r.allocs[va.ID]
 		if t != nil {
 			a = t.a
-			a.ClientStatus = clientLost
+			a.ClientStatus = clientVanished
 		} else {
 			// Not seen in this leadership: find its Nomad node by the
 			// volhost node it maps to.
@@ -345,10 +346,10 @@ func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inL
 				}
 			}
 		}
-		// Tracked as lost: a hold is judged again when its node is fenced
-		// (reheld), and must be judged lost then, not as the running it
-		// was last listed (or not at all, for one this leadership never
-		// saw listed).
+		// Tracked as vanished: a hold is judged again when its node is
+		// fenced or back (reheld), and must be judged vanished then, not
+		// as the running it was last listed (or not at all, for one this
+		// leadership never saw listed).
 		if t == nil {
 			t = &tracked{}
 			r.allocs[va.ID] = t

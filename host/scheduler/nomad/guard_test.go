@@ -273,12 +273,13 @@ func TestBridgeSkipsEndedAllocations(t *testing.T) {
 	}
 }
 
-// TestBridgeHeldEndsWhenNodeBack: a node agent's node keeps its volhost
-// status whatever Nomad says, so no volhost write wakes the bridge when
-// Nomad reports it back: the node's own status event must judge its held
-// allocations again (its client stops what it lost), not the next
-// re-list minutes later.
-func TestBridgeHeldEndsWhenNodeBack(t *testing.T) {
+// TestBridgeHeldWhenNodeBack: Nomad reports a node ready at its first
+// heartbeat, before its client has stopped the allocations it lost, so a
+// node back does not end a hold; the client's next report does (running
+// with desired stop: live, then complete: ended). A node agent's node
+// keeps its volhost status whatever Nomad says, so only the Nomad node's
+// own status event judges its holds again: that is checked too.
+func TestBridgeHeldWhenNodeBack(t *testing.T) {
 	h := newHarness(t)
 	vn, _ := h.store.Snapshot().NodeByID(nil, "n2")
 	agent := vn.Copy()
@@ -296,5 +297,50 @@ func TestBridgeHeldEndsWhenNodeBack(t *testing.T) {
 	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
 	back := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeReady})
 	h.nomad.push(t, Batch{Nodes: []Node{back}})
+	testutil.WaitFor(t, "the hold's new reason", func() bool { return len(h.events("its node is back")) == 1 })
+	h.relist()
+	if got, held := h.alloc("a1").ClientStatus, h.bridge.Status().Held; got != structs.AllocRunning || held != 1 {
+		t.Fatalf("node back, client silent: a1 %s, held %d; want running, held 1", got, held)
+	}
+	// The client stops what it lost: it reports running (desired stop),
+	// then complete.
+	a = h.nomad.setAlloc(web("a1", "n2", clientRunning, "stop"), nil)
+	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
+	testutil.WaitFor(t, "no hold", func() bool { return h.bridge.Status().Held == 0 })
+	if got := h.alloc("a1").ClientStatus; got != structs.AllocRunning {
+		t.Fatalf("a1 %s while its client stops it", got)
+	}
+	a = h.nomad.setAlloc(web("a1", "n2", clientComplete, "stop"), nil)
+	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
+	h.waitStatus("a1", structs.AllocComplete)
+}
+
+// TestBridgeVanishedOnNodeBack: an allocation held on a down node that
+// Nomad stops listing once the node is back (garbage-collected: the
+// client never reported it again, a client whose state was wiped) has
+// ended: the client stops what the server no longer lists.
+func TestBridgeVanishedOnNodeBack(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	a := h.nomad.setAlloc(web("a1", "n2", clientRunning, "run"), metaV1)
+	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
+	testutil.WaitFor(t, "the claim of v1", func() bool { return h.claimed("v1", "a1") })
+	down := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
+	a = h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
+	h.nomad.push(t, Batch{Nodes: []Node{down}, Allocs: []Alloc{a}})
+	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
+	back := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeReady})
+	h.nomad.push(t, Batch{Nodes: []Node{back}})
+	testutil.WaitFor(t, "node n2 ready", func() bool {
+		vn, _ := h.store.Snapshot().NodeByID(nil, "n2")
+		return vn.Status == structs.NodeReady
+	})
+	h.relist()
+	if got := h.alloc("a1").ClientStatus; got != structs.AllocRunning {
+		t.Fatalf("a1 %s with its node back and its client silent", got)
+	}
+	h.nomad.remove(nil, []string{"a1"})
+	h.relist()
 	h.waitStatus("a1", structs.AllocLost)
+	testutil.WaitFor(t, "no hold", func() bool { return h.bridge.Status().Held == 0 })
 }
