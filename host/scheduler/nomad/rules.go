@@ -61,9 +61,10 @@ type verdict struct {
 // (an attestation that it is off) or is gone from Nomad. A node that comes
 // back does not end the hold: Nomad reports it ready at its first
 // heartbeat, before its client has stopped what it lost (measured with
-// v1.11.3: a paused client's task still wrote for about 90 ms after the
-// node was ready, a restarted client's for about 170 ms, and a task may
-// take its whole kill_timeout). The client then reports the allocation
+// v1.11.3: a paused client's task still ran about 90 ms after a release
+// started on "ready" sent NodeUnpublish, a restarted client's about 170
+// ms after the node was ready, and a task may take its whole
+// kill_timeout). The client then reports the allocation
 // again (running with desired stop, then complete), and that report,
 // read by the same rule as any other, ends it. An allocation that vanished
 // from Nomad while its node is ready has ended: its client stops what the
