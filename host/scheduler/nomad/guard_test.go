@@ -252,9 +252,10 @@ func TestBridgeTerminalReplay(t *testing.T) {
 }
 
 // TestBridgeSkipsEndedAllocations: Nomad lists its ended allocations until
-// it garbage-collects them. One that ended before the bridge mirrored it
-// has nothing to release: no job meta is read for it, at any re-list (a
-// read per ended allocation per re-list would load Nomad for nothing).
+// it garbage-collects them. One that ended before the bridge mirrored it,
+// or that ended in volhost already, has nothing left to do: no job meta is
+// read for it, at any re-list (a read per ended allocation per re-list
+// would load Nomad for nothing).
 func TestBridgeSkipsEndedAllocations(t *testing.T) {
 	h := newHarness(t)
 	for i := range 3 {
@@ -270,6 +271,24 @@ func TestBridgeSkipsEndedAllocations(t *testing.T) {
 	}
 	if h.alloc("old0") != nil {
 		t.Fatal("an allocation that ended before it was seen was mirrored")
+	}
+	// Nor for one that ended once mirrored (after a new leader's first
+	// list, and at every re-list, until Nomad garbage-collects it).
+	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
+	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
+	h.waitStatus("a1", structs.AllocRunning)
+	a = h.nomad.setAlloc(web("a1", "n1", clientComplete, "run"), nil)
+	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
+	h.waitStatus("a1", structs.AllocComplete)
+	h.relist()
+	h.stop()
+	h.startTerm(1)
+	h.relist()
+	h.nomad.mu.Lock()
+	hits = h.nomad.metaHits
+	h.nomad.mu.Unlock()
+	if hits != 1 {
+		t.Fatalf("%d job meta reads, want the 1 of a1 when it was placed", hits)
 	}
 }
 
