@@ -331,6 +331,14 @@ func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inL
 		if va.Source != SourceName || va.ClientStatus.Terminal() || inList[va.ID] {
 			continue
 		}
+		if !b.s.Mirrors(va.Namespace) {
+			// Not listed because its namespace left the configuration,
+			// not because Nomad dropped it: it may run. Left as it is.
+			b.problem(r, "alloc/"+va.ID, va.ID, va.NodeID, fmt.Sprintf(
+				"allocation %s is in Nomad namespace %q, which the bridge no longer mirrors (namespaces = %q): it is left as it was, its claims kept; add the namespace back to have it followed",
+				va.ID, va.Namespace, b.s.Namespaces))
+			continue
+		}
 		a := Alloc{ID: va.ID, Namespace: va.Namespace, JobID: va.JobID, ClientStatus: clientVanished}
 		t := r.allocs[va.ID]
 		if t != nil {

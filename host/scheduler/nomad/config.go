@@ -23,6 +23,7 @@ package nomad
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -71,6 +72,13 @@ type Settings struct {
 	Config
 	Relist   time.Duration
 	RetryMax time.Duration
+}
+
+// Mirrors reports whether Nomad namespace ns is one the bridge lists.
+func (s Settings) Mirrors(ns string) bool { return mirrors(s.Namespaces, ns) }
+
+func mirrors(namespaces []string, ns string) bool {
+	return len(namespaces) == 0 || slices.Contains(namespaces, "*") || slices.Contains(namespaces, ns)
 }
 
 // Validate checks c and fills the defaults.

@@ -363,3 +363,35 @@ func TestBridgeVanishedOnNodeBack(t *testing.T) {
 	h.waitStatus("a1", structs.AllocLost)
 	testutil.WaitFor(t, "no hold", func() bool { return h.bridge.Status().Held == 0 })
 }
+
+// TestBridgeNamespaceDropped: an allocation mirrored from a namespace the
+// configuration no longer names is missing from the lists because the
+// bridge stopped asking, not because Nomad dropped it: it may run, so it
+// is left as it was (a problem line says so), never judged vanished.
+func TestBridgeNamespaceDropped(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
+	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
+	testutil.WaitFor(t, "the claim of v1", func() bool { return h.claimed("v1", "a1") })
+	h.stop()
+	// The agent restarts with namespaces = ["prod"]: Nomad's lists (the
+	// real client asks per namespace) no longer carry a1.
+	set, err := Config{RelistInterval: "1m", Namespaces: []string{"prod"}}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.bridge, err = New(set, Deps{Nomad: h.nomad, Writer: h.w, Store: h.store, Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.nomad.mu.Lock()
+	delete(h.nomad.allocs, "a1")
+	h.nomad.mu.Unlock()
+	h.startTerm(1)
+	h.relist()
+	if got := h.alloc("a1").ClientStatus; got != structs.AllocRunning {
+		t.Fatalf("an allocation of a namespace no longer mirrored was mirrored %s", got)
+	}
+	testutil.WaitFor(t, "the problem's event", func() bool { return len(h.events("no longer mirrors")) == 1 })
+}
