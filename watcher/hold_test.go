@@ -29,7 +29,7 @@ func (p agingPolicy) DecideRelease(_ context.Context, req *abi.PolicyRequest) (*
 // every call gets its hold written once, then again for its reason at
 // most once per holdReasonEvery. The hold write is a change of the
 // volume, which runs a pass: before, each pass wrote a new hold, a log
-// write loop without end (27,751 writes in 2 s here).
+// write loop without end.
 func TestHoldReasonChangingEveryCall(t *testing.T) {
 	var calls atomic.Int64
 	f := newFixture(t, Config{}, testModules{policy: agingPolicy{&calls}})
