@@ -31,7 +31,7 @@ trap 'stop; rm -f "$log"' EXIT
 # serving NAMES...: every named module serves.
 serving() {
   local mods
-  mods=$(curl -fsS "$addr/v1/modules" 2>/dev/null) || return 1
+  mods=$(curl -fsS -m 5 "$addr/v1/modules" 2>/dev/null | tr -d ' \n') || return 1
   for n in "$@"; do
     echo "$mods" | grep -q "\"name\":\"$n\",[^}]*\"state\":\"serving\"" || return 1
   done
@@ -49,7 +49,8 @@ step() { # WHAT CMD...: waits (polling, 10 minutes at most) until CMD succeeds
   done
   echo "timed out: $what"; tail -50 "$log"; exit 1
 }
-step "API answering" curl -fsS -o /dev/null "$addr/v1/status/leader"
+step "volhost and the Go examples built" grep -q "^run: modules built" "$log"
+step "API answering" curl -fsS -m 5 -o /dev/null "$addr/v1/status/leader" 2>/dev/null
 step "Go example modules serving" serving default-policy gcepd-adapter grace-policy
 step "AssemblyScript examples serving" serving as-default-policy as-gcepd-adapter
-grep -E "^run:|modules in|npm ci done|modules loaded" "$log" | sed 's/^/  /'
+grep -E "^run:|modules in|npm ci done|modules loaded|load_time" "$log" | sed 's/^/  /'
