@@ -461,15 +461,15 @@ volume "gvol" {
 		t.Fatalf("module status after the UI's discard still shows a candidate:\n%s", out)
 	}
 
+	// No scheduler block: the scheduler page says where allocations come
+	// from (the Nomad scenarios check a source's page).
+	b.open("/ui/scheduler", `#no-scheduler`)
+
 	b.open("/ui/nodes", `#nodes-table tr[data-node="node1"]`)
 	if got := b.text(`#nodes-table tr[data-node="node1"]`); !strings.Contains(got, "ready") || !strings.Contains(got, e.plugin) {
 		t.Fatalf("node row %q lacks its status and plugin", got)
 	}
 	b.shot("nodes")
-
-	// No scheduler block: the scheduler page says where allocations come
-	// from (the Nomad scenarios check a source's page).
-	b.open("/ui/scheduler", `#no-scheduler`)
 
 	// Fence through the UI: the confirmation asks for the
 	// reason, the node shows fenced with it, the API records it; unfence
