@@ -21,7 +21,7 @@
 //	m, err := plugins.NewManager(ctx, plugins.Options{Dir: dir, CacheDir: cache, Logger: log})
 //	go m.Watch(ctx) // hot swap; m.Reload(ctx) on SIGHUP or `volhost module reload`
 //	if name, ok := m.Match(abi.KindReleasePolicy, plugins.Target{Namespace: ns, VolumeID: id, PluginID: p}); ok {
-//		resp, err := m.DecideRelease(ctx, name, req) // err: *FaultError (a watcher.ModuleFault) or ctx's
+//		resp, err := m.DecideRelease(ctx, name, req) // err: *FaultError (an attach.ModuleFault) or ctx's
 //	}
 //	defer m.Close(ctx)
 //

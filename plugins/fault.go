@@ -38,8 +38,8 @@ const (
 )
 
 // FaultError is the typed error of a failed module call. It implements the
-// watcher's ModuleFault interface (ModuleName, ModuleVersion, FaultKind) so
-// a claim's last error names the module, its version and the kind of fault,
+// host's ModuleFault interface (watcher/attach: ModuleName, ModuleVersion,
+// FaultKind) so a claim's last error names the module, its version and the kind of fault,
 // instead of matching strings across layers (the reference scheduler's
 // opaque errors, hashicorp/nomad#27324).
 type FaultError struct {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // funcAdapter lets a test script each adapter call.
@@ -62,13 +63,13 @@ func TestAdapterFaults(t *testing.T) {
 			}},
 		{name: "guest-error", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{Error: "cannot map"}, nil)},
 			check: func(t *testing.T, e *structs.ClaimError, _ []csiCall) {
-				if e.Kind != structs.ErrorModule || e.Fault != FaultBadOutput || !strings.Contains(e.Message, "cannot map") {
+				if e.Kind != structs.ErrorModule || e.Fault != attach.FaultBadOutput || !strings.Contains(e.Message, "cannot map") {
 					t.Fatalf("last error = %+v", e)
 				}
 			}},
 		{name: "empty-volume-id", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{NodeID: "x"}, nil)},
 			check: func(t *testing.T, e *structs.ClaimError, _ []csiCall) {
-				if e.Fault != FaultBadOutput {
+				if e.Fault != attach.FaultBadOutput {
 					t.Fatalf("last error = %+v", e)
 				}
 			}},
@@ -80,7 +81,7 @@ func TestAdapterFaults(t *testing.T) {
 			}},
 		{name: "unknown-secret", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "vol-v1", NodeID: "ext-" + testNode, SecretKeys: []string{"nope"}}, nil)},
 			check: func(t *testing.T, e *structs.ClaimError, _ []csiCall) {
-				if e.Fault != FaultBadOutput || !strings.Contains(e.Message, "nope") {
+				if e.Fault != attach.FaultBadOutput || !strings.Contains(e.Message, "nope") {
 					t.Fatalf("last error = %+v", e)
 				}
 			}},
@@ -94,13 +95,13 @@ func TestAdapterFaults(t *testing.T) {
 		// Module answers are bounded: IDs the host cannot verify are faults, no call.
 		{name: "foreign-volume-id", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "someone-elses-disk", NodeID: "ext-" + testNode}, nil)},
 			check: func(t *testing.T, e *structs.ClaimError, _ []csiCall) {
-				if e.Fault != FaultUnsafe || !strings.Contains(e.Message, `"someone-elses-disk"`) {
+				if e.Fault != attach.FaultUnsafe || !strings.Contains(e.Message, `"someone-elses-disk"`) {
 					t.Fatalf("last error = %+v", e)
 				}
 			}},
 		{name: "foreign-node-id", adapter: funcAdapter{adapt: adaptWith(&abi.AdapterResponse{VolumeID: "vol-v1", NodeID: "ext-other"}, nil)},
 			check: func(t *testing.T, e *structs.ClaimError, _ []csiCall) {
-				if e.Fault != FaultUnsafe || !strings.Contains(e.Message, `whose external node ID is "ext-`+testNode+`"`) {
+				if e.Fault != attach.FaultUnsafe || !strings.Contains(e.Message, `whose external node ID is "ext-`+testNode+`"`) {
 					t.Fatalf("last error = %+v", e)
 				}
 			}},
@@ -116,7 +117,7 @@ func TestAdapterFaults(t *testing.T) {
 				return &abi.ClassifyResponse{Outcome: 9}, nil
 			}},
 			check: func(t *testing.T, e *structs.ClaimError, _ []csiCall) {
-				if e.Fault != FaultBadOutput {
+				if e.Fault != attach.FaultBadOutput {
 					t.Fatalf("last error = %+v", e)
 				}
 			}},

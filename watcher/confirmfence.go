@@ -9,6 +9,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // A module confirms a fence (ABI 1.1's volhost_confirm_fence export).
@@ -151,7 +152,7 @@ func (p *pass) lostNodeVerdict(ctx context.Context, c *structs.Claim, release ve
 	if !ok || !canFence || n.StatusSince.IsZero() || !fc.ConfirmsFence() {
 		return hold, nil
 	}
-	name, _ := moduleOf(p.adapter)
+	name, _ := attach.ModuleOf(p.adapter)
 	k := fenceKey{node: c.NodeID, module: name}
 	ask, answers, note, next := p.w.fenceAsks.begin(k, n.StatusSince, p.now)
 	if !ask {
@@ -186,13 +187,6 @@ func (p *pass) fenceHold(hold verdict, module, note string, next time.Time) verd
 	return hold
 }
 
-func moduleOf(a any) (name, version string) {
-	if n, ok := a.(Named); ok {
-		return n.ModuleName(), n.ModuleVersion()
-	}
-	return fmt.Sprintf("%T", a), ""
-}
-
 // askFence asks the adapter about c's node and, on a confirmation, commits
 // the fence. It returns whether the node is now fenced (p.nodes updated
 // from committed state), else the outcome for the hold and when to ask
@@ -201,19 +195,19 @@ func moduleOf(a any) (name, version string) {
 func (p *pass) askFence(ctx context.Context, fc FenceConfirmer, fencer NodeFencer, c *structs.Claim, answers uint32) (fenced bool, note string, retry time.Duration, err error) {
 	n := p.nodes[c.NodeID]
 	lostSince := n.StatusSince
-	name, version := moduleOf(p.adapter)
+	name, version := attach.ModuleOf(p.adapter)
 	req := &abi.FenceRequest{
 		NowUnixMs:    p.now.UnixMilli(),
-		Node:         p.nodeView(c.NodeID, true),
-		Plugin:       p.pluginView(c.NodeID),
+		Node:         attach.NodeView(p.v.PluginID, c.NodeID, n, p.now, true),
+		Plugin:       attach.PluginView(p.v.PluginID, p.plugin, n),
 		LostAgeMs:    max(p.now.Sub(lostSince).Milliseconds(), 0),
 		StatusReason: n.StatusReason,
-		Volume:       p.volumeView(),
+		Volume:       attach.VolumeView(p.v),
 		Attempts:     answers,
 	}
 	for _, o := range p.sortedClaims() {
 		if o.NodeID == c.NodeID {
-			req.Claims = append(req.Claims, claimView(o))
+			req.Claims = append(req.Claims, attach.ClaimView(o))
 		}
 	}
 	backoff := p.w.backoff(int(answers) + 1)
@@ -221,23 +215,23 @@ func (p *pass) askFence(ctx context.Context, fc FenceConfirmer, fencer NodeFence
 
 	resp, err := fc.ConfirmFence(ctx, req)
 	if err == nil && resp == nil {
-		err = &badOutput{msg: "no response"}
+		err = attach.BadOutput("no response")
 	}
 	if err == nil && resp.Error != "" {
-		err = &guestError{msg: resp.Error}
+		err = attach.GuestError(resp.Error)
 	}
 	if err == nil {
 		// The runtime validated it already; a FenceConfirmer need not be
 		// one, and the rule is the host's.
 		if msg := abi.FenceAnswerError(req, resp); msg != "" {
-			err = &badOutput{msg: msg}
+			err = attach.BadOutput(msg)
 		}
 	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return false, "", 0, ctx.Err()
 		}
-		fault := moduleError(p.adapter, StepConfirmFence, err)
+		fault := attach.ModuleError(p.adapter, StepConfirmFence, err)
 		log.Warn("fence confirmation failed: the node's claims stay held", "fault", fault.Fault, "error", err)
 		return false, fmt.Sprintf("could not confirm the fence (%s fault), so it is not fenced", fault.Fault), backoff, nil
 	}

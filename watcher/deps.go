@@ -7,6 +7,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // The watcher sees the state store, the replicated log and the CSI plugins
@@ -57,24 +58,8 @@ type Leadership interface {
 	// ReadyTerm is the term this server leads in with its step-up
 	// complete, 0 when it does not lead.
 	ReadyTerm() uint64
-	// ConfirmLeader returns nil only if this server still leads in term,
-	// confirmed by a quorum within a bounded age; otherwise an error
-	// wrapping structs.ErrNoLeader.
-	ConfirmLeader(ctx context.Context, term uint64) error
-}
-
-// NodeCSI is a CSI node service reached at an endpoint.
-type NodeCSI interface {
-	NodeUnpublishVolume(ctx context.Context, endpoint string, req *csipb.NodeUnpublishVolumeRequest) error
-	NodeUnstageVolume(ctx context.Context, endpoint string, req *csipb.NodeUnstageVolumeRequest) error
-}
-
-// NodeAgents reaches the node agents (`volhost agent -client`) connected
-// to this server. A node registered through its agent is driven only
-// through it: the endpoint a call names is the one the agent registered.
-type NodeAgents interface {
-	// NodeAgent returns node's connected agent; false when none is.
-	NodeAgent(nodeID string) (NodeCSI, bool)
+	// ConfirmLeader precedes every CSI call (attach.Call).
+	attach.Leader
 }
 
 // ControllerCSI is a CSI controller service reached at an endpoint.
@@ -88,25 +73,11 @@ type Policy interface {
 	DecideRelease(ctx context.Context, req *abi.PolicyRequest) (*abi.PolicyResponse, error)
 }
 
-// Adapter maps claims onto a driver's CSI requests and classifies its errors.
-type Adapter interface {
-	AdaptRequest(ctx context.Context, req *abi.AdapterRequest) (*abi.AdapterResponse, error)
-	ClassifyError(ctx context.Context, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error)
-}
-
 // Modules picks the policy and adapter that serve a volume. The default
 // returns the native implementations; the agent plugs Wasm modules in here
-// (host/agent's module registry).
+// (host/agent's module registry). The claim path sees only its adapters
+// (attach.Adapters).
 type Modules interface {
 	PolicyFor(v *structs.Volume) Policy
-	AdapterFor(v *structs.Volume) Adapter
-}
-
-// ModuleFault is implemented by errors from a Wasm module call, so the claim's
-// last error can name the module, its version and the kind of fault.
-type ModuleFault interface {
-	error
-	ModuleName() string
-	ModuleVersion() string
-	FaultKind() string
+	attach.Adapters
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/abi/defaultpolicy"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // differentialViews is the size of the generated corpus: at least 10,000
@@ -120,7 +121,7 @@ func testDifferential(t *testing.T, module string) {
 	for i, req := range corpus {
 		vol := &structs.Volume{Namespace: req.Volume.Namespace, ID: req.Volume.ID, PluginID: req.Volume.PluginID}
 		policy := mods.PolicyFor(vol)
-		if named, ok := policy.(Named); !ok || named.ModuleName() != module {
+		if named, ok := policy.(attach.Named); !ok || named.ModuleName() != module {
 			t.Fatalf("view %d is not served by the %s module: %T", i, module, policy)
 		}
 		want, err := DefaultPolicy{}.DecideRelease(ctx, req)

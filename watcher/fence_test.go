@@ -12,6 +12,7 @@ import (
 
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/internal/testutil"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // fakeLeadership confirms a term only while ok is set.
@@ -73,7 +74,7 @@ func TestCSICallsNeedConfirmedLeadership(t *testing.T) {
 // stuckNode is a node plugin whose NodeUnpublish ignores cancellation
 // until released: a driver that is slow to give up.
 type stuckNode struct {
-	NodeCSI
+	attach.NodeRelease
 	entered chan struct{}
 	release chan struct{}
 }
@@ -89,7 +90,7 @@ func (n *stuckNode) NodeUnpublishVolume(context.Context, string, *csipb.NodeUnpu
 func TestStepDownWaitsForDetach(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, Config{}, nil)
-		node := &stuckNode{NodeCSI: f.csi, entered: make(chan struct{}), release: make(chan struct{})}
+		node := &stuckNode{NodeRelease: f.csi, entered: make(chan struct{}), release: make(chan struct{})}
 		f.w.deps.Node = node
 		f.w.SetEnabled(true)
 		f.store.putAlloc("a1", testNode, structs.AllocComplete)

@@ -330,8 +330,8 @@ type csiCall struct {
 	Secrets  map[string]string
 }
 
-// fakeCSI implements NodeCSI and ControllerCSI with scripted errors, an
-// optional blocking mode and in-flight accounting.
+// fakeCSI implements attach.NodeSteps and ControllerCSI with scripted
+// errors, an optional blocking mode and in-flight accounting.
 type fakeCSI struct {
 	mu        sync.Mutex
 	calls     []csiCall
@@ -403,6 +403,17 @@ func (f *fakeCSI) do(ctx context.Context, c csiCall) error {
 		answered()
 	}
 	return err
+}
+
+// NodeStageVolume and NodePublishVolume make fakeCSI a whole node service
+// (a connected agent serves both directions); a release never sends
+// them, and a test that lists the calls sees one that did.
+func (f *fakeCSI) NodeStageVolume(ctx context.Context, ep string, req *csipb.NodeStageVolumeRequest) error {
+	return f.do(ctx, csiCall{Method: "NodeStageVolume", Endpoint: ep, VolumeID: req.VolumeId, Path: req.StagingTargetPath})
+}
+
+func (f *fakeCSI) NodePublishVolume(ctx context.Context, ep string, req *csipb.NodePublishVolumeRequest) error {
+	return f.do(ctx, csiCall{Method: "NodePublishVolume", Endpoint: ep, VolumeID: req.VolumeId, Path: req.TargetPath})
 }
 
 func (f *fakeCSI) NodeUnpublishVolume(ctx context.Context, ep string, req *csipb.NodeUnpublishVolumeRequest) error {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // Every release step of a claim goes to the external node ID recorded on
@@ -19,7 +20,7 @@ func TestReleaseGoesToTheRecordedExternalNodeID(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		recorded string // the claim's ExternalNodeID
-		adapter  Adapter
+		adapter  attach.Adapter
 		wantNode string // the ControllerUnpublish's node ID; "" none sent
 		wantErr  string // the claim's last error
 	}{
@@ -47,7 +48,7 @@ func TestReleaseGoesToTheRecordedExternalNodeID(t *testing.T) {
 					t.Fatalf("CSI calls %s, want none", fmtCalls(calls))
 				}
 				e := f.store.claim(ref("v1"), "a1").LastError
-				if e == nil || e.Fault != FaultUnsafe || !strings.Contains(e.Message, tc.wantErr) {
+				if e == nil || e.Fault != attach.FaultUnsafe || !strings.Contains(e.Message, tc.wantErr) {
 					t.Fatalf("last error %+v, want an unsafe fault containing %q", e, tc.wantErr)
 				}
 				return

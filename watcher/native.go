@@ -9,27 +9,14 @@ import (
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/abi/defaultpolicy"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
-
-// Named is implemented by a Policy or Adapter that can say which module it
-// is, so a claim's last error names it even when the fault is found by the
-// host's validation rather than raised by the module call itself.
-type Named interface {
-	ModuleName() string
-	ModuleVersion() string
-}
 
 // Names of the built-in implementations, as they appear in claim errors.
 const (
 	NativePolicyName  = "native-default-policy"
 	NativeAdapterName = "native-spec-adapter"
 	NativeVersion     = "builtin"
-)
-
-// Alloc and node statuses as the ABI views spell them; "gone" is a missing
-// object (garbage-collected allocation or node).
-const (
-	StatusGone = "gone"
 )
 
 // DefaultPolicy is the built-in release policy. The Wasm default-policy
@@ -44,10 +31,10 @@ type DefaultPolicy struct{}
 
 var _ Policy = DefaultPolicy{}
 
-// ModuleName implements Named.
+// ModuleName implements attach.Named.
 func (DefaultPolicy) ModuleName() string { return NativePolicyName }
 
-// ModuleVersion implements Named.
+// ModuleVersion implements attach.Named.
 func (DefaultPolicy) ModuleVersion() string { return NativeVersion }
 
 // DecideRelease implements Policy. The rules live in abi/defaultpolicy,
@@ -66,12 +53,12 @@ func (DefaultPolicy) DecideRelease(_ context.Context, req *abi.PolicyRequest) (*
 // spec-conformant driver ignores keys it does not need).
 type SpecAdapter struct{}
 
-var _ Adapter = SpecAdapter{}
+var _ attach.Adapter = SpecAdapter{}
 
-// ModuleName implements Named.
+// ModuleName implements attach.Named.
 func (SpecAdapter) ModuleName() string { return NativeAdapterName }
 
-// ModuleVersion implements Named.
+// ModuleVersion implements attach.Named.
 func (SpecAdapter) ModuleVersion() string { return NativeVersion }
 
 // AdaptRequest implements Adapter. The node ID is the one recorded on the
@@ -119,8 +106,8 @@ func (SpecAdapter) ClassifyError(_ context.Context, req *abi.ClassifyRequest) (*
 // nativeModules serves the built-ins for every volume (Deps.Modules == nil).
 type nativeModules struct{}
 
-func (nativeModules) PolicyFor(*structs.Volume) Policy   { return DefaultPolicy{} }
-func (nativeModules) AdapterFor(*structs.Volume) Adapter { return SpecAdapter{} }
+func (nativeModules) PolicyFor(*structs.Volume) Policy          { return DefaultPolicy{} }
+func (nativeModules) AdapterFor(*structs.Volume) attach.Adapter { return SpecAdapter{} }
 
 // NativeModules returns the Modules that serve DefaultPolicy and SpecAdapter
 // for every volume: the fallback when no Wasm module matches.

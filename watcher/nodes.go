@@ -7,6 +7,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // Node agents, fences and lost heartbeats.
@@ -75,19 +76,19 @@ func orText(s, def string) string {
 	return s
 }
 
-// nodeService is where a claim's node steps go: the node's agent when it
-// registered through one (and nowhere while that agent is not connected
-// to this server), else the plugin endpoint directly.
-func (p *pass) nodeService(node *structs.Node, step string) (NodeCSI, *structs.ClaimError) {
-	if !node.Agent {
+// nodeService is where a claim's node steps go (attach.AgentOf): the
+// node's agent when it registered through one (and nowhere while that
+// agent is not connected to this server), else the plugin endpoint
+// directly.
+func (p *pass) nodeService(node *structs.Node, step string) (attach.NodeRelease, *structs.ClaimError) {
+	a, viaAgent := attach.AgentOf(p.w.deps.Agents, node)
+	switch {
+	case !viaAgent:
 		return p.w.deps.Node, nil
+	case a == nil:
+		return nil, p.precondition(step, "the node agent of node %q is not connected to this server (node %s)", node.ID, node.Status)
 	}
-	if p.w.deps.Agents != nil {
-		if a, ok := p.w.deps.Agents.NodeAgent(node.ID); ok {
-			return a, nil
-		}
-	}
-	return nil, p.precondition(step, "the node agent of node %q is not connected to this server (node %s)", node.ID, node.Status)
+	return a, nil
 }
 
 // abandonReason says why no CSI call can ever release claim c, or "".

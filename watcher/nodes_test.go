@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // forcedMetrics counts forced detaches by source.
@@ -22,15 +23,15 @@ func (m *forcedMetrics) ForcedDetach(source string) {
 	m.forced[source]++
 }
 
-// agents is a NodeAgents over a map of connected agents.
-type agents map[string]NodeCSI
+// agents is an attach.NodeAgents over a map of connected agents.
+type agents map[string]attach.NodeSteps
 
-func (a agents) NodeAgent(id string) (NodeCSI, bool) {
+func (a agents) NodeAgent(id string) (attach.NodeSteps, bool) {
 	c, ok := a[id]
 	return c, ok
 }
 
-func newAgentFixture(t *testing.T, ag NodeAgents) (*fixture, *forcedMetrics) {
+func newAgentFixture(t *testing.T, ag attach.NodeAgents) (*fixture, *forcedMetrics) {
 	t.Helper()
 	f := newFixture(t, Config{}, nil)
 	fm := &forcedMetrics{countingMetrics: f.metrics, forced: map[string]int{}}
@@ -120,7 +121,7 @@ func TestNodeStepsGoThroughTheAgent(t *testing.T) {
 	agent := newFakeCSI()
 	for _, tc := range []struct {
 		name      string
-		agents    NodeAgents
+		agents    attach.NodeAgents
 		viaAgent  int
 		direct    int
 		wantError string

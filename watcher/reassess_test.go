@@ -9,6 +9,7 @@ import (
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/internal/testutil"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // swappablePolicy answers WAIT with a 30 s retry_after until swapped, then
@@ -43,8 +44,8 @@ func (p *swappablePolicy) callCount() int {
 // reassessModules serves every volume with one policy and the spec adapter.
 type reassessModules struct{ policy Policy }
 
-func (m reassessModules) PolicyFor(*structs.Volume) Policy   { return m.policy }
-func (m reassessModules) AdapterFor(*structs.Volume) Adapter { return SpecAdapter{} }
+func (m reassessModules) PolicyFor(*structs.Volume) Policy          { return m.policy }
+func (m reassessModules) AdapterFor(*structs.Volume) attach.Adapter { return SpecAdapter{} }
 
 // TestReassessRejudgesAtOnce (a module swap re-judges what the old version
 // decided): a claim deferred by the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // Step names, as they appear in ClaimError.Step and AdapterRequest.Step.
@@ -21,17 +22,8 @@ const (
 	StepNodeUnpublish       = abi.StepNodeUnpublish
 	StepNodeUnstage         = abi.StepNodeUnstage
 	StepControllerUnpublish = abi.StepControllerUnpublish
-	StepControllerPublish   = abi.StepControllerPublish // the claim path's adapter view
 	StepPolicy              = "policy"
-	StepAdapter             = "adapter"
-)
-
-// Module fault kinds the host itself assigns (the Wasm runtime adds trap,
-// timeout, oom, abi and open-circuit through ModuleFault).
-const (
-	FaultUnsafe    = "unsafe"     // a decision that breaks the host's safety rules
-	FaultBadOutput = "bad-output" // an answer the host cannot use
-	FaultError     = "error"      // a plain error from a module without a ModuleFault
+	StepAdapter             = attach.StepAdapter
 )
 
 // Stuck reasons. They are stable strings so a volume already stuck for the
@@ -58,7 +50,7 @@ type pass struct {
 	nodes   map[string]*structs.Node  // nil value: gone
 	plugin  *structs.Plugin           // nil: not registered
 	policy  Policy
-	adapter Adapter
+	adapter attach.Adapter
 	log     hclog.Logger
 
 	wake     time.Time // earliest time this volume wants another pass
@@ -253,20 +245,20 @@ func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]ver
 		err = errors.New("policy returned no response")
 	}
 	if err == nil && resp.Error != "" {
-		err = &guestError{msg: resp.Error}
+		err = attach.GuestError(resp.Error)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err() // step-down, not the module's fault
 		}
-		return failAll(moduleError(p.policy, StepPolicy, err)), nil
+		return failAll(attach.ModuleError(p.policy, StepPolicy, err)), nil
 	}
 	seen := make(map[string]int, len(resp.Decisions))
 	for _, d := range resp.Decisions {
 		if _, ok := p.claims[d.AllocID]; !ok {
 			// A policy that confuses claims cannot be trusted with the
 			// others of this volume either.
-			return failAll(p.fault(p.policy, StepPolicy, FaultBadOutput,
+			return failAll(attach.Fault(p.policy, StepPolicy, attach.FaultBadOutput,
 				"decision for allocation %q, which has no claim in the request", d.AllocID)), nil
 		}
 		seen[d.AllocID]++
@@ -274,7 +266,7 @@ func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]ver
 	for _, d := range resp.Decisions {
 		c := p.claims[d.AllocID]
 		if seen[d.AllocID] > 1 {
-			out[d.AllocID] = verdict{fault: p.fault(p.policy, StepPolicy, FaultBadOutput,
+			out[d.AllocID] = verdict{fault: attach.Fault(p.policy, StepPolicy, attach.FaultBadOutput,
 				"%d decisions for allocation %q", seen[d.AllocID], d.AllocID)}
 			continue
 		}
@@ -283,7 +275,7 @@ func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]ver
 		case abi.ActionWait:
 		case abi.ActionRelease, abi.ActionReleaseSkipNode:
 			if !p.releasable(c) {
-				vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultUnsafe,
+				vd = verdict{fault: attach.Fault(p.policy, StepPolicy, attach.FaultUnsafe,
 					"decided to release the claim of allocation %q, which is %s", d.AllocID, p.allocStatus(c.AllocID))}
 				break
 			}
@@ -295,7 +287,7 @@ func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]ver
 			switch {
 			case d.Action != abi.ActionReleaseSkipNode || p.fence(c.NodeID) != nil:
 			case p.nodeReachable(c.NodeID):
-				vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultUnsafe,
+				vd = verdict{fault: attach.Fault(p.policy, StepPolicy, attach.FaultUnsafe,
 					"decided to skip the node step of allocation %q on node %q, which is %s", d.AllocID, c.NodeID, p.nodes[c.NodeID].Status)}
 			case p.heartbeatLost(c.NodeID) && (c.TargetPath != "" || c.StagingPath != ""):
 				// Held unless the adapter confirms a fence (confirmfence.go).
@@ -305,7 +297,7 @@ func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]ver
 				}
 			}
 		default:
-			vd = verdict{fault: p.fault(p.policy, StepPolicy, FaultBadOutput,
+			vd = verdict{fault: attach.Fault(p.policy, StepPolicy, attach.FaultBadOutput,
 				"unknown action %d for allocation %q", d.Action, d.AllocID)}
 		}
 		out[d.AllocID] = vd
@@ -350,7 +342,7 @@ func (p *pass) act(ctx context.Context, c *structs.Claim, vd verdict) error {
 // the host).
 func (p *pass) hold(ctx context.Context, c *structs.Claim, vd verdict) error {
 	h := &structs.ClaimHold{Reason: vd.reason, Since: p.now}
-	if n, ok := p.policy.(Named); ok && !vd.hostHold {
+	if n, ok := p.policy.(attach.Named); ok && !vd.hostHold {
 		h.Module, h.ModuleVersion = n.ModuleName(), n.ModuleVersion()
 	}
 	if vd.hostHold {
@@ -467,7 +459,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 	}
 	published := c.TargetPath != "" || c.StagingPath != ""
 	var flags stepFlags
-	var nodeCSI NodeCSI
+	var nodeCSI attach.NodeRelease
 	var acks []string           // keyed steps whose outcome the advance commits
 	rec, recorded := ctx, false // the context of the writes that record what the node did
 	fence := p.fence(c.NodeID)
@@ -499,7 +491,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 			if fe != nil {
 				return false, p.failAdapt(ctx, c, fe)
 			}
-			err := p.callCSI(WithStepKey(ctx, p.stepKey(c, StepNodeUnpublish)), func(ctx context.Context) error {
+			err := p.callCSI(attach.WithStepKey(ctx, attach.Key(p.ref, c, StepNodeUnpublish)), func(ctx context.Context) error {
 				return nodeCSI.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
 					VolumeId:   resp.VolumeID,
 					TargetPath: c.TargetPath,
@@ -509,7 +501,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 				return false, err
 			}
 			unpublished = true
-			acks = append(acks, p.stepKey(c, StepNodeUnpublish))
+			acks = append(acks, attach.Key(p.ref, c, StepNodeUnpublish))
 			// From here on the pass records what the node did: a pass
 			// cancelled now (the watcher disabled, a step-down under
 			// way) must still commit the unpublish, or the next pass
@@ -521,7 +513,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 		// The staging path is shared by the volume's claims on this
 		// machine: unstage only when no other one needs it,
 		// as committed state says right now, with the claim path held
-		// off until the checkpoint is written (VolumeLocks).
+		// off until the checkpoint is written (attach.VolumeLocks).
 		// Whether the claim staged is its own record (it staged only
 		// when the plugin stages), never the node's registration today:
 		// a node re-registered with the capability off would otherwise
@@ -549,7 +541,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 					if err := p.recordUnpublished(rec, c); err != nil {
 						return false, err
 					}
-					ackSteps(nodeCSI, acks...)
+					attach.Ack(nodeCSI, acks...)
 					acks = nil
 				}
 				resp, fe := p.adapt(ctx, c, StepNodeUnstage)
@@ -558,7 +550,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 				}
 				// The unstage, a new destructive call, runs under the pass's
 				// own context: a cancelled pass records, it does not act.
-				err := p.callCSI(WithStepKey(ctx, p.stepKey(c, StepNodeUnstage)), func(ctx context.Context) error {
+				err := p.callCSI(attach.WithStepKey(ctx, attach.Key(p.ref, c, StepNodeUnstage)), func(ctx context.Context) error {
 					return nodeCSI.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
 						VolumeId:          resp.VolumeID,
 						StagingTargetPath: c.StagingPath,
@@ -568,7 +560,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 					return false, err
 				}
 				flags.unstaged = true
-				acks = append(acks, p.stepKey(c, StepNodeUnstage))
+				acks = append(acks, attach.Key(p.ref, c, StepNodeUnstage))
 			}
 		}
 	}
@@ -586,7 +578,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 	if err := p.advance(rec, c, structs.ClaimNodeDetached, nil, flags); err != nil {
 		return false, err
 	}
-	ackSteps(nodeCSI, acks...)
+	attach.Ack(nodeCSI, acks...)
 	if forced {
 		p.forcedDetach(fence)
 		p.log.Warn("node steps skipped: node is fenced", "alloc", c.AllocID, "node", c.NodeID,
@@ -717,7 +709,7 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 		return false, p.fail(ctx, c, p.precondition(StepControllerUnpublish,
 			"plugin %q has no controller endpoint", p.plugin.ID), 0)
 	}
-	secrets, fe := p.secrets(resp.SecretKeys)
+	secrets, fe := attach.Secrets(p.adapter, p.v, resp.SecretKeys)
 	if fe != nil {
 		return false, p.failAdapt(ctx, c, fe)
 	}
@@ -756,36 +748,13 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 	return true, p.advance(ctx, c, structs.ClaimControllerDetached, nil, stepFlags{controllerUnpublished: true})
 }
 
-// secrets resolves the adapter's secret keys against the volume's secrets
-// (structs.Volume.SelectSecrets, the claim path's rule too); a key the
-// volume lacks is the adapter's fault.
-func (p *pass) secrets(keys []string) (map[string]string, *structs.ClaimError) {
-	out, err := p.v.SelectSecrets(keys)
-	if err != nil {
-		return nil, p.fault(p.adapter, StepAdapter, FaultBadOutput, "%v", err)
-	}
-	return out, nil
-}
-
 // callCSI runs one CSI call under CSITimeout, once this server has
-// confirmed it still leads the pass's term (the failover fence: a deposed
-// or paused leader sends nothing). A failed confirmation is returned as a
-// leadership error, which ends the pass without touching the claim.
+// confirmed it still leads the pass's term (attach.Call, the claim path's
+// fence too). A failed confirmation is returned as an *attach.NotSent,
+// which ends the pass without touching the claim.
 func (p *pass) callCSI(ctx context.Context, call func(context.Context) error) error {
-	if err := p.w.confirm(ctx, p.term); err != nil {
-		return &fenceError{err: err}
-	}
-	ctx, cancel := context.WithTimeout(ctx, p.w.cfg.CSITimeout)
-	defer cancel()
-	return call(ctx)
+	return attach.Call(ctx, p.w.deps.Leadership, p.term, p.w.cfg.CSITimeout, call)
 }
-
-// fenceError is a CSI call not sent because leadership could not be
-// confirmed: not the driver's error, not the claim's failure.
-type fenceError struct{ err error }
-
-func (e *fenceError) Error() string { return "not sent: " + e.err.Error() }
-func (e *fenceError) Unwrap() error { return e.err }
 
 // csiOutcome turns a CSI call's error into the step's outcome through the
 // adapter: ok when the step counts as done; otherwise the failure has been
@@ -799,8 +768,8 @@ func (p *pass) csiOutcome(ctx context.Context, c *structs.Claim, step string, er
 		// stays as checkpointed and the next leader resumes it.
 		return false, ctx.Err()
 	}
-	var fe *fenceError
-	if errors.As(err, &fe) {
+	var ns *attach.NotSent
+	if errors.As(err, &ns) {
 		return false, err
 	}
 	code, msg := grpcCode(err)
@@ -819,10 +788,10 @@ func (p *pass) csiOutcome(ctx context.Context, c *structs.Claim, step string, er
 		cerr = errors.New("adapter returned no classification")
 	}
 	if cerr == nil && cr.Error != "" {
-		cerr = &guestError{msg: cr.Error}
+		cerr = attach.GuestError(cr.Error)
 	}
 	if cerr == nil && (cr.Outcome < abi.OutcomeDone || cr.Outcome > abi.OutcomeFatal) {
-		cerr = &badOutput{msg: fmt.Sprintf("unknown outcome %d", cr.Outcome)}
+		cerr = attach.BadOutput(fmt.Sprintf("unknown outcome %d", cr.Outcome))
 	}
 	if cerr != nil {
 		if ctx.Err() != nil {
@@ -830,7 +799,7 @@ func (p *pass) csiOutcome(ctx context.Context, c *structs.Claim, step string, er
 		}
 		// Fail closed: an unclassified error is retried, keeping the
 		// driver's code next to the module fault.
-		me := moduleError(p.adapter, step, cerr)
+		me := attach.ModuleError(p.adapter, step, cerr)
 		me.Code, me.CodeName = ce.Code, ce.CodeName
 		me.Message = fmt.Sprintf("classify: %s; driver error: %s", me.Message, msg)
 		return false, p.fail(ctx, c, me, 0)
@@ -840,7 +809,7 @@ func (p *pass) csiOutcome(ctx context.Context, c *structs.Claim, step string, er
 		// A module may make the host more careful, never declare a failed
 		// detach done: the claim would move on, and the volume be freed,
 		// with the disk still attached.
-		me := p.fault(p.adapter, step, FaultUnsafe, "classified the failed %s (%s: %s) as done; a failed step is never done",
+		me := attach.Fault(p.adapter, step, attach.FaultUnsafe, "classified the failed %s (%s: %s) as done; a failed step is never done",
 			step, code, msg)
 		me.Code, me.CodeName = ce.Code, ce.CodeName
 		return false, p.fail(ctx, c, me, 0)
@@ -862,96 +831,15 @@ func grpcCode(err error) (codes.Code, string) {
 	return codes.Unknown, err.Error()
 }
 
-// AdapterRequest is the adapter's view of claim c of volume v at step, as
-// the watcher sends it at release; the claim path builds its publish
-// requests from the same view. node or plugin may be nil (gone).
-func AdapterRequest(step string, v *structs.Volume, c *structs.Claim, node *structs.Node, plugin *structs.Plugin, now time.Time) *abi.AdapterRequest {
-	p := &pass{v: v, plugin: plugin, nodes: map[string]*structs.Node{c.NodeID: node}, now: now}
-	return p.adapterRequest(step, c)
+// subject is what claim c's step is about, as this pass read it.
+func (p *pass) subject(c *structs.Claim) attach.Subject {
+	return attach.Subject{Volume: p.v, Claim: c, Node: p.nodes[c.NodeID], Plugin: p.plugin, Now: p.now}
 }
 
-func (p *pass) adapterRequest(step string, c *structs.Claim) *abi.AdapterRequest {
-	return &abi.AdapterRequest{
-		Step:      step,
-		Claim:     claimView(c),
-		Volume:    p.volumeView(),
-		Node:      p.nodeView(c.NodeID, true),
-		Plugin:    p.pluginView(c.NodeID),
-		NowUnixMs: p.now.UnixMilli(),
-	}
-}
-
-// adapt asks the adapter for a step's request fields.
+// adapt asks the adapter for a step's request fields (attach.Subject.Adapt:
+// the claim path's bounds too).
 func (p *pass) adapt(ctx context.Context, c *structs.Claim, step string) (*abi.AdapterResponse, *structs.ClaimError) {
-	resp, err := p.adapter.AdaptRequest(ctx, p.adapterRequest(step, c))
-	if err == nil && resp == nil {
-		err = errors.New("adapter returned no response")
-	}
-	if err == nil && resp.Error != "" {
-		err = &guestError{msg: resp.Error}
-	}
-	if err == nil && resp.VolumeID == "" {
-		err = &badOutput{msg: "empty volume ID"}
-	}
-	if err != nil {
-		return nil, moduleError(p.adapter, StepAdapter, err)
-	}
-	if err := CheckAdapterIDs(step, p.v, c, p.nodes[c.NodeID], resp); err != nil {
-		return nil, p.fault(p.adapter, StepAdapter, FaultUnsafe, "%v", err)
-	}
-	return resp, nil
-}
-
-// CheckAdapterIDs bounds an adapter's answer to what the host can verify:
-// the volume ID must be the volume's external ID, and
-// a node ID must be the one the claim's steps go to. A module that names
-// another disk or another instance would otherwise detach it from under
-// someone else.
-//
-// At release that is the ID recorded on the claim when it was published,
-// and only that one (structs.Claim.ReleaseNodeID): the node's current ID
-// may name another machine (a replaced instance, an agent that reported
-// another node's ID), whose ControllerUnpublish would detach a disk under
-// its workload or answer OK for an attachment it never had. A claim that
-// recorded none (published before the field existed, or while its node
-// had no node endpoint) is held to the node's current one. At publish,
-// the node's current ID; when the host knows none, the adapter's is the
-// only one there is (it is recorded on the claim and every later step is
-// held to it). node may be nil (gone).
-func CheckAdapterIDs(step string, v *structs.Volume, c *structs.Claim, node *structs.Node, resp *abi.AdapterResponse) error {
-	if resp.VolumeID != v.ExternalID {
-		return fmt.Errorf("answered volume ID %q for %s of volume %s/%s, whose external ID is %q",
-			resp.VolumeID, step, v.Namespace, v.ID, v.ExternalID)
-	}
-	if step != StepControllerPublish && step != StepControllerUnpublish {
-		return nil // node steps send no node ID
-	}
-	var current string
-	if node != nil {
-		if np := node.Plugins[v.PluginID]; np != nil {
-			current = np.ExternalNodeID
-		}
-	}
-	known := current
-	if step != StepControllerPublish {
-		known = c.ReleaseNodeID(current)
-	}
-	switch {
-	case resp.NodeID == "":
-		return nil // refused later, with the host's own message
-	case known == "" && step == StepControllerPublish:
-		return nil
-	case resp.NodeID == known:
-		return nil
-	case known == "":
-		return fmt.Errorf("answered node ID %q for %s of node %q, for which the host knows no external node ID to check it against",
-			resp.NodeID, step, c.NodeID)
-	case step != StepControllerPublish && c.ExternalNodeID != "":
-		return fmt.Errorf("answered node ID %q for %s of node %q, whose external node ID is %q (recorded on the claim at publish)",
-			resp.NodeID, step, c.NodeID, known)
-	}
-	return fmt.Errorf("answered node ID %q for %s of node %q, whose external node ID is %q",
-		resp.NodeID, step, c.NodeID, known)
+	return p.subject(c).Adapt(ctx, p.adapter, step)
 }
 
 // failAdapt records an adapter fault, unless the context ended (step-down).
@@ -1151,92 +1039,11 @@ func (p *pass) precondition(step, format string, args ...any) *structs.ClaimErro
 	return &structs.ClaimError{Kind: structs.ErrorPrecondition, Step: step, Message: fmt.Sprintf(format, args...)}
 }
 
-// fault is a module fault the host found by validating an answer.
-func (p *pass) fault(mod any, step, kind, format string, args ...any) *structs.ClaimError {
-	e := &structs.ClaimError{Kind: structs.ErrorModule, Step: step, Fault: kind, Message: fmt.Sprintf(format, args...)}
-	if n, ok := mod.(Named); ok {
-		e.Module, e.ModuleVersion = n.ModuleName(), n.ModuleVersion()
-	}
-	return e
-}
-
-// moduleError describes a failed module call, naming the module, version
-// and fault kind from a ModuleFault when the error carries one.
-func moduleError(mod any, step string, err error) *structs.ClaimError {
-	e := &structs.ClaimError{Kind: structs.ErrorModule, Step: step, Fault: FaultError, Message: err.Error()}
-	if n, ok := mod.(Named); ok {
-		e.Module, e.ModuleVersion = n.ModuleName(), n.ModuleVersion()
-	}
-	var bo *badOutput
-	var ge *guestError
-	var mf ModuleFault
-	switch {
-	case errors.As(err, &mf):
-		e.Module, e.ModuleVersion, e.Fault = mf.ModuleName(), mf.ModuleVersion(), mf.FaultKind()
-	case errors.As(err, &bo), errors.As(err, &ge):
-		e.Fault = FaultBadOutput
-	}
-	return e
-}
-
-// guestError is a response whose Error field is set: the module says it
-// could not decide.
-type guestError struct{ msg string }
-
-func (e *guestError) Error() string { return "module error: " + e.msg }
-
-// badOutput is an answer the host cannot use.
-type badOutput struct{ msg string }
-
-func (e *badOutput) Error() string { return "bad output: " + e.msg }
-
-// Views: the small purpose-built parts of objects a module sees (abi).
-
-func (p *pass) volumeView() abi.VolumeView {
-	return abi.VolumeView{
-		Namespace:      p.v.Namespace,
-		ID:             p.v.ID,
-		PluginID:       p.v.PluginID,
-		AccessMode:     string(p.v.AccessMode),
-		AttachmentMode: string(p.v.AttachmentMode),
-		ExternalID:     p.v.ExternalID,
-		Context:        p.v.Context,
-	}
-}
-
-func claimView(c *structs.Claim) abi.ClaimView {
-	cv := abi.ClaimView{
-		AllocID:        c.AllocID,
-		NodeID:         c.NodeID,
-		Mode:           string(c.Mode),
-		State:          viewState(c.State),
-		Attempts:       uint32(c.Attempts),
-		ExternalNodeID: c.ExternalNodeID,
-		AccessMode:     string(c.AccessMode),
-		AttachmentMode: string(c.AttachmentMode),
-	}
-	if c.LastError != nil {
-		cv.LastErrorCode = c.LastError.Code
-		cv.LastErrorKind = string(c.LastError.Kind)
-	}
-	return cv
-}
-
-// viewState is the claim state a module sees. A publishing claim is shown
-// as taken: the ABI's states are the release's (abi.ClaimView), and for a
-// policy both are a claim in use whose node steps are all still to do.
-func viewState(s structs.ClaimState) string {
-	if s == structs.ClaimPublishing {
-		return string(structs.ClaimTaken)
-	}
-	return string(s)
-}
-
 func (p *pass) allocStatus(id string) string {
 	if a := p.allocs[id]; a != nil {
 		return string(a.ClientStatus)
 	}
-	return StatusGone
+	return attach.StatusGone
 }
 
 // allocView: TerminalAgeMs counts from the allocation's last modification,
@@ -1253,51 +1060,17 @@ func (p *pass) allocView(id string) abi.AllocView {
 	return av
 }
 
-// nodeView describes a claim's node; Meta only for adapter requests.
-func (p *pass) nodeView(id string, withMeta bool) abi.NodeView {
-	nv := abi.NodeView{ID: id, Status: StatusGone}
-	n := p.nodes[id]
-	if n == nil {
-		return nv
-	}
-	nv.Status = string(n.Status)
-	if !n.LastSeen.IsZero() {
-		nv.LastSeenAgeMs = max(p.now.Sub(n.LastSeen).Milliseconds(), 0)
-	}
-	if withMeta {
-		nv.Meta = n.Meta
-	}
-	if np := n.Plugins[p.v.PluginID]; np != nil {
-		nv.ExternalID = np.ExternalNodeID
-	}
-	return nv
-}
-
-func (p *pass) pluginView(nodeID string) abi.PluginView {
-	pv := abi.PluginView{ID: p.v.PluginID}
-	if p.plugin != nil {
-		pv.Provider = p.plugin.Provider
-		pv.PublishUnpublish = p.plugin.Capabilities.PublishUnpublish
-	}
-	if n := p.nodes[nodeID]; n != nil {
-		if np := n.Plugins[p.v.PluginID]; np != nil {
-			pv.StageUnstage = np.StageUnstage
-		}
-	}
-	return pv
-}
-
 // policyRequest shows the policy every claim of the volume (sorted, so a
 // decision is a pure function of the volume), their allocations and nodes.
 func (p *pass) policyRequest() *abi.PolicyRequest {
-	req := &abi.PolicyRequest{NowUnixMs: p.now.UnixMilli(), Volume: p.volumeView()}
+	req := &abi.PolicyRequest{NowUnixMs: p.now.UnixMilli(), Volume: attach.VolumeView(p.v)}
 	seenNode := make(map[string]bool)
 	for _, c := range p.sortedClaims() {
-		req.Claims = append(req.Claims, claimView(c))
+		req.Claims = append(req.Claims, attach.ClaimView(c))
 		req.Allocs = append(req.Allocs, p.allocView(c.AllocID))
 		if !seenNode[c.NodeID] {
 			seenNode[c.NodeID] = true
-			req.Nodes = append(req.Nodes, p.nodeView(c.NodeID, false))
+			req.Nodes = append(req.Nodes, attach.NodeView(p.v.PluginID, c.NodeID, p.nodes[c.NodeID], p.now, false))
 		}
 	}
 	return req

@@ -16,6 +16,7 @@ import (
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/internal/testutil"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // TestReleaseStateMachine drives one claim from every starting state through
@@ -410,7 +411,7 @@ func (p *scriptPolicy) ModuleVersion() string { return "0.1.0" }
 
 type testModules struct {
 	policy  Policy
-	adapter Adapter
+	adapter attach.Adapter
 }
 
 func (m testModules) PolicyFor(*structs.Volume) Policy {
@@ -420,7 +421,7 @@ func (m testModules) PolicyFor(*structs.Volume) Policy {
 	return m.policy
 }
 
-func (m testModules) AdapterFor(*structs.Volume) Adapter {
+func (m testModules) AdapterFor(*structs.Volume) attach.Adapter {
 	if m.adapter == nil {
 		return SpecAdapter{}
 	}
@@ -456,20 +457,20 @@ func TestPolicyValidation(t *testing.T) {
 		want   want
 	}{
 		{"release-running", &scriptPolicy{decisions: releaseAll},
-			want{released: []string{"done"}, faults: map[string]string{"live": FaultUnsafe}, module: "test-policy"}},
+			want{released: []string{"done"}, faults: map[string]string{"live": attach.FaultUnsafe}, module: "test-policy"}},
 		{"unknown-alloc", &scriptPolicy{decisions: func(req *abi.PolicyRequest) []abi.Decision {
 			return append(releaseAll(req), abi.Decision{AllocID: "stranger", Action: abi.ActionRelease})
-		}}, want{faults: map[string]string{"done": FaultBadOutput}, module: "test-policy"}},
+		}}, want{faults: map[string]string{"done": attach.FaultBadOutput}, module: "test-policy"}},
 		{"duplicate", &scriptPolicy{decisions: func(*abi.PolicyRequest) []abi.Decision {
 			return []abi.Decision{{AllocID: "done", Action: abi.ActionRelease}, {AllocID: "done", Action: abi.ActionRelease}}
-		}}, want{faults: map[string]string{"done": FaultBadOutput}, module: "test-policy"}},
+		}}, want{faults: map[string]string{"done": attach.FaultBadOutput}, module: "test-policy"}},
 		{"unknown-action", &scriptPolicy{decisions: func(*abi.PolicyRequest) []abi.Decision {
 			return []abi.Decision{{AllocID: "done", Action: 42}}
-		}}, want{faults: map[string]string{"done": FaultBadOutput}, module: "test-policy"}},
+		}}, want{faults: map[string]string{"done": attach.FaultBadOutput}, module: "test-policy"}},
 		{"module-fault", &scriptPolicy{err: fakeFault{}},
 			want{faults: map[string]string{"done": "trap"}, module: "trap-policy"}},
 		{"plain-error", &scriptPolicy{err: errors.New("confused")},
-			want{faults: map[string]string{"done": FaultError}, module: "test-policy"}},
+			want{faults: map[string]string{"done": attach.FaultError}, module: "test-policy"}},
 		{"no-decision", &scriptPolicy{decisions: func(*abi.PolicyRequest) []abi.Decision { return nil }},
 			want{}},
 	} {
@@ -603,7 +604,7 @@ func TestAdapterOutcomes(t *testing.T) {
 	if c == nil || c.State != structs.ClaimNodeDetached {
 		t.Fatalf("claim %+v, want it kept at node-detached (a failed detach classified done)", c)
 	}
-	if e := c.LastError; e == nil || e.Fault != FaultUnsafe || e.CodeName != "NotFound" {
+	if e := c.LastError; e == nil || e.Fault != attach.FaultUnsafe || e.CodeName != "NotFound" {
 		t.Fatalf("last error %+v, want an unsafe fault keeping the driver's NotFound", e)
 	}
 	if n := len(f.csi.callList()); n != 2 {
@@ -641,10 +642,10 @@ func TestPolicyRequestView(t *testing.T) {
 	if req == nil || req.NowUnixMs != t0.Add(90*time.Second).UnixMilli() || req.Volume.ExternalID != "vol-v1" {
 		t.Fatalf("request = %+v", req)
 	}
-	if len(req.Claims) != 2 || req.Claims[0].AllocID != "a1" || req.Allocs[0].ClientStatus != StatusGone || req.Allocs[1].ClientStatus != "running" {
+	if len(req.Claims) != 2 || req.Claims[0].AllocID != "a1" || req.Allocs[0].ClientStatus != attach.StatusGone || req.Allocs[1].ClientStatus != "running" {
 		t.Fatalf("claims/allocs = %+v / %+v", req.Claims, req.Allocs)
 	}
-	if len(req.Nodes) != 2 || req.Nodes[0].Status != StatusGone || req.Nodes[1].Status != "ready" ||
+	if len(req.Nodes) != 2 || req.Nodes[0].Status != attach.StatusGone || req.Nodes[1].Status != "ready" ||
 		req.Nodes[1].LastSeenAgeMs != 90_000 || req.Nodes[1].ExternalID != "ext-n2" || req.Nodes[1].Meta != nil {
 		t.Fatalf("nodes = %+v", req.Nodes)
 	}

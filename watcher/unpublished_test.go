@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // NodeUnpublish's success is committed before NodeUnstage runs,
@@ -127,7 +128,7 @@ func TestNodeUnpublishedOnlyBeforeUnstage(t *testing.T) {
 	}
 }
 
-// keyedAgent is a node agent's NodeCSI as the watcher sees it: it records
+// keyedAgent is a node agent's attach.NodeSteps as the watcher sees it: it records
 // the idempotency key each call carries and the keys acknowledged, with
 // the number of checkpoints committed when each ack came.
 type keyedAgent struct {
@@ -153,7 +154,7 @@ func (a *keyedAgent) NodeUnstageVolume(ctx context.Context, ep string, req *csip
 func (a *keyedAgent) record(ctx context.Context) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.keys = append(a.keys, StepKey(ctx))
+	a.keys = append(a.keys, attach.StepKey(ctx))
 }
 
 func (a *keyedAgent) AckStep(key string) {
@@ -203,7 +204,7 @@ func TestReleaseStepKeys(t *testing.T) {
 // The claim path's steps carry no key: a publish undone and retried must
 // really run again.
 func TestStepKeyAbsentOutsideRelease(t *testing.T) {
-	if k := StepKey(context.Background()); k != "" {
+	if k := attach.StepKey(context.Background()); k != "" {
 		t.Fatalf("key = %q", k)
 	}
 }

@@ -56,5 +56,5 @@ func ViewOf(st StateReader, ref structs.VolumeRef, step, allocID string, now tim
 		}
 		return nil, structs.NotFound("claim", allocID)
 	}
-	return &ModuleViews{Adapter: p.adapterRequest(step, c)}, nil
+	return &ModuleViews{Adapter: p.subject(c).Request(step)}, nil
 }

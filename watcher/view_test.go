@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // TestViewOfIsThePassView: the recorded policy view is the request a
@@ -40,7 +41,7 @@ func TestViewOfIsThePassView(t *testing.T) {
 	v, _ := f.store.Volume("default", "v1")
 	n, _ := f.store.Node(testNode)
 	p, _ := f.store.Plugin(testPlugin)
-	if want := AdapterRequest(StepControllerUnpublish, v, v.Claims["a1"], n, p, f.clock.Now()); !reflect.DeepEqual(av.Adapter, want) {
+	if want := (attach.Subject{Volume: v, Claim: v.Claims["a1"], Node: n, Plugin: p, Now: f.clock.Now()}).Request(StepControllerUnpublish); !reflect.DeepEqual(av.Adapter, want) {
 		t.Fatalf("adapter view\n%+v\nwant\n%+v", av.Adapter, want)
 	}
 }

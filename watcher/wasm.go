@@ -8,6 +8,7 @@ import (
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // ModuleRuntime is the part of the Wasm module runtime (*plugins.Manager)
@@ -61,7 +62,7 @@ func (m *wasmModules) PolicyFor(v *structs.Volume) Policy {
 }
 
 // AdapterFor implements Modules.
-func (m *wasmModules) AdapterFor(v *structs.Volume) Adapter {
+func (m *wasmModules) AdapterFor(v *structs.Volume) attach.Adapter {
 	if name, ok := m.rt.Match(abi.KindCSIAdapter, target(v)); ok {
 		return &wasmModule{m: m, name: name, kind: abi.KindCSIAdapter}
 	}
@@ -69,7 +70,7 @@ func (m *wasmModules) AdapterFor(v *structs.Volume) Adapter {
 }
 
 // wasmModule is one module, called by name. It implements Policy or
-// Adapter (by kind) and Named, so faults the host finds in its answers
+// attach.Adapter (by kind) and attach.Named, so faults the host finds in its answers
 // (an unsafe release, a stranger's claim) name the module and version.
 type wasmModule struct {
 	m    *wasmModules
@@ -78,15 +79,15 @@ type wasmModule struct {
 }
 
 var (
-	_ Policy  = (*wasmModule)(nil)
-	_ Adapter = (*wasmModule)(nil)
-	_ Named   = (*wasmModule)(nil)
+	_ Policy         = (*wasmModule)(nil)
+	_ attach.Adapter = (*wasmModule)(nil)
+	_ attach.Named   = (*wasmModule)(nil)
 )
 
-// ModuleName implements Named.
+// ModuleName implements attach.Named.
 func (w *wasmModule) ModuleName() string { return w.name }
 
-// ModuleVersion implements Named: the serving generation's version.
+// ModuleVersion implements attach.Named: the serving generation's version.
 func (w *wasmModule) ModuleVersion() string {
 	if st, ok := w.m.rt.StatusOf(w.name); ok {
 		return st.Version
@@ -103,7 +104,7 @@ func (w *wasmModule) observe(start time.Time, errp *error) {
 	fault := ""
 	if err := *errp; err != nil {
 		fault = "error"
-		var mf ModuleFault
+		var mf attach.ModuleFault
 		if errors.As(err, &mf) {
 			fault = mf.FaultKind()
 		}
@@ -121,11 +122,11 @@ func (w *wasmModule) strategy() string { return w.m.rt.OnFailure(w.name) }
 // default policy or spec adapter, "last_known_good" the module's previous
 // generation; "wait" (and a caller that gave up) keeps the fault, so the
 // claim waits, visibly. Whichever answers, the watcher checks the answer as
-// it checks any module's (decide, CheckAdapterIDs, classify): a strategy
+// it checks any module's (decide, attach.CheckIDs, classify): a strategy
 // changes who is asked, never what the host allows. It also returns the
 // generation that faulted.
 func fallback(ctx context.Context, strategy string, err error) (string, uint64) {
-	var mf ModuleFault
+	var mf attach.ModuleFault
 	if err == nil || ctx.Err() != nil || !errors.As(err, &mf) {
 		return plugins.OnFailureWait, 0
 	}

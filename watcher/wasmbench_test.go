@@ -9,9 +9,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
 
-	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/internal/testutil"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // Wasm vs native: the watcher's release throughput and
@@ -48,10 +48,10 @@ func benchWasmModules(b *testing.B, policy, adapter string) (policyOnly, both Mo
 	both = WasmModules(m, nil)
 	policyOnly = policyOnlyModules{both}
 	v := &structs.Volume{Namespace: "default", ID: "v", PluginID: testPlugin}
-	if n, ok := both.PolicyFor(v).(Named); !ok || n.ModuleName() != policy {
+	if n, ok := both.PolicyFor(v).(attach.Named); !ok || n.ModuleName() != policy {
 		b.Fatalf("policy is not the Wasm module: %T", both.PolicyFor(v))
 	}
-	if n, ok := both.AdapterFor(v).(Named); !ok || n.ModuleName() != adapter {
+	if n, ok := both.AdapterFor(v).(attach.Named); !ok || n.ModuleName() != adapter {
 		b.Fatalf("adapter is not the Wasm module: %T", both.AdapterFor(v))
 	}
 	// Warm: pool-wide concurrent calls of the benchmark's shapes.
@@ -66,8 +66,7 @@ func benchWasmModules(b *testing.B, policy, adapter string) (policyOnly, both Mo
 	for _, c = range p.claims {
 	}
 	preq := p.policyRequest()
-	areq := &abi.AdapterRequest{Step: StepControllerUnpublish, Claim: claimView(c), Volume: p.volumeView(),
-		Node: p.nodeView(c.NodeID, true), Plugin: p.pluginView(c.NodeID), NowUnixMs: p.now.UnixMilli()}
+	areq := p.subject(c).Request(StepControllerUnpublish)
 	ctx := context.Background()
 	err = testutil.FanOut(pool, pool*1500, func(int) error {
 		if _, err := both.PolicyFor(v).DecideRelease(ctx, preq); err != nil {
@@ -91,8 +90,8 @@ func benchWasmModules(b *testing.B, policy, adapter string) (policyOnly, both Mo
 // common deployment (a custom release policy, a spec-conformant driver).
 type policyOnlyModules struct{ wasm Modules }
 
-func (m policyOnlyModules) PolicyFor(v *structs.Volume) Policy { return m.wasm.PolicyFor(v) }
-func (policyOnlyModules) AdapterFor(*structs.Volume) Adapter   { return SpecAdapter{} }
+func (m policyOnlyModules) PolicyFor(v *structs.Volume) Policy      { return m.wasm.PolicyFor(v) }
+func (policyOnlyModules) AdapterFor(*structs.Volume) attach.Adapter { return SpecAdapter{} }
 
 // runReleases releases n claims through a fresh watcher and returns claims/s.
 func runReleases(b *testing.B, mods Modules, n, ctl int, latency time.Duration) float64 {

@@ -28,18 +28,20 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // Deps are the watcher's views of the rest of the host.
 type Deps struct {
-	Feed       VolumeFeed
-	State      StateReader
-	Writer     ClaimWriter
-	Node       NodeCSI
+	Feed   VolumeFeed
+	State  StateReader
+	Writer ClaimWriter
+	// Node runs the node steps of nodes driven in direct mode.
+	Node       attach.NodeRelease
 	Controller ControllerCSI
 	// Agents routes the node steps of nodes that registered through a
 	// node agent; nil: no agent is ever connected.
-	Agents NodeAgents
+	Agents attach.NodeAgents
 	// Modules picks the policy and adapter per volume; nil serves the
 	// native DefaultPolicy and SpecAdapter.
 	Modules Modules
@@ -48,7 +50,7 @@ type Deps struct {
 	Leadership Leadership
 	// Locks is shared with the claim path (host/server); nil gives the
 	// watcher its own.
-	Locks *VolumeLocks
+	Locks *attach.VolumeLocks
 }
 
 // Watcher releases volume claims while enabled (on the leader).
@@ -60,7 +62,7 @@ type Watcher struct {
 	metrics Metrics
 	logger  hclog.Logger
 	ctl     *controllerLimiter
-	locks   *VolumeLocks
+	locks   *attach.VolumeLocks
 	// fenceAsks paces the questions to adapter modules about lost nodes
 	// (confirmfence.go).
 	fenceAsks fenceAsks
@@ -109,7 +111,7 @@ func New(cfg Config, deps Deps, logger hclog.Logger) *Watcher {
 	}
 	locks := deps.Locks
 	if locks == nil {
-		locks = NewVolumeLocks()
+		locks = attach.NewVolumeLocks()
 	}
 	return &Watcher{
 		cfg:     cfg,
@@ -523,14 +525,6 @@ func (w *Watcher) leaderContext(ctx context.Context) (context.Context, context.C
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(lctx, cancel)
 	return ctx, func() { stop(); cancel(); w.wg.Done() }, nil
-}
-
-// confirm checks, before a CSI call, that this server still leads term.
-func (w *Watcher) confirm(ctx context.Context, term uint64) error {
-	if w.deps.Leadership == nil {
-		return nil
-	}
-	return w.deps.Leadership.ConfirmLeader(ctx, term)
 }
 
 // clampRetry turns a module's retry_after_ms into a duration within [0,

@@ -26,6 +26,7 @@ import (
 	"github.com/volhost/volhost/host/tlsutil"
 	"github.com/volhost/volhost/plugins"
 	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // Agent is one running volhost server.
@@ -160,22 +161,22 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	// One set of volume locks for the claim path and the watcher's
 	// per-node release steps (a release pass must not race a new claim on
 	// the same node).
-	locks := watcher.NewVolumeLocks()
+	locks := attach.NewVolumeLocks()
 	if err := a.setupNodeRPC(); err != nil {
 		a.CSI.Close()
 		return nil, errors.Join(err, a.closeModules(context.Background()), a.Cluster.Shutdown(), a.lock.release())
 	}
-	var watcherAgents watcher.NodeAgents
-	var serverAgents server.NodeAgents
+	// One route to the node agents for both directions.
+	var agents attach.NodeAgents
 	if a.NodeRPC != nil {
-		watcherAgents, serverAgents = a.NodeRPC, claimAgents{a.NodeRPC}
+		agents = a.NodeRPC
 	}
 	// Direct mode (a node registered with endpoints and no agent): this
 	// server runs the node steps itself, with the directory work the CSI
 	// spec leaves to the CO, through the same code a node agent uses.
 	direct := &nodestep.Executor{CSI: a.CSI}
 	a.Server = server.New(server.Config{
-		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Node: direct, Agents: serverAgents, Modules: loadingModules{modules, a.modulesReady}, Clock: a.clock, Logger: a.logger, Locks: locks,
+		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Node: direct, Agents: agents, Modules: loadingModules{modules, a.modulesReady}, Clock: a.clock, Logger: a.logger, Locks: locks,
 	})
 	a.Watcher = watcher.New(watcher.Config{
 		MaxConcurrency:        cfg.Watcher.MaxConcurrency,
@@ -201,7 +202,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		State:      a.Store.Reader(),
 		Writer:     a.Cluster.ClaimWriter(),
 		Node:       direct,
-		Agents:     watcherAgents,
+		Agents:     agents,
 		Controller: a.CSI,
 		Modules:    modules,
 		Leadership: a.Cluster,

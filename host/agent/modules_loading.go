@@ -8,7 +8,7 @@ import (
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
-	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // The module directory's first load runs after the API listens: compiling
@@ -61,24 +61,18 @@ func (a *Agent) loadFirstModules(ctx context.Context) {
 // claim in the first seconds would publish with the CSI spec's default
 // request where the volume's adapter module maps it otherwise.
 type loadingModules struct {
-	watcher.Modules
+	attach.Adapters
 	ready <-chan struct{}
 }
 
-// AdapterFor implements watcher.Modules.
-func (m loadingModules) AdapterFor(v *structs.Volume) watcher.Adapter {
+// AdapterFor implements attach.Adapters.
+func (m loadingModules) AdapterFor(v *structs.Volume) attach.Adapter {
 	select {
 	case <-m.ready:
-		return m.Modules.AdapterFor(v)
+		return m.Adapters.AdapterFor(v)
 	default:
 		return awaitAdapter{m: m, v: v}
 	}
-}
-
-// PolicyFor implements watcher.Modules. The claim path asks no policy,
-// and the watcher, the only one that does, starts after the load.
-func (m loadingModules) PolicyFor(v *structs.Volume) watcher.Policy {
-	return m.Modules.PolicyFor(v)
 }
 
 // awaitAdapter is the adapter of a volume asked for during the first load.
@@ -92,12 +86,12 @@ type awaitAdapter struct {
 // answer (a 504 saying to try again) rather than a dropped connection.
 const claimModuleWait = 10 * time.Second
 
-func (a awaitAdapter) wait(ctx context.Context) (watcher.Adapter, error) {
+func (a awaitAdapter) wait(ctx context.Context) (attach.Adapter, error) {
 	ctx, cancel := context.WithTimeout(ctx, claimModuleWait)
 	defer cancel()
 	select {
 	case <-a.m.ready:
-		return a.m.Modules.AdapterFor(a.v), nil
+		return a.m.Adapters.AdapterFor(a.v), nil
 	case <-ctx.Done():
 		return nil, fmt.Errorf("the agent's modules are still loading (volhost module list shows them); try again: %w", ctx.Err())
 	}

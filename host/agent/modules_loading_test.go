@@ -149,9 +149,9 @@ func TestAgentListensWhileModulesLoad(t *testing.T) {
 // serves the volume.
 func TestClaimAdapterWaitsForModules(t *testing.T) {
 	ready := make(chan struct{})
-	m := loadingModules{Modules: watcher.NativeModules(), ready: ready}
+	m := loadingModules{Adapters: watcher.NativeModules(), ready: ready}
 	v := &structs.Volume{ID: "v1", ExternalID: "disk-v1", PluginID: "csi"}
-	req := &abi.AdapterRequest{Step: watcher.StepControllerPublish, Volume: abi.VolumeView{ID: "v1", ExternalID: "disk-v1"}, Node: abi.NodeView{ID: "node1", ExternalID: "ext-node1"}}
+	req := &abi.AdapterRequest{Step: abi.StepControllerPublish, Volume: abi.VolumeView{ID: "v1", ExternalID: "disk-v1"}, Node: abi.NodeView{ID: "node1", ExternalID: "ext-node1"}}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 	defer cancel()
 	_, err := m.AdapterFor(v).AdaptRequest(ctx, req)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/volhost/volhost/host/client"
 	"github.com/volhost/volhost/host/nodeconn"
-	"github.com/volhost/volhost/host/server"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/tlsutil"
 )
@@ -118,14 +117,6 @@ type clusterLeader struct{ a *Agent }
 
 func (c clusterLeader) IsLeader() bool           { return c.a.Cluster.ReadyTerm() != 0 }
 func (c clusterLeader) Leader() (string, string) { return c.a.Cluster.Leader() }
-
-// claimAgents adapts the node connection to the claim path's NodeAgents.
-type claimAgents struct{ s *nodeconn.Server }
-
-func (c claimAgents) NodeSteps(nodeID string) (server.NodeSteps, bool) {
-	a := c.s.Agent(nodeID)
-	return a, a != nil
-}
 
 // setupNodeRPC builds the node connection and the heartbeat tracker when
 // node_rpc.address is set.

@@ -21,7 +21,7 @@ import (
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/nodeconn"
 	"github.com/volhost/volhost/host/structs"
-	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // registrar records the nodes agents register.
@@ -312,7 +312,7 @@ func TestKeyedStepsThroughTheConnection(t *testing.T) {
 	a := r.srv.Agent("n1")
 	_, target := csi.Paths(r.root, "gce-pd", "default", "vol1", "alloc1")
 	key := "default/vol1/alloc1/7/node-unpublish"
-	kctx := watcher.WithStepKey(ctx, key)
+	kctx := attach.WithStepKey(ctx, key)
 	req := &csipb.NodeUnpublishVolumeRequest{VolumeId: "d1", TargetPath: target}
 	for range 2 {
 		if err := a.NodeUnpublishVolume(kctx, r.plugin.Endpoint(), req); err != nil {

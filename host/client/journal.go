@@ -22,7 +22,7 @@ import (
 //
 // An agent can die after the driver answered a step and before the answer
 // reached the leader; the leader then retries the step, with the same key
-// (watcher.StepKey), once the agent is back. The journal is written after
+// (attach.StepKey), once the agent is back. The journal is written after
 // the driver answers and before the reply is sent, and fsynced, so the
 // retry is answered from it instead of calling the driver twice. An entry
 // that says "started" with no answer means the driver call may or may not

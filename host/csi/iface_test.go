@@ -3,11 +3,13 @@ package csi_test
 import (
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
-// The watcher drives releases through these interfaces; the agent hands it
-// a *csi.Client for both.
+// The claim path and the watcher drive node and controller steps through
+// these interfaces; the agent hands them a *csi.Client (under
+// host/nodestep for the node steps).
 var (
-	_ watcher.NodeCSI       = (*csi.Client)(nil)
+	_ attach.NodeSteps      = (*csi.Client)(nil)
 	_ watcher.ControllerCSI = (*csi.Client)(nil)
 )

@@ -19,7 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/volhost/volhost/host/structs"
-	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // Registrar records a node as its agent reported it (host/server).
@@ -129,10 +129,13 @@ func (s *Server) Serve() error {
 // Stop closes every agent's stream and the listener.
 func (s *Server) Stop() { s.grpc.Stop() }
 
-// NodeAgent implements watcher.NodeAgents.
-func (s *Server) NodeAgent(nodeID string) (watcher.NodeCSI, bool) {
-	a := s.Agent(nodeID)
-	return a, a != nil
+// NodeAgent implements attach.NodeAgents, for the claim path and the
+// watcher alike.
+func (s *Server) NodeAgent(nodeID string) (attach.NodeSteps, bool) {
+	if a := s.Agent(nodeID); a != nil {
+		return a, true
+	}
+	return nil, false
 }
 
 // Connected lists the nodes whose agents are connected here.
@@ -330,7 +333,8 @@ func tokenOf(ctx context.Context) string {
 
 // Agent is one connected node agent: the node steps sent to it run on its
 // node, against the plugin sockets it registered. It implements the
-// watcher's NodeCSI and the claim path's node steps.
+// node-step interface (attach.NodeSteps) the claim path and the watcher
+// share.
 type Agent struct {
 	nodeID string
 	stream grpc.ServerStream
@@ -386,8 +390,10 @@ func (a *Agent) replace() {
 	a.replaced = true
 	a.mu.Unlock()
 	a.close()
+	// Taking the send lock waits for the send in progress; it guards
+	// nothing after that.
 	a.sendMu.Lock()
-	a.sendMu.Unlock() //nolint:staticcheck // SA2001: waits for the send in progress, guards nothing
+	defer a.sendMu.Unlock()
 }
 
 // revoke closes the agent because its token no longer holds: steps in
@@ -470,7 +476,7 @@ func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Mes
 		delete(a.pending, id)
 		a.mu.Unlock()
 	}
-	sr := &StepRequest{ID: id, Method: method, Endpoint: endpoint, Request: body, Key: watcher.StepKey(ctx)}
+	sr := &StepRequest{ID: id, Method: method, Endpoint: endpoint, Request: body, Key: attach.StepKey(ctx)}
 	if dl, ok := ctx.Deadline(); ok {
 		sr.DeadlineUnixNano = dl.UnixNano()
 	}
@@ -497,7 +503,7 @@ func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Mes
 	}
 }
 
-// AckStep implements watcher.StepAcker: it tells the agent that the
+// AckStep implements attach.StepAcker: it tells the agent that the
 // keyed step's outcome is committed. Best effort: an ack lost with the
 // stream leaves the entry to the journal's TTL.
 func (a *Agent) AckStep(key string) {

@@ -94,7 +94,7 @@ type NotLeader struct {
 // encoded; DeadlineUnixNano is the leader's deadline (0: none).
 //
 // Key, when set, is the idempotency key of the release step it runs
-// (watcher.StepKey: volume, allocation, the claim's create index and the
+// (attach.StepKey: volume, allocation, the claim's create index and the
 // step): the same for every retry of that step, by this leader or the
 // next. The agent journals a keyed step's success before answering and
 // answers a retry with the same key from its journal instead of calling

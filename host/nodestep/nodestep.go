@@ -24,21 +24,17 @@ import (
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/volhost/volhost/watcher/attach"
 )
 
-// CSI is a CSI node service reached at an endpoint (*csi.Client).
-type CSI interface {
-	NodeStageVolume(ctx context.Context, endpoint string, req *csipb.NodeStageVolumeRequest) error
-	NodePublishVolume(ctx context.Context, endpoint string, req *csipb.NodePublishVolumeRequest) error
-	NodeUnpublishVolume(ctx context.Context, endpoint string, req *csipb.NodeUnpublishVolumeRequest) error
-	NodeUnstageVolume(ctx context.Context, endpoint string, req *csipb.NodeUnstageVolumeRequest) error
-}
-
-// Executor wraps a CSI node service with the directory work. It holds no
-// state: what it created is found again from the paths (host/csi.Paths
-// lays them out), so a restarted agent cleans up after its predecessor.
+// Executor wraps a CSI node service with the directory work, and is one
+// itself (attach.NodeSteps). It holds no state: what it created is found
+// again from the paths (host/csi.Paths lays them out), so a restarted
+// agent cleans up after its predecessor.
 type Executor struct {
-	CSI CSI
+	// CSI is the plugin's node service (*csi.Client).
+	CSI attach.NodeSteps
 	// Root, when set, confines every path to this directory (the node
 	// agent's root_dir), in the host/csi.Paths layout below it: a path
 	// elsewhere is refused before any call, so a confused or hostile
@@ -47,6 +43,8 @@ type Executor struct {
 	// lives under Root too).
 	Root string
 }
+
+var _ attach.NodeSteps = (*Executor)(nil)
 
 // dirMode: the staging and per-allocation directories hold mounts of
 // other users' volumes; only root (the plugin) writes there.

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/structs"
-	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // ClaimVolume publishes a volume for an allocation and records the claim.
@@ -217,7 +216,7 @@ type publisher struct {
 
 	// Set by prepare, before the claim is written ahead.
 	np         *structs.NodePlugin // the node's plugin, nil or without endpoint: no node steps
-	nodeCSI    NodeSteps
+	nodeCSI    attach.NodeSteps
 	adapted    *abi.AdapterResponse
 	secrets    map[string]string
 	capability *csipb.VolumeCapability
@@ -251,10 +250,7 @@ func (p *publisher) attachRecorded(index uint64) (bool, error) {
 // call runs one CSI call of the claim path once leadership of its term is
 // confirmed (the failover fence: a deposed or paused leader sends nothing).
 func (p *publisher) call(ctx context.Context, f func(context.Context) error) error {
-	if err := p.s.log.ConfirmLeader(ctx, p.term); err != nil {
-		return fmt.Errorf("not sent: %w", err)
-	}
-	return f(ctx)
+	return attach.Call(ctx, p.s.log, p.term, 0, f)
 }
 
 // prepare decides everything the claim's calls will name, before any is
@@ -276,15 +272,17 @@ func (p *publisher) prepare(ctx context.Context) error {
 		}
 		p.np, p.nodeCSI = np, node
 	}
-	adapted, err := p.adapt(ctx)
+	adapter := p.s.modules.AdapterFor(p.vol)
+	adapted, err := p.adapt(ctx, adapter)
 	if err != nil {
 		return err
 	}
 	p.adapted = adapted
 	p.claim.ExternalNodeID = adapted.NodeID
-	if p.secrets, err = p.vol.SelectSecrets(adapted.SecretKeys); err != nil {
-		// The release's rule too: a fault, not a call without the secret.
-		return fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, err)
+	var fe *structs.ClaimError
+	if p.secrets, fe = attach.Secrets(adapter, p.vol, adapted.SecretKeys); fe != nil {
+		// The release's fault too (attach.Secrets): no call without the secret.
+		return fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, fe)
 	}
 	if p.plugin.Capabilities.PublishUnpublish && adapted.NodeID == "" {
 		// GCE PD and others reject an empty node ID; never send one (node_id is optional in the CSI spec, not in drivers).
@@ -443,16 +441,15 @@ func (p *publisher) checkMachine(ctx context.Context, np *structs.NodePlugin) er
 // nodeSteps is where the claim's node steps go: the node's agent when it
 // registered through one (its endpoints are node-local: never dialled
 // from here), else this server in direct mode.
-func (p *publisher) nodeSteps() (NodeSteps, error) {
-	if !p.node.Agent {
+func (p *publisher) nodeSteps() (attach.NodeSteps, error) {
+	a, viaAgent := attach.AgentOf(p.s.agents, p.node)
+	switch {
+	case !viaAgent:
 		return p.s.node, nil
+	case a == nil:
+		return nil, structs.Conflict("the node agent of node %q is not connected to this server: the claim cannot be published there now", p.node.ID)
 	}
-	if p.s.agents != nil {
-		if a, ok := p.s.agents.NodeSteps(p.node.ID); ok {
-			return a, nil
-		}
-	}
-	return nil, structs.Conflict("the node agent of node %q is not connected to this server: the claim cannot be published there now", p.node.ID)
+	return a, nil
 }
 
 // rollback undoes the publish steps that ran or may have run, newest
@@ -501,18 +498,17 @@ func (p *publisher) remove(ctx context.Context, index uint64) {
 // removeTimeout bounds the write that drops a rolled-back claim's record.
 const removeTimeout = 10 * time.Second
 
-func (p *publisher) adapt(ctx context.Context) (*abi.AdapterResponse, error) {
-	adapter := p.s.modules.AdapterFor(p.vol)
-	req := watcher.AdapterRequest(watcher.StepControllerPublish, p.vol, p.claim, p.node, p.plugin, p.s.clock.Now())
-	resp, err := adapter.AdaptRequest(ctx, req)
-	if err == nil && (resp == nil || resp.VolumeID == "") {
-		err = errors.New("adapter answered no volume ID")
+// adapt asks the volume's adapter for the publish's request fields, bounded
+// as at release (attach.Subject.Adapt): a fault refuses the claim with the
+// ClaimError a release would record.
+func (p *publisher) adapt(ctx context.Context, adapter attach.Adapter) (*abi.AdapterResponse, error) {
+	s := attach.Subject{Volume: p.vol, Claim: p.claim, Node: p.node, Plugin: p.plugin, Now: p.s.clock.Now()}
+	resp, fe := s.Adapt(ctx, adapter, abi.StepControllerPublish)
+	if fe == nil {
+		return resp, nil
 	}
-	if err == nil {
-		err = watcher.CheckAdapterIDs(watcher.StepControllerPublish, p.vol, p.claim, p.node, resp)
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, err) // the caller gave up, not the module's fault
 	}
-	if err != nil {
-		return nil, fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, err)
-	}
-	return resp, nil
+	return nil, fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, fe)
 }

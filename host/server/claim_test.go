@@ -16,6 +16,7 @@ import (
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // A claim whose NodePublish fails rolls back only what it
@@ -170,7 +171,7 @@ func TestHostileModuleAnswersAreFaults(t *testing.T) {
 	cases := []struct {
 		name    string
 		policy  watcher.Policy
-		adapter watcher.Adapter
+		adapter attach.Adapter
 		script  func(h *harness)
 		// no call of these methods may happen
 		forbidden []string
@@ -217,7 +218,7 @@ func TestHostileModuleAnswersAreFaults(t *testing.T) {
 			if c == nil {
 				t.Fatal("the claim was released on a hostile answer")
 			}
-			if c.State != tc.state || c.LastError == nil || c.LastError.Fault != watcher.FaultUnsafe ||
+			if c.State != tc.state || c.LastError == nil || c.LastError.Fault != attach.FaultUnsafe ||
 				!strings.Contains(c.LastError.Message, tc.message) {
 				t.Fatalf("claim %s, last error %+v: want %s with an unsafe fault saying %q", c.State, c.LastError, tc.state, tc.message)
 			}

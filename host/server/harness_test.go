@@ -18,6 +18,7 @@ import (
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // harness is the whole claim machinery of one server over real parts: a
@@ -91,7 +92,7 @@ func newHarness(t testing.TB, nodeIDs ...string) *harness {
 		h.nodes[id] = csitest.NewServer(t, csitest.Options{NodeID: "ext-" + id, StageUnstage: true, OnCall: hook(id),
 			Oracle: h.oracle, Machine: machineOf(id)})
 	}
-	locks := watcher.NewVolumeLocks()
+	locks := attach.NewVolumeLocks()
 	h.agents = &agentLinks{client: client, up: map[string]bool{}}
 	h.srv = New(Config{Store: h.store, Log: c, CSI: client, Modules: h.mods, Clock: h.clock, Locks: locks, Agents: h.agents})
 	h.w = watcher.New(watcher.Config{
@@ -141,14 +142,7 @@ func (a *agentLinks) connected(nodeID string) bool {
 	return a.up[nodeID]
 }
 
-func (a *agentLinks) NodeSteps(nodeID string) (NodeSteps, bool) {
-	if !a.connected(nodeID) {
-		return nil, false
-	}
-	return a.client, true
-}
-
-func (a *agentLinks) NodeAgent(nodeID string) (watcher.NodeCSI, bool) {
+func (a *agentLinks) NodeAgent(nodeID string) (attach.NodeSteps, bool) {
 	if !a.connected(nodeID) {
 		return nil, false
 	}
@@ -273,14 +267,14 @@ func (onlyAsked) ReleasableVolumes() ([]structs.VolumeRef, error) { return nil, 
 type switchModules struct {
 	mu       sync.Mutex
 	policies map[string]watcher.Policy
-	adapters map[string]watcher.Adapter
+	adapters map[string]attach.Adapter
 }
 
-func (m *switchModules) set(ns string, p watcher.Policy, a watcher.Adapter) {
+func (m *switchModules) set(ns string, p watcher.Policy, a attach.Adapter) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.policies == nil {
-		m.policies, m.adapters = map[string]watcher.Policy{}, map[string]watcher.Adapter{}
+		m.policies, m.adapters = map[string]watcher.Policy{}, map[string]attach.Adapter{}
 	}
 	m.policies[ns], m.adapters[ns] = p, a
 }
@@ -294,7 +288,7 @@ func (m *switchModules) PolicyFor(v *structs.Volume) watcher.Policy {
 	return watcher.DefaultPolicy{}
 }
 
-func (m *switchModules) AdapterFor(v *structs.Volume) watcher.Adapter {
+func (m *switchModules) AdapterFor(v *structs.Volume) attach.Adapter {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if a := m.adapters[v.Namespace]; a != nil {

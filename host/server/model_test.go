@@ -19,6 +19,7 @@ import (
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // TestClaimModel is the model-based test of the claim and release
@@ -198,7 +199,7 @@ func rootName(r string) string {
 var hostileModules = []string{"honest", "release-everything", "release-skip-node-everything", "wait-forever",
 	"lying-volume", "lying-node", "all-done"}
 
-func moduleFor(name string) (watcher.Policy, watcher.Adapter) {
+func moduleFor(name string) (watcher.Policy, attach.Adapter) {
 	switch name {
 	case "release-everything":
 		return releaseEverything{}, nil

@@ -9,14 +9,13 @@ import (
 	"context"
 	"fmt"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
-	"github.com/volhost/volhost/watcher"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // Log is the replicated log the server writes through (host/cluster). Its
@@ -27,10 +26,11 @@ type Log interface {
 	Apply(ctx context.Context, t structs.MessageType, req any) (uint64, any, error)
 	IsLeader() bool
 	Leader() (addr, id string)
-	// ReadyTerm and ConfirmLeader fence the claim path's CSI calls by
-	// leadership term (watcher.Leadership).
+	// ReadyTerm is the term the claim path runs under; ConfirmLeader
+	// fences each of its CSI calls by that term (attach.Call), as the
+	// watcher's are.
 	ReadyTerm() uint64
-	ConfirmLeader(ctx context.Context, term uint64) error
+	attach.Leader
 	// WaitForLeader blocks until this server's step-up is complete.
 	WaitForLeader(ctx context.Context) error
 }
@@ -41,29 +41,14 @@ type releaser interface {
 	GC(ctx context.Context) (int, error)
 }
 
-// NodeSteps runs the CSI node steps of the claim path (nodestep.Executor
-// in direct mode, a node agent's connection otherwise).
-type NodeSteps interface {
-	NodeStageVolume(ctx context.Context, endpoint string, req *csipb.NodeStageVolumeRequest) error
-	NodePublishVolume(ctx context.Context, endpoint string, req *csipb.NodePublishVolumeRequest) error
-	NodeUnpublishVolume(ctx context.Context, endpoint string, req *csipb.NodeUnpublishVolumeRequest) error
-	NodeUnstageVolume(ctx context.Context, endpoint string, req *csipb.NodeUnstageVolumeRequest) error
-}
-
-// NodeAgents reaches the node agents connected to this server.
-type NodeAgents interface {
-	// NodeSteps returns node's connected agent; false when none is.
-	NodeSteps(nodeID string) (NodeSteps, bool)
-}
-
 // Server is the host's Backend for the HTTP API.
 type Server struct {
 	store   *state.Store
 	log     Log
 	csi     *csi.Client
-	node    NodeSteps
-	agents  NodeAgents
-	modules watcher.Modules
+	node    attach.NodeSteps
+	agents  attach.NodeAgents
+	modules attach.Adapters
 	release releaser
 	clock   clockwork.Clock
 	logger  hclog.Logger
@@ -74,7 +59,7 @@ type Server struct {
 	// the winner's attachment), and with the watcher's per-node release
 	// steps, so a release never unstages or detaches under a claim being
 	// made.
-	locks *watcher.VolumeLocks
+	locks *attach.VolumeLocks
 }
 
 // Config wires a Server.
@@ -84,15 +69,16 @@ type Config struct {
 	CSI   *csi.Client
 	// Node runs node steps in direct mode; nil calls CSI as it is (no
 	// directory work: tests whose nodes have no real root_dir).
-	Node NodeSteps
+	Node attach.NodeSteps
 	// Agents routes the node steps of nodes registered by a node agent;
 	// nil: none is ever connected.
-	Agents  NodeAgents
-	Modules watcher.Modules
+	Agents attach.NodeAgents
+	// Modules serves the volumes' adapters (the watcher's Modules).
+	Modules attach.Adapters
 	Clock   clockwork.Clock
 	Logger  hclog.Logger
 	// Locks is shared with the watcher (nil: the server's own).
-	Locks *watcher.VolumeLocks
+	Locks *attach.VolumeLocks
 }
 
 // New returns a Server. SetReleaser must be called before Detach or SystemGC.
@@ -104,7 +90,7 @@ func New(cfg Config) *Server {
 		cfg.Logger = hclog.NewNullLogger()
 	}
 	if cfg.Locks == nil {
-		cfg.Locks = watcher.NewVolumeLocks()
+		cfg.Locks = attach.NewVolumeLocks()
 	}
 	if cfg.Node == nil && cfg.CSI != nil {
 		cfg.Node = cfg.CSI

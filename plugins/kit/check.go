@@ -8,8 +8,8 @@ import (
 )
 
 // The host's checks on an answer, over the view alone. They are the
-// watcher's (watcher/release.go: decide, adapt with CheckAdapterIDs,
-// classify), which run on committed state; here the view is all there is,
+// host's (watcher/release.go: decide, classify; watcher/attach:
+// Subject.Adapt with CheckIDs, at publish and release), which run on committed state; here the view is all there is,
 // and it carries the same facts (an allocation's status, a node's status,
 // the external IDs the host knows). The plugins.Manager has already checked
 // what needs no state (one decision per claim of the request, known actions

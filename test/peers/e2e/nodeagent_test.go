@@ -153,6 +153,41 @@ client {
 	mustContain(t, "metrics", metrics, `volhost_forced_detaches_total{reason="operator-fence"} 1`)
 }
 
+// nodeAgentStarter writes a `volhost agent -client` config for node (its
+// root_dir under the test's directory, its plugin at the driver's node
+// endpoint) and returns the root and a function that starts one agent
+// process under a name; each is stopped at cleanup and its log tail
+// printed when the test failed.
+func (e *env) nodeAgentStarter(node string) (string, func(name string) *Proc) {
+	t := e.t
+	root := filepath.Join(e.dir, "root-"+node)
+	cfg := e.spec("client-"+node+".hcl", fmt.Sprintf(`
+log_level = "debug"
+client {
+  servers  = [%q]
+  node_id  = %q
+  root_dir = %q
+  plugin %q {
+    socket = %q
+  }
+}
+`, e.nodeRPC, node, root, e.plugin, Endpoint(e.drv.Nodes[node])))
+	return root, func(name string) *Proc {
+		t.Helper()
+		p, err := Start(e.dir, name, bins.Volhost, "agent", "-client", "-config", cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			p.Stop(5 * time.Second)
+			if t.Failed() {
+				t.Logf("%s log tail:\n%s", name, p.Tail(4000))
+			}
+		})
+		return p
+	}
+}
+
 // waitNode polls `node status ID` until ok accepts its output.
 func (e *env) waitNode(id string, ok func(string) bool) {
 	e.t.Helper()
@@ -319,31 +354,7 @@ client {
 // says in its log that it called the unanswered step again.
 func TestNodeAgentRestartMidRelease(t *testing.T) {
 	e := newEnv(t, envOptions{agentNodes: []string{"n1"}})
-	root := filepath.Join(e.dir, "root-n1")
-	cfg := e.spec("client-n1.hcl", fmt.Sprintf(`
-log_level = "debug"
-client {
-  servers  = [%q]
-  node_id  = "n1"
-  root_dir = %q
-  plugin %q {
-    socket = %q
-  }
-}
-`, e.nodeRPC, root, e.plugin, Endpoint(e.drv.Nodes["n1"])))
-	start := func(name string) *Proc {
-		p, err := Start(e.dir, name, bins.Volhost, "agent", "-client", "-config", cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			p.Stop(5 * time.Second)
-			if t.Failed() {
-				t.Logf("%s log tail:\n%s", name, p.Tail(4000))
-			}
-		})
-		return p
-	}
+	root, start := e.nodeAgentStarter("n1")
 	first := start("client-n1")
 	e.waitNode("n1", func(out string) bool { return strings.Contains(out, "yes (node steps go through the node agent)") })
 	e.claim("vol1", "disk-0", "a1", "n1")
@@ -401,4 +412,142 @@ client {
 	// The killed agent journaled the unstage as started and never
 	// answered: the new one called it again, and said so.
 	mustContain(t, "restarted client log", second.Tail(1<<20), "may or may not have run")
+}
+
+// TestNodeAgentKilledAfterEffect: a node agent is SIGKILLed after the
+// driver acted on a step and before the answer reached the leader (the
+// driver runs the call and then holds its answer: a Lose rule with a
+// hang), once in the claim path at NodePublish and once in the release at
+// NodeUnstage. A call whose answer was lost may have run: the claim taken
+// up again publishes again (NodeStage and NodePublish are idempotent by
+// the CSI spec) and the release re-sends the unstage through the new agent
+// before it detaches. Judged by the driver: its staging and target
+// directories, its attachment, and the order of its calls.
+func TestNodeAgentKilledAfterEffect(t *testing.T) {
+	e := newEnv(t, envOptions{agentNodes: []string{"n1"}})
+	root, start := e.nodeAgentStarter("n1")
+	agent := start("client-n1")
+	e.waitNode("n1", func(out string) bool { return strings.Contains(out, "yes (node steps go through the node agent)") })
+	staging := filepath.Join(root, "csi", e.plugin, "staging", "default", "vol1")
+	target := filepath.Join(root, "csi", e.plugin, "per-alloc", "a1", "default", "vol1")
+	exists := func(p string) bool { _, err := os.Stat(p); return err == nil }
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		if err := Poll(e.ctx, 10*time.Millisecond, func() (bool, error) { return ok(), nil }); err != nil {
+			t.Fatalf("waiting for %s: %v", what, err)
+		}
+	}
+	connected := func(out string) bool { return strings.Contains(out, "yes (node steps go through the node agent)") }
+
+	e.cli(0, "volume", "register", e.spec("vol1.hcl", fmt.Sprintf(`
+volume "vol1" {
+  external_id     = %q
+  plugin_id       = %q
+  access_mode     = "single-node-writer"
+  attachment_mode = "file-system"
+  fs_type         = "ext4"
+}
+`, e.drv.VolumeID("disk-0"), e.plugin)))
+	e.cli(0, "alloc", "register", e.spec("a1.hcl", `
+alloc "a1" {
+  node_id       = "n1"
+  job_id        = "job-a1"
+  client_status = "running"
+}
+`))
+
+	// The claim: NodePublish runs at the driver, its answer is held, the
+	// agent dies. The claim is answered with an error.
+	if err := e.drv.Control.Fault(e.ctx, fault.Rule{Method: "NodePublishVolume", Code: "Unavailable", Lose: true, Hang: "10m", Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	claimed := make(chan int, 1)
+	go func() {
+		_, code, _ := e.agent.CLI(e.ctx, "volume", "claim", "-alloc", "a1", "-node", "n1", "-mode", "write", "vol1")
+		claimed <- code
+	}()
+	waitFor("the driver to run the NodePublish", func() bool {
+		r, err := e.drv.Control.Calls(e.ctx)
+		return err == nil && slices.ContainsFunc(r.Started, func(c fault.Call) bool {
+			return c.Method == "NodePublishVolume" && c.Ran && c.DriverCode == "OK"
+		})
+	})
+	agent.Kill()
+	if code := <-claimed; code == 0 {
+		t.Fatal("the claim whose NodePublish answer was lost succeeded")
+	}
+	agent = start("client-n1-second")
+	e.waitNode("n1", connected)
+	// The scheduler asks again (what Nomad's claim retry does).
+	if err := Poll(e.ctx, 100*time.Millisecond, func() (bool, error) {
+		_, code, err := e.agent.CLI(e.ctx, "volume", "claim", "-alloc", "a1", "-node", "n1", "-mode", "write", "vol1")
+		return err == nil && code == 0, nil
+	}); err != nil {
+		t.Fatalf("the claim taken up again: %v", err)
+	}
+	// The driver keeps no target directory (its mounter is a fake), so
+	// "published" is its log: a NodePublish answered OK after the lost one.
+	if !exists(staging) || !e.attached("disk-0", "n1") || !publishedAgain(t, e) {
+		t.Fatalf("after the claim: staged %v, attached %v; want both, and a NodePublish answered OK after the lost one", exists(staging), e.attached("disk-0", "n1"))
+	}
+
+	// The release: NodeUnstage runs at the driver, its answer is held, the
+	// agent dies; the next agent finishes the release.
+	if err := e.drv.Control.Fault(e.ctx, fault.Rule{Method: "NodeUnstageVolume", Code: "Unavailable", Lose: true, Hang: "10m", Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	e.cli(0, "alloc", "update", "-status", "complete", "a1")
+	waitFor("the driver to unstage "+staging, func() bool { return !exists(staging) })
+	if !e.attached("disk-0", "n1") {
+		t.Fatal("disk-0 detached while the unstage's answer is still outstanding")
+	}
+	agent.Kill()
+	third := start("client-n1-third")
+	e.waitReleased("vol1")
+
+	if exists(staging) || exists(target) || e.attached("disk-0", "n1") {
+		t.Fatalf("after the release: staged %v, target %v, attached %v; want none", exists(staging), exists(target), e.attached("disk-0", "n1"))
+	}
+	// In the driver's log the detach comes after the last unstage, and an
+	// unstage after the last publish.
+	r, err := e.drv.Control.Calls(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := map[string]int{}
+	var calls []string
+	for i, c := range r.Calls {
+		if c.VolumeID == "" {
+			continue
+		}
+		calls = append(calls, c.Method+":"+c.Code)
+		if c.Code == "OK" || c.Ran {
+			last[c.Method] = i
+		}
+	}
+	detach, ok := last["ControllerUnpublishVolume"]
+	if !ok || last["NodeUnstageVolume"] > detach || last["NodeUnpublishVolume"] > last["NodeUnstageVolume"] || last["NodePublishVolume"] > last["NodeUnpublishVolume"] {
+		t.Fatalf("driver calls out of order: %v", calls)
+	}
+	mustContain(t, "third client log", third.Tail(1<<20), "may or may not have run")
+}
+
+// publishedAgain: the driver's log holds a NodePublishVolume answered OK
+// after one whose answer was lost.
+func publishedAgain(t *testing.T, e *env) bool {
+	t.Helper()
+	r, err := e.drv.Control.Calls(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lost := false
+	for _, c := range r.Calls {
+		switch {
+		case c.Method == "NodePublishVolume" && c.Ran:
+			lost = true
+		case c.Method == "NodePublishVolume" && c.Code == "OK" && lost:
+			return true
+		}
+	}
+	return false
 }

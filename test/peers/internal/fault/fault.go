@@ -35,7 +35,10 @@ type Rule struct {
 	// Lose runs the call at the driver and then answers Code instead of
 	// the driver's answer: the call took effect and its caller cannot know
 	// (a connection that broke after the driver acted, a deadline that
-	// fired while it finished). Needs Code.
+	// fired while it finished). Needs Code. With Hang, the call runs
+	// first and the lost answer is held for Hang: the driver has acted
+	// while its caller still waits (a node agent killed between a step's
+	// effect and its answer).
 	Lose bool `json:"lose,omitempty"`
 
 	code codes.Code
@@ -208,7 +211,8 @@ func (in *Injector) Interceptor(service string) grpc.UnaryServerInterceptor {
 
 // Apply records one call of method and runs it through the armed rules: a
 // rule's hang first (cut short by the caller's deadline), then its code, or
-// handler when the rule sets no code or the code is OK. A scripted error
+// handler when the rule sets no code or the code is OK. A Lose rule runs
+// handler before its hang and answers its code whatever the driver said. A scripted error
 // sequence is a series of Count 1 rules for one method, taken in order.
 func (in *Injector) Apply(ctx context.Context, service, method string, req any, handler func(context.Context) (any, error)) (any, error) {
 	c := Call{Method: method, Service: service, Start: time.Now()}
@@ -224,6 +228,7 @@ func (in *Injector) Apply(ctx context.Context, service, method string, req any, 
 		c.NodeID = n.GetNodeId()
 	}
 	in.mu.Lock()
+	startedAt := len(in.started)
 	in.started = append(in.started, c)
 	rule := in.takeLocked(c.Method)
 	var r Rule
@@ -235,6 +240,15 @@ func (in *Injector) Apply(ctx context.Context, service, method string, req any, 
 
 	var resp any
 	var err error
+	if rule != nil && r.Lose && ctx.Err() == nil {
+		_, derr := handler(ctx)
+		c.Ran, c.DriverCode = true, status.Code(derr).String()
+		// The effect is visible in the started record at once, while the
+		// answer is still held.
+		in.mu.Lock()
+		in.started[startedAt].Ran, in.started[startedAt].DriverCode = c.Ran, c.DriverCode
+		in.mu.Unlock()
+	}
 	if rule != nil && r.hang > 0 {
 		t := time.NewTimer(r.hang)
 		select {
@@ -245,9 +259,7 @@ func (in *Injector) Apply(ctx context.Context, service, method string, req any, 
 		t.Stop()
 	}
 	switch {
-	case rule != nil && r.Lose && ctx.Err() == nil:
-		_, derr := handler(ctx)
-		c.Ran, c.DriverCode = true, status.Code(derr).String()
+	case rule != nil && c.Ran:
 		err = status.Errorf(r.code, "injected fault for %s: the driver answered %s, this answer was lost", c.Method, c.DriverCode)
 		c.Injected = true
 	case rule != nil && r.Code != "" && r.code != codes.OK:

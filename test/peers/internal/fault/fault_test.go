@@ -2,6 +2,7 @@ package fault
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -168,5 +169,44 @@ func TestLoseRunsTheCallAndLosesItsAnswer(t *testing.T) {
 		if err := in.Arm(bad); err == nil {
 			t.Errorf("armed %+v", bad)
 		}
+	}
+}
+
+// A Lose rule with a hang acts first and then holds the lost answer: the
+// driver's effect is visible while the caller still waits (the window in
+// which a node agent is killed between a step's effect and its answer).
+func TestLoseWithHangActsBeforeItHolds(t *testing.T) {
+	in := New()
+	if err := in.Arm(Rule{Method: "NodePublishVolume", Code: "Unavailable", Lose: true, Hang: "10m", Count: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ran := make(chan struct{})
+	driver := func(context.Context) (any, error) { close(ran); return "driver", nil }
+	ctx, cancel := context.WithCancel(context.Background())
+	answered := make(chan error, 1)
+	go func() {
+		_, err := in.Apply(ctx, "node1", "NodePublishVolume", nil, driver)
+		answered <- err
+	}()
+	<-ran // the driver acted; the answer is still held
+	deadline := time.Now().Add(10 * time.Second)
+	for _, started := in.Calls(); len(started) != 1 || !started[0].Ran; _, started = in.Calls() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the started record does not say the call ran: %+v", started)
+		}
+		runtime.Gosched()
+	}
+	select {
+	case err := <-answered:
+		t.Fatalf("answered before the hang ended: %v", err)
+	default:
+	}
+	cancel() // the caller gives up (or dies)
+	if err := <-answered; status.Code(err) != codes.Unavailable {
+		t.Fatalf("held lost answer = %v, want Unavailable", err)
+	}
+	done, _ := in.Calls()
+	if len(done) != 1 || !done[0].Ran || done[0].DriverCode != "OK" {
+		t.Fatalf("records: %+v", done)
 	}
 }

@@ -1,4 +1,4 @@
-package watcher
+package attach
 
 import (
 	"context"
@@ -22,8 +22,13 @@ import (
 // would never match. Each claim runs each release step to success once:
 // nothing publishes a releasing claim's target again, and an unstage is
 // only sent when committed state says no other claim on the machine uses
-// the staging path (lastOnNodeCommitted, under the volume's lock), so a
-// recorded success of the same key is still the truth when it is replayed.
+// the staging path (the watcher's lastOnNodeCommitted, under the volume's
+// lock), so a recorded success of the same key is still the truth when it
+// is replayed.
+//
+// The key lives here, beside the node-step interface, because it travels
+// with the step: the watcher puts it on the context, the node connection
+// (host/nodeconn) sends it, the agent's journal (host/client) keys on it.
 
 type stepKeyCtx struct{}
 
@@ -41,23 +46,25 @@ func StepKey(ctx context.Context) string {
 	return k
 }
 
-// StepAcker is implemented by a NodeCSI that keeps a journal of keyed
-// steps (a connected node agent): once the outcome of a step is committed
-// the watcher acknowledges its key, and the journal forgets it.
-type StepAcker interface {
-	AckStep(key string)
-}
-
-func (p *pass) stepKey(c *structs.Claim, step string) string {
-	parts := []string{p.ref.Namespace, p.ref.ID, c.AllocID, strconv.FormatUint(c.CreateIndex, 10), step}
+// Key is the idempotency key of claim c's release step of volume ref.
+func Key(ref structs.VolumeRef, c *structs.Claim, step string) string {
+	parts := []string{ref.Namespace, ref.ID, c.AllocID, strconv.FormatUint(c.CreateIndex, 10), step}
 	for i, s := range parts {
 		parts[i] = url.PathEscape(s) // IDs may hold '/': one key, one claim step
 	}
 	return strings.Join(parts, "/")
 }
 
-// ackSteps acknowledges the keys of steps whose outcome is now committed.
-func ackSteps(node NodeCSI, keys ...string) {
+// StepAcker is implemented by a node service that keeps a journal of
+// keyed steps (a connected node agent): once the outcome of a step is
+// committed the watcher acknowledges its key, and the journal forgets it.
+type StepAcker interface {
+	AckStep(key string)
+}
+
+// Ack acknowledges the keys of steps whose outcome is now committed, when
+// node keeps a journal (StepAcker); a direct-mode node keeps none.
+func Ack(node NodeRelease, keys ...string) {
 	a, ok := node.(StepAcker)
 	if !ok {
 		return

@@ -1,4 +1,4 @@
-package watcher
+package attach
 
 import (
 	"context"
@@ -16,7 +16,9 @@ import (
 // from under a running workload (a release pass racing a new claim on the
 // same node). Across leaders the
 // term fence does the same job: both sides only act in the term they
-// confirmed.
+// confirmed. One value is shared by the claim path (host/server) and the
+// watcher (host/agent wires it); each side's own lock would exclude
+// nothing.
 //
 // Entries are dropped when unused, so the map does not grow with the
 // number of volumes ever claimed. The zero value is ready to use.
