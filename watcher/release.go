@@ -334,8 +334,8 @@ func (p *pass) act(ctx context.Context, c *structs.Claim, vd verdict) error {
 
 // hold records that the policy keeps a releasable claim waiting: who, why
 // and until when, shown by `volume status`. It writes only when a hold
-// starts or its holder changes, or its reason changed and the claim was
-// last written holdReasonEvery ago or more, so a policy answering "wait"
+// starts or its holder changes, or its reason changed (a policy's: when
+// the claim was last written holdReasonEvery ago or more), so a policy answering "wait"
 // on every pass is not a loop of log writes. A hold counts toward
 // stuck_after like a run of failures: a policy can delay a release, it
 // cannot hide a claim that never releases (module answers are bounded by
@@ -357,12 +357,14 @@ func (p *pass) hold(ctx context.Context, c *structs.Claim, vd verdict) error {
 			switch next := c.ModifyTime.Add(holdReasonEvery); {
 			case old.Reason == h.Reason:
 				h = old // unchanged: no write
-			case p.now.Before(next):
-				// Only the reason changed, and recently written: the hold
-				// write is itself a change of the volume, which runs a
-				// pass, so a reason new on every call (grace-policy 1.0.0
-				// named the allocation's age) was a log write per pass
-				// without end. Write it on a later pass.
+			case !vd.hostHold && p.now.Before(next):
+				// Only a policy's reason changed, and recently written:
+				// the hold write is itself a change of the volume, which
+				// runs a pass, so a reason new on every call (grace-policy
+				// 1.0.0 named the allocation's age) was a log write per
+				// pass without end. Write it on a later pass. The host's
+				// own holds change their reason only when it asks a fence
+				// module again, on its own schedule.
 				h = old
 				p.wakeAt(next)
 			}
