@@ -79,6 +79,11 @@ type Options struct {
 	// for that long looked hung. Until then no module serves, and those
 	// the Reload found show as loading.
 	LoadLater bool
+	// Signed names the modules that run only what a signed source
+	// verified, each with a description of that source for refusals
+	// (e.g. `module_source "policy" (registry/modules/policy:stable)`):
+	// Shadow refuses their candidates, ShadowSigned takes them.
+	Signed map[string]string
 }
 
 // Swap tells Options.OnSwap that a module's serving generation changed.
@@ -116,8 +121,9 @@ type Event struct {
 	Version    string
 	Reason     string // refusals and circuit openings: why
 	Time       time.Time
-	// Namespace and VolumeID name the volume a shadow disagreement was
-	// about ("" for module-wide events).
+	// Namespace and VolumeID name the volume a shadow disagreement, or
+	// the fault that opened a circuit, was about ("" for module-wide
+	// events): the reason may quote it.
 	Namespace, VolumeID string
 }
 
@@ -266,6 +272,9 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	opts.Maxima = opts.Maxima.withDefaults()
 	m := &Manager{opts: opts, log: opts.Logger.Named("plugins")}
 	if opts.CacheDir != "" {
+		if err := checkCacheDir(opts.CacheDir); err != nil {
+			return nil, fmt.Errorf("plugins: compilation cache: %w", err)
+		}
 		c, err := wazero.NewCompilationCacheWithDir(opts.CacheDir)
 		if err != nil {
 			return nil, fmt.Errorf("plugins: compilation cache %s: %w", opts.CacheDir, err)
@@ -841,7 +850,7 @@ func (m *Manager) call(ctx context.Context, name string, kind abi.Kind, export s
 		case fe != nil:
 			mod.stats.record(elapsed, fe.Kind)
 			m.observe(Call{Module: name, Generation: g.num, Role: RoleServing, Duration: elapsed, Fault: fe.Kind})
-			m.noteFault(mod, g, fe)
+			m.noteFault(mod, g, fe, req)
 		}
 	}
 	putBuf(buf)
@@ -861,7 +870,11 @@ func (m *Manager) call(ctx context.Context, name string, kind abi.Kind, export s
 	switch mod.breaker.done(probe, isFault) {
 	case 1:
 		m.log.Warn("circuit open", "module", name, "version", g.version, "last_fault", err)
-		m.emit(Event{Kind: EventCircuitOpen, Module: name, Generation: g.num, Version: g.version, Reason: err.Error()})
+		// The reason is the last fault's, which may quote its volume:
+		// the event names that volume, so only its readers see it.
+		ns, vol := requestVolume(req)
+		m.emit(Event{Kind: EventCircuitOpen, Module: name, Generation: g.num, Version: g.version, Reason: err.Error(),
+			Namespace: ns, VolumeID: vol})
 		m.autoRollback(mod, g, "its circuit opened after consecutive faults")
 	case -1:
 		m.log.Info("circuit closed", "module", name, "version", g.version)

@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/volhost/volhost/host/agent"
 	"github.com/volhost/volhost/host/api/client"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/plugins"
 	"github.com/volhost/volhost/plugins/pluginstest"
 	"github.com/volhost/volhost/plugins/source/sourcetest"
 )
@@ -141,5 +144,53 @@ func TestModuleSourceShadow(t *testing.T) {
 	})
 	if st, _ := a.Modules.StatusOf("policy"); st.Version != "1.0.0" {
 		t.Fatalf("the shadowed bundle serves: %+v", st)
+	}
+}
+
+// TestSignedModuleRefusesUploadedCandidates: a module that comes from a
+// signed OCI bundle (module_source) runs only what its key signed. An
+// uploaded shadow candidate (PUT /v1/module/NAME/shadow, `module shadow`)
+// is unsigned code: promoting it would serve it, so a token with
+// modules:reload, or management, would bypass the signature. The upload
+// is refused, naming the module_source, and nothing shadows.
+func TestSignedModuleRefusesUploadedCandidates(t *testing.T) {
+	host, _ := sourcetest.NewRegistry(t)
+	_, pub := writeKeys(t, t.TempDir(), "k")
+	dir := t.TempDir()
+	pluginstest.Install(t, dir, "policy", pluginstest.Wasm(t, "default-policy"), defaultPolicyManifest)
+	a := startModuleAgent(t, func(cfg *agent.Config) {
+		cfg.ModuleDir = dir
+		cfg.ModuleSources = []agent.ModuleSourceConfig{{Name: "policy", OCI: host + "/modules/policy:stable", PublicKey: pub, PollInterval: "1h"}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New("http://"+a.HTTPAddr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the module serving", func() (bool, bool) {
+		st, ok := a.Modules.StatusOf("policy")
+		return true, ok && st.State == "serving" && st.Version == "1.0.0"
+	})
+	candidate := "kind = \"release-policy\"\nversion = \"6.6.6\"\ndefault = true\n"
+	_, err = cl.ShadowModule(ctx, "policy", pluginstest.Wasm(t, "grace-policy"), &candidate)
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusForbidden || !strings.Contains(apiErr.Message, "module_source") {
+		served := ""
+		if err == nil {
+			if st, perr := cl.PromoteModule(ctx, "policy", plugins.PromoteOptions{}); perr == nil {
+				served = ", and promote then served unsigned version " + st.Version
+			}
+		}
+		t.Fatalf("uploading an unsigned candidate for a signed module: %v, want 403 naming the module_source%s", err, served)
+	}
+	if st, _ := a.Modules.StatusOf("policy"); st.Shadow != nil || st.Version != "1.0.0" {
+		t.Fatalf("after the refused upload: version %s, shadow %+v", st.Version, st.Shadow)
+	}
+	if _, err := cl.PromoteModule(ctx, "policy", plugins.PromoteOptions{}); err == nil {
+		t.Fatal("promote succeeded with no signed candidate")
+	}
+	if st, _ := a.Modules.StatusOf("policy"); st.Version != "1.0.0" {
+		t.Fatalf("after promote: version %s", st.Version)
 	}
 }

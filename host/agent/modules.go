@@ -47,6 +47,7 @@ func (a *Agent) loadModules(maxima plugins.Maxima) (watcher.Modules, error) {
 		OnSwap: a.moduleSwaps.add,
 		OnCall: a.Metrics.ModuleGenerationCall,
 		Maxima: maxima,
+		Signed: a.signedModules(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("module directory %s: %w", a.cfg.ModuleDir, err)
@@ -363,7 +364,9 @@ func (a *Agent) DiscardShadow(ctx context.Context, name string) (plugins.Status,
 }
 
 // ShadowModule loads an uploaded candidate beside a module's serving
-// generation (`volhost module shadow`).
+// generation (`volhost module shadow`). A module with a module_source
+// refuses it (the runtime's Options.Signed): its candidates are the
+// source's signed bundles.
 func (a *Agent) ShadowModule(ctx context.Context, name string, wasm, manifest []byte) (plugins.Status, error) {
 	if a.Modules == nil {
 		return plugins.Status{}, structs.NotFound("module", name)
@@ -381,6 +384,10 @@ func rolloutError(name string, err error) error {
 		return structs.NotFound("module", name)
 	case errors.Is(err, plugins.ErrNoShadow), errors.Is(err, plugins.ErrNoLastKnownGood), errors.Is(err, plugins.ErrSelectionChange):
 		return structs.Conflict("%v", err)
+	case errors.Is(err, plugins.ErrSignatureRequired):
+		// The token may upload; the module's configuration refuses
+		// unsigned code: 403, with the runtime's message saying what to do.
+		return fmt.Errorf("%w: %w", err, structs.ErrPermissionDenied)
 	case errors.Is(err, plugins.ErrCandidate):
 		return &structs.ValidationError{Field: "module", Msg: err.Error()}
 	}

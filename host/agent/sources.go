@@ -98,6 +98,16 @@ func (c *Config) validateSources() ([]moduleSource, []error) {
 	return out, errs
 }
 
+// signedModules tells the runtime which modules run only what their
+// module_source verified, naming the source in its refusals.
+func (a *Agent) signedModules() map[string]string {
+	out := map[string]string{}
+	for _, s := range a.sources {
+		out[s.cfg.Name] = fmt.Sprintf("module_source %q (%s)", s.cfg.Name, s.cfg.OCI)
+	}
+	return out
+}
+
 // startSources polls each module source until ctx ends.
 func (a *Agent) startSources(ctx context.Context) {
 	if a.Modules == nil {
@@ -133,7 +143,7 @@ func (a *Agent) applyBundle(s moduleSource) func(context.Context, source.Bundle,
 	return func(ctx context.Context, b source.Bundle, d v1.Hash) error {
 		a.logger.Info("module source: verified bundle", "module", s.cfg.Name, "oci", s.cfg.OCI, "digest", d.String(), "shadow", s.cfg.Shadow)
 		if s.cfg.Shadow {
-			_, err := a.Modules.Shadow(ctx, s.cfg.Name, b.Wasm, b.Manifest)
+			_, err := a.Modules.ShadowSigned(ctx, s.cfg.Name, b.Wasm, b.Manifest)
 			return err
 		}
 		for _, f := range []struct {

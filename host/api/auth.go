@@ -148,12 +148,19 @@ var routeRules = map[string]rule{
 
 	"GET /v1/nodes": need(acl.NodeRead),
 	// A node agent's token may be scoped to its own node (node_id rules):
-	// these routes are about one node and are checked against it.
-	"PUT /v1/nodes":             needNode(acl.NodeWrite, nodeBody),
-	"POST /v1/nodes":            needNode(acl.NodeWrite, nodeBody),
-	"GET /v1/node/{id}":         needNode(acl.NodeRead, nodePath),
-	"PUT /v1/node/{id}/status":  audited(needNode(acl.NodeWrite, nodePath), "node-status"),
-	"POST /v1/node/{id}/status": audited(needNode(acl.NodeWrite, nodePath), "node-status"),
+	// these routes are about one node and are checked against it. A
+	// registration decides where the node's steps, with volume secrets,
+	// are sent: audited, like a plugin's controller endpoint below.
+	"PUT /v1/nodes":     audited(needNode(acl.NodeWrite, nodeBody), "node-register"),
+	"POST /v1/nodes":    audited(needNode(acl.NodeWrite, nodeBody), "node-register"),
+	"GET /v1/node/{id}": needNode(acl.NodeRead, nodePath),
+	// A status set here is an operator's word, not a timeout (the store
+	// clears HeartbeatLost): "down" lets the default policy skip the
+	// node steps of its claims, as a fence does. Never a node agent's
+	// (node_id rules do not grant it): its agent reports liveness by
+	// heartbeats on its stream.
+	"PUT /v1/node/{id}/status":  audited(need(acl.NodeWrite), "node-status"),
+	"POST /v1/node/{id}/status": audited(need(acl.NodeWrite), "node-status"),
 	// A fence lets claims skip their node steps (a forced detach): an
 	// operator's attestation, never a node agent's.
 	"PUT /v1/node/{id}/fence":    audited(need(acl.OperatorWrite), "node-fence"),
@@ -164,8 +171,8 @@ var routeRules = map[string]rule{
 	"DELETE /v1/node/{id}":   audited(need(acl.OperatorWrite), "node-deregister"),
 	"DELETE /v1/plugin/{id}": audited(need(acl.OperatorWrite), "plugin-deregister"),
 	"GET /v1/plugins":        need(acl.NodeRead),
-	"PUT /v1/plugins":        need(acl.NodeWrite),
-	"POST /v1/plugins":       need(acl.NodeWrite),
+	"PUT /v1/plugins":        audited(need(acl.NodeWrite), "plugin-register"),
+	"POST /v1/plugins":       audited(need(acl.NodeWrite), "plugin-register"),
 	"GET /v1/plugin/{id}":    need(acl.NodeRead),
 	"GET /v1/allocs":         need(acl.NodeRead),
 	"PUT /v1/allocs":         need(acl.NodeWrite),

@@ -162,8 +162,10 @@ type Cluster struct {
 	rereportCh   chan struct{}
 	probe        ProbeFunc // membership checks (join.go); nil: count voters only
 
-	meta        *meta
-	trans       raft.Transport
+	meta  *meta
+	trans raft.Transport
+	// reach is trans when it is a network transport (reach_transport.go).
+	reach       *reachTransport
 	reconcileCh chan struct{}
 	checkpoints *checkpointBatcher // group commit of claim checkpoints (batch.go)
 	fsm         *fsm
@@ -286,6 +288,12 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("cluster: data dir: %w", err)
 		}
+		// The log and snapshots hold volume secrets in clear and the
+		// keyring that seals saved snapshots: private, even when the
+		// directory existed before with wider permissions.
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("cluster: data dir: %w", err)
+		}
 		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open raft log %s: %w", dir, err)
@@ -310,6 +318,12 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 				c.closeAll()
 				return nil, fmt.Errorf("cluster: transport on %s: %w", cfg.BindAddr, err)
 			}
+		}
+		// Appends to a follower that is down wait for it instead of
+		// building raft's backoff (reach_transport.go).
+		if nt, ok := t.(*raft.NetworkTransport); ok {
+			c.reach = newReachTransport(nt)
+			t = c.reach
 		}
 		if cl, ok := t.(io.Closer); ok {
 			c.closers = append([]io.Closer{cl}, c.closers...)
@@ -752,6 +766,9 @@ func (c *Cluster) AppliedIndex() uint64 { return c.raft.AppliedIndex() }
 // store. It is safe to call more than once.
 func (c *Cluster) Shutdown() error {
 	c.shutdownOnce.Do(func() {
+		if c.reach != nil {
+			c.reach.stopWaiting()
+		}
 		err := c.raft.Shutdown().Error()
 		close(c.stopCh)
 		c.wg.Wait()

@@ -89,7 +89,7 @@ func (c *Cluster) runSnapshotSchedule(s snapshotSchedule) {
 		}
 		var rank int
 		rank, n = snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
-		if !inSnapshotSlot(s.now(), s.period, rank, n) || c.logsSinceSnapshot() < s.threshold {
+		if !inSnapshotSlot(s.now(), s.period, rank, n) || c.logsSinceSnapshot() < s.threshold || c.configPending() {
 			continue
 		}
 		start := time.Now()
@@ -114,4 +114,17 @@ func (c *Cluster) logsSinceSnapshot() uint64 {
 		return 0
 	}
 	return last - snap
+}
+
+// configPending reports whether the latest configuration entry is not
+// applied yet: raft refuses a snapshot then (it cannot represent a change
+// in flight) and logs the refusal as an error, which a server catching up
+// after a restart, its slot come, did on every check.
+func (c *Cluster) configPending() bool { return configPendingIn(c.raft.Stats()) }
+
+// configPendingIn is configPending over raft's Stats.
+func configPendingIn(st map[string]string) bool {
+	applied, err1 := strconv.ParseUint(st["applied_index"], 10, 64)
+	conf, err2 := strconv.ParseUint(st["latest_configuration_index"], 10, 64)
+	return err1 == nil && err2 == nil && applied < conf
 }

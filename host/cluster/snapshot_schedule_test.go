@@ -74,3 +74,19 @@ func TestSnapshotScheduleTakesSnapshots(t *testing.T) {
 		return n > 0 && c.logsSinceSnapshot() < cfg.SnapshotThreshold
 	})
 }
+
+// A server whose latest configuration entry is not applied yet (catching
+// up after a restart) does not ask raft for a snapshot, which raft would
+// refuse with an error in the log; one that has applied it, or whose
+// stats do not say, is not held back.
+func TestSnapshotScheduleWaitsForConfiguration(t *testing.T) {
+	for _, c := range []struct {
+		applied, conf string
+		pending       bool
+	}{{"24000", "24097", true}, {"24097", "24097", false}, {"25000", "24097", false}, {"", "24097", false}} {
+		st := map[string]string{"applied_index": c.applied, "latest_configuration_index": c.conf}
+		if got := configPendingIn(st); got != c.pending {
+			t.Errorf("applied %q, configuration at %q: pending %v, want %v", c.applied, c.conf, got, c.pending)
+		}
+	}
+}

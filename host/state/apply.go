@@ -92,6 +92,9 @@ type writer struct {
 	trimmed bool
 	// stats is this write's change to VolumeStats (stats.go).
 	stats volumeDelta
+	// nodeClaimDelta is this write's change to the claims on each node
+	// (node_claim_counts.go).
+	nodeClaimDelta map[string]int
 	// mods is, for each volume written, the ModifyIndex it had before
 	// this write and has after it, 0 when absent (volume_mods.go).
 	mods map[structs.VolumeRef]volumeMod
@@ -139,6 +142,9 @@ func (w *writer) finish() error {
 		}
 	}
 	if err := w.finishStats(); err != nil {
+		return err
+	}
+	if err := w.finishNodeClaims(); err != nil {
 		return err
 	}
 	if err := w.finishVolumeMods(); err != nil {

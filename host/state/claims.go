@@ -100,6 +100,7 @@ func (w *writer) syncClaims(old, v *structs.Volume) error {
 			if err := w.txn.Delete(tableClaims, &claimRow{AllocID: allocID, NodeID: oc.NodeID, Volume: ref}); err != nil {
 				return fmt.Errorf("delete claim %s of %s/%s: %w", allocID, ref.Namespace, ref.ID, err)
 			}
+			w.noteNodeClaim(oc.NodeID, -1)
 		}
 	}
 	if v != nil {
@@ -113,6 +114,7 @@ func (w *writer) syncClaims(old, v *structs.Volume) error {
 			if err := insertClaimRow(w.txn, ref, allocID, nc.NodeID); err != nil {
 				return err
 			}
+			w.noteNodeClaim(nc.NodeID, +1)
 		}
 	}
 	return nil

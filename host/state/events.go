@@ -284,12 +284,18 @@ func (snap *Snapshot) EventsFiltered(ws memdb.WatchSet, f EventFilter) ([]EventE
 	}
 	var it memdb.ResultIterator
 	var err error
+	byType := false
 	switch {
 	case f.VolumeID != "":
 		// One volume: its ring only, never a scan of the whole table.
 		it, err = snap.txn.Get(TableEvents, indexRing+"_prefix", ringArg(volumeRing(f.Namespace, f.VolumeID)))
 	case f.Type == structs.EventAudit:
 		it, err = snap.txn.Get(TableEvents, indexRing+"_prefix", ringArg(ringAudit))
+	case f.Type != "" && typeIndexed(f.Type):
+		// That type's events alone, from FromSeq (event_types.go); the
+		// walk ends at the first event of another type.
+		byType = true
+		it, err = snap.txn.LowerBound(TableEvents, indexType, f.Type, max(f.FromSeq, 1))
 	default:
 		it, err = snap.txn.LowerBound(TableEvents, indexID, max(f.FromSeq, 1))
 	}
@@ -300,6 +306,9 @@ func (snap *Snapshot) EventsFiltered(ws memdb.WatchSet, f EventFilter) ([]EventE
 	for raw := it.Next(); raw != nil; raw = it.Next() {
 		r := raw.(*eventRow)
 		e := r.Event
+		if byType && e.Type != f.Type {
+			break
+		}
 		switch {
 		case r.Seq < f.FromSeq, r.Index <= f.SinceIndex,
 			f.Type != "" && e.Type != f.Type,

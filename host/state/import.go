@@ -343,7 +343,7 @@ func (c *rowChecker) placeEvent(e *eventRow) error {
 
 // Store commits the rows into a new store (opts as for NewStore).
 func (b *Builder) Store(opts ...Option) *Store {
-	if err := errors.Join(recountStats(b.txn), rebuildVolumeMods(b.txn), rebuildClaims(b.txn), rebuildStuck(b.txn)); err != nil {
+	if err := errors.Join(recountStats(b.txn), rebuildVolumeMods(b.txn), rebuildClaims(b.txn), rebuildStuck(b.txn), recountNodeClaims(b.txn)); err != nil {
 		// Reading a table of the builder's own transaction: an error is a bug.
 		panic(fmt.Sprintf("state: %v", err))
 	}

@@ -132,6 +132,10 @@ func (s *Store) Restore(r io.Reader) error {
 	} else {
 		err = errors.Join(insertStats(txn, stats.applyTo(VolumeStats{})), mods.insertInto(txn))
 	}
+	if err == nil {
+		// From the claims table just built.
+		err = recountNodeClaims(txn)
+	}
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}

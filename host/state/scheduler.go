@@ -59,15 +59,8 @@ func validateSchedulerSync(snap *Snapshot, r *structs.SchedulerSyncRequest) erro
 		if a == nil {
 			return structs.Invalid(fmt.Sprintf("allocs[%d]", i), "is null")
 		}
-		if a.Source != r.Source {
-			return structs.Invalid(fmt.Sprintf("allocs[%d].source", i), "must be %q, the syncing source, got %q", r.Source, a.Source)
-		}
-		old, err := snap.AllocByID(nil, a.ID)
-		if err != nil {
+		if err := checkAllocOwner(snap, fmt.Sprintf("allocs[%d]", i), a, r.Source); err != nil {
 			return err
-		}
-		if old != nil && old.Source != r.Source {
-			return structs.Conflict("allocation %q was registered by %s, not by scheduler %q: it is not the scheduler's to change", a.ID, ownerOf(old), r.Source)
 		}
 	}
 	if len(r.Allocs) > 0 {

@@ -110,12 +110,15 @@ func schema() *memdb.DBSchema {
 				// scans the sequence index instead; the API's event
 				// stream filters by index on a scan already.
 				indexRing: {Name: indexRing, Unique: true, Indexer: ringKey()},
+				// Every event but the claim transitions (event_types.go).
+				indexType: {Name: indexType, Unique: true, AllowMissing: true, Indexer: eventTypeIndex{}},
 			},
 		},
 		TableIndex:      {Name: TableIndex, Indexes: map[string]*memdb.IndexSchema{indexID: id(stringKey("Key", func(r *indexRow) string { return r.Key }))}},
 		tableStats:      statsTableSchema(),
 		tableVolumeMods: volumeModsTableSchema(),
 		tableClaims:     claimsTableSchema(),
+		tableNodeClaims: nodeClaimsTableSchema(),
 		tableStuck:      stuckTableSchema(),
 	}}
 	addACLTables(s.Tables)

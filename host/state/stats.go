@@ -260,30 +260,3 @@ func cloneCounts[K comparable](m map[K]int) map[K]int {
 	}
 	return maps.Clone(m)
 }
-
-// ClaimCountsByNode counts the claims on each node from the claims table:
-// O(claims), not O(volumes). ws, when not nil, is woken when a claim is
-// taken or leaves its volume.
-func (snap *Snapshot) ClaimCountsByNode(ws memdb.WatchSet) (map[string]int, error) {
-	// In node order a node's rows are adjacent: one map write per node,
-	// not per claim.
-	it, err := snap.txn.Get(tableClaims, indexNode)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", tableClaims, err)
-	}
-	watch(ws, it.WatchCh())
-	counts := map[string]int{}
-	node, n := "", 0 // the run of rows being counted
-	for raw := it.Next(); raw != nil; raw = it.Next() {
-		r := raw.(*claimRow)
-		if n > 0 && r.NodeID != node {
-			counts[node], n = n, 0
-		}
-		node = r.NodeID
-		n++
-	}
-	if n > 0 {
-		counts[node] = n
-	}
-	return counts, nil
-}

@@ -34,6 +34,9 @@ func (snap *Snapshot) Validate(t structs.MessageType, req any) error {
 	if err := o.validate(snap, req); err != nil {
 		return err // the same refusal Apply would give
 	}
+	if err := validateAllocWrites(snap, t, req); err != nil {
+		return err
+	}
 	return validateNewIDs(snap, t, req)
 }
 
@@ -420,6 +423,11 @@ func validateOneVolumePerDisk(snap *Snapshot, vols []*structs.Volume) error {
 		for _, o := range existing {
 			if o.Namespace == v.Namespace && o.ID == v.ID {
 				continue
+			}
+			if o.Namespace != v.Namespace {
+				// Not named: a token that may register in one namespace
+				// would learn another's volume IDs by trying disks.
+				return structs.Conflict("volume %q: plugin %q external ID %q is already registered as a volume of another namespace; one disk, one volume: its operator must deregister it first", key, v.PluginID, v.ExternalID)
 			}
 			return structs.Conflict("volume %q: plugin %q external ID %q is already registered as volume %q; one disk, one volume: deregister %q first, or register the disk once", key, v.PluginID, v.ExternalID, volName(o.Namespace, o.ID), volName(o.Namespace, o.ID))
 		}

@@ -65,7 +65,7 @@ func New(s Settings, d Deps) (*Bridge, error) {
 	}
 	b := &Bridge{s: s, nomad: d.Nomad, w: d.Writer, store: d.Store, log: d.Logger.Named("scheduler.nomad"), clock: d.Clock,
 		problems: map[string]scheduler.Problem{}}
-	b.st = scheduler.Status{Source: SourceName, Address: s.Address, State: scheduler.StateStopped}
+	b.st = scheduler.Status{Source: SourceName, Address: s.ShownAddress(), State: scheduler.StateStopped}
 	return b, nil
 }
 
@@ -262,11 +262,11 @@ func (b *Bridge) applyBatch(ctx context.Context, r *run, batch Batch) error {
 func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 	nodes, nIdx, err := b.nomad.Nodes(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("listing Nomad nodes at %s: %w", b.s.Address, err)
+		return 0, fmt.Errorf("listing Nomad nodes at %s: %w", b.s.ShownAddress(), err)
 	}
 	allocs, aIdx, err := b.nomad.Allocs(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("listing Nomad allocations at %s: %w", b.s.Address, err)
+		return 0, fmt.Errorf("listing Nomad allocations at %s: %w", b.s.ShownAddress(), err)
 	}
 	index := max(nIdx, aIdx)
 	reset := index < r.applied
@@ -441,7 +441,7 @@ func (b *Bridge) clearError(ctx context.Context, r *run) {
 	b.mu.Unlock()
 	if had && r.lastErr != "" {
 		r.lastErr = ""
-		r.pendingEvents = append(r.pendingEvents, b.event("", "", "Nomad bridge: connected to "+b.s.Address+" again"))
+		r.pendingEvents = append(r.pendingEvents, b.event("", "", "Nomad bridge: connected to "+b.s.ShownAddress()+" again"))
 		if err := b.commit(ctx, r, false, false); err != nil {
 			b.log.Warn("could not record the reconnection", "error", err)
 		}

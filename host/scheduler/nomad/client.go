@@ -74,7 +74,7 @@ func NewClient(s Settings) (Nomad, error) {
 	}
 	c, err := api.NewClient(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("nomad client for %s: %w", s.Address, err)
+		return nil, fmt.Errorf("nomad client for %s: %w", s.ShownAddress(), err)
 	}
 	ns := s.Namespaces
 	if len(ns) == 0 {

@@ -50,3 +50,26 @@ func TestClientRefusedToken(t *testing.T) {
 		t.Fatalf("token sent %q, want the configured one", got)
 	}
 }
+
+// TestInsecureNamesATokenInClear: a token, or an address's password,
+// sent over plain HTTP to another machine is named INSECURE (the agent
+// logs it at start); loopback, https or no credential is not.
+func TestInsecureNamesATokenInClear(t *testing.T) {
+	for _, tc := range []struct {
+		cfg      Config
+		insecure bool
+	}{
+		{Config{Address: "http://nomad.example:4646", Token: "t"}, true},
+		{Config{Address: "http://ops:pw@10.0.0.5:4646"}, true},
+		{Config{Address: "http://10.0.0.5:4646"}, false},
+		{Config{Address: "https://nomad.example:4646", Token: "t"}, false},
+		{Config{Address: "http://127.0.0.1:4646", Token: "t"}, false},
+		{Config{Address: "http://localhost:4646", Token: "t"}, false},
+		{Config{Address: "http://[::1]:4646", Token: "t"}, false},
+	} {
+		msg := tc.cfg.Insecure()
+		if (msg != "") != tc.insecure || strings.Contains(msg, "pw") {
+			t.Errorf("%+v: %q, want insecure %v (and no password)", tc.cfg, msg, tc.insecure)
+		}
+	}
+}

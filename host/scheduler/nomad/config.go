@@ -21,6 +21,8 @@ package nomad
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"time"
 )
 
@@ -62,6 +64,36 @@ type TLSConfig struct {
 	ClientKey  string `hcl:"client_key,optional"`
 	ServerName string `hcl:"server_name,optional"`
 	Insecure   bool   `hcl:"insecure,optional"`
+}
+
+// ShownAddress is the address as volhost shows it (status, events,
+// errors, logs): without the user information a URL may carry, whose
+// password the Nomad client sends as basic authentication, a credential
+// like the token.
+func (c Config) ShownAddress() string {
+	u, err := url.Parse(c.Address)
+	if err != nil {
+		return "(the configured Nomad address, not shown: it does not parse as a URL)"
+	}
+	u.User = nil
+	return u.String()
+}
+
+// Insecure names what the configuration exposes, "" when nothing: a
+// token (or an address's password) sent over plain HTTP to another
+// machine crosses the network in clear. The agent logs it at start.
+func (c Config) Insecure() string {
+	u, err := url.Parse(c.Address)
+	if err != nil || u.Scheme != "http" {
+		return ""
+	}
+	if _, hasPassword := u.User.Password(); c.Token == "" && !hasPassword {
+		return ""
+	}
+	if ip := net.ParseIP(u.Hostname()); (ip != nil && ip.IsLoopback()) || u.Hostname() == "localhost" {
+		return ""
+	}
+	return fmt.Sprintf("INSECURE: scheduler \"nomad\" sends its token to %s over plain HTTP: it crosses the network in clear; use https with a tls block", c.ShownAddress())
 }
 
 // Settings is a validated Config.

@@ -202,6 +202,11 @@ type harness struct {
 }
 
 func newHarness(t *testing.T) *harness {
+	return newHarnessWith(t, Config{RelistInterval: "1m"})
+}
+
+// newHarnessWith is newHarness with the bridge's configuration cfg.
+func newHarnessWith(t *testing.T, cfg Config) *harness {
 	h := &harness{t: t, nomad: newFakeNomad(), store: state.NewStore(), clock: clockwork.NewFakeClockAt(t0)}
 	h.w = &storeWriter{s: h.store, term: 1, claimErr: map[string]error{}}
 	must := func(typ structs.MessageType, req any) {
@@ -218,7 +223,7 @@ func newHarness(t *testing.T) *harness {
 		{Namespace: "default", ID: "v1", ExternalID: "d1", PluginID: "p", AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem},
 		{Namespace: "default", ID: "v2", ExternalID: "d2", PluginID: "p", AccessMode: structs.AccessMultiNodeMultiWrite, AttachmentMode: structs.AttachFilesystem},
 	}})
-	s, err := Config{RelistInterval: "1m"}.Validate()
+	s, err := cfg.Validate()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,6 +36,9 @@ type scaleReport struct {
 	// RSSHeldParts splits RSSHeldMiB into anonymous memory (the Go heap)
 	// and mapped files (the bolt log, the binary).
 	RSSHeldParts map[string][2]int `json:"rss_held_anon_file_mib"`
+	// HeapHeldMiB is each server's Go heap in use and the heap its last
+	// collection found live (half the next goal), with the claims held.
+	HeapHeldMiB map[string][2]int `json:"heap_held_inuse_live_mib"`
 
 	SnapshotSaveSeconds float64 `json:"operator_snapshot_save_seconds"`
 	SnapshotBytes       int64   `json:"operator_snapshot_bytes"`
@@ -64,6 +67,45 @@ type scaleReport struct {
 	QuorumLost        int `json:"quorum_lost"`
 	HeartbeatTimeouts int `json:"heartbeat_timeouts"`
 	leaderships       int
+	// LeaderEvents are those lines, each with its server, its time and
+	// the phase of the run it fell in (what the load was then).
+	LeaderEvents []leaderEvent `json:"leader_events,omitempty"`
+	// Phases are the run's phases in order, each from its start.
+	Phases []phase `json:"phases"`
+}
+
+// phase is one step of the run (loading, claims, ...) from its start.
+type phase struct {
+	Name  string    `json:"name"`
+	Start time.Time `json:"start"`
+}
+
+// leaderEvent is one leadership line of a server's log.
+type leaderEvent struct {
+	Server  string    `json:"server"`
+	Time    time.Time `json:"time"`
+	Message string    `json:"message"`
+	Phase   string    `json:"phase"`
+}
+
+// leaderMessages are the log lines that mark a leadership change or its
+// cause (see LeaderChanges).
+var leaderMessages = []string{"entering leader state", "failed to contact quorum of nodes", "heartbeat timeout reached, starting election"}
+
+// mark starts a phase of the run now.
+func (rep *scaleReport) mark(name string) {
+	rep.Phases = append(rep.Phases, phase{Name: name, Start: time.Now().UTC()})
+}
+
+// phaseAt names the phase t fell in.
+func (rep *scaleReport) phaseAt(t time.Time) string {
+	name := "start"
+	for _, p := range rep.Phases {
+		if !t.Before(p.Start) {
+			name = p.Name
+		}
+	}
+	return name
 }
 
 // raftSnapshot is one of raft's own snapshots on one server.
@@ -167,12 +209,20 @@ func (rep *scaleReport) addLog(server string, r logRead) {
 		rep.RaftSnapshots = append(rep.RaftSnapshots, raftSnapshot{Server: server, Start: s[0].UTC(), Seconds: s[1].Sub(s[0]).Seconds()})
 	}
 	rep.leaderships += r.count("entering leader state")
+	for _, l := range r.lines {
+		for _, m := range leaderMessages {
+			if strings.HasPrefix(l.Message, m) {
+				rep.LeaderEvents = append(rep.LeaderEvents, leaderEvent{Server: server, Time: l.Time.UTC(), Message: m, Phase: rep.phaseAt(l.Time)})
+			}
+		}
+	}
 	rep.QuorumLost += r.count("failed to contact quorum of nodes")
 	rep.HeartbeatTimeouts += r.count("heartbeat timeout reached, starting election")
 }
 
 func (rep *scaleReport) finish() {
 	rep.LeaderChanges = max(rep.leaderships-1, 0)
+	slices.SortFunc(rep.LeaderEvents, func(a, b leaderEvent) int { return a.Time.Compare(b.Time) })
 	slices.SortFunc(rep.RaftSnapshots, func(a, b raftSnapshot) int { return a.Start.Compare(b.Start) })
 	type edge struct {
 		t     time.Time
@@ -209,12 +259,18 @@ func (rep *scaleReport) markdown() string {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	var held, peak []string
+	var held, peak, heap []string
 	for _, id := range ids {
 		held = append(held, fmt.Sprintf("%s %d (anon %d, files %d)", id, rep.RSSHeldMiB[id], rep.RSSHeldParts[id][0], rep.RSSHeldParts[id][1]))
 		peak = append(peak, fmt.Sprintf("%s %d", id, rep.RSSMaxMiB[id]))
+		if h, ok := rep.HeapHeldMiB[id]; ok {
+			heap = append(heap, fmt.Sprintf("%s %d / %d", id, h[0], h[1]))
+		}
 	}
 	fmt.Fprintf(&b, "| RSS per server with the claims held, MiB | %s |\n", strings.Join(held, ", "))
+	if len(heap) > 0 {
+		fmt.Fprintf(&b, "| Go heap per server with the claims held: in use / live at the last collection, MiB | %s |\n", strings.Join(heap, ", "))
+	}
 	fmt.Fprintf(&b, "| RSS per server, largest over the run, MiB | %s |\n", strings.Join(peak, ", "))
 	fmt.Fprintf(&b, "| volumes loaded (PUT /v1/volumes, 1,000 per request) | %.1f s, %.0f/s |\n", rep.LoadSeconds, rep.VolumesPerSec)
 	fmt.Fprintf(&b, "| raft's own snapshots | %d, longest %.2f s, at most %d of %d servers at one moment |\n",
@@ -233,6 +289,12 @@ func (rep *scaleReport) markdown() string {
 		fmt.Fprintf(&b, "| `GET %s` once a second during the claims: median [min-max] of %d | %.1f [%.1f-%.1f] ms |\n", r.Route, r.N, r.MedianMs, r.MinMs, r.MaxMs)
 	}
 	fmt.Fprintf(&b, "| leader changes (quorum lost, follower heartbeat timeouts) | %d (%d, %d) |\n", rep.LeaderChanges, rep.QuorumLost, rep.HeartbeatTimeouts)
+	if len(rep.LeaderEvents) > 0 {
+		b.WriteString("\nLeadership lines of the servers' logs, seconds from the start, and the phase of the run:\n\n")
+		for _, e := range rep.LeaderEvents {
+			fmt.Fprintf(&b, "- %.1f s, %s, %s: %s\n", e.Time.Sub(rep.Started).Seconds(), e.Phase, e.Server, e.Message)
+		}
+	}
 	b.WriteString("\nEach route the web UI reads, the leader answering, median [min-max] of the rounds, ms:\n\n")
 	b.WriteString("| route | claims held | after the releases |\n| --- | ---: | ---: |\n")
 	for i, r := range rep.RoutesHeld {

@@ -33,7 +33,8 @@ import (
 // route the web UI polls, and the leader changes during the run, whose
 // target is zero. VOLHOST_SCALE_REPORT names a JSON file and
 // VOLHOST_SCALE_MD a Markdown table for the figures; VOLHOST_SCALE_HCL is
-// appended to every server's configuration (e.g. raft timings to compare).
+// appended to every server's configuration (e.g. raft timings to compare);
+// VOLHOST_SCALE_LOGS names a directory to keep the servers' logs in.
 //
 // It fails when a leader is lost (VOLHOST_SCALE_MAX_LEADER_CHANGES,
 // default 0) or a phase does not complete; the figures are reported, not
@@ -48,9 +49,11 @@ func TestScaleCluster(t *testing.T) {
 	maxLeaderChanges := chaosInt(t, "VOLHOST_SCALE_MAX_LEADER_CHANGES", 0)
 	const nodes = 4
 
-	// A million volumes load in minutes on a shared 2-core machine; the
-	// budget grows with the size.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute+time.Duration(nvol/1000)*3*time.Second)
+	// A million volumes load in minutes on a shared 2-core machine, and
+	// its claims and releases run at a hundred or two a second there: the
+	// budget grows with both.
+	ctx, cancel := context.WithTimeout(context.Background(),
+		10*time.Minute+time.Duration(nvol/1000)*3*time.Second+time.Duration(nclaim)*25*time.Millisecond)
 	defer cancel()
 	dir := t.TempDir()
 	sock, err := os.MkdirTemp("", "vh")
@@ -87,10 +90,18 @@ func TestScaleCluster(t *testing.T) {
 				t.Logf("--- %s log tail ---\n%s", s.ID, s.Tail(6000))
 			}
 		}
+		// VOLHOST_SCALE_LOGS keeps the servers' logs (a directory).
+		if d := os.Getenv("VOLHOST_SCALE_LOGS"); d != "" {
+			for _, s := range c.Servers {
+				if b, err := os.ReadFile(s.Log); err == nil {
+					_ = os.WriteFile(filepath.Join(d, s.ID+".log"), b, 0o644)
+				}
+			}
+		}
 	}()
 	start := time.Now()
 	rep := scaleReport{Volumes: nvol, Claims: nclaim, Clients: clients, Servers: len(c.Servers), Started: start.UTC(),
-		RSSMaxMiB: map[string]int{}, RSSHeldMiB: map[string]int{}, RSSHeldParts: map[string][2]int{}}
+		RSSMaxMiB: map[string]int{}, RSSHeldMiB: map[string]int{}, RSSHeldParts: map[string][2]int{}, HeapHeldMiB: map[string][2]int{}}
 	rss := startRSSSampler(c, rep.RSSMaxMiB)
 	defer rss.stop()
 
@@ -114,6 +125,7 @@ func TestScaleCluster(t *testing.T) {
 
 	// Volumes, 1,000 per request, a few requests in flight (an operator's
 	// import script would not send them one at a time either).
+	rep.mark("loading volumes")
 	t0 := time.Now()
 	batches := (nvol + 999) / 1000
 	if err := parallel(ctx, 4, batches, func(ctx context.Context, b int) error {
@@ -139,6 +151,7 @@ func TestScaleCluster(t *testing.T) {
 			return c.Retry(ctx, func(ctx context.Context, a *API) error { return a.UpsertAllocs(ctx, as) })
 		})
 	}
+	rep.mark("allocations")
 	if err := allocs("running"); err != nil {
 		t.Fatalf("allocations: %v", err)
 	}
@@ -147,6 +160,7 @@ func TestScaleCluster(t *testing.T) {
 	// (one poll of /v1/stats and of a claim-state list a second, what an
 	// open overview and volumes page cost).
 	ui := startReader(ctx, api, []string{"/v1/stats", "/v1/volumes?claim_state=taken&per_page=50"})
+	rep.mark("claims")
 	t0 = time.Now()
 	var refused atomic.Int64
 	if err := parallel(ctx, clients, nclaim, func(ctx context.Context, i int) error {
@@ -166,12 +180,17 @@ func TestScaleCluster(t *testing.T) {
 		pid := s.cmd.Process.Pid
 		rep.RSSHeldMiB[s.ID] = procRSSMiB(pid)
 		rep.RSSHeldParts[s.ID] = [2]int{procStatusMiB(pid, "RssAnon"), procStatusMiB(pid, "RssFile")}
+		if h, err := heapFigures(ctx, s.API); err == nil {
+			rep.HeapHeldMiB[s.ID] = h
+		}
 	}
+	rep.mark("UI routes timed, claims held")
 	if rep.RoutesHeld, err = timeRoutes(ctx, api, 7); err != nil {
 		t.Fatal(err)
 	}
 
 	// The operator's snapshot, from the leader, to a file.
+	rep.mark("operator snapshot save")
 	t0 = time.Now()
 	n, err := saveSnapshot(ctx, api, filepath.Join(dir, "backup.snap"))
 	if err != nil {
@@ -183,6 +202,7 @@ func TestScaleCluster(t *testing.T) {
 	// Releases: every allocation completes (1,000 per write); the watcher
 	// releases each claim through the driver.
 	ui = startReader(ctx, api, []string{"/v1/stats"})
+	rep.mark("releases")
 	t0 = time.Now()
 	if err := allocs("complete"); err != nil {
 		t.Fatalf("completing allocations: %v", err)
@@ -200,6 +220,7 @@ func TestScaleCluster(t *testing.T) {
 	rep.ReleasesPerSec = float64(nclaim) / rep.ReleaseSeconds
 	rep.ReadsDuringReleases = ui.stop()
 	t.Logf("%d releases in %.1fs (%.0f/s)", nclaim, rep.ReleaseSeconds, rep.ReleasesPerSec)
+	rep.mark("UI routes timed, after the releases")
 	if rep.RoutesReleased, err = timeRoutes(ctx, api, 7); err != nil {
 		t.Fatal(err)
 	}
@@ -217,10 +238,12 @@ func TestScaleCluster(t *testing.T) {
 		}
 	}
 	slices.SortFunc(followers, func(a, b *Server) int { return strings.Compare(b.ID, a.ID) }) // s1 last
+	rep.mark("follower restarted")
 	if rep.Restart, err = restartFollower(ctx, c, followers[1], false, &rss.mu); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
 	t.Logf("restart %s: %+v", followers[1].ID, rep.Restart)
+	rep.mark("follower wiped and rejoined")
 	if rep.Rejoin, err = restartFollower(ctx, c, followers[0], true, &rss.mu); err != nil {
 		t.Fatalf("wiped rejoin: %v", err)
 	}
@@ -582,4 +605,37 @@ func procStatusMiB(pid int, field string) int {
 		}
 	}
 	return 0
+}
+
+// heapFigures reads a server's Go heap from its metrics (the Go
+// collector's): the heap in use and half the next collection's goal,
+// which under GOGC=100 is the heap the last collection found live, in MiB.
+func heapFigures(ctx context.Context, a *API) ([2]int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/v1/metrics", nil)
+	if err != nil {
+		return [2]int{}, err
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return [2]int{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return [2]int{}, err
+	}
+	var inuse, next float64
+	for _, line := range strings.Split(string(b), "\n") {
+		var v float64
+		if _, err := fmt.Sscanf(line, "go_memstats_heap_inuse_bytes %g", &v); err == nil {
+			inuse = v
+		}
+		if _, err := fmt.Sscanf(line, "go_memstats_next_gc_bytes %g", &v); err == nil {
+			next = v
+		}
+	}
+	if inuse == 0 || next == 0 {
+		return [2]int{}, fmt.Errorf("metrics of %s: no Go heap figures", a.base)
+	}
+	return [2]int{int(inuse / (1 << 20)), int(next / 2 / (1 << 20))}, nil
 }
