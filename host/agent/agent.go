@@ -176,7 +176,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	// spec leaves to the CO, through the same code a node agent uses.
 	direct := &nodestep.Executor{CSI: a.CSI}
 	a.Server = server.New(server.Config{
-		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Node: direct, Agents: agents, Modules: loadingModules{modules, a.modulesReady}, Clock: a.clock, Logger: a.logger, Locks: locks,
+		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Node: direct, Agents: agents, Modules: modules, Ready: a.waitModules, Clock: a.clock, Logger: a.logger, Locks: locks,
 	})
 	a.Watcher = watcher.New(watcher.Config{
 		MaxConcurrency:        cfg.Watcher.MaxConcurrency,

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/plugins"
-	"github.com/volhost/volhost/watcher/attach"
 )
 
 // The module directory's first load runs after the API listens: compiling
@@ -17,7 +15,7 @@ import (
 // and looked hung. Meanwhile `module list` and the UI show the modules as
 // loading, and nothing judges or publishes a volume with what would serve
 // it before its module is there: the leader's watcher starts once the load
-// is done, and a claim's CSI adapter call waits for it (loadingModules).
+// is done, and a claim waits for it (waitModules).
 
 // ModulesLoaded is closed once the module directory's first load is done
 // (at once without a module directory).
@@ -55,60 +53,30 @@ func (a *Agent) loadFirstModules(ctx context.Context) {
 	a.startSources(ctx)
 }
 
-// loadingModules is what the claim path sees: until the first module load
-// is done, a CSI adapter call waits for it (bounded by the claim's
-// context) and then asks whatever serves the volume. Without the wait, a
-// claim in the first seconds would publish with the CSI spec's default
-// request where the volume's adapter module maps it otherwise.
-type loadingModules struct {
-	attach.Adapters
-	ready <-chan struct{}
-}
-
-// AdapterFor implements attach.Adapters.
-func (m loadingModules) AdapterFor(v *structs.Volume) attach.Adapter {
-	select {
-	case <-m.ready:
-		return m.Adapters.AdapterFor(v)
-	default:
-		return awaitAdapter{m: m, v: v}
-	}
-}
-
-// awaitAdapter is the adapter of a volume asked for during the first load.
-type awaitAdapter struct {
-	m loadingModules
-	v *structs.Volume
-}
-
 // claimModuleWait bounds how long a claim waits for the first module
 // load: well inside the API's write_timeout, so the caller gets this
-// answer (a 504 saying to try again) rather than a dropped connection.
-const claimModuleWait = 10 * time.Second
+// answer (a 503 saying to try again) rather than a dropped connection.
+var claimModuleWait = 10 * time.Second
 
-func (a awaitAdapter) wait(ctx context.Context) (attach.Adapter, error) {
-	ctx, cancel := context.WithTimeout(ctx, claimModuleWait)
-	defer cancel()
+// waitModules is the claim path's Ready (server.Config): until the first
+// module load is done a claim waits for it, claimModuleWait at most, before
+// it takes its volume or writes anything. Without the wait, a claim in the
+// first seconds would publish with the CSI spec's default request where the
+// volume's adapter module maps it otherwise.
+func (a *Agent) waitModules(ctx context.Context) error {
 	select {
-	case <-a.m.ready:
-		return a.m.Adapters.AdapterFor(a.v), nil
+	case <-a.modulesReady:
+		return nil
+	default:
+	}
+	t := a.clock.NewTimer(claimModuleWait)
+	defer t.Stop()
+	select {
+	case <-a.modulesReady:
+		return nil
+	case <-t.Chan():
+		return structs.Unavailable("the agent's modules are still loading (volhost module list shows them): nothing was done, try again")
 	case <-ctx.Done():
-		return nil, fmt.Errorf("the agent's modules are still loading (volhost module list shows them); try again: %w", ctx.Err())
+		return fmt.Errorf("waiting for the agent's modules to load: %w", ctx.Err())
 	}
-}
-
-func (a awaitAdapter) AdaptRequest(ctx context.Context, req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
-	ad, err := a.wait(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return ad.AdaptRequest(ctx, req)
-}
-
-func (a awaitAdapter) ClassifyError(ctx context.Context, req *abi.ClassifyRequest) (*abi.ClassifyResponse, error) {
-	ad, err := a.wait(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return ad.ClassifyError(ctx, req)
 }

@@ -4,21 +4,21 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/jonboulle/clockwork"
 
-	"github.com/volhost/volhost/abi"
 	"github.com/volhost/volhost/host/api/client"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/internal/testutil"
 	"github.com/volhost/volhost/plugins"
 	"github.com/volhost/volhost/plugins/pluginstest"
-	"github.com/volhost/volhost/watcher"
 )
 
 // lockedBuffer is a log output tests read while the agent writes.
@@ -97,30 +97,24 @@ func TestAgentListensWhileModulesLoad(t *testing.T) {
 	if _, err := c.UpsertAllocs(ctx, []*structs.Alloc{{ID: "a-v1", NodeID: "node1", ClientStatus: structs.AllocRunning}}); err != nil {
 		t.Fatal(err)
 	}
-	claimed := make(chan error, 1)
-	go func() {
-		_, err := c.ClaimVolume(ctx, &structs.ClaimRequest{VolumeID: "v1", AllocID: "a-v1", NodeID: "node1", Mode: structs.ClaimWrite})
-		claimed <- err
-	}()
-	select {
-	case err := <-claimed:
-		t.Fatalf("a claim was answered while the modules load (%v): it must wait for its adapter", err)
-	default:
+	// A claim during the load waits for it, claimModuleWait at most, then
+	// is refused saying so, with nothing published.
+	claimModuleWait = 50 * time.Millisecond
+	t.Cleanup(func() { claimModuleWait = 10 * time.Second })
+	claim := &structs.ClaimRequest{VolumeID: "v1", AllocID: "a-v1", NodeID: "node1", Mode: structs.ClaimWrite}
+	_, err = c.ClaimVolume(ctx, claim)
+	var he *client.APIError
+	if !errors.As(err, &he) || he.StatusCode != http.StatusServiceUnavailable || !strings.Contains(err.Error(), "modules are still loading") {
+		t.Fatalf("claim during the load = %v, want a 503 naming the load", err)
+	}
+	if n := len(drv.Calls(csitest.ControllerPublish)); n != 0 {
+		t.Fatalf("%d ControllerPublish calls while the modules load", n)
 	}
 	unblock()
-	// Answered once the modules are loaded, or, when the load outlasts
-	// claimModuleWait (a cold compile under -race), refused saying so, and
-	// then claimed again.
-	if err := <-claimed; err != nil {
-		if !strings.Contains(err.Error(), "modules are still loading") {
-			t.Fatalf("claim during the load: %v, want it answered, or refused naming the load", err)
-		}
-		waitModulesLoaded(t, a)
-		if _, err := c.ClaimVolume(ctx, &structs.ClaimRequest{VolumeID: "v1", AllocID: "a-v1", NodeID: "node1", Mode: structs.ClaimWrite}); err != nil {
-			t.Fatalf("claim once the modules loaded: %v", err)
-		}
-	}
 	waitModulesLoaded(t, a)
+	if _, err := c.ClaimVolume(ctx, claim); err != nil {
+		t.Fatalf("claim once the modules loaded: %v", err)
+	}
 	testutil.WaitFor(t, "the watcher running once the modules are loaded", a.Watcher.Enabled)
 	if st, _ := a.Modules.StatusOf("policy"); st.State != plugins.StateServing {
 		t.Fatalf("policy after the load: %+v, want serving", st)
@@ -144,26 +138,35 @@ func TestAgentListensWhileModulesLoad(t *testing.T) {
 	}
 }
 
-// TestClaimAdapterWaitsForModules: until the first load is done a claim's
-// adapter call waits, bounded by the claim's context, then asks whatever
-// serves the volume.
-func TestClaimAdapterWaitsForModules(t *testing.T) {
-	ready := make(chan struct{})
-	m := loadingModules{Adapters: watcher.NativeModules(), ready: ready}
-	v := &structs.Volume{ID: "v1", ExternalID: "disk-v1", PluginID: "csi"}
-	req := &abi.AdapterRequest{Step: abi.StepControllerPublish, Volume: abi.VolumeView{ID: "v1", ExternalID: "disk-v1"}, Node: abi.NodeView{ID: "node1", ExternalID: "ext-node1"}}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
-	defer cancel()
-	_, err := m.AdapterFor(v).AdaptRequest(ctx, req)
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "modules are still loading") {
-		t.Fatalf("adapter call while loading = %v, want the caller's deadline, naming the load", err)
+// TestClaimWaitsForModules: until the first load is done a claim waits
+// for it, claimModuleWait at most (then a 503-class refusal saying to try
+// again), or until the caller gives up; once loaded it waits for nothing.
+func TestClaimWaitsForModules(t *testing.T) {
+	clk := clockwork.NewFakeClock()
+	a := &Agent{modulesReady: make(chan struct{}), clock: clk}
+	errc := make(chan error, 1)
+	go func() { errc <- a.waitModules(context.Background()) }()
+	if err := clk.BlockUntilContext(context.Background(), 1); err != nil {
+		t.Fatal(err)
 	}
-	pending := m.AdapterFor(v) // asked for during the load, called after it
-	close(ready)
-	if _, err := pending.AdaptRequest(context.Background(), req); err != nil {
-		t.Fatalf("adapter call after the load: %v", err)
+	clk.Advance(claimModuleWait)
+	if err := <-errc; !errors.Is(err, structs.ErrUnavailable) || !strings.Contains(err.Error(), "modules are still loading") {
+		t.Fatalf("a claim past claimModuleWait = %v, want unavailable, naming the load", err)
 	}
-	if _, ok := m.AdapterFor(v).(awaitAdapter); ok {
-		t.Fatal("after the load AdapterFor still hands out the waiting adapter")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := a.waitModules(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a claim whose caller gave up = %v, want its context's error", err)
+	}
+	go func() { errc <- a.waitModules(context.Background()) }()
+	if err := clk.BlockUntilContext(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	close(a.modulesReady)
+	if err := <-errc; err != nil {
+		t.Fatalf("a claim waiting when the load ends = %v, want nil", err)
+	}
+	if err := a.waitModules(ctx); err != nil {
+		t.Fatalf("a claim after the load = %v, want nil", err)
 	}
 }
