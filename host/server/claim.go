@@ -51,6 +51,11 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 	if req.Namespace == "" {
 		req.Namespace = "default"
 	}
+	if s.ready != nil {
+		if err := s.ready(ctx); err != nil {
+			return nil, err
+		}
+	}
 	term, err := s.readyTerm(ctx)
 	if err != nil {
 		return nil, err

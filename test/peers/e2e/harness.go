@@ -234,6 +234,18 @@ func StartAgent(ctx context.Context, dir, bin, config string, extraArgs ...strin
 		p.Kill()
 		return nil, fmt.Errorf("waiting for the agent to lead: %w", err)
 	}
+	if slices.Contains(extraArgs, "-module-dir") {
+		// The agent listens first and compiles its modules after: a
+		// scenario starts once none is loading.
+		err = Poll(ctx, 20*time.Millisecond, func() (bool, error) {
+			n, err := a.API.ModulesLoading(ctx)
+			return err == nil && n == 0, err
+		})
+		if err != nil {
+			p.Kill()
+			return nil, fmt.Errorf("waiting for the agent's modules to load: %w", err)
+		}
+	}
 	return a, nil
 }
 
