@@ -756,11 +756,21 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 	if !c.IsLeader() {
 		return 0, nil, c.noLeaderBecauseOfDisk(raftErr("apply", raft.ErrNotLeader))
 	}
+	asked := req
 	req = c.olderRequestSettled(ctx, req)
 	if err := c.checkGateSettled(ctx, t, req); err != nil {
 		return 0, nil, err
 	}
-	if err := c.store.Snapshot().Validate(t, req); err != nil {
+	snap := c.store.Snapshot()
+	if _, ok := asked.(*structs.AllocUpsertRequest); ok && req != asked {
+		// The older allocation write leaves out the mark that has the
+		// store refuse a namespace move at commit; the leader still
+		// refuses the move before the log (older.go).
+		if err := snap.Validate(t, asked); err != nil {
+			return 0, nil, err
+		}
+	}
+	if err := snap.Validate(t, req); err != nil {
 		return 0, nil, err
 	}
 	data, err := encodeCommand(t, c.cfg.Clock.Now(), req)

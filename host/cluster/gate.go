@@ -40,6 +40,7 @@ const (
 	FeatureClaimUnattached Feature = "claim-unattached"
 	FeatureClaimRestored   Feature = "claim-restored"
 	FeatureNodeRegistrar   Feature = "node-registered-by"
+	FeatureAllocNamespace  Feature = "alloc-keep-namespace"
 )
 
 // gate is one row of the feature table.
@@ -121,6 +122,12 @@ var gates = []gate{
 		return ok && r != nil && r.Node != nil && r.Node.RegisteredBy != ""
 	}, Older: "the registration without its token's accessor: a token revoked between the request's check and the commit " +
 		"does not stop the registration"},
+	// The store refuses, at commit, an allocation that moves namespace;
+	// a server of the previous release applies the move.
+	{Feature: FeatureAllocNamespace, Since: GateVersion, Uses: func(req any) bool {
+		r, ok := req.(*structs.AllocUpsertRequest)
+		return ok && r != nil && r.KeepNamespace
+	}, Older: "the write without the mark: the leader refuses a namespace move before the log, the store does not check it again at commit"},
 	// New rows go here: {Feature: "...", Since: "<first version writing it>", Types: ...}.
 }
 

@@ -150,3 +150,47 @@ func TestClaimMarksAndRegistrarGated(t *testing.T) {
 		t.Fatalf("registration by a token that does not exist, once the accessor is written: %v", err)
 	}
 }
+
+// While a server of the previous release (which moves an allocation's
+// namespace) could apply the entry, the leader writes an allocation
+// without the mark that has the store refuse the move at commit, and
+// still refuses a move before the log; once every server advertises the
+// feature the mark is written and every replica refuses at commit.
+func TestAllocKeepNamespaceGated(t *testing.T) {
+	tc, old := gatedCluster(t)
+	l := tc.leader()
+	loadBase(t, l.c)
+	alloc := func(ns string) *structs.AllocUpsertRequest {
+		return &structs.AllocUpsertRequest{KeepNamespace: true, Allocs: []*structs.Alloc{
+			{ID: "a9", Namespace: ns, NodeID: "n1", JobID: "web", ClientStatus: structs.AllocRunning}}}
+	}
+	first := l.c.LastIndex()
+	mustApply(t, l.c, structs.AllocUpsertType, alloc("default"))
+	for _, e := range entriesSince(t, l.c, first) {
+		if bytes.Contains(e, []byte(`"keep_namespace"`)) {
+			t.Fatalf("entry carries keep_namespace while s3 does not know it: %s", e)
+		}
+	}
+	before := l.c.LastIndex()
+	if _, _, err := l.c.Apply(testCtx(t), structs.AllocUpsertType, alloc("other")); !errors.As(err, new(*structs.ValidationError)) || !strings.Contains(err.Error(), "cannot move") {
+		t.Fatalf("a namespace move while gated: %v, want refused before the log", err)
+	}
+	if l.c.LastIndex() != before {
+		t.Fatal("the refused move reached the log")
+	}
+
+	upgradeOld(t, tc, old)
+	l = tc.leader()
+	if !l.c.FeatureEnabled(FeatureAllocNamespace) {
+		t.Fatal("feature not enabled once every server advertises it")
+	}
+	first = l.c.LastIndex()
+	mustApply(t, l.c, structs.AllocUpsertType, alloc("default"))
+	marked := false
+	for _, e := range entriesSince(t, l.c, first) {
+		marked = marked || bytes.Contains(e, []byte(`"keep_namespace":true`))
+	}
+	if !marked {
+		t.Fatal("the mark is not written once every server knows it")
+	}
+}

@@ -78,6 +78,13 @@ func (c *Cluster) olderRequest(req any) any {
 		n := *r.Node
 		n.RegisteredBy = ""
 		return &structs.NodeUpsertRequest{Node: &n}
+	case *structs.AllocUpsertRequest:
+		if r == nil || !r.KeepNamespace || c.FeatureEnabled(FeatureAllocNamespace) {
+			return req
+		}
+		out := *r
+		out.KeepNamespace = false
+		return &out
 	case *structs.VolumeClaimRequest:
 		if r == nil {
 			return req

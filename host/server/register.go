@@ -170,7 +170,7 @@ func (s *Server) UpsertAllocs(ctx context.Context, allocs []*structs.Alloc) (uin
 		}
 		a.ModifyTime = now
 	}
-	idx, _, err := s.log.Apply(ctx, structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: allocs})
+	idx, _, err := s.log.Apply(ctx, structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: allocs, KeepNamespace: true})
 	return idx, err
 }
 

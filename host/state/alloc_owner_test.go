@@ -17,7 +17,7 @@ import (
 // could end it, so the watcher released its claims under a running job).
 func TestAllocOwnerAndNamespaceHeldAtApply(t *testing.T) {
 	api := func(a *structs.Alloc) *structs.AllocUpsertRequest {
-		return &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{a}}
+		return &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{a}, KeepNamespace: true}
 	}
 	type entry struct {
 		t   structs.MessageType
@@ -74,5 +74,34 @@ func TestAllocOwnerAndNamespaceHeldAtApply(t *testing.T) {
 				t.Fatalf("allocation %+v, was %+v", now, was)
 			}
 		})
+	}
+}
+
+// An allocation write without the keep-namespace mark (what a leader
+// writes while a server of the previous release could apply it, and what
+// that release's own leader wrote) moves the allocation as that release
+// did, so every replica applies the entry alike; with the mark the store
+// refuses the move.
+func TestAllocNamespaceMoveOnlyRefusedWithTheMark(t *testing.T) {
+	s := NewStore()
+	apply := func(idx uint64, t structs.MessageType, req any) error { _, err := s.Apply(idx, t, req); return err }
+	if err := apply(1, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: &structs.Node{ID: "n1", Status: structs.NodeReady}}); err != nil {
+		t.Fatal(err)
+	}
+	write := func(idx uint64, ns string, mark bool) error {
+		return apply(idx, structs.AllocUpsertType, &structs.AllocUpsertRequest{KeepNamespace: mark, Allocs: []*structs.Alloc{
+			{ID: "a1", Namespace: ns, NodeID: "n1", JobID: "web", ClientStatus: structs.AllocRunning}}})
+	}
+	if err := write(2, "default", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(3, "other", true); err == nil || !strings.Contains(err.Error(), "cannot move") {
+		t.Fatalf("a marked move: %v, want refused", err)
+	}
+	if err := write(4, "other", false); err != nil {
+		t.Fatalf("an unmarked move (the previous release's entry): %v, want applied as it was", err)
+	}
+	if a, _ := s.Snapshot().AllocByID(nil, "a1"); a == nil || a.Namespace != "other" {
+		t.Fatalf("a1 = %+v, want moved to other", a)
 	}
 }

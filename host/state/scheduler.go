@@ -66,7 +66,7 @@ func validateSchedulerSync(snap *Snapshot, r *structs.SchedulerSyncRequest) erro
 		}
 	}
 	if len(r.Allocs) > 0 {
-		if err := validateAllocUpsert(snap, &structs.AllocUpsertRequest{Allocs: r.Allocs}); err != nil {
+		if err := validateAllocUpsert(snap, &structs.AllocUpsertRequest{Allocs: r.Allocs, KeepNamespace: true}); err != nil {
 			return err
 		}
 	}

@@ -596,7 +596,7 @@ func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
 			}
 			// Its claims were checked against the namespace it had: a
 			// move would leave them in a namespace it no longer is in.
-			if old.Namespace != a.Namespace {
+			if r.KeepNamespace && old.Namespace != a.Namespace {
 				return structs.Invalid(f+".namespace", "allocation %q is in namespace %q and cannot move to %q", a.ID, old.Namespace, a.Namespace)
 			}
 			// Terminal is for good: a released claim must never find its
