@@ -40,8 +40,14 @@ func TestCircuitBreakerOnModule(t *testing.T) {
 		}
 		assertFault(t, err, s.want)
 	}
-	if got := e.eventsOf(EventCircuitOpen); len(got) != 1 {
+	got := e.eventsOf(EventCircuitOpen)
+	if len(got) != 1 {
 		t.Fatalf("%d circuit-open events, want 1", len(got))
+	}
+	// Its reason is the last fault's, about one volume: the event names
+	// that volume, so only its namespace's readers see it.
+	if req := faultRequest("x"); got[0].Namespace != req.Volume.Namespace || got[0].VolumeID != req.Volume.ID {
+		t.Fatalf("circuit-open event names volume %s/%s, want the faulting call's %s/%s", got[0].Namespace, got[0].VolumeID, req.Volume.Namespace, req.Volume.ID)
 	}
 	if st, _ := e.m.StatusOf("fault-policy"); st.State != StateOpenCircuit {
 		t.Fatalf("state %s, want open-circuit", st.State)

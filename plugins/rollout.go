@@ -83,6 +83,10 @@ type ShadowStatus struct {
 	// no calls yet).
 	AgreementPercent float64 `json:"agreement_percent"`
 	LastDisagreement string  `json:"last_disagreement,omitempty"`
+	// LastDisagreementNamespace is the namespace of the volume the last
+	// disagreement was about: its text names the volume, so the API
+	// shows it only to a token that may read that namespace.
+	LastDisagreementNamespace string `json:"last_disagreement_namespace,omitempty"`
 	// ManifestChanges are how the candidate's manifest differs from the
 	// serving generation's (empty: the same selection, kind, version,
 	// limits and failure strategy).
@@ -95,6 +99,12 @@ type RecentFault struct {
 	Generation uint64    `json:"generation"`
 	Kind       string    `json:"kind"`
 	Message    string    `json:"message"`
+	// Namespace and VolumeID name the volume of the call that faulted
+	// ("" for a call about none): the message may quote it (the guest's
+	// own error and output included), so the API shows the fault only to
+	// a token that may read that namespace.
+	Namespace string `json:"namespace,omitempty"`
+	VolumeID  string `json:"volume_id,omitempty"`
 }
 
 // maxRecentFaults bounds RecentFaults.
@@ -106,6 +116,7 @@ type shadowStats struct {
 	shadowDisagree atomic.Uint64
 	lastDisagreeMu sync.Mutex
 	lastDisagree   string
+	lastDisagreeNS string
 }
 
 // faultWindow keeps a promoted generation's recent fault times.
@@ -155,7 +166,7 @@ func (m *Manager) shadowLocked(mod *module, g *generation) {
 	mod.shadowCalls.Store(0)
 	mod.shadowDisagree.Store(0)
 	mod.lastDisagreeMu.Lock()
-	mod.lastDisagree = ""
+	mod.lastDisagree, mod.lastDisagreeNS = "", ""
 	mod.lastDisagreeMu.Unlock()
 	mod.mu.Lock()
 	mod.shadowFP, mod.refusal, mod.refusedFP = g.fp, "", ""
@@ -239,7 +250,7 @@ func shadowCompare[R any](ctx context.Context, m *Manager, name, export string, 
 		reason = "volume " + ns + "/" + vol + ": " + reason
 	}
 	mod.lastDisagreeMu.Lock()
-	mod.lastDisagree = reason
+	mod.lastDisagree, mod.lastDisagreeNS = reason, ns
 	mod.lastDisagreeMu.Unlock()
 	m.emit(Event{Kind: EventShadowDisagreed, Module: name, Generation: g.num, Version: g.version, Reason: reason,
 		Namespace: ns, VolumeID: vol})
@@ -380,7 +391,7 @@ func (m *Manager) DiscardShadow(ctx context.Context, name string) (Status, error
 	mod.shadowCalls.Store(0)
 	mod.shadowDisagree.Store(0)
 	mod.lastDisagreeMu.Lock()
-	mod.lastDisagree = ""
+	mod.lastDisagree, mod.lastDisagreeNS = "", ""
 	mod.lastDisagreeMu.Unlock()
 	m.retireGeneration(g)
 	m.log.Info("module shadow discarded", "module", name, "generation", g.num, "version", g.version)
@@ -433,16 +444,18 @@ func (m *Manager) rollbackLocked(mod *module, only *generation, why string) erro
 	return nil
 }
 
-// noteFault keeps a serving generation's fault for status and, for a
-// promoted one, counts it against its rollback limit.
-func (m *Manager) noteFault(mod *module, g *generation, fe *FaultError) {
+// noteFault keeps a serving generation's fault for status, with the
+// volume req was about, and, for a promoted one, counts it against its
+// rollback limit.
+func (m *Manager) noteFault(mod *module, g *generation, fe *FaultError, req abi.Message) {
 	if !fe.Kind.countsForBreaker() {
 		return
 	}
 	now := m.opts.Clock.Now()
 	mod.mu.Lock()
 	if mod.cur.Load() == g {
-		mod.recent = append(mod.recent, RecentFault{Time: now, Generation: g.num, Kind: string(fe.Kind), Message: fe.Error()})
+		ns, vol := requestVolume(req)
+		mod.recent = append(mod.recent, RecentFault{Time: now, Generation: g.num, Kind: string(fe.Kind), Message: fe.Error(), Namespace: ns, VolumeID: vol})
 		if len(mod.recent) > maxRecentFaults {
 			mod.recent = mod.recent[len(mod.recent)-maxRecentFaults:]
 		}
@@ -488,10 +501,10 @@ func (mod *module) rolloutStatus(s *Status) {
 	s.BreakerOpen = mod.breaker.isOpen()
 	if g := mod.shadow.Load(); g != nil {
 		mod.lastDisagreeMu.Lock()
-		last := mod.lastDisagree
+		last, lastNS := mod.lastDisagree, mod.lastDisagreeNS
 		mod.lastDisagreeMu.Unlock()
 		s.Shadow = &ShadowStatus{GenerationInfo: *info(g), Calls: mod.shadowCalls.Load(),
-			Disagreements: mod.shadowDisagree.Load(), AgreementPercent: agreement(mod), LastDisagreement: last}
+			Disagreements: mod.shadowDisagree.Load(), AgreementPercent: agreement(mod), LastDisagreement: last, LastDisagreementNamespace: lastNS}
 		if cur := mod.cur.Load(); cur != nil {
 			s.Shadow.ManifestChanges = ManifestChanges(cur.man, g.man)
 		}
@@ -593,7 +606,24 @@ var ErrCandidate = errors.New("shadow candidate refused")
 // serving file), maxima, compile, canary and self-test. It replaces any
 // shadow candidate. Like the module directory, it is this agent's state:
 // it lasts until a reload brings new files, or the agent restarts.
+//
+// A module listed in Options.Signed refuses it (ErrSignatureRequired):
+// its candidates come through ShadowSigned.
 func (m *Manager) Shadow(ctx context.Context, name string, wasm, manifestSrc []byte) (Status, error) {
+	return m.shadow(ctx, name, wasm, manifestSrc, false)
+}
+
+// ShadowSigned is Shadow for a candidate whose signature its source
+// verified against the module's key (plugins/source's Poller, before its
+// Apply): the only way in for a module listed in Options.Signed.
+func (m *Manager) ShadowSigned(ctx context.Context, name string, wasm, manifestSrc []byte) (Status, error) {
+	return m.shadow(ctx, name, wasm, manifestSrc, true)
+}
+
+func (m *Manager) shadow(ctx context.Context, name string, wasm, manifestSrc []byte, signed bool) (Status, error) {
+	if err := m.checkSigned(name, signed); err != nil {
+		return Status{}, err
+	}
 	m.reloadMu.Lock()
 	defer m.reloadMu.Unlock()
 	mod, err := m.moduleLocked(name)

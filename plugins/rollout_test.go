@@ -61,8 +61,9 @@ config = { grace = "30s" }
 		}
 	}
 	st, _ = e.m.StatusOf("policy")
-	if sh := st.Shadow; sh.Calls != 3 || sh.Disagreements != 1 || sh.AgreementPercent < 66 || sh.AgreementPercent > 67 {
-		t.Fatalf("shadow status %+v: want 3 calls, 1 disagreement, 66.7%%", sh)
+	if sh := st.Shadow; sh.Calls != 3 || sh.Disagreements != 1 || sh.AgreementPercent < 66 || sh.AgreementPercent > 67 ||
+		sh.LastDisagreementNamespace != "default" {
+		t.Fatalf("shadow status %+v: want 3 calls, 1 disagreement, 66.7%%, the last about a volume of default", sh)
 	}
 	dis := e.eventsOf(EventShadowDisagreed)
 	// Both answers in words, and the volume (`"Action":1` against
@@ -146,8 +147,9 @@ rollback {
 	if _, err := e.m.DecideRelease(ctx, "policy", policyReq("x", 1000, trap)); err == nil {
 		t.Fatal("the trap mode did not trap")
 	}
-	if st, _ := e.m.StatusOf("policy"); st.Version != "2.0.0" || len(st.RecentFaults) != 2 || st.RecentFaults[0].Kind != "trap" {
-		t.Fatalf("rolled back too early, or faults not shown: %+v", st)
+	if st, _ := e.m.StatusOf("policy"); st.Version != "2.0.0" || len(st.RecentFaults) != 2 || st.RecentFaults[0].Kind != "trap" ||
+		st.RecentFaults[0].Namespace != "default" || st.RecentFaults[0].VolumeID != "x" {
+		t.Fatalf("rolled back too early, or faults not shown with their volume: %+v", st)
 	}
 	if _, err := e.m.DecideRelease(ctx, "policy", policyReq("x", 1000, trap)); err == nil {
 		t.Fatal("the trap mode did not trap")

@@ -40,7 +40,8 @@ Security (README "Securing a cluster"):
   INSECURE, logged at start: a server without tls { rpc = true } (whoever
   reaches its raft port writes the state, ACL tokens included); node_rpc
   without acl { enabled = true } (a certificate naming no node may act as
-  any node) or without tls.rpc (secrets in clear).
+  any node) or without tls.rpc (secrets in clear); a scheduler "nomad"
+  block sending its token over plain http to another machine.
 
 Options:
 `

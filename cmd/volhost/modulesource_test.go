@@ -7,6 +7,8 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/volhost/volhost/host/agent"
 	"github.com/volhost/volhost/host/api/client"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/plugins"
 	"github.com/volhost/volhost/plugins/pluginstest"
 	"github.com/volhost/volhost/plugins/source/sourcetest"
 )
@@ -141,5 +144,111 @@ func TestModuleSourceShadow(t *testing.T) {
 	})
 	if st, _ := a.Modules.StatusOf("policy"); st.Version != "1.0.0" {
 		t.Fatalf("the shadowed bundle serves: %+v", st)
+	}
+}
+
+// TestSignedModuleRefusesUploadedCandidates: a module that comes from a
+// signed OCI bundle (module_source) runs only what its key signed. An
+// uploaded shadow candidate (PUT /v1/module/NAME/shadow, `module shadow`)
+// is unsigned code: promoting it would serve it, so a token with
+// modules:reload, or management, would bypass the signature. The upload
+// is refused, naming the module_source, and nothing shadows.
+func TestSignedModuleRefusesUploadedCandidates(t *testing.T) {
+	host, _ := sourcetest.NewRegistry(t)
+	_, pub := writeKeys(t, t.TempDir(), "k")
+	dir := t.TempDir()
+	pluginstest.Install(t, dir, "policy", pluginstest.Wasm(t, "default-policy"), defaultPolicyManifest)
+	a := startModuleAgent(t, func(cfg *agent.Config) {
+		cfg.ModuleDir = dir
+		cfg.ModuleSources = []agent.ModuleSourceConfig{{Name: "policy", OCI: host + "/modules/policy:stable", PublicKey: pub, PollInterval: "1h"}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.New("http://"+a.HTTPAddr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the module serving", func() (bool, bool) {
+		st, ok := a.Modules.StatusOf("policy")
+		return true, ok && st.State == "serving" && st.Version == "1.0.0"
+	})
+	candidate := "kind = \"release-policy\"\nversion = \"6.6.6\"\ndefault = true\n"
+	_, err = cl.ShadowModule(ctx, "policy", pluginstest.Wasm(t, "grace-policy"), &candidate)
+	var apiErr *client.APIError
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusForbidden || !strings.Contains(apiErr.Message, "module_source") {
+		served := ""
+		if err == nil {
+			if st, perr := cl.PromoteModule(ctx, "policy", plugins.PromoteOptions{}); perr == nil {
+				served = ", and promote then served unsigned version " + st.Version
+			}
+		}
+		t.Fatalf("uploading an unsigned candidate for a signed module: %v, want 403 naming the module_source%s", err, served)
+	}
+	if st, _ := a.Modules.StatusOf("policy"); st.Shadow != nil || st.Version != "1.0.0" {
+		t.Fatalf("after the refused upload: version %s, shadow %+v", st.Version, st.Shadow)
+	}
+	if _, err := cl.PromoteModule(ctx, "policy", plugins.PromoteOptions{}); err == nil {
+		t.Fatal("promote succeeded with no signed candidate")
+	}
+	if st, _ := a.Modules.StatusOf("policy"); st.Version != "1.0.0" {
+		t.Fatalf("after promote: version %s", st.Version)
+	}
+}
+
+// TestModuleSourceRefusesAReplayedOldBundle: a signature names a digest
+// forever. Whoever may push to the registry, without the key, re-points
+// the tag at a bundle signed long ago (1.0.0, say one with a known bug)
+// after 2.0.0 was signed and serves: the old signature still verifies,
+// and the agent went back to 1.0.0. The source refuses a bundle older
+// than the version serving, with a refused event naming why.
+func TestModuleSourceRefusesAReplayedOldBundle(t *testing.T) {
+	host, _ := sourcetest.NewRegistry(t)
+	ref := host + "/modules/policy:stable"
+	key, pub := writeKeys(t, t.TempDir(), "k")
+	e := &cliEnv{t: t}
+	v1 := kitFolder(t, "default-policy")
+	e.ok("module", "push", filepath.Join(v1, "default-policy.wasm"), ref)
+	e.ok("module", "sign", "-key", key, ref)
+	a := startModuleAgent(t, func(cfg *agent.Config) {
+		cfg.ModuleDir = t.TempDir()
+		cfg.ModuleSources = []agent.ModuleSourceConfig{{Name: "policy", OCI: ref, PublicKey: pub, PollInterval: "50ms"}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	serving := func(version string) func() (bool, bool) {
+		return func() (bool, bool) {
+			st, ok := a.Modules.StatusOf("policy")
+			return true, ok && st.State == "serving" && st.Version == version
+		}
+	}
+	waitFor(t, ctx, "version 1.0.0 serving", serving("1.0.0"))
+	v2 := kitFolder(t, "grace-policy")
+	man2 := filepath.Join(v2, "v2.hcl")
+	os.WriteFile(man2, []byte("kind = \"release-policy\"\nversion = \"2.0.0\"\ndefault = true\n"), 0o644)
+	e.ok("module", "push", "-manifest", man2, filepath.Join(v2, "grace-policy.wasm"), ref)
+	e.ok("module", "sign", "-key", key, ref)
+	waitFor(t, ctx, "version 2.0.0 serving", serving("2.0.0"))
+	// The attacker: push the old bytes again (same digest, its signature
+	// still in the registry), no key needed.
+	e.ok("module", "push", filepath.Join(v1, "default-policy.wasm"), ref)
+	// Refused, with an event saying why; 2.0.0 serves on.
+	cl, err := client.New("http://"+a.HTTPAddr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the replayed bundle refused", func() (bool, bool) {
+		evs, _, err := cl.Events(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == structs.EventModule && ev.Fields["event"] == "refused" && strings.Contains(ev.Message, "older than the serving version") {
+				return true, true
+			}
+		}
+		return false, false
+	})
+	if st, _ := a.Modules.StatusOf("policy"); st.Version != "2.0.0" {
+		t.Fatalf("the agent went back to the replayed bundle: %+v", st)
 	}
 }

@@ -412,9 +412,9 @@ func (c *VolumeDeregisterCommand) Run(args []string) int {
 }
 
 func leftoverTable(left []*structs.Leftover) string {
-	rows := [][]string{{"ID", "Node ID", "External Node ID", "External Volume ID", "State Reached", "Reason"}}
+	rows := [][]string{{"ID", "Node ID", "External Node ID", "External Volume ID", "State Reached", "In Doubt", "Reason"}}
 	for _, l := range left {
-		rows = append(rows, []string{l.ID, l.NodeID, orDash(l.ExternalNodeID), orDash(l.ExternalID), string(l.State), orDash(l.Reason)})
+		rows = append(rows, []string{l.ID, l.NodeID, orDash(l.ExternalNodeID), orDash(l.ExternalID), string(l.State), orDash(l.InDoubt), orDash(l.Reason)})
 	}
 	return table(rows)
 }
@@ -480,8 +480,12 @@ func (c *VolumeLeftoversCommand) Synopsis() string {
 func (c *VolumeLeftoversCommand) Help() string {
 	return helpText("volume leftovers [options]", `
   List the attachments that force-deregistered volumes may have left on
-  nodes (node, external IDs, the release state the claim had reached).
-  Clean them up on the storage side, then clear them here.
+  nodes (node, external IDs, the release state the claim had reached, and
+  the NodeUnstage or ControllerUnpublish that was sent with no answer and
+  may still run). Until a leftover short of controller-detached is
+  cleared, a claim of its disk is refused on its machine, and on every
+  machine for a single-node volume. Clean them up on the storage side,
+  then clear them here.
 
   -clear=<id>
     Forget one leftover by ID (repeatable).

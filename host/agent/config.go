@@ -34,7 +34,8 @@ type Config struct {
 	ModuleDir string `hcl:"module_dir,optional"`
 	// ModuleCacheDir is wazero's on-disk compilation cache (default: under
 	// data_dir, else the user's cache directory), so a restart does not
-	// recompile every module.
+	// recompile every module. It holds native code the agent runs: one
+	// another user owns or may write is refused (plugins/cachedir.go).
 	ModuleCacheDir string `hcl:"module_cache_dir,optional"`
 
 	HTTP        *HTTPConfig        `hcl:"http,block"`

@@ -26,14 +26,20 @@ var _ api.ModuleBackend = (*Agent)(nil)
 func (a *Agent) loadModules(maxima plugins.Maxima) (watcher.Modules, error) {
 	a.moduleEvents = &moduleEvents{a: a, kick: make(chan struct{}, 1)}
 	a.moduleSwaps = &moduleSwaps{kick: make(chan struct{}, 1)}
+	a.modulesReady = make(chan struct{})
 	if a.cfg.ModuleDir == "" {
+		close(a.modulesReady)
 		return watcher.NativeModules(), nil
 	}
 	m, err := plugins.NewManager(context.Background(), plugins.Options{
-		Dir:      a.cfg.ModuleDir,
-		CacheDir: a.moduleCacheDir(),
-		Logger:   a.logger,
-		Clock:    a.clock,
+		// Loaded by Start once the API listens (modules_loading.go); a
+		// directory that cannot be read (a typo in -module-dir) still
+		// stops the agent here, naming it.
+		LoadLater: true,
+		Dir:       a.cfg.ModuleDir,
+		CacheDir:  a.moduleCacheDir(),
+		Logger:    a.logger,
+		Clock:     a.clock,
 		OnEvent: func(ev plugins.Event) {
 			a.Metrics.ModuleEvent(ev)
 			a.moduleEvents.add(ev)
@@ -41,6 +47,7 @@ func (a *Agent) loadModules(maxima plugins.Maxima) (watcher.Modules, error) {
 		OnSwap: a.moduleSwaps.add,
 		OnCall: a.Metrics.ModuleGenerationCall,
 		Maxima: maxima,
+		Signed: a.signedModules(),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("module directory %s: %w", a.cfg.ModuleDir, err)
@@ -69,12 +76,16 @@ func (a *Agent) moduleCacheDir() string {
 	return ""
 }
 
-// startModules watches the module directory until ctx ends.
+// startModules loads the module directory, then watches it until ctx ends.
 func (a *Agent) startModules(ctx context.Context) {
 	if a.Modules == nil {
 		return
 	}
-	a.wg.Add(3)
+	a.wg.Add(4)
+	go func() {
+		defer a.wg.Done()
+		a.loadFirstModules(ctx)
+	}()
 	go func() {
 		defer a.wg.Done()
 		for {
@@ -353,7 +364,9 @@ func (a *Agent) DiscardShadow(ctx context.Context, name string) (plugins.Status,
 }
 
 // ShadowModule loads an uploaded candidate beside a module's serving
-// generation (`volhost module shadow`).
+// generation (`volhost module shadow`). A module with a module_source
+// refuses it (the runtime's Options.Signed): its candidates are the
+// source's signed bundles.
 func (a *Agent) ShadowModule(ctx context.Context, name string, wasm, manifest []byte) (plugins.Status, error) {
 	if a.Modules == nil {
 		return plugins.Status{}, structs.NotFound("module", name)
@@ -371,6 +384,10 @@ func rolloutError(name string, err error) error {
 		return structs.NotFound("module", name)
 	case errors.Is(err, plugins.ErrNoShadow), errors.Is(err, plugins.ErrNoLastKnownGood), errors.Is(err, plugins.ErrSelectionChange):
 		return structs.Conflict("%v", err)
+	case errors.Is(err, plugins.ErrSignatureRequired):
+		// The token may upload; the module's configuration refuses
+		// unsigned code: 403, with the runtime's message saying what to do.
+		return fmt.Errorf("%w: %w", err, structs.ErrPermissionDenied)
 	case errors.Is(err, plugins.ErrCandidate):
 		return &structs.ValidationError{Field: "module", Msg: err.Error()}
 	}

@@ -49,6 +49,9 @@ func (a *Agent) setupSchedulers(d Durations) error {
 	if d.nomad == nil {
 		return nil
 	}
+	if msg := d.nomad.Insecure(); msg != "" {
+		a.logger.Warn(msg)
+	}
 	b, err := nomad.New(*d.nomad, nomad.Deps{Writer: a.Server, Store: a.Store, Logger: a.logger, Clock: a.clock})
 	if err != nil {
 		return err

@@ -98,6 +98,16 @@ func (c *Config) validateSources() ([]moduleSource, []error) {
 	return out, errs
 }
 
+// signedModules tells the runtime which modules run only what their
+// module_source verified, naming the source in its refusals.
+func (a *Agent) signedModules() map[string]string {
+	out := map[string]string{}
+	for _, s := range a.sources {
+		out[s.cfg.Name] = fmt.Sprintf("module_source %q (%s)", s.cfg.Name, s.cfg.OCI)
+	}
+	return out
+}
+
 // startSources polls each module source until ctx ends.
 func (a *Agent) startSources(ctx context.Context) {
 	if a.Modules == nil {
@@ -105,7 +115,7 @@ func (a *Agent) startSources(ctx context.Context) {
 	}
 	for _, s := range a.sources {
 		p := &source.Poller{Module: s.cfg.Name, Ref: s.cfg.OCI, Key: s.key, MaxWasm: a.moduleMaxima.ModuleSize,
-			Apply: a.applyBundle(s), Refused: a.bundleRefused(s)}
+			Apply: a.applyBundle(s), Refused: a.bundleRefused(s), Serving: a.servingVersion(s.cfg.Name)}
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
@@ -125,6 +135,18 @@ func (a *Agent) startSources(ctx context.Context) {
 	}
 }
 
+// servingVersion is the version module name serves ("" when none), for
+// the source's refusal of older bundles (source.Poller.Serving).
+func (a *Agent) servingVersion(name string) func() string {
+	return func() string {
+		st, ok := a.Modules.StatusOf(name)
+		if !ok || (st.State != plugins.StateServing && st.State != plugins.StateOpenCircuit) {
+			return ""
+		}
+		return st.Version
+	}
+}
+
 // applyBundle installs a verified bundle: as the shadow candidate, or into
 // the module directory (manifest, then wasm, each renamed into place; the
 // manifest pins the wasm, so the pair forms a generation only once both
@@ -133,7 +155,7 @@ func (a *Agent) applyBundle(s moduleSource) func(context.Context, source.Bundle,
 	return func(ctx context.Context, b source.Bundle, d v1.Hash) error {
 		a.logger.Info("module source: verified bundle", "module", s.cfg.Name, "oci", s.cfg.OCI, "digest", d.String(), "shadow", s.cfg.Shadow)
 		if s.cfg.Shadow {
-			_, err := a.Modules.Shadow(ctx, s.cfg.Name, b.Wasm, b.Manifest)
+			_, err := a.Modules.ShadowSigned(ctx, s.cfg.Name, b.Wasm, b.Manifest)
 			return err
 		}
 		for _, f := range []struct {

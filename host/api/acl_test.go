@@ -29,13 +29,29 @@ type fakeModules struct {
 	reloadTakes time.Duration
 }
 
-func (f *fakeModules) ModuleStatuses() ([]plugins.Status, error) { return nil, nil }
+func (f *fakeModules) ModuleStatuses() ([]plugins.Status, error) {
+	return []plugins.Status{leakyStatus("m1")}, nil
+}
+
+// leakyStatus is a module status whose texts name volumes of two
+// namespaces: a fault in prod, one in default, one about no volume, and
+// a shadow disagreement in prod.
+func leakyStatus(name string) plugins.Status {
+	return plugins.Status{Name: name,
+		RecentFaults: []plugins.RecentFault{
+			{Kind: "guest-error", Message: "guest: cannot decide prod/secret-vol", Namespace: "prod", VolumeID: "secret-vol"},
+			{Kind: "guest-error", Message: "guest: cannot decide default/v1", Namespace: "default", VolumeID: "v1"},
+			{Kind: "timeout", Message: "call_timeout exceeded"},
+		},
+		Shadow: &plugins.ShadowStatus{LastDisagreement: "volume prod/secret-vol2: decide_release: ...", LastDisagreementNamespace: "prod"},
+	}
+}
 func (f *fakeModules) ModuleInfo(name string, limit int) (*api.ModuleInfo, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.limit = limit
 	if name == "m1" {
-		return &api.ModuleInfo{Status: plugins.Status{Name: name}, ServedVolumeCount: 3, ServedPlugins: []string{"gce-pd"},
+		return &api.ModuleInfo{Status: leakyStatus(name), ServedVolumeCount: 3, ServedPlugins: []string{"gce-pd"},
 			ServedVolumes: []structs.VolumeRef{{Namespace: "default", ID: "v1"}, {Namespace: "prod", ID: "secret-vol"}, {Namespace: "prod", ID: "secret-vol2"}}}, nil
 	}
 	return nil, structs.NotFound("module", name)
@@ -190,10 +206,13 @@ var aclCases = []struct {
 	{"node read", "GET", "/v1/nodes", "", "node:read", `node { policy = "read" }`, `operator { policy = "write" }`},
 	{"node write", "PUT", "/v1/node/n1/status", `{"status":"down"}`, "node:write", `node { policy = "write" }`, `node { policy = "read" }`},
 	{"alloc write", "PUT", "/v1/allocs", `{"allocs":[{"id":"a1","node_id":"n1","client_status":"running"}]}`, "node:write",
-		`node { policy = "write" }`, `node { policy = "read" }`},
+		`node { policy = "write" }` + "\n" + `namespace "default" { capabilities = ["claim"] }`, `node { policy = "read" }`},
+	// An allocation is also written in its namespace: TestAllocWritesNeedTheirNamespace.
 	// Node-scoped tokens (a node agent writes its own node only).
-	{"node write scoped", "PUT", "/v1/node/n1/status", `{"status":"down"}`, `node:write on node "n1"`,
-		`node_id "n1" { policy = "write" }`, `node_id "n2" { policy = "write" }`},
+	// A node's status is the operator's word: its own node_id rule does
+	// not grant it (the agent heartbeats instead).
+	{"node status needs every node", "PUT", "/v1/node/n1/status", `{"status":"down"}`, "node:write",
+		`node { policy = "write" }`, `node_id "n1" { policy = "write" }`},
 	{"node register scoped", "PUT", "/v1/nodes", `{"node":{"id":"n1"}}`, `node:write on node "n1"`,
 		`node_id "n1" { policy = "write" }`, `node_id "n1" { policy = "read" }`},
 	{"plugin write needs every node", "PUT", "/v1/plugins", `{"plugin":{"id":"p3"}}`, "node:write",

@@ -131,3 +131,30 @@ func TestNodeAndPluginDeregisterRoutes(t *testing.T) {
 		t.Errorf("audit trail %v: want node-deregister only (the refused plugin deregister is not audited)", got)
 	}
 }
+
+// Registering a plugin or a node through the API decides where volume
+// secrets go: the controller endpoint receives ControllerPublish and
+// ControllerUnpublish with them, a directly driven node's endpoints
+// NodeStage and NodePublish. Each is a privileged action, audited with
+// the accessor of the token that asked (a node agent registers over its
+// own stream, where the node row keeps its accessor instead).
+func TestWhereSecretsGoIsAudited(t *testing.T) {
+	f := newACLFixture(t)
+	f.policy(t, "p", `node { policy = "write" }
+operator { policy = "write" }`)
+	secret, accessor := f.token(t, "", "p")
+	for _, c := range []struct{ path, body string }{
+		{"/v1/plugins", `{"plugin":{"id":"gce-pd","controller_endpoint":"tcp://10.9.9.9:9000"}}`},
+		{"/v1/nodes", `{"node":{"id":"n9","status":"ready","plugins":{"gce-pd":{"plugin_id":"gce-pd","endpoint":"tcp://10.9.9.9:9001"}}}}`},
+	} {
+		if resp, out := do(t, http.MethodPut, f.ts.URL+c.path, c.body, api.TokenHeader, secret, "Content-Type", "application/json"); resp.StatusCode != http.StatusOK {
+			t.Fatalf("PUT %s: %d %s", c.path, resp.StatusCode, out)
+		}
+	}
+	got := auditTrail(t, f.b)
+	for _, action := range []string{"plugin-register", "node-register"} {
+		if got[action] != accessor {
+			t.Errorf("audit %q: accessor %q, want %q (all: %v)", action, got[action], accessor, got)
+		}
+	}
+}

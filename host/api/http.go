@@ -67,7 +67,12 @@ func StatusFor(err error) int {
 		return http.StatusNotFound
 	case errors.Is(err, structs.ErrConflict):
 		return http.StatusConflict
-	case errors.Is(err, structs.ErrNoLeader), errors.Is(err, structs.ErrOutcomeUnknown):
+	case errors.Is(err, structs.ErrPermissionDenied):
+		// Refused where it is decided, not by the route's rule: a
+		// registration whose token was revoked before it committed, an
+		// upload a signed module_source does not allow.
+		return http.StatusForbidden
+	case errors.Is(err, structs.ErrNoLeader), errors.Is(err, structs.ErrOutcomeUnknown), errors.Is(err, structs.ErrUnavailable):
 		// Outcome unknown: 503 too, with a message saying the write may
 		// be recorded and a retry is safe: undoing a write that may have
 		// committed would undo CSI work a recorded claim needs.

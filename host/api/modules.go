@@ -65,6 +65,7 @@ func scopeServed(info *ModuleInfo, a *acl.ACL) *ModuleInfo {
 		return info
 	}
 	out := *info
+	out.Status = scopeStatus(info.Status, a)
 	out.ServedVolumes = make([]structs.VolumeRef, 0, len(info.ServedVolumes))
 	for _, v := range info.ServedVolumes {
 		if a.Allowed(acl.NamespaceRead, v.Namespace) {
@@ -76,6 +77,55 @@ func scopeServed(info *ModuleInfo, a *acl.ACL) *ModuleInfo {
 	return &out
 }
 
+// scopeStatus keeps, for a token that may not read every namespace, only
+// the recent faults and the last shadow disagreement about volumes of the
+// namespaces it may read, and the faults about no volume: their texts
+// name the volume (a guest's own error text and output included), as a
+// served volume list does.
+func scopeStatus(st plugins.Status, a *acl.ACL) plugins.Status {
+	if a == nil || a.AllowedEverywhere(acl.NamespaceRead) {
+		return st
+	}
+	readable := func(ns string) bool { return ns == "" || a.Allowed(acl.NamespaceRead, ns) }
+	faults := make([]plugins.RecentFault, 0, len(st.RecentFaults))
+	for _, f := range st.RecentFaults {
+		if readable(f.Namespace) {
+			faults = append(faults, f)
+		}
+	}
+	st.RecentFaults = faults
+	if st.Shadow != nil && !readable(st.Shadow.LastDisagreementNamespace) {
+		sh := *st.Shadow
+		sh.LastDisagreement, sh.LastDisagreementNamespace = "", ""
+		st.Shadow = &sh
+	}
+	return st
+}
+
+// writeStatuses answers module statuses scoped to the caller (scopeStatus).
+func (s *Server) writeStatuses(w http.ResponseWriter, r *http.Request, sts ...plugins.Status) {
+	a, err := s.currentACL(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	out := make([]plugins.Status, len(sts))
+	for i, st := range sts {
+		out[i] = scopeStatus(st, a)
+	}
+	WriteJSON(w, http.StatusOK, ModulesResponse{Modules: out})
+}
+
+// writeStatus answers one module status scoped to the caller.
+func (s *Server) writeStatus(w http.ResponseWriter, r *http.Request, st plugins.Status) {
+	a, err := s.currentACL(r)
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, scopeStatus(st, a))
+}
+
 // ModulesResponse lists module statuses.
 type ModulesResponse struct {
 	Modules []plugins.Status `json:"modules"`
@@ -84,13 +134,13 @@ type ModulesResponse struct {
 // EnableModules adds the module routes: GET /v1/modules,
 // GET /v1/module/{name}, PUT|POST /v1/modules/reload.
 func (s *Server) EnableModules(b ModuleBackend) {
-	s.mux.HandleFunc("GET /v1/modules", func(w http.ResponseWriter, _ *http.Request) {
+	s.mux.HandleFunc("GET /v1/modules", func(w http.ResponseWriter, r *http.Request) {
 		st, err := b.ModuleStatuses()
 		if err != nil {
 			WriteError(w, err)
 			return
 		}
-		WriteJSON(w, http.StatusOK, ModulesResponse{Modules: nonNil(st)})
+		s.writeStatuses(w, r, st...)
 	})
 	s.mux.HandleFunc("GET /v1/module/{id}", func(w http.ResponseWriter, r *http.Request) {
 		name, err := pathID(r, "module")
@@ -125,7 +175,7 @@ func (s *Server) EnableModules(b ModuleBackend) {
 			WriteError(w, err)
 			return
 		}
-		WriteJSON(w, http.StatusOK, ModulesResponse{Modules: nonNil(st)})
+		s.writeStatuses(w, r, st...)
 	}
 	s.mux.HandleFunc("PUT /v1/modules/reload", reload)
 	s.mux.HandleFunc("POST /v1/modules/reload", reload)
@@ -161,7 +211,7 @@ func (s *Server) enableModuleRollout(b ModuleBackend) {
 				WriteError(w, err)
 				return
 			}
-			WriteJSON(w, http.StatusOK, st)
+			s.writeStatus(w, r, st)
 		}
 	}
 	promote := func(w http.ResponseWriter, r *http.Request) {
@@ -191,7 +241,7 @@ func (s *Server) enableModuleRollout(b ModuleBackend) {
 			WriteError(w, err)
 			return
 		}
-		WriteJSON(w, http.StatusOK, st)
+		s.writeStatus(w, r, st)
 	}
 	discard := act(func(ctx context.Context, name string) (plugins.Status, error) { return b.DiscardShadow(ctx, name) })
 	s.mux.HandleFunc("DELETE /v1/module/{id}/shadow", discard)
@@ -225,12 +275,6 @@ func readShadowUpload(w http.ResponseWriter, r *http.Request) (wasm, manifest []
 		manifest = []byte(*up.Manifest)
 	}
 	return up.Wasm, manifest, nil
-}
-func nonNil(st []plugins.Status) []plugins.Status {
-	if st == nil {
-		return []plugins.Status{}
-	}
-	return st
 }
 
 // ModuleViewer answers `volhost module record`: the views the

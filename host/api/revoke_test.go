@@ -117,9 +117,13 @@ func TestKeptAliveConnectionLosesARevokedToken(t *testing.T) {
 }
 
 // A node agent's token (node_id "n1" write) is bounded on the HTTP API:
-// besides its own node's registration and status it may do nothing an
-// operator, a reader or another node's agent does. Each attempt is 403
-// and the state, the peers and the modules are unchanged.
+// besides its own node's registration it may do nothing an operator, a
+// reader or another node's agent does. Each attempt is 403 and the
+// state, the peers and the modules are unchanged. Its own node's status
+// is one of them: "down" set through the API is an operator's word
+// (HeartbeatLost cleared), on which the default policy releases the
+// node's claims skipping NodeUnpublish and NodeUnstage, as a fence does;
+// the agent reports liveness through its stream's heartbeats.
 func TestNodeAgentTokenBoundedOnTheAPI(t *testing.T) {
 	f := newACLFixture(t)
 	f.policy(t, "agent-n1", `node_id "n1" { policy = "write" }`)
@@ -128,6 +132,8 @@ func TestNodeAgentTokenBoundedOnTheAPI(t *testing.T) {
 		{"fence its own node", "PUT", "/v1/node/n1/fence", `{"reason":"off"}`},
 		{"unfence its own node", "DELETE", "/v1/node/n1/fence", ""},
 		{"another node's status", "PUT", "/v1/node/n2/status", `{"status":"down"}`},
+		{"mark its own node down", "PUT", "/v1/node/n1/status", `{"status":"down"}`},
+		{"mark its own node ready", "PUT", "/v1/node/n1/status", `{"status":"ready"}`},
 		{"register another node", "PUT", "/v1/nodes", `{"node":{"id":"n2"}}`},
 		{"list every node", "GET", "/v1/nodes", ""},
 		{"register a plugin", "PUT", "/v1/plugins", `{"plugin":{"id":"p2"}}`},

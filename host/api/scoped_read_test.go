@@ -15,6 +15,7 @@ import (
 
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/plugins"
 )
 
 // gatedStore holds the first run of the next blocking query, after it
@@ -165,6 +166,64 @@ namespace "*" { policy = "read" }`, []string{"default/v1", "prod/secret-vol", "p
 				t.Fatalf("served %q (count %d, scoped %v), want %q (count %d, scoped %v)", got, info.ServedVolumeCount,
 					info.ServedVolumesScoped, tc.want, len(tc.want), tc.scoped)
 			}
+		})
+	}
+}
+
+// A module's recent faults and last shadow disagreement quote the volume
+// the call was about (a guest's own error text included): modules:read
+// shows them, in GET /v1/modules and GET /v1/module/NAME, only for the
+// namespaces the token may read, as it does the served volumes. The
+// faults about no volume stay.
+func TestModuleFaultsAndDisagreementsAreScoped(t *testing.T) {
+	f := newACLFixture(t)
+	for _, tc := range []struct {
+		name, rules string
+		faults      []string
+		shadow      bool
+	}{
+		{"one namespace", `modules { policy = "read" }
+namespace "default" { policy = "read" }`, []string{"guest: cannot decide default/v1", "call_timeout exceeded"}, false},
+		{"every namespace", `modules { policy = "read" }
+namespace "*" { policy = "read" }`, []string{"guest: cannot decide prod/secret-vol", "guest: cannot decide default/v1", "call_timeout exceeded"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.policy(t, "p", tc.rules)
+			secret, _ := f.token(t, "", "p")
+			check := func(where string, st plugins.Status, body string) {
+				t.Helper()
+				var got []string
+				for _, x := range st.RecentFaults {
+					got = append(got, x.Message)
+				}
+				if !slices.Equal(got, tc.faults) {
+					t.Fatalf("%s: recent faults %q, want %q", where, got, tc.faults)
+				}
+				if shown := st.Shadow != nil && st.Shadow.LastDisagreement != ""; shown != tc.shadow {
+					t.Fatalf("%s: last disagreement shown %v, want %v: %+v", where, shown, tc.shadow, st.Shadow)
+				}
+				if !tc.shadow && strings.Contains(body, "prod") {
+					t.Fatalf("%s names prod to a token that may not read it: %s", where, body)
+				}
+			}
+			resp, body := do(t, http.MethodGet, f.ts.URL+"/v1/module/m1", "", api.TokenHeader, secret)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			var info api.ModuleInfo
+			if err := json.Unmarshal([]byte(body), &info); err != nil {
+				t.Fatal(err)
+			}
+			check("GET /v1/module/m1", info.Status, body)
+			resp, body = do(t, http.MethodGet, f.ts.URL+"/v1/modules", "", api.TokenHeader, secret)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("%d %s", resp.StatusCode, body)
+			}
+			var list api.ModulesResponse
+			if err := json.Unmarshal([]byte(body), &list); err != nil || len(list.Modules) != 1 {
+				t.Fatalf("%v: %s", err, body)
+			}
+			check("GET /v1/modules", list.Modules[0], body)
 		})
 	}
 }

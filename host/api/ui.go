@@ -18,7 +18,7 @@ import (
 //
 //	GET /ui/...                          the embedded UI (open: the data comes from authorized API calls)
 //	GET /v1/acl/token/self/capabilities  ?namespace=  what the caller's token may do, so the UI hides what it may not
-//	GET /v1/stats                        ?namespace=  counts and chart series (releases per minute, release latency, stuck over time)
+//	GET /v1/stats                        ?namespace=  counts and chart series (releases per minute, release latency, stuck over time: the whole store's only)
 
 // uiRoutes mounts the UI and its read routes; every Server has them,
 // with ACL on or off.
@@ -124,7 +124,7 @@ type StatsResponse struct {
 	Releases      []MinuteCount              `json:"releases_per_minute"`
 	Latency       []LatencyBucket            `json:"release_latency"`
 	LatencyBasis  string                     `json:"release_latency_basis"`
-	StuckSeries   []StuckSample              `json:"stuck_over_time"`
+	StuckSeries   []StuckSample              `json:"stuck_over_time"` // the whole store's: empty in a namespace's answer
 	WindowStart   time.Time                  `json:"window_start"`
 	Now           time.Time                  `json:"now"`
 	Plugins       map[string]int             `json:"volumes_by_plugin"`
@@ -225,7 +225,12 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return nil, 0, err
 		}
-		out.StuckSeries = s.stuckSamples.list()
+		if ns == "" {
+			// The samples count every namespace's stuck volumes: a
+			// namespace's answer (what a token scoped to it reads)
+			// carries none of them.
+			out.StuckSeries = s.stuckSamples.list()
+		}
 		if out.StuckSeries == nil {
 			out.StuckSeries = []StuckSample{}
 		}

@@ -151,3 +151,45 @@ func TestStatsWholeStoreMatchesNamespaceWalks(t *testing.T) {
 		t.Fatalf("?stuck=true pages %v, a filter over every volume %v", gotIDs, wantIDs)
 	}
 }
+
+// TestNamespaceStatsCarryNothingOfOtherNamespaces: GET /v1/stats?namespace=
+// is what a token that may read one namespace gets (namespace:read
+// there); no count or series in it may come from another namespace. The
+// stuck-over-time series is sampled for the whole store, so a "dev"
+// reader saw "prod"'s stuck volumes come and go in it, while its own
+// stuck count said 0.
+func TestNamespaceStatsCarryNothingOfOtherNamespaces(t *testing.T) {
+	st := state.NewStore()
+	vols := []*structs.Volume{
+		{Namespace: "dev", ID: "a", PluginID: "p", ExternalID: "d-a", AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem},
+		{Namespace: "prod", ID: "b", PluginID: "p", ExternalID: "d-b", AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem},
+	}
+	if _, err := st.Apply(1, structs.PluginUpsertType, &structs.PluginUpsertRequest{Plugin: &structs.Plugin{ID: "p"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Apply(2, structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: vols}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Apply(3, structs.VolumeStuckType, &structs.VolumeStuckRequest{Namespace: "prod", VolumeID: "b", Stuck: &structs.Stuck{Reason: "r"}}); err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer(Config{}, st, nil, nil)
+	s.sampleStuck(time.Now())
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "http://127.0.0.1/v1/stats?namespace=dev", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("stats: %d %s", rec.Code, rec.Body)
+	}
+	var out StatsResponse
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatal(err)
+	}
+	if out.Volumes != 1 || out.StuckCount != 0 || len(out.Stuck) != 0 || !reflect.DeepEqual(out.Namespaces, map[string]int{"dev": 1}) {
+		t.Fatalf("dev's counts: %+v", out)
+	}
+	for _, x := range out.StuckSeries {
+		if x.Count != 0 {
+			t.Fatalf("dev's stuck-over-time counts prod's stuck volume: %+v", out.StuckSeries)
+		}
+	}
+}

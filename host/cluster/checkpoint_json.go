@@ -314,8 +314,10 @@ func (s *jsonScan) claimError() (*structs.ClaimError, bool) {
 			return 7, s.str(&e.Fault)
 		case "fatal":
 			return 8, s.bool(&e.Fatal)
+		case "resent":
+			return 9, s.bool(&e.Resent)
 		case "time":
-			return 9, s.time(&e.Time)
+			return 10, s.time(&e.Time)
 		}
 		return 0, false // unknown here
 	})

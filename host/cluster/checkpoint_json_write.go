@@ -218,6 +218,7 @@ func (e *jsonWriter) claimError(x *structs.ClaimError) {
 	e.optional("module_version", x.ModuleVersion)
 	e.optional("fault", x.Fault)
 	e.flag("fatal", x.Fatal)
+	e.flag("resent", x.Resent)
 	e.key("time")
 	e.time(x.Time)
 	e.close()

@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -136,7 +137,8 @@ type Cluster struct {
 	store  *state.Store
 	raft   *raft.Raft
 
-	closers []io.Closer // transport and bolt store, closed after raft
+	closers []io.Closer   // transport and bolt store, closed after raft
+	storage *storageFault // the raft stores' last failed write (nil: in memory)
 
 	notifyCh chan bool
 	leaderCh chan bool
@@ -150,8 +152,11 @@ type Cluster struct {
 	pending    map[string]JoinRequest // bootstrap-expect: joiners seen before bootstrap
 	booted     bool                   // bootstrap-expect: BootstrapCluster was called
 	onTransfer func()
-	readyTerm  uint64        // term of the reported step-up (0: none)
-	lease      time.Duration // raft's LeaderLeaseTimeout
+	readyTerm  uint64 // term of the reported step-up (0: none)
+	// barrierTerm is the term whose step-up barrier was applied
+	// (ReadyForReads).
+	barrierTerm uint64
+	lease       time.Duration // raft's LeaderLeaseTimeout
 	// The last successful leadership verification (ConfirmLeader).
 	verifiedAt time.Time
 	// verifyClock times a leadership verification (time.Now; tests make
@@ -265,6 +270,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		rc.SnapshotInterval = snapshotTimerOff
 	}
 
+	fence := func() {} // a data dir's snapshots are fenced (snapshot_fence.go)
 	var (
 		logs   raft.LogStore
 		stable raft.StableStore
@@ -285,6 +291,12 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	} else {
 		dir := filepath.Join(cfg.DataDir, "raft")
 		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("cluster: data dir: %w", err)
+		}
+		// The log and snapshots hold volume secrets in clear and the
+		// keyring that seals saved snapshots: private, even when the
+		// directory existed before with wider permissions.
+		if err := os.Chmod(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("cluster: data dir: %w", err)
 		}
 		bolt, err := openLogStore(filepath.Join(dir, "raft.db"))
@@ -321,7 +333,12 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		if cl, ok := t.(io.Closer); ok {
 			c.closers = append([]io.Closer{cl}, c.closers...)
 		}
-		logs, stable, snaps, trans = bolt, bolt, fss, t
+		c.storage = &storageFault{dir: dir}
+		logs, stable, snaps, trans = faultLog{bolt, c.storage}, faultStable{bolt, c.storage}, fss, t
+		fence = func() {
+			c.wg.Add(1)
+			go c.runSnapshotFence(schedule, fss, dir)
+		}
 	}
 	c.trans = trans
 	c.logs = logs
@@ -371,6 +388,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		c.wg.Add(1)
 		go c.runSnapshotSchedule(*schedule)
 	}
+	fence()
 	c.checkpoints = newCheckpointBatcher(c)
 	go c.checkpoints.run(c.stopCh)
 	return c, nil
@@ -422,6 +440,9 @@ func (c *Cluster) stepUp() bool {
 			return false
 		}
 		if err == nil {
+			c.mu.Lock()
+			c.barrierTerm = term
+			c.mu.Unlock()
 			break
 		}
 		if !c.IsLeader() || c.raft.CurrentTerm() != term {
@@ -464,6 +485,20 @@ func (c *Cluster) report(v bool, term uint64) {
 	default:
 	}
 	c.leaderCh <- v
+}
+
+// ReadyForReads reports whether this server leads and has applied every
+// entry committed before its term (its step-up barrier), so its store
+// holds every acknowledged write. A new leader is elected with its
+// committed tail not yet applied: a read it answered then missed a write
+// acknowledged before the leader change or a restart (found by
+// test/peers/e2e TestDiskFull). It does not wait for StepUpDelay, which
+// is for CSI calls, not reads.
+func (c *Cluster) ReadyForReads() bool {
+	c.mu.Lock()
+	bt := c.barrierTerm
+	c.mu.Unlock()
+	return bt != 0 && c.IsLeader() && bt == c.raft.CurrentTerm()
 }
 
 // ReadyTerm is the leadership term this server leads in with its step-up
@@ -667,6 +702,12 @@ func applyErr(ctx context.Context, err error) error {
 		return fmt.Errorf("apply: %w: %w", structs.ErrNoLeader, err)
 	case ctx.Err() != nil, errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown):
 		return fmt.Errorf("apply: %w (%w)", structs.ErrOutcomeUnknown, err)
+	case diskRefused(err):
+		return diskApplyErr(err)
+	case errors.Is(err, syscall.EIO):
+		// The leader's own log append failed midway: the entry may be on
+		// its disk and commit once it leads again.
+		return fmt.Errorf("apply: %w (this server's raft log write failed: %w)", structs.ErrOutcomeUnknown, err)
 	}
 	return fmt.Errorf("apply: %w", err)
 }
@@ -712,8 +753,9 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 		return 0, nil, err
 	}
 	if !c.IsLeader() {
-		return 0, nil, raftErr("apply", raft.ErrNotLeader)
+		return 0, nil, c.noLeaderBecauseOfDisk(raftErr("apply", raft.ErrNotLeader))
 	}
+	req = c.olderRequestSettled(ctx, req)
 	if err := c.checkGateSettled(ctx, t, req); err != nil {
 		return 0, nil, err
 	}
@@ -726,7 +768,14 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 	}
 	f := c.raft.Apply(data, c.timeout(ctx))
 	if err := wait(ctx, f); err != nil {
-		return 0, nil, applyErr(ctx, err)
+		err = applyErr(ctx, err)
+		if (errors.Is(err, structs.ErrNoLeader) || errors.Is(err, structs.ErrOutcomeUnknown)) && !diskRefused(err) {
+			// Leadership lost between the check and the append, or
+			// while the entry waited: because of the disk, when its
+			// last write failed.
+			err = c.noLeaderBecauseOfDisk(err)
+		}
+		return 0, nil, err
 	}
 	res, ok := f.Response().(fsmResult)
 	if !ok {

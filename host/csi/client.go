@@ -207,6 +207,9 @@ func (c *Client) release(endpoint string, cn *conn, unavailable bool) {
 // be logged, so requests are never logged whole.
 type fields struct {
 	volumeID, nodeID string
+	// secrets the request carries: redacted from a failed call's message
+	// (redactSecrets), never logged.
+	secrets map[string]string
 }
 
 // invoke runs one CSI call on endpoint with the call deadline, and records
@@ -227,7 +230,7 @@ func (c *Client) invoke(ctx context.Context, endpoint, method string, f fields, 
 		ctx, cancel = context.WithDeadline(ctx, start.Add(c.cfg.CallTimeout))
 		defer cancel()
 	}
-	err = call(ctx, cn.cc)
+	err = redactSecrets(call(ctx, cn.cc), f.secrets)
 	d := time.Since(start)
 	code := status.Code(err)
 	c.release(endpoint, cn, code == codes.Unavailable)
@@ -401,7 +404,7 @@ func (c *Client) probe(ctx context.Context, endpoint string) error {
 // the publish context later node calls need.
 func (c *Client) ControllerPublishVolume(ctx context.Context, endpoint string, req *csipb.ControllerPublishVolumeRequest) (*csipb.ControllerPublishVolumeResponse, error) {
 	var resp *csipb.ControllerPublishVolumeResponse
-	err := c.invoke(ctx, endpoint, "ControllerPublishVolume", fields{req.GetVolumeId(), req.GetNodeId()}, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
+	err := c.invoke(ctx, endpoint, "ControllerPublishVolume", fields{req.GetVolumeId(), req.GetNodeId(), req.GetSecrets()}, func(ctx context.Context, cc *grpc.ClientConn) (err error) {
 		resp, err = csipb.NewControllerClient(cc).ControllerPublishVolume(ctx, req)
 		return err
 	})
@@ -413,7 +416,7 @@ func (c *Client) ControllerPublishVolume(ctx context.Context, endpoint string, r
 
 // ControllerUnpublishVolume detaches a volume from a node.
 func (c *Client) ControllerUnpublishVolume(ctx context.Context, endpoint string, req *csipb.ControllerUnpublishVolumeRequest) error {
-	return c.invoke(ctx, endpoint, "ControllerUnpublishVolume", fields{req.GetVolumeId(), req.GetNodeId()}, func(ctx context.Context, cc *grpc.ClientConn) error {
+	return c.invoke(ctx, endpoint, "ControllerUnpublishVolume", fields{req.GetVolumeId(), req.GetNodeId(), req.GetSecrets()}, func(ctx context.Context, cc *grpc.ClientConn) error {
 		_, err := csipb.NewControllerClient(cc).ControllerUnpublishVolume(ctx, req)
 		return err
 	})
@@ -421,7 +424,7 @@ func (c *Client) ControllerUnpublishVolume(ctx context.Context, endpoint string,
 
 // NodeStageVolume stages a volume at the node's staging path.
 func (c *Client) NodeStageVolume(ctx context.Context, endpoint string, req *csipb.NodeStageVolumeRequest) error {
-	return c.invoke(ctx, endpoint, "NodeStageVolume", fields{volumeID: req.GetVolumeId()}, func(ctx context.Context, cc *grpc.ClientConn) error {
+	return c.invoke(ctx, endpoint, "NodeStageVolume", fields{volumeID: req.GetVolumeId(), secrets: req.GetSecrets()}, func(ctx context.Context, cc *grpc.ClientConn) error {
 		_, err := csipb.NewNodeClient(cc).NodeStageVolume(ctx, req)
 		return err
 	})
@@ -429,7 +432,7 @@ func (c *Client) NodeStageVolume(ctx context.Context, endpoint string, req *csip
 
 // NodePublishVolume publishes a volume at a claim's target path.
 func (c *Client) NodePublishVolume(ctx context.Context, endpoint string, req *csipb.NodePublishVolumeRequest) error {
-	return c.invoke(ctx, endpoint, "NodePublishVolume", fields{volumeID: req.GetVolumeId()}, func(ctx context.Context, cc *grpc.ClientConn) error {
+	return c.invoke(ctx, endpoint, "NodePublishVolume", fields{volumeID: req.GetVolumeId(), secrets: req.GetSecrets()}, func(ctx context.Context, cc *grpc.ClientConn) error {
 		_, err := csipb.NewNodeClient(cc).NodePublishVolume(ctx, req)
 		return err
 	})

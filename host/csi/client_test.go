@@ -572,3 +572,57 @@ func TestClientSendsCaller(t *testing.T) {
 		t.Fatalf("calls %+v, want one from server-2", calls)
 	}
 }
+
+// TestDriverEchoedSecretsAreRedacted: a driver that echoes a secret it
+// was sent in its error ("login failed for password hunter2-secret")
+// would carry it into the caller's error: the claimant's API answer, a
+// claim's last error, events and logs, for anyone who may read them. The
+// call's error names every secret value it carries as <redacted>, and
+// keeps its code and the rest of the message.
+func TestDriverEchoedSecretsAreRedacted(t *testing.T) {
+	srv := csitest.NewServer(t, csitest.Options{PublishUnpublish: true, StageUnstage: true})
+	var buf bytes.Buffer
+	var bufMu sync.Mutex
+	log := hclog.New(&hclog.LoggerOptions{Level: hclog.Trace, Output: &lockedWriter{w: &buf, mu: &bufMu}})
+	c := newClient(t, csi.Config{Logger: log})
+	ctx := waitCtx(t)
+	secrets := map[string]string{"password": "hunter2-secret", "user": "admin-ops"}
+	echo := "login failed for admin-ops with password hunter2-secret (hunter2-secret)"
+	capability := csi.Capability(structs.AccessSingleNodeWriter, structs.AttachFilesystem, "", nil)
+	for method, call := range map[string]func() error{
+		csitest.ControllerPublish: func() error {
+			_, err := c.ControllerPublishVolume(ctx, srv.Endpoint(), &csipb.ControllerPublishVolumeRequest{
+				VolumeId: "v", NodeId: "n", Secrets: secrets, VolumeCapability: capability})
+			return err
+		},
+		csitest.ControllerUnpublish: func() error {
+			return c.ControllerUnpublishVolume(ctx, srv.Endpoint(), &csipb.ControllerUnpublishVolumeRequest{VolumeId: "v", NodeId: "n", Secrets: secrets})
+		},
+		csitest.NodeStage: func() error {
+			return c.NodeStageVolume(ctx, srv.Endpoint(), &csipb.NodeStageVolumeRequest{VolumeId: "v", StagingTargetPath: t.TempDir(),
+				Secrets: secrets, VolumeCapability: capability})
+		},
+		csitest.NodePublish: func() error {
+			return c.NodePublishVolume(ctx, srv.Endpoint(), &csipb.NodePublishVolumeRequest{VolumeId: "v", TargetPath: t.TempDir(),
+				Secrets: secrets, VolumeCapability: capability})
+		},
+	} {
+		srv.Script(method, csitest.Result{Code: codes.PermissionDenied, Message: echo})
+		err := call()
+		if status.Code(err) != codes.PermissionDenied {
+			t.Fatalf("%s: %v, want the driver's PermissionDenied", method, err)
+		}
+		if msg := err.Error(); strings.Contains(msg, "hunter2") || strings.Contains(msg, "admin-ops") ||
+			!strings.Contains(msg, "login failed for <redacted> with password <redacted> (<redacted>)") {
+			t.Fatalf("%s: error %q, want the driver's message with every secret value redacted", method, msg)
+		}
+		if msg := status.Convert(err).Message(); strings.Contains(msg, "hunter2") {
+			t.Fatalf("%s: the status message carries the secret: %q", method, msg)
+		}
+	}
+	bufMu.Lock()
+	defer bufMu.Unlock()
+	if strings.Contains(buf.String(), "hunter2") {
+		t.Fatalf("a secret echoed by the driver was logged:\n%s", buf.String())
+	}
+}

@@ -390,8 +390,10 @@ func (a *Agent) replace() {
 	a.replaced = true
 	a.mu.Unlock()
 	a.close()
+	// Taking the send lock waits for the send in progress; it guards
+	// nothing after that.
 	a.sendMu.Lock()
-	a.sendMu.Unlock() //nolint:staticcheck // SA2001: waits for the send in progress, guards nothing
+	defer a.sendMu.Unlock()
 }
 
 // revoke closes the agent because its token no longer holds: steps in

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -64,9 +65,9 @@ func TestClaimModel(t *testing.T) {
 	var total stats
 	checks := h.oracle.Checks()
 	defer func() {
-		t.Logf("%d operations: %d claims accepted (%d during a release), %d refused, %d released, %d NodeUnpublish (each once), %d NodeUnstage, %d ControllerUnpublish; %d lost answers scripted, %d registrations (%d refused); %d CSI spec checks by the oracle, %d excused leaks",
+		t.Logf("%d operations: %d claims accepted (%d during a release), %d refused, %d released, %d NodeUnpublish (each once), %d NodeUnstage, %d ControllerUnpublish; %d lost answers scripted, %d step-downs mid-call, %d registrations (%d refused); %d CSI spec checks by the oracle, %d excused leaks",
 			total.ops, total.claims, total.interleaved, total.refused, total.released, total.nodeUnpublishes, total.unstages, total.unpublishes,
-			total.lost, total.registrations, total.regRefused, h.oracle.Checks()-checks, total.excused)
+			total.lost, total.stepdowns, total.registrations, total.regRefused, h.oracle.Checks()-checks, total.excused)
 	}()
 	without := map[string]bool{}
 	for _, k := range strings.Split(os.Getenv("VOLHOST_MODEL_WITHOUT"), ",") {
@@ -166,6 +167,8 @@ func (o op) String() string {
 		return fmt.Sprintf("node %s -> %s", o.node, o.status)
 	case "flap":
 		return "leader step-down and step-up (watcher disabled, enabled)"
+	case "stepdown":
+		return fmt.Sprintf("release pass over %s; the leader steps down while its first NodeUnpublish, NodeUnstage or ControllerUnpublish runs, which the driver finishes after the next operation", o.vol)
 	case "advance":
 		return fmt.Sprintf("clock +%ds", o.secs)
 	case "lose":
@@ -252,8 +255,10 @@ func genOps(r *rand.Rand, n int, without map[string]bool) []op {
 		case k < 36 && allocs > 0:
 			st := []structs.AllocClientStatus{structs.AllocComplete, structs.AllocFailed, structs.AllocLost}[r.IntN(3)]
 			ops = append(ops, op{kind: "end", alloc: 1 + r.IntN(allocs), status: st})
-		case k < 51:
+		case k < 45:
 			ops = append(ops, op{kind: "pass", vol: pick(vols)})
+		case k < 51:
+			ops = append(ops, op{kind: "stepdown", vol: pick(vols)})
 		case k < 54:
 			ops = append(ops, op{kind: "detach", vol: pick(vols), node: pick(nodes)})
 		case k < 60:
@@ -352,6 +357,16 @@ type model struct {
 	// operator said the machine is off), leaving what they published.
 	down      map[string]bool
 	violation string
+	// slow is a destructive call a leader that stepped down left running
+	// on the driver ("stepdown"), finished after the next operation.
+	slow *slowCall
+}
+
+// slowCall is a blocked CSI call whose effect applies once block closes.
+type slowCall struct {
+	srv   *csitest.Server
+	seq   int // the call's csitest.Call.Seq
+	block chan struct{}
 }
 
 func (m *model) allocID(n int) string { return fmt.Sprintf("%s-alloc%d", m.ns, n) }
@@ -385,6 +400,7 @@ func (m *model) count(f func(*stats)) {
 type stats struct {
 	ops, claims, interleaved, refused, released, unstages, unpublishes, nodeUnpublishes int
 	lost, registrations, regRefused, excused                                            int
+	stepdowns                                                                           int // step-downs that left a destructive call running
 }
 
 // runModel runs ops in namespace ns and returns the first violation, or "".
@@ -405,11 +421,18 @@ func runModel(h *harness, ns string, ops []op, st *stats) string {
 	defer m.reset()
 	for _, o := range ops {
 		st.ops++
+		pending := m.slow
 		m.do(o)
+		m.finishSlow(pending)
 		m.checkState(o)
 		if v := m.violated(); v != "" {
 			return v
 		}
+	}
+	m.finishSlow(m.slow)
+	m.checkState(op{kind: "the driver finishes the last slow call"})
+	if v := m.violated(); v != "" {
+		return v
 	}
 	m.drain()
 	m.checkUnpublishedOnce()
@@ -467,6 +490,7 @@ func (m *model) rolledBackTarget(target string) bool {
 // plugin endpoint and root_dir, no fault scripted.
 func (m *model) reset() {
 	h := m.h
+	m.finishSlow(m.slow)
 	h.setOnCall(nil)
 	h.ctl.ClearScripts()
 	for _, n := range h.nodes {
@@ -566,6 +590,8 @@ func (m *model) do(o op) {
 	case "flap":
 		h.w.SetEnabled(false)
 		h.w.SetEnabled(true)
+	case "stepdown":
+		m.stepDownMidCall(o)
 	case "advance":
 		h.clock.Advance(time.Duration(o.secs) * time.Second)
 	case "hello":
@@ -1035,4 +1061,113 @@ func shrink(h *harness, seed int, ops []op, violation string) ([]op, string) {
 		}
 	}
 	return ops, violation
+}
+
+// stepDownMidCall runs a release pass over o.vol whose first destructive
+// call (NodeUnpublish, NodeUnstage, ControllerUnpublish) of the volume, if
+// it sends one, runs slowly on the driver: the leader steps down while it
+// waits (the pass's context ends, so nothing after the call is written)
+// and the driver goes on, finishing the call after the next operation
+// (finishSlow). The call is scripted as it arrives; when an earlier
+// scripted outcome of the method is queued, that one answers it and the
+// slow one, released at once, lets a later call run normally.
+func (m *model) stepDownMidCall(o op) {
+	h := m.h
+	ref := m.refs[o.vol]
+	ext := externalID(ref.Namespace, ref.ID)
+	block := make(chan struct{})
+	type hit struct {
+		srv    *csitest.Server
+		method string
+		before int
+	}
+	armed := make(chan hit, 1)
+	var fired atomic.Bool
+	h.setOnCall(func(plugin string, c csitest.Call) {
+		m.checkCall(plugin, c)
+		switch c.Method {
+		case csitest.NodeUnpublish, csitest.NodeUnstage, csitest.ControllerUnpublish:
+		default:
+			return
+		}
+		if c.VolumeID != ext || !fired.CompareAndSwap(false, true) {
+			return
+		}
+		srv := h.ctl
+		if plugin != "controller" {
+			srv = h.nodes[plugin]
+		}
+		armed <- hit{srv: srv, method: c.Method, before: srv.InFlight(c.Method)}
+		srv.Script(c.Method, csitest.Result{Block: block, Ran: true})
+	})
+	defer h.setOnCall(m.checkCall)
+	pass, stepDown := context.WithCancel(h.ctx)
+	defer stepDown()
+	done := make(chan struct{})
+	go func() { defer close(done); _ = h.w.Assess(pass, ref) }()
+	var got hit
+	select {
+	case got = <-armed:
+	case <-done:
+		select {
+		case got = <-armed:
+		default:
+			close(block)
+			return
+		}
+	}
+	wait, stop := context.WithCancel(h.ctx)
+	go func() {
+		select {
+		case <-done:
+		case <-wait.Done():
+		}
+		stop()
+	}()
+	running := func() bool { return got.srv.InFlight(got.method) > got.before }
+	_ = got.srv.WaitFor(wait, running)
+	stop()
+	stepDown()
+	<-done
+	if !running() {
+		close(block)
+		return
+	}
+	m.count(func(s *stats) { s.stepdowns++ })
+	// While its call runs, the driver answers ABORTED to another call
+	// on the volume, as the CSI spec asks of a driver with an operation
+	// pending (the host relies on it: RATIONALE "A claim waits for an
+	// unstage in doubt"); a retry answered OK while the first call
+	// still runs would end the doubt early, which no CO can see.
+	got.srv.SetAbortPending(true)
+	seq := 0
+	for _, c := range got.srv.Calls(got.method) {
+		if !c.Done && c.VolumeID == ext {
+			seq = c.Seq
+		}
+	}
+	m.slow = &slowCall{srv: got.srv, seq: seq, block: block}
+}
+
+// finishSlow lets the driver finish the slow call c (nil: none) and waits
+// until it has.
+func (m *model) finishSlow(c *slowCall) {
+	if c == nil {
+		return
+	}
+	if m.slow == c {
+		m.slow = nil
+	}
+	close(c.block)
+	_ = c.srv.WaitFor(m.h.ctx, func() bool {
+		for _, call := range c.srv.AllCalls() {
+			if call.Seq == c.seq {
+				return call.Done
+			}
+		}
+		return true
+	})
+	if m.slow == nil || m.slow.srv != c.srv {
+		c.srv.SetAbortPending(false)
+	}
 }

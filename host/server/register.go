@@ -275,6 +275,12 @@ func (s *Server) SchedulerSync(ctx context.Context, req *structs.SchedulerSyncRe
 	if req == nil {
 		return 0, structs.Invalid("", "empty scheduler sync request")
 	}
+	if req.Term == 0 {
+		// The FSM takes term 0 as unfenced (the store's own tests): a
+		// source that forgot its term would be committed however late,
+		// after this server was deposed.
+		return 0, fmt.Errorf("scheduler %q sync without a leadership term: a source writes under the term it runs in: %w", req.Source, structs.ErrNoLeader)
+	}
 	for _, a := range req.Allocs {
 		if a != nil && a.ModifyTime.IsZero() {
 			a.ModifyTime = s.clock.Now()

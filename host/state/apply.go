@@ -365,6 +365,7 @@ func (w *writer) deregisterVolume(r *structs.VolumeDeregisterRequest) (any, erro
 			NodeID:         c.NodeID,
 			ExternalNodeID: c.ExternalNodeID,
 			State:          c.State,
+			InDoubt:        c.StepInDoubt(),
 			Reason:         reason,
 			Time:           when,
 			CreateIndex:    w.index,

@@ -13,8 +13,10 @@ import (
 // must not break are checked here, where the batch is committed, not in
 // the bridge: a cursor never goes backwards unless the scheduler reset, a
 // source writes only the allocations it owns (never one an operator
-// registered), and the allocations obey every allocation upsert rule
-// (terminal is for good, no move between nodes).
+// registered: checkAllocOwner), and the allocations obey every
+// allocation upsert rule (terminal is for good, no move between nodes or
+// namespaces). Apply checks them again, so a sync that raced an API write
+// of the same new allocation is refused if the API's was applied first.
 
 // TableSchedulers holds one structs.SchedulerCursor per source.
 const TableSchedulers = "schedulers"
@@ -59,15 +61,8 @@ func validateSchedulerSync(snap *Snapshot, r *structs.SchedulerSyncRequest) erro
 		if a == nil {
 			return structs.Invalid(fmt.Sprintf("allocs[%d]", i), "is null")
 		}
-		if a.Source != r.Source {
-			return structs.Invalid(fmt.Sprintf("allocs[%d].source", i), "must be %q, the syncing source, got %q", r.Source, a.Source)
-		}
-		old, err := snap.AllocByID(nil, a.ID)
-		if err != nil {
+		if err := checkAllocOwner(snap, fmt.Sprintf("allocs[%d]", i), a, r.Source); err != nil {
 			return err
-		}
-		if old != nil && old.Source != r.Source {
-			return structs.Conflict("allocation %q was registered by %s, not by scheduler %q: it is not the scheduler's to change", a.ID, ownerOf(old), r.Source)
 		}
 	}
 	if len(r.Allocs) > 0 {
@@ -81,13 +76,6 @@ func validateSchedulerSync(snap *Snapshot, r *structs.SchedulerSyncRequest) erro
 		}
 	}
 	return nil
-}
-
-func ownerOf(a *structs.Alloc) string {
-	if a.Source == "" {
-		return "the API"
-	}
-	return fmt.Sprintf("scheduler %q", a.Source)
 }
 
 func (w *writer) schedulerSync(r *structs.SchedulerSyncRequest) (any, error) {

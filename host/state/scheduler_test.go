@@ -109,3 +109,52 @@ func TestSchedulerSyncResetAndEvents(t *testing.T) {
 		t.Fatalf("last event %+v", last)
 	}
 }
+
+// TestAPIAllocWritesLeaveSchedulerAllocsAlone: the API's allocation
+// writes (PUT /v1/allocs, node:write) and a scheduler source's sync each
+// own their allocations. An API write that ends an allocation Nomad
+// mirrors would have the watcher release its claims while Nomad still
+// runs it; one that names a source would plant an allocation the bridge
+// judges as its own; one that moves an allocation to another namespace
+// would carry its claims' owner across namespaces. Each is refused by
+// the leader's check before the log (Snapshot.Validate; committed
+// entries replay as they applied), nothing changed.
+func TestAPIAllocWritesLeaveSchedulerAllocsAlone(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		alloc   *structs.Alloc
+		wantErr string
+		kind    error
+	}{
+		{"end an allocation Nomad mirrors", &structs.Alloc{ID: "nomad-1", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocComplete},
+			"scheduler \"nomad\"", structs.ErrConflict},
+		// `volhost alloc update` reads the allocation and writes it back,
+		// source included.
+		{"end an allocation Nomad mirrors, its source copied", &structs.Alloc{ID: "nomad-1", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocComplete, Source: "nomad"},
+			"scheduler \"nomad\"", structs.ErrConflict},
+		{"name a source", &structs.Alloc{ID: "new", Namespace: "default", NodeID: "n1", ClientStatus: structs.AllocRunning, Source: "nomad"},
+			"source", nil},
+		{"move an allocation to another namespace", &structs.Alloc{ID: "a1", Namespace: "other", NodeID: "n1", ClientStatus: structs.AllocRunning},
+			"namespace", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.must(structs.SchedulerSyncType, schedSync(10, nomadAlloc("nomad-1", "n1", structs.AllocRunning)))
+			err := f.s.Snapshot().Validate(structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{tc.alloc}})
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("err = %v, want a refusal naming %q", err, tc.wantErr)
+			}
+			if tc.kind != nil && !errors.Is(err, tc.kind) {
+				t.Fatalf("err = %v, want kind %v", err, tc.kind)
+			}
+		})
+	}
+	// A sync moving its own allocation to another namespace: refused too.
+	f := newFixture(t)
+	f.must(structs.SchedulerSyncType, schedSync(10, nomadAlloc("nomad-1", "n1", structs.AllocRunning)))
+	moved := nomadAlloc("nomad-1", "n1", structs.AllocRunning)
+	moved.Namespace = "other"
+	if err := f.s.Snapshot().Validate(structs.SchedulerSyncType, schedSync(11, moved)); err == nil || !strings.Contains(err.Error(), "cannot move") {
+		t.Fatalf("a sync moving an allocation's namespace: %v", err)
+	}
+}

@@ -544,9 +544,11 @@ func TestForceDeregisterLeftovers(t *testing.T) {
 	if !ok || len(got) != 2 {
 		t.Fatalf("response %#v", resp)
 	}
+	// a1 is node-detached with no answer recorded: its release may have
+	// sent ControllerUnpublish, which may still run (Claim.DetachInDoubt).
 	want := []*structs.Leftover{
 		{ID: "default/vol-mw/a1", Namespace: "default", VolumeID: "vol-mw", ExternalID: "vol-0bbb", PluginID: "ebs", AllocID: "a1",
-			NodeID: "n1", ExternalNodeID: "ext-n1", State: structs.ClaimNodeDetached, Reason: "operator", Time: t0.Add(time.Hour), CreateIndex: f.idx},
+			NodeID: "n1", ExternalNodeID: "ext-n1", State: structs.ClaimNodeDetached, InDoubt: "ControllerUnpublishVolume", Reason: "operator", Time: t0.Add(time.Hour), CreateIndex: f.idx},
 		{ID: "default/vol-mw/a2", Namespace: "default", VolumeID: "vol-mw", ExternalID: "vol-0bbb", PluginID: "ebs", AllocID: "a2",
 			NodeID: "n2", ExternalNodeID: "ext-n2", State: structs.ClaimTaken, Reason: "operator", Time: t0.Add(time.Hour), CreateIndex: f.idx},
 	}

@@ -85,7 +85,7 @@ var ops = map[structs.MessageType]op{
 	structs.NodeDeregisterType:    mkOp(validateNodeDeregister, (*writer).deregisterNode),
 	structs.VolumeRegisterType:    mkOp(validateVolumeRegister, (*writer).registerVolumes),
 	structs.VolumeDeregisterType:  mkOp(validateVolumeDeregister, (*writer).deregisterVolume),
-	structs.AllocUpsertType:       mkOp(validateAllocUpsert, (*writer).upsertAllocs),
+	structs.AllocUpsertType:       mkOp(validateAPIAllocUpsert, (*writer).upsertAllocs),
 	structs.AllocDeleteType:       mkOp(validateAllocDelete, (*writer).deleteAllocs),
 	structs.VolumeClaimType:       mkOp(validateClaim, (*writer).claimVolume),
 	structs.VolumeClaimRemoveType: mkOp(validateClaimRemove, (*writer).removeClaim),
@@ -421,6 +421,11 @@ func validateOneVolumePerDisk(snap *Snapshot, vols []*structs.Volume) error {
 			if o.Namespace == v.Namespace && o.ID == v.ID {
 				continue
 			}
+			if o.Namespace != v.Namespace {
+				// Not named: a token that may register in one namespace
+				// would learn another's volume IDs by trying disks.
+				return structs.Conflict("volume %q: plugin %q external ID %q is already registered as a volume of another namespace; one disk, one volume: its operator must deregister it first", key, v.PluginID, v.ExternalID)
+			}
 			return structs.Conflict("volume %q: plugin %q external ID %q is already registered as volume %q; one disk, one volume: deregister %q first, or register the disk once", key, v.PluginID, v.ExternalID, volName(o.Namespace, o.ID), volName(o.Namespace, o.ID))
 		}
 	}
@@ -589,6 +594,11 @@ func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
 			if old.NodeID != a.NodeID {
 				return structs.Invalid(f+".node_id", "allocation %q runs on node %q and cannot move to %q", a.ID, old.NodeID, a.NodeID)
 			}
+			// Its claims were checked against the namespace it had: a
+			// move would leave them in a namespace it no longer is in.
+			if old.Namespace != a.Namespace {
+				return structs.Invalid(f+".namespace", "allocation %q is in namespace %q and cannot move to %q", a.ID, old.Namespace, a.Namespace)
+			}
 			// Terminal is for good: a released claim must never find its
 			// allocation running again (RATIONALE.md "Safety": never release under a
 			// running allocation).
@@ -596,6 +606,21 @@ func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
 				return structs.Conflict("allocation %q is %s, a terminal status; it cannot become %s", a.ID, old.ClientStatus, a.ClientStatus)
 			}
 			continue // its node may have been deregistered since
+		}
+		// Gone is for good too while a claim still names the
+		// allocation: it ended before it was deleted (a live one's claim
+		// is never released), its claim may be half released, and the
+		// claim path would answer the claim taken to an allocation
+		// running again with its target already unpublished.
+		if !a.ClientStatus.Terminal() {
+			vols, err := snap.VolumesClaimedByAlloc(nil, a.ID)
+			if err != nil {
+				return err
+			}
+			if len(vols) > 0 {
+				return structs.Conflict("allocation %q was deleted while its claim on volume %q is being released; it cannot come back as %s (use a new allocation ID)",
+					a.ID, volName(vols[0].Namespace, vols[0].ID), a.ClientStatus)
+			}
 		}
 		if _, err := mustExist(snap.NodeByID, "node", a.NodeID); err != nil {
 			return err
@@ -726,10 +751,16 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if v.Stuck != nil {
 		return structs.Conflict("volume %q is stuck: %s", name, v.Stuck.Reason)
 	}
-	// The machine check holds for a confirmation too: an unstage in doubt
-	// on this machine since the record was written ahead may unmount what
-	// the claim staged, so the record stays publishing and is rolled back.
+	// The machine checks hold for a new claim and for a retry taking up a
+	// record (resume), at the claim path's check and at the write-ahead
+	// record's commit, before any CSI call. A confirmation returned above:
+	// between its record and its confirmation the claim path holds the
+	// volume's lock, so no release step of the volume ran on this leader,
+	// and another leader's are term-fenced.
 	if err := validateClaimMachine(v, n, c); err != nil {
+		return err
+	}
+	if err := validateClaimLeftovers(snap, v, n, c); err != nil {
 		return err
 	}
 	if resume {

@@ -1,6 +1,7 @@
 package state
 
 import (
+	"fmt"
 	"sort"
 
 	"github.com/volhost/volhost/host/structs"
@@ -128,7 +129,12 @@ func validatePluginUnderClaims(snap *Snapshot, p *structs.Plugin) error {
 // (structs.Volume.UnstagingFor): the unmount may still be running, and a
 // path staged and published now would be removed under the allocation; or
 // a ControllerUnpublishVolume in doubt (structs.Volume.DetachingFor): the
-// disk would be detached under the new claim's mount.
+// disk would be detached under the new claim's mount; or while another
+// claim there may hold the volume staged at another staging path
+// (structs.Volume.StagedElsewhere: a machine back under another node ID
+// with another root_dir). c's paths are known once the claim path has
+// prepared them, so the last check refuses the write-ahead record, before
+// any CSI call.
 func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) error {
 	probe := *c
 	if probe.ExternalNodeID == "" {
@@ -146,6 +152,12 @@ func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) 
 			"The claim is refused until the release's next attempt has the driver's answer; retry the claim then, or claim on another node",
 			volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.ExternalNodeID, why)
 	}
+	if o := v.StagedElsewhere(&probe); o != nil {
+		return structs.Conflict("volume %q: the claim of allocation %q on node %q (the same machine) staged it at %s; a claim on node %q would stage it again at %s, "+
+			"a second staging path on one machine, one of which no release would unstage. "+
+			"The claim is refused until that claim is released; or register node %q with the root_dir that claim's path is under",
+			volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.StagingPath, c.NodeID, c.StagingPath, c.NodeID)
+	}
 	o := v.UnstagingFor(&probe)
 	if o == nil {
 		return nil
@@ -158,4 +170,55 @@ func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) 
 		"the driver may still be unmounting it, and a claim published there now would lose its staging path when that ends. "+
 		"The claim is refused until the release's next attempt has the driver's answer; retry the claim then, or claim on another node",
 		volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.StagingPath, why)
+}
+
+// validateClaimLeftovers refuses a claim c of v on node n while a
+// leftover of the same disk (plugin and external volume ID) may still hold
+// it: its force-deregistered claim had not reached controller-detached, so
+// the disk may still be attached, staged or published where it ran, with
+// nothing left to release it but the operator. On that machine (external
+// node ID, else node ID) a claim would stage and publish beside mounts the
+// operator is about to remove, or under a NodeUnstage or
+// ControllerUnpublish that was sent with no answer and may still run
+// (Leftover.InDoubt); on another machine, a single-node volume would be
+// attached a second time (a multi-attach disk takes it). The operator
+// cleans the leftover up, clears it, and the claim goes through.
+func validateClaimLeftovers(snap *Snapshot, v *structs.Volume, n *structs.Node, c *structs.Claim) error {
+	left, err := snap.Leftovers(nil)
+	if err != nil {
+		return err
+	}
+	ext := c.ExternalNodeID
+	if ext == "" {
+		if np := n.Plugins[v.PluginID]; np != nil {
+			ext = np.ExternalNodeID
+		}
+	}
+	for _, l := range left {
+		if l.PluginID != v.PluginID || l.ExternalID != v.ExternalID || l.State.Order() >= structs.ClaimControllerDetached.Order() {
+			continue
+		}
+		same := l.NodeID == c.NodeID
+		if l.ExternalNodeID != "" && ext != "" {
+			same = l.ExternalNodeID == ext
+		}
+		var why string
+		switch {
+		case same && l.InDoubt != "":
+			why = fmt.Sprintf("the release of allocation %q on node %q (the same machine) had sent %s with no answer: it may still run there and would end under a claim published now",
+				l.AllocID, l.NodeID, l.InDoubt)
+		case same:
+			why = fmt.Sprintf("its claim by allocation %q on node %q (the same machine) had reached %s: the disk may still be staged or published there, and cleaning that up would pull it from under a claim published now",
+				l.AllocID, l.NodeID, l.State)
+		case v.AccessMode.SingleNode():
+			why = fmt.Sprintf("its claim by allocation %q on node %q had reached %s: the disk may still be attached there, and volume %q is %s (a second machine would attach it too)",
+				l.AllocID, l.NodeID, l.State, volName(v.Namespace, v.ID), v.AccessMode)
+		default:
+			continue
+		}
+		return structs.Conflict("volume %q: disk %q was force-deregistered and left leftover %q: %s. "+
+			"Clean the leftover up on the storage side, then `volhost volume leftovers -clear %s` and retry the claim",
+			volName(v.Namespace, v.ID), v.ExternalID, l.ID, why, l.ID)
+	}
+	return nil
 }

@@ -79,6 +79,7 @@ func TestClaimRefusedWhileUnstageInDoubt(t *testing.T) {
 		{"operation pending", &structs.ClaimError{Kind: structs.ErrorCSI, Step: "node-unstage", Code: 10, CodeName: "Aborted"}, "n1", true},
 		{"a module fault on a later attempt", &structs.ClaimError{Kind: structs.ErrorModule, Step: "adapter", Message: "trap"}, "n1", true},
 		{"the driver refused the unstage", &structs.ClaimError{Kind: structs.ErrorCSI, Step: "node-unstage", Code: 13, CodeName: "Internal"}, "n1", false},
+		{"the driver refused the unstage, which was sent again", &structs.ClaimError{Kind: structs.ErrorCSI, Step: "node-unstage", Code: 13, CodeName: "Internal", Resent: true}, "n1", true},
 		{"another machine", nil, "n2", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -131,6 +132,7 @@ func TestClaimRefusedWhileDetachInDoubt(t *testing.T) {
 		{"operation pending", &structs.ClaimError{Kind: structs.ErrorCSI, Step: "controller-unpublish", Code: 10, CodeName: "Aborted"}, "n1", true},
 		{"a module fault on a later attempt", &structs.ClaimError{Kind: structs.ErrorModule, Step: "adapter", Message: "trap"}, "n1", true},
 		{"the driver refused the detach", &structs.ClaimError{Kind: structs.ErrorCSI, Step: "controller-unpublish", Code: 13, CodeName: "Internal"}, "n1", false},
+		{"the driver refused the detach, which was sent again", &structs.ClaimError{Kind: structs.ErrorCSI, Step: "controller-unpublish", Code: 13, CodeName: "Internal", Resent: true}, "n1", true},
 		{"another machine", nil, "n2", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -222,3 +222,27 @@ func TestOneVolumePerDiskAllows(t *testing.T) {
 		}
 	}
 }
+
+// TestOneVolumePerDiskNamesNoOtherNamespace: registering a disk that a
+// volume of another namespace already has is refused (one disk, one
+// volume), but the refusal does not name that volume: a token that may
+// register in "dev" learned the IDs of "prod"'s volumes by trying disks.
+// In its own namespace it is named, to deregister it.
+func TestOneVolumePerDiskNamesNoOtherNamespace(t *testing.T) {
+	f := newFixture(t)
+	secret := &structs.Volume{Namespace: "prod", ID: "payroll-db", ExternalID: "disk-9", PluginID: "ebs",
+		AccessMode: structs.AccessSingleNodeWriter, AttachmentMode: structs.AttachFilesystem}
+	f.must(structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{secret}})
+	probe := *secret
+	probe.Namespace, probe.ID = "dev", "probe"
+	err := f.s.Snapshot().Validate(structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{&probe}})
+	if !errors.Is(err, structs.ErrConflict) || strings.Contains(err.Error(), "payroll") || strings.Contains(err.Error(), "prod") {
+		t.Fatalf("a second volume on prod's disk from dev: %v, want a conflict naming no prod volume", err)
+	}
+	same := *secret
+	same.ID = "copy"
+	err = f.s.Snapshot().Validate(structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{&same}})
+	if !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), "prod/payroll-db") {
+		t.Fatalf("a second volume on the disk in its own namespace: %v, want a conflict naming the volume", err)
+	}
+}

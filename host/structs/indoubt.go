@@ -32,18 +32,26 @@ func AnswerLost(code uint32) bool {
 
 // UnstageInDoubt reports whether c's release has sent NodeUnstageVolume
 // (or may have: a leader that sent it and died wrote nothing after) with
-// no definitive answer yet: the claim is still taken, recorded its
+// no definitive answer yet: the claim is still taken (or publishing: the
+// release of a record whose publish never finished), recorded its
 // NodeUnpublish done (written before the unstage is sent), and its last
 // error, if any, is not a driver's answer to the unstage that says the
 // call is over. A module fault or a missing endpoint at a later attempt
 // says nothing about an earlier attempt's call, so it leaves the doubt.
 func (c *Claim) UnstageInDoubt() bool {
-	if c.State != ClaimTaken || !c.NodeUnpublished || c.StagingPath == "" {
+	if !c.beforeNodeSteps() || !c.NodeUnpublished || c.StagingPath == "" {
 		return false
 	}
-	e := c.LastError
-	definitive := e != nil && e.Kind == ErrorCSI && e.Step == stepNodeUnstage && !AnswerLost(e.Code)
-	return !definitive
+	return !c.LastError.answered(stepNodeUnstage)
+}
+
+// answered reports whether e is a driver's answer to step that says the
+// call is over: a CSI error for that step whose code is not one of a lost
+// answer, and with no later call of the step sent since (Resent: the
+// release writes that ahead of a retry, so a leader that dies while the
+// retry runs leaves the doubt, not the old answer).
+func (e *ClaimError) answered(step string) bool {
+	return e != nil && e.Kind == ErrorCSI && e.Step == step && !AnswerLost(e.Code) && !e.Resent
 }
 
 // UnstagingFor is a claim other than c, on c's machine, whose
@@ -76,9 +84,7 @@ func (c *Claim) DetachInDoubt() bool {
 	if c.State != ClaimNodeDetached || c.Unattached {
 		return false
 	}
-	e := c.LastError
-	definitive := e != nil && e.Kind == ErrorCSI && e.Step == stepControllerUnpublish && !AnswerLost(e.Code)
-	return !definitive
+	return !c.LastError.answered(stepControllerUnpublish)
 }
 
 // DetachingFor is a claim other than c, on c's machine, whose
@@ -88,4 +94,17 @@ func (v *Volume) DetachingFor(c *Claim) *Claim {
 	return v.otherClaim(c, func(o *Claim) bool {
 		return SameMachine(c, o) && o.DetachInDoubt()
 	})
+}
+
+// StepInDoubt names the destructive call of c's release that may still be
+// running on its machine ("" when none): what a force deregister records
+// on the claim's leftover (Leftover.InDoubt).
+func (c *Claim) StepInDoubt() string {
+	switch {
+	case c.UnstageInDoubt():
+		return "NodeUnstageVolume"
+	case c.DetachInDoubt():
+		return "ControllerUnpublishVolume"
+	}
+	return ""
 }

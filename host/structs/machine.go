@@ -172,6 +172,24 @@ func (v *Volume) StagedFor(c *Claim) *Claim {
 	})
 }
 
+// StagedElsewhere is a claim other than c, on c's machine, that recorded
+// a staging path other than c's and may still have it staged (it has not
+// finished its node steps): c would stage the volume a second time on one
+// machine (CSI spec: NodeStageVolume once per volume per node), and its
+// release and that claim's would each leave the other's path to the
+// other, so one is never unstaged and the last ControllerUnpublish
+// detaches the disk under it. It happens when a machine comes back under
+// another node ID with another root_dir. A claim that stages nothing
+// (c.StagingPath empty) conflicts with nobody.
+func (v *Volume) StagedElsewhere(c *Claim) *Claim {
+	if c.StagingPath == "" {
+		return nil
+	}
+	return v.otherClaim(c, func(o *Claim) bool {
+		return SameMachine(c, o) && o.StagingPath != "" && o.StagingPath != c.StagingPath && o.beforeNodeSteps()
+	})
+}
+
 // NeedsStaging is a claim other than c, on c's machine, that still needs
 // the volume staged there: one that staged and has not begun to unstage,
 // or whose target may still be published from its staging path (a

@@ -66,34 +66,37 @@ func TestMachineHolders(t *testing.T) {
 		name                         string
 		other                        *Claim
 		stagedFor, needs, attachment bool
+		elsewhere                    bool // StagedElsewhere: me would stage a second path
 	}{
-		{"published on the same node", claim("o", "n1", "i-1", nil), true, true, true},
+		{"published on the same node", claim("o", "n1", "i-1", nil), true, true, true, false},
 		// Issue: one machine registered as two nodes shares the staging
 		// path and the attachment.
-		{"same machine under another node ID", claim("o", "n1b", "i-1", nil), true, true, true},
-		{"another machine with the same root_dir", claim("o", "n2", "i-2", nil), false, false, false},
+		{"same machine under another node ID", claim("o", "n1b", "i-1", nil), true, true, true, false},
+		{"another machine with the same root_dir", claim("o", "n2", "i-2", nil), false, false, false, false},
 		// The node ID's instance was replaced: another machine.
-		{"same node ID, another machine", claim("o", "n1", "i-9", nil), false, false, false},
-		{"a claim from before external IDs were recorded", claim("o", "n1", "", nil), true, true, true},
+		{"same node ID, another machine", claim("o", "n1", "i-9", nil), false, false, false, false},
+		{"a claim from before external IDs were recorded", claim("o", "n1", "", nil), true, true, true, false},
 		// Its NodeUnstage may have run (the answer was lost): the path
 		// is in doubt, so a new claim stages again, and the releasing
 		// claim does not need it.
-		{"unstage in doubt", claim("o", "n1", "i-1", unstaging), false, false, true},
+		{"unstage in doubt", claim("o", "n1", "i-1", unstaging), false, false, true, false},
 		// Taken while the node had no endpoint: staged nothing.
-		{"staged nothing", claim("o", "n1", "i-1", noEndpoint), false, false, true},
-		{"node-detached", claim("o", "n1", "i-1", detaching), false, false, true},
-		{"ready-to-free", claim("o", "n1", "i-1", freed), false, false, false},
+		{"staged nothing", claim("o", "n1", "i-1", noEndpoint), false, false, true, false},
+		{"node-detached", claim("o", "n1", "i-1", detaching), false, false, true, false},
+		{"ready-to-free", claim("o", "n1", "i-1", freed), false, false, false, false},
 		// Same machine, another staging path (published under another
 		// root_dir): it does not stage this path, but the release must
 		// not unstage under it either.
-		{"another staging path", claim("o", "n1", "i-1", otherRoot), false, true, true},
+		{"another staging path", claim("o", "n1", "i-1", otherRoot), false, true, true, true},
+		// Its node steps are done: the other path is unstaged.
+		{"another staging path, node-detached", claim("o", "n1", "i-1", func(c *Claim) { otherRoot(c); detaching(c) }), false, false, true, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := &Volume{Claims: map[string]*Claim{"me": me, "o": tt.other}}
-			got := [3]bool{v.StagedFor(me) != nil, v.NeedsStaging(me) != nil, v.HoldsAttachment(me) != nil}
-			if want := [3]bool{tt.stagedFor, tt.needs, tt.attachment}; got != want {
-				t.Fatalf("StagedFor, NeedsStaging, HoldsAttachment = %v, want %v", got, want)
+			got := [4]bool{v.StagedFor(me) != nil, v.NeedsStaging(me) != nil, v.HoldsAttachment(me) != nil, v.StagedElsewhere(me) != nil}
+			if want := [4]bool{tt.stagedFor, tt.needs, tt.attachment, tt.elsewhere}; got != want {
+				t.Fatalf("StagedFor, NeedsStaging, HoldsAttachment, StagedElsewhere = %v, want %v", got, want)
 			}
 		})
 	}

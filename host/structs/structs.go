@@ -146,7 +146,13 @@ type ClaimError struct {
 	ModuleVersion string    `json:"module_version,omitempty"`
 	Fault         string    `json:"fault,omitempty"` // trap, timeout, oom, abi, bad-output, open-circuit, unsafe
 	Fatal         bool      `json:"fatal,omitempty"` // classified fatal: retrying will not help
-	Time          time.Time `json:"time"`
+	// Resent records that the release sent the step again after this
+	// answer and has no answer to the new call yet: a leader that dies or
+	// steps down while it runs writes nothing after it, so the answer
+	// here no longer says the driver is done (Claim.UnstageInDoubt,
+	// DetachInDoubt).
+	Resent bool      `json:"resent,omitempty"`
+	Time   time.Time `json:"time"`
 }
 
 func (e *ClaimError) Error() string {
@@ -155,6 +161,9 @@ func (e *ClaimError) Error() string {
 	}
 	switch e.Kind {
 	case ErrorCSI:
+		if e.Resent {
+			return fmt.Sprintf("%s: %s: %s (sent again since: no answer yet)", e.Step, e.CodeName, e.Message)
+		}
 		return fmt.Sprintf("%s: %s: %s", e.Step, e.CodeName, e.Message)
 	case ErrorModule:
 		return fmt.Sprintf("module %s@%s %s: %s", e.Module, e.ModuleVersion, e.Fault, e.Message)
@@ -647,9 +656,15 @@ type Leftover struct {
 	NodeID         string     `json:"node_id"`
 	ExternalNodeID string     `json:"external_node_id,omitempty"`
 	State          ClaimState `json:"state"` // the release state the claim had reached
-	Reason         string     `json:"reason"`
-	Time           time.Time  `json:"time"`
-	CreateIndex    uint64     `json:"create_index"`
+	// InDoubt names the destructive call the claim's release had sent
+	// with no definitive answer yet (NodeUnstageVolume or
+	// ControllerUnpublishVolume: Claim.UnstageInDoubt, DetachInDoubt): it
+	// may still run on the machine, so a claim of the same disk there
+	// waits until the operator clears the leftover.
+	InDoubt     string    `json:"in_doubt,omitempty"`
+	Reason      string    `json:"reason"`
+	Time        time.Time `json:"time"`
+	CreateIndex uint64    `json:"create_index"`
 }
 
 func copyMap(m map[string]string) map[string]string {

@@ -65,7 +65,7 @@ func New(s Settings, d Deps) (*Bridge, error) {
 	}
 	b := &Bridge{s: s, nomad: d.Nomad, w: d.Writer, store: d.Store, log: d.Logger.Named("scheduler.nomad"), clock: d.Clock,
 		problems: map[string]scheduler.Problem{}}
-	b.st = scheduler.Status{Source: SourceName, Address: s.Address, State: scheduler.StateStopped}
+	b.st = scheduler.Status{Source: SourceName, Address: s.ShownAddress(), State: scheduler.StateStopped}
 	return b, nil
 }
 
@@ -262,11 +262,11 @@ func (b *Bridge) applyBatch(ctx context.Context, r *run, batch Batch) error {
 func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 	nodes, nIdx, err := b.nomad.Nodes(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("listing Nomad nodes at %s: %w", b.s.Address, err)
+		return 0, fmt.Errorf("listing Nomad nodes at %s: %w", b.s.ShownAddress(), err)
 	}
 	allocs, aIdx, err := b.nomad.Allocs(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("listing Nomad allocations at %s: %w", b.s.Address, err)
+		return 0, fmt.Errorf("listing Nomad allocations at %s: %w", b.s.ShownAddress(), err)
 	}
 	index := max(nIdx, aIdx)
 	reset := index < r.applied
@@ -320,7 +320,8 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 
 // vanished ends the mirrored allocations Nomad no longer lists: it
 // garbage-collects only ended allocations, or those of a node it removed.
-// One whose node is down and not fenced is held like a lost one.
+// One whose node is down and not fenced is held like a lost one (decide,
+// clientVanished).
 func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inList map[string]bool) error {
 	all, err := snap.Allocs(nil)
 	if err != nil {
@@ -330,11 +331,19 @@ func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inL
 		if va.Source != SourceName || va.ClientStatus.Terminal() || inList[va.ID] {
 			continue
 		}
-		a := Alloc{ID: va.ID, Namespace: va.Namespace, JobID: va.JobID, ClientStatus: clientLost}
+		if !b.s.Mirrors(va.Namespace) {
+			// Not listed because its namespace left the configuration,
+			// not because Nomad dropped it: it may run. Left as it is.
+			b.problem(r, "alloc/"+va.ID, va.ID, va.NodeID, fmt.Sprintf(
+				"allocation %s is in Nomad namespace %q, which the bridge no longer mirrors (namespaces = %q): it is left as it was, its claims kept; add the namespace back to have it followed",
+				va.ID, va.Namespace, b.s.Namespaces))
+			continue
+		}
+		a := Alloc{ID: va.ID, Namespace: va.Namespace, JobID: va.JobID, ClientStatus: clientVanished}
 		t := r.allocs[va.ID]
 		if t != nil {
 			a = t.a
-			a.ClientStatus = clientLost
+			a.ClientStatus = clientVanished
 		} else {
 			// Not seen in this leadership: find its Nomad node by the
 			// volhost node it maps to.
@@ -345,10 +354,10 @@ func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inL
 				}
 			}
 		}
-		// Tracked as lost: a hold is judged again when its node is fenced
-		// (reheld), and must be judged lost then, not as the running it
-		// was last listed (or not at all, for one this leadership never
-		// saw listed).
+		// Tracked as vanished: a hold is judged again when its node is
+		// fenced or back (reheld), and must be judged vanished then, not
+		// as the running it was last listed (or not at all, for one this
+		// leadership never saw listed).
 		if t == nil {
 			t = &tracked{}
 			r.allocs[va.ID] = t
@@ -441,7 +450,7 @@ func (b *Bridge) clearError(ctx context.Context, r *run) {
 	b.mu.Unlock()
 	if had && r.lastErr != "" {
 		r.lastErr = ""
-		r.pendingEvents = append(r.pendingEvents, b.event("", "", "Nomad bridge: connected to "+b.s.Address+" again"))
+		r.pendingEvents = append(r.pendingEvents, b.event("", "", "Nomad bridge: connected to "+b.s.ShownAddress()+" again"))
 		if err := b.commit(ctx, r, false, false); err != nil {
 			b.log.Warn("could not record the reconnection", "error", err)
 		}

@@ -1,6 +1,7 @@
 package nomad
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -340,4 +341,100 @@ func TestBridgeBadInput(t *testing.T) {
 		return st.State == scheduler.StateStreaming && st.LastError == ""
 	})
 	testutil.WaitFor(t, "the reconnection event", func() bool { return len(h.events("again")) == 1 })
+}
+
+// TestBridgeNewLeaderNomadUnreachable: a new leader's bridge that cannot
+// reach Nomad has applied nothing yet; the event it records commits the
+// cursor it resumed from, never a lower one (the store would refuse that
+// as going backwards, and the event would be lost).
+func TestBridgeNewLeaderNomadUnreachable(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
+	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
+	h.waitStatus("a1", structs.AllocRunning)
+	h.relist()
+	h.stop()
+	cur := h.cursor()
+	if cur == 0 {
+		t.Fatal("no cursor committed")
+	}
+	h.w.mu.Lock()
+	h.w.term = 2
+	h.w.mu.Unlock()
+	h.nomad.mu.Lock()
+	h.nomad.listErr = errUnreachable
+	h.nomad.mu.Unlock()
+	h.run(2)
+	testutil.WaitFor(t, "the unreachable Nomad's event", func() bool { return len(h.events("connection refused")) == 1 })
+	if got := h.cursor(); got != cur {
+		t.Fatalf("cursor %d after the new leader's event, want %d", got, cur)
+	}
+}
+
+// TestNomadAddressCredentialsNeverShown: an address may carry user
+// information (https://user:password@nomad:4646), which the Nomad client
+// sends as basic authentication: a credential, like the token. The status
+// (GET /v1/scheduler/status, operator:read), the events (committed to the
+// log and to snapshots) and the errors show the address without it.
+func TestNomadAddressCredentialsNeverShown(t *testing.T) {
+	h := newHarnessWith(t, Config{RelistInterval: "1m", Address: "https://ops:hunter2@nomad.example:4646"})
+	h.start()
+	if got := h.bridge.Status().Address; got != "https://nomad.example:4646" {
+		t.Fatalf("status address %q, want it without its user information", got)
+	}
+	// Nomad unreachable, then back: an error line, its event and the
+	// reconnection event each name the address.
+	h.nomad.mu.Lock()
+	h.nomad.listErr = errUnreachable
+	h.nomad.mu.Unlock()
+	h.nomad.push(t, Batch{Err: errUnreachable})
+	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
+	h.advance(time.Minute)
+	testutil.WaitFor(t, "a failed re-list naming the address", func() bool {
+		return strings.Contains(h.bridge.Status().LastError, "nomad.example")
+	})
+	h.nomad.mu.Lock()
+	h.nomad.listErr = nil
+	h.nomad.mu.Unlock()
+	h.advance(time.Minute)
+	testutil.WaitFor(t, "the reconnection event", func() bool { return len(h.events("again")) == 1 })
+	st, err := json.Marshal(h.bridge.Status())
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := string(st)
+	for _, e := range h.events("") {
+		shown += "\n" + e.Message
+	}
+	if strings.Contains(shown, "hunter2") || strings.Contains(shown, "ops:") {
+		t.Fatalf("the address's credentials are shown:\n%s", shown)
+	}
+	if !strings.Contains(shown, "nomad.example:4646") {
+		t.Fatalf("the address is not shown at all:\n%s", shown)
+	}
+}
+
+// TestJobAuthorCannotClaimAnotherNamespace: a Nomad job author names
+// volumes in its group meta, with a volhost namespace if it likes. The
+// allocation is mirrored in its Nomad namespace, and the store refuses a
+// claim by an allocation of one namespace on a volume of another: a job
+// in "dev" naming "default/v1" gets one refusal (a problem line and an
+// event), never the volume.
+func TestJobAuthorCannotClaimAnotherNamespace(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	a := web("dev-1", "n1", clientRunning, "run")
+	a.Namespace = "dev"
+	a = h.nomad.setAlloc(a, map[string]string{"volhost_volume_data": "default/v1"})
+	ok := h.nomad.setAlloc(web("ok", "n1", clientRunning, "run"), map[string]string{"volhost_volume_d": "v2"})
+	h.nomad.push(t, Batch{Allocs: []Alloc{a, ok}})
+	testutil.WaitFor(t, "the claim of v2", func() bool { return h.claimed("v2", "ok") })
+	testutil.WaitFor(t, "the refusal as an event", func() bool { return len(h.events("namespace")) == 1 })
+	if h.claimed("v1", "dev-1") {
+		t.Fatal("an allocation of Nomad namespace dev claimed volume default/v1")
+	}
+	if ev := h.events("namespace")[0]; !strings.Contains(ev.Message, "dev-1") {
+		t.Fatalf("refusal event %q does not name the allocation", ev.Message)
+	}
 }

@@ -10,8 +10,10 @@
 //     #24130, #25819); it ends when the client reports complete or failed;
 //   - lost is not stopped: the server marks a dead client's allocations
 //     lost while their tasks may still run there, so a lost allocation is
-//     held (mirrored as still live) until its node is fenced in volhost,
-//     comes back, or is gone from Nomad;
+//     held (mirrored as still live) until its node is fenced in volhost
+//     or is gone from Nomad, or its client, back, reports it again (a
+//     node back is not enough: Nomad reports it ready before its client
+//     has stopped what it lost);
 //   - removals emit no event (system gc): a periodic re-list treats a node
 //     that vanished as gone and an allocation that vanished as ended;
 //   - each batch is committed with the Nomad index it reaches (volhost's
@@ -21,6 +23,9 @@ package nomad
 
 import (
 	"fmt"
+	"net"
+	"net/url"
+	"slices"
 	"time"
 )
 
@@ -64,11 +69,48 @@ type TLSConfig struct {
 	Insecure   bool   `hcl:"insecure,optional"`
 }
 
+// ShownAddress is the address as volhost shows it (status, events,
+// errors, logs): without the user information a URL may carry, whose
+// password the Nomad client sends as basic authentication, a credential
+// like the token.
+func (c Config) ShownAddress() string {
+	u, err := url.Parse(c.Address)
+	if err != nil {
+		return "(the configured Nomad address, not shown: it does not parse as a URL)"
+	}
+	u.User = nil
+	return u.String()
+}
+
+// Insecure names what the configuration exposes, "" when nothing: a
+// token (or an address's password) sent over plain HTTP to another
+// machine crosses the network in clear. The agent logs it at start.
+func (c Config) Insecure() string {
+	u, err := url.Parse(c.Address)
+	if err != nil || u.Scheme != "http" {
+		return ""
+	}
+	if _, hasPassword := u.User.Password(); c.Token == "" && !hasPassword {
+		return ""
+	}
+	if ip := net.ParseIP(u.Hostname()); (ip != nil && ip.IsLoopback()) || u.Hostname() == "localhost" {
+		return ""
+	}
+	return fmt.Sprintf("INSECURE: scheduler \"nomad\" sends its token to %s over plain HTTP: it crosses the network in clear; use https with a tls block", c.ShownAddress())
+}
+
 // Settings is a validated Config.
 type Settings struct {
 	Config
 	Relist   time.Duration
 	RetryMax time.Duration
+}
+
+// Mirrors reports whether Nomad namespace ns is one the bridge lists.
+func (s Settings) Mirrors(ns string) bool { return mirrors(s.Namespaces, ns) }
+
+func mirrors(namespaces []string, ns string) bool {
+	return len(namespaces) == 0 || slices.Contains(namespaces, "*") || slices.Contains(namespaces, ns)
 }
 
 // Validate checks c and fills the defaults.
