@@ -36,7 +36,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/volhost/volhost/host/state"
@@ -300,7 +299,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		if err := os.Chmod(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("cluster: data dir: %w", err)
 		}
-		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+		bolt, err := openLogStore(filepath.Join(dir, "raft.db"))
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open raft log %s: %w", dir, err)
 		}
