@@ -114,8 +114,12 @@ bench-quick: plugins
 		| awk -f scripts/release-table.awk >bin/bench/quick-release.md
 	@cat bin/bench/quick-call.md; echo; cat bin/bench/quick-scale.md; echo; cat bin/bench/quick-release.md
 
-run: build plugins
-	./bin/volhost agent -dev -module-dir $(PLUGIN_BUILD)
+# The Go example modules first, then the agent (listening at once, loading
+# its modules after), the AssemblyScript ones behind it (scripts/run-dev.sh).
+# RUN_ARGS go to the agent (make run RUN_ARGS="-http-addr 127.0.0.1:4848").
+RUN_ARGS ?=
+run: build
+	@bash scripts/run-dev.sh $(PLUGIN_BUILD) $(RUN_ARGS)
 
 clean:
 	rm -rf bin $(PLUGIN_BUILD)

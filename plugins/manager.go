@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -72,6 +73,12 @@ type Options struct {
 	// function, _initialize and configure (DefaultInitTimeout if 0; at
 	// least 10 call_timeouts either way).
 	InitTimeout time.Duration
+	// LoadLater: NewManager loads nothing and the caller runs the first
+	// Reload. The agent does so once its API listens: compiling every
+	// module without a warm cache takes seconds each, and an agent silent
+	// for that long looked hung. Until then no module serves, and those
+	// the Reload found show as loading.
+	LoadLater bool
 	// Signed names the modules that run only what a signed source
 	// verified, each with a description of that source for refusals
 	// (e.g. `module_source "policy" (registry/modules/policy:stable)`):
@@ -123,6 +130,7 @@ type Event struct {
 // Module states in Status.
 const (
 	StateServing     = "serving"
+	StateLoading     = "loading" // the first generation is being compiled
 	StateRefused     = "refused" // no good generation: the candidate was refused
 	StateOpenCircuit = "open-circuit"
 	StateRetired     = "retired"
@@ -139,7 +147,7 @@ type Status struct {
 	SHA256          string `json:"sha256"`
 	// Generation counts the generations that have served under this name.
 	Generation uint64 `json:"generation"`
-	// State is serving, refused, open-circuit or retired.
+	// State is loading, serving, refused, open-circuit or retired.
 	State string `json:"state"`
 	// Refusal is why the last candidate was refused ("" if it was not).
 	Refusal string `json:"refusal,omitempty"`
@@ -275,6 +283,20 @@ func NewManager(ctx context.Context, opts Options) (*Manager, error) {
 	}
 	empty := map[string]*module{}
 	m.modules.Store(&empty)
+	if opts.LoadLater {
+		// The directory's modules show as loading from the start (one
+		// directory read); an unreadable directory is an error now, as it
+		// is for a load.
+		names, err := m.moduleNames()
+		if err != nil {
+			m.closeCache()
+			return nil, err
+		}
+		mods := map[string]*module{}
+		m.addLoading(mods, names)
+		m.modules.Store(&mods)
+		return m, nil
+	}
 	if _, err := m.Reload(ctx); err != nil {
 		m.closeCache()
 		return nil, err
@@ -292,6 +314,42 @@ func (m *Manager) Reload(ctx context.Context) ([]Status, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
+	names, err := m.moduleNames()
+	if err != nil {
+		return nil, err
+	}
+	old := *m.modules.Load()
+	next := make(map[string]*module, len(old)+len(names))
+	for n, mod := range old {
+		next[n] = mod
+	}
+	if m.addLoading(next, names) {
+		// Shown at once as loading (Status): a first load of several
+		// modules takes seconds each. Nothing calls or matches a module
+		// with no serving generation.
+		early := maps.Clone(next)
+		m.modules.Store(&early)
+	}
+	if n := countLoading(next); n > 0 {
+		m.log.Info("loading modules", "dir", m.opts.Dir, "count", n)
+	}
+	for _, n := range slices.Sorted(mapKeys(names)) {
+		if err := ctx.Err(); err != nil {
+			break // leave the rest for the next reload
+		}
+		m.reloadModuleLocked(ctx, next, next[n])
+	}
+	for n, mod := range next {
+		if !names[n] {
+			m.retireModuleLocked(mod)
+		}
+	}
+	m.modules.Store(&next)
+	return m.Status(), nil
+}
+
+// moduleNames are the modules the directory holds files of.
+func (m *Manager) moduleNames() (map[string]bool, error) {
 	entries, err := os.ReadDir(m.opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("plugins: module directory: %w", err)
@@ -302,29 +360,33 @@ func (m *Manager) Reload(ctx context.Context) ([]Status, error) {
 			names[n] = true // any other type is refused by readModuleFile, visibly
 		}
 	}
-	old := *m.modules.Load()
-	next := make(map[string]*module, len(old)+len(names))
-	for n, mod := range old {
-		next[n] = mod
-	}
-	for _, n := range slices.Sorted(mapKeys(names)) {
-		mod := next[n]
-		if mod == nil {
-			mod = &module{name: n, breaker: newBreaker(m.opts.Clock, m.opts.BreakerThreshold, m.opts.BreakerCooldown)}
-			next[n] = mod
-		}
-		if err := ctx.Err(); err != nil {
-			break // leave the rest for the next reload
-		}
-		m.reloadModuleLocked(ctx, next, mod)
-	}
-	for n, mod := range next {
-		if !names[n] {
-			m.retireModuleLocked(mod)
+	return names, nil
+}
+
+// addLoading adds to mods, as loading, each name it lacks, and reports
+// whether it added any.
+func (m *Manager) addLoading(mods map[string]*module, names map[string]bool) bool {
+	added := false
+	for n := range names {
+		if mods[n] == nil {
+			mods[n] = &module{name: n, state: StateLoading, breaker: newBreaker(m.opts.Clock, m.opts.BreakerThreshold, m.opts.BreakerCooldown)}
+			added = true
 		}
 	}
-	m.modules.Store(&next)
-	return m.Status(), nil
+	return added
+}
+
+// countLoading counts the modules of mods in their first load.
+func countLoading(mods map[string]*module) int {
+	n := 0
+	for _, mod := range mods {
+		mod.mu.Lock()
+		if mod.state == StateLoading {
+			n++
+		}
+		mod.mu.Unlock()
+	}
+	return n
 }
 
 // moduleName maps NAME.wasm and NAME.hcl to NAME.
@@ -399,6 +461,7 @@ func (m *Manager) reloadModuleLocked(ctx context.Context, next map[string]*modul
 		return
 	}
 	start := time.Now()
+	m.log.Info("module loading", "module", mod.name, "version", man.Version, "bytes", len(wasm))
 	g, err := loadGeneration(ctx, m.genDeps(), mod.name, num, wasm, man)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -21,5 +21,5 @@ func (m *Manager) checkSigned(name string, signed bool) error {
 		return nil
 	}
 	return fmt.Errorf("%w: module %s runs only what %s verified, and an uploaded candidate carries no signature: "+
-		"push it, sign it with that source's key and let the source load it as the shadow candidate", ErrSignatureRequired, name, src)
+		"push it, sign it with that source's key and let the source load it as the shadow candidate (shadow = true in its block)", ErrSignatureRequired, name, src)
 }

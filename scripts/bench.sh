@@ -20,7 +20,7 @@
 # The scale benchmark through raft (test/peers/e2e TestScaleCluster: three
 # real servers, SCALE_CLUSTER_VOLUMES volumes, default 1000000, a tenth of
 # them claimed and released through the API, with SCALE_CLUSTER_HCL in the
-# servers' configuration, default README's raft_multiplier = 5) rewrites the
+# servers' configuration, default README's block for a million volumes) rewrites the
 # "scale-cluster" block; SKIP_SCALE_CLUSTER=1 leaves it out (SKIP_GO=1 SKIP_E2E=1 SKIP_PERF=1
 # run it alone).
 set -euo pipefail
@@ -120,7 +120,7 @@ if [ "${SKIP_SCALE_CLUSTER:-}" != 1 ]; then
   cn=${SCALE_CLUSTER_VOLUMES:-1000000}
   # What README "Running a million volumes" tells an operator to set for
   # this size; SCALE_CLUSTER_HCL= (empty) runs raft's defaults.
-  chcl=${SCALE_CLUSTER_HCL-server { raft_multiplier = 5 \}}
+  chcl=${SCALE_CLUSTER_HCL-$'server {\n  raft_multiplier        = 5\n  raft_snapshot_interval = "300s"\n}'}
   rm -f "$out/scale-cluster.md"
   mkdir -p "$out/e2e-bin"
   go build -o "$out/e2e-bin/volhost" ./cmd/volhost

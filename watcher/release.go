@@ -334,10 +334,12 @@ func (p *pass) act(ctx context.Context, c *structs.Claim, vd verdict) error {
 
 // hold records that the policy keeps a releasable claim waiting: who, why
 // and until when, shown by `volume status`. It writes only when a hold
-// starts or its holder or reason changes, so a policy answering "wait" on
-// every pass is not a loop of log writes. A hold counts toward stuck_after
-// like a run of failures: a policy can delay a release, it cannot hide a
-// claim that never releases (module answers are bounded by the host).
+// starts or its holder changes, or its reason changed (a policy's: when
+// the claim was last written holdReasonEvery ago or more), so a policy answering "wait"
+// on every pass is not a loop of log writes. A hold counts toward
+// stuck_after like a run of failures: a policy can delay a release, it
+// cannot hide a claim that never releases (module answers are bounded by
+// the host).
 func (p *pass) hold(ctx context.Context, c *structs.Claim, vd verdict) error {
 	h := &structs.ClaimHold{Reason: vd.reason, Since: p.now}
 	if n, ok := p.policy.(attach.Named); ok && !vd.hostHold {
@@ -351,8 +353,21 @@ func (p *pass) hold(ctx context.Context, c *structs.Claim, vd verdict) error {
 	}
 	if old := c.Hold; old != nil {
 		h.Since = old.Since
-		if old.Module == h.Module && old.ModuleVersion == h.ModuleVersion && old.Reason == h.Reason {
-			h = old // unchanged: no write
+		if old.Module == h.Module && old.ModuleVersion == h.ModuleVersion {
+			switch next := c.ModifyTime.Add(holdReasonEvery); {
+			case old.Reason == h.Reason:
+				h = old // unchanged: no write
+			case !vd.hostHold && p.now.Before(next):
+				// Only a policy's reason changed, and recently written:
+				// the hold write is itself a change of the volume, which
+				// runs a pass, so a reason new on every call (grace-policy
+				// 1.0.0 named the allocation's age) was a log write per
+				// pass without end. Write it on a later pass. The host's
+				// own holds change their reason only when it asks a fence
+				// module again, on its own schedule.
+				h = old
+				p.wakeAt(next)
+			}
 		}
 	}
 	if h != c.Hold {
@@ -372,6 +387,12 @@ func (p *pass) hold(ctx context.Context, c *structs.Claim, vd verdict) error {
 		Message: fmt.Sprintf("held since %s: %s", h.Since.UTC().Format(time.RFC3339), h.Reason),
 	})
 }
+
+// holdReasonEvery is how often a hold whose holder is unchanged is written
+// again for a new reason alone: a reason should say why, not when (the
+// hold's since and until do), and one that changes on every call costs one
+// log write per claim per holdReasonEvery, not one per pass.
+const holdReasonEvery = time.Minute
 
 // heldTooLong: a policy has held the claim for stuck_after or more.
 func (p *pass) heldTooLong(c *structs.Claim) bool {

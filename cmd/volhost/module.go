@@ -17,8 +17,10 @@ func (c *ModuleListCommand) Synopsis() string { return "List the agent's Wasm mo
 func (c *ModuleListCommand) Help() string {
 	return helpText("module list [options]", `
   List the release-policy and CSI-adapter modules loaded from the agent's
-  module directory, with their state (serving, refused, open-circuit,
-  retired), version, generation and call counts. Modules are loaded by each
+  module directory, with their state (loading, serving, refused,
+  open-circuit, retired), version, generation and call counts. An agent
+  compiles its modules after it starts listening: until then they are
+  loading, and the leader releases nothing. Modules are loaded by each
   server from its own directory: this asks the agent at -address.`, true)
 }
 
@@ -46,7 +48,7 @@ func moduleTable(mods []plugins.Status) string {
 	}
 	rows := [][]string{{"Name", "Kind", "State", "Version", "Generation", "Calls", "Faults", "Refusal"}}
 	for _, m := range mods {
-		rows = append(rows, []string{m.Name, m.Kind, m.State, orDash(m.Version), fmt.Sprint(m.Generation),
+		rows = append(rows, []string{m.Name, orDash(m.Kind), m.State, orDash(m.Version), fmt.Sprint(m.Generation),
 			fmt.Sprint(m.Calls), faultSummary(m.Faults), orDash(oneLine(m.Refusal))})
 	}
 	return table(rows)

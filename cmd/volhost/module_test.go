@@ -43,6 +43,12 @@ func startModuleAgent(t *testing.T, tweak func(*agent.Config)) *agent.Agent {
 	if err := a.Cluster.WaitForLeader(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// The first module load runs after the API listens.
+	select {
+	case <-a.ModulesLoaded():
+	case <-time.After(10 * time.Minute):
+		t.Fatal("the agent's modules did not load within 10 minutes")
+	}
 	return a
 }
 

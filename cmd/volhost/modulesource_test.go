@@ -194,3 +194,61 @@ func TestSignedModuleRefusesUploadedCandidates(t *testing.T) {
 		t.Fatalf("after promote: version %s", st.Version)
 	}
 }
+
+// TestModuleSourceRefusesAReplayedOldBundle: a signature names a digest
+// forever. Whoever may push to the registry, without the key, re-points
+// the tag at a bundle signed long ago (1.0.0, say one with a known bug)
+// after 2.0.0 was signed and serves: the old signature still verifies,
+// and the agent went back to 1.0.0. The source refuses a bundle older
+// than the version serving, with a refused event naming why.
+func TestModuleSourceRefusesAReplayedOldBundle(t *testing.T) {
+	host, _ := sourcetest.NewRegistry(t)
+	ref := host + "/modules/policy:stable"
+	key, pub := writeKeys(t, t.TempDir(), "k")
+	e := &cliEnv{t: t}
+	v1 := kitFolder(t, "default-policy")
+	e.ok("module", "push", filepath.Join(v1, "default-policy.wasm"), ref)
+	e.ok("module", "sign", "-key", key, ref)
+	a := startModuleAgent(t, func(cfg *agent.Config) {
+		cfg.ModuleDir = t.TempDir()
+		cfg.ModuleSources = []agent.ModuleSourceConfig{{Name: "policy", OCI: ref, PublicKey: pub, PollInterval: "50ms"}}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	serving := func(version string) func() (bool, bool) {
+		return func() (bool, bool) {
+			st, ok := a.Modules.StatusOf("policy")
+			return true, ok && st.State == "serving" && st.Version == version
+		}
+	}
+	waitFor(t, ctx, "version 1.0.0 serving", serving("1.0.0"))
+	v2 := kitFolder(t, "grace-policy")
+	man2 := filepath.Join(v2, "v2.hcl")
+	os.WriteFile(man2, []byte("kind = \"release-policy\"\nversion = \"2.0.0\"\ndefault = true\n"), 0o644)
+	e.ok("module", "push", "-manifest", man2, filepath.Join(v2, "grace-policy.wasm"), ref)
+	e.ok("module", "sign", "-key", key, ref)
+	waitFor(t, ctx, "version 2.0.0 serving", serving("2.0.0"))
+	// The attacker: push the old bytes again (same digest, its signature
+	// still in the registry), no key needed.
+	e.ok("module", "push", filepath.Join(v1, "default-policy.wasm"), ref)
+	// Refused, with an event saying why; 2.0.0 serves on.
+	cl, err := client.New("http://"+a.HTTPAddr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the replayed bundle refused", func() (bool, bool) {
+		evs, _, err := cl.Events(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range evs {
+			if ev.Type == structs.EventModule && ev.Fields["event"] == "refused" && strings.Contains(ev.Message, "older than the serving version") {
+				return true, true
+			}
+		}
+		return false, false
+	})
+	if st, _ := a.Modules.StatusOf("policy"); st.Version != "2.0.0" {
+		t.Fatalf("the agent went back to the replayed bundle: %+v", st)
+	}
+}

@@ -31,7 +31,8 @@
 // allowed by the node block or by the node_id rule that governs N (exact,
 // else the glob with the most literal characters); a deny in that rule
 // wins. Node routes not about one node (plugins, allocations, lists) need
-// the node block.
+// the node block; an allocation write needs namespace claim in the
+// allocation's namespace as well (host/api routeRules).
 package acl
 
 import (

@@ -47,6 +47,11 @@ type Agent struct {
 
 	moduleEvents *moduleEvents
 	moduleSwaps  *moduleSwaps
+	// modulesReady is closed once the module directory's first load is
+	// done (modules_loading.go); beforeFirstLoad, if set (tests), runs
+	// before that load.
+	modulesReady    chan struct{}
+	beforeFirstLoad func()
 	// sources are the module_source blocks (sources.go) and
 	// moduleMaxima the module_limits they are pulled under.
 	sources      []moduleSource
@@ -171,7 +176,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 	// spec leaves to the CO, through the same code a node agent uses.
 	direct := &nodestep.Executor{CSI: a.CSI}
 	a.Server = server.New(server.Config{
-		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Node: direct, Agents: agents, Modules: modules, Clock: a.clock, Logger: a.logger, Locks: locks,
+		Store: a.Store, Log: a.Cluster, CSI: a.CSI, Node: direct, Agents: agents, Modules: modules, Ready: a.waitModules, Clock: a.clock, Logger: a.logger, Locks: locks,
 	})
 	a.Watcher = watcher.New(watcher.Config{
 		MaxConcurrency:        cfg.Watcher.MaxConcurrency,
@@ -258,7 +263,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		defer a.wg.Done()
 		a.followLeadership(ctx)
 	}()
-	a.startModules(ctx)
+	a.startModules(ctx) // the first load, then the module sources
 	if a.NodeRPC != nil {
 		a.wg.Add(1)
 		go func() {
@@ -269,7 +274,6 @@ func (a *Agent) Start(ctx context.Context) error {
 		}()
 		a.logger.Info("listening for node agents", "node_rpc", a.NodeRPC.Addr())
 	}
-	a.startSources(ctx)
 	if sv := a.cfg.Server; sv != nil && sv.Enabled {
 		// A follower re-sends its join to record its version and
 		// features (cluster advertise.go), with the join's TLS and token.
@@ -308,19 +312,33 @@ func (a *Agent) Shutdown() error {
 	return errors.Join(err, a.lock.release())
 }
 
-// followLeadership enables the watcher while this server leads. Only the
-// leader releases claims; a step-down cancels every in-flight CSI call.
+// followLeadership enables the watcher while this server leads and its
+// modules are loaded (a volume is never judged by the native default while
+// the module that serves it compiles). Only the leader releases claims; a
+// step-down cancels every in-flight CSI call.
 func (a *Agent) followLeadership(ctx context.Context) {
 	ch := a.Cluster.LeaderCh()
 	stopTracker, stopSchedulers := func() {}, func() {}
 	defer func() { stopTracker(); stopSchedulers() }()
+	ready, leading := (<-chan struct{})(a.modulesReady), false
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-ready:
+			ready = nil
+			if leading {
+				a.Watcher.SetEnabled(true)
+				a.logger.Info("modules loaded: releasing claims")
+			}
 		case leader := <-ch:
-			a.logger.Info("leadership changed", "leader", leader)
-			a.Watcher.SetEnabled(leader)
+			leading = leader
+			a.Watcher.SetEnabled(leader && ready == nil)
+			if leader && ready != nil {
+				a.logger.Info("leadership changed; claims are released once the modules are loaded", "leader", leader)
+			} else {
+				a.logger.Info("leadership changed", "leader", leader)
+			}
 			stopTracker()
 			stopSchedulers()
 			stopTracker, stopSchedulers = func() {}, func() {}

@@ -49,11 +49,24 @@ func startAgent(tb testing.TB, cfg *Config, opts Options) (*Agent, *client.Clien
 	if err := a.Cluster.WaitForLeader(ctx); err != nil {
 		tb.Fatal(err)
 	}
+	waitModulesLoaded(tb, a)
 	c, err := client.New("http://"+a.HTTPAddr(), nil)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return a, c
+}
+
+// waitModulesLoaded waits for the agent's first module load (it runs
+// after the API listens), within the package's test timeout: a cold
+// compile under -race takes tens of seconds.
+func waitModulesLoaded(tb testing.TB, a *Agent) {
+	tb.Helper()
+	select {
+	case <-a.ModulesLoaded():
+	case <-time.After(10 * time.Minute):
+		tb.Fatal("the agent's modules did not load within 10 minutes")
+	}
 }
 
 // waitVolume follows the volume with blocking queries until cond holds.

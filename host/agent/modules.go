@@ -26,14 +26,20 @@ var _ api.ModuleBackend = (*Agent)(nil)
 func (a *Agent) loadModules(maxima plugins.Maxima) (watcher.Modules, error) {
 	a.moduleEvents = &moduleEvents{a: a, kick: make(chan struct{}, 1)}
 	a.moduleSwaps = &moduleSwaps{kick: make(chan struct{}, 1)}
+	a.modulesReady = make(chan struct{})
 	if a.cfg.ModuleDir == "" {
+		close(a.modulesReady)
 		return watcher.NativeModules(), nil
 	}
 	m, err := plugins.NewManager(context.Background(), plugins.Options{
-		Dir:      a.cfg.ModuleDir,
-		CacheDir: a.moduleCacheDir(),
-		Logger:   a.logger,
-		Clock:    a.clock,
+		// Loaded by Start once the API listens (modules_loading.go); a
+		// directory that cannot be read (a typo in -module-dir) still
+		// stops the agent here, naming it.
+		LoadLater: true,
+		Dir:       a.cfg.ModuleDir,
+		CacheDir:  a.moduleCacheDir(),
+		Logger:    a.logger,
+		Clock:     a.clock,
 		OnEvent: func(ev plugins.Event) {
 			a.Metrics.ModuleEvent(ev)
 			a.moduleEvents.add(ev)
@@ -70,12 +76,16 @@ func (a *Agent) moduleCacheDir() string {
 	return ""
 }
 
-// startModules watches the module directory until ctx ends.
+// startModules loads the module directory, then watches it until ctx ends.
 func (a *Agent) startModules(ctx context.Context) {
 	if a.Modules == nil {
 		return
 	}
-	a.wg.Add(3)
+	a.wg.Add(4)
+	go func() {
+		defer a.wg.Done()
+		a.loadFirstModules(ctx)
+	}()
 	go func() {
 		defer a.wg.Done()
 		for {

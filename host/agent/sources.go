@@ -115,7 +115,7 @@ func (a *Agent) startSources(ctx context.Context) {
 	}
 	for _, s := range a.sources {
 		p := &source.Poller{Module: s.cfg.Name, Ref: s.cfg.OCI, Key: s.key, MaxWasm: a.moduleMaxima.ModuleSize,
-			Apply: a.applyBundle(s), Refused: a.bundleRefused(s)}
+			Apply: a.applyBundle(s), Refused: a.bundleRefused(s), Serving: a.servingVersion(s.cfg.Name)}
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
@@ -132,6 +132,18 @@ func (a *Agent) startSources(ctx context.Context) {
 				}
 			}
 		}()
+	}
+}
+
+// servingVersion is the version module name serves ("" when none), for
+// the source's refusal of older bundles (source.Poller.Serving).
+func (a *Agent) servingVersion(name string) func() string {
+	return func() string {
+		st, ok := a.Modules.StatusOf(name)
+		if !ok || (st.State != plugins.StateServing && st.State != plugins.StateOpenCircuit) {
+			return ""
+		}
+		return st.Version
 	}
 }
 

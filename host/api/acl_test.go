@@ -206,7 +206,8 @@ var aclCases = []struct {
 	{"node read", "GET", "/v1/nodes", "", "node:read", `node { policy = "read" }`, `operator { policy = "write" }`},
 	{"node write", "PUT", "/v1/node/n1/status", `{"status":"down"}`, "node:write", `node { policy = "write" }`, `node { policy = "read" }`},
 	{"alloc write", "PUT", "/v1/allocs", `{"allocs":[{"id":"a1","node_id":"n1","client_status":"running"}]}`, "node:write",
-		`node { policy = "write" }`, `node { policy = "read" }`},
+		`node { policy = "write" }` + "\n" + `namespace "default" { capabilities = ["claim"] }`, `node { policy = "read" }`},
+	// An allocation is also written in its namespace: TestAllocWritesNeedTheirNamespace.
 	// Node-scoped tokens (a node agent writes its own node only).
 	// A node's status is the operator's word: its own node_id rule does
 	// not grant it (the agent heartbeats instead).

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	memdb "github.com/hashicorp/go-memdb"
+
 	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/structs"
 )
@@ -95,6 +97,7 @@ const (
 	nsQueryOrAll                // ?namespace=, every namespace when omitted (lists)
 	nsClaimBody                 // ?namespace=, else the claim body's, else "default"
 	nsVolumesBody               // every volume's namespace in the register body
+	nsAllocsBody                // every allocation's namespace in the upsert body, and the one each is stored in
 )
 
 // nodeFrom says where a node route finds the one node it is about, so a
@@ -123,12 +126,15 @@ type rule struct {
 	join bool
 	// audit names the action of the audit event a success records.
 	audit string
+	// and is a second rule the request must pass as well (both).
+	and *rule
 }
 
 func need(c acl.Capability) rule                 { return rule{cap: c} }
 func needNode(c acl.Capability, f nodeFrom) rule { return rule{cap: c, node: f} }
 func needNS(c acl.Capability, f nsFrom) rule     { return rule{cap: c, ns: f} }
 func audited(r rule, action string) rule         { r.audit = action; return r }
+func both(r, and rule) rule                      { r.and = &and; return r }
 
 // routeRules declares the capability of every route, by the exact pattern
 // it is registered with. A route missing here is denied while ACLs are on
@@ -175,20 +181,26 @@ var routeRules = map[string]rule{
 	"POST /v1/plugins":       audited(need(acl.NodeWrite), "plugin-register"),
 	"GET /v1/plugin/{id}":    need(acl.NodeRead),
 	"GET /v1/allocs":         need(acl.NodeRead),
-	"PUT /v1/allocs":         need(acl.NodeWrite),
-	"POST /v1/allocs":        need(acl.NodeWrite),
-	"GET /v1/alloc/{id}":     need(acl.NodeRead),
-	"GET /v1/events":         need(acl.EventsRead),
-	"PUT /v1/system/gc":      audited(need(acl.OperatorWrite), "system-gc"),
-	"POST /v1/system/gc":     audited(need(acl.OperatorWrite), "system-gc"),
-	"GET /v1/status/leader":  {open: true},
-	"GET /v1/metrics":        need(acl.OperatorRead),
-	"/v1/volume/{$}":         {open: true},
-	"/v1/node/{$}":           {open: true},
-	"/v1/plugin/{$}":         {open: true},
-	"/v1/alloc/{$}":          {open: true},
-	"GET /v1/status/peers":   need(acl.OperatorRead),
-	"GET /v1/modules":        need(acl.ModulesRead),
+	// An allocation is the scheduler's word (node:write) about a
+	// workload of one namespace: ending it releases the claims it holds
+	// there. So each allocation written needs namespace:claim in its
+	// namespace too (the one named and the one it is stored in), as
+	// Nomad scopes an allocation's lifecycle to its namespace; without
+	// it a node:write token ended any namespace's allocations.
+	"PUT /v1/allocs":        both(need(acl.NodeWrite), needNS(acl.NamespaceClaim, nsAllocsBody)),
+	"POST /v1/allocs":       both(need(acl.NodeWrite), needNS(acl.NamespaceClaim, nsAllocsBody)),
+	"GET /v1/alloc/{id}":    need(acl.NodeRead),
+	"GET /v1/events":        need(acl.EventsRead),
+	"PUT /v1/system/gc":     audited(need(acl.OperatorWrite), "system-gc"),
+	"POST /v1/system/gc":    audited(need(acl.OperatorWrite), "system-gc"),
+	"GET /v1/status/leader": {open: true},
+	"GET /v1/metrics":       need(acl.OperatorRead),
+	"/v1/volume/{$}":        {open: true},
+	"/v1/node/{$}":          {open: true},
+	"/v1/plugin/{$}":        {open: true},
+	"/v1/alloc/{$}":         {open: true},
+	"GET /v1/status/peers":  need(acl.OperatorRead),
+	"GET /v1/modules":       need(acl.ModulesRead),
 	// The Nomad bridge's status names allocations, nodes and volumes.
 	"GET /v1/scheduler/status": need(acl.OperatorRead),
 	"GET /v1/module/{id}":      need(acl.ModulesRead),
@@ -508,6 +520,14 @@ func isTokenError(err error) bool {
 
 // check decides one request; a denial is a *PermissionDenied (403).
 func (s *Server) check(w http.ResponseWriter, r *http.Request, ru rule, id *acl.Identity, tokenErr error) error {
+	if err := s.checkOne(w, r, ru, id, tokenErr); err != nil || ru.and == nil {
+		return err
+	}
+	return s.check(w, r, *ru.and, id, tokenErr)
+}
+
+// checkOne decides one rule of a request.
+func (s *Server) checkOne(w http.ResponseWriter, r *http.Request, ru rule, id *acl.Identity, tokenErr error) error {
 	if ru.self {
 		if tokenErr != nil {
 			return &PermissionDenied{Capability: "acl:token-self", Reason: tokenErr}
@@ -607,8 +627,61 @@ func (s *Server) requestNamespaces(w http.ResponseWriter, r *http.Request, from 
 			out = []string{DefaultNamespace} // unreadable body: the handler answers 400, if allowed to run
 		}
 		return out, false, nil
+	case nsAllocsBody:
+		out, err := s.allocNamespaces(w, r)
+		return out, false, err
 	}
 	return nil, false, fmt.Errorf("unknown namespace source %d", from)
+}
+
+// allocNamespaces finds the namespaces an allocation upsert writes in:
+// each allocation's in the body and, for one already stored, the one it
+// is in. The store refuses a move between namespaces anyway (state
+// validateAllocUpsert); checking the stored one here makes a body naming
+// the caller's namespace for another's allocation a 403 that names
+// nothing of it, not a 400 that names its namespace.
+func (s *Server) allocNamespaces(w http.ResponseWriter, r *http.Request) ([]string, error) {
+	var body struct {
+		Allocs []*struct {
+			ID        string `json:"id"`
+			Namespace string `json:"namespace"`
+		} `json:"allocs"`
+	}
+	s.peekBody(w, r, &body)
+	var out []string
+	add := func(ns string) {
+		if ns = orDefault(ns); !slices.Contains(out, ns) {
+			out = append(out, ns)
+		}
+	}
+	var ids []string
+	for _, a := range body.Allocs {
+		if a != nil {
+			add(a.Namespace)
+			ids = append(ids, a.ID)
+		}
+	}
+	if len(ids) > 0 {
+		_, err := s.store.Query(r.Context(), 0, 0, func(_ memdb.WatchSet, rd Reader) (uint64, error) {
+			for _, id := range ids {
+				old, err := rd.AllocByID(nil, id)
+				if err != nil {
+					return 0, err
+				}
+				if old != nil {
+					add(old.Namespace)
+				}
+			}
+			return 0, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(out) == 0 {
+		out = []string{DefaultNamespace} // unreadable body: the handler answers 400, if allowed to run
+	}
+	return out, nil
 }
 
 // requestNode finds the node a node route is about. An unreadable body

@@ -109,6 +109,12 @@ func (s *Server) forwarding(next http.Handler) http.Handler {
 				return
 			}
 			if stale || op.IsLeader() {
+				if !stale {
+					if err := waitReadsCurrent(r.Context(), op); err != nil {
+						WriteError(w, err)
+						return
+					}
+				}
 				setStaleness(w, op)
 				next.ServeHTTP(w, r)
 				return
@@ -197,4 +203,41 @@ func leaderURL(addr string) (*url.URL, error) {
 		return nil, errors.New("no host")
 	}
 	return u, nil
+}
+
+// readReadiness is implemented by a cluster whose new leader may not have
+// applied its committed log yet (host/cluster ReadyForReads).
+type readReadiness interface{ ReadyForReads() bool }
+
+// readsCurrentWait bounds how long a leader's read waits for its step-up
+// barrier.
+const readsCurrentWait = 5 * time.Second
+
+// waitReadsCurrent holds a leader's read (not ?stale) until the leader
+// applied every entry committed before its term: a leader just elected, or
+// just restarted, answered reads from a store that lacked writes it had
+// acknowledged before. It waits (the barrier takes one round of the log),
+// then answers 503 if the leader is still not current.
+func waitReadsCurrent(ctx context.Context, op ClusterOperator) error {
+	rr, ok := op.(readReadiness)
+	if !ok || rr.ReadyForReads() {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, readsCurrentWait)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: this server was just elected and has not applied its log yet; retry, or read with ?stale=true", structs.ErrNoLeader)
+		case <-tick.C:
+			if rr.ReadyForReads() {
+				return nil
+			}
+			if !op.IsLeader() {
+				return fmt.Errorf("%w: this server lost its leadership while applying its log; retry", structs.ErrNoLeader)
+			}
+		}
+	}
 }

@@ -72,7 +72,7 @@ func StatusFor(err error) int {
 		// registration whose token was revoked before it committed, an
 		// upload a signed module_source does not allow.
 		return http.StatusForbidden
-	case errors.Is(err, structs.ErrNoLeader), errors.Is(err, structs.ErrOutcomeUnknown):
+	case errors.Is(err, structs.ErrNoLeader), errors.Is(err, structs.ErrOutcomeUnknown), errors.Is(err, structs.ErrUnavailable):
 		// Outcome unknown: 503 too, with a message saying the write may
 		// be recorded and a retry is safe: undoing a write that may have
 		// committed would undo CSI work a recorded claim needs.

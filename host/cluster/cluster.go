@@ -31,11 +31,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"github.com/jonboulle/clockwork"
 
 	"github.com/volhost/volhost/host/state"
@@ -137,7 +137,8 @@ type Cluster struct {
 	store  *state.Store
 	raft   *raft.Raft
 
-	closers []io.Closer // transport and bolt store, closed after raft
+	closers []io.Closer   // transport and bolt store, closed after raft
+	storage *storageFault // the raft stores' last failed write (nil: in memory)
 
 	notifyCh chan bool
 	leaderCh chan bool
@@ -151,8 +152,11 @@ type Cluster struct {
 	pending    map[string]JoinRequest // bootstrap-expect: joiners seen before bootstrap
 	booted     bool                   // bootstrap-expect: BootstrapCluster was called
 	onTransfer func()
-	readyTerm  uint64        // term of the reported step-up (0: none)
-	lease      time.Duration // raft's LeaderLeaseTimeout
+	readyTerm  uint64 // term of the reported step-up (0: none)
+	// barrierTerm is the term whose step-up barrier was applied
+	// (ReadyForReads).
+	barrierTerm uint64
+	lease       time.Duration // raft's LeaderLeaseTimeout
 	// The last successful leadership verification (ConfirmLeader).
 	verifiedAt time.Time
 	// verifyClock times a leadership verification (time.Now; tests make
@@ -266,6 +270,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		rc.SnapshotInterval = snapshotTimerOff
 	}
 
+	fence := func() {} // a data dir's snapshots are fenced (snapshot_fence.go)
 	var (
 		logs   raft.LogStore
 		stable raft.StableStore
@@ -294,7 +299,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		if err := os.Chmod(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("cluster: data dir: %w", err)
 		}
-		bolt, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+		bolt, err := openLogStore(filepath.Join(dir, "raft.db"))
 		if err != nil {
 			return nil, fmt.Errorf("cluster: open raft log %s: %w", dir, err)
 		}
@@ -328,7 +333,12 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		if cl, ok := t.(io.Closer); ok {
 			c.closers = append([]io.Closer{cl}, c.closers...)
 		}
-		logs, stable, snaps, trans = bolt, bolt, fss, t
+		c.storage = &storageFault{dir: dir}
+		logs, stable, snaps, trans = faultLog{bolt, c.storage}, faultStable{bolt, c.storage}, fss, t
+		fence = func() {
+			c.wg.Add(1)
+			go c.runSnapshotFence(schedule, fss, dir)
+		}
 	}
 	c.trans = trans
 	c.logs = logs
@@ -378,6 +388,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		c.wg.Add(1)
 		go c.runSnapshotSchedule(*schedule)
 	}
+	fence()
 	c.checkpoints = newCheckpointBatcher(c)
 	go c.checkpoints.run(c.stopCh)
 	return c, nil
@@ -429,6 +440,9 @@ func (c *Cluster) stepUp() bool {
 			return false
 		}
 		if err == nil {
+			c.mu.Lock()
+			c.barrierTerm = term
+			c.mu.Unlock()
 			break
 		}
 		if !c.IsLeader() || c.raft.CurrentTerm() != term {
@@ -471,6 +485,20 @@ func (c *Cluster) report(v bool, term uint64) {
 	default:
 	}
 	c.leaderCh <- v
+}
+
+// ReadyForReads reports whether this server leads and has applied every
+// entry committed before its term (its step-up barrier), so its store
+// holds every acknowledged write. A new leader is elected with its
+// committed tail not yet applied: a read it answered then missed a write
+// acknowledged before the leader change or a restart (found by
+// test/peers/e2e TestDiskFull). It does not wait for StepUpDelay, which
+// is for CSI calls, not reads.
+func (c *Cluster) ReadyForReads() bool {
+	c.mu.Lock()
+	bt := c.barrierTerm
+	c.mu.Unlock()
+	return bt != 0 && c.IsLeader() && bt == c.raft.CurrentTerm()
 }
 
 // ReadyTerm is the leadership term this server leads in with its step-up
@@ -674,6 +702,12 @@ func applyErr(ctx context.Context, err error) error {
 		return fmt.Errorf("apply: %w: %w", structs.ErrNoLeader, err)
 	case ctx.Err() != nil, errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown):
 		return fmt.Errorf("apply: %w (%w)", structs.ErrOutcomeUnknown, err)
+	case diskRefused(err):
+		return diskApplyErr(err)
+	case errors.Is(err, syscall.EIO):
+		// The leader's own log append failed midway: the entry may be on
+		// its disk and commit once it leads again.
+		return fmt.Errorf("apply: %w (this server's raft log write failed: %w)", structs.ErrOutcomeUnknown, err)
 	}
 	return fmt.Errorf("apply: %w", err)
 }
@@ -719,12 +753,23 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 		return 0, nil, err
 	}
 	if !c.IsLeader() {
-		return 0, nil, raftErr("apply", raft.ErrNotLeader)
+		return 0, nil, c.noLeaderBecauseOfDisk(raftErr("apply", raft.ErrNotLeader))
 	}
+	asked := req
+	req = c.olderRequestSettled(ctx, req)
 	if err := c.checkGateSettled(ctx, t, req); err != nil {
 		return 0, nil, err
 	}
-	if err := c.store.Snapshot().Validate(t, req); err != nil {
+	snap := c.store.Snapshot()
+	if _, ok := asked.(*structs.AllocUpsertRequest); ok && req != asked {
+		// The older allocation write leaves out the mark that has the
+		// store refuse a namespace move at commit; the leader still
+		// refuses the move before the log (older.go).
+		if err := snap.Validate(t, asked); err != nil {
+			return 0, nil, err
+		}
+	}
+	if err := snap.Validate(t, req); err != nil {
 		return 0, nil, err
 	}
 	data, err := encodeCommand(t, c.cfg.Clock.Now(), req)
@@ -733,7 +778,14 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 	}
 	f := c.raft.Apply(data, c.timeout(ctx))
 	if err := wait(ctx, f); err != nil {
-		return 0, nil, applyErr(ctx, err)
+		err = applyErr(ctx, err)
+		if (errors.Is(err, structs.ErrNoLeader) || errors.Is(err, structs.ErrOutcomeUnknown)) && !diskRefused(err) {
+			// Leadership lost between the check and the append, or
+			// while the entry waited: because of the disk, when its
+			// last write failed.
+			err = c.noLeaderBecauseOfDisk(err)
+		}
+		return 0, nil, err
 	}
 	res, ok := f.Response().(fsmResult)
 	if !ok {

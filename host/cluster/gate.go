@@ -36,6 +36,11 @@ const (
 	FeatureNodeUnpublished Feature = "claim-node-unpublished"
 	FeatureCheckpointFree  Feature = "checkpoint-free"
 	FeatureSchedulerSync   Feature = "scheduler-sync"
+	FeatureClaimPublishing Feature = "claim-publishing"
+	FeatureClaimUnattached Feature = "claim-unattached"
+	FeatureClaimRestored   Feature = "claim-restored"
+	FeatureNodeRegistrar   Feature = "node-registered-by"
+	FeatureAllocNamespace  Feature = "alloc-keep-namespace"
 )
 
 // gate is one row of the feature table.
@@ -81,6 +86,48 @@ var gates = []gate{
 	{Feature: FeatureSchedulerSync, Since: GateVersion, Types: []structs.MessageType{structs.SchedulerSyncType},
 		Older: "", // refused: a scheduler bridge retries until every server understands its batches
 	},
+	// A server without the publishing state refuses a claim written in
+	// it (its store knows only taken), so its replica would lack the
+	// claim; and it would drop any claim on a type-16 removal, which now
+	// removes only the remover's own publishing record.
+	{Feature: FeatureClaimPublishing, Since: GateVersion, Uses: func(req any) bool {
+		switch r := req.(type) {
+		case *structs.VolumeClaimRequest:
+			return r != nil && r.Claim != nil && r.Claim.State == structs.ClaimPublishing
+		case *structs.VolumeClaimRemoveRequest:
+			return r != nil
+		}
+		return anyCheckpoint(req, func(ck *structs.ClaimCheckpointRequest) bool {
+			return ck.Claim != nil && ck.Claim.State == structs.ClaimPublishing
+		})
+	}, Older: "the claim path calls the plugins first and writes the claim taken after, as releases before the write-ahead record did: " +
+		"a leader lost mid-publish leaves an attachment or mount no claim accounts for"},
+	// The store derives Unattached when it commits a claim and every
+	// checkpoint keeps the committed value, so the leader drops it from
+	// what it writes; an older server drops the field anyway.
+	{Feature: FeatureClaimUnattached, Since: GateVersion, Uses: func(req any) bool {
+		return anyClaim(req, func(c *structs.Claim) bool { return c.Unattached })
+	}, Older: "the claim without the mark (the store keeps its own); an older leader's release sends ControllerUnpublishVolume " +
+		"by the plugin's capability, which the CSI spec makes idempotent for a volume not attached"},
+	// Restored is set by an operator snapshot restore, which older
+	// servers would install without it: the restore is refused until
+	// every server keeps the mark (RestoreSnapshot).
+	{Feature: FeatureClaimRestored, Since: GateVersion, Uses: func(req any) bool {
+		return anyClaim(req, func(c *structs.Claim) bool { return c.Restored })
+	}, Older: "the claim without the mark (the store keeps its own); an operator snapshot restore is refused"},
+	// The store checks, at commit, that a registration's token still
+	// exists; an older server would register the node regardless.
+	{Feature: FeatureNodeRegistrar, Since: GateVersion, Uses: func(req any) bool {
+		r, ok := req.(*structs.NodeUpsertRequest)
+		return ok && r != nil && r.Node != nil && r.Node.RegisteredBy != ""
+	}, Older: "the registration without its token's accessor: a token revoked between the request's check and the commit " +
+		"does not stop the registration"},
+	// The store refuses, at commit, an allocation that moves namespace;
+	// a server of the previous release applies the move.
+	{Feature: FeatureAllocNamespace, Since: GateVersion, Uses: func(req any) bool {
+		r, ok := req.(*structs.AllocUpsertRequest)
+		return ok && r != nil && r.KeepNamespace
+	}, Older: "the write without the mark: the leader refuses a namespace move before the log, the store does not check it again at commit"},
 	// New rows go here: {Feature: "...", Since: "<first version writing it>", Types: ...}.
 }
 
@@ -102,6 +149,15 @@ func anyCheckpoint(req any, match func(*structs.ClaimCheckpointRequest) bool) bo
 		return r != nil && slices.ContainsFunc(r.Checkpoints, func(ck *structs.ClaimCheckpointRequest) bool { return ck != nil && match(ck) })
 	}
 	return false
+}
+
+// anyClaim reports whether a claim written by req (a claim, a checkpoint
+// or one of a batch) matches.
+func anyClaim(req any, match func(*structs.Claim) bool) bool {
+	if r, ok := req.(*structs.VolumeClaimRequest); ok {
+		return r != nil && r.Claim != nil && match(r.Claim)
+	}
+	return anyCheckpoint(req, func(ck *structs.ClaimCheckpointRequest) bool { return ck.Claim != nil && match(ck.Claim) })
 }
 
 // gateOf returns the row of a feature.
@@ -315,3 +371,8 @@ func (c *Cluster) checkJoinFeatures(req JoinRequest) error {
 		ErrJoinRefused, structs.ErrConflict, describeServer(Member{ID: req.ID, Build: req.Build, Features: req.Features}),
 		strings.Join(missing, "; "))
 }
+
+// ClaimsWriteAhead reports whether the claim path may write its
+// publishing record (claim-publishing is enabled); until then it calls the
+// plugins first and commits the claim taken after (host/server).
+func (c *Cluster) ClaimsWriteAhead() bool { return c.FeatureEnabled(FeatureClaimPublishing) }

@@ -27,12 +27,101 @@ func (c *Cluster) olderCheckpoint(req *structs.ClaimCheckpointRequest) (out *str
 		r.Claim = &cl
 		out = &r
 	}
+	if cl := c.olderClaim(out.Claim); cl != out.Claim {
+		r := *out
+		r.Claim = cl
+		out = &r
+	}
 	if out.Free && !c.FeatureEnabled(FeatureCheckpointFree) {
 		r := *out
 		r.Free = false
 		out, freeAfter = &r, true
 	}
 	return out, freeAfter
+}
+
+// olderClaim returns cl without the publish record's marks whose
+// features are not enabled (a copy; cl itself when nothing is dropped).
+// The store derives Unattached when it commits a claim and keeps Restored
+// once set: every checkpoint carries the committed values
+// (host/state keepPublishRecord), so dropping them from the entry changes
+// nothing on a server that knows them, and a server that does not never
+// sees a field it would drop.
+func (c *Cluster) olderClaim(cl *structs.Claim) *structs.Claim {
+	if cl == nil {
+		return nil
+	}
+	dropU := cl.Unattached && !c.FeatureEnabled(FeatureClaimUnattached)
+	dropR := cl.Restored && !c.FeatureEnabled(FeatureClaimRestored)
+	if !dropU && !dropR {
+		return cl
+	}
+	out := *cl
+	out.Unattached = out.Unattached && !dropU
+	out.Restored = out.Restored && !dropR
+	return &out
+}
+
+// olderRequest returns req in the form every server understands when it
+// carries a gated field that has an older form; req itself otherwise (the
+// gate then refuses what has none). Cluster.Apply runs it before checkGate.
+func (c *Cluster) olderRequest(req any) any {
+	switch r := req.(type) {
+	case *structs.NodeUpsertRequest:
+		if r == nil || r.Node == nil || r.Node.RegisteredBy == "" || c.FeatureEnabled(FeatureNodeRegistrar) {
+			return req
+		}
+		// Registered without the accessor: the API and the node agent's
+		// stream checked the token when the request came in; the store's
+		// second look at commit (a revocation in between) waits for the
+		// last server to be upgraded.
+		n := *r.Node
+		n.RegisteredBy = ""
+		return &structs.NodeUpsertRequest{Node: &n}
+	case *structs.AllocUpsertRequest:
+		if r == nil || !r.KeepNamespace || c.FeatureEnabled(FeatureAllocNamespace) {
+			return req
+		}
+		out := *r
+		out.KeepNamespace = false
+		return &out
+	case *structs.VolumeClaimRequest:
+		if r == nil {
+			return req
+		}
+		if cl := c.olderClaim(r.Claim); cl != r.Claim {
+			out := *r
+			out.Claim = cl
+			return &out
+		}
+	case *structs.ClaimCheckpointRequest:
+		if r != nil && r.Claim != nil {
+			if cl := c.olderClaim(r.Claim); cl != r.Claim {
+				out := *r
+				out.Claim = cl
+				return &out
+			}
+		}
+	}
+	return req
+}
+
+// olderRequestSettled is olderRequest for a write that may arrive while
+// this leader is still stepping up, when every gate reads closed until the
+// step-up writes the members' feature records (checkGateSettled): a field
+// the older form would drop waits for the step-up, then is judged, so a
+// fresh cluster's first registration keeps its token's accessor.
+func (c *Cluster) olderRequestSettled(ctx context.Context, req any) any {
+	out := c.olderRequest(req)
+	if out == req || c.ReadyTerm() != 0 || !c.IsLeader() {
+		return out
+	}
+	wctx, cancel := context.WithTimeout(ctx, gateSettleWait)
+	defer cancel()
+	if c.WaitForLeader(wctx) != nil {
+		return out
+	}
+	return c.olderRequest(req)
 }
 
 // committedNodeUnpublished reports whether the committed claim already

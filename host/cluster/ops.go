@@ -175,7 +175,7 @@ func (c *Cluster) LastContact() time.Duration {
 func (c *Cluster) LeaderHTTPAddr() (string, error) {
 	_, id := c.raft.LeaderWithID()
 	if id == "" {
-		return "", structs.ErrNoLeader
+		return "", c.noLeaderBecauseOfDisk(structs.ErrNoLeader)
 	}
 	m, ok := c.meta.member(string(id))
 	if !ok || m.HTTPAddr == "" {

@@ -54,6 +54,14 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 	if !c.IsLeader() {
 		return raftErr("restore snapshot", raft.ErrNotLeader)
 	}
+	// The restore marks its claims restored (below); a server older than
+	// the mark would install the snapshot without it and, once it wrote a
+	// snapshot of its own, keep a replica that differs for good.
+	if g, ok := gateOf(FeatureClaimRestored); ok {
+		if err := c.needFeature(g, "an operator snapshot restore, which marks the restored claims"); err != nil {
+			return fmt.Errorf("restore snapshot: %w", err)
+		}
+	}
 	h, scratch, err := snapshot.Read(r, keyring{c.meta}, snapshot.Options{
 		ClusterID: c.meta.clusterID(), ForceForeign: o.ForceForeign,
 		// The machines kept running since the snapshot was taken: its

@@ -51,6 +51,11 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 	if req.Namespace == "" {
 		req.Namespace = "default"
 	}
+	if s.ready != nil {
+		if err := s.ready(ctx); err != nil {
+			return nil, err
+		}
+	}
 	term, err := s.readyTerm(ctx)
 	if err != nil {
 		return nil, err
@@ -123,6 +128,9 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 	pub := &publisher{s: s, vol: vol, node: node, plugin: plugin, claim: claim, term: term}
 	if err := pub.prepare(ctx); err != nil {
 		return nil, err
+	}
+	if !resumed && !s.writesAhead() {
+		return s.claimPublishFirst(ctx, pub, record)
 	}
 	key := volumeKey(vol.Namespace, vol.ID)
 	index, _, err := s.log.Apply(ctx, structs.VolumeClaimType, record)
@@ -311,12 +319,19 @@ func (p *publisher) prepare(ctx context.Context) error {
 // publish runs the claim's CSI calls, as prepare decided them, once its
 // publishing record is committed.
 func (p *publisher) publish(ctx context.Context, index uint64) error {
-	adapted, secrets, capability := p.adapted, p.secrets, p.capability
-	readonly := p.claim.Mode == structs.ClaimRead
 	attach, err := p.attachRecorded(index)
 	if err != nil {
 		return err
 	}
+	return p.publishSteps(ctx, attach)
+}
+
+// publishSteps runs the claim's CSI calls; attach says whether the first
+// is ControllerPublishVolume.
+func (p *publisher) publishSteps(ctx context.Context, attach bool) error {
+	adapted, secrets, capability := p.adapted, p.secrets, p.capability
+	readonly := p.claim.Mode == structs.ClaimRead
+	var err error
 
 	if attach {
 		// Whether another claim on the machine already holds the

@@ -170,7 +170,7 @@ func (s *Server) UpsertAllocs(ctx context.Context, allocs []*structs.Alloc) (uin
 		}
 		a.ModifyTime = now
 	}
-	idx, _, err := s.log.Apply(ctx, structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: allocs})
+	idx, _, err := s.log.Apply(ctx, structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: allocs, KeepNamespace: true})
 	return idx, err
 }
 
@@ -274,6 +274,12 @@ func (s *Server) NodeLiveness(ctx context.Context, req *structs.NodeLivenessRequ
 func (s *Server) SchedulerSync(ctx context.Context, req *structs.SchedulerSyncRequest) (uint64, error) {
 	if req == nil {
 		return 0, structs.Invalid("", "empty scheduler sync request")
+	}
+	if req.Term == 0 {
+		// The FSM takes term 0 as unfenced (the store's own tests): a
+		// source that forgot its term would be committed however late,
+		// after this server was deposed.
+		return 0, fmt.Errorf("scheduler %q sync without a leadership term: a source writes under the term it runs in: %w", req.Source, structs.ErrNoLeader)
 	}
 	for _, a := range req.Allocs {
 		if a != nil && a.ModifyTime.IsZero() {

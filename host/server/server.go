@@ -49,6 +49,7 @@ type Server struct {
 	node    attach.NodeSteps
 	agents  attach.NodeAgents
 	modules attach.Adapters
+	ready   func(ctx context.Context) error
 	release releaser
 	clock   clockwork.Clock
 	logger  hclog.Logger
@@ -75,8 +76,12 @@ type Config struct {
 	Agents attach.NodeAgents
 	// Modules serves the volumes' adapters (the watcher's Modules).
 	Modules attach.Adapters
-	Clock   clockwork.Clock
-	Logger  hclog.Logger
+	// Ready, if set, is asked before a claim takes its volume's lock or
+	// writes anything: the agent's modules are loaded (an error refuses
+	// the claim, nothing done).
+	Ready  func(ctx context.Context) error
+	Clock  clockwork.Clock
+	Logger hclog.Logger
 	// Locks is shared with the watcher (nil: the server's own).
 	Locks *attach.VolumeLocks
 }
@@ -103,6 +108,7 @@ func New(cfg Config) *Server {
 		node:    cfg.Node,
 		agents:  cfg.Agents,
 		modules: cfg.Modules,
+		ready:   cfg.Ready,
 		clock:   cfg.Clock,
 		logger:  cfg.Logger.Named("server"),
 	}

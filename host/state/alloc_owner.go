@@ -14,6 +14,12 @@ import (
 // runs it (RATIONALE.md "Safety": never release under a running
 // allocation); a sync changing an allocation registered through the API
 // would do the same to the API's.
+//
+// It is part of each writer's op validation (validateAPIAllocUpsert,
+// validateSchedulerSync), so it runs before the log and again when the
+// entry is applied: of an API write and a sync that both registered one
+// new allocation ID, both passing the check before the log, the one
+// applied second is refused and changes nothing.
 func checkAllocOwner(snap *Snapshot, f string, a *structs.Alloc, source string) error {
 	old, err := snap.AllocByID(nil, a.ID)
 	if err != nil {
@@ -36,48 +42,25 @@ func checkAllocOwner(snap *Snapshot, f string, a *structs.Alloc, source string) 
 	return nil
 }
 
-// validateAllocWrites holds allocation writes to two rules before they
-// reach the log: an API write changes only the API's allocations
-// (checkAllocOwner), and no write moves an allocation to another
-// namespace (its claims were checked against the namespace it had). They
-// are checked before the log only, like the rule of new IDs
-// (ingress.go): entries an earlier version committed replay as they
-// applied then.
-func validateAllocWrites(snap *Snapshot, t structs.MessageType, req any) error {
-	var allocs []*structs.Alloc
-	switch t {
-	case structs.AllocUpsertType:
-		r, err := asReq[structs.AllocUpsertRequest](req)
-		if err != nil {
-			return nil // the request's own validation says why
-		}
-		for i, a := range r.Allocs {
-			if a == nil {
-				continue
-			}
-			if err := checkAllocOwner(snap, fmt.Sprintf("allocs[%d]", i), a, ""); err != nil {
-				return err
-			}
-		}
-		allocs = r.Allocs
-	case structs.SchedulerSyncType:
-		r, err := asReq[structs.SchedulerSyncRequest](req)
-		if err != nil {
-			return nil
-		}
-		allocs = r.Allocs
-	}
-	for i, a := range allocs {
+// validateAPIAllocUpsert is the validation of an API allocation write
+// (AllocUpsertType): the owner first, so a write to a scheduler's
+// allocation is told whose it is whatever else it changes, then every
+// allocation rule (validateAllocUpsert, which a sync obeys too).
+func validateAPIAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
+	for i, a := range r.Allocs {
 		if a == nil {
-			continue
+			continue // validateAllocUpsert says why
 		}
-		old, err := snap.AllocByID(nil, a.ID)
-		if err != nil {
+		if err := checkAllocOwner(snap, fmt.Sprintf("allocs[%d]", i), a, ""); err != nil {
 			return err
 		}
-		if old != nil && old.Namespace != a.Namespace {
-			return structs.Invalid(fmt.Sprintf("allocs[%d].namespace", i), "allocation %q is in namespace %q and cannot move to %q", a.ID, old.Namespace, a.Namespace)
-		}
 	}
-	return nil
+	return validateAllocUpsert(snap, r)
+}
+
+func ownerOf(a *structs.Alloc) string {
+	if a.Source == "" {
+		return "the API"
+	}
+	return fmt.Sprintf("scheduler %q", a.Source)
 }

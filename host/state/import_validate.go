@@ -115,7 +115,7 @@ func validateAllocRow(snap *Snapshot, a *structs.Alloc) error {
 			return validID("alloc.node_id", a.NodeID)
 		}
 	}
-	return validateAllocUpsert(snap, &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{a}})
+	return validateAllocUpsert(snap, &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{a}, KeepNamespace: true})
 }
 
 // validateVolumeRow runs the registration checks on the volume without its

@@ -13,8 +13,10 @@ import (
 // must not break are checked here, where the batch is committed, not in
 // the bridge: a cursor never goes backwards unless the scheduler reset, a
 // source writes only the allocations it owns (never one an operator
-// registered), and the allocations obey every allocation upsert rule
-// (terminal is for good, no move between nodes).
+// registered: checkAllocOwner), and the allocations obey every
+// allocation upsert rule (terminal is for good, no move between nodes or
+// namespaces). Apply checks them again, so a sync that raced an API write
+// of the same new allocation is refused if the API's was applied first.
 
 // TableSchedulers holds one structs.SchedulerCursor per source.
 const TableSchedulers = "schedulers"
@@ -64,7 +66,7 @@ func validateSchedulerSync(snap *Snapshot, r *structs.SchedulerSyncRequest) erro
 		}
 	}
 	if len(r.Allocs) > 0 {
-		if err := validateAllocUpsert(snap, &structs.AllocUpsertRequest{Allocs: r.Allocs}); err != nil {
+		if err := validateAllocUpsert(snap, &structs.AllocUpsertRequest{Allocs: r.Allocs, KeepNamespace: true}); err != nil {
 			return err
 		}
 	}
@@ -74,13 +76,6 @@ func validateSchedulerSync(snap *Snapshot, r *structs.SchedulerSyncRequest) erro
 		}
 	}
 	return nil
-}
-
-func ownerOf(a *structs.Alloc) string {
-	if a.Source == "" {
-		return "the API"
-	}
-	return fmt.Sprintf("scheduler %q", a.Source)
 }
 
 func (w *writer) schedulerSync(r *structs.SchedulerSyncRequest) (any, error) {

@@ -140,7 +140,7 @@ func TestAPIAllocWritesLeaveSchedulerAllocsAlone(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			f.must(structs.SchedulerSyncType, schedSync(10, nomadAlloc("nomad-1", "n1", structs.AllocRunning)))
-			err := f.s.Snapshot().Validate(structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{tc.alloc}})
+			err := f.s.Snapshot().Validate(structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{tc.alloc}, KeepNamespace: true})
 			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("err = %v, want a refusal naming %q", err, tc.wantErr)
 			}

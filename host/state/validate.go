@@ -34,9 +34,6 @@ func (snap *Snapshot) Validate(t structs.MessageType, req any) error {
 	if err := o.validate(snap, req); err != nil {
 		return err // the same refusal Apply would give
 	}
-	if err := validateAllocWrites(snap, t, req); err != nil {
-		return err
-	}
 	return validateNewIDs(snap, t, req)
 }
 
@@ -88,7 +85,7 @@ var ops = map[structs.MessageType]op{
 	structs.NodeDeregisterType:    mkOp(validateNodeDeregister, (*writer).deregisterNode),
 	structs.VolumeRegisterType:    mkOp(validateVolumeRegister, (*writer).registerVolumes),
 	structs.VolumeDeregisterType:  mkOp(validateVolumeDeregister, (*writer).deregisterVolume),
-	structs.AllocUpsertType:       mkOp(validateAllocUpsert, (*writer).upsertAllocs),
+	structs.AllocUpsertType:       mkOp(validateAPIAllocUpsert, (*writer).upsertAllocs),
 	structs.AllocDeleteType:       mkOp(validateAllocDelete, (*writer).deleteAllocs),
 	structs.VolumeClaimType:       mkOp(validateClaim, (*writer).claimVolume),
 	structs.VolumeClaimRemoveType: mkOp(validateClaimRemove, (*writer).removeClaim),
@@ -596,6 +593,11 @@ func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
 		if old != nil {
 			if old.NodeID != a.NodeID {
 				return structs.Invalid(f+".node_id", "allocation %q runs on node %q and cannot move to %q", a.ID, old.NodeID, a.NodeID)
+			}
+			// Its claims were checked against the namespace it had: a
+			// move would leave them in a namespace it no longer is in.
+			if r.KeepNamespace && old.Namespace != a.Namespace {
+				return structs.Invalid(f+".namespace", "allocation %q is in namespace %q and cannot move to %q", a.ID, old.Namespace, a.Namespace)
 			}
 			// Terminal is for good: a released claim must never find its
 			// allocation running again (RATIONALE.md "Safety": never release under a

@@ -19,6 +19,10 @@ var (
 	// while waiting); it may still commit. Callers must not undo what the
 	// write records (a claim path once rolled back a committed claim). 503; retrying an idempotent request is safe.
 	ErrOutcomeUnknown = errors.New("the write may have been recorded: its outcome is unknown; retrying the same request is safe")
+	// ErrUnavailable: this server cannot take the request yet (its modules
+	// are still loading); nothing was written and the same request may be
+	// sent again (503).
+	ErrUnavailable = errors.New("unavailable")
 	// ErrStaleTerm: a fenced write (claim, checkpoint) was started under a
 	// leadership term that is no longer current. A kind of ErrConflict.
 	ErrStaleTerm error = &classError{msg: "written under a leadership term that is no longer current", class: ErrConflict}
@@ -57,6 +61,11 @@ func Invalid(field, format string, args ...any) error {
 // NotFound wraps ErrNotFound with what was missing, e.g. NotFound("volume", "default/vol1").
 func NotFound(what, id string) error {
 	return &classError{msg: fmt.Sprintf("%s %q does not exist", what, id), class: ErrNotFound}
+}
+
+// Unavailable wraps ErrUnavailable with what the server waits for.
+func Unavailable(format string, args ...any) error {
+	return &classError{msg: fmt.Sprintf(format, args...), class: ErrUnavailable}
 }
 
 // Conflict wraps ErrConflict with a reason.

@@ -116,6 +116,13 @@ type VolumeDeregisterRequest struct {
 // AllocUpsertRequest registers allocations or updates their client status.
 type AllocUpsertRequest struct {
 	Allocs []*Alloc `json:"allocs"`
+	// KeepNamespace makes the store refuse, at commit, an allocation that
+	// moves namespace. The server sets it (never the caller); the leader
+	// leaves it out while a server of the previous release, which moves
+	// the allocation, could apply the same entry (gate
+	// "alloc-keep-namespace"): replicas must decide alike. The leader
+	// checks the move before the log either way.
+	KeepNamespace bool `json:"keep_namespace,omitempty"`
 }
 
 // AllocDeleteRequest removes allocations (garbage-collected by the scheduler).

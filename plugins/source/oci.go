@@ -346,6 +346,14 @@ func verifySignature(ctx context.Context, repo name.Repository, digest v1.Hash, 
 			reasons = append(reasons, fmt.Sprintf("a payload naming %q, not %s", p.Critical.Image.DockerManifestDigest, digest))
 			continue
 		}
+		// The repository it was signed for: one key often signs several
+		// modules, and a bundle copied with its signature into another
+		// module's repository keeps its digest, so the digest alone let
+		// that module run the other one's code.
+		if p.Critical.Identity.DockerReference != repo.Name() {
+			reasons = append(reasons, fmt.Sprintf("a signature made for %s, not %s (sign the bundle for this repository)", p.Critical.Identity.DockerReference, repo.Name()))
+			continue
+		}
 		return nil
 	}
 	return fmt.Errorf("%w: %s: %d signature(s), none valid for this key and digest (%s)", ErrBadSignature, tag.TagStr(), len(layers), strings.Join(reasons, "; "))

@@ -23,6 +23,9 @@ type Poller struct {
 	Apply func(ctx context.Context, b Bundle, digest v1.Hash) error
 	// Refused is told of a digest that was refused (or failed to apply).
 	Refused func(digest v1.Hash, err error)
+	// Serving, if set, is the version the module serves now: a bundle of
+	// an older version is refused (ErrDowngrade, notOlder).
+	Serving func() string
 
 	applied, refused v1.Hash
 	reported         string // the last refusal reported, digest and reason
@@ -47,7 +50,13 @@ func (p *Poller) Poll(ctx context.Context) (bool, error) {
 	// a poll in between must not refuse the digest for good.
 	final := err != nil && (errors.Is(err, ErrBadSignature) || errors.Is(err, ErrBadBundle))
 	if err == nil {
-		if err = p.Apply(ctx, b, d); err != nil {
+		if p.Serving != nil {
+			err = notOlder(b, p.Module, p.Serving())
+		}
+		if err == nil {
+			err = p.Apply(ctx, b, d)
+		}
+		if err != nil {
 			final = true
 		}
 	}

@@ -33,6 +33,9 @@ func (b *Bridge) observe(ctx context.Context, r *run, snap *state.Snapshot, a Al
 		if va == nil && terminalInNomad(a.ClientStatus) {
 			return // it ended before it was ever mirrored: nothing to release
 		}
+		if va != nil && va.ClientStatus.Terminal() {
+			return // it ended in volhost, for good: Nomad lists it until its GC
+		}
 		t = &tracked{a: a}
 		meta, err := b.nomad.Meta(ctx, a.ID)
 		if err != nil {

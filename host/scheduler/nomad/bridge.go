@@ -320,7 +320,8 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 
 // vanished ends the mirrored allocations Nomad no longer lists: it
 // garbage-collects only ended allocations, or those of a node it removed.
-// One whose node is down and not fenced is held like a lost one.
+// One whose node is down and not fenced is held like a lost one (decide,
+// clientVanished).
 func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inList map[string]bool) error {
 	all, err := snap.Allocs(nil)
 	if err != nil {
@@ -330,11 +331,19 @@ func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inL
 		if va.Source != SourceName || va.ClientStatus.Terminal() || inList[va.ID] {
 			continue
 		}
-		a := Alloc{ID: va.ID, Namespace: va.Namespace, JobID: va.JobID, ClientStatus: clientLost}
+		if !b.s.Mirrors(va.Namespace) {
+			// Not listed because its namespace left the configuration,
+			// not because Nomad dropped it: it may run. Left as it is.
+			b.problem(r, "alloc/"+va.ID, va.ID, va.NodeID, fmt.Sprintf(
+				"allocation %s is in Nomad namespace %q, which the bridge no longer mirrors (namespaces = %q): it is left as it was, its claims kept; add the namespace back to have it followed",
+				va.ID, va.Namespace, b.s.Namespaces))
+			continue
+		}
+		a := Alloc{ID: va.ID, Namespace: va.Namespace, JobID: va.JobID, ClientStatus: clientVanished}
 		t := r.allocs[va.ID]
 		if t != nil {
 			a = t.a
-			a.ClientStatus = clientLost
+			a.ClientStatus = clientVanished
 		} else {
 			// Not seen in this leadership: find its Nomad node by the
 			// volhost node it maps to.
@@ -345,10 +354,10 @@ func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inL
 				}
 			}
 		}
-		// Tracked as lost: a hold is judged again when its node is fenced
-		// (reheld), and must be judged lost then, not as the running it
-		// was last listed (or not at all, for one this leadership never
-		// saw listed).
+		// Tracked as vanished: a hold is judged again when its node is
+		// fenced or back (reheld), and must be judged vanished then, not
+		// as the running it was last listed (or not at all, for one this
+		// leadership never saw listed).
 		if t == nil {
 			t = &tracked{}
 			r.allocs[va.ID] = t

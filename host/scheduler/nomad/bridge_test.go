@@ -343,6 +343,35 @@ func TestBridgeBadInput(t *testing.T) {
 	testutil.WaitFor(t, "the reconnection event", func() bool { return len(h.events("again")) == 1 })
 }
 
+// TestBridgeNewLeaderNomadUnreachable: a new leader's bridge that cannot
+// reach Nomad has applied nothing yet; the event it records commits the
+// cursor it resumed from, never a lower one (the store would refuse that
+// as going backwards, and the event would be lost).
+func TestBridgeNewLeaderNomadUnreachable(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
+	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
+	h.waitStatus("a1", structs.AllocRunning)
+	h.relist()
+	h.stop()
+	cur := h.cursor()
+	if cur == 0 {
+		t.Fatal("no cursor committed")
+	}
+	h.w.mu.Lock()
+	h.w.term = 2
+	h.w.mu.Unlock()
+	h.nomad.mu.Lock()
+	h.nomad.listErr = errUnreachable
+	h.nomad.mu.Unlock()
+	h.run(2)
+	testutil.WaitFor(t, "the unreachable Nomad's event", func() bool { return len(h.events("connection refused")) == 1 })
+	if got := h.cursor(); got != cur {
+		t.Fatalf("cursor %d after the new leader's event, want %d", got, cur)
+	}
+}
+
 // TestNomadAddressCredentialsNeverShown: an address may carry user
 // information (https://user:password@nomad:4646), which the Nomad client
 // sends as basic authentication: a credential, like the token. The status

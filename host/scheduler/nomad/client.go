@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 
 	"github.com/hashicorp/nomad/api"
 )
@@ -186,7 +185,7 @@ func (a *apiClient) decode(evs *api.Events, b *Batch) error {
 			if err != nil {
 				return err
 			}
-			if al == nil || (len(a.namespaces) > 0 && a.namespaces[0] != "*" && !slices.Contains(a.namespaces, al.Namespace)) {
+			if al == nil || !mirrors(a.namespaces, al.Namespace) {
 				continue
 			}
 			b.Allocs = append(b.Allocs, Alloc{ID: al.ID, Namespace: al.Namespace, NodeID: al.NodeID, NodeName: al.NodeName,

@@ -10,8 +10,10 @@
 //     #24130, #25819); it ends when the client reports complete or failed;
 //   - lost is not stopped: the server marks a dead client's allocations
 //     lost while their tasks may still run there, so a lost allocation is
-//     held (mirrored as still live) until its node is fenced in volhost,
-//     comes back, or is gone from Nomad;
+//     held (mirrored as still live) until its node is fenced in volhost
+//     or is gone from Nomad, or its client, back, reports it again (a
+//     node back is not enough: Nomad reports it ready before its client
+//     has stopped what it lost);
 //   - removals emit no event (system gc): a periodic re-list treats a node
 //     that vanished as gone and an allocation that vanished as ended;
 //   - each batch is committed with the Nomad index it reaches (volhost's
@@ -23,6 +25,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"slices"
 	"time"
 )
 
@@ -101,6 +104,13 @@ type Settings struct {
 	Config
 	Relist   time.Duration
 	RetryMax time.Duration
+}
+
+// Mirrors reports whether Nomad namespace ns is one the bridge lists.
+func (s Settings) Mirrors(ns string) bool { return mirrors(s.Namespaces, ns) }
+
+func mirrors(namespaces []string, ns string) bool {
+	return len(namespaces) == 0 || slices.Contains(namespaces, "*") || slices.Contains(namespaces, ns)
 }
 
 // Validate checks c and fills the defaults.

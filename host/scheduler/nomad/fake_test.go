@@ -13,6 +13,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/volhost/volhost/host/scheduler"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/internal/testutil"
@@ -30,6 +31,9 @@ type fakeNomad struct {
 	streams  []chan Batch
 	from     []uint64 // the index each stream started at
 	metaHits int
+	// nodesIndex, when set, is the index the node list is at (Nomad's
+	// lists each answer their own table's index); otherwise index.
+	nodesIndex uint64
 }
 
 func newFakeNomad() *fakeNomad {
@@ -42,7 +46,11 @@ func (f *fakeNomad) Nodes(ctx context.Context) ([]Node, uint64, error) {
 	if f.listErr != nil {
 		return nil, 0, f.listErr
 	}
-	return slices.Collect(maps.Values(f.nodes)), f.index, nil
+	idx := f.index
+	if f.nodesIndex != 0 {
+		idx = f.nodesIndex
+	}
+	return slices.Collect(maps.Values(f.nodes)), idx, nil
 }
 
 func (f *fakeNomad) Allocs(ctx context.Context) ([]Alloc, uint64, error) {
@@ -141,6 +149,8 @@ type storeWriter struct {
 	claimErr map[string]error
 	claims   []string
 	syncs    int
+	// claimGate, when set, holds each claim until the test sends on it.
+	claimGate chan struct{}
 }
 
 func (w *storeWriter) apply(t structs.MessageType, req any, term uint64) error {
@@ -169,8 +179,15 @@ func (w *storeWriter) ClaimVolume(ctx context.Context, req *structs.ClaimRequest
 	w.mu.Lock()
 	err := w.claimErr[req.VolumeID]
 	w.claims = append(w.claims, req.AllocID+"/"+req.VolumeID)
-	term := w.term
+	term, gate := w.term, w.claimGate
 	w.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -309,6 +326,31 @@ func (h *harness) cursor() uint64 {
 		return 0
 	}
 	return c.Index
+}
+
+// attempts counts the claims tried for allocation alloc.
+func (h *harness) attempts(alloc string) int {
+	h.w.mu.Lock()
+	defer h.w.mu.Unlock()
+	n := 0
+	for _, c := range h.w.claims {
+		if strings.HasPrefix(c, alloc+"/") {
+			n++
+		}
+	}
+	return n
+}
+
+// reconnect breaks the bridge's event stream and waits for the next one
+// (after the backoff and a re-list): a stream starts again at the older
+// list's index, replaying changes the list already showed.
+func (h *harness) reconnect() {
+	h.t.Helper()
+	n := h.nomad.streamCount()
+	h.nomad.push(h.t, Batch{Err: errors.New("unexpected EOF")})
+	testutil.WaitFor(h.t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
+	h.advance(time.Second)
+	testutil.WaitFor(h.t, "the next event stream", func() bool { return h.nomad.streamCount() > n })
 }
 
 func (h *harness) events(substr string) []*structs.Event {

@@ -17,6 +17,10 @@ const (
 	clientLost     = "lost"
 	clientUnknown  = "unknown" // a disconnected client (max_client_disconnect): its tasks may run
 
+	// clientVanished is no Nomad status: the bridge's for an allocation
+	// Nomad no longer lists (garbage-collected, or its state lost).
+	clientVanished = "vanished"
+
 	nodeInit         = "initializing"
 	nodeReady        = "ready"
 	nodeDown         = "down"
@@ -54,9 +58,17 @@ type verdict struct {
 // Lost is not stopped: the server marks a dead client's allocations lost
 // within milliseconds of the node going down while the tasks there keep
 // running, so a lost allocation is released only when its node is fenced
-// (an attestation that it is off), came back (its client stops what it
-// lost), or is gone from Nomad. Otherwise it is held, never released on a
-// guess.
+// (an attestation that it is off) or is gone from Nomad. A node that comes
+// back does not end the hold: Nomad reports it ready at its first
+// heartbeat, before its client has stopped what it lost (measured with
+// v1.11.3: a paused client's task still ran about 90 ms after a release
+// started on "ready" sent NodeUnpublish, a restarted client's about 170
+// ms after the node was ready, and a task may take its whole
+// kill_timeout). The client then reports the allocation
+// again (running with desired stop, then complete), and that report,
+// read by the same rule as any other, ends it. An allocation that vanished
+// from Nomad while its node is ready has ended: its client stops what the
+// server no longer lists.
 func decide(clientStatus string, node nodeView) verdict {
 	switch clientStatus {
 	case clientPending:
@@ -67,16 +79,18 @@ func decide(clientStatus string, node nodeView) verdict {
 		return verdict{Status: structs.AllocComplete}
 	case clientFailed:
 		return verdict{Status: structs.AllocFailed}
-	case clientLost:
+	case clientLost, clientVanished:
 		switch {
 		case node.Fenced:
 			return verdict{Status: structs.AllocLost, Reason: "its node is fenced"}
 		case !node.InNomad:
 			return verdict{Status: structs.AllocLost, Reason: "its node is gone from Nomad"}
+		case node.Status == nodeReady && clientStatus == clientVanished:
+			return verdict{Status: structs.AllocLost, Reason: "its node is up and its client stops what Nomad no longer lists"}
 		case node.Status == nodeReady:
-			return verdict{Status: structs.AllocLost, Reason: "its node is back and stops what it lost"}
+			return verdict{Held: true, Reason: "lost, and its node is back: its client may still be stopping its tasks; held until the client reports the allocation again, or the node is fenced (volhost node fence) or gone"}
 		}
-		return verdict{Held: true, Reason: fmt.Sprintf("lost on a node Nomad reports %s: its tasks may still run there; held until the node is fenced (volhost node fence), back, or gone", orUnknown(node.Status))}
+		return verdict{Held: true, Reason: fmt.Sprintf("%s on a node Nomad reports %s: its tasks may still run there; held until the node is fenced (volhost node fence) or gone, or its client reports the allocation again", clientStatus, orUnknown(node.Status))}
 	}
 	// A status this bridge does not know: keep the allocation live rather
 	// than release under something that may run.

@@ -32,7 +32,12 @@ func TestDecide(t *testing.T) {
 		{"lost on a disconnected node is held", clientLost, nodeView{InNomad: true, Status: nodeDisconnected}, "", "disconnected"},
 		{"lost on a fenced node ends", clientLost, nodeView{InNomad: true, Status: nodeDown, Fenced: true}, structs.AllocLost, ""},
 		{"lost on a node gone from Nomad ends", clientLost, nodeView{InNomad: false}, structs.AllocLost, ""},
-		{"lost on a node that came back ends", clientLost, ready, structs.AllocLost, ""},
+		// Nomad reports the node ready before its client has stopped
+		// what it lost: the client's next report ends it.
+		{"lost on a node that came back is held", clientLost, ready, "", "until the client reports"},
+		{"vanished on a down node is held", clientVanished, down, "", "fenced"},
+		{"vanished on a ready node ends", clientVanished, ready, structs.AllocLost, ""},
+		{"vanished on a fenced node ends", clientVanished, nodeView{InNomad: true, Status: nodeDown, Fenced: true}, structs.AllocLost, ""},
 		{"a status the bridge does not know is held as live", "exploded", ready, "", "unknown Nomad client status"},
 	}
 	for _, tc := range cases {

@@ -568,7 +568,7 @@ async function modules(q, signal, started) {
       h("td", {title: m.sha256 ? `sha256 ${m.sha256}` : undefined}, m.version || "—",
         h("div", {class: "sub nowrap"}, `generation ${m.generation}`, m.sha256 ? h("span", {class: "mono"}, ` ${m.sha256.slice(0, 8)}…`) : "")),
       h("td", {title: ev ? ev.message : undefined}, ev ? fmtTime(ev.time) : "—"),
-      h("td", {class: "module-state"}, badge(m.state, m.state === "serving" ? "ok" : "stuck"), m.refusal ? h("div", {class: "refusal"}, m.refusal) : null),
+      h("td", {class: "module-state"}, badge(m.state, {serving: "ok", loading: "loading"}[m.state] || "stuck"), m.refusal ? h("div", {class: "refusal"}, m.refusal) : null),
       h("td", {class: "calls"}, m.calls, m.breaker_open || m.state === "open-circuit" ? [" ", badge("breaker open", "stuck")] : "",
         h("div", {class: "sub"}, Object.keys(m.faults || {}).length ? "faults " + Object.entries(m.faults).map(([k, n]) => `${k}: ${n}`).join(", ") : "no faults")),
       h("td", {class: "nowrap"}, `p50 ${ms(m.p50_ns)}`, h("br"), `p99 ${ms(m.p99_ns)}`),
@@ -619,12 +619,26 @@ async function modules(q, signal, started) {
       toast("Reload failed: " + e.message, true);
     }
   };
+  // The agent compiles its modules after it starts listening: while any
+  // is loading the page says so and asks again, until each serves or is
+  // refused (a module's state moves nothing a blocking query sees).
+  const loading = list.body.modules.filter((m) => m.state === "loading").length;
   fill(main, h("h1", {}, "Modules"),
+    loading ? h("p", {id: "modules-loading", class: "sub", role: "status"},
+      `${loading} of ${list.body.modules.length} module(s) loading: the agent compiles them after it starts (seconds each without a warm cache); the leader releases nothing until they are loaded. This page refreshes by itself.`) : null,
     h("div", {class: "actions"}, actionButton("Reload modules…", "modules:reload", null, reload, {id: "reload-modules"})),
     table("Modules on this agent",
       ["Module", "Version", "Loaded", "State", "Calls", "Latency", "Serves", "Shadow agreement", "Rollout"], rows, {id: "modules-table"}));
   markRendered(started);
+  if (loading) {
+    await new Promise((res) => setTimeout(res, MODULES_LOADING_REFRESH_MS));
+    if (!signal.aborted) await modules(q, signal, started);
+  }
 }
+
+// MODULES_LOADING_REFRESH_MS is how often the Modules page asks again
+// while a module loads.
+const MODULES_LOADING_REFRESH_MS = 1000;
 
 async function nodes(q, signal, started) {
   let list = [];

@@ -191,6 +191,26 @@ func (a *API) Leader(ctx context.Context) (bool, error) {
 	return r.IsLeader, err
 }
 
+// ModulesLoading counts the agent's modules still in their first load
+// (state "loading": the agent compiles them after its API listens).
+func (a *API) ModulesLoading(ctx context.Context) (int, error) {
+	var r struct {
+		Modules []struct {
+			State string `json:"state"`
+		} `json:"modules"`
+	}
+	if _, err := a.do(ctx, http.MethodGet, "/v1/modules", nil, &r); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, m := range r.Modules {
+		if m.State == "loading" {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Volume reads a volume; with index > 0 it blocks until the volume changes
 // past index or wait passes (a blocking query).
 func (a *API) Volume(ctx context.Context, id string, index uint64, wait time.Duration) (*Volume, uint64, error) {

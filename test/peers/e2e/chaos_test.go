@@ -44,6 +44,7 @@ type chaosReport struct {
 	AttachedAtEnd     int          `json:"attached_at_end"`      // disks the fake cloud still attaches after every release
 	PublishedAtEnd    int          `json:"node_calls_unmatched"` // NodeStage/NodePublish OK with no later NodeUnstage/NodeUnpublish OK
 	Events            []chaosEvent `json:"events"`
+	Digests           string       `json:"digests"` // every server's replica digest at one command index
 	Duration          string       `json:"duration"`
 }
 
@@ -66,7 +67,8 @@ func chaosInt(t *testing.T, name string, def int) int {
 // (every call with its arrival and answer times and the server that sent
 // it) must show no overlapping ControllerUnpublish of one volume across
 // servers, no call from a paused or dead server, and every claim removed
-// exactly once. VOLHOST_CHAOS_RELEASES, _KILLS and _PAUSES size the run
+// exactly once; and every server's replica digest must be equal at the
+// end, at one command index. VOLHOST_CHAOS_RELEASES, _KILLS and _PAUSES size the run
 // (make e2e: 80 releases, 1 kill, 1 pause; make chaos: 1000, 3, 3), and
 // VOLHOST_CHAOS_REPORT names a file for the figures (RELIABILITY.md).
 func TestChaosFailover(t *testing.T) {
@@ -488,6 +490,10 @@ watcher {
 		rep.DuplicateCalls += max(0, n-rounds)
 	}
 	rep.Events = events
+	// Every replica, the killed and paused ones included, holds the same
+	// state at the same command index.
+	d := compareDigests(ctx, t, cl, bins.Volhost, len(cl.Servers))
+	rep.Digests = fmt.Sprintf("%s at command index %d", d.Verdict, d.Servers[0].CommandIndex)
 	b, _ := json.MarshalIndent(rep, "", "  ")
 	t.Logf("chaos report:\n%s", b)
 	if p := os.Getenv("VOLHOST_CHAOS_REPORT"); p != "" {

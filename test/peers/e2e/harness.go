@@ -50,13 +50,13 @@ func Build(ctx context.Context, dir string) (Bins, error) {
 		}
 		return b, nil
 	}
-	peers, err := goOutput(ctx, "", "list", "-m", "-f", "{{.Dir}}", "github.com/volhost/volhost/test/peers")
-	if err != nil {
-		return Bins{}, fmt.Errorf("locating the peers module: %w", err)
-	}
 	// The product module is two levels up; this module does not require it,
 	// so none of the product's dependency versions mix with the driver's.
-	root := filepath.Join(peers, "..", "..")
+	root, err := productRoot(ctx)
+	if err != nil {
+		return Bins{}, err
+	}
+	peers := filepath.Join(root, "test", "peers")
 	b := Bins{Volhost: filepath.Join(dir, "volhost"), Gcepd: filepath.Join(dir, "gcepd"), Mockcsi: filepath.Join(dir, "mockcsi")}
 	if _, err := goOutput(ctx, root, "build", "-o", b.Volhost, "./cmd/volhost"); err != nil {
 		return Bins{}, err
@@ -65,6 +65,14 @@ func Build(ctx context.Context, dir string) (Bins, error) {
 		return Bins{}, err
 	}
 	return b, nil
+}
+
+// runIn runs a program in dir and returns its combined output.
+func runIn(ctx context.Context, dir, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
 }
 
 func goOutput(ctx context.Context, dir string, args ...string) (string, error) {
@@ -225,6 +233,18 @@ func StartAgent(ctx context.Context, dir, bin, config string, extraArgs ...strin
 	if err != nil {
 		p.Kill()
 		return nil, fmt.Errorf("waiting for the agent to lead: %w", err)
+	}
+	if slices.Contains(extraArgs, "-module-dir") {
+		// The agent listens first and compiles its modules after: a
+		// scenario starts once none is loading.
+		err = Poll(ctx, 20*time.Millisecond, func() (bool, error) {
+			n, err := a.API.ModulesLoading(ctx)
+			return err == nil && n == 0, err
+		})
+		if err != nil {
+			p.Kill()
+			return nil, fmt.Errorf("waiting for the agent's modules to load: %w", err)
+		}
 	}
 	return a, nil
 }

@@ -260,6 +260,16 @@ func (n *Nomad) Kill() {
 	<-n.done
 }
 
+// Pause stops the agent's process (SIGSTOP) without its tasks, as a
+// network partition looks to its server: no heartbeat, tasks running.
+func (n *Nomad) Pause() { _ = n.cmd.Process.Signal(syscall.SIGSTOP) }
+
+// Resume continues a paused agent (SIGCONT): the partition heals.
+func (n *Nomad) Resume() { _ = n.cmd.Process.Signal(syscall.SIGCONT) }
+
+// WaitReady waits until Nomad reports the agent's node ready.
+func (n *Nomad) WaitReady(ctx context.Context) error { return n.waitReady(ctx) }
+
 // KillByDir kills (SIGKILL) every process whose command line contains dir:
 // the tasks, executors and logmon a Nomad client left behind.
 func KillByDir(dir string) {

@@ -407,6 +407,32 @@ volume "gvol" {
 	}
 	b.shot("modules")
 
+	// An agent listens before its modules are compiled: while one is
+	// loading the page says so and asks again by itself, until it serves.
+	// The agent's answers are made to read "loading" twice (the fetch
+	// wrapper below), then go through as they are.
+	eval[bool](b, `(() => {
+    const real = window.fetch;
+    let left = 2;
+    window.fetch = async (url, init) => {
+      const resp = await real(url, init);
+      if (left <= 0 || new URL(url, location.href).pathname !== "/v1/modules") return resp;
+      left--;
+      const body = await resp.json();
+      for (const m of body.modules) if (m.name === "default-policy") Object.assign(m, {state: "loading", kind: "", version: "", generation: 0});
+      return new Response(JSON.stringify(body), {status: resp.status, headers: resp.headers});
+    };
+    return true;
+  })()`)
+	b.run(chromedp.Click(chromedp.CSS(`a[data-nav="modules"]`)),
+		visible(`#modules-loading`),
+		visible(`#modules-table tr[data-module="default-policy"][data-state="loading"] .badge.loading`))
+	if got := b.text(`#modules-loading`); !strings.Contains(got, "1 of 3 module(s) loading") || !strings.Contains(got, "releases nothing") {
+		t.Fatalf("the loading note %q does not count the loading modules and say the leader waits", got)
+	}
+	b.run(visible(`#modules-table tr[data-module="default-policy"][data-state="serving"]`),
+		chromedp.WaitNotPresent(chromedp.CSS(`#modules-loading`)))
+
 	// Module rollout through the UI: a shadow candidate's agreement
 	// shows, Promote makes it serve, Roll back returns to the last known
 	// good generation.
@@ -435,15 +461,15 @@ volume "gvol" {
 		t.Fatalf("module status after the UI's discard still shows a candidate:\n%s", out)
 	}
 
+	// No scheduler block: the scheduler page says where allocations come
+	// from (the Nomad scenarios check a source's page).
+	b.open("/ui/scheduler", `#no-scheduler`)
+
 	b.open("/ui/nodes", `#nodes-table tr[data-node="node1"]`)
 	if got := b.text(`#nodes-table tr[data-node="node1"]`); !strings.Contains(got, "ready") || !strings.Contains(got, e.plugin) {
 		t.Fatalf("node row %q lacks its status and plugin", got)
 	}
 	b.shot("nodes")
-
-	// No scheduler block: the scheduler page says where allocations come
-	// from (the Nomad scenarios check a source's page).
-	b.open("/ui/scheduler", `#no-scheduler`)
 
 	// Fence through the UI: the confirmation asks for the
 	// reason, the node shows fenced with it, the API records it; unfence

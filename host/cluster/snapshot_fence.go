@@ -1,0 +1,147 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Once the cluster enabled a feature, this server's snapshots carry
+// snapshotVersionFeatures, which a binary older than the gates refuses
+// ("snapshot is cluster protocol version 2"). But raft, on start, falls
+// back to an older retained snapshot when the newest does not restore,
+// and replays the log after it: the previous release, started on this
+// data dir by mistake, loaded the snapshot from before the enabling, then
+// skipped the entries it did not know and refused the publishing claims
+// ("undecodable log entry skipped", "a new claim starts at taken"), and
+// served a diverged replica (found by test/peers/e2e TestUpgradeRolling).
+// So once a feature is enabled the server makes sure its newest snapshot
+// is of the new version (taking one at once when its last one was small
+// or it is a single node, else in its snapshot turn) and deletes the
+// retained snapshots older than that: an
+// older binary then finds no snapshot it can read, and raft stops it at
+// start ("failed to load any existing snapshots").
+
+// snapshotFenceCheck is how often the fence looks until it has run.
+const snapshotFenceCheck = time.Second
+
+// runSnapshotFence waits for the first enabled feature, then fences this
+// server's snapshots (once: features are never disabled). schedule is the
+// snapshot turns (nil: a single node, which snapshots at once).
+func (c *Cluster) runSnapshotFence(schedule *snapshotSchedule, snaps *raft.FileSnapshotStore, dir string) {
+	defer c.wg.Done()
+	every := snapshotFenceCheck
+	if schedule != nil {
+		every = min(every, schedule.checkEvery(3))
+	}
+	for {
+		select {
+		case <-c.stopCh:
+			return
+		case <-time.After(every):
+		}
+		if len(c.meta.enabledNames()) == 0 || !(c.inOwnSnapshotTurn(schedule) || smallState(snaps)) {
+			continue
+		}
+		err := c.fenceSnapshots(snaps, dir)
+		if err == nil {
+			return
+		}
+		if errors.Is(err, raft.ErrRaftShutdown) {
+			return
+		}
+		c.logger.Warn("snapshots from before the enabled features are kept for now; retrying", "error", err)
+	}
+}
+
+// smallStateBytes is the size of the newest snapshot under which the
+// fence does not wait for this server's snapshot turn: the turns keep
+// large states' snapshots (seconds of CPU each) from running on every
+// server at once, and a small one is over in a moment. Waiting for the
+// turn (up to raft_snapshot_interval) is the window in which the previous
+// release, started here by mistake, would still replay the log.
+const smallStateBytes = 64 << 20
+
+// smallState: the newest retained snapshot is smaller than
+// smallStateBytes (false without one: its size is unknown).
+func smallState(snaps *raft.FileSnapshotStore) bool {
+	list, err := snaps.List()
+	return err == nil && len(list) > 0 && list[0].Size < smallStateBytes
+}
+
+// inOwnSnapshotTurn: no schedule, or this server's turn now.
+func (c *Cluster) inOwnSnapshotTurn(s *snapshotSchedule) bool {
+	if s == nil {
+		return true
+	}
+	f := c.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	rank, n := snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
+	return inSnapshotSlot(s.now(), s.period, rank, n)
+}
+
+// fenceSnapshots takes a snapshot unless the newest is already of the new
+// version, then deletes every older-version one.
+func (c *Cluster) fenceSnapshots(snaps *raft.FileSnapshotStore, dir string) error {
+	newest, err := newestSnapshotVersion(snaps)
+	if err != nil {
+		return err
+	}
+	if newest != snapshotVersionFeatures {
+		if err := c.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			return fmt.Errorf("snapshot: %w", err)
+		}
+		if newest, err = newestSnapshotVersion(snaps); err != nil {
+			return err
+		}
+		if newest != snapshotVersionFeatures {
+			return fmt.Errorf("the newest snapshot is still version %d", newest)
+		}
+	}
+	list, err := snaps.List()
+	if err != nil {
+		return err
+	}
+	for _, m := range list[1:] {
+		v, err := snapshotVersionOf(snaps, m.ID)
+		if err == nil && v == snapshotVersionFeatures {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, "snapshots", m.ID)); err != nil {
+			return fmt.Errorf("remove snapshot %s: %w", m.ID, err)
+		}
+		c.logger.Info("snapshot from before the enabled features removed: an older binary cannot fall back to it", "snapshot", m.ID)
+	}
+	return nil
+}
+
+// newestSnapshotVersion is the header version of the newest retained
+// snapshot (0 when there is none).
+func newestSnapshotVersion(snaps *raft.FileSnapshotStore) (int, error) {
+	list, err := snaps.List()
+	if err != nil || len(list) == 0 {
+		return 0, err
+	}
+	return snapshotVersionOf(snaps, list[0].ID)
+}
+
+// snapshotVersionOf reads a retained snapshot's header version (0: a
+// stream without the cluster header, the oldest format).
+func snapshotVersionOf(snaps *raft.FileSnapshotStore, id string) (int, error) {
+	_, rc, err := snaps.Open(id)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	h, _, err := readHeader(rc)
+	if err != nil || h == nil {
+		return 0, err
+	}
+	return h.Version, nil
+}

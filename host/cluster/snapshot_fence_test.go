@@ -1,0 +1,69 @@
+package cluster
+
+import (
+	"io"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// putSnapshot writes a retained snapshot at index whose header is version v.
+func putSnapshot(t *testing.T, fss *raft.FileSnapshotStore, index uint64, v int) string {
+	t.Helper()
+	sink, err := fss.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeHeader(sink, snapshotHeader{Version: v, ClusterID: "c1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(sink, `{"volhost_state":1}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return sink.ID()
+}
+
+// Once the newest retained snapshot is of the features' version, the
+// older-version ones are deleted: raft falls back to an older snapshot
+// when the newest does not restore, and a binary older than the gates
+// would restore the old one and replay a log it does not understand. A
+// newest snapshot of the older version (the enabling not yet snapshotted)
+// keeps everything until one is taken.
+func TestSnapshotFenceRemovesOlderVersions(t *testing.T) {
+	dir := t.TempDir()
+	fss, err := raft.NewFileSnapshotStore(dir, 3, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{logger: hclog.NewNullLogger()}
+	if smallState(fss) {
+		t.Fatal("no snapshot counted as a small state")
+	}
+	old1 := putSnapshot(t, fss, 10, ProtocolVersion)
+	if !smallState(fss) {
+		t.Fatal("a snapshot of a few bytes not counted as a small state")
+	}
+	if v, err := newestSnapshotVersion(fss); err != nil || v != ProtocolVersion {
+		t.Fatalf("newest version %d, %v", v, err)
+	}
+	putSnapshot(t, fss, 20, ProtocolVersion)
+	newID := putSnapshot(t, fss, 30, snapshotVersionFeatures)
+	if err := c.fenceSnapshots(fss, dir); err != nil {
+		t.Fatal(err)
+	}
+	list, err := fss.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].ID != newID {
+		t.Fatalf("retained %+v, want only %s", list, newID)
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "snapshots", old1, "*")); len(m) != 0 {
+		t.Fatalf("files of %s left: %v", old1, m)
+	}
+}
