@@ -121,7 +121,7 @@ func TestReachTransportReturnsOtherErrors(t *testing.T) {
 // shutdown waits for its replication goroutines.
 func TestReachTransportWaitIsBounded(t *testing.T) {
 	ok := func(rpc *raft.RPC) { rpc.Respond(&raft.AppendEntriesResponse{Term: 1, Success: true}, nil) }
-	rt, gs, addr := reachPair(t, 50*time.Millisecond, ok)
+	rt, _, addr := reachPair(t, 50*time.Millisecond, ok)
 	select {
 	case err := <-appendAsync(rt, addr):
 		if !dialFailed(err) {
@@ -131,7 +131,7 @@ func TestReachTransportWaitIsBounded(t *testing.T) {
 		t.Fatal("append held past its bound")
 	}
 
-	rt, gs, addr = reachPair(t, time.Hour, ok)
+	rt, gs, addr := reachPair(t, time.Hour, ok)
 	done := appendAsync(rt, addr)
 	waitDials(t, gs, 2)
 	rt.stopWaiting()
