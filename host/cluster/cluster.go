@@ -761,10 +761,9 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 		return 0, nil, err
 	}
 	snap := c.store.Snapshot()
-	if _, ok := asked.(*structs.AllocUpsertRequest); ok && req != asked {
-		// The older allocation write leaves out the mark that has the
-		// store refuse a namespace move at commit; the leader still
-		// refuses the move before the log (older.go).
+	if req != asked && checksAsked(asked) {
+		// The older form leaves out a mark the store checks at commit:
+		// the request as asked is held to that rule before the log.
 		if err := snap.Validate(t, asked); err != nil {
 			return 0, nil, err
 		}

@@ -58,6 +58,10 @@ type gate struct {
 	// Older says what the leader writes while the feature is off; ""
 	// means the write is refused (ErrFeatureNotEnabled).
 	Older string
+	// CheckAsked: the older form leaves out a mark that has the store
+	// check a rule again at commit, so the leader holds the request as
+	// asked to every rule before the log (Cluster.Apply).
+	CheckAsked bool
 }
 
 // gates is the one table of gated log forms. A new entry type or a field
@@ -127,7 +131,8 @@ var gates = []gate{
 	{Feature: FeatureAllocNamespace, Since: GateVersion, Uses: func(req any) bool {
 		r, ok := req.(*structs.AllocUpsertRequest)
 		return ok && r != nil && r.KeepNamespace
-	}, Older: "the write without the mark: the leader refuses a namespace move before the log, the store does not check it again at commit"},
+	}, CheckAsked: true,
+		Older: "the write without the mark: the leader refuses a namespace move before the log, the store does not check it again at commit"},
 	// New rows go here: {Feature: "...", Since: "<first version writing it>", Types: ...}.
 }
 
@@ -137,6 +142,17 @@ var gates = []gate{
 // gates (TestGateTableCoversNewTypes).
 func legacyType(t structs.MessageType) bool {
 	return t >= structs.PluginUpsertType && t <= structs.VolumeClaimRemoveType
+}
+
+// checksAsked reports whether a gate asks the leader to validate req as
+// asked, before its older form is written (gate.CheckAsked).
+func checksAsked(req any) bool {
+	for _, g := range gates {
+		if g.CheckAsked && g.Uses != nil && g.Uses(req) {
+			return true
+		}
+	}
+	return false
 }
 
 // anyCheckpoint reports whether a checkpoint (or one of a batch) in req
