@@ -186,13 +186,10 @@ func (e *env) cli(want int, args ...string) string {
 	return out
 }
 
+// spec writes a spec file for the CLI into the env's directory.
 func (e *env) spec(name, body string) string {
 	e.t.Helper()
-	p := filepath.Join(e.dir, name)
-	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	return p
+	return writeSpec(e.t, e.dir, name, body)
 }
 
 func (e *env) registerPluginAndNodes(nodes []string, meta map[string]string) {

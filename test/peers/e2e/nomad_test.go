@@ -526,11 +526,7 @@ func TestNomadLeaderFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock, err := os.MkdirTemp("", "vh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(ndir); os.RemoveAll(sock) })
+	t.Cleanup(func() { os.RemoveAll(ndir) })
 	nm, err := StartNomad(ctx, ndir, bin, "n1")
 	if err != nil {
 		t.Fatal(err)
@@ -542,12 +538,7 @@ func TestNomadLeaderFailover(t *testing.T) {
 		nm.Stop()
 		KillByDir(dir)
 	})
-	drv, err := StartGCEPD(ctx, sock, dir, bins.Gcepd, GCEPDOptions{Nodes: []string{"n1"}, Disks: 4,
-		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { drv.Stop(5 * time.Second) })
+	drv := startDriver(ctx, t, dir, GCEPDOptions{Nodes: []string{"n1"}, Disks: 4})
 	cl, err := StartCluster(ctx, dir, bins.Volhost, 3, fmt.Sprintf(`log_level = "debug"
 %s
 scheduler "nomad" {
@@ -559,51 +550,13 @@ scheduler "nomad" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cl.Stop()
-		if t.Failed() {
-			for _, s := range cl.Servers {
-				t.Logf("%s log tail:\n%s", s.ID, s.Tail(3000))
-			}
-		}
-	})
-	spec := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	cli := func(args ...string) string {
-		t.Helper()
-		var out string
-		err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-			s := cl.Any(0)
-			var code int
-			var err error
-			out, code, err = (&Agent{Proc: s.Proc, Addr: s.Addr, bin: bins.Volhost}).CLI(ctx, args...)
-			if err != nil {
-				return false, err
-			}
-			if code != 0 && (strings.Contains(out, "leader") || strings.Contains(out, "connection refused")) {
-				return false, nil
-			}
-			if code != 0 {
-				return false, fmt.Errorf("volhost %s: exit %d: %s", strings.Join(args, " "), code, out)
-			}
-			return true, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	cli("plugin", "register", spec("plugin.hcl", fmt.Sprintf("plugin %q {\n  controller_endpoint = %q\n}\n", defaultPlugin, Endpoint(drv.Controller))))
+	stopAtCleanup(t, cl)
+	cl.CLI(ctx, t, "plugin", "register", writeSpec(t, dir, "plugin.hcl", fmt.Sprintf("plugin %q {\n  controller_endpoint = %q\n}\n", defaultPlugin, Endpoint(drv.Controller))))
 	root := filepath.Join(dir, "root-n1")
-	cli("node", "register", spec("n1.hcl", fmt.Sprintf("node \"n1\" {\n  status = \"ready\"\n  root_dir = %q\n  plugin %q {\n    endpoint = %q\n  }\n}\n",
+	cl.CLI(ctx, t, "node", "register", writeSpec(t, dir, "n1.hcl", fmt.Sprintf("node \"n1\" {\n  status = \"ready\"\n  root_dir = %q\n  plugin %q {\n    endpoint = %q\n  }\n}\n",
 		root, defaultPlugin, Endpoint(drv.Nodes["n1"]))))
 	for i, vol := range []string{"vol1", "vol2", "vol3"} {
-		cli("volume", "register", spec(vol+".hcl", fmt.Sprintf("volume %q {\n  external_id = %q\n  plugin_id = %q\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n}\n",
+		cl.CLI(ctx, t, "volume", "register", writeSpec(t, dir, vol+".hcl", fmt.Sprintf("volume %q {\n  external_id = %q\n  plugin_id = %q\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n}\n",
 			vol, drv.VolumeID(fmt.Sprintf("disk-%d", i)), defaultPlugin)))
 	}
 	nomad := func(args ...string) {
@@ -715,7 +668,7 @@ scheduler "nomad" {
 			}
 		}
 	}
-	out := cli("scheduler", "status")
+	out := cl.CLI(ctx, t, "scheduler", "status")
 	mustContain(t, "scheduler status", out, "streaming", "Last error   = -")
 }
 
