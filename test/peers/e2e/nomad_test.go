@@ -29,7 +29,18 @@ type nomadEnv struct {
 	nomad *Nomad
 }
 
-func newNomadEnv(t *testing.T, timeout time.Duration, nodes ...string) *nomadEnv {
+// nomadEnvOptions size a Nomad scenario: its time budget, the driver's
+// nodes (n1, Nomad's dev node, when empty), and whether Nomad marks a
+// silent client down within seconds (NomadOptions.FastNodeLoss: only the
+// tests of lost nodes, the others keep a grace a loaded machine cannot
+// miss).
+type nomadEnvOptions struct {
+	timeout      time.Duration
+	nodes        []string
+	fastNodeLoss bool
+}
+
+func newNomadEnv(t *testing.T, o nomadEnvOptions) *nomadEnv {
 	t.Helper()
 	bin, err := NomadBin()
 	if err != nil {
@@ -40,12 +51,13 @@ func newNomadEnv(t *testing.T, timeout time.Duration, nodes ...string) *nomadEnv
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(ndir) })
+	nodes := o.nodes
 	if len(nodes) == 0 {
 		nodes = []string{"n1"}
 	}
 	e := newEnv(t, envOptions{nodes: nodes, extra: "\nscheduler \"nomad\" {\n  address = \"NOMAD_ADDR\"\n  relist_interval = \"5s\"\n  retry_max = \"2s\"\n}\n",
-		deferAgent: true, timeout: timeout})
-	nm, err := StartNomad(e.ctx, ndir, bin, "n1")
+		deferAgent: true, timeout: o.timeout})
+	nm, err := StartNomad(e.ctx, ndir, bin, "n1", NomadOptions{FastNodeLoss: o.fastNodeLoss})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +144,7 @@ func TestNomadBatchJob(t *testing.T) {
 		}
 		runs = n
 	}
-	e := newNomadEnv(t, 3*time.Minute+time.Duration(runs)*15*time.Second)
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 3*time.Minute + time.Duration(runs)*15*time.Second})
 	e.volume("vol1", "disk-0")
 	seen := map[string]bool{}
 	var lat, mirror, release []time.Duration
@@ -226,7 +238,7 @@ func spread(ds []time.Duration) string {
 // the allocation complete (hashicorp/nomad #24130, #25819: Nomad itself
 // unmounted during the delay).
 func TestNomadShutdownDelay(t *testing.T) {
-	e := newNomadEnv(t, 3*time.Minute)
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 3 * time.Minute})
 	e.volume("vol2", "disk-1")
 	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVars("vol2", "shutdown_delay=6s")...), example("service-delay.nomad.hcl"))...)
 	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
@@ -289,7 +301,7 @@ func TestNomadShutdownDelay(t *testing.T) {
 // fence's reason; `nomad system gc` removes the node and the bridge sees
 // it gone.
 func TestNomadLostNode(t *testing.T) {
-	e := newNomadEnv(t, 4*time.Minute, "n1", "n2")
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 4 * time.Minute, nodes: []string{"n1", "n2"}, fastNodeLoss: true})
 	n2, err := e.nomad.StartClient(e.ctx, "n2")
 	if err != nil {
 		t.Fatal(err)
@@ -372,7 +384,7 @@ func TestNomadLostNode(t *testing.T) {
 // task's file is in the target (a fake mounter's rmdir): a release
 // started on Nomad's "ready" shows as such a call.
 func TestNomadLostNodeBack(t *testing.T) {
-	e := newNomadEnv(t, 4*time.Minute, "n1", "n2")
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 4 * time.Minute, nodes: []string{"n1", "n2"}, fastNodeLoss: true})
 	n2, err := e.nomad.StartClient(e.ctx, "n2")
 	if err != nil {
 		t.Fatal(err)
@@ -448,7 +460,7 @@ func (e *nomadEnv) runBatch(vol string, seen map[string]bool) NomadAlloc {
 // index starts again), and the bridge reconnects, counts the reset and
 // mirrors what Nomad does next.
 func TestNomadRestart(t *testing.T) {
-	e := newNomadEnv(t, 3*time.Minute)
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 3 * time.Minute})
 	e.volume("vol1", "disk-0")
 	seen := map[string]bool{}
 	e.runBatch("vol1", seen)
@@ -527,7 +539,7 @@ func TestNomadLeaderFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(ndir) })
-	nm, err := StartNomad(ctx, ndir, bin, "n1")
+	nm, err := StartNomad(ctx, ndir, bin, "n1", NomadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -677,7 +689,7 @@ scheduler "nomad" {
 // status line each, the bridge keeps mirroring everything else, and the
 // refused claim is made once the volume is free (nothing lost).
 func TestNomadBadInput(t *testing.T) {
-	e := newNomadEnv(t, 3*time.Minute)
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 3 * time.Minute})
 	e.volume("vol1", "disk-0")
 	problems := func() string {
 		st := e.schedulerStatus()
