@@ -77,13 +77,13 @@ type NomadOptions struct {
 // node is ready. Without o.FastNodeLoss a client is marked down only after
 // 30 s without a heartbeat past its TTL: a slow machine never loses one.
 func StartNomad(ctx context.Context, dir, bin, name string, o NomadOptions) (*Nomad, error) {
-	server := `
+	grace, server := 30*time.Second, `
 server {
   heartbeat_grace = "30s"
 }
 `
 	if o.FastNodeLoss {
-		server = `
+		grace, server = time.Second, `
 server {
   heartbeat_grace   = "1s"
   min_heartbeat_ttl = "1s"
@@ -91,7 +91,26 @@ server {
 }
 `
 	}
-	return startNomad(ctx, dir, bin, name, nil, "", server)
+	n, err := startNomad(ctx, dir, bin, name, nil, "", server)
+	if err != nil {
+		return nil, err
+	}
+	// The server runs with the grace asked for: a setting it ignored
+	// shows up only as a test that fails under load.
+	var self struct {
+		Config struct {
+			Server struct{ HeartbeatGrace time.Duration }
+		}
+	}
+	if err := n.Get(ctx, "/v1/agent/self", &self); err != nil {
+		n.Stop()
+		return nil, err
+	}
+	if got := self.Config.Server.HeartbeatGrace; got != grace {
+		n.Stop()
+		return nil, fmt.Errorf("nomad runs with heartbeat_grace %s, want %s", got, grace)
+	}
+	return n, nil
 }
 
 // StartClient starts a client-only agent (node name) joined to n's
