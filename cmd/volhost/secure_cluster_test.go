@@ -15,29 +15,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/csi/csitest"
-	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/tlsutil"
 	"github.com/volhost/volhost/internal/testutil"
 )
-
-// forgedManagementToken is a raft log entry creating a management token
-// with secret, encoded as the leader encodes commands (a type byte, then
-// the time and the request).
-func forgedManagementToken(t *testing.T, secret string) []byte {
-	t.Helper()
-	req, err := json.Marshal(&structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{
-		AccessorID: "6d2c2c1e-0000-4000-8000-00000000a77a", SecretHash: acl.HashSecret(secret),
-		Name: "rogue", Type: structs.ACLManagementToken,
-	}}, Actor: "rogue"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	at, _ := time.Now().UTC().MarshalText()
-	return append([]byte{byte(structs.ACLTokenUpsertType)}, `{"time":"`+string(at)+`","req":`+string(req)+`}`...)
-}
 
 // TestSecureBinaryCluster is the ACL and TLS end-to-end check with the real
 // binary: three servers with ACLs and mutual TLS (HTTPS with client
@@ -287,7 +269,7 @@ tls {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp, err := testutil.AppendAsPeer(leader.raft, h.ClientConfig(), forgedManagementToken(t, rogueSecret)); err == nil {
+		if resp, err := testutil.AppendAsPeer(leader.raft, h.ClientConfig(), testutil.ForgedManagementToken(t, rogueSecret)); err == nil {
 			t.Fatalf("%s on raft: answered %+v", name, resp)
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,28 +14,12 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
-	"github.com/volhost/volhost/host/acl"
 	nodeagent "github.com/volhost/volhost/host/client"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/tlsutil"
 	"github.com/volhost/volhost/internal/testutil"
 )
-
-// forgedTokenEntry is a raft log entry creating a management token whose
-// secret the attacker chose, encoded as the leader encodes commands.
-func forgedTokenEntry(t *testing.T, secret string) []byte {
-	t.Helper()
-	req, err := json.Marshal(&structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{
-		AccessorID: "6d2c2c1e-0000-4000-8000-00000000a77a", SecretHash: acl.HashSecret(secret),
-		Name: "rogue", Type: structs.ACLManagementToken,
-	}}, Actor: "rogue"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	at, _ := time.Now().UTC().MarshalText()
-	return append([]byte{byte(structs.ACLTokenUpsertType)}, `{"time":"`+string(at)+`","req":`+string(req)+`}`...)
-}
 
 // holder loads a certificate of kind made by the test CA.
 func (p *testPKI) holder(t *testing.T, req tlsutil.CertRequest, name string) *tlsutil.Holder {
@@ -68,7 +51,7 @@ func TestRaftRefusesClientCertificates(t *testing.T) {
 	a, _ := startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "s1", Level: hclog.Warn, Output: logOutput(t)})})
 	defer a.Shutdown()
 	const secret = "0b5e7a11-6a3e-4c0d-8000-00000000beef" // chosen by the attacker
-	entry := forgedTokenEntry(t, secret)
+	entry := testutil.ForgedManagementToken(t, secret)
 	raftAddr := a.Cluster.RaftAddr()
 	before := a.Cluster.LastIndex()
 
