@@ -80,21 +80,32 @@ func TestRaftRefusesClientCertificates(t *testing.T) {
 	})
 }
 
+// startSecureNodeServer starts one server with mutual TLS from p's CA and
+// ACLs on, bootstrapped alone and listening for node agents, and
+// bootstraps its ACLs: the setup of the node certificate tests. It
+// returns the agent (the caller shuts it down) and the management secret.
+func startSecureNodeServer(ctx context.Context, t *testing.T, p *testPKI) (*Agent, string) {
+	t.Helper()
+	cfg := secureConfig(t, p, "s1")
+	cfg.Server = nil
+	cfg.NodeRPC = &NodeRPCConfig{Address: "127.0.0.1:0"}
+	a, _ := startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "s1", Level: hclog.Warn, Output: logOutput(t)})})
+	_, mgmt, err := a.ACL.Bootstrap(ctx)
+	if err != nil {
+		a.Shutdown()
+		t.Fatal(err)
+	}
+	return a, mgmt
+}
+
 // A node agent's certificate that names a node may act as that node only,
 // whatever its token grants; one naming no node leaves it to the token.
 func TestNodeCertificateBoundToItsNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := newPKI(t)
-	cfg := secureConfig(t, p, "s1")
-	cfg.Server = nil
-	cfg.NodeRPC = &NodeRPCConfig{Address: "127.0.0.1:0"}
-	a, _ := startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "s1", Level: hclog.Warn, Output: logOutput(t)})})
+	a, mgmt := startSecureNodeServer(ctx, t, p)
 	defer a.Shutdown()
-	_, mgmt, err := a.ACL.Bootstrap(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	leaf := func(req tlsutil.CertRequest, name string) *x509.Certificate {
 		return p.holder(t, req, name).Certificate().Leaf
 	}
@@ -133,15 +144,8 @@ func TestNodeCertificateOverTheWire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := newPKI(t)
-	cfg := secureConfig(t, p, "s1")
-	cfg.Server = nil
-	cfg.NodeRPC = &NodeRPCConfig{Address: "127.0.0.1:0"}
-	a, _ := startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "s1", Level: hclog.Warn, Output: logOutput(t)})})
+	a, mgmt := startSecureNodeServer(ctx, t, p)
 	defer a.Shutdown()
-	_, mgmt, err := a.ACL.Bootstrap(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	drv := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
 	if _, err := a.Server.RegisterPlugin(ctx, &structs.Plugin{ID: "csi"}); err != nil {
 		t.Fatal(err)
