@@ -86,6 +86,26 @@ volume %q {
 `, vol, e.drv.VolumeID(disk), e.plugin)))
 }
 
+// runService runs examples/nomad's service job with vars (its volume vol,
+// placed on node) and waits until its task writes to the published
+// volume: it returns the allocation and the file the task keeps writing.
+func (e *nomadEnv) runService(node, vol string, vars []string) (NomadAlloc, string) {
+	e.t.Helper()
+	e.run(append(append([]string{"job", "run", "-detach"}, vars...), example("service-delay.nomad.hcl"))...)
+	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	heartbeat := filepath.Join(e.dir, "root-"+node, "csi", e.plugin, "per-alloc", a.ID, "default", vol, "heartbeat")
+	if err := Poll(e.ctx, 20*time.Millisecond, func() (bool, error) {
+		_, err := os.Stat(heartbeat)
+		return err == nil, nil
+	}); err != nil {
+		e.t.Fatalf("the task never wrote to the published volume: %v", err)
+	}
+	return a, heartbeat
+}
+
 // example is a job file of examples/nomad.
 func example(name string) string {
 	_, file, _, _ := runtime.Caller(0)
@@ -240,18 +260,7 @@ func spread(ds []time.Duration) string {
 func TestNomadShutdownDelay(t *testing.T) {
 	e := newNomadEnv(t, nomadEnvOptions{timeout: 3 * time.Minute})
 	e.volume("vol2", "disk-1")
-	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVars("vol2", "shutdown_delay=6s")...), example("service-delay.nomad.hcl"))...)
-	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heartbeat := filepath.Join(e.dir, "root-n1", "csi", e.plugin, "per-alloc", a.ID, "default", "vol2", "heartbeat")
-	if err := Poll(e.ctx, 20*time.Millisecond, func() (bool, error) {
-		_, err := os.Stat(heartbeat)
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("the task never wrote to the published volume: %v", err)
-	}
+	a, heartbeat := e.runService("n1", "vol2", e.jobVars("vol2", "shutdown_delay=6s"))
 	stopped := time.Now()
 	e.run("job", "stop", "-detach", "volhost-service")
 	var sawDelay bool
@@ -308,18 +317,7 @@ func TestNomadLostNode(t *testing.T) {
 	}
 	t.Cleanup(n2.Stop)
 	e.volume("vol3", "disk-2")
-	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVarsOn("n2", "vol3", "node=n2", "shutdown_delay=0s")...), example("service-delay.nomad.hcl"))...)
-	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heartbeat := filepath.Join(e.dir, "root-n2", "csi", e.plugin, "per-alloc", a.ID, "default", "vol3", "heartbeat")
-	if err := Poll(e.ctx, 20*time.Millisecond, func() (bool, error) {
-		_, err := os.Stat(heartbeat)
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("the task never wrote to the published volume: %v", err)
-	}
+	a, heartbeat := e.runService("n2", "vol3", e.jobVarsOn("n2", "vol3", "node=n2", "shutdown_delay=0s"))
 
 	n2.Kill()
 	if err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) {
@@ -392,18 +390,7 @@ func TestNomadLostNodeBack(t *testing.T) {
 	t.Cleanup(n2.Stop)
 	t.Cleanup(n2.Resume) // before Stop: a stopped process ignores SIGTERM
 	e.volume("vol3", "disk-2")
-	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVarsOn("n2", "vol3", "node=n2", "shutdown_delay=0s")...), example("service-delay.nomad.hcl"))...)
-	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heartbeat := filepath.Join(e.dir, "root-n2", "csi", e.plugin, "per-alloc", a.ID, "default", "vol3", "heartbeat")
-	if err := Poll(e.ctx, 20*time.Millisecond, func() (bool, error) {
-		_, err := os.Stat(heartbeat)
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("the task never wrote to the published volume: %v", err)
-	}
+	a, _ := e.runService("n2", "vol3", e.jobVarsOn("n2", "vol3", "node=n2", "shutdown_delay=0s"))
 
 	n2.Pause()
 	if err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) {
