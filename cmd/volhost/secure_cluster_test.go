@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/volhost/volhost/host/acl/acltest"
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/tlsutil"
@@ -269,7 +270,7 @@ tls {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp, err := testutil.AppendAsPeer(leader.raft, h.ClientConfig(), testutil.ForgedManagementToken(t, rogueSecret)); err == nil {
+		if resp, err := testutil.AppendAsPeer(leader.raft, h.ClientConfig(), acltest.ForgedManagementToken(t, rogueSecret)); err == nil {
 			t.Fatalf("%s on raft: answered %+v", name, resp)
 		}
 	}

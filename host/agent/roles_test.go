@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
+	"github.com/volhost/volhost/host/acl/acltest"
 	nodeagent "github.com/volhost/volhost/host/client"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
@@ -51,7 +52,7 @@ func TestRaftRefusesClientCertificates(t *testing.T) {
 	a, _ := startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "s1", Level: hclog.Warn, Output: logOutput(t)})})
 	defer a.Shutdown()
 	const secret = "0b5e7a11-6a3e-4c0d-8000-00000000beef" // chosen by the attacker
-	entry := testutil.ForgedManagementToken(t, secret)
+	entry := acltest.ForgedManagementToken(t, secret)
 	raftAddr := a.Cluster.RaftAddr()
 	before := a.Cluster.LastIndex()
 

@@ -1,4 +1,6 @@
-package testutil
+// Package acltest holds what the tests of the packages above host/acl
+// share about tokens: here, the token entry a rogue raft peer forges.
+package acltest
 
 import (
 	"encoding/json"
@@ -9,7 +11,8 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// ForgedManagementToken is the raft log entry a rogue peer (AppendAsPeer)
+// ForgedManagementToken is the raft log entry a rogue peer
+// (internal/testutil.AppendAsPeer)
 // sends to make itself a management token whose secret it chose, encoded
 // as the leader encodes commands: the message type byte, then the time
 // and the request. A server that applied it would grant that secret
