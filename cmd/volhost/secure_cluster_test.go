@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -307,27 +306,17 @@ tls {
 	}
 	old := serial()
 	var requests, failures atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			resp, err := hc.Get("https://" + leader.http + "/v1/status/leader")
-			requests.Add(1)
-			if err != nil || resp.StatusCode != http.StatusOK {
-				failures.Add(1)
-			}
-			if err == nil {
-				resp.Body.Close()
-			}
+	stop := testutil.Repeat(func() bool {
+		resp, err := hc.Get("https://" + leader.http + "/v1/status/leader")
+		requests.Add(1)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			failures.Add(1)
 		}
-	}()
+		if err == nil {
+			resp.Body.Close()
+		}
+		return true
+	})
 	next, err := tlsutil.CreateCert(tlsutil.CertRequest{Kind: tlsutil.KindServer, Days: 1, Now: time.Now(), CA: tlsutil.PEM{Cert: caPEM, Key: caKey}})
 	if err != nil {
 		t.Fatal(err)
@@ -346,8 +335,7 @@ tls {
 	waitFor(t, ctx, "the rotated certificate", func() (struct{}, bool) { s := serial(); return struct{}{}, s != "" && s != old })
 	n := requests.Load()
 	waitFor(t, ctx, "requests after the rotation", func() (struct{}, bool) { return struct{}{}, requests.Load() >= n+5 })
-	close(stop)
-	wg.Wait()
+	stop()
 	if f := failures.Load(); f > 0 {
 		t.Fatalf("%d of %d requests failed across the rotation", f, requests.Load())
 	}
