@@ -72,20 +72,6 @@ func newNomadEnv(t *testing.T, o nomadEnvOptions) *nomadEnv {
 	return &nomadEnv{env: e, nomad: nm}
 }
 
-// volume registers a single-writer volume on a driver disk.
-func (e *env) volume(vol, disk string) {
-	e.t.Helper()
-	e.cli(0, "volume", "register", e.spec(vol+".hcl", fmt.Sprintf(`
-volume %q {
-  external_id     = %q
-  plugin_id       = %q
-  access_mode     = "single-node-writer"
-  attachment_mode = "file-system"
-  fs_type         = "ext4"
-}
-`, vol, e.drv.VolumeID(disk), e.plugin)))
-}
-
 // runService runs examples/nomad's service job with vars (its volume vol,
 // placed on node) and waits until its task writes to the published
 // volume: it returns the allocation and the file the task keeps writing.
