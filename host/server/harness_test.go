@@ -200,6 +200,16 @@ func (h *harness) claim(ref structs.VolumeRef, alloc, node string, mode structs.
 	return err
 }
 
+// restartServer replaces the harness's server with a new one writing
+// through log, over the same store, plugins, locks and watcher: a server
+// started anew (nothing of the old one's memory), or one of another
+// release.
+func (h *harness) restartServer(log Log) {
+	h.srv = New(Config{Store: h.store, Log: log, CSI: h.srv.csi, Modules: h.mods, Clock: h.clock,
+		Locks: h.srv.locks, Agents: h.agents})
+	h.srv.SetReleaser(h.w)
+}
+
 // liveClaim gives running allocation alloc a write claim on ref on node,
 // failing the test if it is refused.
 func (h *harness) liveClaim(ref structs.VolumeRef, alloc, node string) {

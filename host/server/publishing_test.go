@@ -126,9 +126,7 @@ func TestLeaderCrashMidPublish(t *testing.T) {
 		ref := h.volume("default", "vol1", structs.AccessSingleNodeWriter)
 		h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
 		crashMidPublish(t, h, ref, "web-1")
-		h.srv = New(Config{Store: h.store, Log: h.cluster, CSI: h.srv.csi, Modules: h.mods, Clock: h.clock,
-			Locks: h.srv.locks, Agents: h.agents})
-		h.srv.SetReleaser(h.w)
+		h.restartServer(h.cluster)
 
 		// Another writer is refused meanwhile: the record holds the volume.
 		h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
@@ -199,9 +197,7 @@ func TestResumedClaimRollbackKeepsEarlierRunsSteps(t *testing.T) {
 			ref := h.volume("default", "vol1", structs.AccessSingleNodeWriter)
 			h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
 			crashMidPublish(t, h, ref, "web-1")
-			h.srv = New(Config{Store: h.store, Log: h.cluster, CSI: h.srv.csi, Modules: h.mods, Clock: h.clock,
-				Locks: h.srv.locks, Agents: h.agents})
-			h.srv.SetReleaser(h.w)
+			h.restartServer(h.cluster)
 
 			h.nodes["node1"].Script(csitest.NodePublish, tc.publish)
 			if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err == nil {
