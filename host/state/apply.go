@@ -475,12 +475,7 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 	if c.State == "" {
 		c.State = structs.ClaimTaken
 	}
-	if c.AccessMode == "" {
-		c.AccessMode = v.AccessMode
-	}
-	if c.AttachmentMode == "" {
-		c.AttachmentMode = v.AttachmentMode
-	}
+	c.DefaultModes(v)
 	if c.CreateTime.IsZero() {
 		c.CreateTime = w.now
 	}

@@ -62,3 +62,19 @@ func TestEventTypesListsEveryConstant(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimDefaultModes: a claim naming no access or attachment mode gets
+// its volume's; one naming its own keeps it.
+func TestClaimDefaultModes(t *testing.T) {
+	v := &Volume{AccessMode: AccessSingleNodeWriter, AttachmentMode: AttachFilesystem}
+	c := &Claim{}
+	c.DefaultModes(v)
+	if c.AccessMode != AccessSingleNodeWriter || c.AttachmentMode != AttachFilesystem {
+		t.Fatalf("a claim naming no mode: %s %s, want the volume's", c.AccessMode, c.AttachmentMode)
+	}
+	c = &Claim{AccessMode: AccessMultiNodeReader, AttachmentMode: AttachBlockDevice}
+	c.DefaultModes(v)
+	if c.AccessMode != AccessMultiNodeReader || c.AttachmentMode != AttachBlockDevice {
+		t.Fatalf("a claim naming its modes: %s %s, want its own", c.AccessMode, c.AttachmentMode)
+	}
+}
