@@ -143,14 +143,10 @@ func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) 
 		}
 	}
 	if o := v.DetachingFor(&probe); o != nil {
-		why := "its answer has not arrived"
-		if e := o.LastError; e != nil {
-			why = "its last attempt failed: " + e.Error()
-		}
 		return structs.Conflict("volume %q: the release of allocation %q on node %q (the same machine) sent ControllerUnpublishVolume to external node ID %q and %s: "+
 			"the storage may still be detaching the disk, and a claim published there now would lose it under its mount when that ends. "+
 			"The claim is refused until the release's next attempt has the driver's answer; retry the claim then, or claim on another node",
-			volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.ExternalNodeID, why)
+			volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.ExternalNodeID, whyInDoubt(o))
 	}
 	if o := v.StagedElsewhere(&probe); o != nil {
 		return structs.Conflict("volume %q: the claim of allocation %q on node %q (the same machine) staged it at %s; a claim on node %q would stage it again at %s, "+
@@ -162,14 +158,10 @@ func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) 
 	if o == nil {
 		return nil
 	}
-	why := "its answer has not arrived"
-	if e := o.LastError; e != nil {
-		why = "its last attempt failed: " + e.Error()
-	}
 	return structs.Conflict("volume %q: the release of allocation %q on node %q (the same machine) sent NodeUnstageVolume of %s and %s: "+
 		"the driver may still be unmounting it, and a claim published there now would lose its staging path when that ends. "+
 		"The claim is refused until the release's next attempt has the driver's answer; retry the claim then, or claim on another node",
-		volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.StagingPath, why)
+		volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.StagingPath, whyInDoubt(o))
 }
 
 // validateClaimLeftovers refuses a claim c of v on node n while a
@@ -221,4 +213,14 @@ func validateClaimLeftovers(snap *Snapshot, v *structs.Volume, n *structs.Node, 
 			volName(v.Namespace, v.ID), v.ExternalID, l.ID, why, l.ID)
 	}
 	return nil
+}
+
+// whyInDoubt says why release o's step is in doubt, for a refusal: its
+// answer has not arrived, or its last attempt failed (a retry may be
+// running at the driver).
+func whyInDoubt(o *structs.Claim) string {
+	if e := o.LastError; e != nil {
+		return "its last attempt failed: " + e.Error()
+	}
+	return "its answer has not arrived"
 }
