@@ -344,11 +344,7 @@ func (w *writer) deregisterVolume(r *structs.VolumeDeregisterRequest) (any, erro
 	if reason == "escape-hatch" {
 		evType = structs.EventAutoForce
 	}
-	ids := make([]string, 0, len(v.Claims))
-	for id := range v.Claims {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := v.ClaimIDs()
 	// No CSI call happens here: every claim not yet released may have left
 	// an attachment behind, which is recorded instead of dropped silently
 	// (hashicorp/nomad#8641: the reference system forgets them).

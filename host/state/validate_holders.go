@@ -2,7 +2,6 @@ package state
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/volhost/volhost/host/structs"
 )
@@ -34,7 +33,7 @@ func heldClaimsOn(snap *Snapshot, nodeID string, f func(v *structs.Volume, c *st
 		return err
 	}
 	for _, v := range vols {
-		for _, id := range sortedClaimIDs(v) {
+		for _, id := range v.ClaimIDs() {
 			if c := v.Claims[id]; c != nil && c.NodeID == nodeID && c.State != structs.ClaimReadyToFree {
 				if err := f(v, c); err != nil {
 					return err
@@ -43,15 +42,6 @@ func heldClaimsOn(snap *Snapshot, nodeID string, f func(v *structs.Volume, c *st
 		}
 	}
 	return nil
-}
-
-func sortedClaimIDs(v *structs.Volume) []string {
-	ids := make([]string, 0, len(v.Claims))
-	for id := range v.Claims {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
 }
 
 // validateNodeUnderClaims refuses a node registration that removes the
@@ -110,7 +100,7 @@ func validatePluginUnderClaims(snap *Snapshot, p *structs.Plugin) error {
 		return err
 	}
 	for _, v := range vols {
-		for _, id := range sortedClaimIDs(v) {
+		for _, id := range v.ClaimIDs() {
 			c := v.Claims[id]
 			if c == nil || c.State == structs.ClaimReadyToFree || c.Unattached || c.Attached() == structs.EffectNone {
 				continue
