@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,7 +34,10 @@ var scaleHeapKeep *fsm
 // record, then the claim taken, one entry each. Reported after a GC: the
 // live heap (runtime/metrics /gc/heap/live:bytes), the heap in use, the
 // RSS, and the live bytes and heap objects per volume and per claim (its
-// allocation included).
+// allocation included); and over the whole build the peak RSS (VmHWM),
+// its time and the CPU the collector took. Under GOMEMLIMIT=2GiB the
+// peak is what the agent's default limit (host/agent memlimit.go) holds
+// a server of this state to.
 //
 //	VOLHOST_SCALE_VOLUMES=200000 go test -run '^$' -bench '^BenchmarkScaleHeap$' -benchtime 1x \
 //	  -memprofile /tmp/heap.prof ./host/cluster/
@@ -64,11 +68,37 @@ func BenchmarkScaleHeap(b *testing.B) {
 		b.ReportMetric(testutil.RSSMiB(), "rss-MiB")
 		b.ReportMetric(perVolume, "B/volume")
 		b.ReportMetric(perClaim, "B/claim")
+		b.ReportMetric(peakRSSMiB(), "peak-rss-MiB")
+		b.ReportMetric(took.Seconds(), "build-s")
+		b.ReportMetric(gcCPUSeconds(), "gc-cpu-s")
 		b.ReportMetric(float64(afterVolumes.objects-base.objects)/float64(n), "objects/volume")
 		b.ReportMetric(float64(all.objects-afterVolumes.objects)/float64(claims), "objects/claim")
 		b.Logf("%d volumes, %d claims applied through the FSM in %.1f s: live heap %.0f MiB (%.0f B/volume, %.0f B/claim), heap in use %.0f MiB, RSS %.0f MiB",
 			n, claims, took.Seconds(), float64(all.bytes)/(1<<20), perVolume, perClaim, float64(ms.HeapInuse)/(1<<20), testutil.RSSMiB())
 	}
+}
+
+// peakRSSMiB is the process's peak resident memory (VmHWM) in MiB.
+func peakRSSMiB() float64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(raw)) {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmHWM:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// gcCPUSeconds is the CPU the collector has taken so far, by the runtime's
+// estimate.
+func gcCPUSeconds() float64 {
+	s := []metrics.Sample{{Name: "/cpu/classes/gc/total:cpu-seconds"}}
+	metrics.Read(s)
+	return s[0].Value.Float64()
 }
 
 // heapFigures is the live heap, in bytes and objects, after a GC.
