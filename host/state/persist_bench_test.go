@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 )
 
 // persistBenchBytes is the snapshot the persist benchmarks restore: of
@@ -59,11 +60,13 @@ func BenchmarkPersist(b *testing.B) {
 	s, raw := persistBenchStore(), persistBenchBytes()
 	b.SetBytes(int64(len(raw)))
 	b.ReportAllocs()
+	cpu := rusageCPU(b)
 	for b.Loop() {
 		if err := s.Persist(io.Discard); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, cpu)
 }
 
 // BenchmarkRestore: one restore of that snapshot from memory into a new
@@ -72,9 +75,18 @@ func BenchmarkRestore(b *testing.B) {
 	raw := persistBenchBytes()
 	b.SetBytes(int64(len(raw)))
 	b.ReportAllocs()
+	cpu := rusageCPU(b)
 	for b.Loop() {
 		if err := NewStore().Restore(bytes.NewReader(raw)); err != nil {
 			b.Fatal(err)
 		}
 	}
+	reportCPU(b, cpu)
+}
+
+// reportCPU reports the process's CPU per operation since since (every
+// goroutine's, the collector's included): on a machine shared with other
+// work the wall time varies with their load, the CPU much less.
+func reportCPU(b *testing.B, since time.Duration) {
+	b.ReportMetric((rusageCPU(b)-since).Seconds()/float64(b.N), "cpu-s/op")
 }
