@@ -136,6 +136,9 @@ type Cluster struct {
 	store  *state.Store
 	raft   *raft.Raft
 
+	// stopSnapshotMin is snapshotOnStopMin (tests lower it).
+	stopSnapshotMin uint64
+
 	closers []io.Closer   // transport and bolt store, closed after raft
 	storage *storageFault // the raft stores' last failed write (nil: in memory)
 
@@ -220,8 +223,9 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		pending:     map[string]JoinRequest{},
 		meta:        newMeta(),
 
-		reconcileCh: make(chan struct{}, 1),
-		rereportCh:  make(chan struct{}, 1),
+		reconcileCh:     make(chan struct{}, 1),
+		rereportCh:      make(chan struct{}, 1),
+		stopSnapshotMin: snapshotOnStopMin,
 	}
 	if cfg.BootstrapExpect < 0 {
 		return nil, structs.Invalid("bootstrap_expect", "must not be negative, got %d", cfg.BootstrapExpect)
@@ -820,6 +824,7 @@ func (c *Cluster) AppliedIndex() uint64 { return c.raft.AppliedIndex() }
 // store. It is safe to call more than once.
 func (c *Cluster) Shutdown() error {
 	c.shutdownOnce.Do(func() {
+		c.snapshotOnStop()
 		if c.reach != nil {
 			c.reach.stopWaiting()
 		}
