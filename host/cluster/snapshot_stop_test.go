@@ -18,7 +18,7 @@ func TestServerSnapshotsOnStop(t *testing.T) {
 	dir := t.TempDir()
 	cfg := Config{DataDir: dir, Server: true, BootstrapExpect: 1, NodeID: "s1", BindAddr: freeAddr(t),
 		SnapshotInterval: snapshotTimerOff, SnapshotThreshold: 1 << 20}
-	c, s := start(t, cfg)
+	c, _ := start(t, cfg)
 	events := func(n int) {
 		for i := range n {
 			mustApply(t, c, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{{Type: structs.EventModule, Message: fmt.Sprint(i)}}})
@@ -33,13 +33,13 @@ func TestServerSnapshotsOnStop(t *testing.T) {
 	if err := c.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
-	c, s = start(t, cfg)
+	c, s2 := start(t, cfg)
 	if got := lastSnapshot(c); got != 0 {
 		t.Fatalf("a stop below the minimum took a snapshot (at %d)", got)
 	}
 	c.stopSnapshotMin = 10
 	events(12)
-	want, applied := digest(t, s), c.raft.AppliedIndex()
+	want, applied := digest(t, s2), c.raft.AppliedIndex()
 	if err := c.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestServerSnapshotsOnStop(t *testing.T) {
 	if list[0].Index != applied {
 		t.Fatalf("the stop's snapshot is at %d, the last applied entry %d", list[0].Index, applied)
 	}
-	c, s = start(t, cfg)
+	c, s := start(t, cfg)
 	if got := lastSnapshot(c); got != applied {
 		t.Fatalf("restarted from the snapshot at %d, want %d", got, applied)
 	}
