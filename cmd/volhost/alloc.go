@@ -87,7 +87,14 @@ type AllocStatusCommand struct{ *Meta }
 func (c *AllocStatusCommand) Synopsis() string { return "Show allocations, or one allocation" }
 func (c *AllocStatusCommand) Help() string {
 	return helpText("alloc status [options] [ID]", `
-  Without ID, list the allocations. With ID, show one.
+  Without ID, list the allocations. With ID, show one. An allocation is
+  read like the volumes of its namespace: the list of every namespace
+  needs read on every namespace.
+
+  -namespace=<ns>
+    Only list this namespace's allocations; with ID, the allocation's
+    namespace. Overrides the VOLHOST_NAMESPACE environment variable.
+    Default: every namespace (with ID: the one it is in).
 
   -node=<id>
     Only list allocations on this node.`, true)
@@ -96,13 +103,14 @@ func (c *AllocStatusCommand) Help() string {
 func (c *AllocStatusCommand) Run(args []string) int {
 	fs := c.flagSet("alloc status", true)
 	node := fs.String("node", "", "")
+	ns := c.namespaceFlag(fs, "")
 	rest, cl, ctx, stop, err := c.begin(fs, args, 0, 1, "alloc status [options] [ID]")
 	if err != nil {
 		return c.fail(err)
 	}
 	defer stop()
 	if len(rest) == 0 {
-		allocs, _, err := cl.Allocs(ctx, *node, nil)
+		allocs, _, err := cl.AllocsWhere(ctx, client.AllocQuery{Namespace: *ns, NodeID: *node}, nil)
 		if err != nil {
 			return c.fail(err)
 		}
@@ -120,7 +128,7 @@ func (c *AllocStatusCommand) Run(args []string) int {
 		c.Ui.Output(table(rows))
 		return 0
 	}
-	a, _, err := cl.Alloc(ctx, rest[0], nil)
+	a, _, err := cl.AllocIn(ctx, *ns, rest[0], nil)
 	if err != nil {
 		return c.fail(err)
 	}

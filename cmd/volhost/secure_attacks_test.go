@@ -128,4 +128,29 @@ func secureAttacks(t *testing.T, a *attackTarget) {
 	if code, body := a.do(t, http.MethodDelete, "/v1/volume/prod-vol?namespace=prod", "", a.mgmt); code != http.StatusOK {
 		t.Errorf("deregister prod-vol: %d %s", code, body)
 	}
+
+	// (f) A token that reads nodes and one namespace reads no other
+	// namespace's allocations: the list across namespaces and prod's are
+	// 403, and a prod allocation by ID answers exactly as an ID that does
+	// not exist.
+	if code, body := a.do(t, http.MethodPut, "/v1/allocs", `{"allocs":[{"id":"prod-job-1","namespace":"prod","node_id":"node1","client_status":"running"}]}`, a.mgmt); code != http.StatusOK {
+		t.Fatalf("register prod-job-1: %d %s", code, body)
+	}
+	reader := a.token("default-node-reader", "node { policy = \"read\" }\nnamespace \"default\" { policy = \"read\" }\n")
+	for _, path := range []string{"/v1/allocs", "/v1/allocs?node_id=node1", "/v1/allocs?namespace=prod", "/v1/alloc/prod-job-1", "/v1/alloc/prod-job-1?namespace=prod"} {
+		if code, body := a.do(t, http.MethodGet, path, "", reader); code != http.StatusForbidden || strings.Contains(body, "prod-job-1") {
+			t.Errorf("GET %s with a default reader: %d %s, want 403 showing nothing", path, code, body)
+		}
+	}
+	_, prodAlloc := a.do(t, http.MethodGet, "/v1/alloc/prod-job-1", "", reader)
+	_, missing := a.do(t, http.MethodGet, "/v1/alloc/no-such-alloc", "", reader)
+	if prodAlloc != missing {
+		t.Errorf("a prod allocation and a missing one answer apart:\n%s\n%s", prodAlloc, missing)
+	}
+	if code, body := a.do(t, http.MethodGet, "/v1/allocs?namespace=default", "", reader); code != http.StatusOK || strings.Contains(body, "prod-job-1") {
+		t.Errorf("default's allocations: %d %s", code, body)
+	}
+	if code, body := a.do(t, http.MethodGet, "/v1/alloc/prod-job-1", "", a.mgmt); code != http.StatusOK {
+		t.Errorf("management reads prod-job-1: %d %s", code, body)
+	}
 }

@@ -22,7 +22,7 @@
 //	DELETE /v1/node/ID                  ?force=true                   -> {"skipped_node_steps", "index"}
 //	GET    /v1/plugins, /v1/plugin/ID;  PUT /v1/plugins {"plugin": {...}}
 //	DELETE /v1/plugin/ID                -> {"index"}; 409 while volumes use it
-//	GET    /v1/allocs (?node_id=), /v1/alloc/ID; PUT /v1/allocs {"allocs": [...]}
+//	GET    /v1/allocs (?node_id=, ?namespace=), /v1/alloc/ID (?namespace=); PUT /v1/allocs {"allocs": [...]}
 //	GET    /v1/events                   ?index=N: only events after N (and blocks until there are some)
 //	PUT    /v1/system/gc                -> {"volumes"}
 //	GET    /v1/status/leader            -> {"address", "is_leader"}; 503 while no leader is known

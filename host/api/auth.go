@@ -98,6 +98,7 @@ const (
 	nsClaimBody                 // ?namespace=, else the claim body's, else "default"
 	nsVolumesBody               // every volume's namespace in the register body
 	nsAllocsBody                // every allocation's namespace in the upsert body, and the one each is stored in
+	nsAllocPath                 // ?namespace=, else the namespace of the allocation {id} is stored in (allocNamespaceOf)
 )
 
 // nodeFrom says where a node route finds the one node it is about, so a
@@ -180,7 +181,12 @@ var routeRules = map[string]rule{
 	"PUT /v1/plugins":        audited(need(acl.NodeWrite), "plugin-register"),
 	"POST /v1/plugins":       audited(need(acl.NodeWrite), "plugin-register"),
 	"GET /v1/plugin/{id}":    need(acl.NodeRead),
-	"GET /v1/allocs":         need(acl.NodeRead),
+	// An allocation is a node's workload (node:read) in one namespace
+	// (namespace:read there), as writing one needs node:write and
+	// namespace:claim: without the second a node:read token read every
+	// namespace's allocations. The list across namespaces needs read on
+	// every namespace, as the volume list does; ?namespace= asks for one.
+	"GET /v1/allocs": both(need(acl.NodeRead), needNS(acl.NamespaceRead, nsQueryOrAll)),
 	// An allocation is the scheduler's word (node:write) about a
 	// workload of one namespace: ending it releases the claims it holds
 	// there. So each allocation written needs namespace:claim in its
@@ -189,7 +195,7 @@ var routeRules = map[string]rule{
 	// it a node:write token ended any namespace's allocations.
 	"PUT /v1/allocs":        both(need(acl.NodeWrite), needNS(acl.NamespaceClaim, nsAllocsBody)),
 	"POST /v1/allocs":       both(need(acl.NodeWrite), needNS(acl.NamespaceClaim, nsAllocsBody)),
-	"GET /v1/alloc/{id}":    need(acl.NodeRead),
+	"GET /v1/alloc/{id}":    both(need(acl.NodeRead), needNS(acl.NamespaceRead, nsAllocPath)),
 	"GET /v1/events":        need(acl.EventsRead),
 	"PUT /v1/system/gc":     audited(need(acl.OperatorWrite), "system-gc"),
 	"POST /v1/system/gc":    audited(need(acl.OperatorWrite), "system-gc"),
@@ -272,7 +278,7 @@ type PermissionDenied struct {
 // flags (cmd/volhost), so a CLI user is never told to set a header or a
 // query parameter.
 const (
-	HintListOneNamespace = " (pass ?namespace= to list one)"
+	HintListOneNamespace = " (pass ?namespace= to ask for one)"
 	HintNoToken          = " (no token was sent: set the " + TokenHeader + " header or Authorization: Bearer)"
 )
 
@@ -578,10 +584,53 @@ func (s *Server) checkOne(w http.ResponseWriter, r *http.Request, ru rule, id *a
 	}
 	for _, ns := range namespaces {
 		if tokenErr != nil || !id.ACL.Allowed(c, ns) {
-			return &PermissionDenied{Capability: c, Namespace: ns, Reason: tokenErr}
+			return &PermissionDenied{Capability: c, Namespace: shownNamespace(r, ru.ns, ns), Reason: tokenErr}
 		}
 	}
 	return nil
+}
+
+// shownNamespace is the namespace a denial names. A namespace the caller
+// did not name but the server looked up (the stored allocation's, for
+// GET /v1/alloc/ID without ?namespace=) is not named: a denial "on
+// namespace prod" would tell a token that may not read prod that the
+// allocation exists and where. Such a denial says "every namespace",
+// as the one for an allocation that does not exist does, so the two
+// cannot be told apart.
+func shownNamespace(r *http.Request, from nsFrom, ns string) string {
+	if from == nsAllocPath && r.URL.Query().Get("namespace") == "" {
+		return "*"
+	}
+	return ns
+}
+
+// allowedNow reports whether the token that authorized r may use c in
+// namespace ns as its policy is now (Server.currentACL): a blocking read
+// runs again at every wake, and each run shows only what the token may
+// read at that run. The denial names ns as the route's rule would
+// (shownNamespace). nil: allowed, or ACLs are off.
+func (s *Server) allowedNow(r *http.Request, c acl.Capability, from nsFrom, ns string) error {
+	a, err := s.currentACL(r)
+	if err != nil || a == nil || a.Allowed(c, ns) {
+		return err
+	}
+	pd := &PermissionDenied{Capability: c, Namespace: shownNamespace(r, from, ns)}
+	return &httpError{status: http.StatusForbidden, msg: pd.Error()}
+}
+
+// visibleNow is the filter of a list across namespaces: whether the
+// token that authorized r may read namespace ns as its policy is now
+// (Server.currentACL), resolved once per run. With ACLs off every
+// namespace is visible.
+func (s *Server) visibleNow(r *http.Request) (func(ns string) bool, error) {
+	a, err := s.currentACL(r)
+	if err != nil {
+		return nil, err
+	}
+	if a == nil {
+		return func(string) bool { return true }, nil
+	}
+	return func(ns string) bool { return a.Allowed(acl.NamespaceRead, ns) }, nil
 }
 
 // requestNamespaces finds the namespaces a request acts on; all is a
@@ -630,6 +679,19 @@ func (s *Server) requestNamespaces(w http.ResponseWriter, r *http.Request, from 
 	case nsAllocsBody:
 		out, err := s.allocNamespaces(w, r)
 		return out, false, err
+	case nsAllocPath:
+		if q != "" {
+			return []string{q}, false, nil
+		}
+		ns, found, err := s.allocNamespaceOf(r)
+		if err != nil || !found {
+			// An allocation that does not exist is answered 404 only to
+			// a token that may read every namespace: to any other it is
+			// refused as one it may not read, so a 404 tells nothing of
+			// the allocations of the namespaces it may not read.
+			return nil, err == nil, err
+		}
+		return []string{ns}, false, nil
 	}
 	return nil, false, fmt.Errorf("unknown namespace source %d", from)
 }
@@ -682,6 +744,25 @@ func (s *Server) allocNamespaces(w http.ResponseWriter, r *http.Request) ([]stri
 		out = []string{DefaultNamespace} // unreadable body: the handler answers 400, if allowed to run
 	}
 	return out, nil
+}
+
+// allocNamespaceOf finds the namespace the allocation of the {id} path
+// segment is stored in; found is false when there is none.
+func (s *Server) allocNamespaceOf(r *http.Request) (ns string, found bool, _ error) {
+	// The middleware runs before the mux sets PathValue (see requestNode).
+	seg, _, _ := strings.Cut(strings.TrimPrefix(r.URL.EscapedPath(), "/v1/alloc/"), "/")
+	id, err := url.PathUnescape(seg)
+	if err != nil || id == "" {
+		return "", false, nil // the handler answers 400, if allowed to run
+	}
+	_, err = s.store.Query(r.Context(), 0, 0, func(_ memdb.WatchSet, rd Reader) (uint64, error) {
+		a, err := rd.AllocByID(nil, id)
+		if a != nil {
+			ns, found = orDefault(a.Namespace), true
+		}
+		return 0, err
+	})
+	return ns, found, err
 }
 
 // requestNode finds the node a node route is about. An unreadable body

@@ -9,6 +9,7 @@ import (
 
 	memdb "github.com/hashicorp/go-memdb"
 
+	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -766,10 +767,21 @@ func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) {
 	WriteJSON(w, http.StatusOK, p)
 }
 
+// listAllocs answers GET /v1/allocs (?node_id=, ?namespace=). Each run
+// shows only the allocations of the namespaces the token may read then
+// (visibleNow): the route's rule let it in, and a blocking list runs
+// again at every wake.
 func (s *Server) listAllocs(w http.ResponseWriter, r *http.Request) {
 	node := r.URL.Query().Get("node_id")
 	if node != "" {
 		if err := ValidateID("node_id", node); err != nil {
+			WriteError(w, err)
+			return
+		}
+	}
+	ns := r.URL.Query().Get("namespace")
+	if ns != "" {
+		if err := ValidateID("namespace", ns); err != nil {
 			WriteError(w, err)
 			return
 		}
@@ -780,13 +792,17 @@ func (s *Server) listAllocs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		visible, err := s.visibleNow(r)
+		if err != nil {
+			return nil, 0, err
+		}
 		as, err := rd.Allocs(ws)
 		if err != nil {
 			return nil, 0, err
 		}
 		out := make([]*structs.Alloc, 0, len(as))
 		for _, a := range as {
-			if node == "" || a.NodeID == node {
+			if (node == "" || a.NodeID == node) && (ns == "" || orDefault(a.Namespace) == ns) && visible(orDefault(a.Namespace)) {
 				out = append(out, a)
 			}
 		}
@@ -796,8 +812,37 @@ func (s *Server) listAllocs(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// getAlloc answers GET /v1/alloc/ID (?namespace=). An allocation in
+// another namespace than the one asked is not found, as a volume is; one
+// in a namespace the token may not read (checked at every run of a
+// blocking read) is refused as the route's rule refuses it.
 func (s *Server) getAlloc(w http.ResponseWriter, r *http.Request) {
-	getOne(s, w, r, "alloc", "allocation", tableAllocs, Reader.AllocByID)
+	id, err := pathID(r, "alloc_id")
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	ns := r.URL.Query().Get("namespace")
+	if ns != "" {
+		if err := ValidateID("namespace", ns); err != nil {
+			WriteError(w, err)
+			return
+		}
+	}
+	s.read(w, r, func(ws memdb.WatchSet, rd Reader) (any, uint64, error) {
+		a, err := rd.AllocByID(ws, id)
+		if err == nil && (a == nil || (ns != "" && orDefault(a.Namespace) != ns)) {
+			err = structs.NotFound("allocation", id)
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		if err := s.allowedNow(r, acl.NamespaceRead, nsAllocPath, orDefault(a.Namespace)); err != nil {
+			return nil, 0, err
+		}
+		idx, err := rd.Index(tableAllocs)
+		return a, idx, err
+	})
 }
 
 func (s *Server) upsertAllocs(w http.ResponseWriter, r *http.Request) {

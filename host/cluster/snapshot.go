@@ -67,6 +67,11 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 		// The machines kept running since the snapshot was taken: its
 		// claims' staging is in doubt (structs.Claim.Restored).
 		MarkClaimsRestored: true,
+		// A snapshot saved before the ACL bootstrap must not reopen it:
+		// the restored state keeps this cluster's ACL state. Decided
+		// here, into the state raft installs on every server, so each
+		// replica has the same tokens and the same bootstrap mark.
+		KeepACLOf: c.store.Snapshot(),
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", &structs.ValidationError{Field: "snapshot", Msg: "restore refused"}, err)
@@ -91,7 +96,11 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 		return raftErr("restore snapshot", err)
 	}
 	c.logger.Info("snapshot restored", "bytes", meta.Size, "from_cluster", h.ClusterID,
-		"from_index", h.Index, "created_at", h.CreatedAt, "foreign", h.ClusterID != hdr.ClusterID)
+		"from_index", h.Index, "created_at", h.CreatedAt, "foreign", h.ClusterID != hdr.ClusterID,
+		"kept_cluster_acl", h.KeptACL)
+	if h.KeptACL {
+		c.logger.Warn("the snapshot was saved before the ACL bootstrap: the cluster keeps its own ACL policies, tokens and bootstrap mark")
+	}
 	return nil
 }
 

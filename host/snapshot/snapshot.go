@@ -59,6 +59,10 @@ type Header struct {
 	// KeyID names the keyring key the secrets are sealed with ("" when
 	// the snapshot holds no secrets).
 	KeyID string `json:"key_id,omitempty"`
+	// KeptACL is set by Read, never written: the snapshot was saved
+	// before the ACL bootstrap and the store Read returns holds the ACL
+	// state of Options.KeepACLOf instead of its own (state.Builder.KeepACLOf).
+	KeptACL bool `json:"-"`
 }
 
 // Keyring gives the codec its keys: the active one to seal, any by ID to
@@ -117,27 +121,23 @@ func Write(w io.Writer, h Header, snap *state.Snapshot, kr Keyring) error {
 		return err
 	}
 	n := 0
+	lw := newRowWriter(out)
 	err := snap.Rows(func(table string, obj any) error {
-		r := row{Table: table}
+		var s *sealed
 		if v, ok := obj.(*structs.Volume); ok && len(v.Secrets) > 0 {
 			if aead == nil {
 				return errors.New("snapshot: volumes hold secrets but the cluster keyring has no key yet (it is created at the first leader step-up)")
 			}
-			s, err := seal(aead, v)
-			if err != nil {
+			var err error
+			if s, err = seal(aead, v); err != nil {
 				return err
 			}
 			c := *v
 			c.Secrets = nil
-			obj, r.Sealed = &c, s
+			obj = &c
 		}
-		b, err := json.Marshal(obj)
-		if err != nil {
-			return fmt.Errorf("snapshot: encode %s row: %w", table, err)
-		}
-		r.Row = b
 		n++
-		return writeLine(out, r)
+		return lw.write(table, obj, s)
 	})
 	if err != nil {
 		return err
@@ -199,6 +199,12 @@ type Options struct {
 	// (state.Builder.MarkClaimsRestored): set when the snapshot is
 	// restored over a running cluster.
 	MarkClaimsRestored bool
+	// KeepACLOf is the state of the cluster the snapshot is restored
+	// over: when the snapshot was saved before the ACL bootstrap and the
+	// cluster has bootstrapped, the restored store keeps the cluster's
+	// ACL state (state.Builder.KeepACLOf) rather than reopening the
+	// bootstrap to whoever calls it first. nil: the snapshot's rows only.
+	KeepACLOf *state.Snapshot
 }
 
 // Read reads and checks a whole snapshot and returns its header and a new
@@ -255,6 +261,11 @@ func Read(r io.Reader, kr Keyring, o Options) (Header, *state.Store, error) {
 		if rw.SHA256 != "" {
 			if err := checkTrailer(rd, rw, sumBefore, b.Rows()); err != nil {
 				return h, nil, err
+			}
+			if o.KeepACLOf != nil {
+				if h.KeptACL, err = b.KeepACLOf(o.KeepACLOf); err != nil {
+					return h, nil, err
+				}
 			}
 			return h, b.Store(o.StoreOptions...), nil
 		}

@@ -457,19 +457,38 @@ func (c *Client) RegisterPlugin(ctx context.Context, p *structs.Plugin) (*struct
 	return &out, nil
 }
 
-// Allocs lists allocations, optionally on one node ("" for all).
+// Allocs lists allocations, optionally on one node ("" for all), of
+// every namespace (which needs read on every namespace).
 func (c *Client) Allocs(ctx context.Context, nodeID string, o *QueryOptions) ([]*structs.Alloc, QueryMeta, error) {
-	q := url.Values{}
-	if nodeID != "" {
-		q.Set("node_id", nodeID)
+	return c.AllocsWhere(ctx, AllocQuery{NodeID: nodeID}, o)
+}
+
+// AllocQuery filters an allocation list; a zero field matches all.
+type AllocQuery struct {
+	Namespace, NodeID string
+}
+
+// AllocsWhere lists the allocations matching aq (GET /v1/allocs with
+// its filters: namespace, node_id).
+func (c *Client) AllocsWhere(ctx context.Context, aq AllocQuery, o *QueryOptions) ([]*structs.Alloc, QueryMeta, error) {
+	q := nsQuery(aq.Namespace)
+	if aq.NodeID != "" {
+		q.Set("node_id", aq.NodeID)
 	}
 	return list[*structs.Alloc](c, ctx, "/v1/allocs", q, o)
 }
 
-// Alloc reads one allocation.
+// Alloc reads one allocation, in whichever namespace it is.
 func (c *Client) Alloc(ctx context.Context, id string, o *QueryOptions) (*structs.Alloc, QueryMeta, error) {
+	return c.AllocIn(ctx, "", id, o)
+}
+
+// AllocIn reads one allocation of namespace ("": whichever it is in; a
+// token that may not read every namespace is then refused an allocation
+// that does not exist, rather than told so).
+func (c *Client) AllocIn(ctx context.Context, namespace, id string, o *QueryOptions) (*structs.Alloc, QueryMeta, error) {
 	var out structs.Alloc
-	meta, err := c.do(ctx, http.MethodGet, "/v1/alloc/"+seg(id), blocking(nil, o), nil, &out)
+	meta, err := c.do(ctx, http.MethodGet, "/v1/alloc/"+seg(id), blocking(nsQuery(namespace), o), nil, &out)
 	if err != nil {
 		return nil, meta, err
 	}
