@@ -64,9 +64,9 @@ func TestBridgeClaimAndRelease(t *testing.T) {
 func TestBridgeShutdownDelay(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.mirrorRunning("a1", "n1")
+	h.mirrorRunning("a1", "n1")
 	for _, client := range []string{clientRunning, clientPending} {
-		a = h.nomad.setAlloc(web("a1", "n1", client, "stop"), nil)
+		a := h.nomad.setAlloc(web("a1", "n1", client, "stop"), nil)
 		h.nomad.push(t, Batch{Allocs: []Alloc{a}})
 		testutil.WaitFor(t, "the batch applied", func() bool { return h.bridge.Status().LastEvent.Equal(h.clock.Now()) && h.streamDrained() })
 		h.relist()
@@ -74,7 +74,7 @@ func TestBridgeShutdownDelay(t *testing.T) {
 			t.Fatalf("desired stop, client %s: mirrored %s", client, got)
 		}
 	}
-	a = h.nomad.setAlloc(web("a1", "n1", clientComplete, "stop"), nil)
+	a := h.nomad.setAlloc(web("a1", "n1", clientComplete, "stop"), nil)
 	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
 	h.waitStatus("a1", structs.AllocComplete)
 }
@@ -93,9 +93,9 @@ func (h *harness) streamDrained() bool {
 func TestBridgeLostHeldUntilFence(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.claimRunning("a1", "n2")
+	h.claimRunning("a1", "n2")
 	n := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
-	a = h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
+	a := h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
 	h.nomad.push(t, Batch{Nodes: []Node{n}, Allocs: []Alloc{a}})
 	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
 	vn, _ := h.store.Snapshot().NodeByID(nil, "n2")
@@ -123,9 +123,9 @@ func TestBridgeLostHeldUntilFence(t *testing.T) {
 func TestBridgeNodeGone(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.mirrorRunning("a1", "n2")
+	h.mirrorRunning("a1", "n2")
 	n := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
-	a = h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
+	a := h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
 	h.nomad.push(t, Batch{Nodes: []Node{n}, Allocs: []Alloc{a}})
 	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
 	h.nomad.remove([]string{"id-n2"}, []string{"a1"})

@@ -257,8 +257,8 @@ func TestBridgeSkipsEndedAllocations(t *testing.T) {
 	}
 	// Nor for one that ended once mirrored (after a new leader's first
 	// list, and at every re-list, until Nomad garbage-collects it).
-	a := h.mirrorRunning("a1", "n1")
-	a = h.nomad.setAlloc(web("a1", "n1", clientComplete, "run"), nil)
+	h.mirrorRunning("a1", "n1")
+	a := h.nomad.setAlloc(web("a1", "n1", clientComplete, "run"), nil)
 	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
 	h.waitStatus("a1", structs.AllocComplete)
 	h.relist()
@@ -283,9 +283,9 @@ func TestBridgeHeldWhenNodeBack(t *testing.T) {
 	h := newHarness(t)
 	h.agentOwnsNode("n2")
 	h.start()
-	a := h.claimRunning("a1", "n2")
+	h.claimRunning("a1", "n2")
 	down := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
-	a = h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
+	a := h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
 	h.nomad.push(t, Batch{Nodes: []Node{down}, Allocs: []Alloc{a}})
 	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
 	back := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeReady})
@@ -315,9 +315,9 @@ func TestBridgeHeldWhenNodeBack(t *testing.T) {
 func TestBridgeVanishedOnNodeBack(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.claimRunning("a1", "n2")
+	h.claimRunning("a1", "n2")
 	down := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
-	a = h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
+	a := h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
 	h.nomad.push(t, Batch{Nodes: []Node{down}, Allocs: []Alloc{a}})
 	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
 	back := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeReady})
