@@ -178,9 +178,16 @@ var routeRules = map[string]rule{
 	"DELETE /v1/node/{id}":   audited(need(acl.OperatorWrite), "node-deregister"),
 	"DELETE /v1/plugin/{id}": audited(need(acl.OperatorWrite), "plugin-deregister"),
 	"GET /v1/plugins":        need(acl.NodeRead),
-	"PUT /v1/plugins":        audited(need(acl.NodeWrite), "plugin-register"),
-	"POST /v1/plugins":       audited(need(acl.NodeWrite), "plugin-register"),
-	"GET /v1/plugin/{id}":    need(acl.NodeRead),
+	// A plugin's controller endpoint is where the leader sends
+	// ControllerPublish and ControllerUnpublish, with the secrets of
+	// every volume of the plugin, in every namespace: an operator's
+	// decision, as a direct node's endpoints are (operatorNodeFields).
+	// With node:write alone a scheduler integration's token, scoped to
+	// its namespaces, repointed a plugin and received every namespace's
+	// secrets.
+	"PUT /v1/plugins":     audited(both(need(acl.NodeWrite), need(acl.OperatorWrite)), "plugin-register"),
+	"POST /v1/plugins":    audited(both(need(acl.NodeWrite), need(acl.OperatorWrite)), "plugin-register"),
+	"GET /v1/plugin/{id}": need(acl.NodeRead),
 	// An allocation is a node's workload (node:read) in one namespace
 	// (namespace:read there), as writing one needs node:write and
 	// namespace:claim: without the second a node:read token read every
