@@ -163,11 +163,14 @@ var routeRules = map[string]rule{
 	"GET /v1/node/{id}": needNode(acl.NodeRead, nodePath),
 	// A status set here is an operator's word, not a timeout (the store
 	// clears HeartbeatLost): "down" lets the default policy skip the
-	// node steps of its claims, as a fence does. Never a node agent's
-	// (node_id rules do not grant it): its agent reports liveness by
-	// heartbeats on its stream.
-	"PUT /v1/node/{id}/status":  audited(need(acl.NodeWrite), "node-status"),
-	"POST /v1/node/{id}/status": audited(need(acl.NodeWrite), "node-status"),
+	// node steps of its claims, as a fence does, so it needs what a
+	// fence needs, operator:write, besides node:write. Never a node
+	// agent's (node_id rules do not grant it): its agent reports
+	// liveness by heartbeats on its stream. With node:write alone a
+	// scheduler integration's token scoped to dev marked a node running
+	// prod down.
+	"PUT /v1/node/{id}/status":  audited(both(need(acl.NodeWrite), need(acl.OperatorWrite)), "node-status"),
+	"POST /v1/node/{id}/status": audited(both(need(acl.NodeWrite), need(acl.OperatorWrite)), "node-status"),
 	// A fence lets claims skip their node steps (a forced detach): an
 	// operator's attestation, never a node agent's.
 	"PUT /v1/node/{id}/fence":    audited(need(acl.OperatorWrite), "node-fence"),
