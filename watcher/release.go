@@ -7,7 +7,6 @@ import (
 	"sort"
 	"time"
 
-	csipb "github.com/container-storage-interface/spec/lib/go/csi"
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -494,10 +493,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 				return false, p.failAdapt(ctx, c, fe)
 			}
 			err := p.callCSI(attach.WithStepKey(ctx, attach.Key(p.ref, c, StepNodeUnpublish)), func(ctx context.Context) error {
-				return nodeCSI.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
-					VolumeId:   resp.VolumeID,
-					TargetPath: c.TargetPath,
-				})
+				return nodeCSI.NodeUnpublishVolume(ctx, np.Endpoint, attach.Requests{Claim: c, Answer: resp}.NodeUnpublish())
 			})
 			if ok, err := p.csiOutcome(ctx, c, StepNodeUnpublish, err); !ok || err != nil {
 				return false, err
@@ -556,10 +552,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 				// The unstage, a new destructive call, runs under the pass's
 				// own context: a cancelled pass records, it does not act.
 				err := p.callCSI(attach.WithStepKey(ctx, attach.Key(p.ref, c, StepNodeUnstage)), func(ctx context.Context) error {
-					return nodeCSI.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
-						VolumeId:          resp.VolumeID,
-						StagingTargetPath: c.StagingPath,
-					})
+					return nodeCSI.NodeUnstageVolume(ctx, np.Endpoint, attach.Requests{Claim: c, Answer: resp}.NodeUnstage())
 				})
 				if ok, err := p.csiOutcome(ctx, c, StepNodeUnstage, err); !ok || err != nil {
 					return false, err
@@ -744,11 +737,8 @@ func (p *pass) controllerStep(ctx context.Context, c *structs.Claim) (bool, erro
 		return false, err
 	}
 	err = p.callCSI(ctx, func(ctx context.Context) error {
-		return p.w.deps.Controller.ControllerUnpublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerUnpublishVolumeRequest{
-			VolumeId: resp.VolumeID,
-			NodeId:   resp.NodeID,
-			Secrets:  secrets,
-		})
+		return p.w.deps.Controller.ControllerUnpublishVolume(ctx, p.plugin.ControllerEndpoint,
+			attach.Requests{Claim: c, Answer: resp, Secrets: secrets}.ControllerUnpublish())
 	})
 	release()
 	if ok, err := p.csiOutcome(ctx, c, StepControllerUnpublish, err); !ok || err != nil {

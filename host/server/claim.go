@@ -232,12 +232,12 @@ type publisher struct {
 	unstageInDoubt bool
 
 	// Set by prepare, before the claim is written ahead.
-	np         *structs.NodePlugin // the node's plugin, nil or without endpoint: no node steps
-	nodeCSI    attach.NodeSteps
-	adapted    *abi.AdapterResponse
-	secrets    map[string]string
-	capability *csipb.VolumeCapability
-	staging    string // the volume's staging path on the machine ("" unless the plugin stages)
+	np      *structs.NodePlugin // the node's plugin, nil or without endpoint: no node steps
+	nodeCSI attach.NodeSteps
+	// reqs builds each step's request and its undo's (attach.Requests,
+	// the release's builder too) from the claim's IDs and paths and the
+	// adapter's answer.
+	reqs attach.Requests
 }
 
 // attachRecorded is whether the claim path sends ControllerPublishVolume:
@@ -294,10 +294,9 @@ func (p *publisher) prepare(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.adapted = adapted
 	p.claim.ExternalNodeID = adapted.NodeID
-	var fe *structs.ClaimError
-	if p.secrets, fe = attach.Secrets(adapter, p.vol, adapted.SecretKeys); fe != nil {
+	secrets, fe := attach.Secrets(adapter, p.vol, adapted.SecretKeys)
+	if fe != nil {
 		// The release's fault too (attach.Secrets): no call without the secret.
 		return fmt.Errorf("csi adapter for volume %q: %w", p.vol.ID, fe)
 	}
@@ -305,13 +304,16 @@ func (p *publisher) prepare(ctx context.Context) error {
 		// GCE PD and others reject an empty node ID; never send one (node_id is optional in the CSI spec, not in drivers).
 		return structs.Invalid("node_id", "no external node ID for node %q and plugin %q: register the node's plugin endpoint", p.node.ID, p.plugin.ID)
 	}
-	p.capability = csi.Capability(p.claim.AccessMode, p.claim.AttachmentMode, p.vol.FSType, p.vol.MountFlags)
 	if p.np != nil {
 		staging, target := csi.Paths(p.node.RootDir, p.plugin.ID, p.vol.Namespace, p.vol.ID, p.claim.AllocID)
 		p.claim.TargetPath = target
 		if p.np.StageUnstage {
-			p.staging, p.claim.StagingPath = staging, staging
+			p.claim.StagingPath = staging
 		}
+	}
+	p.reqs = attach.Requests{
+		Claim: p.claim, Answer: adapted, Secrets: secrets,
+		Capability: csi.Capability(p.claim.AccessMode, p.claim.AttachmentMode, p.vol.FSType, p.vol.MountFlags),
 	}
 	return nil
 }
@@ -329,8 +331,6 @@ func (p *publisher) publish(ctx context.Context, index uint64) error {
 // publishSteps runs the claim's CSI calls; attach says whether the first
 // is ControllerPublishVolume.
 func (p *publisher) publishSteps(ctx context.Context, attach bool) error {
-	adapted, secrets, capability := p.adapted, p.secrets, p.capability
-	readonly := p.claim.Mode == structs.ClaimRead
 	var err error
 
 	if attach {
@@ -342,17 +342,13 @@ func (p *publisher) publishSteps(ctx context.Context, attach bool) error {
 		owned := p.vol.HoldsAttachment(p.claim) == nil
 		var resp *csipb.ControllerPublishVolumeResponse
 		err := p.call(ctx, func(ctx context.Context) (err error) {
-			resp, err = p.s.csi.ControllerPublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerPublishVolumeRequest{
-				VolumeId: adapted.VolumeID, NodeId: adapted.NodeID, VolumeCapability: capability,
-				Readonly: readonly, Secrets: secrets, VolumeContext: adapted.VolumeContext,
-			})
+			resp, err = p.s.csi.ControllerPublishVolume(ctx, p.plugin.ControllerEndpoint, p.reqs.ControllerPublish())
 			return err
 		})
 		if owned {
+			undo := p.reqs.ControllerUnpublish()
 			p.undoIfRan(err, func(ctx context.Context) error {
-				return p.s.csi.ControllerUnpublishVolume(ctx, p.plugin.ControllerEndpoint, &csipb.ControllerUnpublishVolumeRequest{
-					VolumeId: adapted.VolumeID, NodeId: adapted.NodeID, Secrets: secrets,
-				})
+				return p.s.csi.ControllerUnpublishVolume(ctx, p.plugin.ControllerEndpoint, undo)
 			})
 		}
 		if err != nil {
@@ -363,9 +359,8 @@ func (p *publisher) publishSteps(ctx context.Context, attach bool) error {
 	if p.np == nil {
 		return nil
 	}
-	np, node, target := p.np, p.nodeCSI, p.claim.TargetPath
-	if p.staging != "" {
-		staging := p.staging
+	np, node := p.np, p.nodeCSI
+	if p.claim.StagingPath != "" {
 		// Stage once per volume and machine: later claims there reuse it
 		// (CSI spec: NodeStageVolume is per volume per node), but only
 		// from a claim that certainly staged this path and has not begun
@@ -376,21 +371,19 @@ func (p *publisher) publishSteps(ctx context.Context, attach bool) error {
 		// idempotent, rather than publish from an empty directory onto
 		// the node's root disk.
 		if p.vol.StagedFor(p.claim) == nil {
+			// Built after ControllerPublish: it carries its publish context.
+			stage := p.reqs.NodeStage()
 			err := p.call(ctx, func(ctx context.Context) error {
-				return node.NodeStageVolume(ctx, np.Endpoint, &csipb.NodeStageVolumeRequest{
-					VolumeId: adapted.VolumeID, PublishContext: p.claim.PublishContext, StagingTargetPath: staging,
-					VolumeCapability: capability, Secrets: secrets, VolumeContext: adapted.VolumeContext,
-				})
+				return node.NodeStageVolume(ctx, np.Endpoint, stage)
 			})
 			// Undone only when no other claim on the machine may have a
 			// target published from the path (structs.Volume.NeedsStaging):
 			// the rollback's NodeUnstage must not pull it from under one.
 			if p.vol.NeedsStaging(p.claim) == nil {
 				n := len(p.undo)
+				undo := p.reqs.NodeUnstage()
 				p.undoIfRan(err, func(ctx context.Context) error {
-					return node.NodeUnstageVolume(ctx, np.Endpoint, &csipb.NodeUnstageVolumeRequest{
-						VolumeId: adapted.VolumeID, StagingTargetPath: staging,
-					})
+					return node.NodeUnstageVolume(ctx, np.Endpoint, undo)
 				})
 				if len(p.undo) > n {
 					p.unstageUndo = len(p.undo)
@@ -401,17 +394,13 @@ func (p *publisher) publishSteps(ctx context.Context, attach bool) error {
 			}
 		}
 	}
+	publish := p.reqs.NodePublish()
 	err = p.call(ctx, func(ctx context.Context) error {
-		return node.NodePublishVolume(ctx, np.Endpoint, &csipb.NodePublishVolumeRequest{
-			VolumeId: adapted.VolumeID, PublishContext: p.claim.PublishContext, StagingTargetPath: p.claim.StagingPath,
-			TargetPath: target, VolumeCapability: capability, Readonly: readonly, Secrets: secrets,
-			VolumeContext: adapted.VolumeContext,
-		})
+		return node.NodePublishVolume(ctx, np.Endpoint, publish)
 	})
+	undo := p.reqs.NodeUnpublish()
 	p.undoIfRan(err, func(ctx context.Context) error {
-		return node.NodeUnpublishVolume(ctx, np.Endpoint, &csipb.NodeUnpublishVolumeRequest{
-			VolumeId: adapted.VolumeID, TargetPath: target,
-		})
+		return node.NodeUnpublishVolume(ctx, np.Endpoint, undo)
 	})
 	if err != nil {
 		return fmt.Errorf("node publish of volume %q on node %q: %w", p.vol.ID, p.node.ID, err)

@@ -280,6 +280,7 @@ func (w *writer) deregisterNode(r *structs.NodeDeregisterRequest) (any, error) {
 func (w *writer) registerVolumes(r *structs.VolumeRegisterRequest) (any, error) {
 	for _, in := range r.Volumes {
 		v := in.Copy()
+		internVolume(v)
 		old, err := w.snap.VolumeByID(nil, v.Namespace, v.ID)
 		if err != nil {
 			return nil, err
@@ -395,6 +396,7 @@ func (w *writer) upsertAllocs(r *structs.AllocUpsertRequest) (any, error) {
 	var ended []string
 	for _, in := range r.Allocs {
 		a := in.Copy()
+		internAlloc(a)
 		old, err := w.snap.AllocByID(nil, a.ID)
 		if err != nil {
 			return nil, err
@@ -472,6 +474,7 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 	}
 	v := old.Copy()
 	c := r.Claim.Copy()
+	internClaim(c)
 	if c.State == "" {
 		c.State = structs.ClaimTaken
 	}
@@ -548,6 +551,7 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 	v := withNewClaims(old)
 	prev := v.Claims[r.Claim.AllocID]
 	c := r.Claim.Copy()
+	internClaim(c)
 	c.CreateIndex = prev.CreateIndex
 	c.ModifyIndex = w.index
 	if c.CreateTime.IsZero() {

@@ -9,6 +9,10 @@
 //     external node ID the claim's steps go to);
 //   - the secrets a call sends (Secrets): a key the volume lacks is the
 //     adapter's bad-output fault, at publish as at release;
+//   - the CSI requests of a claim's six steps (Requests): each step and
+//     its undo built from the same claim record and adapter answer, so
+//     the claim path's rollback and the release send the undo the same
+//     way and name what the step named;
 //   - how a module's failure is named on a claim (ModuleError, Fault);
 //   - the per-volume lock that serialises a claim's publish with a
 //     release's destructive node and controller steps (VolumeLocks);
