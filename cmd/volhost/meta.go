@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -152,7 +153,28 @@ func (m *Meta) client() (*client.Client, error) {
 	}
 	cl.SetToken(m.secret())
 	cl.OnWarning(func(msg string) { m.Ui.Warn("Warning: " + msg) })
+	if m.secret() != "" && plainRemote(cl.Address()) {
+		// The agent names its own tokens sent in clear INSECURE at start;
+		// the CLI's goes in clear on every request to such an address.
+		m.Ui.Warn("Warning: the ACL token goes over plain HTTP to " + cl.Address() +
+			": anyone on the path can read it and act as you; use https (tls { http = true } on the agents)")
+	}
 	return cl, nil
+}
+
+// plainRemote reports whether address is plain http to another machine
+// than this one (loopback is not on any network path).
+func plainRemote(address string) bool {
+	u, err := url.Parse(address)
+	if err != nil || u.Scheme != "http" {
+		return false
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
 }
 
 // secret is the token the CLI sends: -token, else VOLHOST_TOKEN.

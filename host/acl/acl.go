@@ -114,6 +114,32 @@ func (a *ACL) AllowedNode(c Capability, nodeID string) bool {
 	return max(rule, a.node) >= need
 }
 
+// ServesNode reports whether a may act as nodeID's node agent: connect
+// on the node RPC as nodeID, keep it ready with heartbeats, and receive
+// its claims' node steps, with their volumes' secrets. Only a node_id
+// rule governing nodeID (exact, else the most literal glob) that grants
+// write does, or a management token; a deny in that rule or in the node
+// block wins. The node block alone does not: it is what the API's node
+// routes need (PUT /v1/allocs, PUT /v1/plugins, a scheduler
+// integration's token scoped to its namespaces), and it made its holder
+// every node's agent, receiving the secrets of every namespace's volumes
+// claimed there.
+func (a *ACL) ServesNode(nodeID string) bool {
+	if a.management {
+		return true
+	}
+	rule, ok := a.nodeExact[nodeID]
+	if !ok {
+		for _, g := range a.nodeGlobs {
+			if globMatch(g.pattern, nodeID) {
+				rule = g.grant
+				break
+			}
+		}
+	}
+	return rule == levelWrite && a.node != levelDeny
+}
+
 // IsManagement reports whether a is a management ACL.
 func (a *ACL) IsManagement() bool { return a.management }
 

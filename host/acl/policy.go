@@ -26,11 +26,12 @@
 // against the glob with the most literal characters.
 //
 // node_id blocks scope node access to named nodes (a node agent's token
-// should write its own node only): a request about node N
-// (a node agent connecting as N, registering N, setting N's status) is
-// allowed by the node block or by the node_id rule that governs N (exact,
-// else the glob with the most literal characters); a deny in that rule
-// wins. Node routes not about one node (plugins, allocations, lists) need
+// should write its own node only): an API request about node N
+// (registering N, reading N) is allowed by the node block or by the
+// node_id rule that governs N (exact, else the glob with the most literal
+// characters); a deny in that rule wins. A node agent connecting as N
+// needs that node_id rule (ACL.ServesNode): the node block's write is
+// the API's and makes no one a node agent. Node routes not about one node (plugins, allocations, lists) need
 // the node block; an allocation write needs namespace claim in the
 // allocation's namespace as well (host/api routeRules).
 package acl

@@ -78,9 +78,17 @@ type Resolver struct {
 	clock clockwork.Clock
 
 	mu         sync.Mutex
-	cacheIndex uint64
+	cacheIndex cacheVersion
 	cache      map[string]*ACL
 }
+
+// cacheVersion is what the compiled ACLs were built from: the policies
+// table's index, and the state's generation (a restore replaces the
+// policies, maybe at the same index).
+type cacheVersion struct{ index, generation uint64 }
+
+// generations is a State a restore can replace whole (*state.Store).
+type generations interface{ StateGeneration() uint64 }
 
 // NewResolver resolves against st; clk (nil: the real clock) decides expiry.
 func NewResolver(st State, clk clockwork.Clock) *Resolver {
@@ -137,10 +145,15 @@ func (r *Resolver) Resolve(secret string) (*Identity, error) {
 // aclFor compiles (or finds cached) the ACL of a policy set. A policy that
 // no longer exists contributes nothing.
 func (r *Resolver) aclFor(names []string) (*ACL, error) {
+	var v cacheVersion
+	if g, ok := r.state.(generations); ok {
+		v.generation = g.StateGeneration() // read first: a restore after it only drops the entry
+	}
 	idx, err := r.state.ACLPoliciesIndex()
 	if err != nil {
 		return nil, fmt.Errorf("resolve policies: %w", err)
 	}
+	v.index = idx
 	key := strings.Join(names, "\x00")
 	if len(names) > 1 {
 		s := append([]string(nil), names...)
@@ -148,9 +161,9 @@ func (r *Resolver) aclFor(names []string) (*ACL, error) {
 		key = strings.Join(s, "\x00")
 	}
 	r.mu.Lock()
-	if r.cacheIndex != idx {
+	if r.cacheIndex != v {
 		clear(r.cache)
-		r.cacheIndex = idx
+		r.cacheIndex = v
 	}
 	a, ok := r.cache[key]
 	r.mu.Unlock()
@@ -176,7 +189,7 @@ func (r *Resolver) aclFor(names []string) (*ACL, error) {
 	}
 	a = New(ps...)
 	r.mu.Lock()
-	if r.cacheIndex == idx {
+	if r.cacheIndex == v {
 		if len(r.cache) >= maxCached {
 			clear(r.cache)
 		}

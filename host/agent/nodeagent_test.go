@@ -234,8 +234,10 @@ func TestStagingSurvivesAgentRestart(t *testing.T) {
 	}
 }
 
-// With ACLs on, a node agent needs a token granting node:write: one that
-// only reads nodes, or none, is refused before its node is registered.
+// With ACLs on, a node agent needs a token granting node:write on its
+// node through a node_id rule (or management): one that only reads
+// nodes, the node block's write alone, or none, is refused before its
+// node is registered.
 func TestNodeAgentNeedsNodeWrite(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -271,7 +273,7 @@ func TestNodeAgentNeedsNodeWrite(t *testing.T) {
 	}{
 		{"no token", "", false},
 		{"read only", token("node-reader"), false},
-		{"node write", token("node-writer"), true},
+		{"node write, the API's (no node_id rule)", token("node-writer"), false},
 		{"its own node only", token("node1-writer"), true},
 		{"another node's token", token("node2-writer"), false},
 		{"management", mgmt, true},

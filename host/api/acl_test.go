@@ -204,7 +204,8 @@ var aclCases = []struct {
 	{"volume force deregister", "DELETE", "/v1/volume/v1?force=true", "", `namespace:force-deregister on namespace "default"`,
 		`namespace "default" { capabilities = ["force-deregister"] }`, `namespace "default" { policy = "write" }`},
 	{"node read", "GET", "/v1/nodes", "", "node:read", `node { policy = "read" }`, `operator { policy = "write" }`},
-	{"node write", "PUT", "/v1/node/n1/status", `{"status":"down"}`, "node:write", `node { policy = "write" }`, `node { policy = "read" }`},
+	{"node write", "PUT", "/v1/node/n1/status", `{"status":"down"}`, "node:write",
+		"node { policy = \"write\" }\noperator { policy = \"write\" }", "node { policy = \"read\" }\noperator { policy = \"write\" }"},
 	{"alloc write", "PUT", "/v1/allocs", `{"allocs":[{"id":"a1","node_id":"n1","client_status":"running"}]}`, "node:write",
 		`node { policy = "write" }` + "\n" + `namespace "default" { capabilities = ["claim"] }`, `node { policy = "read" }`},
 	// An allocation is also written in its namespace: TestAllocWritesNeedTheirNamespace.
@@ -212,12 +213,13 @@ var aclCases = []struct {
 	// A node's status is the operator's word: its own node_id rule does
 	// not grant it (the agent heartbeats instead).
 	{"node status needs every node", "PUT", "/v1/node/n1/status", `{"status":"down"}`, "node:write",
-		`node { policy = "write" }`, `node_id "n1" { policy = "write" }`},
+		"node { policy = \"write\" }\noperator { policy = \"write\" }", "node_id \"n1\" { policy = \"write\" }\noperator { policy = \"write\" }"},
 	{"node register scoped", "PUT", "/v1/nodes", `{"node":{"id":"n1"}}`, `node:write on node "n1"`,
 		`node_id "n1" { policy = "write" }`, `node_id "n1" { policy = "read" }`},
 	{"plugin write needs every node", "PUT", "/v1/plugins", `{"plugin":{"id":"p3"}}`, "node:write",
-		`node { policy = "write" }`, `node_id "*" { policy = "write" }`},
-	{"plugin write", "PUT", "/v1/plugins", `{"plugin":{"id":"p2"}}`, "node:write", `node { policy = "write" }`, `node { policy = "read" }`},
+		"node { policy = \"write\" }\noperator { policy = \"write\" }", "node_id \"*\" { policy = \"write\" }\noperator { policy = \"write\" }"},
+	{"plugin write", "PUT", "/v1/plugins", `{"plugin":{"id":"p2"}}`, "node:write",
+		"node { policy = \"write\" }\noperator { policy = \"write\" }", "node { policy = \"read\" }\noperator { policy = \"write\" }"},
 	{"events read", "GET", "/v1/events", "", "events:read", `events { policy = "read" }`, `node { policy = "write" }`},
 	{"system gc", "PUT", "/v1/system/gc", "", "operator:write", `operator { policy = "write" }`, `operator { policy = "read" }`},
 	{"leftovers clear", "DELETE", "/v1/volumes/leftovers?all=true", "", "operator:write", `operator { policy = "write" }`, `operator { policy = "read" }`},

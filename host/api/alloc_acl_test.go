@@ -42,7 +42,7 @@ func TestAllocWritesNeedTheirNamespace(t *testing.T) {
 		want              string // in the error
 	}{
 		{"dev writer ends default's allocation", dev, end("default"), http.StatusForbidden, `namespace:claim on namespace "default"`},
-		{"dev writer names dev for default's allocation", dev, end("dev"), http.StatusForbidden, `namespace:claim on namespace "default"`},
+		{"dev writer names dev for default's allocation", dev, end("dev"), http.StatusForbidden, `namespace:claim on the namespace an allocation of the request is stored in`},
 		{"dev writer with a batch reaching into default", dev,
 			`{"allocs":[{"id":"job-1","namespace":"dev","node_id":"n1","client_status":"running"},{"id":"web-1","namespace":"default","node_id":"n1","client_status":"complete"}]}`,
 			http.StatusForbidden, `namespace "default"`},

@@ -163,11 +163,14 @@ var routeRules = map[string]rule{
 	"GET /v1/node/{id}": needNode(acl.NodeRead, nodePath),
 	// A status set here is an operator's word, not a timeout (the store
 	// clears HeartbeatLost): "down" lets the default policy skip the
-	// node steps of its claims, as a fence does. Never a node agent's
-	// (node_id rules do not grant it): its agent reports liveness by
-	// heartbeats on its stream.
-	"PUT /v1/node/{id}/status":  audited(need(acl.NodeWrite), "node-status"),
-	"POST /v1/node/{id}/status": audited(need(acl.NodeWrite), "node-status"),
+	// node steps of its claims, as a fence does, so it needs what a
+	// fence needs, operator:write, besides node:write. Never a node
+	// agent's (node_id rules do not grant it): its agent reports
+	// liveness by heartbeats on its stream. With node:write alone a
+	// scheduler integration's token scoped to dev marked a node running
+	// prod down.
+	"PUT /v1/node/{id}/status":  audited(both(need(acl.NodeWrite), need(acl.OperatorWrite)), "node-status"),
+	"POST /v1/node/{id}/status": audited(both(need(acl.NodeWrite), need(acl.OperatorWrite)), "node-status"),
 	// A fence lets claims skip their node steps (a forced detach): an
 	// operator's attestation, never a node agent's.
 	"PUT /v1/node/{id}/fence":    audited(need(acl.OperatorWrite), "node-fence"),
@@ -178,9 +181,16 @@ var routeRules = map[string]rule{
 	"DELETE /v1/node/{id}":   audited(need(acl.OperatorWrite), "node-deregister"),
 	"DELETE /v1/plugin/{id}": audited(need(acl.OperatorWrite), "plugin-deregister"),
 	"GET /v1/plugins":        need(acl.NodeRead),
-	"PUT /v1/plugins":        audited(need(acl.NodeWrite), "plugin-register"),
-	"POST /v1/plugins":       audited(need(acl.NodeWrite), "plugin-register"),
-	"GET /v1/plugin/{id}":    need(acl.NodeRead),
+	// A plugin's controller endpoint is where the leader sends
+	// ControllerPublish and ControllerUnpublish, with the secrets of
+	// every volume of the plugin, in every namespace: an operator's
+	// decision, as a direct node's endpoints are (operatorNodeFields).
+	// With node:write alone a scheduler integration's token, scoped to
+	// its namespaces, repointed a plugin and received every namespace's
+	// secrets.
+	"PUT /v1/plugins":     audited(both(need(acl.NodeWrite), need(acl.OperatorWrite)), "plugin-register"),
+	"POST /v1/plugins":    audited(both(need(acl.NodeWrite), need(acl.OperatorWrite)), "plugin-register"),
+	"GET /v1/plugin/{id}": need(acl.NodeRead),
 	// An allocation is a node's workload (node:read) in one namespace
 	// (namespace:read there), as writing one needs node:write and
 	// namespace:claim: without the second a node:read token read every
@@ -285,9 +295,12 @@ const (
 func (e *PermissionDenied) Error() string {
 	msg := "Permission denied: missing capability " + string(e.Capability)
 	if e.Capability.Namespaced() {
-		if e.Namespace == "*" {
+		switch e.Namespace {
+		case "*":
 			msg += " on every namespace" + HintListOneNamespace
-		} else {
+		case storedNamespace:
+			msg += " on the namespace an allocation of the request is stored in"
+		default:
 			msg += fmt.Sprintf(" on namespace %q", e.Namespace)
 		}
 	}
@@ -584,37 +597,55 @@ func (s *Server) checkOne(w http.ResponseWriter, r *http.Request, ru rule, id *a
 	}
 	for _, ns := range namespaces {
 		if tokenErr != nil || !id.ACL.Allowed(c, ns) {
-			return &PermissionDenied{Capability: c, Namespace: shownNamespace(r, ru.ns, ns), Reason: tokenErr}
+			return &PermissionDenied{Capability: c, Namespace: s.shownNamespace(r, ru.ns, ns), Reason: tokenErr}
 		}
 	}
 	return nil
 }
 
 // shownNamespace is the namespace a denial names. A namespace the caller
-// did not name but the server looked up (the stored allocation's, for
-// GET /v1/alloc/ID without ?namespace=) is not named: a denial "on
+// did not name but the server looked up is not named: a denial "on
 // namespace prod" would tell a token that may not read prod that the
-// allocation exists and where. Such a denial says "every namespace",
-// as the one for an allocation that does not exist does, so the two
-// cannot be told apart.
-func shownNamespace(r *http.Request, from nsFrom, ns string) string {
-	if from == nsAllocPath && r.URL.Query().Get("namespace") == "" {
-		return "*"
+// allocation exists and where.
+//   - GET /v1/alloc/ID without ?namespace= (the stored allocation's): the
+//     denial says "every namespace", as the one for an allocation that
+//     does not exist does, so the two cannot be told apart.
+//   - PUT /v1/allocs (the namespace an allocation of the body is stored
+//     in, when the body does not name it): the denial says only that it
+//     is the namespace an allocation of the request is stored in
+//     (storedNamespace). That such an allocation exists is the write's
+//     to know (it would otherwise create it); whose it is is not.
+func (s *Server) shownNamespace(r *http.Request, from nsFrom, ns string) string {
+	switch from {
+	case nsAllocPath:
+		if r.URL.Query().Get("namespace") == "" {
+			return "*"
+		}
+	case nsAllocsBody:
+		// An unreadable body names nothing and is checked as "default":
+		// that one is named back.
+		if named, _ := s.bodyAllocs(r); len(named) > 0 && !slices.Contains(named, ns) {
+			return storedNamespace
+		}
 	}
 	return ns
 }
+
+// storedNamespace stands, in a denial, for a namespace the request did not
+// name (shownNamespace).
+const storedNamespace = "\x00stored"
 
 // allowedNow reports whether the token that authorized r may use c in
 // namespace ns as its policy is now (Server.currentACL): a blocking read
 // runs again at every wake, and each run shows only what the token may
 // read at that run. The denial names ns as the route's rule would
-// (shownNamespace). nil: allowed, or ACLs are off.
+// (Server.shownNamespace). nil: allowed, or ACLs are off.
 func (s *Server) allowedNow(r *http.Request, c acl.Capability, from nsFrom, ns string) error {
 	a, err := s.currentACL(r)
 	if err != nil || a == nil || a.Allowed(c, ns) {
 		return err
 	}
-	pd := &PermissionDenied{Capability: c, Namespace: shownNamespace(r, from, ns)}
+	pd := &PermissionDenied{Capability: c, Namespace: s.shownNamespace(r, from, ns)}
 	return &httpError{status: http.StatusForbidden, msg: pd.Error()}
 }
 
@@ -702,25 +733,11 @@ func (s *Server) requestNamespaces(w http.ResponseWriter, r *http.Request, from 
 // validateAllocUpsert); checking the stored one here makes a body naming
 // the caller's namespace for another's allocation a 403 that names
 // nothing of it, not a 400 that names its namespace.
-func (s *Server) allocNamespaces(w http.ResponseWriter, r *http.Request) ([]string, error) {
-	var body struct {
-		Allocs []*struct {
-			ID        string `json:"id"`
-			Namespace string `json:"namespace"`
-		} `json:"allocs"`
-	}
-	s.peekBody(w, r, &body)
-	var out []string
+func (s *Server) allocNamespaces(_ http.ResponseWriter, r *http.Request) ([]string, error) {
+	out, ids := s.bodyAllocs(r)
 	add := func(ns string) {
 		if ns = orDefault(ns); !slices.Contains(out, ns) {
 			out = append(out, ns)
-		}
-	}
-	var ids []string
-	for _, a := range body.Allocs {
-		if a != nil {
-			add(a.Namespace)
-			ids = append(ids, a.ID)
 		}
 	}
 	if len(ids) > 0 {
@@ -744,6 +761,28 @@ func (s *Server) allocNamespaces(w http.ResponseWriter, r *http.Request) ([]stri
 		out = []string{DefaultNamespace} // unreadable body: the handler answers 400, if allowed to run
 	}
 	return out, nil
+}
+
+// bodyAllocs reads an allocation upsert's body: the namespaces it names
+// (each allocation's, "default" when omitted) and the allocations' IDs.
+func (s *Server) bodyAllocs(r *http.Request) (named, ids []string) {
+	var body struct {
+		Allocs []*struct {
+			ID        string `json:"id"`
+			Namespace string `json:"namespace"`
+		} `json:"allocs"`
+	}
+	s.peekBody(nil, r, &body)
+	for _, a := range body.Allocs {
+		if a == nil {
+			continue
+		}
+		if ns := orDefault(a.Namespace); !slices.Contains(named, ns) {
+			named = append(named, ns)
+		}
+		ids = append(ids, a.ID)
+	}
+	return named, ids
 }
 
 // allocNamespaceOf finds the namespace the allocation of the {id} path

@@ -67,8 +67,9 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 		// The machines kept running since the snapshot was taken: its
 		// claims' staging is in doubt (structs.Claim.Restored).
 		MarkClaimsRestored: true,
-		// A snapshot saved before the ACL bootstrap must not reopen it:
-		// the restored state keeps this cluster's ACL state. Decided
+		// A snapshot saved before the ACL bootstrap must not reopen it,
+		// nor one of this cluster revive tokens deleted since: the
+		// restored state keeps this cluster's ACL state. Decided
 		// here, into the state raft installs on every server, so each
 		// replica has the same tokens and the same bootstrap mark.
 		KeepACLOf: c.store.Snapshot(),
@@ -99,7 +100,7 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 		"from_index", h.Index, "created_at", h.CreatedAt, "foreign", h.ClusterID != hdr.ClusterID,
 		"kept_cluster_acl", h.KeptACL)
 	if h.KeptACL {
-		c.logger.Warn("the snapshot was saved before the ACL bootstrap: the cluster keeps its own ACL policies, tokens and bootstrap mark")
+		c.logger.Warn("the cluster keeps its own ACL policies, tokens and bootstrap mark: the snapshot is this cluster's (its ACL state is older) or was saved before the ACL bootstrap")
 	}
 	return nil
 }

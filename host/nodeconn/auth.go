@@ -9,10 +9,12 @@ import (
 )
 
 // ACLAuth is the Authorizer of a cluster with ACLs on: an agent's token
-// must grant node:write on the node it serves (a node block, or a node_id
-// rule naming it), so a token handed to one node cannot drive another,
-// and it stops serving the moment the token is deleted or expires, or a
-// policy change takes that grant away.
+// must grant node:write on the node it serves through a node_id rule
+// naming it (or a glob), or be a management token (acl.ACL.ServesNode),
+// so a token handed to one node cannot drive another, a node block's
+// node:write (the API's) drives none, and it stops serving the moment
+// the token is deleted or expires, or a policy change takes that grant
+// away.
 func ACLAuth(r *acl.Resolver) Authorizer { return aclAuth{r} }
 
 type aclAuth struct{ r *acl.Resolver }
@@ -44,8 +46,9 @@ func (x aclAuth) AccessorOf(token string) (string, error) {
 
 // mayServe is the one rule of who may be nodeID's agent.
 func mayServe(id *acl.Identity, nodeID string) error {
-	if id.ACL == nil || !id.ACL.AllowedNode(acl.NodeWrite, nodeID) {
-		return fmt.Errorf("token %s does not grant %s on node %q: %w", id.Accessor(), acl.NodeWrite, nodeID, structs.ErrPermissionDenied)
+	if id.ACL == nil || !id.ACL.ServesNode(nodeID) {
+		return fmt.Errorf("token %s does not grant %s on node %q through a node_id rule naming it (a node block's grant is the API's, not a node agent's): %w",
+			id.Accessor(), acl.NodeWrite, nodeID, structs.ErrPermissionDenied)
 	}
 	return nil
 }

@@ -81,13 +81,14 @@ func TestKeepACLOf(t *testing.T) {
 		t.Fatalf("kept %v, bootstrap index %d over a cluster that never bootstrapped", h.KeptACL, idx)
 	}
 
-	// A snapshot that bootstrapped brings its own ACL state.
+	// Another cluster's snapshot that bootstrapped brings its own ACL
+	// state (this cluster's own never does: TestRestoreNeverRevivesARevokedToken).
 	other := state.NewStore()
 	if _, err := other.Apply(3, structs.ACLBootstrapType, &structs.ACLBootstrapRequest{Token: &structs.ACLToken{
 		AccessorID: "other-boot", SecretHash: strings.Repeat("c", 64), Type: structs.ACLManagementToken}}); err != nil {
 		t.Fatal(err)
 	}
-	h, got, err = Read(bytes.NewReader(save(t, cluster, kr, "c1")), kr, Options{ClusterID: "c1", KeepACLOf: other.Snapshot()})
+	h, got, err = Read(bytes.NewReader(save(t, cluster, kr, "c1")), kr, Options{ClusterID: "c2", ForceForeign: true, KeepACLOf: other.Snapshot()})
 	if err != nil {
 		t.Fatal(err)
 	}

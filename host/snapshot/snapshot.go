@@ -59,9 +59,9 @@ type Header struct {
 	// KeyID names the keyring key the secrets are sealed with ("" when
 	// the snapshot holds no secrets).
 	KeyID string `json:"key_id,omitempty"`
-	// KeptACL is set by Read, never written: the snapshot was saved
-	// before the ACL bootstrap and the store Read returns holds the ACL
-	// state of Options.KeepACLOf instead of its own (state.Builder.KeepACLOf).
+	// KeptACL is set by Read, never written: the store Read returns
+	// holds the ACL state of Options.KeepACLOf instead of the snapshot's
+	// (state.Builder.KeepACLOf).
 	KeptACL bool `json:"-"`
 }
 
@@ -200,10 +200,12 @@ type Options struct {
 	// restored over a running cluster.
 	MarkClaimsRestored bool
 	// KeepACLOf is the state of the cluster the snapshot is restored
-	// over: when the snapshot was saved before the ACL bootstrap and the
-	// cluster has bootstrapped, the restored store keeps the cluster's
-	// ACL state (state.Builder.KeepACLOf) rather than reopening the
-	// bootstrap to whoever calls it first. nil: the snapshot's rows only.
+	// over: when the cluster has bootstrapped, and the snapshot is its
+	// own (ClusterID) or was saved before the ACL bootstrap, the
+	// restored store keeps the cluster's ACL state
+	// (state.Builder.KeepACLOf) rather than reviving tokens deleted since
+	// or reopening the bootstrap to whoever calls it first. nil: the
+	// snapshot's rows only.
 	KeepACLOf *state.Snapshot
 }
 
@@ -263,7 +265,7 @@ func Read(r io.Reader, kr Keyring, o Options) (Header, *state.Store, error) {
 				return h, nil, err
 			}
 			if o.KeepACLOf != nil {
-				if h.KeptACL, err = b.KeepACLOf(o.KeepACLOf); err != nil {
+				if h.KeptACL, err = b.KeepACLOf(o.KeepACLOf, h.ClusterID == o.ClusterID); err != nil {
 					return h, nil, err
 				}
 			}

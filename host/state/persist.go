@@ -144,6 +144,9 @@ func (s *Store) Restore(r io.Reader) error {
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	old := s.cur.Swap(&dbState{db: db, abandon: make(chan struct{})})
+	// After the swap: a cache filled from the new state under the old
+	// generation is dropped at its next look-up, never the reverse.
+	s.generation.Add(1)
 	s.volEvents = countVolumeEvents(db)
 	close(old.abandon)
 	return nil

@@ -7,26 +7,36 @@ import "fmt"
 // replaces them as one (KeepACLOf), never some of them.
 var aclTables = []string{TableACLPolicies, TableACLTokens, TableACLBootstrap}
 
-// KeepACLOf makes a restore of rows saved before the ACL bootstrap keep
-// cur's ACL state (policies, tokens and bootstrap mark) when cur has
-// bootstrapped, and reports whether it did.
+// KeepACLOf makes a restore keep cur's ACL state (policies, tokens and
+// bootstrap mark) when cur has bootstrapped and either the snapshot is
+// of the same cluster (sameCluster) or it was saved before the ACL
+// bootstrap, and reports whether it did.
 //
 // Without it, restoring an operator snapshot taken before `acl
 // bootstrap` wiped the bootstrap mark with the tokens, and the first
 // caller of POST /v1/acl/bootstrap, anyone who reached the port, got a
 // management token. Such a snapshot carries no ACL state of its own: a
 // restore of data must not open the cluster's door, nor lock its
-// operators out by dropping every token while the mark stays. A snapshot
-// that did bootstrap brings its own ACL state, whole, as any backup does
-// (a cluster rebuilt from it gets its tokens back).
+// operators out by dropping every token while the mark stays.
+//
+// A snapshot of the same cluster is older than its ACL state: bringing
+// its tokens and policies back revived every token deleted since (one
+// revoked because it leaked, a node agent's retired with its machine)
+// and undid every policy narrowed since, silently, in a restore meant to
+// bring data back. Within one cluster the ACL state never goes back
+// through a restore. A snapshot of another cluster (a cluster rebuilt
+// from a backup, restored with -force-foreign) brings its own ACL state,
+// whole: the tokens its agents and operators hold.
 //
 // The builder's store is what the leader hands raft to install on every
 // server, so each replica installs the same ACL state; a raft snapshot
 // sent to a follower is the leader's current state and never passes
 // here. Call it after the last row was added, before Store.
-func (b *Builder) KeepACLOf(cur *Snapshot) (bool, error) {
-	if row, err := b.txn.First(TableACLBootstrap, indexID, bootstrapKey); err != nil || row != nil {
-		return false, err // the snapshot's own ACL state
+func (b *Builder) KeepACLOf(cur *Snapshot, sameCluster bool) (bool, error) {
+	if !sameCluster {
+		if row, err := b.txn.First(TableACLBootstrap, indexID, bootstrapKey); err != nil || row != nil {
+			return false, err // another cluster's snapshot brings its own ACL state
+		}
 	}
 	if idx, err := cur.ACLBootstrapIndex(); err != nil || idx == 0 {
 		return false, err // nothing to keep: the cluster never bootstrapped either

@@ -77,7 +77,16 @@ type Store struct {
 	// volEvents counts the events in volume rings (under writeMu); derived
 	// from the state, recounted on restore.
 	volEvents int
+	// generation counts the restores that replaced the whole state
+	// (StateGeneration).
+	generation atomic.Uint64
 }
+
+// StateGeneration moves every time a restore replaces the whole state. A
+// table's index says nothing across a restore (the restored one may equal
+// the index it replaced), so a cache of what a table held (compiled ACLs,
+// host/acl) ends with the generation too.
+func (s *Store) StateGeneration() uint64 { return s.generation.Load() }
 
 // dbState pairs a database with the channel closed when Restore replaces it,
 // so blocking queries on the old database wake up and rerun.

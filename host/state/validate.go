@@ -739,15 +739,12 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 	if c.Mode == structs.ClaimWrite && v.AccessMode.MaxWriters() == 0 {
 		return structs.Invalid("claim.mode", "volume %q is %s: write claims are not allowed", name, v.AccessMode)
 	}
-	a, err := mustExist(snap.AllocByID, "allocation", c.AllocID)
+	a, err := claimAlloc(snap, v, c.AllocID)
 	if err != nil {
 		return err
 	}
 	if a.NodeID != c.NodeID {
 		return structs.Invalid("claim.node_id", "allocation %q runs on node %q, not %q", a.ID, a.NodeID, c.NodeID)
-	}
-	if a.Namespace != "" && a.Namespace != v.Namespace {
-		return structs.Invalid("claim.alloc_id", "allocation %q is in namespace %q, volume %q in %q", a.ID, a.Namespace, v.ID, v.Namespace)
 	}
 	n, err := mustExist(snap.NodeByID, "node", c.NodeID)
 	if err != nil {
@@ -803,6 +800,29 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 		}
 	}
 	return nil
+}
+
+// claimAlloc is the allocation a claim of v names, which must be in v's
+// namespace. One of another namespace is refused exactly as one that does
+// not exist, before anything else about it is looked at, and the refusal
+// names only the claimant's own namespace: a token that may claim in v's
+// namespace was told, of an allocation of a namespace it may not read,
+// that the ID exists, where it runs ("runs on node n1, not n9") and whose
+// it is ("is in namespace prod"), which GET /v1/alloc/ID refuses to show
+// it. A refusal of a field of the body (400 on claim.alloc_id), not a 404:
+// the path's volume exists, and a scheduler reading the answer must not
+// take it for a missing volume. The same claims are refused as before (a
+// replay decides alike). An allocation without a namespace (written
+// before namespaces were kept) is taken as in any, as before.
+func claimAlloc(snap *Snapshot, v *structs.Volume, allocID string) (*structs.Alloc, error) {
+	a, err := snap.AllocByID(nil, allocID)
+	if err != nil {
+		return nil, err
+	}
+	if a == nil || (a.Namespace != "" && a.Namespace != v.Namespace) {
+		return nil, structs.Invalid("claim.alloc_id", "allocation %q does not exist in namespace %q", allocID, v.Namespace)
+	}
+	return a, nil
 }
 
 func validateClaimRemove(snap *Snapshot, r *structs.VolumeClaimRemoveRequest) error {

@@ -198,6 +198,9 @@ func validateClaimLeftovers(snap *Snapshot, v *structs.Volume, n *structs.Node, 
 		default:
 			continue
 		}
+		if l.Namespace != v.Namespace {
+			return otherNamespaceLeftover(v, same)
+		}
 		return structs.Conflict("volume %q: disk %q was force-deregistered and left leftover %q: %s. "+
 			"Clean the leftover up on the storage side, then `volhost volume leftovers -clear %s` and retry the claim",
 			volName(v.Namespace, v.ID), v.ExternalID, l.ID, why, l.ID)
@@ -213,4 +216,21 @@ func whyInDoubt(o *structs.Claim) string {
 		return "its last attempt failed: " + e.Error()
 	}
 	return "its answer has not arrived"
+}
+
+// otherNamespaceLeftover refuses a claim of v held back by a leftover of a
+// volume of another namespace (its disk force-deregistered there, then
+// registered again as v), naming nothing of it: the leftover's ID, its
+// volume, allocation and node belong to a namespace v's claimant may not
+// read, which the registration's one-disk-one-volume refusal does not
+// name either (validateOneVolumePerDisk). The operator who clears it
+// sees it (`volhost volume leftovers`, operator:read).
+func otherNamespaceLeftover(v *structs.Volume, sameMachine bool) error {
+	where := "the same machine: the disk may still be staged or published there"
+	if !sameMachine {
+		where = fmt.Sprintf("another machine: the disk may still be attached there, and volume %q is %s", volName(v.Namespace, v.ID), v.AccessMode)
+	}
+	return structs.Conflict("volume %q: disk %q was force-deregistered from a volume of another namespace, whose release had not detached it, on %s. "+
+		"An operator must clean the leftover up on the storage side and clear it (`volhost volume leftovers`) before the disk is claimed here",
+		volName(v.Namespace, v.ID), v.ExternalID, where)
 }

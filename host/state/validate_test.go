@@ -105,7 +105,7 @@ func TestRefusalsLeaveStateUnchanged(t *testing.T) {
 		{"alloc delete live", nil, structs.AllocDeleteType, &structs.AllocDeleteRequest{AllocIDs: []string{"a3", "a1"}}, "conflict"},
 		{"alloc delete empty", nil, structs.AllocDeleteType, &structs.AllocDeleteRequest{}, "invalid:alloc_ids"},
 		{"claim unknown volume", nil, structs.VolumeClaimType, claim("nope", "a1", "n1", structs.ClaimWrite), "notfound"},
-		{"claim unknown alloc", nil, structs.VolumeClaimType, claim("vol-sw", "a9", "n1", structs.ClaimWrite), "notfound"},
+		{"claim unknown alloc", nil, structs.VolumeClaimType, claim("vol-sw", "a9", "n1", structs.ClaimWrite), "invalid:claim.alloc_id"},
 		{"claim missing", nil, structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: "vol-sw"}, "invalid:claim"},
 		{"claim bad mode", nil, structs.VolumeClaimType, claim("vol-sw", "a1", "n1", "rw"), "invalid:claim.mode"},
 		{"claim terminal alloc", nil, structs.VolumeClaimType, claim("vol-sw", "a3", "n1", structs.ClaimWrite), "conflict"},

@@ -17,7 +17,9 @@ var ErrDowngrade = errors.New("bundle older than the serving version")
 // digest forever: whoever may push to the registry, without the key,
 // could re-point the tag at a bundle signed long ago (one with a known
 // bug) and the agent would go back to it. Versions compare when both are
-// dotted numbers (1.2.0, v2.0); any other pair has no order and passes.
+// dotted numbers, maybe with a semver pre-release and build metadata
+// (1.2.0, v2.0, 2.0.0-rc.1 below 2.0.0); any other pair has no order and
+// passes.
 // To go back on purpose, sign the old module again under a higher
 // version, or use `volhost module rollback`.
 func notOlder(b Bundle, module, serving string) error {
@@ -35,11 +37,15 @@ func notOlder(b Bundle, module, serving string) error {
 	return nil
 }
 
-// compareVersions orders two dotted-number versions ("1.2.0", "v2.0"):
-// -1, 0 or 1, and ok false when either is not one.
+// compareVersions orders two versions: dotted numbers ("1.2.0", "v2.0"),
+// each maybe with a semver 2.0.0 pre-release ("-rc.1", lower than the
+// release) and build metadata ("+build.7", ignored): -1, 0 or 1, and ok
+// false when either is no such version. A pre-release once had no order
+// with anything, so an old signed release candidate put back on the tag
+// passed the downgrade check (TestReplayedPrereleaseBundleIsRefused).
 func compareVersions(a, b string) (int, bool) {
-	pa, oka := dotted(a)
-	pb, okb := dotted(b)
+	pa, prea, oka := parseVersion(a)
+	pb, preb, okb := parseVersion(b)
 	if !oka || !okb {
 		return 0, false
 	}
@@ -58,11 +64,75 @@ func compareVersions(a, b string) (int, bool) {
 			return 1, true
 		}
 	}
-	return 0, true
+	return comparePrerelease(prea, preb), true
+}
+
+// parseVersion splits v into its dotted numbers and its pre-release
+// identifiers (nil for a release), dropping build metadata.
+func parseVersion(v string) (nums []uint64, pre []string, ok bool) {
+	v, _, _ = strings.Cut(strings.TrimPrefix(v, "v"), "+")
+	core, p, hasPre := strings.Cut(v, "-")
+	if nums, ok = dotted(core); !ok {
+		return nil, nil, false
+	}
+	if hasPre {
+		if p == "" {
+			return nil, nil, false
+		}
+		pre = strings.Split(p, ".")
+		for _, id := range pre {
+			if id == "" {
+				return nil, nil, false
+			}
+		}
+	}
+	return nums, pre, true
+}
+
+// comparePrerelease orders pre-releases as semver 2.0.0 (item 11): a
+// release (nil) is above any pre-release; identifiers compare in turn,
+// numeric ones numerically and below alphanumeric ones, which compare in
+// ASCII order; a longer list wins a tie.
+func comparePrerelease(a, b []string) int {
+	switch {
+	case a == nil && b == nil:
+		return 0
+	case a == nil:
+		return 1
+	case b == nil:
+		return -1
+	}
+	for i := range min(len(a), len(b)) {
+		x, errx := strconv.ParseUint(a[i], 10, 64)
+		y, erry := strconv.ParseUint(b[i], 10, 64)
+		switch {
+		case errx == nil && erry == nil:
+			if x != y {
+				if x < y {
+					return -1
+				}
+				return 1
+			}
+		case errx == nil:
+			return -1
+		case erry == nil:
+			return 1
+		default:
+			if c := strings.Compare(a[i], b[i]); c != 0 {
+				return c
+			}
+		}
+	}
+	switch {
+	case len(a) < len(b):
+		return -1
+	case len(a) > len(b):
+		return 1
+	}
+	return 0
 }
 
 func dotted(v string) ([]uint64, bool) {
-	v = strings.TrimPrefix(v, "v")
 	if v == "" {
 		return nil, false
 	}

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -89,7 +90,33 @@ func New(address string, hc *http.Client) (*Client, error) {
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	return &Client{base: u, hc: hc}, nil
+	return &Client{base: u, hc: sameHostRedirects(hc)}, nil
+}
+
+// sameHostRedirects is hc (copied, never changed: it may be shared, as
+// http.DefaultClient is) following redirects only to the host and scheme
+// the request went to. Go's client copies every header but Authorization
+// and Cookie onto a redirect, to any host and from https to http: the
+// token (X-Volhost-Token) would go wherever whatever answers at the
+// address (a proxy, a load balancer) points it. An agent never redirects
+// to another host; a redirect there is an error.
+func sameHostRedirects(hc *http.Client) *http.Client {
+	c := *hc
+	next := hc.CheckRedirect
+	c.CheckRedirect = func(req *http.Request, via []*http.Request) error {
+		if first := via[0].URL; req.URL.Host != first.Host || req.URL.Scheme != first.Scheme {
+			return fmt.Errorf("refusing to follow a redirect from %s://%s to %s://%s: the request carries the ACL token",
+				first.Scheme, first.Host, req.URL.Scheme, req.URL.Host)
+		}
+		if next != nil {
+			return next(req, via)
+		}
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		return nil
+	}
+	return &c
 }
 
 // Address is the agent's base URL.

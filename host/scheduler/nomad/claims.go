@@ -12,6 +12,7 @@ import (
 type claimJob struct {
 	key     string // alloc/ID/volume/NS/VOL: the in-flight and problem key
 	allocID string
+	allocNS string // the allocation's namespace: a claim of another's volume is refused as if it did not exist
 	nodeID  string
 	vol     volumeRequest
 }
@@ -43,7 +44,7 @@ func (b *Bridge) claimAll(r *run) {
 			continue
 		}
 		for _, v := range t.vols {
-			job := claimJob{key: "alloc/" + id + "/volume/" + v.ref(), allocID: id, nodeID: va.NodeID, vol: v}
+			job := claimJob{key: "alloc/" + id + "/volume/" + v.ref(), allocID: id, allocNS: va.Namespace, nodeID: va.NodeID, vol: v}
 			if r.inflight[job.key] {
 				continue
 			}
@@ -98,8 +99,8 @@ func (b *Bridge) claimed(ctx context.Context, r *run, res claimResult) {
 	if errors.Is(res.err, structs.ErrNotFound) {
 		why = fmt.Sprintf("volume %s is not registered in volhost (%v)", j.vol.ref(), res.err)
 	}
-	msg := fmt.Sprintf("allocation %s (meta %s): claim of volume %s for %s on node %s refused: %s",
-		j.allocID, j.vol.Key, j.vol.ref(), j.vol.Mode, j.nodeID, why)
+	msg := fmt.Sprintf("allocation %s (namespace %s, meta %s): claim of volume %s for %s on node %s refused: %s",
+		j.allocID, j.allocNS, j.vol.Key, j.vol.ref(), j.vol.Mode, j.nodeID, why)
 	if b.problem(r, j.key, j.allocID, j.nodeID, msg) {
 		if err := b.commit(ctx, r, false, false); err != nil {
 			b.log.Warn("could not record a refused claim as an event", "error", err)
