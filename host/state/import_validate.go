@@ -130,12 +130,7 @@ func validateVolumeRow(snap *Snapshot, v *structs.Volume) error {
 	if err := validVolumeShape(snap, volumesField(0), v); err != nil {
 		return err
 	}
-	ids := make([]string, 0, len(v.Claims))
-	for id := range v.Claims {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range v.ClaimIDs() {
 		c := v.Claims[id]
 		f := fmt.Sprintf("claims[%s]", id)
 		switch {

@@ -283,12 +283,7 @@ func validateMachineIdentity(snap *Snapshot, n *structs.Node) error {
 	const what = "drain the node (stop its allocations and let their claims be released) " +
 		"or force-deregister those volumes, then register it again"
 	for _, v := range vols {
-		ids := make([]string, 0, len(v.Claims))
-		for id := range v.Claims {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		for _, id := range ids {
+		for _, id := range v.ClaimIDs() {
 			c := v.Claims[id]
 			if c == nil || c.NodeID != n.ID || c.State == structs.ClaimReadyToFree {
 				continue
