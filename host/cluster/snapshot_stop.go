@@ -16,7 +16,7 @@ import (
 // stopped on purpose (an upgrade, a rolling restart) therefore takes a
 // snapshot as it stops, when its log holds enough entries past the last
 // one to be worth it: the restart then restores it and has nothing of its
-// own to replay. The stop takes one save longer (about a second of CPU at
+// own to replay. The stop takes one save longer (about 1.5 s of CPU at
 // 1,000,000 volumes in one process, BenchmarkPersist). A crash skips it,
 // and the restart replays as before.
 
