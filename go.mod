@@ -1,6 +1,6 @@
 module github.com/volhost/volhost
 
-go 1.26.0
+go 1.26.8
 
 require (
 	github.com/cenkalti/backoff/v4 v4.3.0
@@ -83,3 +83,7 @@ require (
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	gotest.tools/v3 v3.5.2 // indirect
 )
+
+// go-immutable-radix with its mutation channels made when first watched
+// (third_party/go-immutable-radix/mutate_ch.go; README "Dependencies").
+replace github.com/hashicorp/go-immutable-radix => ./third_party/go-immutable-radix

@@ -37,8 +37,7 @@ func TestHotSwapUnderLoad(t *testing.T) {
 	want := defaultpolicy.Decide(req).Decisions
 
 	var (
-		stop     = make(chan struct{})
-		wg       sync.WaitGroup
+		stops    []func()
 		calls    atomic.Int64
 		failures atomic.Int64
 		mu       sync.Mutex
@@ -46,32 +45,24 @@ func TestHotSwapUnderLoad(t *testing.T) {
 		firstErr error
 	)
 	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				resp := new(abi.PolicyResponse)
-				gen, err := e.m.call(ctx, "policy", abi.KindReleasePolicy, abi.ExportDecideRelease, req, policyDecoder(req, resp))
-				calls.Add(1)
-				if err == nil && !reflect.DeepEqual(resp.Decisions, want) {
-					err = fmt.Errorf("generation %d answered %+v", gen, resp.Decisions)
-				}
-				mu.Lock()
-				seen[gen]++
-				if err != nil {
-					failures.Add(1)
-					if firstErr == nil {
-						firstErr = err
-					}
-				}
-				mu.Unlock()
+		stops = append(stops, testutil.Repeat(func() bool {
+			resp := new(abi.PolicyResponse)
+			gen, err := e.m.call(ctx, "policy", abi.KindReleasePolicy, abi.ExportDecideRelease, req, policyDecoder(req, resp))
+			calls.Add(1)
+			if err == nil && !reflect.DeepEqual(resp.Decisions, want) {
+				err = fmt.Errorf("generation %d answered %+v", gen, resp.Decisions)
 			}
-		}()
+			mu.Lock()
+			seen[gen]++
+			if err != nil {
+				failures.Add(1)
+				if firstErr == nil {
+					firstErr = err
+				}
+			}
+			mu.Unlock()
+			return true
+		}))
 	}
 
 	// 20 replacements, bad and good alternating. Bad ones: bytes that do not
@@ -116,8 +107,9 @@ func TestHotSwapUnderLoad(t *testing.T) {
 			runtimeYield()
 		}
 	}
-	close(stop)
-	wg.Wait()
+	for _, stop := range stops {
+		stop()
+	}
 
 	if n := failures.Load(); n != 0 {
 		t.Fatalf("%d of %d calls failed during hot swaps; first: %v", n, calls.Load(), firstErr)

@@ -122,7 +122,7 @@ func (w *wasmModule) strategy() string { return w.m.rt.OnFailure(w.name) }
 // default policy or spec adapter, "last_known_good" the module's previous
 // generation; "wait" (and a caller that gave up) keeps the fault, so the
 // claim waits, visibly. Whichever answers, the watcher checks the answer as
-// it checks any module's (decide, attach.CheckIDs, classify): a strategy
+// it checks any module's (decide, abi.CheckAdapterIDs, classify): a strategy
 // changes who is asked, never what the host allows. It also returns the
 // generation that faulted.
 func fallback(ctx context.Context, strategy string, err error) (string, uint64) {

@@ -9,35 +9,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/volhost/volhost/host/acl"
+	"github.com/volhost/volhost/host/acl/acltest"
 	"github.com/volhost/volhost/host/api"
 	"github.com/volhost/volhost/host/csi/csitest"
-	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/tlsutil"
 	"github.com/volhost/volhost/internal/testutil"
 )
-
-// forgedManagementToken is a raft log entry creating a management token
-// with secret, encoded as the leader encodes commands (a type byte, then
-// the time and the request).
-func forgedManagementToken(t *testing.T, secret string) []byte {
-	t.Helper()
-	req, err := json.Marshal(&structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{
-		AccessorID: "6d2c2c1e-0000-4000-8000-00000000a77a", SecretHash: acl.HashSecret(secret),
-		Name: "rogue", Type: structs.ACLManagementToken,
-	}}, Actor: "rogue"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	at, _ := time.Now().UTC().MarshalText()
-	return append([]byte{byte(structs.ACLTokenUpsertType)}, `{"time":"`+string(at)+`","req":`+string(req)+`}`...)
-}
 
 // TestSecureBinaryCluster is the ACL and TLS end-to-end check with the real
 // binary: three servers with ACLs and mutual TLS (HTTPS with client
@@ -290,7 +272,7 @@ tls {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if resp, err := testutil.AppendAsPeer(leader.raft, h.ClientConfig(), forgedManagementToken(t, rogueSecret)); err == nil {
+		if resp, err := testutil.AppendAsPeer(leader.raft, h.ClientConfig(), acltest.ForgedManagementToken(t, rogueSecret)); err == nil {
 			t.Fatalf("%s on raft: answered %+v", name, resp)
 		}
 	}
@@ -327,27 +309,17 @@ tls {
 	}
 	old := serial()
 	var requests, failures atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			resp, err := hc.Get("https://" + leader.http + "/v1/status/leader")
-			requests.Add(1)
-			if err != nil || resp.StatusCode != http.StatusOK {
-				failures.Add(1)
-			}
-			if err == nil {
-				resp.Body.Close()
-			}
+	stop := testutil.Repeat(func() bool {
+		resp, err := hc.Get("https://" + leader.http + "/v1/status/leader")
+		requests.Add(1)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			failures.Add(1)
 		}
-	}()
+		if err == nil {
+			resp.Body.Close()
+		}
+		return true
+	})
 	next, err := tlsutil.CreateCert(tlsutil.CertRequest{Kind: tlsutil.KindServer, Days: 1, Now: time.Now(), CA: tlsutil.PEM{Cert: caPEM, Key: caKey}})
 	if err != nil {
 		t.Fatal(err)
@@ -366,8 +338,7 @@ tls {
 	waitFor(t, ctx, "the rotated certificate", func() (struct{}, bool) { s := serial(); return struct{}{}, s != "" && s != old })
 	n := requests.Load()
 	waitFor(t, ctx, "requests after the rotation", func() (struct{}, bool) { return struct{}{}, requests.Load() >= n+5 })
-	close(stop)
-	wg.Wait()
+	stop()
 	if f := failures.Load(); f > 0 {
 		t.Fatalf("%d of %d requests failed across the rotation", f, requests.Load())
 	}

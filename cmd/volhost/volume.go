@@ -250,12 +250,7 @@ func formatVolume(v *api.VolumeResponse) string {
 		return b.String()
 	}
 	rows := [][]string{{"Alloc ID", "Node ID", "Mode", "State", "Attempts", "Next Attempt", "Last Error"}}
-	ids := make([]string, 0, len(v.Claims))
-	for id := range v.Claims {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range v.ClaimIDs() {
 		cl := v.Claims[id]
 		lastErr := "-"
 		next := fmtTime(cl.NextAttempt)

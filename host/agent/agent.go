@@ -61,6 +61,11 @@ type Agent struct {
 
 	retryJoinMax time.Duration
 
+	// memory keeps the default soft memory limit in step with the live
+	// heap (memlimit.go); nil when GOMEMLIMIT is set or
+	// ApplyDefaultMemoryLimit was not called.
+	memory *memoryGovernor
+
 	// NodeRPC serves node agents and Tracker decides node down and gone
 	// from their heartbeats; both nil without node_rpc.address.
 	NodeRPC *nodeconn.Server
@@ -264,6 +269,13 @@ func (a *Agent) Start(ctx context.Context) error {
 		a.followLeadership(ctx)
 	}()
 	a.startModules(ctx) // the first load, then the module sources
+	if a.memory != nil {
+		a.wg.Add(1)
+		go func() {
+			defer a.wg.Done()
+			a.memory.run(ctx, a.clock, a.logger)
+		}()
+	}
 	if a.NodeRPC != nil {
 		a.wg.Add(1)
 		go func() {

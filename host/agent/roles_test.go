@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,28 +14,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
 
-	"github.com/volhost/volhost/host/acl"
+	"github.com/volhost/volhost/host/acl/acltest"
 	nodeagent "github.com/volhost/volhost/host/client"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/host/tlsutil"
 	"github.com/volhost/volhost/internal/testutil"
 )
-
-// forgedTokenEntry is a raft log entry creating a management token whose
-// secret the attacker chose, encoded as the leader encodes commands.
-func forgedTokenEntry(t *testing.T, secret string) []byte {
-	t.Helper()
-	req, err := json.Marshal(&structs.ACLTokenUpsertRequest{Tokens: []*structs.ACLToken{{
-		AccessorID: "6d2c2c1e-0000-4000-8000-00000000a77a", SecretHash: acl.HashSecret(secret),
-		Name: "rogue", Type: structs.ACLManagementToken,
-	}}, Actor: "rogue"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	at, _ := time.Now().UTC().MarshalText()
-	return append([]byte{byte(structs.ACLTokenUpsertType)}, `{"time":"`+string(at)+`","req":`+string(req)+`}`...)
-}
 
 // holder loads a certificate of kind made by the test CA.
 func (p *testPKI) holder(t *testing.T, req tlsutil.CertRequest, name string) *tlsutil.Holder {
@@ -68,7 +52,7 @@ func TestRaftRefusesClientCertificates(t *testing.T) {
 	a, _ := startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "s1", Level: hclog.Warn, Output: logOutput(t)})})
 	defer a.Shutdown()
 	const secret = "0b5e7a11-6a3e-4c0d-8000-00000000beef" // chosen by the attacker
-	entry := forgedTokenEntry(t, secret)
+	entry := acltest.ForgedManagementToken(t, secret)
 	raftAddr := a.Cluster.RaftAddr()
 	before := a.Cluster.LastIndex()
 
@@ -97,21 +81,32 @@ func TestRaftRefusesClientCertificates(t *testing.T) {
 	})
 }
 
+// startSecureNodeServer starts one server with mutual TLS from p's CA and
+// ACLs on, bootstrapped alone and listening for node agents, and
+// bootstraps its ACLs: the setup of the node certificate tests. It
+// returns the agent (the caller shuts it down) and the management secret.
+func startSecureNodeServer(ctx context.Context, t *testing.T, p *testPKI) (*Agent, string) {
+	t.Helper()
+	cfg := secureConfig(t, p, "s1")
+	cfg.Server = nil
+	cfg.NodeRPC = &NodeRPCConfig{Address: "127.0.0.1:0"}
+	a, _ := startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "s1", Level: hclog.Warn, Output: logOutput(t)})})
+	_, mgmt, err := a.ACL.Bootstrap(ctx)
+	if err != nil {
+		a.Shutdown()
+		t.Fatal(err)
+	}
+	return a, mgmt
+}
+
 // A node agent's certificate that names a node may act as that node only,
 // whatever its token grants; one naming no node leaves it to the token.
 func TestNodeCertificateBoundToItsNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := newPKI(t)
-	cfg := secureConfig(t, p, "s1")
-	cfg.Server = nil
-	cfg.NodeRPC = &NodeRPCConfig{Address: "127.0.0.1:0"}
-	a, _ := startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "s1", Level: hclog.Warn, Output: logOutput(t)})})
+	a, mgmt := startSecureNodeServer(ctx, t, p)
 	defer a.Shutdown()
-	_, mgmt, err := a.ACL.Bootstrap(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	leaf := func(req tlsutil.CertRequest, name string) *x509.Certificate {
 		return p.holder(t, req, name).Certificate().Leaf
 	}
@@ -150,15 +145,8 @@ func TestNodeCertificateOverTheWire(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p := newPKI(t)
-	cfg := secureConfig(t, p, "s1")
-	cfg.Server = nil
-	cfg.NodeRPC = &NodeRPCConfig{Address: "127.0.0.1:0"}
-	a, _ := startAgent(t, cfg, Options{Logger: hclog.New(&hclog.LoggerOptions{Name: "s1", Level: hclog.Warn, Output: logOutput(t)})})
+	a, mgmt := startSecureNodeServer(ctx, t, p)
 	defer a.Shutdown()
-	_, mgmt, err := a.ACL.Bootstrap(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	drv := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
 	if _, err := a.Server.RegisterPlugin(ctx, &structs.Plugin{ID: "csi"}); err != nil {
 		t.Fatal(err)

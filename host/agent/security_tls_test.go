@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -217,29 +216,18 @@ func TestSecureCluster(t *testing.T) {
 		return resp.TLS.PeerCertificates[0].SerialNumber.String()
 	}
 	old := serial()
-	var failures atomic.Int64
-	var requests atomic.Int64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			resp, err := hc.Get(url(leader, "/v1/status/leader"))
-			requests.Add(1)
-			if err != nil || resp.StatusCode != http.StatusOK {
-				failures.Add(1)
-			}
-			if err == nil {
-				resp.Body.Close()
-			}
+	var requests, failures atomic.Int64
+	stop := testutil.Repeat(func() bool {
+		resp, err := hc.Get(url(leader, "/v1/status/leader"))
+		requests.Add(1)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			failures.Add(1)
 		}
-	}()
+		if err == nil {
+			resp.Body.Close()
+		}
+		return true
+	})
 	testutil.WaitFor(t, "requests flowing", func() bool { return requests.Load() >= 5 })
 	c, err := tlsutil.CreateCert(tlsutil.CertRequest{Kind: tlsutil.KindServer, Days: 1, Now: time.Now(), CA: p.ca})
 	if err != nil {
@@ -252,8 +240,7 @@ func TestSecureCluster(t *testing.T) {
 	}
 	n := requests.Load()
 	testutil.WaitFor(t, "requests after the reload", func() bool { return requests.Load() >= n+5 })
-	close(stop)
-	wg.Wait()
+	stop()
 	if f := failures.Load(); f > 0 {
 		t.Fatalf("%d of %d requests failed across the rotation", f, requests.Load())
 	}

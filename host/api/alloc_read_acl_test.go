@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -123,23 +122,7 @@ func TestBlockingAllocReadsReResolveTheACL(t *testing.T) {
 			if strings.Contains(path, "?") {
 				sep = "&"
 			}
-			type answer struct {
-				code int
-				body string
-			}
-			got := make(chan answer, 1)
-			go func() {
-				req, _ := http.NewRequest(http.MethodGet, f.ts.URL+path+sep+"index="+resp.Header.Get(api.IndexHeader)+"&wait=10m", nil)
-				req.Header.Set(api.TokenHeader, secret)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					got <- answer{body: err.Error()}
-					return
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				got <- answer{resp.StatusCode, string(b)}
-			}()
+			got := getInBackground(f.ts.URL+path+sep+"index="+resp.Header.Get(api.IndexHeader)+"&wait=10m", secret)
 			var a answer
 			select {
 			case <-g.woke:

@@ -64,15 +64,7 @@ func TestLeaderReadWaitsForItsLog(t *testing.T) {
 	s2.EnableCluster(lost)
 	ts2 := httptest.NewServer(s2.Handler())
 	t.Cleanup(ts2.Close)
-	type answer struct {
-		code int
-		body string
-	}
-	got := make(chan answer, 1)
-	go func() {
-		resp, body := do(t, "GET", ts2.URL+"/v1/nodes", "")
-		got <- answer{resp.StatusCode, body}
-	}()
+	got := getInBackground(ts2.URL+"/v1/nodes", "")
 	testutil.WaitFor(t, "the read to wait on the deposed leader", func() bool { return lost.reads.Load() >= 2 })
 	lost.deposed.Store(true)
 	a := <-got

@@ -46,23 +46,7 @@ func TestBlockingQueryEndsWhenItsTokenIsRevoked(t *testing.T) {
 			if strings.Contains(tc.path, "?") {
 				sep = "&"
 			}
-			type answer struct {
-				code int
-				body string
-			}
-			got := make(chan answer, 1)
-			go func() {
-				req, _ := http.NewRequest(http.MethodGet, f.ts.URL+tc.path+sep+"index="+index+"&wait=10m", nil)
-				req.Header.Set(api.TokenHeader, secret)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					got <- answer{body: err.Error()}
-					return
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				got <- answer{resp.StatusCode, string(b)}
-			}()
+			got := getInBackground(f.ts.URL+tc.path+sep+"index="+index+"&wait=10m", secret)
 			// The query passed the check and its revocation watch is armed:
 			// the token's expiry timer is the fake clock's only waiter.
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

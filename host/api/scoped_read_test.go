@@ -3,7 +3,6 @@ package api_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -78,23 +77,7 @@ namespace "prod" { policy = "read" }`)
 				t.Fatalf("before: %d %s", resp.StatusCode, body)
 			}
 			index := resp.Header.Get(api.IndexHeader)
-			type answer struct {
-				code int
-				body string
-			}
-			got := make(chan answer, 1)
-			go func() {
-				req, _ := http.NewRequest(http.MethodGet, f.ts.URL+"/v1/events?index="+index+"&wait=10m", nil)
-				req.Header.Set(api.TokenHeader, secret)
-				resp, err := http.DefaultClient.Do(req)
-				if err != nil {
-					got <- answer{body: err.Error()}
-					return
-				}
-				defer resp.Body.Close()
-				b, _ := io.ReadAll(resp.Body)
-				got <- answer{resp.StatusCode, string(b)}
-			}()
+			got := getInBackground(f.ts.URL+"/v1/events?index="+index+"&wait=10m", secret)
 			// The query is authorized and running; the policy loses prod
 			// and an event is written in prod before its next run.
 			var a answer

@@ -63,33 +63,23 @@ func revokeOnce(b *testing.B, kind string) (appliedMs, lastAcceptedMs, firstRefu
 		mu       sync.Mutex
 		last     time.Time
 		refused  time.Time
-		wg       sync.WaitGroup
-		stop     = make(chan struct{})
 		started  = make(chan struct{})
 		startOne sync.Once
 	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			t := time.Now()
-			if err := ag.NodeUnpublishVolume(ctx, r.plugin.Endpoint(), req); err != nil {
-				mu.Lock()
-				refused = time.Now()
-				mu.Unlock()
-				return // refused: nothing later is accepted on this agent
-			}
+	stop := testutil.Repeat(func() bool {
+		t := time.Now()
+		if err := ag.NodeUnpublishVolume(ctx, r.plugin.Endpoint(), req); err != nil {
 			mu.Lock()
-			last = t
+			refused = time.Now()
 			mu.Unlock()
-			startOne.Do(func() { close(started) })
+			return false // refused: nothing later is accepted on this agent
 		}
-	}()
+		mu.Lock()
+		last = t
+		mu.Unlock()
+		startOne.Do(func() { close(started) })
+		return true
+	})
 	<-started
 	t0 := time.Now()
 	if kind == "expiry" {
@@ -100,8 +90,7 @@ func revokeOnce(b *testing.B, kind string) (appliedMs, lastAcceptedMs, firstRefu
 	appliedAt := time.Now()
 	testutil.WaitFor(b, "the revoked agent's stream to close", func() bool { return r.srv.Agent("n1") == nil })
 	closedAt := time.Now()
-	close(stop)
-	wg.Wait()
+	stop()
 	mu.Lock()
 	defer mu.Unlock()
 	ms := func(t time.Time) float64 { return float64(t.Sub(t0).Microseconds()) / 1000 }

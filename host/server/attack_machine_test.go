@@ -57,19 +57,13 @@ func refusedChangesNothing(t *testing.T, h *harness, id string, before *structs.
 func TestStageCapabilityToggleKeepsUnstage(t *testing.T) {
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
-	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
+	h.liveClaim(ref, "web-1", "node1")
 	before, _ := h.store.Snapshot().NodeByID(nil, "node1")
 	err := h.helloPlugin("node1", &structs.NodePlugin{Endpoint: h.nodes["node1"].Endpoint(), ExternalNodeID: "ext-node1", StageUnstage: false})
 	if err != nil {
 		refusedChangesNothing(t, h, "node1", before, err)
 	}
-	h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.endAndReleaseClean(ref, "web-1", "node1")
 }
 
 // A node agent's hello that no longer reports the volume's plugin while
@@ -79,18 +73,12 @@ func TestStageCapabilityToggleKeepsUnstage(t *testing.T) {
 func TestPluginRemovedFromNodeUnderClaimRefused(t *testing.T) {
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
-	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
+	h.liveClaim(ref, "web-1", "node1")
 	before, _ := h.store.Snapshot().NodeByID(nil, "node1")
 	if err := h.helloPlugin("node1", nil); err != nil {
 		refusedChangesNothing(t, h, "node1", before, err)
 	}
-	h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.endAndReleaseClean(ref, "web-1", "node1")
 }
 
 // A plugin re-registered without its controller (so without
@@ -101,10 +89,7 @@ func TestPluginRemovedFromNodeUnderClaimRefused(t *testing.T) {
 func TestControllerCapabilityToggleKeepsDetach(t *testing.T) {
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
-	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
+	h.liveClaim(ref, "web-1", "node1")
 	before, _ := h.store.Snapshot().PluginByID(nil, testPlugin)
 	if _, err := h.srv.RegisterPlugin(h.ctx, &structs.Plugin{ID: testPlugin}); err != nil {
 		if !errors.Is(err, structs.ErrConflict) {
@@ -114,10 +99,7 @@ func TestControllerCapabilityToggleKeepsDetach(t *testing.T) {
 			t.Fatalf("a refused registration (%v) changed the plugin: %+v -> %+v", err, before, after)
 		}
 	}
-	h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.endAndReleaseClean(ref, "web-1", "node1")
 }
 
 // A claim's record of its publish says what its release undoes, whatever
@@ -130,10 +112,7 @@ func TestUnattachedClaimSendsNoControllerUnpublish(t *testing.T) {
 		t.Fatal(err)
 	}
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
-	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
+	h.liveClaim(ref, "web-1", "node1")
 	if c := h.vol(ref).Claims["web-1"]; !c.Unattached {
 		t.Fatalf("a claim published with no controller does not record it: %+v", c)
 	}
@@ -153,10 +132,7 @@ func TestUnattachedClaimSendsNoControllerUnpublish(t *testing.T) {
 func TestRestoredClaimsPutStagingInDoubt(t *testing.T) {
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
-	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
+	h.liveClaim(ref, "web-1", "node1")
 	var snap bytes.Buffer
 	if err := h.cluster.SaveSnapshot(h.ctx, &snap); err != nil {
 		t.Fatal(err)
@@ -169,11 +145,7 @@ func TestRestoredClaimsPutStagingInDoubt(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	noViolations(t, h)
-	inUse(t, h, ref, "web-2", machineOf("node1"))
+	h.claimInUse(ref, "web-2", "node1", machineOf("node1"))
 	if c := h.vol(ref).Claims["web-1"]; c == nil || !c.Restored {
 		t.Fatalf("the restored claim is not marked restored: %+v", c)
 	}
@@ -183,10 +155,7 @@ func TestRestoredClaimsPutStagingInDoubt(t *testing.T) {
 	_ = h.w.Assess(h.ctx, ref)
 	noViolations(t, h)
 	inUse(t, h, ref, "web-2", machineOf("node1"))
-	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.endAndReleaseClean(ref, "web-2", "node1")
 }
 
 // A node deregistered (forced, with an ended claim still to release) whose
@@ -198,16 +167,8 @@ func TestNodeGoneButMachineBackGetsNodeSteps(t *testing.T) {
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
 	h.endedClaim(ref, "web-1", "node1")
-	if _, _, err := h.srv.DeregisterNode(h.ctx, "node1", true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: aliasNode, RootDir: rootDir,
-		Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes["node1"].Endpoint()}}}); err != nil {
-		t.Fatal(err)
-	}
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.machineBackAs("node1", aliasNode, rootDir)
+	h.releaseClean(ref)
 	if n := len(h.calls("node1", csitest.NodeUnstage, ref)); n == 0 {
 		t.Fatal("the claim's staging path was never unstaged on its machine")
 	}
@@ -220,13 +181,7 @@ func TestNodeGoneButMachineBackKeepsLiveClaim(t *testing.T) {
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
 	h.endedClaim(ref, "web-1", "node1")
-	if _, _, err := h.srv.DeregisterNode(h.ctx, "node1", true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: aliasNode, RootDir: rootDir,
-		Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes["node1"].Endpoint()}}}); err != nil {
-		t.Fatal(err)
-	}
+	h.machineBackAs("node1", aliasNode, rootDir)
 	h.mustAlloc("default", "web-2", aliasNode, structs.AllocRunning)
 	if err := h.claim(ref, "web-2", aliasNode, structs.ClaimWrite); err != nil {
 		t.Fatal(err)
@@ -238,9 +193,7 @@ func TestNodeGoneButMachineBackKeepsLiveClaim(t *testing.T) {
 		t.Fatalf("web-1's target is still published beside web-2's: %v", st.Published)
 	}
 	h.mustAlloc("default", "web-2", aliasNode, structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.releaseClean(ref)
 }
 
 // withCSITimeout replaces the harness's watcher with one whose CSI calls
@@ -284,30 +237,15 @@ func TestClaimWaitsForUnstageInDoubt(t *testing.T) {
 	if err := h.nodes["node1"].WaitFor(h.ctx, func() bool { return h.nodes["node1"].InFlight(csitest.NodeUnstage) == 0 }); err != nil {
 		t.Fatal(err)
 	}
-	noViolations(t, h)
-	if err == nil {
-		inUse(t, h, ref, "web-2", machineOf("node1"))
-		t.Fatal("a claim was taken on a machine where a NodeUnstage of the volume was in doubt")
-	}
-	if !errors.Is(err, structs.ErrConflict) {
-		t.Fatalf("the refusal %v is not a conflict", err)
-	}
+	h.refusedWhile(ref, "web-2", "node1", err, "a NodeUnstage of the volume was in doubt", "")
 	if stages := h.calls("node1", csitest.NodeStage, ref); len(stages) != 1 {
 		t.Fatalf("the refused claim sent NodeStage: %d stages", len(stages))
 	}
 
 	// The release's retry settles the unstage; the claim is then taken.
-	h.clock.Advance(10 * time.Second)
-	_ = h.w.Assess(h.ctx, ref)
-	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	noViolations(t, h)
-	inUse(t, h, ref, "web-2", machineOf("node1"))
-	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.retryRelease(ref)
+	h.claimInUse(ref, "web-2", "node1", machineOf("node1"))
+	h.endAndReleaseClean(ref, "web-2", "node1")
 }
 
 func equalPlugins(a, b *structs.Plugin) bool { return reflect.DeepEqual(a, b) }
@@ -343,17 +281,9 @@ func TestUnstageRetryAbortedKeepsDoubt(t *testing.T) {
 	if err := h.nodes["node1"].WaitFor(h.ctx, func() bool { return h.nodes["node1"].InFlight(csitest.NodeUnstage) == 0 }); err != nil {
 		t.Fatal(err)
 	}
-	h.clock.Advance(10 * time.Second)
-	_ = h.w.Assess(h.ctx, ref)
-	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	noViolations(t, h)
-	inUse(t, h, ref, "web-2", machineOf("node1"))
-	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.retryRelease(ref)
+	h.claimInUse(ref, "web-2", "node1", machineOf("node1"))
+	h.endAndReleaseClean(ref, "web-2", "node1")
 }
 
 // A node that holds a claim cannot move its root_dir, by its agent's hello
@@ -379,26 +309,17 @@ func TestRootDirChangeUnderClaimRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHarness(t, "node1")
 			ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
-			h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-			if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-				t.Fatal(err)
-			}
+			h.liveClaim(ref, "web-1", "node1")
 			before, _ := h.store.Snapshot().NodeByID(nil, "node1")
 			if err := tc.change(h); err != nil {
 				refusedChangesNothing(t, h, "node1", before, err)
 			}
 			h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
-			if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
-				t.Fatal(err)
-			}
-			noViolations(t, h)
-			inUse(t, h, ref, "web-2", machineOf("node1"))
+			h.claimInUse(ref, "web-2", "node1", machineOf("node1"))
 			for _, a := range []string{"web-1", "web-2"} {
 				h.mustAlloc("default", a, "node1", structs.AllocComplete)
 			}
-			h.releaseAll(ref)
-			noViolations(t, h)
-			nothingLeft(t, h, ref)
+			h.releaseClean(ref)
 		})
 	}
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -40,27 +39,12 @@ func TestClaimWaitsForDetachInDoubt(t *testing.T) {
 	if err := h.ctl.WaitFor(h.ctx, func() bool { return h.ctl.InFlight(csitest.ControllerUnpublish) == 0 }); err != nil {
 		t.Fatal(err)
 	}
-	noViolations(t, h)
-	if err == nil {
-		inUse(t, h, ref, "web-2", machineOf("node1"))
-		t.Fatal("a claim was taken on a machine where a ControllerUnpublish of the volume was in doubt")
-	}
-	if !errors.Is(err, structs.ErrConflict) {
-		t.Fatalf("the refusal %v is not a conflict", err)
-	}
+	h.refusedWhile(ref, "web-2", "node1", err, "a ControllerUnpublish of the volume was in doubt", "")
 
 	// The release's retry settles the detach; the claim is then taken.
-	h.clock.Advance(10 * time.Second)
-	_ = h.w.Assess(h.ctx, ref)
-	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	noViolations(t, h)
-	inUse(t, h, ref, "web-2", machineOf("node1"))
-	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.retryRelease(ref)
+	h.claimInUse(ref, "web-2", "node1", machineOf("node1"))
+	h.endAndReleaseClean(ref, "web-2", "node1")
 }
 
 // `volume deregister -force` while a release's NodeUnstage is in doubt
@@ -94,34 +78,17 @@ func TestForceDeregisterDuringUnstageThenReclaim(t *testing.T) {
 	if err := h.nodes["node1"].WaitFor(h.ctx, func() bool { return h.nodes["node1"].InFlight(csitest.NodeUnstage) == 0 }); err != nil {
 		t.Fatal(err)
 	}
-	noViolations(t, h)
-	if claimErr == nil {
-		inUse(t, h, ref, "web-2", machineOf("node1"))
-		t.Fatal("a claim was taken on a machine where a force-deregistered claim's NodeUnstage was in doubt")
-	}
-	if !errors.Is(claimErr, structs.ErrConflict) || !strings.Contains(claimErr.Error(), "leftovers -clear") {
-		t.Fatalf("the refusal %v is not a conflict saying what to do", claimErr)
-	}
+	h.refusedWhile(ref, "web-2", "node1", claimErr, "a force-deregistered claim's NodeUnstage was in doubt", "leftovers -clear")
 	// Another machine is not held up.
-	h.mustAlloc("default", "web-3", "node2", structs.AllocRunning)
-	if err := h.claim(ref, "web-3", "node2", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
+	h.liveClaim(ref, "web-3", "node2")
 	// The operator checked the machine and clears the leftover.
 	if _, err := h.srv.ClearLeftovers(h.ctx, []string{leftovers[0].ID}, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	noViolations(t, h)
-	inUse(t, h, ref, "web-2", machineOf("node1"))
+	h.claimInUse(ref, "web-2", "node1", machineOf("node1"))
 	inUse(t, h, ref, "web-3", machineOf("node2"))
 	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
-	h.mustAlloc("default", "web-3", "node2", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.endAndReleaseClean(ref, "web-3", "node2")
 }
 
 // A release step that failed with a definitive answer (Internal: the
@@ -173,25 +140,10 @@ func TestClaimWaitsForRetryInDoubtAfterDefinitiveFailure(t *testing.T) {
 			if err := srv.WaitFor(h.ctx, func() bool { return srv.InFlight(tc.method) == 0 }); err != nil {
 				t.Fatal(err)
 			}
-			noViolations(t, h)
-			if claimErr == nil {
-				inUse(t, h, ref, "web-2", machineOf("node1"))
-				t.Fatalf("a claim was taken on a machine where a retried %s was in doubt", tc.method)
-			}
-			if !errors.Is(claimErr, structs.ErrConflict) {
-				t.Fatalf("the refusal %v is not a conflict", claimErr)
-			}
-			h.clock.Advance(10 * time.Second)
-			_ = h.w.Assess(h.ctx, ref)
-			if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
-				t.Fatal(err)
-			}
-			noViolations(t, h)
-			inUse(t, h, ref, "web-2", machineOf("node1"))
-			h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
-			h.releaseAll(ref)
-			noViolations(t, h)
-			nothingLeft(t, h, ref)
+			h.refusedWhile(ref, "web-2", "node1", claimErr, "a retried "+tc.method+" was in doubt", "")
+			h.retryRelease(ref)
+			h.claimInUse(ref, "web-2", "node1", machineOf("node1"))
+			h.endAndReleaseClean(ref, "web-2", "node1")
 		})
 	}
 }
@@ -222,25 +174,10 @@ func TestClaimWaitsForPublishingClaimsUnstageInDoubt(t *testing.T) {
 	if err := h.nodes["node1"].WaitFor(h.ctx, func() bool { return h.nodes["node1"].InFlight(csitest.NodeUnstage) == 0 }); err != nil {
 		t.Fatal(err)
 	}
-	noViolations(t, h)
-	if claimErr == nil {
-		inUse(t, h, ref, "web-2", machineOf("node1"))
-		t.Fatal("a claim was taken on a machine where a publishing claim's NodeUnstage was in doubt")
-	}
-	if !errors.Is(claimErr, structs.ErrConflict) {
-		t.Fatalf("the refusal %v is not a conflict", claimErr)
-	}
-	h.clock.Advance(10 * time.Second)
-	_ = h.w.Assess(h.ctx, ref)
-	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	noViolations(t, h)
-	inUse(t, h, ref, "web-2", machineOf("node1"))
-	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.refusedWhile(ref, "web-2", "node1", claimErr, "a publishing claim's NodeUnstage was in doubt", "")
+	h.retryRelease(ref)
+	h.claimInUse(ref, "web-2", "node1", machineOf("node1"))
+	h.endAndReleaseClean(ref, "web-2", "node1")
 }
 
 // A node force-deregistered while it holds a claim comes back under
@@ -256,13 +193,7 @@ func TestMachineBackWithAnotherRootDirStagesNoSecondPath(t *testing.T) {
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
 	h.endedClaim(ref, "web-1", "node1")
-	if _, _, err := h.srv.DeregisterNode(h.ctx, "node1", true); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: aliasNode, RootDir: altRoot,
-		Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes["node1"].Endpoint()}}}); err != nil {
-		t.Fatal(err)
-	}
+	h.machineBackAs("node1", aliasNode, altRoot)
 	h.mustAlloc("default", "web-2", aliasNode, structs.AllocRunning)
 	claimErr := h.claim(ref, "web-2", aliasNode, structs.ClaimWrite)
 	noViolations(t, h)
@@ -270,9 +201,7 @@ func TestMachineBackWithAnotherRootDirStagesNoSecondPath(t *testing.T) {
 		_ = h.w.Assess(h.ctx, ref)
 		noViolations(t, h)
 		h.mustAlloc("default", "web-2", aliasNode, structs.AllocComplete)
-		h.releaseAll(ref)
-		noViolations(t, h)
-		nothingLeft(t, h, ref)
+		h.releaseClean(ref)
 		t.Fatal("a claim staged a second staging path for the volume on one machine")
 	}
 	if !errors.Is(claimErr, structs.ErrConflict) {
@@ -287,9 +216,7 @@ func TestMachineBackWithAnotherRootDirStagesNoSecondPath(t *testing.T) {
 	noViolations(t, h)
 	inUse(t, h, ref, "web-2", machineOf("node1"))
 	h.mustAlloc("default", "web-2", aliasNode, structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.releaseClean(ref)
 }
 
 // `volume deregister -force` of a single-node volume whose claim was never
@@ -313,13 +240,7 @@ func TestForceDeregisteredAttachmentKeepsDiskFromAnotherMachine(t *testing.T) {
 		alloc := "web-on-" + node
 		h.mustAlloc("default", alloc, node, structs.AllocRunning)
 		claimErr := h.claim(ref, alloc, node, structs.ClaimWrite)
-		noViolations(t, h)
-		if claimErr == nil {
-			t.Fatalf("a claim on %s was taken while a force-deregistered claim of the disk may still hold it on node1", node)
-		}
-		if !errors.Is(claimErr, structs.ErrConflict) || !strings.Contains(claimErr.Error(), "leftovers -clear") {
-			t.Fatalf("the refusal %v is not a conflict saying what to do", claimErr)
-		}
+		h.refusedWhile(ref, alloc, node, claimErr, "a force-deregistered claim of the disk may still hold it on node1", "leftovers -clear")
 		h.mustAlloc("default", alloc, node, structs.AllocFailed)
 	}
 	// The operator cleans node1 up (here: the release's own steps, by hand)
@@ -329,15 +250,8 @@ func TestForceDeregisteredAttachmentKeepsDiskFromAnotherMachine(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.mustAlloc("default", "web-2", "node2", structs.AllocRunning)
-	if err := h.claim(ref, "web-2", "node2", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	noViolations(t, h)
-	inUse(t, h, ref, "web-2", machineOf("node2"))
-	h.mustAlloc("default", "web-2", "node2", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.claimInUse(ref, "web-2", "node2", machineOf("node2"))
+	h.endAndReleaseClean(ref, "web-2", "node2")
 }
 
 // cleanUpByHand is what an operator does for a leftover: unpublish,
@@ -389,9 +303,7 @@ func TestDeletedAllocationWithClaimDoesNotComeBack(t *testing.T) {
 	if !errors.Is(upErr, structs.ErrConflict) {
 		t.Fatalf("the refusal %v is not a conflict", upErr)
 	}
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.releaseClean(ref)
 }
 
 // A refused claim's rollback loses the answer of its NodeUnstage undo
@@ -421,14 +333,7 @@ func TestClaimWaitsForRollbackUnstageInDoubt(t *testing.T) {
 	if err := h.nodes["node1"].WaitFor(h.ctx, func() bool { return h.nodes["node1"].InFlight(csitest.NodeUnstage) == 0 }); err != nil {
 		t.Fatal(err)
 	}
-	noViolations(t, h)
-	if claimErr == nil {
-		inUse(t, h, ref, "web-2", machineOf("node1"))
-		t.Fatal("a claim was taken on a machine where a rollback's NodeUnstage was in doubt")
-	}
-	if !errors.Is(claimErr, structs.ErrConflict) {
-		t.Fatalf("the refusal %v is not a conflict", claimErr)
-	}
+	h.refusedWhile(ref, "web-2", "node1", claimErr, "a rollback's NodeUnstage was in doubt", "")
 	if c := h.vol(ref).Claims["web-1"]; c == nil || c.State != structs.ClaimPublishing || !c.UnstageInDoubt() {
 		t.Fatalf("the refused claim's record does not say its unstage is in doubt: %+v", c)
 	}
@@ -440,13 +345,6 @@ func TestClaimWaitsForRollbackUnstageInDoubt(t *testing.T) {
 	// the unstage, and the claim on the machine is then taken.
 	h.mustAlloc("default", "web-1", "node1", structs.AllocFailed)
 	h.releaseAll(ref)
-	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	noViolations(t, h)
-	inUse(t, h, ref, "web-2", machineOf("node1"))
-	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.claimInUse(ref, "web-2", "node1", machineOf("node1"))
+	h.endAndReleaseClean(ref, "web-2", "node1")
 }

@@ -89,12 +89,7 @@ func (s *Server) ClaimVolume(ctx context.Context, req *structs.ClaimRequest) (*s
 		CreateTime:     now,
 		ModifyTime:     now,
 	}
-	if claim.AccessMode == "" {
-		claim.AccessMode = vol.AccessMode
-	}
-	if claim.AttachmentMode == "" {
-		claim.AttachmentMode = vol.AttachmentMode
-	}
+	claim.DefaultModes(vol)
 	record := &structs.VolumeClaimRequest{Namespace: vol.Namespace, VolumeID: vol.ID, Claim: claim, Term: term}
 	// A publishing record of this allocation is taken up (written again
 	// under this term, the same publish) or refused by the store's rule.

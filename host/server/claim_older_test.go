@@ -26,9 +26,7 @@ func (olderCluster) ClaimsWriteAhead() bool { return false }
 // as any taken one, without a CSI spec violation.
 func TestClaimPublishFirstWhileGated(t *testing.T) {
 	h := newHarness(t, "node1")
-	h.srv = New(Config{Store: h.store, Log: olderCluster{h.cluster}, CSI: h.srv.csi, Modules: h.mods, Clock: h.clock,
-		Locks: h.srv.locks, Agents: h.agents})
-	h.srv.SetReleaser(h.w)
+	h.restartServer(olderCluster{h.cluster})
 	ref := h.volume("default", "vol1", structs.AccessSingleNodeWriter)
 	var mu sync.Mutex
 	var seen []string // the claim's recorded state at each CSI call

@@ -42,10 +42,7 @@ func TestRollbackUndoesOnlyWhatTheClaimCreated(t *testing.T) {
 		t.Fatal("a failed first claim left its attachment")
 	}
 
-	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
+	h.liveClaim(ref, "web-1", "node1")
 	h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
 	h.nodes["node1"].Script(csitest.NodePublish, csitest.Result{Code: codes.Internal})
 	err := h.claim(ref, "web-2", "node1", structs.ClaimRead)

@@ -200,14 +200,31 @@ func (h *harness) claim(ref structs.VolumeRef, alloc, node string, mode structs.
 	return err
 }
 
-// endedClaim gives alloc a write claim on ref on node, then ends the
-// allocation: a claim ready to be released.
-func (h *harness) endedClaim(ref structs.VolumeRef, alloc, node string) {
+// restartServer replaces the harness's server with a new one writing
+// through log, over the same store, plugins, locks and watcher: a server
+// started anew (nothing of the old one's memory), or one of another
+// release.
+func (h *harness) restartServer(log Log) {
+	h.srv = New(Config{Store: h.store, Log: log, CSI: h.srv.csi, Modules: h.mods, Clock: h.clock,
+		Locks: h.srv.locks, Agents: h.agents})
+	h.srv.SetReleaser(h.w)
+}
+
+// liveClaim gives running allocation alloc a write claim on ref on node,
+// failing the test if it is refused.
+func (h *harness) liveClaim(ref structs.VolumeRef, alloc, node string) {
 	h.t.Helper()
 	h.mustAlloc(ref.Namespace, alloc, node, structs.AllocRunning)
 	if err := h.claim(ref, alloc, node, structs.ClaimWrite); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// endedClaim gives alloc a write claim on ref on node, then ends the
+// allocation: a claim ready to be released.
+func (h *harness) endedClaim(ref structs.VolumeRef, alloc, node string) {
+	h.t.Helper()
+	h.liveClaim(ref, alloc, node)
 	h.mustAlloc(ref.Namespace, alloc, node, structs.AllocComplete)
 }
 

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -19,7 +20,7 @@ import (
 // not volhost's own view of its claims.
 
 // noViolations stops t with every CSI spec precondition the host broke.
-func noViolations(t *testing.T, h *harness) {
+func noViolations(t testing.TB, h *harness) {
 	t.Helper()
 	var b strings.Builder
 	for _, v := range h.oracle.Violations() {
@@ -33,7 +34,7 @@ func noViolations(t *testing.T, h *harness) {
 // inUse checks that the running allocation alloc's claim on ref is real on
 // machine mach: the volume attached there, published at the claim's target
 // and staged at the path that target was published from.
-func inUse(t *testing.T, h *harness, ref structs.VolumeRef, alloc, mach string) {
+func inUse(t testing.TB, h *harness, ref structs.VolumeRef, alloc, mach string) {
 	t.Helper()
 	ext := externalID(ref.Namespace, ref.ID)
 	c := h.vol(ref).Claims[alloc]
@@ -56,7 +57,7 @@ func inUse(t *testing.T, h *harness, ref structs.VolumeRef, alloc, mach string) 
 
 // nothingLeft checks that nothing of ref is staged, published or attached
 // anywhere, except where the host reported a leftover for that node.
-func nothingLeft(t *testing.T, h *harness, ref structs.VolumeRef) {
+func nothingLeft(t testing.TB, h *harness, ref structs.VolumeRef) {
 	t.Helper()
 	ext := externalID(ref.Namespace, ref.ID)
 	leftovers, err := h.store.Snapshot().Leftovers(nil)
@@ -115,16 +116,9 @@ func TestReclaimAfterLostUnstageRestages(t *testing.T) {
 	noViolations(t, h)
 	h.clock.Advance(10 * time.Second)
 	_ = h.w.Assess(h.ctx, ref) // web-1's retry settles the unstage
-	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	noViolations(t, h)
-	inUse(t, h, ref, "web-2", machineOf("node1"))
+	h.claimInUse(ref, "web-2", "node1", machineOf("node1"))
 
-	h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.endAndReleaseClean(ref, "web-2", "node1")
 }
 
 // A node agent's hello that reports another machine's external node ID (or
@@ -146,10 +140,7 @@ func TestAgentHelloDoesNotRedirectControllerUnpublish(t *testing.T) {
 			h := newHarness(t, "node1", "node2")
 			ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
 			for _, a := range [][2]string{{"web-1", "node1"}, {"web-2", "node2"}} {
-				h.mustAlloc("default", a[0], a[1], structs.AllocRunning)
-				if err := h.claim(ref, a[0], a[1], structs.ClaimWrite); err != nil {
-					t.Fatal(err)
-				}
+				h.liveClaim(ref, a[0], a[1])
 			}
 			before, _ := h.store.Snapshot().NodeByID(nil, "node1")
 			if tc.replaced {
@@ -166,10 +157,7 @@ func TestAgentHelloDoesNotRedirectControllerUnpublish(t *testing.T) {
 			noViolations(t, h)
 			inUse(t, h, ref, "web-2", machineOf("node2"))
 
-			h.mustAlloc("default", "web-2", "node2", structs.AllocComplete)
-			h.releaseAll(ref)
-			noViolations(t, h)
-			nothingLeft(t, h, ref)
+			h.endAndReleaseClean(ref, "web-2", "node2")
 		})
 	}
 }
@@ -182,10 +170,7 @@ func TestAgentHelloDoesNotRedirectControllerUnpublish(t *testing.T) {
 func TestOneMachineUnderTwoNodeIDsKeepsLiveClaim(t *testing.T) {
 	h := newHarness(t, "node1")
 	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
-	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
+	h.liveClaim(ref, "web-1", "node1")
 	_, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: aliasNode, RootDir: rootDir,
 		Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes["node1"].Endpoint()}}})
 	if err != nil {
@@ -199,10 +184,7 @@ func TestOneMachineUnderTwoNodeIDsKeepsLiveClaim(t *testing.T) {
 	noViolations(t, h)
 	inUse(t, h, ref, "web-1", machineOf("node1"))
 
-	h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.endAndReleaseClean(ref, "web-1", "node1")
 }
 
 // A claim made while its node had no plugin endpoint (its agent said hello
@@ -221,17 +203,10 @@ func TestClaimAfterEndpointRegainedStages(t *testing.T) {
 		}
 	}
 	hello("")
-	h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
+	h.liveClaim(ref, "web-1", "node1")
 	hello(h.nodes["node1"].Endpoint())
 	h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-2", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
-	noViolations(t, h)
-	inUse(t, h, ref, "web-2", machineOf("node1"))
+	h.claimInUse(ref, "web-2", "node1", machineOf("node1"))
 
 	// web-2 ends first: its release is the last that staged, so it
 	// unstages although web-1 (which staged nothing) is still taken;
@@ -242,10 +217,7 @@ func TestClaimAfterEndpointRegainedStages(t *testing.T) {
 	if st := h.oracle.Machine(machineOf("node1")); len(st.Staged) != 0 {
 		t.Errorf("web-2's release left its staging path staged behind web-1, which staged nothing: %v", st.Staged)
 	}
-	h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.endAndReleaseClean(ref, "web-1", "node1")
 }
 
 // releaseAll runs release passes over ref until its claims are gone (the
@@ -266,6 +238,79 @@ func (h *harness) releaseAll(ref structs.VolumeRef) {
 }
 
 func equalNodes(a, b *structs.Node) bool { return reflect.DeepEqual(a, b) }
+
+// The steps the attack tests repeat, written once: a claim that must be
+// taken and real, a claim that must wait, and the end every scenario is
+// judged by.
+
+// claimInUse claims ref for running allocation alloc on node, which must
+// be taken, break no CSI precondition, and be real on machine mach.
+func (h *harness) claimInUse(ref structs.VolumeRef, alloc, node, mach string) {
+	h.t.Helper()
+	if err := h.claim(ref, alloc, node, structs.ClaimWrite); err != nil {
+		h.t.Fatal(err)
+	}
+	noViolations(h.t, h)
+	inUse(h.t, h, ref, alloc, mach)
+}
+
+// refusedWhile checks claimErr, the answer to alloc's claim of ref on
+// node's machine while what may still run there: a conflict (whose
+// message names want, when set) that broke no CSI precondition. A claim
+// taken is shown in use on the machine before the test fails, so the
+// failure says what the claim got.
+func (h *harness) refusedWhile(ref structs.VolumeRef, alloc, node string, claimErr error, what, want string) {
+	h.t.Helper()
+	noViolations(h.t, h)
+	if claimErr == nil {
+		inUse(h.t, h, ref, alloc, machineOf(node))
+		h.t.Fatalf("a claim was taken on a machine where %s", what)
+	}
+	if !errors.Is(claimErr, structs.ErrConflict) {
+		h.t.Fatalf("the refusal %v is not a conflict", claimErr)
+	}
+	if !strings.Contains(claimErr.Error(), want) {
+		h.t.Fatalf("the refusal %v does not say what to do (%q)", claimErr, want)
+	}
+}
+
+// retryRelease moves the clock past the release's backoff and runs a
+// pass over ref: the retry that settles a step in doubt.
+func (h *harness) retryRelease(ref structs.VolumeRef) {
+	h.clock.Advance(10 * time.Second)
+	_ = h.w.Assess(h.ctx, ref)
+}
+
+// releaseClean releases every claim of ref (releaseAll), then checks that
+// no CSI precondition was broken and nothing of ref is left on any
+// machine or on the storage.
+func (h *harness) releaseClean(ref structs.VolumeRef) {
+	h.t.Helper()
+	h.releaseAll(ref)
+	noViolations(h.t, h)
+	nothingLeft(h.t, h, ref)
+}
+
+// endAndReleaseClean ends allocation alloc on node, then releaseClean.
+func (h *harness) endAndReleaseClean(ref structs.VolumeRef, alloc, node string) {
+	h.t.Helper()
+	h.mustAlloc(ref.Namespace, alloc, node, structs.AllocComplete)
+	h.releaseClean(ref)
+}
+
+// machineBackAs force-deregisters node (with the claims it still holds)
+// and registers its machine (the same plugin endpoint) again as node id
+// with root dir root: a machine back under another name.
+func (h *harness) machineBackAs(node, id, root string) {
+	h.t.Helper()
+	if _, _, err := h.srv.DeregisterNode(h.ctx, node, true); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: id, RootDir: root,
+		Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes[node].Endpoint()}}}); err != nil {
+		h.t.Fatal(err)
+	}
+}
 
 // A claim whose publish fails is rolled back, and the rollback must follow
 // the CSI spec's order as a release does: no ControllerUnpublish while the

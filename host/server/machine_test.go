@@ -113,10 +113,7 @@ func TestClaimWithoutNodeEndpointHoldsNoStagingPath(t *testing.T) {
 		}
 	}
 	register("")
-	h.mustAlloc("default", "web-0", "node1", structs.AllocRunning)
-	if err := h.claim(ref, "web-0", "node1", structs.ClaimWrite); err != nil {
-		t.Fatal(err)
-	}
+	h.liveClaim(ref, "web-0", "node1")
 	if c := h.vol(ref).Claims["web-0"]; c.StagingPath != "" || len(h.calls("node1", csitest.NodeStage, ref)) != 0 {
 		t.Fatalf("a claim without a node endpoint staged: %+v", c)
 	}

@@ -58,10 +58,7 @@ func TestRefusedClaimStopsAtFailedUndo(t *testing.T) {
 			}
 			h.mustAlloc("default", "web-2", "node1", structs.AllocComplete)
 
-			h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
-			h.releaseAll(ref)
-			noViolations(t, h)
-			nothingLeft(t, h, ref)
+			h.endAndReleaseClean(ref, "web-1", "node1")
 		})
 	}
 }
@@ -129,9 +126,7 @@ func TestLeaderCrashMidPublish(t *testing.T) {
 		ref := h.volume("default", "vol1", structs.AccessSingleNodeWriter)
 		h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
 		crashMidPublish(t, h, ref, "web-1")
-		h.srv = New(Config{Store: h.store, Log: h.cluster, CSI: h.srv.csi, Modules: h.mods, Clock: h.clock,
-			Locks: h.srv.locks, Agents: h.agents})
-		h.srv.SetReleaser(h.w)
+		h.restartServer(h.cluster)
 
 		// Another writer is refused meanwhile: the record holds the volume.
 		h.mustAlloc("default", "web-2", "node1", structs.AllocRunning)
@@ -157,10 +152,7 @@ func TestLeaderCrashMidPublish(t *testing.T) {
 			t.Fatalf("the retry of a taken claim did not answer the record: %+v, %v", again, err)
 		}
 
-		h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
-		h.releaseAll(ref)
-		noViolations(t, h)
-		nothingLeft(t, h, ref)
+		h.endAndReleaseClean(ref, "web-1", "node1")
 	})
 	t.Run("the allocation ends first", func(t *testing.T) {
 		h := newHarness(t, "node1")
@@ -176,9 +168,7 @@ func TestLeaderCrashMidPublish(t *testing.T) {
 		if n := len(h.nodes["node1"].AllCalls()); n != before {
 			t.Fatalf("a refused retry sent %d node call(s)", n-before)
 		}
-		h.releaseAll(ref)
-		noViolations(t, h)
-		nothingLeft(t, h, ref)
+		h.releaseClean(ref)
 		for _, m := range []string{csitest.NodeUnpublish, csitest.NodeUnstage} {
 			if len(h.calls("node1", m, ref)) == 0 {
 				t.Errorf("the release of the publishing claim sent no %s", m)
@@ -207,9 +197,7 @@ func TestResumedClaimRollbackKeepsEarlierRunsSteps(t *testing.T) {
 			ref := h.volume("default", "vol1", structs.AccessSingleNodeWriter)
 			h.mustAlloc("default", "web-1", "node1", structs.AllocRunning)
 			crashMidPublish(t, h, ref, "web-1")
-			h.srv = New(Config{Store: h.store, Log: h.cluster, CSI: h.srv.csi, Modules: h.mods, Clock: h.clock,
-				Locks: h.srv.locks, Agents: h.agents})
-			h.srv.SetReleaser(h.w)
+			h.restartServer(h.cluster)
 
 			h.nodes["node1"].Script(csitest.NodePublish, tc.publish)
 			if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err == nil {
@@ -219,10 +207,7 @@ func TestResumedClaimRollbackKeepsEarlierRunsSteps(t *testing.T) {
 			if c := h.vol(ref).Claims["web-1"]; c == nil || c.State != structs.ClaimPublishing {
 				t.Fatalf("the record of the earlier run is not kept publishing: %+v", c)
 			}
-			h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
-			h.releaseAll(ref)
-			noViolations(t, h)
-			nothingLeft(t, h, ref)
+			h.endAndReleaseClean(ref, "web-1", "node1")
 		})
 	}
 }

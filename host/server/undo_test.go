@@ -55,10 +55,7 @@ func TestRollbackSendsTheReleasesUndo(t *testing.T) {
 	if err := h.claim(ref, "web-1", "node1", structs.ClaimWrite); err != nil {
 		t.Fatal(err)
 	}
-	h.mustAlloc(ref.Namespace, "web-1", "node1", structs.AllocComplete)
-	h.releaseAll(ref)
-	noViolations(t, h)
-	nothingLeft(t, h, ref)
+	h.endAndReleaseClean(ref, "web-1", "node1")
 	for _, u := range undos {
 		calls := h.calls(u.plugin, u.method, ref)
 		if len(calls) != 2 {

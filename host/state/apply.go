@@ -280,6 +280,7 @@ func (w *writer) deregisterNode(r *structs.NodeDeregisterRequest) (any, error) {
 func (w *writer) registerVolumes(r *structs.VolumeRegisterRequest) (any, error) {
 	for _, in := range r.Volumes {
 		v := in.Copy()
+		internVolume(v)
 		old, err := w.snap.VolumeByID(nil, v.Namespace, v.ID)
 		if err != nil {
 			return nil, err
@@ -344,11 +345,7 @@ func (w *writer) deregisterVolume(r *structs.VolumeDeregisterRequest) (any, erro
 	if reason == "escape-hatch" {
 		evType = structs.EventAutoForce
 	}
-	ids := make([]string, 0, len(v.Claims))
-	for id := range v.Claims {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
+	ids := v.ClaimIDs()
 	// No CSI call happens here: every claim not yet released may have left
 	// an attachment behind, which is recorded instead of dropped silently
 	// (hashicorp/nomad#8641: the reference system forgets them).
@@ -395,6 +392,7 @@ func (w *writer) upsertAllocs(r *structs.AllocUpsertRequest) (any, error) {
 	var ended []string
 	for _, in := range r.Allocs {
 		a := in.Copy()
+		internAlloc(a)
 		old, err := w.snap.AllocByID(nil, a.ID)
 		if err != nil {
 			return nil, err
@@ -472,15 +470,11 @@ func (w *writer) claimVolume(r *structs.VolumeClaimRequest) (any, error) {
 	}
 	v := old.Copy()
 	c := r.Claim.Copy()
+	internClaim(c)
 	if c.State == "" {
 		c.State = structs.ClaimTaken
 	}
-	if c.AccessMode == "" {
-		c.AccessMode = v.AccessMode
-	}
-	if c.AttachmentMode == "" {
-		c.AttachmentMode = v.AttachmentMode
-	}
+	c.DefaultModes(v)
 	if c.CreateTime.IsZero() {
 		c.CreateTime = w.now
 	}
@@ -548,6 +542,7 @@ func (w *writer) checkpointClaim(r *structs.ClaimCheckpointRequest) (any, error)
 	v := withNewClaims(old)
 	prev := v.Claims[r.Claim.AllocID]
 	c := r.Claim.Copy()
+	internClaim(c)
 	c.CreateIndex = prev.CreateIndex
 	c.ModifyIndex = w.index
 	if c.CreateTime.IsZero() {

@@ -41,12 +41,7 @@ func validateClaimOverPublishing(v *structs.Volume, old, c *structs.Claim) error
 			old.State, c.AllocID, name)
 	}
 	want := c.Copy()
-	if want.AccessMode == "" {
-		want.AccessMode = v.AccessMode
-	}
-	if want.AttachmentMode == "" {
-		want.AttachmentMode = v.AttachmentMode
-	}
+	want.DefaultModes(v)
 	if !structs.SamePublish(old, want) {
 		return structs.Conflict("the %s claim of allocation %q on volume %q was written for node %q (external node ID %q, target %q, staging %q): a claim taken over it must be that same publish, not node %q (external node ID %q, target %q, staging %q)",
 			old.State, c.AllocID, name, old.NodeID, old.ExternalNodeID, old.TargetPath, old.StagingPath,
@@ -102,12 +97,7 @@ func validateUnstageInDoubtMark(v *structs.Volume, c *structs.Claim) error {
 		return structs.Invalid("claim.node_unpublished", "the claim of allocation %q staged nothing: no unstage to be in doubt", c.AllocID)
 	}
 	want := c.Copy()
-	if want.AccessMode == "" {
-		want.AccessMode = v.AccessMode
-	}
-	if want.AttachmentMode == "" {
-		want.AttachmentMode = v.AttachmentMode
-	}
+	want.DefaultModes(v)
 	if !structs.SamePublish(old, want) {
 		return structs.Conflict("the publishing claim of allocation %q on volume %q is another publish than the one marked", c.AllocID, name)
 	}

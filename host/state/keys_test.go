@@ -120,3 +120,25 @@ func TestKeyIndexersAllocateOnce(t *testing.T) {
 		}
 	}
 }
+
+// A unique volume index's key is allocated at its length; the non-unique
+// external index's with room for the ID key memdb appends to it.
+func TestVolumeKeyRoom(t *testing.T) {
+	tables := schema().Tables
+	v := &structs.Volume{Namespace: "default", ID: "vol-0000001", PluginID: "ebs", ExternalID: "disk-0000001"}
+	for _, c := range []struct {
+		table, index string
+		room         int
+	}{
+		{TableVolumes, indexID, 0},
+		{TableVolumes, indexExternal, primaryKeyLen(v)},
+	} {
+		ok, key, err := tables[c.table].Indexes[c.index].Indexer.(memdb.SingleIndexer).FromObject(v)
+		if !ok || err != nil {
+			t.Fatalf("%s.%s: no key: %v", c.table, c.index, err)
+		}
+		if got := cap(key) - len(key); got != c.room {
+			t.Errorf("%s.%s: room %d after the key, want %d", c.table, c.index, got, c.room)
+		}
+	}
+}

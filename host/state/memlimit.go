@@ -47,3 +47,18 @@ func liftMemoryLimit() (restore func()) {
 		})
 	}
 }
+
+// SetMemoryLimit sets the runtime's soft memory limit, or, while a restore
+// lifts it, the limit that restore puts back when it ends: a limit set
+// during a restore (the agent's, host/agent memlimit.go, follows the live
+// heap) must neither end the lift early nor be lost when it ends.
+func SetMemoryLimit(limit int64) {
+	l := &memoryLimitLift
+	l.Lock()
+	defer l.Unlock()
+	if l.restores > 0 {
+		l.saved = limit
+		return
+	}
+	debug.SetMemoryLimit(limit)
+}

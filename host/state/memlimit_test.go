@@ -75,3 +75,22 @@ func TestOverlappingLiftsRestoreOnce(t *testing.T) {
 		t.Fatalf("limit after both = %d, want %d", got, limit)
 	}
 }
+
+// TestSetMemoryLimitDuringRestore: a limit set while a restore lifts the
+// limit leaves the lift in place and is the limit the restore puts back.
+func TestSetMemoryLimitDuringRestore(t *testing.T) {
+	defer debug.SetMemoryLimit(debug.SetMemoryLimit(5 << 30))
+	end := liftMemoryLimit()
+	SetMemoryLimit(3 << 30)
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Fatalf("limit during the restore = %d, want none", got)
+	}
+	end()
+	if got := debug.SetMemoryLimit(-1); got != 3<<30 {
+		t.Fatalf("limit after the restore = %d, want the one set during it (%d)", got, int64(3<<30))
+	}
+	SetMemoryLimit(4 << 30)
+	if got := debug.SetMemoryLimit(-1); got != 4<<30 {
+		t.Fatalf("limit set with no restore = %d, want %d", got, int64(4<<30))
+	}
+}

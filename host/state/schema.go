@@ -70,7 +70,7 @@ func schema() *memdb.DBSchema {
 				// of the store's memory and restore time at 1,000,000
 				// volumes, BenchmarkScale) for one rare read (plugin deregister).
 				indexExternal: {Name: indexExternal, Indexer: volumeKey(func(v *structs.Volume) (string, string) { return v.PluginID, v.ExternalID },
-					"PluginID", "ExternalID")},
+					"PluginID", "ExternalID").withIDRoom()},
 				// No index on ModifyIndex: "volumes modified since N" reads
 				// the volume_mods table (volume_mods.go), a row per raft
 				// index rather than a radix entry per volume (BenchmarkScale).
@@ -136,6 +136,18 @@ func schema() *memdb.DBSchema {
 type volumeKeyIndexer struct {
 	*memdb.CompoundIndex
 	fields func(*structs.Volume) (string, string)
+	// idRoom: memdb appends the volume's ID key to this index's keys (a
+	// non-unique index), so they are allocated with room for it. A unique
+	// index's keys are allocated at their length: the room, unused, took
+	// a key of the ID index from the 24-byte size class to the 48 (24 B
+	// per volume, BenchmarkScaleHeap).
+	idRoom bool
+}
+
+// withIDRoom is x for a non-unique index (idRoom).
+func (x volumeKeyIndexer) withIDRoom() volumeKeyIndexer {
+	x.idRoom = true
+	return x
 }
 
 func volumeKey(fields func(*structs.Volume) (string, string), first, second string) volumeKeyIndexer {
@@ -156,14 +168,18 @@ func (x volumeKeyIndexer) FromObject(raw any) (bool, []byte, error) {
 	if a == "" || b == "" {
 		return false, nil, nil
 	}
-	key := make([]byte, 0, len(a)+len(b)+2+primaryKeyLen(v))
+	room := 0
+	if x.idRoom {
+		room = primaryKeyLen(v)
+	}
+	key := make([]byte, 0, len(a)+len(b)+2+room)
 	key = append(append(append(append(key, a...), 0), b...), 0)
 	return true, key, nil
 }
 
 // primaryKeyLen is the length of v's ID index key, which memdb appends to
-// the key of a non-unique index: keys are allocated with room for it, so
-// the append does not copy them again.
+// the key of a non-unique index: such keys are allocated with room for it
+// (idRoom), so the append does not copy them again.
 func primaryKeyLen(v *structs.Volume) int { return len(v.Namespace) + len(v.ID) + 2 }
 
 // hexUintIndex indexes an unsigned field as 16 hexadecimal digits: the

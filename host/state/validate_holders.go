@@ -2,7 +2,6 @@ package state
 
 import (
 	"fmt"
-	"sort"
 
 	"github.com/volhost/volhost/host/structs"
 )
@@ -34,7 +33,7 @@ func heldClaimsOn(snap *Snapshot, nodeID string, f func(v *structs.Volume, c *st
 		return err
 	}
 	for _, v := range vols {
-		for _, id := range sortedClaimIDs(v) {
+		for _, id := range v.ClaimIDs() {
 			if c := v.Claims[id]; c != nil && c.NodeID == nodeID && c.State != structs.ClaimReadyToFree {
 				if err := f(v, c); err != nil {
 					return err
@@ -43,15 +42,6 @@ func heldClaimsOn(snap *Snapshot, nodeID string, f func(v *structs.Volume, c *st
 		}
 	}
 	return nil
-}
-
-func sortedClaimIDs(v *structs.Volume) []string {
-	ids := make([]string, 0, len(v.Claims))
-	for id := range v.Claims {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	return ids
 }
 
 // validateNodeUnderClaims refuses a node registration that removes the
@@ -110,7 +100,7 @@ func validatePluginUnderClaims(snap *Snapshot, p *structs.Plugin) error {
 		return err
 	}
 	for _, v := range vols {
-		for _, id := range sortedClaimIDs(v) {
+		for _, id := range v.ClaimIDs() {
 			c := v.Claims[id]
 			if c == nil || c.State == structs.ClaimReadyToFree || c.Unattached || c.Attached() == structs.EffectNone {
 				continue
@@ -143,14 +133,10 @@ func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) 
 		}
 	}
 	if o := v.DetachingFor(&probe); o != nil {
-		why := "its answer has not arrived"
-		if e := o.LastError; e != nil {
-			why = "its last attempt failed: " + e.Error()
-		}
 		return structs.Conflict("volume %q: the release of allocation %q on node %q (the same machine) sent ControllerUnpublishVolume to external node ID %q and %s: "+
 			"the storage may still be detaching the disk, and a claim published there now would lose it under its mount when that ends. "+
 			"The claim is refused until the release's next attempt has the driver's answer; retry the claim then, or claim on another node",
-			volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.ExternalNodeID, why)
+			volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.ExternalNodeID, whyInDoubt(o))
 	}
 	if o := v.StagedElsewhere(&probe); o != nil {
 		return structs.Conflict("volume %q: the claim of allocation %q on node %q (the same machine) staged it at %s; a claim on node %q would stage it again at %s, "+
@@ -162,14 +148,10 @@ func validateClaimMachine(v *structs.Volume, n *structs.Node, c *structs.Claim) 
 	if o == nil {
 		return nil
 	}
-	why := "its answer has not arrived"
-	if e := o.LastError; e != nil {
-		why = "its last attempt failed: " + e.Error()
-	}
 	return structs.Conflict("volume %q: the release of allocation %q on node %q (the same machine) sent NodeUnstageVolume of %s and %s: "+
 		"the driver may still be unmounting it, and a claim published there now would lose its staging path when that ends. "+
 		"The claim is refused until the release's next attempt has the driver's answer; retry the claim then, or claim on another node",
-		volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.StagingPath, why)
+		volName(v.Namespace, v.ID), o.AllocID, o.NodeID, o.StagingPath, whyInDoubt(o))
 }
 
 // validateClaimLeftovers refuses a claim c of v on node n while a
@@ -221,4 +203,14 @@ func validateClaimLeftovers(snap *Snapshot, v *structs.Volume, n *structs.Node, 
 			volName(v.Namespace, v.ID), v.ExternalID, l.ID, why, l.ID)
 	}
 	return nil
+}
+
+// whyInDoubt says why release o's step is in doubt, for a refusal: its
+// answer has not arrived, or its last attempt failed (a retry may be
+// running at the driver).
+func whyInDoubt(o *structs.Claim) string {
+	if e := o.LastError; e != nil {
+		return "its last attempt failed: " + e.Error()
+	}
+	return "its answer has not arrived"
 }

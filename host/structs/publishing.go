@@ -10,6 +10,21 @@ import "fmt"
 // at an undo that failed, leaves a claim the watcher releases in the
 // CSI spec's order, never an attachment no claim accounts for.
 
+// DefaultModes gives c the access and attachment modes of its volume v
+// where it names none: a claim asks for the volume's own unless it says
+// otherwise. The claim path writes its record so, the store fills them on
+// commit, and a claim is compared with an earlier record (SamePublish) so;
+// one rule, or a claim that named no mode would read as another publish
+// than its own record.
+func (c *Claim) DefaultModes(v *Volume) {
+	if c.AccessMode == "" {
+		c.AccessMode = v.AccessMode
+	}
+	if c.AttachmentMode == "" {
+		c.AttachmentMode = v.AttachmentMode
+	}
+}
+
 // SamePublish reports whether b is the same publish as a: the same
 // allocation, node, mode and access, and the same external node ID and
 // paths, which are what its release steps will name. Only the same

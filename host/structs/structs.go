@@ -345,6 +345,13 @@ func (v *Volume) Allocs(mode ClaimMode) []string {
 	return ids
 }
 
+// ClaimIDs returns the allocation IDs of v's claims in order: whatever
+// walks the claims and may stop at one (a refusal, the first conflict)
+// names the same one on every replica and every run.
+func (v *Volume) ClaimIDs() []string {
+	return slices.Sorted(maps.Keys(v.Claims))
+}
+
 // InUse reports whether any claim still holds the volume.
 func (v *Volume) InUse() bool {
 	for _, c := range v.Claims {

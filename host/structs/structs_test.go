@@ -62,3 +62,33 @@ func TestEventTypesListsEveryConstant(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimDefaultModes: a claim naming no access or attachment mode gets
+// its volume's; one naming its own keeps it.
+func TestClaimDefaultModes(t *testing.T) {
+	v := &Volume{AccessMode: AccessSingleNodeWriter, AttachmentMode: AttachFilesystem}
+	c := &Claim{}
+	c.DefaultModes(v)
+	if c.AccessMode != AccessSingleNodeWriter || c.AttachmentMode != AttachFilesystem {
+		t.Fatalf("a claim naming no mode: %s %s, want the volume's", c.AccessMode, c.AttachmentMode)
+	}
+	c = &Claim{AccessMode: AccessMultiNodeReader, AttachmentMode: AttachBlockDevice}
+	c.DefaultModes(v)
+	if c.AccessMode != AccessMultiNodeReader || c.AttachmentMode != AttachBlockDevice {
+		t.Fatalf("a claim naming its modes: %s %s, want its own", c.AccessMode, c.AttachmentMode)
+	}
+}
+
+// TestVolumeClaimIDs: a volume's claims in allocation ID order, so a walk
+// that stops at one names the same one on every replica.
+func TestVolumeClaimIDs(t *testing.T) {
+	v := &Volume{Claims: map[string]*Claim{"web-3": {}, "db-1": {}, "web-10": {}, "api": {}}}
+	for range 5 { // map order varies from one range to the next
+		if got := v.ClaimIDs(); !slices.Equal(got, []string{"api", "db-1", "web-10", "web-3"}) {
+			t.Fatalf("ClaimIDs = %v", got)
+		}
+	}
+	if got := (&Volume{}).ClaimIDs(); len(got) != 0 {
+		t.Fatalf("no claims: %v", got)
+	}
+}

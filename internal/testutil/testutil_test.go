@@ -143,3 +143,26 @@ func TestInterleaveAlternates(t *testing.T) {
 		t.Fatalf("ratios %v", r)
 	}
 }
+
+// TestRepeat: f runs again and again until stop, which returns only once
+// the call in flight has (no call after stop returns), or until f says
+// false; stop twice is fine.
+func TestRepeat(t *testing.T) {
+	var n atomic.Int64
+	stop := Repeat(func() bool { n.Add(1); return true })
+	WaitFor(t, "a few calls", func() bool { return n.Load() >= 3 })
+	stop()
+	after := n.Load()
+	stop()
+	if n.Load() != after {
+		t.Fatalf("%d calls after stop returned", n.Load()-after)
+	}
+
+	var m atomic.Int64
+	stop = Repeat(func() bool { return m.Add(1) < 5 })
+	WaitFor(t, "f to end the loop", func() bool { return m.Load() >= 5 })
+	stop()
+	if got := m.Load(); got != 5 {
+		t.Fatalf("%d calls, want 5: the loop went on after f said false", got)
+	}
+}

@@ -2,15 +2,14 @@ package kit
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/volhost/volhost/abi"
 )
 
 // The host's checks on an answer, over the view alone. They are the
 // host's (watcher/release.go: decide, classify; watcher/attach:
-// Subject.Adapt with CheckIDs, at publish and release), which run on committed state; here the view is all there is,
-// and it carries the same facts (an allocation's status, a node's status,
+// Subject.Adapt, at publish and release), which run on committed state;
+// here the view is all there is, and it carries the same facts (an allocation's status, a node's status,
 // the external IDs the host knows). The plugins.Manager has already checked
 // what needs no state (one decision per claim of the request, known actions
 // and outcomes, no negative waits).
@@ -59,35 +58,21 @@ func checkPolicy(req *abi.PolicyRequest, resp *abi.PolicyResponse) error {
 	return nil
 }
 
+// checkAdapter is the host's check of an adapter's answer (watcher/attach:
+// Subject.Adapt): no volume ID, or no node ID at a controller step (the
+// host always sends one), is bad output; IDs the host cannot verify are
+// unsafe, by the rule the host applies (abi.CheckAdapterIDs).
 func checkAdapter(req *abi.AdapterRequest, resp *abi.AdapterResponse) error {
 	if resp.VolumeID == "" {
 		return &hostFault{FaultBadOutput, "empty volume ID"}
 	}
-	if resp.VolumeID != req.Volume.ExternalID {
-		return &hostFault{FaultUnsafe, fmt.Sprintf("answered volume ID %q for %s of volume %s/%s, whose external ID is %q",
-			resp.VolumeID, req.Step, req.Volume.Namespace, req.Volume.ID, req.Volume.ExternalID)}
-	}
-	if req.Step != abi.StepControllerUnpublish && req.Step != abi.StepControllerPublish {
-		return nil
-	}
-	var known []string
-	if req.Node.ExternalID != "" {
-		known = append(known, req.Node.ExternalID)
-	}
-	if c := req.Claim.ExternalNodeID; c != "" && req.Step != abi.StepControllerPublish && !slices.Contains(known, c) {
-		known = append(known, c)
-	}
-	switch {
-	case resp.NodeID == "":
+	if resp.NodeID == "" && (req.Step == abi.StepControllerPublish || req.Step == abi.StepControllerUnpublish) {
 		return &hostFault{FaultBadOutput, fmt.Sprintf("empty node ID for %s: the host always sends one", req.Step)}
-	case len(known) == 0 && req.Step == abi.StepControllerPublish, slices.Contains(known, resp.NodeID):
-		return nil
-	case len(known) == 0:
-		return &hostFault{FaultUnsafe, fmt.Sprintf("answered node ID %q for %s of node %q, for which the host knows no external node ID to check it against",
-			resp.NodeID, req.Step, req.Claim.NodeID)}
 	}
-	return &hostFault{FaultUnsafe, fmt.Sprintf("answered node ID %q for %s of node %q, whose external node ID is %q",
-		resp.NodeID, req.Step, req.Claim.NodeID, known)}
+	if err := abi.CheckAdapterIDs(req, resp); err != nil {
+		return &hostFault{FaultUnsafe, err.Error()}
+	}
+	return nil
 }
 
 func checkClassify(req *abi.ClassifyRequest, resp *abi.ClassifyResponse) error {

@@ -303,3 +303,39 @@ func policyResponse(t *testing.T, decisions string) *abi.PolicyResponse {
 	}
 	return resp
 }
+
+// TestAdapterCheckIsTheHosts: the kit judges an adapter's answer as the
+// host does (abi.CheckAdapterIDs, whose table is beside it): here only
+// how its refusals are named. At release, the node's current ID where the
+// claim recorded another is unsafe, as the host records it.
+func TestAdapterCheckIsTheHosts(t *testing.T) {
+	req := &abi.AdapterRequest{Step: abi.StepControllerUnpublish,
+		Volume: abi.VolumeView{Namespace: "a", ID: "b", ExternalID: "disk-1"},
+		Claim:  abi.ClaimView{AllocID: "a1", NodeID: "n1", ExternalNodeID: "ext-recorded"},
+		Node:   abi.NodeView{ID: "n1", ExternalID: "ext-current"}}
+	for _, tc := range []struct {
+		name, volumeID, nodeID string
+		kind                   string // "": accepted
+		want                   string
+	}{
+		{"recorded node", "disk-1", "ext-recorded", "", ""},
+		{"current node, not recorded", "disk-1", "ext-current", FaultUnsafe, `whose external node ID is "ext-recorded" (recorded on the claim at publish)`},
+		{"another disk", "disk-2", "ext-recorded", FaultUnsafe, `whose external ID is "disk-1"`},
+		{"no volume ID", "", "ext-recorded", FaultBadOutput, "empty volume ID"},
+		{"no node ID", "disk-1", "", FaultBadOutput, "empty node ID for controller-unpublish"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkAdapter(req, &abi.AdapterResponse{VolumeID: tc.volumeID, NodeID: tc.nodeID})
+			if tc.kind == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var hf *hostFault
+			if !errors.As(err, &hf) || hf.kind != tc.kind || !strings.Contains(hf.msg, tc.want) {
+				t.Fatalf("got %v, want %s %q", err, tc.kind, tc.want)
+			}
+		})
+	}
+}

@@ -3,7 +3,6 @@ package attach
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/volhost/volhost/abi"
@@ -51,7 +50,8 @@ func (s Subject) Request(step string) *abi.AdapterRequest {
 }
 
 // Adapt asks adapter a for the fields of step's request and bounds its
-// answer to what the host can verify (CheckIDs). A failed call, a guest
+// answer to what the host can verify (abi.CheckAdapterIDs, checked
+// against a request built afresh: the adapter cannot move the bounds). A failed call, a guest
 // error, no answer or no volume ID is the module's fault (ModuleError);
 // IDs the host cannot verify are an unsafe fault. The claim path refuses
 // the claim with that fault and the release records it on the claim:
@@ -70,62 +70,10 @@ func (s Subject) Adapt(ctx context.Context, a Adapter, step string) (*abi.Adapte
 	if err != nil {
 		return nil, ModuleError(a, StepAdapter, err)
 	}
-	if err := CheckIDs(step, s.Volume, s.Claim, s.Node, resp); err != nil {
+	if err := abi.CheckAdapterIDs(s.Request(step), resp); err != nil {
 		return nil, Fault(a, StepAdapter, FaultUnsafe, "%v", err)
 	}
 	return resp, nil
-}
-
-// CheckIDs bounds an adapter's answer to what the host can verify:
-// the volume ID must be the volume's external ID, and
-// a node ID must be the one the claim's steps go to. A module that names
-// another disk or another instance would otherwise detach it from under
-// someone else.
-//
-// At release that is the ID recorded on the claim when it was published,
-// and only that one (structs.Claim.ReleaseNodeID): the node's current ID
-// may name another machine (a replaced instance, an agent that reported
-// another node's ID), whose ControllerUnpublish would detach a disk under
-// its workload or answer OK for an attachment it never had. A claim that
-// recorded none (published before the field existed, or while its node
-// had no node endpoint) is held to the node's current one. At publish,
-// the node's current ID; when the host knows none, the adapter's is the
-// only one there is (it is recorded on the claim and every later step is
-// held to it). node may be nil (gone).
-func CheckIDs(step string, v *structs.Volume, c *structs.Claim, node *structs.Node, resp *abi.AdapterResponse) error {
-	if resp.VolumeID != v.ExternalID {
-		return fmt.Errorf("answered volume ID %q for %s of volume %s/%s, whose external ID is %q",
-			resp.VolumeID, step, v.Namespace, v.ID, v.ExternalID)
-	}
-	if step != abi.StepControllerPublish && step != abi.StepControllerUnpublish {
-		return nil // node steps send no node ID
-	}
-	var current string
-	if node != nil {
-		if np := node.Plugins[v.PluginID]; np != nil {
-			current = np.ExternalNodeID
-		}
-	}
-	known := current
-	if step != abi.StepControllerPublish {
-		known = c.ReleaseNodeID(current)
-	}
-	switch {
-	case resp.NodeID == "":
-		return nil // refused later, with the host's own message
-	case known == "" && step == abi.StepControllerPublish:
-		return nil
-	case resp.NodeID == known:
-		return nil
-	case known == "":
-		return fmt.Errorf("answered node ID %q for %s of node %q, for which the host knows no external node ID to check it against",
-			resp.NodeID, step, c.NodeID)
-	case step != abi.StepControllerPublish && c.ExternalNodeID != "":
-		return fmt.Errorf("answered node ID %q for %s of node %q, whose external node ID is %q (recorded on the claim at publish)",
-			resp.NodeID, step, c.NodeID, known)
-	}
-	return fmt.Errorf("answered node ID %q for %s of node %q, whose external node ID is %q",
-		resp.NodeID, step, c.NodeID, known)
 }
 
 // Secrets is what a CSI call of volume v's claims sends as secrets, from

@@ -5,7 +5,7 @@
 //
 //   - the adapter's request for a step (Subject.Request, the views a
 //     module sees) and the bounds the host puts on its answer
-//     (Subject.Adapt, CheckIDs: the volume's external ID, and the
+//     (Subject.Adapt, with abi.CheckAdapterIDs: the volume's external ID, and the
 //     external node ID the claim's steps go to);
 //   - the secrets a call sends (Secrets): a key the volume lacks is the
 //     adapter's bad-output fault, at publish as at release;

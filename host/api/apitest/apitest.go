@@ -153,12 +153,7 @@ func (b *StoreBackend) ClaimVolume(_ context.Context, req *structs.ClaimRequest)
 	}
 	c := &structs.Claim{AllocID: req.AllocID, NodeID: req.NodeID, Mode: req.Mode, State: structs.ClaimTaken,
 		AccessMode: req.AccessMode, AttachmentMode: req.AttachmentMode, ExternalNodeID: req.NodeID}
-	if c.AccessMode == "" {
-		c.AccessMode = v.AccessMode
-	}
-	if c.AttachmentMode == "" {
-		c.AttachmentMode = v.AttachmentMode
-	}
+	c.DefaultModes(v)
 	if _, _, err := b.apply(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: req.Namespace, VolumeID: req.VolumeID, Claim: c}); err != nil {
 		return nil, err
 	}

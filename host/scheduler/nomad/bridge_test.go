@@ -64,11 +64,9 @@ func TestBridgeClaimAndRelease(t *testing.T) {
 func TestBridgeShutdownDelay(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	h.waitStatus("a1", structs.AllocRunning)
+	h.mirrorRunning("a1", "n1")
 	for _, client := range []string{clientRunning, clientPending} {
-		a = h.nomad.setAlloc(web("a1", "n1", client, "stop"), nil)
+		a := h.nomad.setAlloc(web("a1", "n1", client, "stop"), nil)
 		h.nomad.push(t, Batch{Allocs: []Alloc{a}})
 		testutil.WaitFor(t, "the batch applied", func() bool { return h.bridge.Status().LastEvent.Equal(h.clock.Now()) && h.streamDrained() })
 		h.relist()
@@ -76,7 +74,7 @@ func TestBridgeShutdownDelay(t *testing.T) {
 			t.Fatalf("desired stop, client %s: mirrored %s", client, got)
 		}
 	}
-	a = h.nomad.setAlloc(web("a1", "n1", clientComplete, "stop"), nil)
+	a := h.nomad.setAlloc(web("a1", "n1", clientComplete, "stop"), nil)
 	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
 	h.waitStatus("a1", structs.AllocComplete)
 }
@@ -95,11 +93,9 @@ func (h *harness) streamDrained() bool {
 func TestBridgeLostHeldUntilFence(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n2", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the claim of v1", func() bool { return h.claimed("v1", "a1") })
+	h.claimRunning("a1", "n2")
 	n := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
-	a = h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
+	a := h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
 	h.nomad.push(t, Batch{Nodes: []Node{n}, Allocs: []Alloc{a}})
 	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
 	vn, _ := h.store.Snapshot().NodeByID(nil, "n2")
@@ -127,11 +123,9 @@ func TestBridgeLostHeldUntilFence(t *testing.T) {
 func TestBridgeNodeGone(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n2", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	h.waitStatus("a1", structs.AllocRunning)
+	h.mirrorRunning("a1", "n2")
 	n := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
-	a = h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
+	a := h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
 	h.nomad.push(t, Batch{Nodes: []Node{n}, Allocs: []Alloc{a}})
 	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
 	h.nomad.remove([]string{"id-n2"}, []string{"a1"})
@@ -151,9 +145,7 @@ func TestBridgeNodeGone(t *testing.T) {
 func TestBridgeVanishedAllocation(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	h.waitStatus("a1", structs.AllocRunning)
+	h.mirrorRunning("a1", "n1")
 	h.nomad.remove(nil, []string{"a1"})
 	h.relist()
 	h.waitStatus("a1", structs.AllocLost)
@@ -224,15 +216,10 @@ func TestBridgeStaleTerm(t *testing.T) {
 func TestBridgeVanishedOnDownNodeHeld(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n2", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the claim of v1", func() bool { return h.claimed("v1", "a1") })
+	h.claimRunning("a1", "n2")
 	n := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
 	h.nomad.push(t, Batch{Nodes: []Node{n}})
-	testutil.WaitFor(t, "node n2 down", func() bool {
-		vn, _ := h.store.Snapshot().NodeByID(nil, "n2")
-		return vn.Status == structs.NodeDown
-	})
+	testutil.WaitFor(t, "node n2 down", h.nodeIs("n2", structs.NodeDown))
 	h.nomad.remove(nil, []string{"a1"})
 	h.relist()
 	h.relist()
@@ -254,9 +241,7 @@ func TestBridgeVanishedOnDownNodeHeld(t *testing.T) {
 func TestBridgeReset(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	h.waitStatus("a1", structs.AllocRunning)
+	h.mirrorRunning("a1", "n1")
 	h.relist()
 	// Nomad restarts with empty state: indexes start again, a1 is gone.
 	h.nomad.mu.Lock()
@@ -350,9 +335,7 @@ func TestBridgeBadInput(t *testing.T) {
 func TestBridgeNewLeaderNomadUnreachable(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	h.waitStatus("a1", structs.AllocRunning)
+	h.mirrorRunning("a1", "n1")
 	h.relist()
 	h.stop()
 	cur := h.cursor()

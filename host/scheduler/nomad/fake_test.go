@@ -312,6 +312,47 @@ func (h *harness) claimed(vol, alloc string) bool {
 	return v != nil && v.Claims[alloc] != nil
 }
 
+// claimRunning has Nomad report allocation id running on node with
+// volume v1 (metaV1) and waits until the bridge has claimed v1 for it; it
+// returns Nomad's allocation.
+func (h *harness) claimRunning(id, node string) Alloc {
+	h.t.Helper()
+	a := h.nomad.setAlloc(web(id, node, clientRunning, "run"), metaV1)
+	h.nomad.push(h.t, Batch{Allocs: []Alloc{a}})
+	testutil.WaitFor(h.t, "the claim of v1 by "+id, func() bool { return h.claimed("v1", id) })
+	return a
+}
+
+// mirrorRunning is claimRunning waiting only until the bridge has
+// mirrored the allocation running.
+func (h *harness) mirrorRunning(id, node string) Alloc {
+	h.t.Helper()
+	a := h.nomad.setAlloc(web(id, node, clientRunning, "run"), metaV1)
+	h.nomad.push(h.t, Batch{Allocs: []Alloc{a}})
+	h.waitStatus(id, structs.AllocRunning)
+	return a
+}
+
+// nodeIs reports whether volhost node id has status want.
+func (h *harness) nodeIs(id string, want structs.NodeStatus) func() bool {
+	return func() bool {
+		vn, _ := h.store.Snapshot().NodeByID(nil, id)
+		return vn.Status == want
+	}
+}
+
+// agentOwnsNode marks volhost node id as registered by a node agent, whose
+// heartbeats own its status (Nomad's reports of it are not mirrored).
+func (h *harness) agentOwnsNode(id string) {
+	h.t.Helper()
+	vn, _ := h.store.Snapshot().NodeByID(nil, id)
+	agent := vn.Copy()
+	agent.Agent = true
+	if err := h.w.apply(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: agent}, 0); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
 func (h *harness) waitStatus(id string, want structs.AllocClientStatus) {
 	h.t.Helper()
 	testutil.WaitFor(h.t, fmt.Sprintf("allocation %s %s", id, want), func() bool {

@@ -23,9 +23,7 @@ func TestBridgeReplayIgnored(t *testing.T) {
 	h.nomad.mu.Lock()
 	ready := h.nomad.nodes["id-n2"]
 	h.nomad.mu.Unlock()
-	running := h.nomad.setAlloc(web("a1", "n2", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{running}})
-	testutil.WaitFor(t, "the claim of v1", func() bool { return h.claimed("v1", "a1") })
+	running := h.claimRunning("a1", "n2")
 	down := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
 	lost := h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
 	h.nomad.push(t, Batch{Nodes: []Node{down}, Allocs: []Alloc{lost}})
@@ -73,9 +71,7 @@ func TestBridgeStreamsFromOlderList(t *testing.T) {
 func TestBridgeStreamIndexBackwards(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	h.waitStatus("a1", structs.AllocRunning)
+	h.mirrorRunning("a1", "n1")
 	n := h.nomad.streamCount()
 	h.nomad.push(t, Batch{Index: 1})
 	testutil.WaitFor(t, "the backwards stream as an event", func() bool { return len(h.events("went backwards")) == 1 })
@@ -166,34 +162,23 @@ func TestBridgeOneClaimInFlight(t *testing.T) {
 // volhost node agent is left alone (its heartbeats own its status).
 func TestBridgeNodeStatus(t *testing.T) {
 	h := newHarness(t)
-	vn, _ := h.store.Snapshot().NodeByID(nil, "n2")
-	agent := vn.Copy()
-	agent.Agent = true
-	if err := h.w.apply(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: agent}, 0); err != nil {
-		t.Fatal(err)
-	}
+	h.agentOwnsNode("n2")
 	h.start()
-	nodeIs := func(id string, want structs.NodeStatus) func() bool {
-		return func() bool {
-			vn, _ := h.store.Snapshot().NodeByID(nil, id)
-			return vn.Status == want
-		}
-	}
 	n1 := h.nomad.setNode(Node{ID: "id-n1", Name: "n1", Status: nodeDown})
 	n2 := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
 	h.nomad.push(t, Batch{Nodes: []Node{n2, n1}})
-	testutil.WaitFor(t, "node n1 down", nodeIs("n1", structs.NodeDown))
+	testutil.WaitFor(t, "node n1 down", h.nodeIs("n1", structs.NodeDown))
 	if vn, _ := h.store.Snapshot().NodeByID(nil, "n2"); vn.Status != structs.NodeReady {
 		t.Fatalf("a node agent's node n2 marked %s by Nomad's report", vn.Status)
 	}
 	n1 = h.nomad.setNode(Node{ID: "id-n1", Name: "n1", Status: nodeReady})
 	h.nomad.push(t, Batch{Nodes: []Node{n1}})
-	testutil.WaitFor(t, "node n1 ready again", nodeIs("n1", structs.NodeReady))
+	testutil.WaitFor(t, "node n1 ready again", h.nodeIs("n1", structs.NodeReady))
 	// A disconnected client (max_client_disconnect) has stopped answering
 	// too: down in volhost, its node steps held until a fence.
 	n1 = h.nomad.setNode(Node{ID: "id-n1", Name: "n1", Status: nodeDisconnected})
 	h.nomad.push(t, Batch{Nodes: []Node{n1}})
-	testutil.WaitFor(t, "node n1 down when disconnected", nodeIs("n1", structs.NodeDown))
+	testutil.WaitFor(t, "node n1 down when disconnected", h.nodeIs("n1", structs.NodeDown))
 }
 
 // TestBridgeLeavesAPIAllocations: an allocation an operator registered
@@ -232,9 +217,7 @@ func TestBridgeLeavesAPIAllocations(t *testing.T) {
 func TestBridgeTerminalReplay(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	running := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{running}})
-	h.waitStatus("a1", structs.AllocRunning)
+	running := h.mirrorRunning("a1", "n1")
 	done := h.nomad.setAlloc(web("a1", "n1", clientComplete, "run"), nil)
 	h.nomad.push(t, Batch{Allocs: []Alloc{done}})
 	h.waitStatus("a1", structs.AllocComplete)
@@ -274,10 +257,8 @@ func TestBridgeSkipsEndedAllocations(t *testing.T) {
 	}
 	// Nor for one that ended once mirrored (after a new leader's first
 	// list, and at every re-list, until Nomad garbage-collects it).
-	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	h.waitStatus("a1", structs.AllocRunning)
-	a = h.nomad.setAlloc(web("a1", "n1", clientComplete, "run"), nil)
+	h.mirrorRunning("a1", "n1")
+	a := h.nomad.setAlloc(web("a1", "n1", clientComplete, "run"), nil)
 	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
 	h.waitStatus("a1", structs.AllocComplete)
 	h.relist()
@@ -300,18 +281,11 @@ func TestBridgeSkipsEndedAllocations(t *testing.T) {
 // own status event judges its holds again: that is checked too.
 func TestBridgeHeldWhenNodeBack(t *testing.T) {
 	h := newHarness(t)
-	vn, _ := h.store.Snapshot().NodeByID(nil, "n2")
-	agent := vn.Copy()
-	agent.Agent = true
-	if err := h.w.apply(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: agent}, 0); err != nil {
-		t.Fatal(err)
-	}
+	h.agentOwnsNode("n2")
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n2", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the claim of v1", func() bool { return h.claimed("v1", "a1") })
+	h.claimRunning("a1", "n2")
 	down := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
-	a = h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
+	a := h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
 	h.nomad.push(t, Batch{Nodes: []Node{down}, Allocs: []Alloc{a}})
 	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
 	back := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeReady})
@@ -341,19 +315,14 @@ func TestBridgeHeldWhenNodeBack(t *testing.T) {
 func TestBridgeVanishedOnNodeBack(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n2", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the claim of v1", func() bool { return h.claimed("v1", "a1") })
+	h.claimRunning("a1", "n2")
 	down := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
-	a = h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
+	a := h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
 	h.nomad.push(t, Batch{Nodes: []Node{down}, Allocs: []Alloc{a}})
 	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
 	back := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeReady})
 	h.nomad.push(t, Batch{Nodes: []Node{back}})
-	testutil.WaitFor(t, "node n2 ready", func() bool {
-		vn, _ := h.store.Snapshot().NodeByID(nil, "n2")
-		return vn.Status == structs.NodeReady
-	})
+	testutil.WaitFor(t, "node n2 ready", h.nodeIs("n2", structs.NodeReady))
 	h.relist()
 	if got := h.alloc("a1").ClientStatus; got != structs.AllocRunning {
 		t.Fatalf("a1 %s with its node back and its client silent", got)
@@ -371,9 +340,7 @@ func TestBridgeVanishedOnNodeBack(t *testing.T) {
 func TestBridgeNamespaceDropped(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the claim of v1", func() bool { return h.claimed("v1", "a1") })
+	h.claimRunning("a1", "n1")
 	h.stop()
 	// The agent restarts with namespaces = ["prod"]: Nomad's lists (the
 	// real client asks per namespace) no longer carry a1.

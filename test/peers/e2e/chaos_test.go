@@ -4,13 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
-	"net/url"
 	"os"
-	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -82,18 +77,8 @@ func TestChaosFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	sock, err := os.MkdirTemp("", "vh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sock) })
 	nodes := []string{"node1", "node2"}
-	drv, err := StartGCEPD(ctx, sock, dir, bins.Gcepd, GCEPDOptions{Nodes: nodes, Disks: disks,
-		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { drv.Stop(5 * time.Second) })
+	drv := startDriver(ctx, t, dir, GCEPDOptions{Nodes: nodes, Disks: disks})
 	cl, err := StartCluster(ctx, dir, bins.Volhost, 3, `log_level = "debug"
 events {
   per_volume = 100000 # every claim's transitions stay, for the exactly-once count
@@ -107,58 +92,10 @@ watcher {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cl.Stop()
-		if t.Failed() {
-			for _, s := range cl.Servers {
-				t.Logf("%s log tail:\n%s", s.ID, s.Tail(3000))
-			}
-		}
-	})
+	stopAtCleanup(t, cl)
 	start := time.Now()
 
-	// Plugin, nodes and volumes, through the CLI of any server (writes are
-	// forwarded to the leader).
-	cli := func(args ...string) {
-		t.Helper()
-		err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-			s := cl.Any(0)
-			out, code, err := (&Agent{Proc: s.Proc, Addr: s.Addr, bin: bins.Volhost}).CLI(ctx, args...)
-			if err != nil {
-				return false, err
-			}
-			if code != 0 && strings.Contains(out, "leader") {
-				return false, nil
-			}
-			if code != 0 {
-				return false, fmt.Errorf("volhost %s: exit %d: %s", strings.Join(args, " "), code, out)
-			}
-			return true, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	writeSpec := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	cli("plugin", "register", writeSpec("plugin.hcl", fmt.Sprintf("plugin \"gcepd\" {\n  controller_endpoint = %q\n}\n", Endpoint(drv.Controller))))
-	for _, n := range nodes {
-		cli("node", "register", writeSpec(n+".hcl", fmt.Sprintf("node %q {\n  status = \"ready\"\n  root_dir = %q\n  plugin \"gcepd\" {\n    endpoint = %q\n  }\n}\n",
-			n, filepath.Join(dir, "root-"+n), Endpoint(drv.Nodes[n]))))
-	}
-	var vols []VolumeSpec
-	for i := 0; i < disks; i++ {
-		vols = append(vols, VolumeSpec{ID: fmt.Sprintf("vol%d", i), Namespace: "default", ExternalID: drv.VolumeID(fmt.Sprintf("disk-%d", i)),
-			PluginID: "gcepd", AccessMode: "single-node-writer", AttachmentMode: "file-system", FSType: "ext4"})
-	}
-	if err := cl.Retry(ctx, func(ctx context.Context, a *API) error { return a.RegisterVolumes(ctx, vols) }); err != nil {
-		t.Fatal(err)
-	}
+	vols := registerDriver(ctx, t, cl, dir, drv, nodes, disks)
 
 	// Every detach takes a while at the driver, so a fault finds releases
 	// in flight (controller_concurrency 1: one at a time per plugin).
@@ -311,12 +248,7 @@ watcher {
 			t.Logf("round %d: %s of leader %s; %s leads now", round, kind, ev.Server, ev.Leader)
 		}
 		for _, v := range vols {
-			err := Poll(ctx, 20*time.Millisecond, func() (bool, error) {
-				s := cl.Any(0)
-				got, _, err := s.API.Volume(ctx, v.ID, 0, 0)
-				return err == nil && len(got.Claims) == 0, nil
-			})
-			if err != nil {
+			if err := cl.waitReleased(ctx, v.ID); err != nil {
 				t.Fatalf("round %d: %s never released: %v", round, v.ID, err)
 			}
 		}
@@ -336,59 +268,19 @@ watcher {
 	rep := chaosReport{Releases: released, Kills: kills, Pauses: pauses, ClaimRetries: claimRetries, Duration: time.Since(start).Round(time.Second).String()}
 	// What the driver holds now, after every claim was released: no disk
 	// attached to any instance, and every node call that took effect
-	// undone (counted by staging and target path from the driver's log).
-	for i := 0; i < disks; i++ {
-		for _, n := range nodes {
-			att, err := drv.Control.Attached(ctx, fmt.Sprintf("disk-%d", i), n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if att {
-				rep.AttachedAtEnd++
-				t.Errorf("disk-%d is still attached to %s after every claim was released", i, n)
-			}
-		}
-	}
-	held := map[string]int{}
+	// undone (counted by staging and target path from the driver's log);
+	// and no two ControllerUnpublish of one volume at once.
+	rep.AttachedAtEnd, rep.PublishedAtEnd = driverLeftovers(ctx, t, drv, disks, nodes, r.Calls)
+	rep.Overlaps = overlappingDetaches(t, r.Calls)
+	okCalls := map[string]int{} // per volume
 	for _, c := range r.Calls {
 		if c.Ran {
 			rep.LostAnswers++
 		}
-		if c.Code != "OK" && !(c.Ran && c.DriverCode == "OK") {
-			continue
-		}
-		switch c.Method {
-		case "NodeStageVolume", "NodePublishVolume":
-			held[c.Service+" "+c.Method[len("Node"):len(c.Method)-len("Volume")]+" "+c.VolumeID]++
-		case "NodeUnstageVolume":
-			held[c.Service+" Stage "+c.VolumeID] = 0
-		case "NodeUnpublishVolume":
-			held[c.Service+" Publish "+c.VolumeID] = 0
-		}
-	}
-	for k, n := range held {
-		if n > 0 {
-			rep.PublishedAtEnd++
-			t.Errorf("driver log: %s took effect and was never undone", k)
-		}
-	}
-	byVol := map[string][]fault.Call{}
-	for _, c := range r.Calls {
 		if c.Method == "ControllerUnpublishVolume" {
 			rep.ControllerCalls++
-			byVol[c.VolumeID] = append(byVol[c.VolumeID], c)
-		}
-	}
-	for vol, calls := range byVol {
-		sort.Slice(calls, func(i, j int) bool { return calls[i].Start.Before(calls[j].Start) })
-		for i := 1; i < len(calls); i++ {
-			for j := 0; j < i; j++ {
-				if calls[i].Start.Before(calls[j].End) {
-					rep.Overlaps++
-					t.Errorf("overlapping ControllerUnpublish of %s: %s from %s [%s, %s] and from %s [%s, %s]", vol,
-						calls[j].Code, calls[j].Caller, calls[j].Start.Format(time.StampMicro), calls[j].End.Format(time.StampMicro),
-						calls[i].Caller, calls[i].Start.Format(time.StampMicro), calls[i].End.Format(time.StampMicro))
-				}
+			if c.Code == "OK" {
+				okCalls[c.VolumeID]++
 			}
 		}
 	}
@@ -423,58 +315,9 @@ watcher {
 		}
 	}
 	// Exactly one removal per claim, from the store's own events.
-	removed := map[string]int{}
-	var evs []struct {
-		Type     string `json:"type"`
-		VolumeID string `json:"volume_id"`
-		AllocID  string `json:"alloc_id"`
-		Message  string `json:"message"`
-	}
-	if err := cl.Retry(ctx, func(ctx context.Context, a *API) error {
-		evs = evs[:0]
-		for next := ""; ; {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/v1/events?per_page=1000&next_token="+url.QueryEscape(next), nil)
-			if err != nil {
-				return err
-			}
-			resp, err := a.hc.Do(req)
-			if err != nil {
-				return err
-			}
-			var page []struct {
-				Type     string `json:"type"`
-				VolumeID string `json:"volume_id"`
-				AllocID  string `json:"alloc_id"`
-				Message  string `json:"message"`
-			}
-			err = json.NewDecoder(resp.Body).Decode(&page)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return &HTTPError{Status: resp.StatusCode, Body: resp.Status}
-			}
-			if err != nil {
-				return err
-			}
-			evs = append(evs, page...)
-			if next = resp.Header.Get("X-Volhost-NextToken"); next == "" {
-				return nil
-			}
-		}
-	}); err != nil {
+	removed, err := claimRemovals(ctx, cl)
+	if err != nil {
 		t.Fatal(err)
-	}
-	for _, e := range evs {
-		if strings.Contains(e.Message, "-> ready-to-free") {
-			removed[e.VolumeID+"/"+e.AllocID]++
-		}
-	}
-	okCalls := map[string]int{}
-	for _, c := range byVol {
-		for _, call := range c {
-			if call.Code == "OK" {
-				okCalls[call.VolumeID]++
-			}
-		}
 	}
 	for round := 0; round < rounds; round++ {
 		for i := 0; i < disks; i++ {
@@ -492,7 +335,7 @@ watcher {
 	rep.Events = events
 	// Every replica, the killed and paused ones included, holds the same
 	// state at the same command index.
-	d := compareDigests(ctx, t, cl, bins.Volhost, len(cl.Servers))
+	d := compareDigests(ctx, t, cl, len(cl.Servers))
 	rep.Digests = fmt.Sprintf("%s at command index %d", d.Verdict, d.Servers[0].CommandIndex)
 	b, _ := json.MarshalIndent(rep, "", "  ")
 	t.Logf("chaos report:\n%s", b)

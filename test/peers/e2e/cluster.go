@@ -19,7 +19,8 @@ type Server struct {
 	Addr     string // http://host:port
 	API      *API
 	dir      string
-	bin      string
+	bin      string // the program run: volhost, or a wrapper of it (cliBin)
+	cliBin   string // the volhost binary when bin wraps it (ip netns exec)
 	args     []string
 	stopped  bool // SIGSTOPped
 	killedAt time.Time
@@ -124,6 +125,17 @@ func (s *Server) start() error {
 	}
 	s.Proc, s.killedAt = p, time.Time{}
 	return nil
+}
+
+// CLI runs the volhost CLI against s with the binary s runs (in an
+// upgrade, the release s is on), and returns its combined output and exit
+// code.
+func (s *Server) CLI(ctx context.Context, args ...string) (string, int, error) {
+	bin := s.bin
+	if s.cliBin != "" {
+		bin = s.cliBin
+	}
+	return runCLI(ctx, bin, s.Addr, args...)
 }
 
 // Live reports whether the server's process runs and is not paused.

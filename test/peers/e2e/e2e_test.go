@@ -186,13 +186,10 @@ func (e *env) cli(want int, args ...string) string {
 	return out
 }
 
+// spec writes a spec file for the CLI into the env's directory.
 func (e *env) spec(name, body string) string {
 	e.t.Helper()
-	p := filepath.Join(e.dir, name)
-	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-		e.t.Fatal(err)
-	}
-	return p
+	return writeSpec(e.t, e.dir, name, body)
 }
 
 func (e *env) registerPluginAndNodes(nodes []string, meta map[string]string) {
@@ -233,9 +230,8 @@ node %q {
 	}
 }
 
-// volume registers volume id on disk, and a running alloc on node, and
-// claims the volume for it through the CLI.
-func (e *env) claim(vol, disk, alloc, node string) {
+// volume registers a single-writer volume on a driver disk.
+func (e *env) volume(vol, disk string) {
 	e.t.Helper()
 	e.cli(0, "volume", "register", e.spec(vol+".hcl", fmt.Sprintf(`
 volume %q {
@@ -246,6 +242,13 @@ volume %q {
   fs_type         = "ext4"
 }
 `, vol, e.drv.VolumeID(disk), e.plugin)))
+}
+
+// claim registers volume vol on disk, and a running alloc on node, and
+// claims the volume for it through the CLI.
+func (e *env) claim(vol, disk, alloc, node string) {
+	e.t.Helper()
+	e.volume(vol, disk)
 	e.cli(0, "alloc", "register", e.spec(alloc+".hcl", fmt.Sprintf(`
 alloc %q {
   node_id       = %q

@@ -252,8 +252,14 @@ func StartAgent(ctx context.Context, dir, bin, config string, extraArgs ...strin
 // CLI runs the volhost CLI against the agent and returns its combined
 // output and exit code.
 func (a *Agent) CLI(ctx context.Context, args ...string) (string, int, error) {
-	cmd := exec.CommandContext(ctx, a.bin, args...)
-	cmd.Env = append(os.Environ(), "VOLHOST_ADDR="+a.Addr)
+	return runCLI(ctx, a.bin, a.Addr, args...)
+}
+
+// runCLI runs the volhost CLI bin against the server at addr and returns
+// its combined output and exit code (an error only when it did not run).
+func runCLI(ctx context.Context, bin, addr string, args ...string) (string, int, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), "VOLHOST_ADDR="+addr)
 	out, err := cmd.CombinedOutput()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {

@@ -120,8 +120,8 @@ func overlappingDetaches(t *testing.T, calls []fault.Call) int {
 			for j := 0; j < i; j++ {
 				if cs[i].Start.Before(cs[j].End) {
 					n++
-					t.Errorf("overlapping ControllerUnpublish of %s: from %s [%s, %s] and from %s [%s, %s]", vol,
-						cs[j].Caller, cs[j].Start.Format(time.StampMicro), cs[j].End.Format(time.StampMicro),
+					t.Errorf("overlapping ControllerUnpublish of %s: %s from %s [%s, %s] and from %s [%s, %s]", vol,
+						cs[j].Code, cs[j].Caller, cs[j].Start.Format(time.StampMicro), cs[j].End.Format(time.StampMicro),
 						cs[i].Caller, cs[i].Start.Format(time.StampMicro), cs[i].End.Format(time.StampMicro))
 				}
 			}
@@ -143,12 +143,12 @@ type digestResult struct {
 	Verdict string   `json:"verdict"`
 }
 
-// compareDigests runs `volhost operator raft digest` (bin, through the
-// server at addr) until every server of the configuration answers the
+// compareDigests runs `volhost operator raft digest` (through any live
+// server, with its binary) until every server of the configuration answers the
 // same command index, and fails the test if their digests differ there.
 // Writes that go on between the servers' answers (a node agent's
 // heartbeat) leave them at different indexes: asked again.
-func compareDigests(ctx context.Context, t *testing.T, cl *Cluster, bin string, servers int) digestResult {
+func compareDigests(ctx context.Context, t *testing.T, cl *Cluster, servers int) digestResult {
 	t.Helper()
 	var last digestResult
 	var lastOut string
@@ -157,7 +157,7 @@ func compareDigests(ctx context.Context, t *testing.T, cl *Cluster, bin string, 
 		if s == nil {
 			return false, nil
 		}
-		out, _, err := (&Agent{Proc: s.Proc, Addr: s.Addr, bin: bin}).CLI(ctx, "operator", "raft", "digest", "-json")
+		out, _, err := s.CLI(ctx, "operator", "raft", "digest", "-json")
 		if err != nil {
 			return false, err
 		}

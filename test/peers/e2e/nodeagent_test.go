@@ -211,17 +211,7 @@ func TestNodeAgentLeaderFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	sock, err := os.MkdirTemp("", "vh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sock)
-	drv, err := StartGCEPD(ctx, sock, dir, bins.Gcepd, GCEPDOptions{Nodes: []string{"n1"}, Disks: 1,
-		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer drv.Stop(5 * time.Second)
+	drv := startDriver(ctx, t, dir, GCEPDOptions{Nodes: []string{"n1"}, Disks: 1})
 	var rpcAddrs []string
 	cl, err := StartClusterWith(ctx, dir, bins.Volhost, 3, defaultWatcher+"node_rpc {\n  heartbeat_interval = \"500ms\"\n  heartbeat_ttl = \"5s\"\n}\n",
 		func(id string, addr func() (string, error)) ([]string, error) {
@@ -232,50 +222,13 @@ func TestNodeAgentLeaderFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cl.Stop()
-		if t.Failed() {
-			for _, s := range cl.Servers {
-				t.Logf("%s log tail:\n%s", s.ID, s.Tail(3000))
-			}
-		}
-	})
-	cli := func(args ...string) string {
-		t.Helper()
-		var out string
-		err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-			s := cl.Any(0)
-			o, code, err := (&Agent{Proc: s.Proc, Addr: s.Addr, bin: bins.Volhost}).CLI(ctx, args...)
-			out = o
-			if err != nil {
-				return false, err
-			}
-			if code != 0 && (strings.Contains(o, "leader") || strings.Contains(o, "not connected")) {
-				return false, nil // a failover in progress
-			}
-			if code != 0 {
-				return false, fmt.Errorf("volhost %s: exit %d: %s", strings.Join(args, " "), code, o)
-			}
-			return true, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	spec := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	cli("plugin", "register", spec("plugin.hcl", fmt.Sprintf("plugin \"gcepd\" {\n  controller_endpoint = %q\n}\n", Endpoint(drv.Controller))))
+	stopAtCleanup(t, cl)
+	cl.CLI(ctx, t, "plugin", "register", writeSpec(t, dir, "plugin.hcl", fmt.Sprintf("plugin \"gcepd\" {\n  controller_endpoint = %q\n}\n", Endpoint(drv.Controller))))
 	quoted := make([]string, len(rpcAddrs))
 	for i, a := range rpcAddrs {
 		quoted[i] = fmt.Sprintf("%q", a)
 	}
-	client, err := Start(dir, "client-n1", bins.Volhost, "agent", "-client", "-config", spec("client.hcl", fmt.Sprintf(`
+	client, err := Start(dir, "client-n1", bins.Volhost, "agent", "-client", "-config", writeSpec(t, dir, "client.hcl", fmt.Sprintf(`
 client {
   servers  = [%s]
   node_id  = "n1"
@@ -294,17 +247,12 @@ client {
 			t.Logf("client log tail:\n%s", client.Tail(4000))
 		}
 	}()
-	err = Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-		s := cl.Any(0)
-		out, code, err := (&Agent{Proc: s.Proc, Addr: s.Addr, bin: bins.Volhost}).CLI(ctx, "node", "status", "n1")
-		return err == nil && code == 0 && strings.Contains(out, "node steps go through the node agent"), nil
-	})
-	if err != nil {
+	if err := cl.waitNodeAgent(ctx, "n1"); err != nil {
 		t.Fatalf("the client did not register n1: %v", err)
 	}
-	cli("volume", "register", spec("vol.hcl", fmt.Sprintf("volume \"vol1\" {\n  external_id = %q\n  plugin_id = \"gcepd\"\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n  fs_type = \"ext4\"\n}\n", drv.VolumeID("disk-0"))))
-	cli("alloc", "register", spec("alloc.hcl", "alloc \"a1\" {\n  node_id = \"n1\"\n  client_status = \"running\"\n}\n"))
-	cli("volume", "claim", "-alloc", "a1", "-node", "n1", "-mode", "write", "vol1")
+	cl.CLI(ctx, t, "volume", "register", writeSpec(t, dir, "vol.hcl", fmt.Sprintf("volume \"vol1\" {\n  external_id = %q\n  plugin_id = \"gcepd\"\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n  fs_type = \"ext4\"\n}\n", drv.VolumeID("disk-0"))))
+	cl.CLI(ctx, t, "alloc", "register", writeSpec(t, dir, "alloc.hcl", "alloc \"a1\" {\n  node_id = \"n1\"\n  client_status = \"running\"\n}\n"))
+	cl.CLI(ctx, t, "volume", "claim", "-alloc", "a1", "-node", "n1", "-mode", "write", "vol1")
 
 	leader, err := cl.WaitLeader(ctx, nil)
 	if err != nil {
@@ -314,13 +262,8 @@ client {
 	if _, err := cl.WaitLeader(ctx, leader); err != nil {
 		t.Fatal(err)
 	}
-	cli("alloc", "update", "-status", "complete", "a1")
-	err = Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-		s := cl.Any(0)
-		v, _, err := s.API.Volume(ctx, "vol1", 0, 0)
-		return err == nil && len(v.Claims) == 0, nil
-	})
-	if err != nil {
+	cl.CLI(ctx, t, "alloc", "update", "-status", "complete", "a1")
+	if err := cl.waitReleased(ctx, "vol1"); err != nil {
 		t.Fatalf("the new leader did not release the claim through the client: %v", err)
 	}
 	on, err := drv.Control.Attached(ctx, "disk-0", "n1")
@@ -340,7 +283,7 @@ client {
 	if unpublish != 1 {
 		t.Fatalf("NodeUnpublishVolume succeeded %d times, want exactly 1", unpublish)
 	}
-	if out := cli("events"); strings.Contains(out, "node n1 is down") {
+	if out := cl.CLI(ctx, t, "events"); strings.Contains(out, "node n1 is down") {
 		t.Fatalf("the failover marked n1 down:\n%s", out)
 	}
 }

@@ -29,7 +29,18 @@ type nomadEnv struct {
 	nomad *Nomad
 }
 
-func newNomadEnv(t *testing.T, timeout time.Duration, nodes ...string) *nomadEnv {
+// nomadEnvOptions size a Nomad scenario: its time budget, the driver's
+// nodes (n1, Nomad's dev node, when empty), and whether Nomad marks a
+// silent client down within seconds (NomadOptions.FastNodeLoss: only the
+// tests of lost nodes, the others keep a grace a loaded machine cannot
+// miss).
+type nomadEnvOptions struct {
+	timeout      time.Duration
+	nodes        []string
+	fastNodeLoss bool
+}
+
+func newNomadEnv(t *testing.T, o nomadEnvOptions) *nomadEnv {
 	t.Helper()
 	bin, err := NomadBin()
 	if err != nil {
@@ -40,12 +51,13 @@ func newNomadEnv(t *testing.T, timeout time.Duration, nodes ...string) *nomadEnv
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(ndir) })
+	nodes := o.nodes
 	if len(nodes) == 0 {
 		nodes = []string{"n1"}
 	}
 	e := newEnv(t, envOptions{nodes: nodes, extra: "\nscheduler \"nomad\" {\n  address = \"NOMAD_ADDR\"\n  relist_interval = \"5s\"\n  retry_max = \"2s\"\n}\n",
-		deferAgent: true, timeout: timeout})
-	nm, err := StartNomad(e.ctx, ndir, bin, "n1")
+		deferAgent: true, timeout: o.timeout})
+	nm, err := StartNomad(e.ctx, ndir, bin, "n1", NomadOptions{FastNodeLoss: o.fastNodeLoss})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,18 +72,24 @@ func newNomadEnv(t *testing.T, timeout time.Duration, nodes ...string) *nomadEnv
 	return &nomadEnv{env: e, nomad: nm}
 }
 
-// volume registers a single-writer volume on a driver disk.
-func (e *env) volume(vol, disk string) {
+// runService runs examples/nomad's service job with vars (its volume vol,
+// placed on node) and waits until its task writes to the published
+// volume: it returns the allocation and the file the task keeps writing.
+func (e *nomadEnv) runService(node, vol string, vars []string) (NomadAlloc, string) {
 	e.t.Helper()
-	e.cli(0, "volume", "register", e.spec(vol+".hcl", fmt.Sprintf(`
-volume %q {
-  external_id     = %q
-  plugin_id       = %q
-  access_mode     = "single-node-writer"
-  attachment_mode = "file-system"
-  fs_type         = "ext4"
-}
-`, vol, e.drv.VolumeID(disk), e.plugin)))
+	e.run(append(append([]string{"job", "run", "-detach"}, vars...), example("service-delay.nomad.hcl"))...)
+	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	heartbeat := filepath.Join(e.dir, "root-"+node, "csi", e.plugin, "per-alloc", a.ID, "default", vol, "heartbeat")
+	if err := Poll(e.ctx, 20*time.Millisecond, func() (bool, error) {
+		_, err := os.Stat(heartbeat)
+		return err == nil, nil
+	}); err != nil {
+		e.t.Fatalf("the task never wrote to the published volume: %v", err)
+	}
+	return a, heartbeat
 }
 
 // example is a job file of examples/nomad.
@@ -132,7 +150,7 @@ func TestNomadBatchJob(t *testing.T) {
 		}
 		runs = n
 	}
-	e := newNomadEnv(t, 3*time.Minute+time.Duration(runs)*15*time.Second)
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 3*time.Minute + time.Duration(runs)*15*time.Second})
 	e.volume("vol1", "disk-0")
 	seen := map[string]bool{}
 	var lat, mirror, release []time.Duration
@@ -226,20 +244,9 @@ func spread(ds []time.Duration) string {
 // the allocation complete (hashicorp/nomad #24130, #25819: Nomad itself
 // unmounted during the delay).
 func TestNomadShutdownDelay(t *testing.T) {
-	e := newNomadEnv(t, 3*time.Minute)
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 3 * time.Minute})
 	e.volume("vol2", "disk-1")
-	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVars("vol2", "shutdown_delay=6s")...), example("service-delay.nomad.hcl"))...)
-	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heartbeat := filepath.Join(e.dir, "root-n1", "csi", e.plugin, "per-alloc", a.ID, "default", "vol2", "heartbeat")
-	if err := Poll(e.ctx, 20*time.Millisecond, func() (bool, error) {
-		_, err := os.Stat(heartbeat)
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("the task never wrote to the published volume: %v", err)
-	}
+	a, heartbeat := e.runService("n1", "vol2", e.jobVars("vol2", "shutdown_delay=6s"))
 	stopped := time.Now()
 	e.run("job", "stop", "-detach", "volhost-service")
 	var sawDelay bool
@@ -289,25 +296,14 @@ func TestNomadShutdownDelay(t *testing.T) {
 // fence's reason; `nomad system gc` removes the node and the bridge sees
 // it gone.
 func TestNomadLostNode(t *testing.T) {
-	e := newNomadEnv(t, 4*time.Minute, "n1", "n2")
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 4 * time.Minute, nodes: []string{"n1", "n2"}, fastNodeLoss: true})
 	n2, err := e.nomad.StartClient(e.ctx, "n2")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(n2.Stop)
 	e.volume("vol3", "disk-2")
-	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVarsOn("n2", "vol3", "node=n2", "shutdown_delay=0s")...), example("service-delay.nomad.hcl"))...)
-	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heartbeat := filepath.Join(e.dir, "root-n2", "csi", e.plugin, "per-alloc", a.ID, "default", "vol3", "heartbeat")
-	if err := Poll(e.ctx, 20*time.Millisecond, func() (bool, error) {
-		_, err := os.Stat(heartbeat)
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("the task never wrote to the published volume: %v", err)
-	}
+	a, heartbeat := e.runService("n2", "vol3", e.jobVarsOn("n2", "vol3", "node=n2", "shutdown_delay=0s"))
 
 	n2.Kill()
 	if err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) {
@@ -372,7 +368,7 @@ func TestNomadLostNode(t *testing.T) {
 // task's file is in the target (a fake mounter's rmdir): a release
 // started on Nomad's "ready" shows as such a call.
 func TestNomadLostNodeBack(t *testing.T) {
-	e := newNomadEnv(t, 4*time.Minute, "n1", "n2")
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 4 * time.Minute, nodes: []string{"n1", "n2"}, fastNodeLoss: true})
 	n2, err := e.nomad.StartClient(e.ctx, "n2")
 	if err != nil {
 		t.Fatal(err)
@@ -380,18 +376,7 @@ func TestNomadLostNodeBack(t *testing.T) {
 	t.Cleanup(n2.Stop)
 	t.Cleanup(n2.Resume) // before Stop: a stopped process ignores SIGTERM
 	e.volume("vol3", "disk-2")
-	e.run(append(append([]string{"job", "run", "-detach"}, e.jobVarsOn("n2", "vol3", "node=n2", "shutdown_delay=0s")...), example("service-delay.nomad.hcl"))...)
-	a, err := e.nomad.WaitAlloc(e.ctx, "volhost-service", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	heartbeat := filepath.Join(e.dir, "root-n2", "csi", e.plugin, "per-alloc", a.ID, "default", "vol3", "heartbeat")
-	if err := Poll(e.ctx, 20*time.Millisecond, func() (bool, error) {
-		_, err := os.Stat(heartbeat)
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("the task never wrote to the published volume: %v", err)
-	}
+	a, _ := e.runService("n2", "vol3", e.jobVarsOn("n2", "vol3", "node=n2", "shutdown_delay=0s"))
 
 	n2.Pause()
 	if err := Poll(e.ctx, 50*time.Millisecond, func() (bool, error) {
@@ -448,7 +433,7 @@ func (e *nomadEnv) runBatch(vol string, seen map[string]bool) NomadAlloc {
 // index starts again), and the bridge reconnects, counts the reset and
 // mirrors what Nomad does next.
 func TestNomadRestart(t *testing.T) {
-	e := newNomadEnv(t, 3*time.Minute)
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 3 * time.Minute})
 	e.volume("vol1", "disk-0")
 	seen := map[string]bool{}
 	e.runBatch("vol1", seen)
@@ -526,12 +511,8 @@ func TestNomadLeaderFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sock, err := os.MkdirTemp("", "vh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(ndir); os.RemoveAll(sock) })
-	nm, err := StartNomad(ctx, ndir, bin, "n1")
+	t.Cleanup(func() { os.RemoveAll(ndir) })
+	nm, err := StartNomad(ctx, ndir, bin, "n1", NomadOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,12 +523,7 @@ func TestNomadLeaderFailover(t *testing.T) {
 		nm.Stop()
 		KillByDir(dir)
 	})
-	drv, err := StartGCEPD(ctx, sock, dir, bins.Gcepd, GCEPDOptions{Nodes: []string{"n1"}, Disks: 4,
-		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { drv.Stop(5 * time.Second) })
+	drv := startDriver(ctx, t, dir, GCEPDOptions{Nodes: []string{"n1"}, Disks: 4})
 	cl, err := StartCluster(ctx, dir, bins.Volhost, 3, fmt.Sprintf(`log_level = "debug"
 %s
 scheduler "nomad" {
@@ -559,51 +535,13 @@ scheduler "nomad" {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cl.Stop()
-		if t.Failed() {
-			for _, s := range cl.Servers {
-				t.Logf("%s log tail:\n%s", s.ID, s.Tail(3000))
-			}
-		}
-	})
-	spec := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	cli := func(args ...string) string {
-		t.Helper()
-		var out string
-		err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-			s := cl.Any(0)
-			var code int
-			var err error
-			out, code, err = (&Agent{Proc: s.Proc, Addr: s.Addr, bin: bins.Volhost}).CLI(ctx, args...)
-			if err != nil {
-				return false, err
-			}
-			if code != 0 && (strings.Contains(out, "leader") || strings.Contains(out, "connection refused")) {
-				return false, nil
-			}
-			if code != 0 {
-				return false, fmt.Errorf("volhost %s: exit %d: %s", strings.Join(args, " "), code, out)
-			}
-			return true, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	cli("plugin", "register", spec("plugin.hcl", fmt.Sprintf("plugin %q {\n  controller_endpoint = %q\n}\n", defaultPlugin, Endpoint(drv.Controller))))
+	stopAtCleanup(t, cl)
+	cl.CLI(ctx, t, "plugin", "register", writeSpec(t, dir, "plugin.hcl", fmt.Sprintf("plugin %q {\n  controller_endpoint = %q\n}\n", defaultPlugin, Endpoint(drv.Controller))))
 	root := filepath.Join(dir, "root-n1")
-	cli("node", "register", spec("n1.hcl", fmt.Sprintf("node \"n1\" {\n  status = \"ready\"\n  root_dir = %q\n  plugin %q {\n    endpoint = %q\n  }\n}\n",
+	cl.CLI(ctx, t, "node", "register", writeSpec(t, dir, "n1.hcl", fmt.Sprintf("node \"n1\" {\n  status = \"ready\"\n  root_dir = %q\n  plugin %q {\n    endpoint = %q\n  }\n}\n",
 		root, defaultPlugin, Endpoint(drv.Nodes["n1"]))))
 	for i, vol := range []string{"vol1", "vol2", "vol3"} {
-		cli("volume", "register", spec(vol+".hcl", fmt.Sprintf("volume %q {\n  external_id = %q\n  plugin_id = %q\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n}\n",
+		cl.CLI(ctx, t, "volume", "register", writeSpec(t, dir, vol+".hcl", fmt.Sprintf("volume %q {\n  external_id = %q\n  plugin_id = %q\n  access_mode = \"single-node-writer\"\n  attachment_mode = \"file-system\"\n}\n",
 			vol, drv.VolumeID(fmt.Sprintf("disk-%d", i)), defaultPlugin)))
 	}
 	nomad := func(args ...string) {
@@ -715,7 +653,7 @@ scheduler "nomad" {
 			}
 		}
 	}
-	out := cli("scheduler", "status")
+	out := cl.CLI(ctx, t, "scheduler", "status")
 	mustContain(t, "scheduler status", out, "streaming", "Last error   = -")
 }
 
@@ -724,7 +662,7 @@ scheduler "nomad" {
 // status line each, the bridge keeps mirroring everything else, and the
 // refused claim is made once the volume is free (nothing lost).
 func TestNomadBadInput(t *testing.T) {
-	e := newNomadEnv(t, 3*time.Minute)
+	e := newNomadEnv(t, nomadEnvOptions{timeout: 3 * time.Minute})
 	e.volume("vol1", "disk-0")
 	problems := func() string {
 		st := e.schedulerStatus()

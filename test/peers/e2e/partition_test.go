@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,21 +31,14 @@ func startNetCluster(ctx context.Context, t *testing.T, lab *netLab, dir, bin, c
 		} else {
 			args = append(args, "-join", lab.ip(1)+":4747")
 		}
-		s := &Server{ID: id, Addr: "http://" + httpAddr, dir: dir, bin: "ip", args: args}
+		s := &Server{ID: id, Addr: "http://" + httpAddr, dir: dir, bin: "ip", cliBin: bin, args: args}
 		s.API = NewAPI(s.Addr)
 		if err := s.start(); err != nil {
 			t.Fatal(err)
 		}
 		cl.Servers = append(cl.Servers, s)
 	}
-	t.Cleanup(func() {
-		cl.Stop()
-		if t.Failed() {
-			for _, s := range cl.Servers {
-				t.Logf("%s log tail:\n%s", s.ID, s.Tail(4000))
-			}
-		}
-	})
+	stopAtCleanup(t, cl)
 	if _, err := cl.WaitLeader(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -81,17 +73,7 @@ func TestPartitionSplitBrain(t *testing.T) {
 	const disks = 8
 	nodes := []string{"n1", "n2"}
 	dir := t.TempDir()
-	sock, err := os.MkdirTemp("", "vh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sock) })
-	drv, err := StartGCEPD(ctx, sock, dir, bins.Gcepd, GCEPDOptions{Nodes: nodes, Disks: disks,
-		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { drv.Stop(5 * time.Second) })
+	drv := startDriver(ctx, t, dir, GCEPDOptions{Nodes: nodes, Disks: disks})
 	cl := startNetCluster(ctx, t, lab, dir, bins.Volhost, defaultWatcher+`
 log_level = "debug"
 events {
@@ -99,45 +81,7 @@ events {
 }
 `)
 	start := time.Now()
-	cli := func(args ...string) {
-		t.Helper()
-		if err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-			s := cl.Any(0)
-			out, code, err := (&Agent{Proc: s.Proc, Addr: s.Addr, bin: bins.Volhost}).CLI(ctx, args...)
-			if err != nil {
-				return false, err
-			}
-			if code != 0 && strings.Contains(out, "leader") {
-				return false, nil
-			}
-			if code != 0 {
-				return false, fmt.Errorf("volhost %s: exit %d: %s", strings.Join(args, " "), code, out)
-			}
-			return true, nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	spec := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	cli("plugin", "register", spec("plugin.hcl", fmt.Sprintf("plugin \"gcepd\" {\n  controller_endpoint = %q\n}\n", Endpoint(drv.Controller))))
-	for _, n := range nodes {
-		cli("node", "register", spec(n+".hcl", fmt.Sprintf("node %q {\n  status = \"ready\"\n  root_dir = %q\n  plugin \"gcepd\" {\n    endpoint = %q\n  }\n}\n",
-			n, filepath.Join(dir, "root-"+n), Endpoint(drv.Nodes[n]))))
-	}
-	var vols []VolumeSpec
-	for i := 0; i < disks; i++ {
-		vols = append(vols, VolumeSpec{ID: fmt.Sprintf("vol%d", i), Namespace: "default", ExternalID: drv.VolumeID(fmt.Sprintf("disk-%d", i)),
-			PluginID: "gcepd", AccessMode: "single-node-writer", AttachmentMode: "file-system", FSType: "ext4"})
-	}
-	if err := cl.Retry(ctx, func(ctx context.Context, a *API) error { return a.RegisterVolumes(ctx, vols) }); err != nil {
-		t.Fatal(err)
-	}
+	vols := registerDriver(ctx, t, cl, dir, drv, nodes, disks)
 	if err := drv.Control.Fault(ctx, fault.Rule{Method: "ControllerUnpublishVolume", Hang: "100ms"}); err != nil {
 		t.Fatal(err)
 	}
@@ -330,7 +274,7 @@ events {
 			}
 		}
 	}
-	d := compareDigests(ctx, t, cl, bins.Volhost, len(cl.Servers))
+	d := compareDigests(ctx, t, cl, len(cl.Servers))
 	t.Logf("partition report: %d claims, %d removed exactly once; %d claim retries; %d driver calls judged; "+
 		"%d calls overlapping another server's, %d from a cut-off leader after the new leader's first, %d overlapping detaches; "+
 		"%d disks attached and %d node publishes left at the end; digests %s at command index %d; %s",

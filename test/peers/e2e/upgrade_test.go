@@ -98,17 +98,7 @@ func TestUpgradeRolling(t *testing.T) {
 	const disks = 6
 	nodes := []string{"n1", "n2"}
 	dir := t.TempDir()
-	sock, err := os.MkdirTemp("", "vh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(sock) })
-	drv, err := StartGCEPD(ctx, sock, dir, bins.Gcepd, GCEPDOptions{Nodes: nodes, Disks: disks,
-		BackoffInitial: 50 * time.Millisecond, BackoffMax: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { drv.Stop(5 * time.Second) })
+	drv := startDriver(ctx, t, dir, GCEPDOptions{Nodes: nodes, Disks: disks})
 
 	// Both binaries read the same settings; the new one also takes its
 	// snapshot turns every second (a setting the previous release does
@@ -140,47 +130,10 @@ events {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		cl.Stop()
-		if t.Failed() {
-			for _, s := range cl.Servers {
-				t.Logf("%s (%s) log tail:\n%s", s.ID, s.bin, s.Tail(4000))
-			}
-		}
-	})
+	stopAtCleanup(t, cl)
 	start := time.Now()
 
-	cli := func(args ...string) string {
-		t.Helper()
-		var out string
-		err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-			s := cl.Any(0)
-			o, code, err := (&Agent{Proc: s.Proc, Addr: s.Addr, bin: s.bin}).CLI(ctx, args...)
-			out = o
-			if err != nil {
-				return false, err
-			}
-			if code != 0 && (strings.Contains(o, "leader") || strings.Contains(o, "not connected") || strings.Contains(o, "connection refused")) {
-				return false, nil
-			}
-			if code != 0 {
-				return false, fmt.Errorf("volhost %s: exit %d: %s", strings.Join(args, " "), code, o)
-			}
-			return true, nil
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	spec := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	cli("plugin", "register", spec("plugin.hcl", fmt.Sprintf("plugin \"gcepd\" {\n  controller_endpoint = %q\n}\n", Endpoint(drv.Controller))))
+	cl.CLI(ctx, t, "plugin", "register", writeSpec(t, dir, "plugin.hcl", fmt.Sprintf("plugin \"gcepd\" {\n  controller_endpoint = %q\n}\n", Endpoint(drv.Controller))))
 
 	// Node agents of the previous release: servers are upgraded first.
 	quoted := make([]string, len(rpcAddrs))
@@ -190,7 +143,7 @@ events {
 	clients := map[string]*Proc{}
 	startClient := func(n, bin string) {
 		t.Helper()
-		p, err := Start(dir, "client-"+n, bin, "agent", "-client", "-config", spec("client-"+n+".hcl", fmt.Sprintf(`
+		p, err := Start(dir, "client-"+n, bin, "agent", "-client", "-config", writeSpec(t, dir, "client-"+n+".hcl", fmt.Sprintf(`
 client {
   servers  = [%s]
   node_id  = %q
@@ -217,11 +170,7 @@ client {
 	// through it).
 	registered := func(n string) {
 		t.Helper()
-		if err := Poll(ctx, 100*time.Millisecond, func() (bool, error) {
-			s := cl.Any(0)
-			out, code, err := (&Agent{Proc: s.Proc, Addr: s.Addr, bin: s.bin}).CLI(ctx, "node", "status", n)
-			return err == nil && code == 0 && strings.Contains(out, "node steps go through the node agent"), nil
-		}); err != nil {
+		if err := cl.waitNodeAgent(ctx, n); err != nil {
 			t.Fatalf("the node agent did not register %s: %v", n, err)
 		}
 	}
@@ -365,11 +314,7 @@ client {
 			step()
 		}
 		for _, v := range vols {
-			if err := Poll(ctx, 20*time.Millisecond, func() (bool, error) {
-				s := cl.Any(0)
-				got, _, err := s.API.Volume(ctx, v.ID, 0, 0)
-				return err == nil && len(got.Claims) == 0, nil
-			}); err != nil {
+			if err := cl.waitReleased(ctx, v.ID); err != nil {
 				t.Fatalf("round %d (%s): %s never released: %v", r, what, v.ID, err)
 			}
 		}
@@ -532,7 +477,7 @@ client {
 			t.Errorf("claim %s of %s removed %d times", w.alloc, vol, n)
 		}
 	}
-	d := compareDigests(ctx, t, cl, newBin, 3)
+	d := compareDigests(ctx, t, cl, 3)
 	t.Logf("upgrade report: previous release %s; %d claims, %d removed exactly once, %d not; %d claim retries; "+
 		"%d destructive calls under a live claim; %d overlapping detaches; %d disks attached and %d node publishes left at the end; "+
 		"%d driver calls judged; digests %s at command index %d; %s",
