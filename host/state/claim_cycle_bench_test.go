@@ -46,8 +46,8 @@ type cycleStore struct {
 	idx uint64
 }
 
-func newCycleStore(tb testing.TB, volumes int) *cycleStore {
-	s := bulkLoad(tb, scaleShape{volumes: volumes, claimed: volumes / 10})
+func newCycleStore(tb testing.TB, volumes int, opts ...Option) *cycleStore {
+	s := bulkLoad(tb, scaleShape{volumes: volumes, claimed: volumes / 10}, opts...)
 	return &cycleStore{n: volumes, s: s, idx: s.LatestIndex()}
 }
 
@@ -331,6 +331,36 @@ func BenchmarkClaimCycleUnderLimit(b *testing.B) {
 			})
 		b.Logf("%d volumes, live heap after a collection %.0f MiB", n, float64(liveHeap())/(1<<20))
 		reportCycles(b, "gogc100", fmt.Sprintf("limit%.2f", factor), free, bound, true)
+	}
+}
+
+// BenchmarkClaimCycleEventsCap: the claim cycle with the collector off on
+// two stores of the same size, the default event retention against a
+// cap on all volumes' events (MaxVolumeEvents) that the store is past,
+// rounds alternating. Past the cap every volume event written deletes the
+// oldest one: a claim and its release write five, so a 1,000,000-volume
+// run's 100,000 claims (500,000 events against the default 200,000) pay
+// the trim that a 100,000-volume run's 10,000 never reach. This measures
+// what it adds to a claim. VOLHOST_CYCLE_VOLUMES sets the size (200000).
+//
+//	go test -run '^$' -bench '^BenchmarkClaimCycleEventsCap$' -benchtime 1x -timeout 30m ./host/state/
+func BenchmarkClaimCycleEventsCap(b *testing.B) {
+	n := envInt(b, "VOLHOST_CYCLE_VOLUMES", 200_000)
+	const rounds = 5
+	for range b.N {
+		// The bulk load writes one event per claim (n/10): a cap of a
+		// twentieth of the volumes is passed before the first cycle.
+		capped := newCycleStore(b, n, WithEventRetention(EventRetention{MaxVolumeEvents: n / 20}))
+		free := newCycleStore(b, n)
+		var a, c []cycleFig
+		for r := range rounds {
+			a = append(a, free.timedCycle(b, r, true, ""))
+			c = append(c, capped.timedCycle(b, r, true, ""))
+		}
+		if got := capped.s.volEvents; got != n/20 {
+			b.Fatalf("capped store holds %d volume events, want its cap %d", got, n/20)
+		}
+		reportCycles(b, "uncapped", "capped", a, c, false)
 	}
 }
 
