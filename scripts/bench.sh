@@ -48,6 +48,9 @@ benchtime_of() {
     # The performance sections run them (below), with their own knobs.
     BenchmarkCallRatios|BenchmarkScale|BenchmarkCheckpointGroupCommit|BenchmarkClaimTransitions) echo skip ;;
     BenchmarkScaleRestored|BenchmarkStepUpRealStore) echo skip ;;
+    # Minutes each (two bulk-loaded stores, interleaved rounds): run by
+    # hand, BENCHMARKS.md "A claim's store work by table size".
+    BenchmarkClaimCycleBySize|BenchmarkClaimCycleUnderLimit|BenchmarkClaimCycleEventsCap) echo skip ;;
     *) echo "$benchtime" ;;
   esac
 }

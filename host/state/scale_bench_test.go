@@ -32,9 +32,9 @@ func shapeOf(volumes int) scaleShape {
 // entries where the request type allows it: volumes and allocations 10,000
 // per entry, one claim per entry (claims have no batch request). No HTTP,
 // no raft: what is measured afterwards is the store.
-func bulkLoad(tb testing.TB, shape scaleShape) *Store {
+func bulkLoad(tb testing.TB, shape scaleShape, opts ...Option) *Store {
 	tb.Helper()
-	s := NewStore()
+	s := NewStore(opts...)
 	idx := uint64(0)
 	apply := func(t structs.MessageType, req any) {
 		idx++
