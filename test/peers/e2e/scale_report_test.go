@@ -23,8 +23,9 @@ type scaleReport struct {
 	VolumesPerSec float64 `json:"volumes_per_sec"`
 	ClaimSeconds  float64 `json:"claim_seconds"`
 	ClaimsPerSec  float64 `json:"claims_per_sec"`
-	// ClaimsRefused counts claims answered 503 and sent again (the leader
-	// could not confirm its leadership in time under the load).
+	// ClaimsRefused counts claims answered 503 (the leader could not
+	// confirm its leadership in time under the load) or whose answer was
+	// lost, and sent again.
 	ClaimsRefused  int     `json:"claims_refused_503"`
 	ReleaseSeconds float64 `json:"release_seconds"`
 	ReleasesPerSec float64 `json:"releases_per_sec"`
@@ -278,7 +279,7 @@ func (rep *scaleReport) markdown() string {
 	fmt.Fprintf(&b, "| operator snapshot save | %.2f s (%.0f MiB) |\n", rep.SnapshotSaveSeconds, float64(rep.SnapshotBytes)/(1<<20))
 	fmt.Fprintf(&b, "| restart on its own data dir: restore / caught up | %.2f / %.2f s |\n", rep.Restart.RestoreSeconds, rep.Restart.CaughtUpSeconds)
 	fmt.Fprintf(&b, "| wiped follower rejoins: snapshot installed / caught up | %.2f / %.2f s |\n", rep.Rejoin.InstallSeconds, rep.Rejoin.CaughtUpSeconds)
-	fmt.Fprintf(&b, "| claims through the API, %d clients (answered 503 and sent again) | %.0f/s (%d) |\n", rep.Clients, rep.ClaimsPerSec, rep.ClaimsRefused)
+	fmt.Fprintf(&b, "| claims through the API, %d clients (answered 503 or lost, and sent again) | %.0f/s (%d) |\n", rep.Clients, rep.ClaimsPerSec, rep.ClaimsRefused)
 	fmt.Fprintf(&b, "| releases after allocations complete | %.0f/s |\n", rep.ReleasesPerSec)
 	for _, r := range rep.RoutesHeld {
 		if r.Route == "/v1/stats" {

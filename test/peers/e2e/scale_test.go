@@ -164,7 +164,7 @@ func TestScaleCluster(t *testing.T) {
 	t0 = time.Now()
 	var refused atomic.Int64
 	if err := parallel(ctx, clients, nclaim, func(ctx context.Context, i int) error {
-		return retry503(ctx, &refused, func() error {
+		return askAgain(ctx, &refused, func() error {
 			return api.Claim(ctx, ClaimRequest{Namespace: "default", VolumeID: fmt.Sprintf("vol-%07d", i), AllocID: fmt.Sprintf("alloc-%07d", i),
 				NodeID: nodeIDs[i%nodes], Mode: "write"})
 		})
@@ -312,16 +312,25 @@ feed:
 	return nil
 }
 
-// retry503 runs f again while it answers 503 (the leader could not confirm
+// askAgain runs f again while it answers 503 (the leader could not confirm
 // its leadership in time, or there is none for a moment: the claim was not
-// made and may be sent again, as a client does), counting each in refused.
-func retry503(ctx context.Context, refused *atomic.Int64, f func() error) error {
+// made) or its answer is lost (it may have been made), as a client does,
+// counting each in refused.
+func askAgain(ctx context.Context, refused *atomic.Int64, f func() error) error {
 	for {
 		err := f()
 		var he *HTTPError
-		if err == nil || !errors.As(err, &he) || he.Status != http.StatusServiceUnavailable {
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return err
+		case errors.As(err, &he) && he.Status != http.StatusServiceUnavailable:
 			return err
 		}
+		// A 503, or an answer lost on the way (the connection closed
+		// before it came: a server starved past its write timeout). A
+		// claim or a release asked again by the same allocation is
+		// answered as the first one was, so asking again is what a
+		// client does.
 		refused.Add(1)
 		select {
 		case <-ctx.Done():
