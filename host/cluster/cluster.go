@@ -26,7 +26,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -137,6 +136,9 @@ type Cluster struct {
 	store  *state.Store
 	raft   *raft.Raft
 
+	// stopSnapshotMin is snapshotOnStopMin (tests lower it).
+	stopSnapshotMin uint64
+
 	closers []io.Closer   // transport and bolt store, closed after raft
 	storage *storageFault // the raft stores' last failed write (nil: in memory)
 
@@ -221,8 +223,9 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		pending:     map[string]JoinRequest{},
 		meta:        newMeta(),
 
-		reconcileCh: make(chan struct{}, 1),
-		rereportCh:  make(chan struct{}, 1),
+		reconcileCh:     make(chan struct{}, 1),
+		rereportCh:      make(chan struct{}, 1),
+		stopSnapshotMin: snapshotOnStopMin,
 	}
 	if cfg.BootstrapExpect < 0 {
 		return nil, structs.Invalid("bootstrap_expect", "must not be negative, got %d", cfg.BootstrapExpect)
@@ -271,6 +274,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	}
 
 	fence := func() {} // a data dir's snapshots are fenced (snapshot_fence.go)
+	var late *lateListener
 	var (
 		logs   raft.LogStore
 		stable raft.StableStore
@@ -311,18 +315,15 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		}
 		var t raft.Transport = cfg.Transport
 		if t == nil {
-			var adv net.Addr
-			if cfg.AdvertiseAddr != "" {
-				if adv, err = net.ResolveTCPAddr("tcp", cfg.AdvertiseAddr); err != nil {
-					c.closeAll()
-					return nil, structs.Invalid("advertise_raft", "%q: %v", cfg.AdvertiseAddr, err)
-				}
-			}
-			t, err = raft.NewTCPTransportWithLogger(cfg.BindAddr, adv, 3, 10*time.Second, rc.Logger)
+			t, err = newTCPTransport(cfg.BindAddr, cfg.AdvertiseAddr, &raft.NetworkTransportConfig{MaxPool: 3, Timeout: 10 * time.Second, Logger: rc.Logger})
 			if err != nil {
 				c.closeAll()
-				return nil, fmt.Errorf("cluster: transport on %s: %w", cfg.BindAddr, err)
+				return nil, err
 			}
+		}
+		// Its listener opens once raft runs (late_listen.go).
+		if lt, ok := t.(*lateTransport); ok {
+			late, t = lt.ln, lt.NetworkTransport
 		}
 		// Appends to a follower that is down wait for it instead of
 		// building raft's backoff (reach_transport.go).
@@ -381,6 +382,12 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	c.raft = r
+	if late != nil {
+		// NewRaft restored the snapshot: now the leader may connect.
+		if err := late.open(); err != nil {
+			return nil, errors.Join(err, c.Shutdown())
+		}
+	}
 	c.wg.Add(3)
 	go c.forwardLeadership()
 	go c.advertise()
@@ -817,6 +824,7 @@ func (c *Cluster) AppliedIndex() uint64 { return c.raft.AppliedIndex() }
 // store. It is safe to call more than once.
 func (c *Cluster) Shutdown() error {
 	c.shutdownOnce.Do(func() {
+		c.snapshotOnStop()
 		if c.reach != nil {
 			c.reach.stopWaiting()
 		}

@@ -17,30 +17,25 @@ import (
 // server's certificate and verify the peer with client
 // (tlsutil.Holder.ClientConfig). Both configs read the current
 // certificates per handshake, so a reload applies to new connections.
-// Pass it as Config.Transport; the cluster closes it on Shutdown.
-func NewTLSTransport(bind, advertise string, server, client *tls.Config, logger hclog.Logger) (*raft.NetworkTransport, error) {
+// Pass it as Config.Transport; the cluster closes it on Shutdown. Its
+// listener opens once raft runs (late_listen.go).
+func NewTLSTransport(bind, advertise string, server, client *tls.Config, logger hclog.Logger) (raft.Transport, error) {
 	if server == nil || client == nil {
 		return nil, errors.New("cluster: TLS transport needs a server and a client config")
 	}
-	ln, err := net.Listen("tcp", bind)
+	ln, err := listenLate(bind)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: TLS transport on %s: %w", bind, err)
 	}
-	var adv net.Addr = ln.Addr()
-	if advertise != "" {
-		if adv, err = net.ResolveTCPAddr("tcp", advertise); err != nil {
-			_ = ln.Close()
-			return nil, fmt.Errorf("cluster: advertise_raft %q: %w", advertise, err)
-		}
-	}
-	if a, ok := adv.(*net.TCPAddr); !ok || a.IP == nil || a.IP.IsUnspecified() {
+	adv, err := advertisable(ln.Addr(), advertise)
+	if err != nil {
 		_ = ln.Close()
-		return nil, fmt.Errorf("cluster: raft address %s is not advertisable: set advertise_raft", adv)
+		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	stream := &tlsStream{Listener: tls.NewListener(ln, server), adv: adv, client: client}
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	return &lateTransport{NetworkTransport: raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: logger,
-	}), nil
+	}), ln: ln}, nil
 }
 
 // tlsStream is a raft.StreamLayer over TLS.

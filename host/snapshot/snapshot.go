@@ -121,27 +121,23 @@ func Write(w io.Writer, h Header, snap *state.Snapshot, kr Keyring) error {
 		return err
 	}
 	n := 0
+	lw := newRowWriter(out)
 	err := snap.Rows(func(table string, obj any) error {
-		r := row{Table: table}
+		var s *sealed
 		if v, ok := obj.(*structs.Volume); ok && len(v.Secrets) > 0 {
 			if aead == nil {
 				return errors.New("snapshot: volumes hold secrets but the cluster keyring has no key yet (it is created at the first leader step-up)")
 			}
-			s, err := seal(aead, v)
-			if err != nil {
+			var err error
+			if s, err = seal(aead, v); err != nil {
 				return err
 			}
 			c := *v
 			c.Secrets = nil
-			obj, r.Sealed = &c, s
+			obj = &c
 		}
-		b, err := json.Marshal(obj)
-		if err != nil {
-			return fmt.Errorf("snapshot: encode %s row: %w", table, err)
-		}
-		r.Row = b
 		n++
-		return writeLine(out, r)
+		return lw.write(table, obj, s)
 	})
 	if err != nil {
 		return err

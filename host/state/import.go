@@ -163,6 +163,11 @@ func (c *rowChecker) row(table string, row any) error {
 	}
 	if c.view == nil || !sameTableFree[table] {
 		c.view = &Snapshot{txn: c.txn.Snapshot()}
+		if sameTableFree[table] {
+			// The view serves the whole table and never changes: its
+			// plugin lookups (one per volume) can be kept.
+			c.view.plugins = map[string]*structs.Plugin{}
+		}
 	}
 	if e, ok := row.(*eventRow); ok {
 		if err := c.placeEvent(e); err != nil {

@@ -122,11 +122,12 @@ func validateAllocRow(snap *Snapshot, a *structs.Alloc) error {
 // claims and stuck mark (registration refuses both: they come from later
 // writes), then each claim's own checks.
 func validateVolumeRow(snap *Snapshot, v *structs.Volume) error {
-	bare := *v
-	bare.Claims, bare.Stuck = nil, nil
 	// Shapes only: a snapshot from before the one-volume-per-disk check
 	// may hold two volumes on one disk, and a restore must not lose them.
-	if err := validateVolumeShapes(snap, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{&bare}}); err != nil {
+	// Nor the check against an earlier registration: a row is not one
+	// (and the rows before it are of other tables, sameTableFree). The
+	// errors name it as the registration's first volume.
+	if err := validVolumeShape(snap, volumesField(0), v); err != nil {
 		return err
 	}
 	ids := make([]string, 0, len(v.Claims))
@@ -151,10 +152,10 @@ func validateVolumeRow(snap *Snapshot, v *structs.Volume) error {
 		case c.RecordProblem() != "":
 			return structs.Invalid(f, "%s", c.RecordProblem())
 		}
-		if err := validID(f+".alloc_id", c.AllocID); err != nil {
+		if err := validIDIn(f, ".alloc_id", c.AllocID); err != nil {
 			return err
 		}
-		if err := validID(f+".node_id", c.NodeID); err != nil {
+		if err := validIDIn(f, ".node_id", c.NodeID); err != nil {
 			return err
 		}
 		// The claim's allocation may have been deleted since (gone

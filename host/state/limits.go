@@ -59,15 +59,16 @@ func validMap(field string, m map[string]string) error {
 }
 
 // validVolumeSizes applies the size bounds to a volume being registered.
+// A field's name is built only for its refusal: the checks run on every
+// volume of a registration and of a snapshot restore (a million at once).
 func validVolumeSizes(f string, v *structs.Volume) error {
-	if err := validLength(f+".external_id", v.ExternalID, MaxExternalIDLength); err != nil {
-		return err
-	}
-	if err := validLength(f+".name", v.Name, MaxNameLength); err != nil {
-		return err
-	}
-	if err := validLength(f+".fs_type", v.FSType, MaxNameLength); err != nil {
-		return err
+	for _, s := range [...]struct {
+		name, v string
+		max     int
+	}{{"external_id", v.ExternalID, MaxExternalIDLength}, {"name", v.Name, MaxNameLength}, {"fs_type", v.FSType, MaxNameLength}} {
+		if len(s.v) > s.max {
+			return validLength(f+"."+s.name, s.v, s.max)
+		}
 	}
 	if len(v.MountFlags) > MaxMountFlags {
 		return structs.Invalid(f+".mount_flags", "has %d entries, at most %d allowed", len(v.MountFlags), MaxMountFlags)
@@ -77,8 +78,14 @@ func validVolumeSizes(f string, v *structs.Volume) error {
 			return err
 		}
 	}
-	for name, m := range map[string]map[string]string{"secrets": v.Secrets, "parameters": v.Parameters, "context": v.Context} {
-		if err := validMap(f+"."+name, m); err != nil {
+	for _, m := range [...]struct {
+		name string
+		m    map[string]string
+	}{{"secrets", v.Secrets}, {"parameters", v.Parameters}, {"context", v.Context}} {
+		if len(m.m) == 0 {
+			continue // nothing an empty map could exceed
+		}
+		if err := validMap(f+"."+m.name, m.m); err != nil {
 			return err
 		}
 	}

@@ -227,7 +227,17 @@ func (snap *Snapshot) Plugins(ws memdb.WatchSet) ([]*structs.Plugin, error) {
 
 // PluginByID returns one CSI plugin.
 func (snap *Snapshot) PluginByID(ws memdb.WatchSet, id string) (*structs.Plugin, error) {
-	return first[*structs.Plugin](snap, ws, TablePlugins, indexID, id)
+	if snap.plugins == nil || ws != nil {
+		return first[*structs.Plugin](snap, ws, TablePlugins, indexID, id)
+	}
+	if p, ok := snap.plugins[id]; ok {
+		return p, nil
+	}
+	p, err := first[*structs.Plugin](snap, ws, TablePlugins, indexID, id)
+	if err == nil {
+		snap.plugins[id] = p
+	}
+	return p, err
 }
 
 // Leftovers lists the attachments force-deregistration may have left behind.

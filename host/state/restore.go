@@ -22,9 +22,9 @@ import (
 // other row; inserting is not (memdb has one writer, event rings count in
 // order), so only the decoding is spread.
 //
-// Persist (persistRows, below): the mirror image; one goroutine walks the
-// immutable snapshot in batches, a few marshal them, Persist's goroutine
-// writes them in order.
+// Persist (persistRows, persist_rows.go): the mirror image; one goroutine
+// walks the immutable snapshot in batches, a few marshal them, Persist's
+// goroutine writes them in order.
 
 // restoreBatchLines is how many rows travel together: enough to make the
 // channel hand-offs negligible, small enough to keep a few batches in
@@ -257,112 +257,6 @@ func appendLine(r *bufio.Reader, buf []byte) ([]byte, error) {
 			return buf, err
 		}
 	}
-}
-
-// persistBatchRows is how many rows a marshal batch of Persist holds.
-const persistBatchRows = 512
-
-type marshalBatch struct {
-	table string
-	rows  []any
-	out   []byte
-	err   error
-	done  chan struct{}
-}
-
-// persistRows writes every row of snap's persisted tables to w, in table
-// and primary key order, one line each. The snapshot is immutable, so
-// marshalling is spread over a few goroutines; writing stays in order here.
-func persistRows(snap *Snapshot, w *bufio.Writer) error {
-	workers := max(1, min(4, runtime.GOMAXPROCS(0)-1))
-	work := make(chan *marshalBatch, 2*workers)
-	ordered := make(chan *marshalBatch, 2*workers+2)
-	quit := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(workers)
-	for range workers {
-		go func() {
-			defer wg.Done()
-			for b := range work {
-				b.marshal()
-			}
-		}()
-	}
-	var iterErr error
-	go func() {
-		defer close(work)
-		defer close(ordered)
-		iterErr = snap.eachPersistedRow(func(b *marshalBatch) bool {
-			select {
-			case ordered <- b:
-			case <-quit:
-				return false
-			}
-			select {
-			case work <- b:
-				return true
-			case <-quit:
-				return false
-			}
-		})
-	}()
-	defer wg.Wait()
-	defer func() {
-		close(quit)
-		for range ordered {
-		}
-	}()
-	for b := range ordered {
-		<-b.done
-		if b.err != nil {
-			return b.err
-		}
-		if _, err := w.Write(b.out); err != nil {
-			return fmt.Errorf("persist: %w", err)
-		}
-	}
-	return iterErr
-}
-
-// eachPersistedRow cuts the persisted tables into batches for send; it
-// stops when send returns false.
-func (snap *Snapshot) eachPersistedRow(send func(*marshalBatch) bool) error {
-	for _, table := range persistTables {
-		it, err := snap.txn.Get(table, indexID)
-		if err != nil {
-			return fmt.Errorf("persist %s: %w", table, err)
-		}
-		b := &marshalBatch{table: table, done: make(chan struct{})}
-		for raw := it.Next(); raw != nil; raw = it.Next() {
-			b.rows = append(b.rows, raw)
-			if len(b.rows) == persistBatchRows {
-				if !send(b) {
-					return nil
-				}
-				b = &marshalBatch{table: table, done: make(chan struct{})}
-			}
-		}
-		if len(b.rows) > 0 && !send(b) {
-			return nil
-		}
-	}
-	return nil
-}
-
-func (b *marshalBatch) marshal() {
-	defer close(b.done)
-	prefix := `{"t":"` + b.table + `","r":`
-	for _, raw := range b.rows {
-		row, err := json.Marshal(raw)
-		if err != nil {
-			b.err = fmt.Errorf("persist %s: %w", b.table, err)
-			return
-		}
-		b.out = append(b.out, prefix...)
-		b.out = append(b.out, row...)
-		b.out = append(b.out, "}\n"...)
-	}
-	b.rows = nil
 }
 
 // interner shares one copy of the strings a restore decodes over and over

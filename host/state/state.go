@@ -123,6 +123,11 @@ type Snapshot struct {
 	// own is set on a write transaction's view only (ApplyAt): its reads
 	// of a volume or an allocation by ID (own_rows.go).
 	own *ownRows
+	// plugins, when not nil, keeps the plugins this view has read by ID.
+	// Set on the restore's view of the tables before the volumes
+	// (rowChecker), which never changes and is asked for a volume's plugin
+	// once per volume: a million lookups of one or a few plugins.
+	plugins map[string]*structs.Plugin
 }
 
 // Snapshot returns a consistent read view of the current state.

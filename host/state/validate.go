@@ -433,21 +433,18 @@ func validateOneVolumePerDisk(snap *Snapshot, vols []*structs.Volume) error {
 }
 
 // validateVolumeShapes checks each volume of a registration on its own and
-// against its earlier registration (what a snapshot row must satisfy too).
+// against its earlier registration.
 func validateVolumeShapes(snap *Snapshot, r *structs.VolumeRegisterRequest) error {
 	if len(r.Volumes) == 0 {
 		return structs.Invalid("volumes", "at least one volume is required")
 	}
 	seen := make(map[string]bool, len(r.Volumes))
 	for i, v := range r.Volumes {
-		f := fmt.Sprintf("volumes[%d]", i)
+		f := volumesField(i)
 		if v == nil {
 			return structs.Invalid(f, "is null")
 		}
-		if err := validID(f+".namespace", v.Namespace); err != nil {
-			return err
-		}
-		if err := validID(f+".id", v.ID); err != nil {
+		if err := validVolumeShape(snap, f, v); err != nil {
 			return err
 		}
 		key := volName(v.Namespace, v.ID)
@@ -455,30 +452,11 @@ func validateVolumeShapes(snap *Snapshot, r *structs.VolumeRegisterRequest) erro
 			return structs.Invalid(f+".id", "volume %q appears twice in the request", key)
 		}
 		seen[key] = true
-		if v.ExternalID == "" {
-			return structs.Invalid(f+".external_id", "must not be empty")
-		}
-		if err := validVolumeSizes(f, v); err != nil {
-			return err
-		}
-		if err := validID(f+".plugin_id", v.PluginID); err != nil {
-			return err
-		}
-		if !v.AccessMode.Valid() {
-			return structs.Invalid(f+".access_mode", "must be one of %s, got %q", structs.Choices(structs.AccessModes...), v.AccessMode)
-		}
-		if !v.AttachmentMode.Valid() {
-			return structs.Invalid(f+".attachment_mode", "must be one of %s, got %q", structs.Choices(structs.AttachmentModes...), v.AttachmentMode)
-		}
 		if len(v.Claims) > 0 {
 			return structs.Invalid(f+".claims", "cannot be set on registration; claim the volume instead")
 		}
 		if v.Stuck != nil {
 			return structs.Invalid(f+".stuck", "cannot be set on registration")
-		}
-		_, err := mustExist(snap.PluginByID, "plugin", v.PluginID)
-		if err != nil {
-			return err
 		}
 		old, err := snap.VolumeByID(nil, v.Namespace, v.ID)
 		if err != nil {
@@ -504,6 +482,46 @@ func validateVolumeShapes(snap *Snapshot, r *structs.VolumeRegisterRequest) erro
 		}
 	}
 	return nil
+}
+
+// validVolumeShape checks a volume's own fields and that its plugin exists:
+// what every registered volume and every snapshot's volume row satisfy (a
+// row's claims and stuck mark come from later writes and are checked by
+// validateVolumeRow). f names the volume in errors.
+func validVolumeShape(snap *Snapshot, f string, v *structs.Volume) error {
+	if err := validIDIn(f, ".namespace", v.Namespace); err != nil {
+		return err
+	}
+	if err := validIDIn(f, ".id", v.ID); err != nil {
+		return err
+	}
+	if v.ExternalID == "" {
+		return structs.Invalid(f+".external_id", "must not be empty")
+	}
+	if err := validVolumeSizes(f, v); err != nil {
+		return err
+	}
+	if err := validIDIn(f, ".plugin_id", v.PluginID); err != nil {
+		return err
+	}
+	if !v.AccessMode.Valid() {
+		return structs.Invalid(f+".access_mode", "must be one of %s, got %q", structs.Choices(structs.AccessModes...), v.AccessMode)
+	}
+	if !v.AttachmentMode.Valid() {
+		return structs.Invalid(f+".attachment_mode", "must be one of %s, got %q", structs.Choices(structs.AttachmentModes...), v.AttachmentMode)
+	}
+	_, err := mustExist(snap.PluginByID, "plugin", v.PluginID)
+	return err
+}
+
+// volumesField names volume i of a registration in errors; the first
+// without formatting (a restore checks its volumes one at a time, a
+// million of them).
+func volumesField(i int) string {
+	if i == 0 {
+		return "volumes[0]"
+	}
+	return fmt.Sprintf("volumes[%d]", i)
 }
 
 func validateVolumeDeregister(snap *Snapshot, r *structs.VolumeDeregisterRequest) error {
