@@ -40,7 +40,7 @@ t0=$(date +%s)
 # fixed number of times; the rest for $benchtime.
 benchtime_of() {
   case "$1" in
-    BenchmarkStepUp) echo 1x ;;
+    BenchmarkStepUp|BenchmarkScaleHeap) echo 1x ;;
     BenchmarkFailover) echo 5x ;;
     BenchmarkAgentRelease) echo 2x ;;
     BenchmarkAgentReleaseNative) echo 5x ;;
@@ -73,7 +73,9 @@ if [ "${SKIP_GO:-}" != 1 ]; then
   : >"$out/go-bench.txt"
   # Every package of the product module with a Benchmark function, then the
   # separate modules that have benchmarks (test/peers has none of its own).
-  for pkg in $(grep -rl --include='*_test.go' '^func Benchmark' . | grep -v '^./test/' | xargs -n1 dirname | sort -u); do
+  # third_party/ holds separate modules (a dependency's copy, README
+  # "Dependencies"): not the product's benchmarks.
+  for pkg in $(grep -rl --include='*_test.go' '^func Benchmark' . | grep -v '^./test/\|^./third_party/' | xargs -n1 dirname | sort -u); do
     run_benchmarks . "$pkg"
   done
   for mod in test/extism; do

@@ -18,9 +18,11 @@ import (
 // are interned; IDs and paths are each a row's own and stay as decoded.
 //
 // Only an object the write made (a copy, never a stored row: memdb's
-// readers share those) is interned, before it is stored; a snapshot
-// restore keeps its decoder's strings. Equal strings stay equal, so
-// nothing that reads a row (the snapshot encoding, Digest) changes.
+// readers share those) is interned, before it is stored. A snapshot
+// restore interns the same fields with a table of its own, dropped when it
+// ends (restore.go, interner.row: the field lists must stay alike). Equal
+// strings stay equal, so nothing that reads a row (the snapshot encoding,
+// Digest) changes.
 
 func intern(s string) string {
 	if s == "" {
