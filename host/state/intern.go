@@ -20,7 +20,7 @@ import (
 // Only an object the write made (a copy, never a stored row: memdb's
 // readers share those) is interned, before it is stored. A snapshot
 // restore interns the same fields with a table of its own, dropped when it
-// ends (restore.go, interner.row: the field lists must stay alike). Equal
+// ends (restore.go, interner.row), over the same fields (shareVolume). Equal
 // strings stay equal, so nothing that reads a row (the snapshot encoding,
 // Digest) changes.
 
@@ -42,29 +42,38 @@ func internEnum[T ~string](s T, known []T) T {
 var claimModes = []structs.ClaimMode{structs.ClaimRead, structs.ClaimWrite}
 
 // internVolume interns v's shared fields; v is the write's own copy.
-func internVolume(v *structs.Volume) {
-	v.Namespace = intern(v.Namespace)
-	v.PluginID = intern(v.PluginID)
-	v.FSType = intern(v.FSType)
+func internVolume(v *structs.Volume) { shareVolume(v, intern) }
+
+// internClaim interns c's shared fields; c is the write's own copy.
+func internClaim(c *structs.Claim) { shareClaim(c, intern) }
+
+// internAlloc interns a's shared fields; a is the write's own copy.
+func internAlloc(a *structs.Alloc) { shareAlloc(a, intern) }
+
+// shareVolume, shareClaim and shareAlloc name the fields a stored row
+// shares, once for both ends: a write shares them through intern, a
+// restore through its own table (interner.row).
+func shareVolume(v *structs.Volume, share func(string) string) {
+	v.Namespace = share(v.Namespace)
+	v.PluginID = share(v.PluginID)
+	v.FSType = share(v.FSType)
 	v.AccessMode = internEnum(v.AccessMode, structs.AccessModes)
 	v.AttachmentMode = internEnum(v.AttachmentMode, structs.AttachmentModes)
 }
 
-// internClaim interns c's shared fields; c is the write's own copy.
-func internClaim(c *structs.Claim) {
-	c.NodeID = intern(c.NodeID)
-	c.ExternalNodeID = intern(c.ExternalNodeID)
+func shareClaim(c *structs.Claim, share func(string) string) {
+	c.NodeID = share(c.NodeID)
+	c.ExternalNodeID = share(c.ExternalNodeID)
 	c.Mode = internEnum(c.Mode, claimModes)
 	c.AccessMode = internEnum(c.AccessMode, structs.AccessModes)
 	c.AttachmentMode = internEnum(c.AttachmentMode, structs.AttachmentModes)
 	c.State = internEnum(c.State, structs.ClaimStates)
 }
 
-// internAlloc interns a's shared fields; a is the write's own copy.
-func internAlloc(a *structs.Alloc) {
-	a.Namespace = intern(a.Namespace)
-	a.NodeID = intern(a.NodeID)
-	a.JobID = intern(a.JobID)
-	a.Source = intern(a.Source)
+func shareAlloc(a *structs.Alloc, share func(string) string) {
+	a.Namespace = share(a.Namespace)
+	a.NodeID = share(a.NodeID)
+	a.JobID = share(a.JobID)
+	a.Source = share(a.Source)
 	a.ClientStatus = internEnum(a.ClientStatus, structs.AllocClientStatuses)
 }

@@ -75,7 +75,7 @@ func startRowDecoder(r *bufio.Reader, firstLine int) *rowDecoder {
 	for range workers {
 		go func() {
 			defer d.wg.Done()
-			in := interner{}
+			in := newInterner()
 			for b := range work {
 				b.decode(in, d.free)
 			}
@@ -265,6 +265,20 @@ func appendLine(r *bufio.Reader, buf []byte) ([]byte, error) {
 // At 1,000,000 volumes it keeps about 50 MiB fewer strings.
 type interner map[string]string
 
+// newInterner starts a table with the access and attachment modes' package
+// constants, the copies a write shares (internEnum): a volume decoded by
+// the plain path (decodePlainVolume) and one decoded whole share them too.
+func newInterner() interner {
+	in := interner{}
+	for _, v := range structs.AccessModes {
+		in[string(v)] = string(v)
+	}
+	for _, v := range structs.AttachmentModes {
+		in[string(v)] = string(v)
+	}
+	return in
+}
+
 func (in interner) s(v string) string {
 	if c, ok := in[v]; ok {
 		return c
@@ -273,24 +287,19 @@ func (in interner) s(v string) string {
 	return v
 }
 
-func internAs[T ~string](in interner, v T) T { return T(in.s(string(v))) }
-
-// row interns the repeated fields of a decoded row.
+// row interns the repeated fields of a decoded row (the fields a write
+// interns: shareVolume and its siblings).
 func (in interner) row(obj any) {
 	switch o := obj.(type) {
 	case *structs.Volume:
-		o.Namespace, o.PluginID, o.FSType = in.s(o.Namespace), in.s(o.PluginID), in.s(o.FSType)
-		o.AccessMode, o.AttachmentMode = internAs(in, o.AccessMode), internAs(in, o.AttachmentMode)
+		shareVolume(o, in.s)
 		for _, c := range o.Claims {
 			if c == nil {
 				continue // refused by the restore's validation, on its goroutine
 			}
-			c.NodeID, c.ExternalNodeID = in.s(c.NodeID), in.s(c.ExternalNodeID)
-			c.Mode, c.State = internAs(in, c.Mode), internAs(in, c.State)
-			c.AccessMode, c.AttachmentMode = internAs(in, c.AccessMode), internAs(in, c.AttachmentMode)
+			shareClaim(c, in.s)
 		}
 	case *structs.Alloc:
-		o.Namespace, o.NodeID, o.JobID = in.s(o.Namespace), in.s(o.NodeID), in.s(o.JobID)
-		o.ClientStatus = internAs(in, o.ClientStatus)
+		shareAlloc(o, in.s)
 	}
 }
