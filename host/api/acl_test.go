@@ -203,6 +203,8 @@ var aclCases = []struct {
 		`namespace "default" { capabilities = ["deregister"] }`, `namespace "default" { capabilities = ["read", "detach"] }`},
 	{"volume force deregister", "DELETE", "/v1/volume/v1?force=true", "", `namespace:force-deregister on namespace "default"`,
 		`namespace "default" { capabilities = ["force-deregister"] }`, `namespace "default" { policy = "write" }`},
+	{"module view holds nodes", "GET", "/v1/volume/v1/module-view", "", "node:read",
+		"namespace \"default\" { policy = \"read\" }\nnode { policy = \"read\" }", `namespace "default" { policy = "read" }`},
 	{"node read", "GET", "/v1/nodes", "", "node:read", `node { policy = "read" }`, `operator { policy = "write" }`},
 	{"node write", "PUT", "/v1/node/n1/status", `{"status":"down"}`, "node:write",
 		"node { policy = \"write\" }\noperator { policy = \"write\" }", "node { policy = \"read\" }\noperator { policy = \"write\" }"},

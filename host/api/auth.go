@@ -224,7 +224,10 @@ var routeRules = map[string]rule{
 	"POST /v1/modules/reload":  audited(need(acl.ModulesReload), "module-reload"),
 	// `volhost module record`: a recorded module view shows the volume's claims, nodes
 	// and context, so it is read like the volume itself.
-	"GET /v1/volume/{id}/module-view": needNS(acl.NamespaceRead, nsQuery),
+	// A module view carries the claims' nodes (their IDs, topology and
+	// meta) besides the volume: node:read as well, as GET /v1/node/ID
+	// needs, or a reader of one namespace saw what only node:read shows.
+	"GET /v1/volume/{id}/module-view": both(need(acl.NodeRead), needNS(acl.NamespaceRead, nsQuery)),
 	// Rollout changes what judges volumes: privileged like a reload, audited.
 	"PUT /v1/module/{id}/promote":   audited(need(acl.ModulesReload), "module-promote"),
 	"POST /v1/module/{id}/promote":  audited(need(acl.ModulesReload), "module-promote"),
