@@ -4,6 +4,8 @@ import (
 	memdb "github.com/hashicorp/go-memdb"
 
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -209,11 +211,7 @@ func validateNodeShape(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 	if !n.Status.Valid() {
 		return structs.Invalid("node.status", "unknown status %q (want %q or %q)", n.Status, structs.NodeReady, structs.NodeDown)
 	}
-	keys := make([]string, 0, len(n.Plugins))
-	for k := range n.Plugins {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(n.Plugins))
 	for _, k := range keys {
 		np := n.Plugins[k]
 		f := fmt.Sprintf("node.plugins[%s]", k)
