@@ -99,19 +99,28 @@ func (a *ACL) AllowedNode(c Capability, nodeID string) bool {
 	default:
 		return false
 	}
-	rule, ok := a.nodeExact[nodeID]
-	if !ok {
-		for _, g := range a.nodeGlobs {
-			if globMatch(g.pattern, nodeID) {
-				rule = g.grant
-				break
-			}
-		}
-	}
+	rule := a.nodeRule(nodeID)
 	if rule == levelDeny || a.node == levelDeny {
 		return false
 	}
 	return max(rule, a.node) >= need
+}
+
+// nodeRule is the node_id rule governing nodeID: the exact rule, else
+// the most literal glob matching it (nodeGlobs is sorted so), else
+// levelNone. AllowedNode and ServesNode both judge by it, so a token's
+// node writes and its node agent cannot come to disagree on which rule
+// names a node.
+func (a *ACL) nodeRule(nodeID string) level {
+	if rule, ok := a.nodeExact[nodeID]; ok {
+		return rule
+	}
+	for _, g := range a.nodeGlobs {
+		if globMatch(g.pattern, nodeID) {
+			return g.grant
+		}
+	}
+	return levelNone
 }
 
 // ServesNode reports whether a may act as nodeID's node agent: connect
@@ -128,15 +137,7 @@ func (a *ACL) ServesNode(nodeID string) bool {
 	if a.management {
 		return true
 	}
-	rule, ok := a.nodeExact[nodeID]
-	if !ok {
-		for _, g := range a.nodeGlobs {
-			if globMatch(g.pattern, nodeID) {
-				rule = g.grant
-				break
-			}
-		}
-	}
+	rule := a.nodeRule(nodeID)
 	return rule == levelWrite && a.node != levelDeny
 }
 
