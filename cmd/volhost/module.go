@@ -2,7 +2,8 @@ package main
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -58,11 +59,7 @@ func faultSummary(f map[string]uint64) string {
 	if len(f) == 0 {
 		return "-"
 	}
-	kinds := make([]string, 0, len(f))
-	for k := range f {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
+	kinds := slices.Sorted(maps.Keys(f))
 	parts := make([]string, 0, len(kinds))
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, f[k]))

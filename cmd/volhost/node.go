@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -113,12 +114,7 @@ func (c *NodeStatusCommand) Run(args []string) int {
 }
 
 func pluginIDs(n *structs.Node) []string {
-	ids := make([]string, 0, len(n.Plugins))
-	for id := range n.Plugins {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(n.Plugins))
 }
 
 // NodeSetStatusCommand is `volhost node set-status ID ready|down`.

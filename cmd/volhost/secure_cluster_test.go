@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -308,18 +307,7 @@ tls {
 		return resp.TLS.PeerCertificates[0].SerialNumber.String()
 	}
 	old := serial()
-	var requests, failures atomic.Int64
-	stop := testutil.Repeat(func() bool {
-		resp, err := hc.Get("https://" + leader.http + "/v1/status/leader")
-		requests.Add(1)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			failures.Add(1)
-		}
-		if err == nil {
-			resp.Body.Close()
-		}
-		return true
-	})
+	load := testutil.StartGets(hc, "https://"+leader.http+"/v1/status/leader")
 	next, err := tlsutil.CreateCert(tlsutil.CertRequest{Kind: tlsutil.KindServer, Days: 1, Now: time.Now(), CA: tlsutil.PEM{Cert: caPEM, Key: caKey}})
 	if err != nil {
 		t.Fatal(err)
@@ -336,11 +324,11 @@ tls {
 		t.Fatal(err)
 	}
 	waitFor(t, ctx, "the rotated certificate", func() (struct{}, bool) { s := serial(); return struct{}{}, s != "" && s != old })
-	n := requests.Load()
-	waitFor(t, ctx, "requests after the rotation", func() (struct{}, bool) { return struct{}{}, requests.Load() >= n+5 })
-	stop()
-	if f := failures.Load(); f > 0 {
-		t.Fatalf("%d of %d requests failed across the rotation", f, requests.Load())
+	n := load.Requests.Load()
+	waitFor(t, ctx, "requests after the rotation", func() (struct{}, bool) { return struct{}{}, load.Requests.Load() >= n+5 })
+	load.Stop()
+	if f := load.Failures.Load(); f > 0 {
+		t.Fatalf("%d of %d requests failed across the rotation", f, load.Requests.Load())
 	}
 	// Raft still replicates over mutual TLS after the rotation.
 	must(app, "volume", "deregister", "vol1")

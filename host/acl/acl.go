@@ -99,20 +99,18 @@ func (a *ACL) AllowedNode(c Capability, nodeID string) bool {
 	default:
 		return false
 	}
-	rule, ok := a.nodeExact[nodeID]
-	if !ok {
-		for _, g := range a.nodeGlobs {
-			if globMatch(g.pattern, nodeID) {
-				rule = g.grant
-				break
-			}
-		}
-	}
+	rule := a.nodeRule(nodeID)
 	if rule == levelDeny || a.node == levelDeny {
 		return false
 	}
 	return max(rule, a.node) >= need
 }
+
+// nodeRule is the node_id rule governing nodeID: the exact rule, else
+// the most literal glob matching it, else levelNone. AllowedNode and ServesNode both judge by it, so a token's
+// node writes and its node agent cannot come to disagree on which rule
+// names a node.
+func (a *ACL) nodeRule(nodeID string) level { return governing(a.nodeExact, a.nodeGlobs, nodeID) }
 
 // ServesNode reports whether a may act as nodeID's node agent: connect
 // on the node RPC as nodeID, keep it ready with heartbeats, and receive
@@ -128,15 +126,7 @@ func (a *ACL) ServesNode(nodeID string) bool {
 	if a.management {
 		return true
 	}
-	rule, ok := a.nodeExact[nodeID]
-	if !ok {
-		for _, g := range a.nodeGlobs {
-			if globMatch(g.pattern, nodeID) {
-				rule = g.grant
-				break
-			}
-		}
-	}
+	rule := a.nodeRule(nodeID)
 	return rule == levelWrite && a.node != levelDeny
 }
 
@@ -204,16 +194,23 @@ func allows(have, need level) bool { return have != levelDeny && have >= need }
 
 // namespaceCaps finds the rule that governs ns: an exact one, else the
 // matching glob with the most literal characters.
-func (a *ACL) namespaceCaps(ns string) nsCap {
-	if caps, ok := a.exact[ns]; ok {
-		return caps
+func (a *ACL) namespaceCaps(ns string) nsCap { return governing(a.exact, a.globs, ns) }
+
+// governing is the rule that governs name, for namespace rules and
+// node_id rules alike: the exact rule, else the first glob matching it
+// (globs are sorted most literal first, sortedGlobs), else the zero
+// grant (no rule: nothing granted, nothing denied).
+func governing[T any](exact map[string]T, globs []glob[T], name string) T {
+	if rule, ok := exact[name]; ok {
+		return rule
 	}
-	for _, g := range a.globs {
-		if globMatch(g.pattern, ns) {
+	for _, g := range globs {
+		if globMatch(g.pattern, name) {
 			return g.grant
 		}
 	}
-	return 0
+	var none T
+	return none
 }
 
 // globMatch matches s against a pattern where '*' matches any run of

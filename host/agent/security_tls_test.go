@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -216,19 +215,8 @@ func TestSecureCluster(t *testing.T) {
 		return resp.TLS.PeerCertificates[0].SerialNumber.String()
 	}
 	old := serial()
-	var requests, failures atomic.Int64
-	stop := testutil.Repeat(func() bool {
-		resp, err := hc.Get(url(leader, "/v1/status/leader"))
-		requests.Add(1)
-		if err != nil || resp.StatusCode != http.StatusOK {
-			failures.Add(1)
-		}
-		if err == nil {
-			resp.Body.Close()
-		}
-		return true
-	})
-	testutil.WaitFor(t, "requests flowing", func() bool { return requests.Load() >= 5 })
+	load := testutil.StartGets(hc, url(leader, "/v1/status/leader"))
+	testutil.WaitFor(t, "requests flowing", func() bool { return load.Requests.Load() >= 5 })
 	c, err := tlsutil.CreateCert(tlsutil.CertRequest{Kind: tlsutil.KindServer, Days: 1, Now: time.Now(), CA: p.ca})
 	if err != nil {
 		t.Fatal(err)
@@ -238,11 +226,11 @@ func TestSecureCluster(t *testing.T) {
 	if err := leader.ReloadTLS(); err != nil {
 		t.Fatal(err)
 	}
-	n := requests.Load()
-	testutil.WaitFor(t, "requests after the reload", func() bool { return requests.Load() >= n+5 })
-	stop()
-	if f := failures.Load(); f > 0 {
-		t.Fatalf("%d of %d requests failed across the rotation", f, requests.Load())
+	n := load.Requests.Load()
+	testutil.WaitFor(t, "requests after the reload", func() bool { return load.Requests.Load() >= n+5 })
+	load.Stop()
+	if f := load.Failures.Load(); f > 0 {
+		t.Fatalf("%d of %d requests failed across the rotation", f, load.Requests.Load())
 	}
 	if now := serial(); now == old {
 		t.Fatalf("serving certificate still %s after the reload", old)

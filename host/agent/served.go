@@ -2,6 +2,7 @@ package agent
 
 import (
 	"cmp"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -118,7 +119,7 @@ func (q *servedQuery) run(st plugins.Status, all []plugins.Status) (*servedResul
 	for _, v := range in {
 		pluginSet[v.PluginID] = true
 	}
-	res.plugins = sortedKeys(pluginSet)
+	res.plugins = slices.Sorted(maps.Keys(pluginSet))
 	res.volumes = firstServed(walks, in, out, q.limit)
 	res.truncated = res.count > len(res.volumes)
 	return res, nil
@@ -243,13 +244,4 @@ func refOf(v *structs.Volume) structs.VolumeRef {
 
 func compareRefs(a, b structs.VolumeRef) int {
 	return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.ID, b.ID))
-}
-
-func sortedKeys(m map[string]bool) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -135,7 +136,7 @@ func scanServed(t *testing.T, snap *state.Snapshot, match func(abi.Kind, plugins
 	}
 	slices.SortFunc(res.volumes, compareRefs)
 	res.truncated = res.count > len(res.volumes)
-	res.plugins = sortedKeys(seen)
+	res.plugins = slices.Sorted(maps.Keys(seen))
 	return res
 }
 

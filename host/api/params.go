@@ -1,6 +1,7 @@
 package api
 
 import (
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -164,11 +165,7 @@ func checkingParams(pattern string, h http.Handler) http.Handler {
 // name order so the answer is the same for the same query.
 func checkParams(r *http.Request, pattern string, accepted []string) error {
 	q := r.URL.Query()
-	names := make([]string, 0, len(q))
-	for name := range q {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(q))
 	route := strings.TrimPrefix(pattern, "/")
 	for _, name := range names {
 		if name == "" {

@@ -411,25 +411,19 @@ func forceCheck(ws memdb.WatchSet, rd Reader, v *structs.Volume) (ForceCheck, er
 type VolumesRequest = structs.VolumeRegisterRequest
 
 func (s *Server) registerVolumes(w http.ResponseWriter, r *http.Request) {
-	var req VolumesRequest
-	if err := s.decodeBody(w, r, &req); err != nil {
+	vols, err := decodeList(s, w, r, "volumes", "volumes",
+		func(req *VolumesRequest) []*structs.Volume { return req.Volumes },
+		func(v *structs.Volume) error {
+			if v.Namespace == "" {
+				v.Namespace = DefaultNamespace
+			}
+			return nil
+		})
+	if err != nil {
 		WriteError(w, err)
 		return
 	}
-	if len(req.Volumes) == 0 {
-		WriteError(w, badRequest("volumes", "no volumes given"))
-		return
-	}
-	for i, v := range req.Volumes {
-		if v == nil {
-			WriteError(w, badRequest("volumes", "entry %d is null", i))
-			return
-		}
-		if v.Namespace == "" {
-			v.Namespace = DefaultNamespace
-		}
-	}
-	index, err := s.backend.RegisterVolumes(r.Context(), req.Volumes)
+	index, err := s.backend.RegisterVolumes(r.Context(), vols)
 	s.answerIndex(w, index, err)
 }
 
@@ -593,20 +587,14 @@ func (s *Server) getNode(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
-	var req structs.NodeUpsertRequest
-	if err := s.decodeBody(w, r, &req); err != nil {
+	node, err := decodeOne(s, w, r, "node",
+		func(req *structs.NodeUpsertRequest) *structs.Node { return req.Node },
+		func(n *structs.Node) string { return n.ID })
+	if err != nil {
 		WriteError(w, err)
 		return
 	}
-	if req.Node == nil {
-		WriteError(w, badRequest("node", "missing"))
-		return
-	}
-	if err := ValidateID("node.id", req.Node.ID); err != nil {
-		WriteError(w, err)
-		return
-	}
-	if err := s.checkNodeRegistration(r, req.Node); err != nil {
+	if err := s.checkNodeRegistration(r, node); err != nil {
 		s.log.Info("request denied", "method", r.Method, "path", r.URL.Path, "accessor", identityOf(r).Accessor(), "reason", err.Error())
 		WriteError(w, err)
 		return
@@ -614,11 +602,11 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
 	// Which token registered the node is the server's to say: the state
 	// store refuses the registration if that token is revoked before it
 	// commits (structs.Node.RegisteredBy).
-	req.Node.RegisteredBy = ""
+	node.RegisteredBy = ""
 	if id := identityOf(r); s.auth.cfg != nil && id != nil && id.Token != nil {
-		req.Node.RegisteredBy = id.Token.AccessorID
+		node.RegisteredBy = id.Token.AccessorID
 	}
-	n, err := s.backend.RegisterNode(r.Context(), req.Node)
+	n, err := s.backend.RegisterNode(r.Context(), node)
 	if err != nil {
 		WriteError(w, s.probeError(r, err))
 		return
@@ -745,20 +733,14 @@ func (s *Server) getPlugin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) registerPlugin(w http.ResponseWriter, r *http.Request) {
-	var req structs.PluginUpsertRequest
-	if err := s.decodeBody(w, r, &req); err != nil {
+	plugin, err := decodeOne(s, w, r, "plugin",
+		func(req *structs.PluginUpsertRequest) *structs.Plugin { return req.Plugin },
+		func(p *structs.Plugin) string { return p.ID })
+	if err != nil {
 		WriteError(w, err)
 		return
 	}
-	if req.Plugin == nil {
-		WriteError(w, badRequest("plugin", "missing"))
-		return
-	}
-	if err := ValidateID("plugin.id", req.Plugin.ID); err != nil {
-		WriteError(w, err)
-		return
-	}
-	p, err := s.backend.RegisterPlugin(r.Context(), req.Plugin)
+	p, err := s.backend.RegisterPlugin(r.Context(), plugin)
 	if err != nil {
 		WriteError(w, s.probeError(r, err))
 		return
@@ -846,26 +828,14 @@ func (s *Server) getAlloc(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) upsertAllocs(w http.ResponseWriter, r *http.Request) {
-	var req structs.AllocUpsertRequest
-	if err := s.decodeBody(w, r, &req); err != nil {
+	allocs, err := decodeList(s, w, r, "allocs", "allocations",
+		func(req *structs.AllocUpsertRequest) []*structs.Alloc { return req.Allocs },
+		func(a *structs.Alloc) error { return ValidateID("allocs.id", a.ID) })
+	if err != nil {
 		WriteError(w, err)
 		return
 	}
-	if len(req.Allocs) == 0 {
-		WriteError(w, badRequest("allocs", "no allocations given"))
-		return
-	}
-	for i, a := range req.Allocs {
-		if a == nil {
-			WriteError(w, badRequest("allocs", "entry %d is null", i))
-			return
-		}
-		if err := ValidateID("allocs.id", a.ID); err != nil {
-			WriteError(w, err)
-			return
-		}
-	}
-	index, err := s.backend.UpsertAllocs(r.Context(), req.Allocs)
+	index, err := s.backend.UpsertAllocs(r.Context(), allocs)
 	s.answerIndex(w, index, err)
 }
 

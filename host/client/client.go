@@ -21,8 +21,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -281,12 +282,7 @@ func (a *Agent) session(ctx context.Context, addr string) (served bool, err erro
 func (a *Agent) probe(ctx context.Context) (*structs.Node, error) {
 	n := &structs.Node{ID: a.cfg.NodeID, RootDir: a.cfg.RootDir, Meta: a.cfg.Meta, Agent: true,
 		Plugins: map[string]*structs.NodePlugin{}}
-	ids := make([]string, 0, len(a.cfg.Plugins))
-	for id := range a.cfg.Plugins {
-		ids = append(ids, id)
-	}
-	sort.Strings(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(a.cfg.Plugins)) {
 		np, err := a.csi.ProbeNode(ctx, a.cfg.Plugins[id])
 		if err != nil {
 			return nil, fmt.Errorf("plugin %q at %s: %w", id, a.cfg.Plugins[id], err)

@@ -91,22 +91,15 @@ func validateACLBootstrap(snap *Snapshot, r *structs.ACLBootstrapRequest) error 
 var ErrACLBootstrapped = structs.Conflict("acl already bootstrapped")
 
 func validateACLPolicyUpsert(_ *Snapshot, r *structs.ACLPolicyUpsertRequest) error {
-	if len(r.Policies) == 0 {
-		return structs.Invalid("policies", "at least one policy is required")
-	}
-	for i, p := range r.Policies {
-		f := fmt.Sprintf("policies[%d]", i)
-		if p == nil {
-			return structs.Invalid(f, "is null")
-		}
+	return entries("policies", "policy", r.Policies, func(f string, p *structs.ACLPolicy) error {
 		if err := validID(f+".name", p.Name); err != nil {
 			return err
 		}
 		if strings.TrimSpace(p.Rules) == "" {
 			return structs.Invalid(f+".rules", "must not be empty")
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func validateACLPolicyDelete(snap *Snapshot, r *structs.ACLPolicyDeleteRequest) error {

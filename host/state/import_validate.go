@@ -2,8 +2,8 @@ package state
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 
 	"github.com/volhost/volhost/host/structs"
 )
@@ -62,11 +62,7 @@ func validateRow(snap *Snapshot, table string, row any) error {
 func validateNodeRow(snap *Snapshot, n *structs.Node) error {
 	present := *n
 	present.Plugins = make(map[string]*structs.NodePlugin, len(n.Plugins))
-	keys := make([]string, 0, len(n.Plugins))
-	for k := range n.Plugins {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(n.Plugins))
 	for _, k := range keys {
 		p, err := snap.PluginByID(nil, k)
 		if err != nil {

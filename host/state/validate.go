@@ -4,6 +4,8 @@ import (
 	memdb "github.com/hashicorp/go-memdb"
 
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -209,11 +211,7 @@ func validateNodeShape(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 	if !n.Status.Valid() {
 		return structs.Invalid("node.status", "unknown status %q (want %q or %q)", n.Status, structs.NodeReady, structs.NodeDown)
 	}
-	keys := make([]string, 0, len(n.Plugins))
-	for k := range n.Plugins {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(n.Plugins))
 	for _, k := range keys {
 		np := n.Plugins[k]
 		f := fmt.Sprintf("node.plugins[%s]", k)
@@ -430,15 +428,8 @@ func validateOneVolumePerDisk(snap *Snapshot, vols []*structs.Volume) error {
 // validateVolumeShapes checks each volume of a registration on its own and
 // against its earlier registration.
 func validateVolumeShapes(snap *Snapshot, r *structs.VolumeRegisterRequest) error {
-	if len(r.Volumes) == 0 {
-		return structs.Invalid("volumes", "at least one volume is required")
-	}
 	seen := make(map[string]bool, len(r.Volumes))
-	for i, v := range r.Volumes {
-		f := volumesField(i)
-		if v == nil {
-			return structs.Invalid(f, "is null")
-		}
+	return entries("volumes", "volume", r.Volumes, func(f string, v *structs.Volume) error {
 		if err := validVolumeShape(snap, f, v); err != nil {
 			return err
 		}
@@ -475,8 +466,8 @@ func validateVolumeShapes(snap *Snapshot, r *structs.VolumeRegisterRequest) erro
 				return structs.Conflict("volume %q has claims: %s cannot change while claimed", key, strings.Join(changed, ", "))
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // validVolumeShape checks a volume's own fields and that its plugin exists:
@@ -572,15 +563,8 @@ func (snap *Snapshot) liveAllocs(ids []string) ([]string, error) {
 }
 
 func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
-	if len(r.Allocs) == 0 {
-		return structs.Invalid("allocs", "at least one allocation is required")
-	}
 	seen := make(map[string]bool, len(r.Allocs))
-	for i, a := range r.Allocs {
-		f := fmt.Sprintf("allocs[%d]", i)
-		if a == nil {
-			return structs.Invalid(f, "is null")
-		}
+	return entries("allocs", "allocation", r.Allocs, func(f string, a *structs.Alloc) error {
 		if err := validID(f+".id", a.ID); err != nil {
 			return err
 		}
@@ -618,7 +602,7 @@ func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
 			if old.ClientStatus.Terminal() && !a.ClientStatus.Terminal() {
 				return structs.Conflict("allocation %q is %s, a terminal status; it cannot become %s", a.ID, old.ClientStatus, a.ClientStatus)
 			}
-			continue // its node may have been deregistered since
+			return nil // its node may have been deregistered since
 		}
 		// Gone is for good too while a claim still names the
 		// allocation: it ended before it was deleted (a live one's claim
@@ -635,11 +619,9 @@ func validateAllocUpsert(snap *Snapshot, r *structs.AllocUpsertRequest) error {
 					a.ID, volName(vols[0].Namespace, vols[0].ID), a.ClientStatus)
 			}
 		}
-		if _, err := mustExist(snap.NodeByID, "node", a.NodeID); err != nil {
-			return err
-		}
-	}
-	return nil
+		_, err = mustExist(snap.NodeByID, "node", a.NodeID)
+		return err
+	})
 }
 
 func validateAllocDelete(snap *Snapshot, r *structs.AllocDeleteRequest) error {
@@ -997,19 +979,12 @@ func validateLeftoversClear(snap *Snapshot, r *structs.LeftoversClearRequest) er
 }
 
 func validateEvents(_ *Snapshot, r *structs.EventAppendRequest) error {
-	if len(r.Events) == 0 {
-		return structs.Invalid("events", "at least one event is required")
-	}
-	for i, e := range r.Events {
-		f := fmt.Sprintf("events[%d]", i)
-		if e == nil {
-			return structs.Invalid(f, "is null")
-		}
+	return entries("events", "event", r.Events, func(f string, e *structs.Event) error {
 		if e.Type == "" {
 			return structs.Invalid(f+".type", "must not be empty")
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // mustExist returns the object get finds by id, or a NotFound error naming
