@@ -1,6 +1,6 @@
 module github.com/volhost/volhost/test/extism
 
-go 1.26.0
+go 1.26.8
 
 require (
 	github.com/extism/go-pdk v1.1.3
@@ -45,3 +45,8 @@ require (
 )
 
 replace github.com/volhost/volhost => ../..
+
+// The same copy of go-immutable-radix the volhost module builds with
+// (third_party/go-immutable-radix; RATIONALE "Why is go-immutable-radix forked, with
+// channels made when first watched?").
+replace github.com/hashicorp/go-immutable-radix => ../../third_party/go-immutable-radix
