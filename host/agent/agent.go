@@ -222,6 +222,9 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		Addr: cfg.HTTP.Address, MaxBodyBytes: cfg.HTTP.MaxBodyBytes, Logger: a.logger.Named("http"),
 		// Privileged actions are audited through the log with ACLs on or off.
 		Audit: a.Cluster,
+		// An operator snapshot save is spooled beside the raft snapshots
+		// (the same size), not in memory.
+		SpoolDir: cfg.DataDir,
 	}
 	if a.TLS != nil && cfg.TLS.HTTP {
 		apiCfg.TLS, apiCfg.ForwardTLS = a.TLS.HTTPServerConfig(), a.TLS.ClientConfig()

@@ -116,6 +116,10 @@ type Config struct {
 	// them off the accessor is "anonymous", and the trail still says who
 	// did what when. nil: ACLConfig.Audit, else only the log line.
 	Audit AuditLog
+	// SpoolDir holds an operator snapshot save while it is written, before
+	// it is sent (default: the system's temporary directory); the agent
+	// sets its data dir, as the save is the size of the raft snapshot.
+	SpoolDir string
 }
 
 // Server serves the API.
