@@ -31,6 +31,9 @@ test: plugins
 	# test/extism is its own module: the same-decisions check against Extism and
 	# TestGuestSteadyStateWork (no allocation per guest call).
 	cd test/extism && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
+	# The radix tree volhost's store runs on is a fork in its own module
+	# (third_party/go-immutable-radix): upstream's tests and the fork's.
+	cd third_party/go-immutable-radix && $(GO) test -race -timeout $(TEST_TIMEOUT) ./...
 	# The guest's work per call, counted: these count through
 	# uncached compiles, which -race makes too slow, so they run here without it.
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -run '^TestGuestCall(Counts|Work)$$' ./plugins/

@@ -2,7 +2,4 @@ module github.com/hashicorp/go-immutable-radix
 
 go 1.26.8
 
-require (
-	github.com/hashicorp/go-uuid v1.0.0
-	github.com/hashicorp/golang-lru v0.5.0
-)
+require github.com/hashicorp/go-uuid v1.0.0

@@ -3,8 +3,6 @@ package iradix
 import (
 	"bytes"
 	"strings"
-
-	"github.com/hashicorp/golang-lru/simplelru"
 )
 
 const (
@@ -56,12 +54,16 @@ type Txn struct {
 	// transaction.
 	size int
 
-	// writable is a cache of writable nodes that have been created during
+	// writable is the set of writable nodes that have been created during
 	// the course of the transaction. This allows us to re-use the same
 	// nodes for further writes and avoid unnecessary copies of nodes that
-	// have never been exposed outside the transaction. This will only hold
-	// up to defaultModifiedCache number of entries.
-	writable *simplelru.LRU
+	// have never been exposed outside the transaction.
+	//
+	// volhost: a set of every such node (writable.go), where upstream keeps
+	// an LRU of the last 8,192: a transaction of random keys (a snapshot
+	// restore's external-ID index) copied whole radix paths again once its
+	// nodes left the LRU, and the LRU's list cost more than its map.
+	writable writableSet
 
 	// trackChannels is used to hold channels that need to be notified to
 	// signal mutation of the tree. This will only hold up to
@@ -142,21 +144,12 @@ func (t *Txn) trackChannel(ch *mutateCh) {
 // forLeafUpdate to true if you are getting a write node to update the leaf,
 // which will set leaf mutation tracking appropriately as well.
 func (t *Txn) writeNode(n *Node, forLeafUpdate bool) *Node {
-	// Ensure the writable set exists.
-	if t.writable == nil {
-		lru, err := simplelru.NewLRU(defaultModifiedCache, nil)
-		if err != nil {
-			panic(err)
-		}
-		t.writable = lru
-	}
-
 	// If this node has already been modified, we can continue to use it
 	// during this transaction. We know that we don't need to track it for
 	// a node update since the node is writable, but if this is for a leaf
 	// update we track it, in case the initial write to this node didn't
 	// update the leaf.
-	if _, ok := t.writable.Get(n); ok {
+	if t.writable.has(n) {
 		if t.trackMutate && forLeafUpdate && n.leaf != nil {
 			t.trackChannel(&n.leaf.mutateCh)
 		}
@@ -190,7 +183,7 @@ func (t *Txn) writeNode(n *Node, forLeafUpdate bool) *Node {
 	}
 
 	// Mark this node as writable.
-	t.writable.Add(nc, nil)
+	t.writable = t.writable.add(nc)
 	return nc
 }
 
