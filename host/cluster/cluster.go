@@ -79,6 +79,11 @@ type Config struct {
 	// snapshot policy (zero keeps raft's defaults).
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
+	// FreshSnapshotEntries is how many entries the newest snapshot may lag
+	// the applied state when the leader sends it to a follower before it
+	// takes a fresh one first (snapshot_fresh.go; default the snapshot
+	// threshold).
+	FreshSnapshotEntries uint64
 	// TrailingLogs is how many log entries a snapshot leaves behind for
 	// slow followers (zero keeps raft's 10240); a follower further behind
 	// catches up from the snapshot.
@@ -376,12 +381,17 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	c.booted = has
 
 	c.fsm = &fsm{store: store, meta: c.meta, logger: c.logger, halt: cfg.OnHalt}
-	r, err := raft.NewRaft(rc, c.fsm, logs, stable, snaps, trans)
+	fresh := &freshSnapshots{SnapshotStore: snaps, gap: cfg.FreshSnapshotEntries, logger: c.logger}
+	if fresh.gap == 0 {
+		fresh.gap = rc.SnapshotThreshold
+	}
+	r, err := raft.NewRaft(rc, c.fsm, logs, stable, fresh, trans)
 	if err != nil {
 		c.closeAll()
 		return nil, fmt.Errorf("cluster: start raft: %w", err)
 	}
 	c.raft = r
+	fresh.raft.Store(r)
 	if late != nil {
 		// NewRaft restored the snapshot: now the leader may connect.
 		if err := late.open(); err != nil {

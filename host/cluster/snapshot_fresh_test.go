@@ -1,0 +1,91 @@
+package cluster
+
+import (
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
+)
+
+// A wiped follower is sent a snapshot of the leader's state as it is, not
+// the leader's last scheduled one followed by every entry since: the
+// entries after the snapshot it installs are at most the fresh-snapshot
+// gap.
+func TestWipedFollowerGetsAFreshSnapshot(t *testing.T) {
+	const gap = 16
+	for _, tc := range []struct {
+		name     string
+		gap      uint64
+		wantNew  bool
+		appended int
+	}{
+		{"lagging snapshot replaced", gap, true, 3 * gap},
+		{"recent snapshot kept", gap, false, gap / 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mod := func(c *Config) {
+				c.TrailingLogs = 1
+				c.FreshSnapshotEntries = tc.gap
+				// The schedule never snapshots by itself here: only
+				// the test and the fresh-snapshot rule do.
+				c.SnapshotThreshold = 1 << 40
+			}
+			cl := &tcluster{t: t}
+			first := cl.newNodeWith("s1", 1, mod)
+			if err := first.c.WaitForLeader(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"s2", "s3"} {
+				cl.join(cl.newNodeWith(id, 0, mod))
+			}
+			cl.waitConverged()
+			l := cl.leader()
+			loadBase(t, l.c)
+			if err := l.c.Snapshot(); err != nil {
+				t.Fatal(err)
+			}
+			old := snapshotIndex(t, l.c)
+
+			// s3 goes away, writes go on, s3 comes back empty.
+			var gone *node
+			for _, n := range cl.followers(l) {
+				gone = n
+			}
+			cl.partition(gone)
+			if err := gone.c.Shutdown(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range tc.appended {
+				mustApply(t, l.c, structs.AllocUpsertType, &structs.AllocUpsertRequest{Allocs: []*structs.Alloc{
+					{ID: fmt.Sprintf("fresh-%d", i), Namespace: "default", NodeID: "n1", JobID: "web", ClientStatus: structs.AllocRunning},
+				}})
+			}
+			cl.nodes = cl.followers(gone)
+			back := cl.newNodeWith(gone.id, 0, mod)
+			cl.waitConverged()
+
+			got := snapshotIndex(t, back.c)
+			if got < old {
+				t.Fatalf("the rejoined follower installed snapshot %d, older than the leader's %d", got, old)
+			}
+			fresh := got >= old+uint64(tc.appended)
+			if fresh != tc.wantNew {
+				t.Fatalf("installed snapshot %d, leader's last before %d, %d entries after it: fresh=%t, want %t",
+					got, old, tc.appended, fresh, tc.wantNew)
+			}
+		})
+	}
+}
+
+func snapshotIndex(t *testing.T, c *Cluster) uint64 {
+	t.Helper()
+	var idx uint64
+	testutil.WaitFor(t, "a snapshot index", func() bool {
+		v, err := strconv.ParseUint(c.raft.Stats()["last_snapshot_index"], 10, 64)
+		idx = v
+		return err == nil && v > 0
+	})
+	return idx
+}
