@@ -79,10 +79,10 @@ type Config struct {
 	// snapshot policy (zero keeps raft's defaults).
 	SnapshotThreshold uint64
 	SnapshotInterval  time.Duration
-	// FreshSnapshotEntries is how many entries the newest snapshot may lag
-	// the applied state when the leader sends it to a follower before it
-	// takes a fresh one first (snapshot_fresh.go; default the snapshot
-	// threshold).
+	// FreshSnapshotEntries is the lag, in entries, of the newest snapshot
+	// behind the applied state at which the leader, about to send it to a
+	// follower, takes a fresh one first (snapshot_fresh.go; default the
+	// snapshot threshold, which tests lift to keep the schedule quiet).
 	FreshSnapshotEntries uint64
 	// TrailingLogs is how many log entries a snapshot leaves behind for
 	// slow followers (zero keeps raft's 10240); a follower further behind

@@ -18,17 +18,21 @@ import (
 // the snapshot's own restore; at 1,000,000 volumes 9 of its 20 s. An entry
 // costs a follower about what it cost the leader, a snapshot's encoding is
 // the same at any age, so the leader sends a fresh one when its latest
-// lags its applied state by more than a snapshot threshold of entries:
+// lags its applied state by a snapshot threshold of entries or more:
 // raft reads the store's List only to pick the snapshot it sends (after
 // the start-up restore), and freshSnapshots takes a snapshot there first.
 // etcd bounds the same tail by snapshotting every snapshot-count entries.
+//
+// That snapshot is taken outside the servers' turns: the follower it is
+// for has nothing to snapshot, so at most the other servers' scheduled
+// snapshot runs beside it.
 
 // freshSnapshots is the snapshot store raft uses, with List taking a new
 // snapshot first when the newest one lags.
 type freshSnapshots struct {
 	raft.SnapshotStore
-	// gap is how many entries the newest snapshot may lag the applied
-	// index before List takes a new one (0: never).
+	// gap is the lag of the newest snapshot behind the applied index, in
+	// entries, at which List takes a new one (0: never).
 	gap    uint64
 	raft   atomic.Pointer[raft.Raft] // set once NewRaft returned
 	logger hclog.Logger

@@ -49,10 +49,8 @@ func TestWipedFollowerGetsAFreshSnapshot(t *testing.T) {
 			old := snapshotIndex(t, l.c)
 
 			// s3 goes away, writes go on, s3 comes back empty.
-			var gone *node
-			for _, n := range cl.followers(l) {
-				gone = n
-			}
+			followers := cl.followers(l)
+			gone := followers[len(followers)-1]
 			cl.partition(gone)
 			if err := gone.c.Shutdown(); err != nil {
 				t.Fatal(err)

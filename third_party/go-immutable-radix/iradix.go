@@ -6,13 +6,9 @@ import (
 )
 
 const (
-	// defaultModifiedCache is the default size of the modified node
-	// cache used per transaction. This is used to cache the updates
-	// to the nodes near the root, while the leaves do not need to be
-	// cached. This is important for very large transactions to prevent
-	// the modified cache from growing to be enormous. This is also used
-	// to set the max size of the mutation notify maps since those should
-	// also be bounded in a similar way.
+	// defaultModifiedCache bounds the mutation notify maps of a
+	// transaction (trackChannels). volhost: upstream bounded the writable
+	// node cache with it too; the fork does not (writable.go).
 	defaultModifiedCache = 8192
 )
 
@@ -57,12 +53,8 @@ type Txn struct {
 	// writable is the set of writable nodes that have been created during
 	// the course of the transaction. This allows us to re-use the same
 	// nodes for further writes and avoid unnecessary copies of nodes that
-	// have never been exposed outside the transaction.
-	//
-	// volhost: a set of every such node (writable.go), where upstream keeps
-	// an LRU of the last 8,192: a transaction of random keys (a snapshot
-	// restore's external-ID index) copied whole radix paths again once its
-	// nodes left the LRU, and the LRU's list cost more than its map.
+	// have never been exposed outside the transaction. volhost: every
+	// such node, not upstream's LRU of the last 8,192 (writable.go says why).
 	writable writableSet
 
 	// trackChannels is used to hold channels that need to be notified to
