@@ -108,19 +108,29 @@ func TestSnapshotSaveSendsAllOrAnError(t *testing.T) {
 // The save goes through a file, not the heap: at 1,000,000 volumes it is
 // 369 MiB, and a buffer of it pushed the leader over its memory limit
 // until it lost its quorum.
+//
+// TotalAlloc counts the whole process, so another goroutine allocating at
+// the same moment could push one save over the bound; the least of three
+// saves is taken. A save held in memory allocates at least its size every
+// time, so no retry can make it pass.
 func TestSnapshotSaveIsNotHeldInMemory(t *testing.T) {
 	const size = 64 << 20
 	h := serveSave(t, &sizedSaveOp{fakeOp: &fakeOp{id: "s1", leader: true}, size: size}, t.TempDir())
-	w := &countingWriter{hdr: http.Header{}}
-	req := saveRequest()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	h.ServeHTTP(w, req)
-	runtime.ReadMemStats(&after)
-	if w.status != http.StatusOK || w.n != size {
-		t.Fatalf("status %d, %d bytes; want 200 and %d", w.status, w.n, size)
+	least := uint64(1<<64 - 1)
+	for range 3 {
+		w := &countingWriter{hdr: http.Header{}}
+		req := saveRequest()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		h.ServeHTTP(w, req)
+		runtime.ReadMemStats(&after)
+		if w.status != http.StatusOK || w.n != size {
+			t.Fatalf("status %d, %d bytes; want 200 and %d", w.status, w.n, size)
+		}
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
+		if least <= size/8 {
+			return
+		}
 	}
-	if got := after.TotalAlloc - before.TotalAlloc; got > size/8 {
-		t.Fatalf("a %d MiB save allocated %d MiB: it is held in memory", size>>20, got>>20)
-	}
+	t.Fatalf("a %d MiB save allocated at least %d MiB in each of three saves: it is held in memory", size>>20, least>>20)
 }

@@ -160,7 +160,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 		// A snapshot would claim the entry it could not apply.
 		return nil, f.halted
 	}
-	return &fsmSnapshot{snap: f.store.Snapshot(), header: f.meta.header()}, nil
+	return &fsmSnapshot{snap: f.store.Snapshot(), header: f.meta.header(), logger: f.logger}, nil
 }
 
 // Restore implements raft.FSM. The store is restored first and the meta
@@ -184,19 +184,48 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 type fsmSnapshot struct {
 	snap   *state.Snapshot
 	header snapshotHeader
+	logger hclog.Logger
 }
 
 // Persist implements raft.FSMSnapshot.
+//
+// It logs how long the encoding and the sink's close (raft's file store
+// flushes and fsyncs the whole file there, then renames it) each took:
+// raft's own "snapshot complete" line gives only their sum, and at
+// 1,000,000 volumes a snapshot written under load took several times its
+// encoding's CPU (BENCHMARKS "A million volumes through raft").
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if err := writeHeader(sink, s.header); err != nil {
+	start := time.Now()
+	w := &countingWriter{w: sink}
+	if err := writeHeader(w, s.header); err != nil {
 		_ = sink.Cancel()
 		return err
 	}
-	if err := s.snap.Persist(sink); err != nil {
+	if err := s.snap.Persist(w); err != nil {
 		_ = sink.Cancel()
 		return err
 	}
-	return sink.Close()
+	encoded := time.Now()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	if s.logger != nil {
+		s.logger.Info("snapshot written", "id", sink.ID(), "bytes", w.n,
+			"encode", encoded.Sub(start), "close", time.Since(encoded))
+	}
+	return nil
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // Release implements raft.FSMSnapshot.

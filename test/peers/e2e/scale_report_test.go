@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"testing"
 	"time"
 )
 
@@ -114,12 +117,19 @@ type raftSnapshot struct {
 	Server  string    `json:"server"`
 	Start   time.Time `json:"start"`
 	Seconds float64   `json:"seconds"`
+	// EncodeSeconds and CloseSeconds split Seconds: the state's encoding
+	// into raft's sink, and the sink's close (raft's file store flushes,
+	// fsyncs and renames there), from the "snapshot written" line.
+	EncodeSeconds float64 `json:"encode_seconds,omitempty"`
+	CloseSeconds  float64 `json:"close_seconds,omitempty"`
 }
 
 // logLine is one JSON log line of an agent (log_json = true).
 type logLine struct {
 	Time    time.Time
 	Message string
+	// Encode and Close are the durations a "snapshot written" line carries.
+	Encode, Close time.Duration
 }
 
 // logRead is what scanLog found.
@@ -151,8 +161,10 @@ func scanLogFrom(path string, from int64) (logRead, error) {
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var l struct {
-			Time    string `json:"@timestamp"`
-			Message string `json:"@message"`
+			Time    string        `json:"@timestamp"`
+			Message string        `json:"@message"`
+			Encode  time.Duration `json:"encode"`
+			Close   time.Duration `json:"close"`
 		}
 		if json.Unmarshal(sc.Bytes(), &l) != nil {
 			continue
@@ -164,7 +176,7 @@ func scanLogFrom(path string, from int64) (logRead, error) {
 		if err != nil {
 			continue
 		}
-		r.lines = append(r.lines, logLine{Time: ts, Message: l.Message})
+		r.lines = append(r.lines, logLine{Time: ts, Message: l.Message, Encode: l.Encode, Close: l.Close})
 	}
 	return r, sc.Err()
 }
@@ -205,10 +217,30 @@ func (r logRead) span(from, to string) float64 {
 	return s[len(s)-1][1].Sub(s[len(s)-1][0]).Seconds()
 }
 
-func (rep *scaleReport) addLog(server string, r logRead) {
-	for _, s := range r.spans("starting snapshot up to", "snapshot complete up to") {
-		rep.RaftSnapshots = append(rep.RaftSnapshots, raftSnapshot{Server: server, Start: s[0].UTC(), Seconds: s[1].Sub(s[0]).Seconds()})
+// raftSnapshots pairs every "starting snapshot" line with the next
+// "snapshot complete", and takes the split from a "snapshot written" line
+// between them.
+func (r logRead) raftSnapshots(server string) []raftSnapshot {
+	var out []raftSnapshot
+	var open *raftSnapshot
+	for _, l := range r.lines {
+		switch {
+		case strings.HasPrefix(l.Message, "starting snapshot up to"):
+			open = &raftSnapshot{Server: server, Start: l.Time.UTC()}
+		case open == nil:
+		case strings.HasPrefix(l.Message, "snapshot written"):
+			open.EncodeSeconds, open.CloseSeconds = l.Encode.Seconds(), l.Close.Seconds()
+		case strings.HasPrefix(l.Message, "snapshot complete up to"):
+			open.Seconds = l.Time.Sub(open.Start).Seconds()
+			out = append(out, *open)
+			open = nil
+		}
 	}
+	return out
+}
+
+func (rep *scaleReport) addLog(server string, r logRead) {
+	rep.RaftSnapshots = append(rep.RaftSnapshots, r.raftSnapshots(server)...)
 	rep.leaderships += r.count("entering leader state")
 	for _, l := range r.lines {
 		for _, m := range leaderMessages {
@@ -219,6 +251,14 @@ func (rep *scaleReport) addLog(server string, r logRead) {
 	}
 	rep.QuorumLost += r.count("failed to contact quorum of nodes")
 	rep.HeartbeatTimeouts += r.count("heartbeat timeout reached, starting election")
+}
+
+// longestSnapshot is the raft snapshot that took longest.
+func (rep *scaleReport) longestSnapshot() (raftSnapshot, bool) {
+	if len(rep.RaftSnapshots) == 0 {
+		return raftSnapshot{}, false
+	}
+	return slices.MaxFunc(rep.RaftSnapshots, func(a, b raftSnapshot) int { return cmp.Compare(a.Seconds, b.Seconds) }), true
 }
 
 func (rep *scaleReport) finish() {
@@ -276,6 +316,9 @@ func (rep *scaleReport) markdown() string {
 	fmt.Fprintf(&b, "| volumes loaded (PUT /v1/volumes, 1,000 per request) | %.1f s, %.0f/s |\n", rep.LoadSeconds, rep.VolumesPerSec)
 	fmt.Fprintf(&b, "| raft's own snapshots | %d, longest %.2f s, at most %d of %d servers at one moment |\n",
 		len(rep.RaftSnapshots), rep.RaftSnapshotMaxSeconds, rep.RaftSnapshotMaxOverlap, rep.Servers)
+	if longest, ok := rep.longestSnapshot(); ok && longest.EncodeSeconds > 0 {
+		fmt.Fprintf(&b, "| the longest raft snapshot: encoding / sink's flush, fsync and rename | %.2f / %.2f s |\n", longest.EncodeSeconds, longest.CloseSeconds)
+	}
 	fmt.Fprintf(&b, "| operator snapshot save | %.2f s (%.0f MiB) |\n", rep.SnapshotSaveSeconds, float64(rep.SnapshotBytes)/(1<<20))
 	fmt.Fprintf(&b, "| restart on its own data dir: restore / caught up | %.2f / %.2f s |\n", rep.Restart.RestoreSeconds, rep.Restart.CaughtUpSeconds)
 	fmt.Fprintf(&b, "| wiped follower rejoins: snapshot installed / caught up | %.2f / %.2f s |\n", rep.Rejoin.InstallSeconds, rep.Rejoin.CaughtUpSeconds)
@@ -307,4 +350,37 @@ func (rep *scaleReport) markdown() string {
 		fmt.Fprintf(&b, "| `%s` | %.1f [%.1f-%.1f] | %s |\n", r.Route, r.MedianMs, r.MinMs, r.MaxMs, after)
 	}
 	return b.String()
+}
+
+// The report's raft snapshots come from the agents' own log lines: a span
+// from "starting snapshot" to "snapshot complete", split by the "snapshot
+// written" line between them (hclog writes a duration as nanoseconds).
+func TestRaftSnapshotsFromLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s1.log")
+	log := `{"@message":"starting snapshot up to","@timestamp":"2026-12-05T07:30:00.000000Z","index":10}
+{"@message":"snapshot written","@timestamp":"2026-12-05T07:30:02.500000Z","encode":2000000000,"close":500000000}
+{"@message":"snapshot complete up to","@timestamp":"2026-12-05T07:30:02.750000Z","index":10}
+not json: a panic's text
+{"@message":"starting snapshot up to","@timestamp":"2026-12-05T07:32:00.000000Z","index":20}
+{"@message":"snapshot complete up to","@timestamp":"2026-12-05T07:32:01.000000Z","index":20}
+`
+	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := scanLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := r.raftSnapshots("s1")
+	want := []raftSnapshot{
+		{Server: "s1", Start: time.Date(2026, 12, 5, 7, 30, 0, 0, time.UTC), Seconds: 2.75, EncodeSeconds: 2, CloseSeconds: 0.5},
+		{Server: "s1", Start: time.Date(2026, 12, 5, 7, 32, 0, 0, time.UTC), Seconds: 1},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("snapshots %+v, want %+v", got, want)
+	}
+	rep := scaleReport{RaftSnapshots: got}
+	if longest, ok := rep.longestSnapshot(); !ok || longest != want[0] {
+		t.Fatalf("longest %+v, want %+v", longest, want[0])
+	}
 }
