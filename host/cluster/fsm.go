@@ -209,10 +209,8 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	if err := sink.Close(); err != nil {
 		return err
 	}
-	if s.logger != nil {
-		s.logger.Info("snapshot written", "id", sink.ID(), "bytes", w.n,
-			"encode", encoded.Sub(start), "close", time.Since(encoded))
-	}
+	s.logger.Info("snapshot written", "id", sink.ID(), "bytes", w.n,
+		"encode", encoded.Sub(start), "close", time.Since(encoded))
 	return nil
 }
 

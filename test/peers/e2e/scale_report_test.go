@@ -270,8 +270,10 @@ func (rep *scaleReport) finish() {
 		delta int
 	}
 	var edges []edge
+	if longest, ok := rep.longestSnapshot(); ok {
+		rep.RaftSnapshotMaxSeconds = longest.Seconds
+	}
 	for _, s := range rep.RaftSnapshots {
-		rep.RaftSnapshotMaxSeconds = max(rep.RaftSnapshotMaxSeconds, s.Seconds)
 		end := s.Start.Add(time.Duration(s.Seconds * float64(time.Second)))
 		edges = append(edges, edge{s.Start, 1}, edge{end, -1})
 	}
