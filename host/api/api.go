@@ -148,6 +148,7 @@ type Server struct {
 
 	hosts    map[string]bool // AllowedHosts, lower case
 	blocking chan struct{}   // one slot per blocking query in flight
+	saving   chan struct{}   // one slot: the operator snapshot save in flight (operator.go)
 
 	stuckSamples stuckSampler  // the stuck-over-time series of GET /v1/stats (ui.go)
 	releases     releaseWindow // the release series of GET /v1/stats, folded once (release_window.go)
@@ -217,6 +218,7 @@ func New(cfg Config, store Store, backend Backend, metrics http.Handler) *Server
 		s.hosts[strings.ToLower(strings.TrimSuffix(h, "."))] = true
 	}
 	s.blocking = make(chan struct{}, cfg.MaxBlockingQueries)
+	s.saving = make(chan struct{}, 1)
 	s.routes()
 	s.uiRoutes()
 	// Authorization runs where a request is served: a follower forwards

@@ -214,14 +214,38 @@ func (s *Server) raftTransfer(w http.ResponseWriter, r *http.Request) {
 // allocating goroutine, raft's heartbeats among them, and the leader lost
 // its quorum during the save (BENCHMARKS "A million volumes through raft").
 // Consul's snapshot save spools to a file the same way.
+//
+// One save runs at a time on a server: each spools the whole state (369
+// MiB at 1,000,000 volumes) into the data dir raft's log lives on, and
+// encodes it on the CPUs raft's heartbeats need; a full data dir fails
+// raft's log appends and the leader steps down. A second save is refused
+// with 429 and Retry-After rather than queued, and a save stops at its
+// next write once its caller has gone.
 func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead {
+		// Go's mux lets a GET pattern answer HEAD: here that would encode
+		// and spool a whole save only to send none of it.
+		w.Header().Set("Allow", "GET, PUT, POST")
+		WriteError(w, &httpError{status: http.StatusMethodNotAllowed,
+			msg: "HEAD /v1/operator/snapshot is not served: a save is only taken to be sent; use GET"})
+		return
+	}
+	select {
+	case s.saving <- struct{}{}:
+		defer func() { <-s.saving }()
+	default:
+		w.Header().Set("Retry-After", strconv.Itoa(int(saveRetryAfter/time.Second)))
+		WriteError(w, &httpError{status: http.StatusTooManyRequests,
+			msg: "a snapshot save is already running on this server: one runs at a time (each is a whole copy of the state in its data dir); retry when it is done"})
+		return
+	}
 	spool, err := openSpool(s.cfg.SpoolDir)
 	if err != nil {
 		WriteError(w, err)
 		return
 	}
 	defer spool.Close()
-	if err := s.fwd.op.SaveSnapshot(r.Context(), spool); err != nil {
+	if err := s.fwd.op.SaveSnapshot(r.Context(), &spoolWriter{ctx: r.Context(), f: spool}); err != nil {
 		WriteError(w, err)
 		return
 	}
@@ -240,6 +264,13 @@ func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(w, spool)
 }
 
+// saveRetryAfter is the Retry-After of a save refused for the one in
+// flight: a save of 1,000,000 volumes takes about 7 s.
+const saveRetryAfter = 10 * time.Second
+
+// spoolHint says what a spool failure asks of the operator.
+const spoolHint = "the agent writes a save to its data dir before sending it: check its free space and permissions"
+
 // openSpool creates an anonymous file in dir (the system's temporary
 // directory when empty): it is unlinked at once, so nothing is left behind
 // by a crash, and only this process can read it while it is open. The
@@ -247,13 +278,33 @@ func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 func openSpool(dir string) (*os.File, error) {
 	f, err := os.CreateTemp(dir, ".snapshot-save-*")
 	if err != nil {
-		return nil, fmt.Errorf("snapshot save: spool file: %w (the agent writes a save to its data dir before sending it: check its free space and permissions)", err)
+		return nil, fmt.Errorf("snapshot save: spool file: %w (%s)", err, spoolHint)
 	}
 	if err := os.Remove(f.Name()); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("snapshot save: spool file: %w", err)
 	}
 	return f, nil
+}
+
+// spoolWriter is the save's way into the spool. It ends the save at its
+// next write once the caller has gone (the encoder checks no context of
+// its own), and a write that fails part way (ENOSPC, EFBIG, a quota) says
+// what to check, as the open does.
+type spoolWriter struct {
+	ctx context.Context
+	f   *os.File
+}
+
+func (sw *spoolWriter) Write(b []byte) (int, error) {
+	if err := sw.ctx.Err(); err != nil {
+		return 0, fmt.Errorf("snapshot save: stopped, its caller went away: %w", err)
+	}
+	n, err := sw.f.Write(b)
+	if err != nil {
+		return n, fmt.Errorf("snapshot save: spool file: %w (%s)", err, spoolHint)
+	}
+	return n, nil
 }
 
 // snapshotRestore streams the upload into the snapshot decoder: the body is

@@ -141,6 +141,9 @@ type Cluster struct {
 	store  *state.Store
 	raft   *raft.Raft
 
+	// snapGate orders the snapshots this server asks raft for
+	// (snapshot_gate.go).
+	snapGate *snapshotGate
 	// stopSnapshotMin is snapshotOnStopMin (tests lower it).
 	stopSnapshotMin uint64
 
@@ -381,7 +384,8 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	c.booted = has
 
 	c.fsm = &fsm{store: store, meta: c.meta, logger: c.logger, halt: cfg.OnHalt}
-	fresh := &freshSnapshots{SnapshotStore: snaps, gap: cfg.FreshSnapshotEntries, logger: c.logger}
+	c.snapGate = newSnapshotGate()
+	fresh := &freshSnapshots{SnapshotStore: snaps, gap: cfg.FreshSnapshotEntries, gate: c.snapGate, logger: c.logger}
 	if fresh.gap == 0 {
 		fresh.gap = rc.SnapshotThreshold
 	}
@@ -821,7 +825,8 @@ func (c *Cluster) Barrier(ctx context.Context) error {
 
 // Snapshot forces a raft snapshot now (tests use it to exercise restore).
 func (c *Cluster) Snapshot() error {
-	return raftErr("snapshot", c.raft.Snapshot().Error())
+	_, err := c.snapGate.take(c.raft, always)
+	return raftErr("snapshot", err)
 }
 
 // LastIndex is the index of the last entry in this node's log.

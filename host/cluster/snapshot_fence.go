@@ -94,7 +94,7 @@ func (c *Cluster) fenceSnapshots(snaps *raft.FileSnapshotStore, dir string) erro
 		return err
 	}
 	if newest != snapshotVersionFeatures {
-		if err := c.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		if _, err := c.snapGate.take(c.raft, always); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			return fmt.Errorf("snapshot: %w", err)
 		}
 		if newest, err = newestSnapshotVersion(snaps); err != nil {

@@ -27,42 +27,70 @@ import (
 // for has nothing to snapshot, so at most the other servers' scheduled
 // snapshot runs beside it.
 
+// A snapshot that fails (a full disk, at its fsync or rename) leaves the
+// newest one to send; the next attempt waits for another gap of entries
+// applied rather than encode the whole state again at every replication
+// attempt (raft retries every 10 ms, doubling up to 10 s).
+
 // freshSnapshots is the snapshot store raft uses, with List taking a new
-// snapshot first when the newest one lags.
+// snapshot first when the newest one lags, and every snapshot's writing
+// seen by the gate.
 type freshSnapshots struct {
 	raft.SnapshotStore
 	// gap is the lag of the newest snapshot behind the applied index, in
 	// entries, at which List takes a new one (0: never).
 	gap    uint64
+	gate   *snapshotGate
 	raft   atomic.Pointer[raft.Raft] // set once NewRaft returned
 	logger hclog.Logger
+
+	tried uint64 // the applied index of List's last snapshot, taken or failed (under gate.decide)
+}
+
+// Create implements raft.SnapshotStore.
+func (s *freshSnapshots) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+	configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	end := s.gate.started()
+	sink, err := s.SnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	if err != nil {
+		end()
+		return nil, err
+	}
+	return &gatedSink{SnapshotSink: sink, end: end}, nil
 }
 
 // List implements raft.SnapshotStore.
 func (s *freshSnapshots) List() ([]*raft.SnapshotMeta, error) {
-	metas, err := s.SnapshotStore.List()
 	r := s.raft.Load()
-	if err != nil || r == nil || s.gap == 0 || r.State() != raft.Leader {
-		return metas, err
-	}
-	var newest uint64
-	if len(metas) > 0 {
-		newest = metas[0].Index
-	}
-	applied := r.AppliedIndex()
-	if applied < newest+s.gap {
-		return metas, nil
-	}
-	start := time.Now()
-	switch err := r.Snapshot().Error(); {
-	case err == nil:
-		s.logger.Info("snapshot taken for a follower that needs one", "lagged_entries", applied-newest, "took", time.Since(start))
+	if r == nil || s.gap == 0 || r.State() != raft.Leader {
 		return s.SnapshotStore.List()
-	case errors.Is(err, raft.ErrNothingNewToSnapshot), errors.Is(err, raft.ErrRaftShutdown):
+	}
+	var lagged uint64
+	start := time.Now()
+	taken, err := s.gate.take(r, func() bool {
+		metas, err := s.SnapshotStore.List()
+		if err != nil {
+			return false
+		}
+		var newest uint64
+		if len(metas) > 0 {
+			newest = metas[0].Index
+		}
+		applied := r.AppliedIndex()
+		if applied < newest+s.gap || applied < s.tried+s.gap {
+			return false
+		}
+		s.tried, lagged = applied, applied-newest
+		return true
+	})
+	switch {
+	case !taken, errors.Is(err, raft.ErrNothingNewToSnapshot), errors.Is(err, raft.ErrRaftShutdown):
+	case err == nil:
+		s.logger.Info("snapshot taken for a follower that needs one", "lagged_entries", lagged, "took", time.Since(start))
 	default:
 		// A configuration change in flight, a full disk: the newest
 		// snapshot still serves, only the follower's catch-up is longer.
 		s.logger.Warn("could not take a fresh snapshot for a follower; sending the newest", "error", err)
 	}
-	return metas, nil
+	return s.SnapshotStore.List()
 }

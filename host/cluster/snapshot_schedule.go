@@ -89,12 +89,15 @@ func (c *Cluster) runSnapshotSchedule(s snapshotSchedule) {
 		}
 		var rank int
 		rank, n = snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
-		if !inSnapshotSlot(s.now(), s.period, rank, n) || c.logsSinceSnapshot() < s.threshold || c.configPending() {
+		if !inSnapshotSlot(s.now(), s.period, rank, n) {
 			continue
 		}
 		start := time.Now()
-		err := c.raft.Snapshot().Error()
+		taken, err := c.snapGate.take(c.raft, func() bool {
+			return c.logsSinceSnapshot() >= s.threshold && !c.configPending()
+		})
 		switch {
+		case !taken:
 		case err == nil:
 			c.logger.Debug("raft snapshot taken in this server's slot", "rank", rank, "servers", n, "took", time.Since(start))
 		case errors.Is(err, raft.ErrNothingNewToSnapshot), errors.Is(err, raft.ErrRaftShutdown):

@@ -27,12 +27,15 @@ const snapshotOnStopMin = 1024
 // snapshotOnStop takes that snapshot: on a server with a data dir, before
 // raft shuts down.
 func (c *Cluster) snapshotOnStop() {
-	if !c.cfg.Server || c.cfg.Dev || c.raft == nil || c.logsSinceSnapshot() < c.stopSnapshotMin || c.configPending() {
+	if !c.cfg.Server || c.cfg.Dev || c.raft == nil {
 		return
 	}
 	start := time.Now()
-	err := c.raft.Snapshot().Error()
+	taken, err := c.snapGate.take(c.raft, func() bool {
+		return c.logsSinceSnapshot() >= c.stopSnapshotMin && !c.configPending()
+	})
 	switch {
+	case !taken:
 	case err == nil:
 		c.logger.Info("snapshot taken on stop: a restart replays nothing of its own", "took", time.Since(start))
 	case errors.Is(err, raft.ErrNothingNewToSnapshot), errors.Is(err, raft.ErrRaftShutdown):
