@@ -215,12 +215,13 @@ func (s *Server) raftTransfer(w http.ResponseWriter, r *http.Request) {
 // its quorum during the save (BENCHMARKS "A million volumes through raft").
 // Consul's snapshot save spools to a file the same way.
 //
-// One save runs at a time on a server: each spools the whole state (369
-// MiB at 1,000,000 volumes) into the data dir raft's log lives on, and
-// encodes it on the CPUs raft's heartbeats need; a full data dir fails
-// raft's log appends and the leader steps down. A second save is refused
-// with 429 and Retry-After rather than queued, and a save stops at its
-// next write once its caller has gone.
+// One save runs at a time on a server (the leader: followers forward
+// saves to it): each spools the whole state (369 MiB at 1,000,000 volumes)
+// into the data dir raft's log lives on, and encodes it on the CPUs raft's
+// heartbeats need; a full data dir fails raft's log appends and the leader
+// steps down. A second save is refused with 429 and Retry-After rather
+// than queued, a save stops at its next write once its caller has gone,
+// and one whose caller stops reading ends within saveStallTimeout.
 func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodHead {
 		// Go's mux lets a GET pattern answer HEAD: here that would encode
@@ -236,7 +237,7 @@ func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 	default:
 		w.Header().Set("Retry-After", strconv.Itoa(int(saveRetryAfter/time.Second)))
 		WriteError(w, &httpError{status: http.StatusTooManyRequests,
-			msg: "a snapshot save is already running on this server: one runs at a time (each is a whole copy of the state in its data dir); retry when it is done"})
+			msg: "a snapshot save is already running on server " + s.fwd.op.ID() + " (the leader takes every save, one at a time: each is a whole copy of the state in its data dir); retry when it is done"})
 		return
 	}
 	spool, err := openSpool(s.cfg.SpoolDir)
@@ -261,7 +262,41 @@ func (s *Server) snapshotSave(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Length", strconv.FormatInt(size, 10))
 	setStaleness(w, s.fwd.op)
 	w.WriteHeader(http.StatusOK)
-	_, _ = io.Copy(w, spool)
+	s.sendSpool(w, spool)
+}
+
+// saveStallTimeout is how long a save's caller may take no byte of it. The
+// save holds the one slot until it is sent: a caller that read the status
+// line and then nothing kept every other save refused for the route's
+// whole write deadline (SnapshotTimeout, 30 minutes), and through the read
+// forwarding every save of the cluster, with nothing being encoded. Each
+// MiB must now be taken within this, which still lets a link of 100 KB/s
+// fetch a save.
+const saveStallTimeout = 10 * time.Second
+
+// sendSpool sends the spooled save, a MiB at a time, each within
+// saveStallTimeout and all within the route's SnapshotTimeout.
+func (s *Server) sendSpool(w http.ResponseWriter, spool io.Reader) {
+	rc := http.NewResponseController(w)
+	end := time.Now().Add(s.cfg.SnapshotTimeout)
+	buf := make([]byte, 1<<20)
+	for {
+		n, rerr := spool.Read(buf)
+		if n > 0 {
+			// An error means the writer takes no deadline (a recorder).
+			d := time.Now().Add(saveStallTimeout)
+			if d.After(end) {
+				d = end
+			}
+			_ = rc.SetWriteDeadline(d)
+			if _, err := w.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if rerr != nil {
+			return
+		}
+	}
 }
 
 // saveRetryAfter is the Retry-After of a save refused for the one in

@@ -144,6 +144,8 @@ type Cluster struct {
 	// snapGate orders the snapshots this server asks raft for
 	// (snapshot_gate.go).
 	snapGate *snapshotGate
+	// snaps is the snapshot store raft was given (snapshot_fresh.go).
+	snaps *freshSnapshots
 	// stopSnapshotMin is snapshotOnStopMin (tests lower it).
 	stopSnapshotMin uint64
 
@@ -396,6 +398,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	}
 	c.raft = r
 	fresh.raft.Store(r)
+	c.snaps = fresh
 	if late != nil {
 		// NewRaft restored the snapshot: now the leader may connect.
 		if err := late.open(); err != nil {

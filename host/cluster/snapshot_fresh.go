@@ -59,6 +59,16 @@ func (s *freshSnapshots) Create(version raft.SnapshotVersion, index, term uint64
 	return &gatedSink{SnapshotSink: sink, end: end}, nil
 }
 
+// newest is the index of the newest snapshot in the store (0: none, or
+// the store cannot be listed).
+func (s *freshSnapshots) newest() uint64 {
+	metas, err := s.SnapshotStore.List()
+	if err != nil || len(metas) == 0 {
+		return 0
+	}
+	return metas[0].Index
+}
+
 // List implements raft.SnapshotStore.
 func (s *freshSnapshots) List() ([]*raft.SnapshotMeta, error) {
 	r := s.raft.Load()
@@ -68,15 +78,7 @@ func (s *freshSnapshots) List() ([]*raft.SnapshotMeta, error) {
 	var lagged uint64
 	start := time.Now()
 	taken, err := s.gate.take(r, func() bool {
-		metas, err := s.SnapshotStore.List()
-		if err != nil {
-			return false
-		}
-		var newest uint64
-		if len(metas) > 0 {
-			newest = metas[0].Index
-		}
-		applied := r.AppliedIndex()
+		newest, applied := s.newest(), r.AppliedIndex()
 		if applied < newest+s.gap || applied < s.tried+s.gap {
 			return false
 		}

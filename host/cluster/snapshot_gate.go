@@ -23,6 +23,9 @@ import (
 // answers after it recorded the snapshot, so the next decision sees it),
 // and made only once no snapshot is being written, also one raft started
 // itself (an install from the leader, a restore, a single server's timer).
+// Raft records an install or a restore only after the state machine has
+// restored it, so a decision reads the newest snapshot from the store as
+// well as raft's stats (logsSinceSnapshot, freshSnapshots.newest).
 
 // snapshotGate orders this server's snapshots.
 type snapshotGate struct {
