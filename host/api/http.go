@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/jsonindent"
 )
 
 // ErrorResponse is the body of every error answer.
@@ -116,19 +117,23 @@ func WriteError(w http.ResponseWriter, err error) {
 	WriteJSON(w, StatusFor(err), resp)
 }
 
-// WriteJSON answers v as JSON with the given status.
+// WriteJSON answers v as JSON with the given status, indented by two
+// spaces. The value is encoded compact and then indented by jsonindent,
+// which writes what the encoder's own SetIndent does in a fraction of its
+// CPU.
 func WriteJSON(w http.ResponseWriter, code int, v any) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil {
 		http.Error(w, `{"error":"encoding response failed"}`, http.StatusInternalServerError)
 		return
 	}
+	compact := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+	out := jsonindent.Append(make([]byte, 0, len(compact)*3/2+1), compact, "  ")
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(code)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(append(out, '\n'))
 }
 
 func oneLine(s string) string {
