@@ -98,3 +98,32 @@ func TestSnapshotVersionReadsOnlyTheHeader(t *testing.T) {
 		t.Fatalf("newest version %d, %v: want %d read from the header alone", v, err, snapshotVersionFeatures)
 	}
 }
+
+// Deleting the older snapshots cannot be undone, so the fence first reads
+// the newest back whole: one that fails its checksum keeps the older ones
+// (raft falls back to them at the next start).
+func TestSnapshotFenceKeepsOlderBehindACorruptNewest(t *testing.T) {
+	dir := t.TempDir()
+	fss, err := raft.NewFileSnapshotStore(dir, 3, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{logger: hclog.NewNullLogger()}
+	putSnapshot(t, fss, 10, ProtocolVersion)
+	id := putSnapshot(t, fss, 20, snapshotVersionFeatures)
+	state := filepath.Join(dir, "snapshots", id, "state.bin")
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-2] ^= 0xff
+	if err := os.WriteFile(state, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.fenceSnapshots(fss, dir); err == nil {
+		t.Fatal("the fence deleted the older snapshots behind a newest one that fails its checksum")
+	}
+	if list, err := fss.List(); err != nil || len(list) != 2 {
+		t.Fatalf("retained %d snapshots (%v), want both", len(list), err)
+	}
+}
