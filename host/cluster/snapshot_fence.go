@@ -3,10 +3,12 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 )
 
@@ -97,34 +99,52 @@ func (c *Cluster) fenceSnapshots(snaps *raft.FileSnapshotStore, dir string) erro
 		if _, err := c.snapGate.take(c.raft, always); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			return fmt.Errorf("snapshot: %w", err)
 		}
-		if newest, err = newestSnapshotVersion(snaps, dir); err != nil {
-			return err
-		}
-		if newest != snapshotVersionFeatures {
-			return fmt.Errorf("the newest snapshot is still version %d", newest)
+	}
+	// Every finished snapshot on disk, not the retained few raft's List
+	// shows: raft renames a snapshot into place before it reaps the ones
+	// past its retain count, so a crash in between leaves more, and one the
+	// fence did not see moved up into raft's List once those above it were
+	// gone. The same store type lists them, in raft's order.
+	all, err := raft.NewFileSnapshotStoreWithLogger(dir, math.MaxInt32, hclog.NewNullLogger())
+	if err != nil {
+		return err
+	}
+	list, err := all.List()
+	if err != nil {
+		return err
+	}
+	if len(list) == 0 {
+		return errors.New("no snapshot retained")
+	}
+	// The newest is judged from this same list, so a snapshot finished
+	// since the first look is judged too.
+	if v, err := snapshotVersionOf(dir, list[0].ID); err != nil {
+		return err
+	} else if v != snapshotVersionFeatures {
+		return fmt.Errorf("the newest snapshot %s is still version %d", list[0].ID, v)
+	}
+	var old []string
+	for _, m := range list[1:] {
+		if v, err := snapshotVersionOf(dir, m.ID); err != nil || v != snapshotVersionFeatures {
+			old = append(old, m.ID)
 		}
 	}
-	list, err := snaps.List()
-	if err != nil || len(list) < 2 {
-		return err
+	if len(old) == 0 {
+		return nil
 	}
 	// Deleting the older snapshots is the one step not undone: the one
 	// kept instead must read back whole (raft's Open checks its checksum),
 	// else raft at the next start has nothing to fall back to.
-	_, rc, err := snaps.Open(list[0].ID)
+	_, rc, err := all.Open(list[0].ID)
 	if err != nil {
 		return fmt.Errorf("the newest snapshot %s does not read back, keeping the older ones: %w", list[0].ID, err)
 	}
 	_ = rc.Close()
-	for _, m := range list[1:] {
-		v, err := snapshotVersionOf(dir, m.ID)
-		if err == nil && v == snapshotVersionFeatures {
-			continue
+	for _, id := range old {
+		if err := os.RemoveAll(filepath.Join(dir, "snapshots", id)); err != nil {
+			return fmt.Errorf("remove snapshot %s: %w", id, err)
 		}
-		if err := os.RemoveAll(filepath.Join(dir, "snapshots", m.ID)); err != nil {
-			return fmt.Errorf("remove snapshot %s: %w", m.ID, err)
-		}
-		c.logger.Info("snapshot from before the enabled features removed: an older binary cannot fall back to it", "snapshot", m.ID)
+		c.logger.Info("snapshot from before the enabled features removed: an older binary cannot fall back to it", "snapshot", id)
 	}
 	return nil
 }
@@ -147,7 +167,7 @@ func newestSnapshotVersion(snaps *raft.FileSnapshotStore, dir string) (int, erro
 // volumes, and the fence read two to four of them in the snapshot turn
 // whose own snapshot the reads then slowed (a profile of a follower's turn
 // during the claims). The fence checks the whole of one file, the newest,
-// and only before it deletes the others.
+// and only when it is about to delete others.
 func snapshotVersionOf(dir, id string) (int, error) {
 	f, err := os.Open(filepath.Join(dir, "snapshots", id, "state.bin"))
 	if err != nil {
@@ -155,8 +175,11 @@ func snapshotVersionOf(dir, id string) (int, error) {
 	}
 	defer f.Close()
 	h, _, err := readHeader(f)
-	if err != nil || h == nil {
-		return 0, err
+	if err != nil {
+		return 0, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	if h == nil {
+		return 0, nil
 	}
 	return h.Version, nil
 }
