@@ -17,6 +17,7 @@ import (
 
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 func testCtx(t testing.TB) context.Context {
@@ -346,7 +347,7 @@ func TestCodecRoundTripsEveryField(t *testing.T) {
 		if err != nil {
 			t.Fatalf("type %d: %v", typ, err)
 		}
-		fill(reflect.ValueOf(req).Elem(), now)
+		testutil.Fill(reflect.ValueOf(req).Elem(), now)
 		data, err := encodeCommand(typ, now, req)
 		if err != nil {
 			t.Fatal(err)
@@ -364,42 +365,6 @@ func TestCodecRoundTripsEveryField(t *testing.T) {
 	}
 	if _, _, _, err := decodeCommand([]byte{byte(structs.ClaimGCType), '{'}); err == nil {
 		t.Fatal("truncated entry decoded")
-	}
-}
-
-// fill sets every field reachable from v to a non-zero value.
-func fill(v reflect.Value, now time.Time) {
-	if v.Type() == reflect.TypeOf(time.Time{}) {
-		v.Set(reflect.ValueOf(now))
-		return
-	}
-	switch v.Kind() {
-	case reflect.Pointer:
-		v.Set(reflect.New(v.Type().Elem()))
-		fill(v.Elem(), now)
-	case reflect.Struct:
-		for i := 0; i < v.NumField(); i++ {
-			if v.Type().Field(i).IsExported() {
-				fill(v.Field(i), now)
-			}
-		}
-	case reflect.Slice:
-		v.Set(reflect.MakeSlice(v.Type(), 1, 1))
-		fill(v.Index(0), now)
-	case reflect.Map:
-		v.Set(reflect.MakeMap(v.Type()))
-		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
-		fill(k, now)
-		fill(e, now)
-		v.SetMapIndex(k, e)
-	case reflect.String:
-		v.SetString("s-" + v.Type().Name())
-	case reflect.Bool:
-		v.SetBool(true)
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		v.SetInt(7)
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		v.SetUint(9)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // TestEncodeCommandEnvelope: the envelope encodeCommand writes by hand is
@@ -34,7 +35,7 @@ func TestEncodeCommandEnvelope(t *testing.T) {
 		if err != nil {
 			t.Fatalf("type %d: %v", typ, err)
 		}
-		fill(reflect.ValueOf(req).Elem(), now)
+		testutil.Fill(reflect.ValueOf(req).Elem(), now)
 		reqs[typ] = req
 	}
 	reqs[structs.ClaimCheckpointBatchType] = &structs.ClaimCheckpointBatchRequest{Checkpoints: []*structs.ClaimCheckpointRequest{{
@@ -106,7 +107,7 @@ func TestDecodeCommandSplitsEnvelope(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fill(reflect.ValueOf(req).Elem(), now)
+		testutil.Fill(reflect.ValueOf(req).Elem(), now)
 		data, err := encodeCommand(typ, now, req)
 		if err != nil {
 			t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // fuzzTypes are every message type the store applies, plus the ACL ones.
@@ -65,7 +66,7 @@ func FuzzFSMApply(f *testing.F) {
 		}
 		for _, filled := range []bool{false, true} {
 			if filled {
-				fill(reflect.ValueOf(req).Elem(), now)
+				testutil.Fill(reflect.ValueOf(req).Elem(), now)
 			}
 			e, err := encodeCommand(typ, now, req)
 			if err != nil {

@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"os"
 	"reflect"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/plainjson"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata golden files")
@@ -191,4 +194,66 @@ func TestDigestTracksState(t *testing.T) {
 	if !reflect.DeepEqual(f.digest(), g.digest()) {
 		t.Fatal("same writes at same indexes gave different digests")
 	}
+}
+
+// Persist writes each row as json.Marshal writes it, whichever writer it
+// takes (a row's AppendJSON, or encoding/json for every other table and
+// for a string AppendJSON leaves to it): the stream is the one every
+// earlier binary wrote and reads back.
+func TestPersistRowsAreJSONMarshal(t *testing.T) {
+	f := richFixture(t)
+	addACL(f)
+	addScheduler(f)
+	f.must(structs.VolumeRegisterType, &structs.VolumeRegisterRequest{Volumes: []*structs.Volume{
+		{Namespace: "default", ID: "vol-escaped", ExternalID: `disk<"1">&`, PluginID: "ebs", AccessMode: structs.AccessSingleNodeWriter,
+			AttachmentMode: structs.AttachFilesystem, Parameters: map[string]string{"zone": "zürich", "tab": "a\tb"}},
+	}})
+	f.must(structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{
+		{Type: structs.EventModule, Module: "m", Message: "naïve <module>"},
+	}})
+	var got bytes.Buffer
+	if err := f.s.Persist(&got); err != nil {
+		t.Fatal(err)
+	}
+	snap := f.s.Snapshot()
+	want := bytes.NewBufferString(`{"volhost_state":1}` + "\n")
+	for _, table := range persistTables {
+		it, err := snap.txn.Get(table, indexID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for raw := it.Next(); raw != nil; raw = it.Next() {
+			row, err := json.Marshal(persistRow{Table: table, Row: mustJSON(t, raw)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want.Write(row)
+			want.WriteByte('\n')
+		}
+	}
+	if got.String() != want.String() {
+		t.Fatalf("Persist wrote\n%s\njson.Marshal of each row\n%s", got.String(), want.String())
+	}
+	for _, s := range []string{`\u003c\"1\"\u003e\u0026`, "zürich", `a\tb`, "naïve", `"ring":"v\u0000default\u0000`} {
+		if !strings.Contains(got.String(), s) {
+			t.Errorf("the stream has no %s: the case it is for is gone", s)
+		}
+	}
+	// An event row with every field set.
+	row := &eventRow{}
+	testutil.Fill(reflect.ValueOf(row).Elem(), t0)
+	w := plainjson.Writer{}
+	row.AppendJSON(&w)
+	if want := mustJSON(t, row); !w.OK() || string(w.B) != string(want) {
+		t.Fatalf("eventRow.AppendJSON wrote %s (ok %v), json.Marshal %s", w.B, w.OK(), want)
+	}
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

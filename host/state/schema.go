@@ -6,6 +6,7 @@ import (
 	"github.com/hashicorp/go-memdb"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/plainjson"
 )
 
 // Table names. TableIndex is internal bookkeeping (table name -> raft index
@@ -272,4 +273,26 @@ func (nodeMachineIndex) FromArgs(args ...any) ([]byte, error) {
 		return nil, fmt.Errorf("machine index: want a structs.Machine, got %T", args[0])
 	}
 	return machineKey(m), nil
+}
+
+// AppendJSON writes r as json.Marshal does (a snapshot has an event row
+// per event kept: host/structs' AppendJSON).
+func (r *eventRow) AppendJSON(w *plainjson.Writer) {
+	if r == nil {
+		w.Raw("null")
+		return
+	}
+	w.Open()
+	w.Key("seq")
+	w.Uint(r.Seq)
+	w.Key("index")
+	w.Uint(r.Index)
+	w.Optional("ring", r.Ring)
+	if r.RingSeq != 0 {
+		w.Key("ring_seq")
+		w.Uint(r.RingSeq)
+	}
+	w.Key("event")
+	r.Event.AppendJSON(w)
+	w.Close()
 }

@@ -1,13 +1,18 @@
-// Package plainjson reads the plain subset of JSON that json.Marshal
-// writes for simple values: objects with string keys, strings of printable
-// ASCII with no escape, canonical unsigned integers, and the literals
-// null, true and false, with no white space. It serves the decoders that
-// skip encoding/json on a hot path (host/state's restore of plain volumes,
-// host/cluster's checkpoint log entries). Every reader answers
-// false for anything outside the subset, leaving the scanner where it
-// was or part-way; the caller then gives up and decodes the whole input
-// with encoding/json, so what the fast decoders take they must decode
-// exactly as encoding/json does (each has a differential fuzz test).
+// Package plainjson reads and writes JSON as json.Marshal writes it for
+// simple values, for the hot paths that skip encoding/json's reflection.
+//
+// The Scanner reads the plain subset: objects with string keys, strings
+// of printable ASCII with no escape, canonical unsigned integers, and the
+// literals null, true and false, with no white space. It serves host/state's
+// restore of plain volumes and host/cluster's decoding of checkpoint log
+// entries. Every reader answers false for anything outside the subset,
+// leaving the scanner where it was or part-way; the caller then gives up
+// and decodes the whole input with encoding/json, so what the fast
+// decoders take they must decode exactly as encoding/json does (each has
+// a differential fuzz test).
+//
+// The Writer (writer.go) is the writing half, under the same rule: what
+// it does not write byte for byte as json.Marshal does, it refuses.
 package plainjson
 
 // Scanner reads B from I.
