@@ -120,13 +120,14 @@ func TestDecodeCheckpointTakesEncodedEntries(t *testing.T) {
 // as the envelope decoding does, or refuses it the same.
 func TestDecodeCheckpointEdges(t *testing.T) {
 	taken := map[string]bool{"uint64 max": true, "int min": true, "minus zero": true, "repeated map key": true, "empty object": true,
-		"null claim": true, "null map": true}
+		"null claim": true, "null map": true, "escape in a string": true, "escaped quote": true}
 	usual := string(checkpointBodies(t)[structs.ClaimCheckpointType][1])
 	for name, body := range map[string]string{
 		"white space":           strings.Replace(usual, `"namespace":`, `"namespace": `, 1),
 		"leading space":         " " + usual,
 		"escape in a string":    strings.Replace(usual, `"b1-v0001"`, `"b1\u002dv0001"`, 1),
 		"escaped quote":         strings.Replace(usual, `connection refused`, `say \"no\"`, 1),
+		"escape beyond ASCII":   strings.Replace(usual, `node1`, `n\u00f6de1`, 1),
 		"non-ASCII":             strings.Replace(usual, `node1`, `nöde1`, 1),
 		"invalid UTF-8":         strings.Replace(usual, `node1`, "node\xff", 1),
 		"control character":     strings.Replace(usual, `node1`, "node\x01", 1),

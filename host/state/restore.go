@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
 	"sync"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/plainjson"
 )
 
 // The snapshot stream's pipelines (BenchmarkScale times save and restore
@@ -176,7 +178,7 @@ func (b *rowBatch) decode(in interner, free chan<- []byte) {
 		}
 	}
 	// Rows now hold their own copies of every string (json.Unmarshal and
-	// decodePlainVolume copy what they keep): the raw bytes can be reused.
+	// the plain readers copy what they keep): the raw bytes can be reused.
 	select {
 	case free <- b.buf[:0]:
 	default:
@@ -189,14 +191,25 @@ func (b *rowBatch) decode(in interner, free chan<- []byte) {
 // directly, in one pass (not once as a json.RawMessage and again into the
 // row type); any other line, or one whose ROW fails there, takes the
 // general path, so the lines accepted are exactly those json.Unmarshal
-// accepts. Both validate all of the row. A volume row of plain fields
-// only is read by decodePlainVolume (plain true: its strings are interned
-// already), the same Volume json.Unmarshal would give.
+// accepts. Both validate all of the row. The rows of the tables that grow
+// with the store (volumes, allocations, events) are read without
+// encoding/json when json.Marshal wrote them plainly (decodePlainVolume,
+// host/structs' Read*JSON), to the same row json.Unmarshal would give;
+// plain is true for a row whose strings are interned already.
 func decodeLine(line []byte, in interner) (table string, obj any, plain bool, err error) {
 	if table, row, ok := splitPersistRow(line); ok {
-		if table == TableVolumes {
-			if v, ok := decodePlainVolume(row, in); ok {
-				return table, v, true, nil
+		switch table {
+		case TableVolumes:
+			if v, shared, ok := decodePlainVolume(row, in); ok {
+				return table, v, shared, nil
+			}
+		case TableAllocs:
+			if a, ok := readWhole(row, structs.ReadAllocJSON); ok {
+				return table, a, false, nil
+			}
+		case TableEvents:
+			if e, ok := readWhole(row, readEventRow); ok && e.Event != nil {
+				return table, e, false, nil
 			}
 		}
 		if obj, err := decodeRow(table, row); err == nil {
@@ -209,6 +222,41 @@ func decodeLine(line []byte, in interner) (table string, obj any, plain bool, er
 	}
 	obj, err = decodeRow(pr.Table, pr.Row)
 	return pr.Table, obj, false, err
+}
+
+// readWhole reads row with read when read takes all of it and it is not
+// null (what decodeRow would refuse or decode otherwise is left to it).
+func readWhole[T any](row []byte, read func(*plainjson.Scanner) (*T, bool)) (*T, bool) {
+	p := plainjson.Scanner{B: row}
+	v, ok := read(&p)
+	return v, ok && v != nil && p.Done()
+}
+
+// readEventRow reads an event row as json.Marshal writes it.
+func readEventRow(p *plainjson.Scanner) (*eventRow, bool) {
+	return plainjson.Object(p, func(r *eventRow, k []byte) (uint, bool) {
+		var ok bool
+		switch string(k) {
+		case "seq":
+			r.Seq, ok = p.Uint(math.MaxUint64)
+			return 0, ok
+		case "index":
+			r.Index, ok = p.Uint(math.MaxUint64)
+			return 1, ok
+		case "ring":
+			var ring []byte
+			ring, ok = p.Str()
+			r.Ring = string(ring)
+			return 2, ok
+		case "ring_seq":
+			r.RingSeq, ok = p.Uint(math.MaxUint64)
+			return 3, ok
+		case "event":
+			r.Event, ok = structs.ReadEventJSON(p)
+			return 4, ok
+		}
+		return 0, false // unknown here
+	})
 }
 
 // splitPersistRow cuts {"t":"TABLE","r":ROW} into the table name (one of

@@ -20,13 +20,26 @@ var plainVolumeRows = []struct {
 	{`{"modify_index":7,"id":"reordered","namespace":"ns"}`, true},
 	{`{}`, true},
 	{`{"id":""}`, true},
-	{`{"namespace":"default","id":"v","claims":{}}`, false},          // a field it does not read
-	{`{"namespace":"default","id":"v","mount_flags":["ro"]}`, false}, // ditto
-	{`{"namespace":"default","id":"v","secrets":{"k":"s"}}`, false},  // ditto
-	{`{"ID":"v"}`, false},                                     // json matches keys without case
-	{`{"id":"a","id":"b"}`, false},                            // repeated key: json keeps the last
-	{`{"id":"a\u0062"}`, false},                               // escape
-	{`{"id":"a\"b"}`, false},                                  // escape
+	{`{"namespace":"default","id":"v","claims":{}}`, true},
+	{`{"namespace":"default","id":"v","claims":null,"mount_flags":null,"secrets":null,"stuck":null}`, true},
+	{`{"namespace":"default","id":"v","mount_flags":["ro","a\"b"],"context":{},"parameters":{"a":"1","a":"2"}}`, true},
+	{`{"namespace":"default","id":"v","mount_flags":[]}`, true},
+	{`{"namespace":"default","id":"v","secrets":{"k":"s"}}`, true},
+	{`{"id":"v","claims":{"a1":{"alloc_id":"a1","state":"taken","attempts":-1,"create_time":"2026-12-06T03:00:00.5+01:00","publish_context":{"d":"/dev/x"},"last_error":{"kind":"csi","code":14,"time":"2026-12-06T03:00:00Z"},"hold":{"since":"0001-01-01T00:00:00Z"}},"a0":null}}`, true},
+	{`{"id":"v","stuck":{"since":"2026-12-06T03:00:00Z","reason":"r","code":5,"attempts":3}}`, true},
+	{`{"id":"v","claims":{"a1":{},"a1":{}}}`, false},                  // repeated claim: json keeps the last
+	{`{"id":"v","claims":{"a1":{"Alloc_ID":"x"}}}`, false},            // json matches keys without case
+	{`{"id":"v","claims":{"a1":{"extra":1}}}`, false},                 // unknown key: json skips it
+	{`{"id":"v","claims":[]}`, false},                                 // not an object: json refuses it
+	{`{"id":"v","mount_flags":["ro",]}`, false},                       // trailing comma
+	{`{"id":"v","mount_flags":[1]}`, false},                           // not a string
+	{`{"id":"v","stuck":{"code":4294967296}}`, false},                 // overflow of uint32
+	{`{"id":"v","claims":{"a1":{"create_time":"yesterday"}}}`, false}, // not a time: json refuses it
+	{`{"id":"a\u00e9"}`, false},                                       // escape beyond ASCII
+	{`{"ID":"v"}`, false},                                             // json matches keys without case
+	{`{"id":"a","id":"b"}`, false},                                    // repeated key: json keeps the last
+	{`{"id":"a\u0062"}`, true},
+	{`{"id":"a\"b"}`, true},
 	{"{\"id\":\"caf\xc3\xa9\"}", false},                       // not ASCII
 	{"{\"id\":\"bad\xff\"}", false},                           // invalid UTF-8: json replaces it
 	{"{\"id\":\"tab\there\"}", false},                         // control byte: json refuses it
@@ -50,7 +63,7 @@ var plainVolumeRows = []struct {
 // anything but what json.Unmarshal gives (the same Volume, no error).
 func checkPlainVolume(t *testing.T, row []byte) bool {
 	t.Helper()
-	got, ok := decodePlainVolume(row, interner{})
+	got, _, ok := decodePlainVolume(row, interner{})
 	if !ok {
 		return false
 	}
@@ -70,7 +83,7 @@ func TestDecodePlainVolume(t *testing.T) {
 			t.Errorf("%q: read plainly %v, want %v", tc.row, ok, tc.ok)
 		}
 	}
-	// Every volume Persist writes without claims or maps is read plainly.
+	// Every volume Persist writes is read plainly.
 	s := bulkLoad(t, scaleShape{volumes: 2000, claimed: 20, releasable: 2})
 	vols, _ := s.Snapshot().Volumes(nil)
 	plain := 0
@@ -81,17 +94,17 @@ func TestDecodePlainVolume(t *testing.T) {
 		}
 		if checkPlainVolume(t, row) {
 			plain++
-		} else if len(v.Claims) == 0 {
-			t.Fatalf("%s: a volume without claims is not read plainly", row)
+		} else {
+			t.Fatalf("%s: not read plainly", row)
 		}
 	}
-	if plain != 2000-20 {
-		t.Fatalf("%d volumes read plainly, want %d", plain, 2000-20)
+	if plain != 2000 {
+		t.Fatalf("%d volumes read plainly, want %d", plain, 2000)
 	}
 	// Shared strings come from the interner: one copy for all rows.
 	in := interner{}
-	a, _ := decodePlainVolume([]byte(`{"namespace":"default","plugin_id":"ebs","id":"a"}`), in)
-	b, _ := decodePlainVolume([]byte(`{"namespace":"default","plugin_id":"ebs","id":"b"}`), in)
+	a, _, _ := decodePlainVolume([]byte(`{"namespace":"default","plugin_id":"ebs","id":"a"}`), in)
+	b, _, _ := decodePlainVolume([]byte(`{"namespace":"default","plugin_id":"ebs","id":"b"}`), in)
 	if a.Namespace != "default" || !sameString(a.Namespace, b.Namespace) || !sameString(a.PluginID, b.PluginID) {
 		t.Fatalf("namespace and plugin not shared: %+v %+v", a, b)
 	}

@@ -124,3 +124,35 @@ func FuzzVolumeAppendJSON(f *testing.F) {
 		checkAppendJSON(t, v)
 	})
 }
+
+// Every type read back from what json.Marshal writes, every field set:
+// Read*JSON take it and give what json.Unmarshal gives. A field added to
+// a type without its case in its reader fails here.
+func TestReadJSON(t *testing.T) {
+	now := time.Date(2026, 12, 6, 2, 40, 7, 120000000, time.FixedZone("", 3600))
+	check := func(v any, read func(s *plainjson.Scanner) (any, bool), fresh func() any) {
+		t.Helper()
+		raw, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := plainjson.Scanner{B: raw}
+		got, ok := read(&s)
+		if !ok || !s.Done() {
+			t.Fatalf("%T %s: not read", v, raw)
+		}
+		want := fresh()
+		if err := json.Unmarshal(raw, want); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: read\n%+v\njson.Unmarshal\n%+v", raw, got, want)
+		}
+	}
+	check(filled[Claim](now), func(s *plainjson.Scanner) (any, bool) { return ReadClaimJSON(s) }, func() any { return &Claim{} })
+	check(filled[ClaimError](now), func(s *plainjson.Scanner) (any, bool) { return ReadClaimErrorJSON(s) }, func() any { return &ClaimError{} })
+	check(filled[ClaimHold](now), func(s *plainjson.Scanner) (any, bool) { return ReadClaimHoldJSON(s) }, func() any { return &ClaimHold{} })
+	check(filled[Stuck](now), func(s *plainjson.Scanner) (any, bool) { return ReadStuckJSON(s) }, func() any { return &Stuck{} })
+	check(filled[Alloc](now), func(s *plainjson.Scanner) (any, bool) { return ReadAllocJSON(s) }, func() any { return &Alloc{} })
+	check(filled[Event](now), func(s *plainjson.Scanner) (any, bool) { return ReadEventJSON(s) }, func() any { return &Event{} })
+}

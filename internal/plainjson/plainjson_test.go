@@ -1,6 +1,9 @@
 package plainjson
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 // Each reader on what it takes and on the edges it refuses, and where it
 // leaves the scanner.
@@ -13,7 +16,13 @@ func TestScanner(t *testing.T) {
 	}{
 		{`"abc",`, func(s *Scanner) bool { v, ok := s.Str(); return ok && string(v) == "abc" }, true, ","},
 		{`""`, func(s *Scanner) bool { v, ok := s.Str(); return ok && len(v) == 0 }, true, ""},
-		{`"a\"b"`, func(s *Scanner) bool { _, ok := s.Str(); return ok }, false, ""},
+		{`"a\"b\\c\/d\n\u0000\u001F\u003c",`, func(s *Scanner) bool { v, ok := s.Str(); return ok && string(v) == "a\"b\\c/d\n\x00\x1f<" }, true, ","},
+		{`"\u00e9"`, func(s *Scanner) bool { _, ok := s.Str(); return ok }, false, ""},
+		{`"\x41"`, func(s *Scanner) bool { _, ok := s.Str(); return ok }, false, ""},
+		{`"\u00G0"`, func(s *Scanner) bool { _, ok := s.Str(); return ok }, false, ""},
+		{`"a\`, func(s *Scanner) bool { _, ok := s.Str(); return ok }, false, ""},
+		{`"\u004`, func(s *Scanner) bool { _, ok := s.Str(); return ok }, false, ""},
+		{"\"\\n\x01\"", func(s *Scanner) bool { _, ok := s.Str(); return ok }, false, ""},
 		{"\"a\x01\"", func(s *Scanner) bool { _, ok := s.Str(); return ok }, false, ""},
 		{"\"a\x7f\"", func(s *Scanner) bool { _, ok := s.Str(); return ok }, false, ""},
 		{`"é"`, func(s *Scanner) bool { _, ok := s.Str(); return ok }, false, ""},
@@ -46,4 +55,32 @@ func TestScanner(t *testing.T) {
 			t.Errorf("%q: left %q, want %q", tc.in, s.B[s.I:], tc.rest)
 		}
 	}
+}
+
+// FuzzScannerStr: whatever Str reads, encoding/json reads the same, and
+// Str reads every string Writer writes.
+func FuzzScannerStr(f *testing.F) {
+	for _, s := range []string{`"a"`, `"a\"\u0000\/"`, `"\ud800"`, `"\u00e9"`, `"é"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		s := &Scanner{B: in}
+		if v, ok := s.Str(); ok && s.Done() {
+			var want string
+			if err := json.Unmarshal(in, &want); err != nil {
+				t.Fatalf("%q: Str read %q, encoding/json refuses: %v", in, v, err)
+			}
+			if string(v) != want {
+				t.Fatalf("%q: Str read %q, encoding/json %q", in, v, want)
+			}
+		}
+		w := Writer{}
+		w.Str(string(in))
+		if w.OK() {
+			s := &Scanner{B: w.B}
+			if v, ok := s.Str(); !ok || !s.Done() || string(v) != string(in) {
+				t.Fatalf("%q: written %s, read back %q %v", in, w.B, v, ok)
+			}
+		}
+	})
 }
