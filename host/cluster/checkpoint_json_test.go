@@ -303,6 +303,9 @@ func TestEncodeCheckpointMatchesJSON(t *testing.T) {
 			t.Errorf("hold %+v is not encoded by encodeCheckpoint", h)
 		}
 	}
+	if !checkSameEncoding(t, (*structs.ClaimCheckpointBatchRequest)(nil)) || !checkSameEncoding(t, (*structs.ClaimCheckpointRequest)(nil)) {
+		t.Error("a nil request is not encoded as null by encodeCheckpoint")
+	}
 	if !checkSameEncoding(t, &structs.ClaimCheckpointBatchRequest{Checkpoints: []*structs.ClaimCheckpointRequest{nil, decoded[0]}}) {
 		t.Error("a batch with a nil checkpoint is not encoded by encodeCheckpoint")
 	}

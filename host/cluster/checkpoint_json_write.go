@@ -20,6 +20,10 @@ func appendCheckpoint(b []byte, req any) (out []byte, ok bool) {
 	case *structs.ClaimCheckpointRequest:
 		appendOneCheckpoint(&w, r)
 	case *structs.ClaimCheckpointBatchRequest:
+		if r == nil {
+			w.Raw("null")
+			break
+		}
 		w.Open()
 		w.Key("checkpoints")
 		if r.Checkpoints == nil {

@@ -149,12 +149,12 @@ func (snap *Snapshot) eachPersistedRow(p *persistPipeline, send func(*marshalBat
 }
 
 // marshal writes each row as {"t":TABLE,"r":ROW}\n into b.out. ROW is
-// what json.Marshal gives: the rows of the tables that grow with the
+// what json.Marshal gives. The rows of the tables that grow with the
 // store (volumes, allocations, events) write those bytes with their
-// AppendJSON, without encoding/json's reflection, which was most of a raft
-// snapshot's CPU (BenchmarkPersist); json.Encoder writes the rest (HTML escaped, Marshaler output compacted)
-// with a newline, which becomes the line's closing brace, straight into
-// the batch's buffer.
+// AppendJSON, without encoding/json's reflection, which was most of a
+// raft snapshot's CPU (BenchmarkPersist). json.Encoder writes the rest
+// (HTML escaped, Marshaler output compacted) with a newline, which
+// becomes the line's closing brace, straight into the batch's buffer.
 func (b *marshalBatch) marshal(p *persistPipeline) {
 	defer close(b.done)
 	out := appendBuffer(b.out)
@@ -171,8 +171,8 @@ func (b *marshalBatch) marshal(p *persistPipeline) {
 				out = append(w.B, "}\n"...)
 				continue
 			}
-			// A string beyond ASCII: what w appended past out's length
-			// is overwritten below.
+			// A string beyond ASCII, or a time json.Marshal refuses:
+			// what w appended past out's length is overwritten below.
 		}
 		if enc == nil {
 			enc = json.NewEncoder(&out)

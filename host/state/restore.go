@@ -110,7 +110,7 @@ func (d *rowDecoder) read(r *bufio.Reader, line int, work chan<- *rowBatch) erro
 		if err != nil && !errors.Is(err, io.EOF) {
 			return fmt.Errorf("row %d: %w", line, err)
 		}
-		if row := b.buf[start:]; len(bytes.TrimSpace(row)) > 0 {
+		if row := b.buf[start:]; len(bytes.Trim(row, jsonSpace)) > 0 {
 			if len(b.lines) == 0 {
 				b.first = line
 			}
@@ -259,12 +259,17 @@ func readEventRow(p *plainjson.Scanner) (*eventRow, bool) {
 	})
 }
 
+// jsonSpace is the white space JSON allows around a value: not \v, \f or
+// Unicode's spaces, which bytes.TrimSpace also trims and encoding/json
+// refuses (a row padded with them was restored).
+const jsonSpace = " \t\r\n"
+
 // splitPersistRow cuts {"t":"TABLE","r":ROW} into the table name (one of
 // persistTables, so later code shares the constant) and ROW. It does not
 // check ROW: decodeRow refuses anything but one JSON value there, so a
 // line it accepts is exactly that object.
 func splitPersistRow(line []byte) (string, []byte, bool) {
-	line = bytes.TrimSpace(line)
+	line = bytes.Trim(line, jsonSpace)
 	rest, ok := bytes.CutPrefix(line, []byte(`{"t":"`))
 	if !ok {
 		return "", nil, false

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/volhost/volhost/host/structs"
@@ -90,4 +91,29 @@ func FuzzDecodeLine(f *testing.F) {
 		f.Add([]byte(l))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) { checkSameRow(t, line) })
+}
+
+// A row padded with what bytes.TrimSpace trims but JSON does not allow
+// as white space (\v, \f, Unicode's spaces) is refused, as encoding/json
+// refuses it, by the line's reader and by a whole restore; JSON's own
+// white space around a row is taken.
+func TestRestoreTakesOnlyJSONWhiteSpace(t *testing.T) {
+	row := `{"t":"allocs","r":{"id":"a","namespace":"default","node_id":"n","client_status":"running","modify_time":"2026-12-06T03:00:00Z","create_index":1,"modify_index":2}}`
+	for _, pad := range []string{"\f", "\v", "\u00a0", "\u2028", "\u0085", "\u3000"} {
+		for _, line := range []string{row + pad, pad + row} {
+			checkSameRow(t, []byte(line))
+			if _, _, _, err := decodeLine([]byte(line), newInterner()); err == nil {
+				t.Errorf("%q: taken", line)
+			}
+		}
+		stream := `{"volhost_state":1}` + "\n" + pad + "\n"
+		if err := NewStore().Restore(strings.NewReader(stream)); err == nil {
+			t.Errorf("a line of %q alone was skipped", pad)
+		}
+	}
+	for _, line := range []string{row + " \t\r", "\r\n " + row} {
+		if _, _, _, err := decodeLine([]byte(line), newInterner()); err != nil {
+			t.Errorf("%q: %v", line, err)
+		}
+	}
 }
