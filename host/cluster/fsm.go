@@ -149,6 +149,18 @@ func fenceTerm(req any, logTerm uint64) error {
 	return nil
 }
 
+// StoreConfiguration implements raft.ConfigurationStore, and stores
+// nothing: the members are the cluster meta's, written by commands. Its
+// presence makes raft count a configuration entry as applied by the FSM.
+// Without it the FSM's index stopped at the last command before a
+// configuration change, and raft refuses a snapshot below a committed
+// configuration ("cannot take snapshot now, wait until the configuration
+// entry ... has been applied"): a server stopped right after another
+// joined, with no command since (the next server of a rolling restart),
+// skipped its snapshot on stop and replayed its log when it came back.
+// f.applied stays the last command's index (Digest's CommandIndex).
+func (f *fsm) StoreConfiguration(uint64, raft.Configuration) {}
+
 // Snapshot implements raft.FSM: it captures a memdb read view, which is
 // immutable, so Persist runs concurrently with later applies.
 // The cluster meta is copied now too: raft calls Snapshot on the FSM

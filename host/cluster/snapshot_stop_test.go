@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // A server stopped with enough entries past its last snapshot snapshots as
@@ -63,5 +64,41 @@ func TestServerSnapshotsOnStop(t *testing.T) {
 	}
 	if got := digest(t, s); got != want {
 		t.Fatal("the state restored from the stop's snapshot differs from the one stopped")
+	}
+}
+
+// A configuration change as the log's last entry (a server joined, nothing
+// written since) does not keep a stopping server from its snapshot: raft
+// counts the change as applied by the FSM, so the snapshot covers it.
+func TestServerSnapshotsOnStopAfterAConfigurationChange(t *testing.T) {
+	dir := t.TempDir()
+	cfg := Config{DataDir: dir, Server: true, BootstrapExpect: 1, NodeID: "s1", BindAddr: freeAddr(t),
+		SnapshotInterval: snapshotTimerOff, SnapshotThreshold: 1 << 20}
+	c, _ := start(t, cfg)
+	for i := range 12 {
+		mustApply(t, c, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{{Type: structs.EventModule, Message: fmt.Sprint(i)}}})
+	}
+	c.stopSnapshotMin = 10
+	// A non-voter nobody runs: the one voter commits the change alone.
+	if err := c.raft.AddNonvoter("ghost", raft.ServerAddress(freeAddr(t)), 0, 0).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// Not a barrier, which raft counts as applied by the FSM: the change
+	// is the last entry.
+	last := c.raft.LastIndex()
+	testutil.WaitFor(t, "the configuration change applied", func() bool { return c.raft.AppliedIndex() >= last })
+	if err := c.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := raft.NewFileSnapshotStore(dir+"/raft", 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := snaps.List()
+	if err != nil || len(list) == 0 {
+		t.Fatalf("no snapshot on a stop right after a configuration change: %v", err)
+	}
+	if list[0].Index < last {
+		t.Fatalf("the stop's snapshot is at %d, before the configuration change at %d", list[0].Index, last)
 	}
 }
