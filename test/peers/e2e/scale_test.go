@@ -431,8 +431,20 @@ func restartFollower(ctx context.Context, c *Cluster, f *Server, wipe bool, proc
 		return r, err
 	}
 	r.CaughtUpSeconds = time.Since(t0).Seconds()
-	lr, err := scanLogFrom(f.Log, logFrom)
-	if err != nil {
+	// A follower installing the leader's snapshot can serve the marker a
+	// moment before raft logs the install's end (nothing left to replay
+	// after a fresh snapshot): read the log again until that line is
+	// there, for a few seconds; a follower that caught up from the log
+	// alone never writes it.
+	var lr logRead
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err = Poll(lctx, 50*time.Millisecond, func() (bool, error) {
+		var err error
+		lr, err = scanLogFrom(f.Log, logFrom)
+		return !wipe || lr.count("Installed remote snapshot") > 0, err
+	})
+	if err != nil && lctx.Err() == nil {
 		return r, err
 	}
 	r.RestoreSeconds = lr.span("starting restore from snapshot", "restored from snapshot")
