@@ -84,11 +84,9 @@ func readCheckpoint(s *plainjson.Scanner) (*structs.ClaimCheckpointRequest, bool
 		var ok bool
 		switch string(k) {
 		case "namespace":
-			ok = readString(s, &r.Namespace)
-			return 0, ok
+			return 0, s.StrTo(&r.Namespace)
 		case "volume_id":
-			ok = readString(s, &r.VolumeID)
-			return 1, ok
+			return 1, s.StrTo(&r.VolumeID)
 		case "claim":
 			r.Claim, ok = structs.ReadClaimJSON(s)
 			return 2, ok
@@ -107,10 +105,4 @@ func readCheckpoint(s *plainjson.Scanner) (*structs.ClaimCheckpointRequest, bool
 		}
 		return 0, false // unknown here
 	})
-}
-
-func readString(s *plainjson.Scanner, dst *string) bool {
-	v, ok := s.Str()
-	*dst = string(v)
-	return ok
 }

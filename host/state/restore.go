@@ -244,10 +244,7 @@ func readEventRow(p *plainjson.Scanner) (*eventRow, bool) {
 			r.Index, ok = p.Uint(math.MaxUint64)
 			return 1, ok
 		case "ring":
-			var ring []byte
-			ring, ok = p.Str()
-			r.Ring = string(ring)
-			return 2, ok
+			return 2, p.StrTo(&r.Ring)
 		case "ring_seq":
 			r.RingSeq, ok = p.Uint(math.MaxUint64)
 			return 3, ok

@@ -29,20 +29,7 @@ func (v *Volume) AppendJSON(w *plainjson.Writer) {
 	w.StringMap("secrets", v.Secrets)
 	w.StringMap("parameters", v.Parameters)
 	w.StringMap("context", v.Context)
-	if len(v.Claims) > 0 {
-		w.Key("claims")
-		for i, id := range v.ClaimIDs() { // sorted, as json.Marshal sorts a map's keys
-			if i == 0 {
-				w.Raw("{")
-			} else {
-				w.Raw(",")
-			}
-			w.Str(id)
-			w.Raw(":")
-			v.Claims[id].AppendJSON(w)
-		}
-		w.Raw("}")
-	}
+	plainjson.Map(w, "claims", v.Claims, func(c *Claim) { c.AppendJSON(w) })
 	if v.Stuck != nil {
 		w.Key("stuck")
 		v.Stuck.AppendJSON(w)

@@ -23,9 +23,9 @@ func ReadClaimJSON(s *plainjson.Scanner) (*Claim, bool) {
 	return plainjson.Object(s, func(c *Claim, k []byte) (uint, bool) {
 		switch string(k) {
 		case "alloc_id":
-			return 0, str(s, &c.AllocID)
+			return 0, s.StrTo(&c.AllocID)
 		case "node_id":
-			return 1, str(s, &c.NodeID)
+			return 1, s.StrTo(&c.NodeID)
 		case "mode":
 			return 2, enum(s, (*string)(&c.Mode))
 		case "access_mode":
@@ -35,13 +35,13 @@ func ReadClaimJSON(s *plainjson.Scanner) (*Claim, bool) {
 		case "state":
 			return 5, enum(s, (*string)(&c.State))
 		case "external_node_id":
-			return 6, str(s, &c.ExternalNodeID)
+			return 6, s.StrTo(&c.ExternalNodeID)
 		case "publish_context":
 			return 7, assign(&c.PublishContext, s.StringMap)
 		case "staging_path":
-			return 8, str(s, &c.StagingPath)
+			return 8, s.StrTo(&c.StagingPath)
 		case "target_path":
-			return 9, str(s, &c.TargetPath)
+			return 9, s.StrTo(&c.TargetPath)
 		case "attempts":
 			return 10, assign(&c.Attempts, s.Int)
 		case "next_attempt":
@@ -55,7 +55,7 @@ func ReadClaimJSON(s *plainjson.Scanner) (*Claim, bool) {
 		case "node_unpublished":
 			return 15, assign(&c.NodeUnpublished, s.Bool)
 		case "fence_reason":
-			return 16, str(s, &c.FenceReason)
+			return 16, s.StrTo(&c.FenceReason)
 		case "hold":
 			return 17, assign(&c.Hold, func() (*ClaimHold, bool) { return ReadClaimHoldJSON(s) })
 		case "create_time":
@@ -82,19 +82,19 @@ func ReadClaimErrorJSON(s *plainjson.Scanner) (*ClaimError, bool) {
 		case "kind":
 			return 0, enum(s, (*string)(&e.Kind))
 		case "step":
-			return 1, str(s, &e.Step)
+			return 1, s.StrTo(&e.Step)
 		case "code":
 			return 2, uint32Of(s, &e.Code)
 		case "code_name":
-			return 3, str(s, &e.CodeName)
+			return 3, s.StrTo(&e.CodeName)
 		case "message":
-			return 4, str(s, &e.Message)
+			return 4, s.StrTo(&e.Message)
 		case "module":
-			return 5, str(s, &e.Module)
+			return 5, s.StrTo(&e.Module)
 		case "module_version":
-			return 6, str(s, &e.ModuleVersion)
+			return 6, s.StrTo(&e.ModuleVersion)
 		case "fault":
-			return 7, str(s, &e.Fault)
+			return 7, s.StrTo(&e.Fault)
 		case "fatal":
 			return 8, assign(&e.Fatal, s.Bool)
 		case "resent":
@@ -111,11 +111,11 @@ func ReadClaimHoldJSON(s *plainjson.Scanner) (*ClaimHold, bool) {
 	return plainjson.Object(s, func(h *ClaimHold, k []byte) (uint, bool) {
 		switch string(k) {
 		case "module":
-			return 0, str(s, &h.Module)
+			return 0, s.StrTo(&h.Module)
 		case "module_version":
-			return 1, str(s, &h.ModuleVersion)
+			return 1, s.StrTo(&h.ModuleVersion)
 		case "reason":
-			return 2, str(s, &h.Reason)
+			return 2, s.StrTo(&h.Reason)
 		case "since":
 			return 3, s.Time(&h.Since)
 		case "until":
@@ -132,19 +132,19 @@ func ReadStuckJSON(s *plainjson.Scanner) (*Stuck, bool) {
 		case "since":
 			return 0, s.Time(&x.Since)
 		case "reason":
-			return 1, str(s, &x.Reason)
+			return 1, s.StrTo(&x.Reason)
 		case "alloc_id":
-			return 2, str(s, &x.AllocID)
+			return 2, s.StrTo(&x.AllocID)
 		case "node_id":
-			return 3, str(s, &x.NodeID)
+			return 3, s.StrTo(&x.NodeID)
 		case "module":
-			return 4, str(s, &x.Module)
+			return 4, s.StrTo(&x.Module)
 		case "fault":
-			return 5, str(s, &x.Fault)
+			return 5, s.StrTo(&x.Fault)
 		case "code":
 			return 6, uint32Of(s, &x.Code)
 		case "code_name":
-			return 7, str(s, &x.CodeName)
+			return 7, s.StrTo(&x.CodeName)
 		case "attempts":
 			return 8, assign(&x.Attempts, s.Int)
 		}
@@ -157,13 +157,13 @@ func ReadAllocJSON(s *plainjson.Scanner) (*Alloc, bool) {
 	return plainjson.Object(s, func(a *Alloc, k []byte) (uint, bool) {
 		switch string(k) {
 		case "id":
-			return 0, str(s, &a.ID)
+			return 0, s.StrTo(&a.ID)
 		case "namespace":
 			return 1, enum(s, &a.Namespace)
 		case "node_id":
-			return 2, str(s, &a.NodeID)
+			return 2, s.StrTo(&a.NodeID)
 		case "job_id":
-			return 3, str(s, &a.JobID)
+			return 3, s.StrTo(&a.JobID)
 		case "client_status":
 			return 4, enum(s, (*string)(&a.ClientStatus))
 		case "source":
@@ -192,17 +192,17 @@ func ReadEventJSON(s *plainjson.Scanner) (*Event, bool) {
 		case "namespace":
 			return 3, enum(s, &e.Namespace)
 		case "volume_id":
-			return 4, str(s, &e.VolumeID)
+			return 4, s.StrTo(&e.VolumeID)
 		case "alloc_id":
-			return 5, str(s, &e.AllocID)
+			return 5, s.StrTo(&e.AllocID)
 		case "node_id":
-			return 6, str(s, &e.NodeID)
+			return 6, s.StrTo(&e.NodeID)
 		case "plugin_id":
-			return 7, str(s, &e.PluginID)
+			return 7, s.StrTo(&e.PluginID)
 		case "module":
-			return 8, str(s, &e.Module)
+			return 8, s.StrTo(&e.Module)
 		case "message":
-			return 9, str(s, &e.Message)
+			return 9, s.StrTo(&e.Message)
 		case "fields":
 			return 10, assign(&e.Fields, s.StringMap)
 		}
@@ -214,15 +214,6 @@ func ReadEventJSON(s *plainjson.Scanner) (*Event, bool) {
 func assign[T any](dst *T, read func() (T, bool)) bool {
 	v, ok := read()
 	*dst = v
-	return ok
-}
-
-// str reads a string into dst (a named string type converts).
-func str(s *plainjson.Scanner, dst *string) bool {
-	v, ok := s.Str()
-	if ok {
-		*dst = string(v)
-	}
 	return ok
 }
 

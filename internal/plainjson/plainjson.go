@@ -73,6 +73,13 @@ func (s *Scanner) Str() ([]byte, bool) {
 	return nil, false
 }
 
+// StrTo reads a string (Str) into dst, a copy of its bytes.
+func (s *Scanner) StrTo(dst *string) bool {
+	v, ok := s.Str()
+	*dst = string(v)
+	return ok
+}
+
 // escaped reads the rest of a string from its first escape at j.
 func (s *Scanner) escaped(j int) ([]byte, bool) {
 	out := append(make([]byte, 0, j-s.I+16), s.B[s.I:j]...)

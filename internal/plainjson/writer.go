@@ -1,6 +1,7 @@
 package plainjson
 
 import (
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -139,14 +140,18 @@ func (w *Writer) Strings(k string, v []string) {
 	w.Raw("]")
 }
 
-// StringMap writes an omitempty map[string]string that has entries, its
-// keys sorted as json.Marshal sorts them (by their bytes).
-func (w *Writer) StringMap(k string, m map[string]string) {
+// StringMap writes an omitempty map[string]string that has entries.
+func (w *Writer) StringMap(k string, m map[string]string) { Map(w, k, m, w.Str) }
+
+// Map writes an omitempty map with string keys that has entries, each
+// value by value, its keys sorted as json.Marshal sorts them (by their
+// bytes).
+func Map[V any](w *Writer, k string, m map[string]V, value func(V)) {
 	if len(m) == 0 {
 		return
 	}
 	w.Key(k)
-	for i, key := range SortedKeys(m) {
+	for i, key := range slices.Sorted(maps.Keys(m)) {
 		if i == 0 {
 			w.Raw("{")
 		} else {
@@ -154,18 +159,7 @@ func (w *Writer) StringMap(k string, m map[string]string) {
 		}
 		w.Str(key)
 		w.Raw(":")
-		w.Str(m[key])
+		value(m[key])
 	}
 	w.Raw("}")
-}
-
-// SortedKeys returns m's keys in the order json.Marshal writes a map with
-// string keys.
-func SortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
