@@ -148,6 +148,15 @@ func newRowChecker(db *memdb.MemDB, txn *memdb.Txn) *rowChecker {
 // placed in its ring (its Ring and RingSeq filled in when the stream
 // predates rings).
 func (c *rowChecker) row(table string, row any) error {
+	return c.rowChecked(table, row, aheadCheck{})
+}
+
+// rowChecked is row for a row whose own checks (validateRow) may have run
+// ahead, on another goroutine (restore_ahead.go): their answer is taken
+// when it was given against the view row would read, and the checks run
+// here otherwise. Every other check runs here, in stream order, so a
+// stream is refused at the same row, with the same error, either way.
+func (c *rowChecker) rowChecked(table string, row any, ahead aheadCheck) error {
 	pos := slices.Index(persistTables, table)
 	if pos < 0 {
 		return structs.Invalid("table", "unknown table %q", table)
@@ -174,7 +183,11 @@ func (c *rowChecker) row(table string, row any) error {
 			return err
 		}
 	}
-	if err := validateRow(c.view, table, row); err != nil {
+	err := ahead.err
+	if ahead.on == nil || ahead.on != c.view.txn {
+		err = validateRow(c.view, table, row)
+	}
+	if err != nil {
 		return err
 	}
 	if v, ok := row.(*structs.Volume); ok {

@@ -101,13 +101,29 @@ func (s *Store) Restore(r io.Reader) error {
 	// and recounted from the table.
 	var stats volumeDelta
 	mods := volumeModsBuilder{}
-	for b := rows.next(); b != nil; b = rows.next() {
+	// The next batch's own checks run ahead while this one goes in
+	// (restore_ahead.go); the one in flight is waited for on any return.
+	var checking chan struct{}
+	defer func() {
+		if checking != nil {
+			<-checking
+		}
+	}()
+	for b, next := rows.next(), (*rowBatch)(nil); b != nil; b = next {
+		if next = rows.next(); next != nil {
+			if c := check.checkAhead(next); c != nil {
+				checking = c
+			}
+		}
+		if b.checked != nil {
+			<-b.checked
+		}
 		for i := range b.rows {
 			row := &b.rows[i]
 			if row.err != nil {
 				return fmt.Errorf("restore: row %d: %w", row.line, row.err)
 			}
-			if err := check.row(row.table, row.obj); err != nil {
+			if err := check.rowChecked(row.table, row.obj, row.ahead); err != nil {
 				return fmt.Errorf("restore: row %d (%s %s): %w", row.line, row.table, rowKey(row.obj), err)
 			}
 			if obj, ok := row.obj.(*structs.Volume); ok {

@@ -39,6 +39,7 @@ type decodedRow struct {
 	table string
 	obj   any
 	err   error
+	ahead aheadCheck // its own checks, when they ran ahead (restore_ahead.go)
 }
 
 type rowBatch struct {
@@ -47,6 +48,9 @@ type rowBatch struct {
 	first int // line number of lines[0]
 	rows  []decodedRow
 	done  chan struct{} // closed when rows is filled
+	// checked, when not nil, is closed when the rows' own checks, run
+	// ahead of their inserts, are in (rowChecker.checkAhead).
+	checked chan struct{}
 }
 
 // rowDecoder owns the pipeline's goroutines; stop ends them all.
