@@ -131,6 +131,7 @@ func New(cfg *Config, opts Options) (*Agent, error) {
 		BindAddr:  cfg.BindAddr,
 		Bootstrap: true,
 		Logger:    a.logger,
+		Commits:   a.Metrics,
 	}
 	if sv := cfg.Server; sv != nil && sv.Enabled {
 		// A server of a multi-server cluster: it bootstraps only

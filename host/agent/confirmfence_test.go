@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -92,5 +93,10 @@ config = { terminated = "ext-node1" }
 	resp.Body.Close()
 	if !strings.Contains(string(body), `volhost_forced_detaches_total{reason="module-fence"} 1`) {
 		t.Error("volhost_forced_detaches_total did not count the module's forced detach")
+	}
+	// The release's checkpoints went through the group commit, which the
+	// agent wires to its metrics.
+	if m := regexp.MustCompile(`(?m)^volhost_checkpoint_commit_duration_seconds_count (\d+)$`).FindStringSubmatch(string(body)); m == nil || m[1] == "0" {
+		t.Errorf("volhost_checkpoint_commit_duration_seconds_count: %v, want the release's group commits counted", m)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -28,6 +29,15 @@ import (
 // caller gets its own index and error. A caller whose context ends after
 // its checkpoint was queued gets structs.ErrOutcomeUnknown, as Apply's
 // callers do: the batch may still commit it.
+// CommitObserver is told how many checkpoints each group commit carried
+// and how long its entry took from the append to its answer (the log
+// write, replication to a quorum and the FSM's apply): with the watcher
+// working on a bounded number of volumes at once, a release's rate
+// follows that latency (host/metrics exports both).
+type CommitObserver interface {
+	CheckpointsCommitted(checkpoints int, took time.Duration)
+}
+
 type checkpointBatcher struct {
 	c    *Cluster
 	kick chan struct{} // cap 1: the queue is not empty
@@ -168,6 +178,7 @@ func (b *checkpointBatcher) commit(batch []*pendingCheckpoint) {
 		answerAll(live, checkpointResult{err: err})
 		return
 	}
+	applied := time.Now()
 	f := b.c.raft.Apply(data, b.c.cfg.ApplyTimeout)
 	// Not f.Error(): raft answers no future still queued when it shuts
 	// down, and Shutdown waits for this goroutine (TestClusterFailoverMidRelease
@@ -180,6 +191,9 @@ func (b *checkpointBatcher) commit(batch []*pendingCheckpoint) {
 	if err != nil {
 		answerAll(live, checkpointResult{err: applyErr(context.Background(), err)})
 		return
+	}
+	if o := b.c.cfg.Commits; o != nil {
+		o.CheckpointsCommitted(len(live), time.Since(applied))
 	}
 	res, ok := f.Response().(fsmResult)
 	if !ok {

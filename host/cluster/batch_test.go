@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
@@ -92,6 +93,8 @@ func TestCheckpointBatcherAnswersEachCaller(t *testing.T) {
 		pending(checkpointReq(s, "vol-snr", "a4", structs.ClaimNodeDetached, term+1)), // another term's
 	}
 	before := c.LastIndex()
+	commits := &commitRecorder{}
+	c.cfg.Commits = commits
 	c.checkpoints.commit(batch)
 	res := make([]checkpointResult, len(batch))
 	for i, p := range batch {
@@ -118,6 +121,20 @@ func TestCheckpointBatcherAnswersEachCaller(t *testing.T) {
 		claimState(s, "vol-ms", "a5") != structs.ClaimTaken || claimState(s, "vol-snr", "a4") != structs.ClaimTaken {
 		t.Fatal("state does not match the answers")
 	}
+	// One entry, carrying the three the leader let through.
+	if len(commits.got) != 1 || commits.got[0] != 3 || commits.took[0] <= 0 {
+		t.Fatalf("group commits observed: %v taking %v, want one of 3 checkpoints", commits.got, commits.took)
+	}
+}
+
+// commitRecorder is a CommitObserver keeping what it is told.
+type commitRecorder struct {
+	got  []int
+	took []time.Duration
+}
+
+func (r *commitRecorder) CheckpointsCommitted(n int, took time.Duration) {
+	r.got, r.took = append(r.got, n), append(r.took, took)
 }
 
 // A caller whose context ends while its checkpoint waits gets

@@ -122,6 +122,9 @@ type Config struct {
 	// record carries its version and features and, if not, asks the
 	// leader to record them (advertise.go; default 2s).
 	AdvertiseInterval time.Duration
+	// Commits is told about every group commit of claim checkpoints
+	// (batch.go); nil: nobody.
+	Commits CommitObserver
 
 	// olderThanGates makes this server advertise no build and no
 	// features, as a release before the feature gates does (tests of the

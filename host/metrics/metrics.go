@@ -46,6 +46,9 @@ type Metrics struct {
 	autoForce     prometheus.Counter
 	forcedDetach  *prometheus.CounterVec
 
+	checkpointCommit prometheus.Histogram
+	checkpointBatch  prometheus.Histogram
+
 	moduleCalls    *prometheus.CounterVec
 	moduleFaults   *prometheus.CounterVec
 	moduleDuration *prometheus.HistogramVec
@@ -97,6 +100,17 @@ func NewWithSource(snapshot func() Source) *Metrics {
 			Namespace: Namespace, Name: "forced_detaches_total",
 			Help: "Claims whose node steps were skipped because their node is fenced, by who attested it is off (operator, module); the free-text reason is on the claim and the event.",
 		}, []string{"reason"}),
+		checkpointCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "checkpoint_commit_duration_seconds",
+			Help: "Leader only: how long each group commit of claim checkpoints took from its append to its answer (log write, replication to a quorum, apply). A release waits for one per claim transition.",
+			// From a local fsync to the apply timeout.
+			Buckets: prometheus.ExponentialBuckets(.001, 2, 15),
+		}),
+		checkpointBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: Namespace, Name: "checkpoint_commit_checkpoints",
+			Help:    "Leader only: how many claim checkpoints each group commit carried (up to 256).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 9),
+		}),
 		moduleCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: Namespace, Name: "module_calls_total",
 			Help: "Wasm module calls by module and kind (release-policy, csi-adapter).",
@@ -119,12 +133,23 @@ func NewWithSource(snapshot func() Source) *Metrics {
 	m.reg.MustRegister(m.mods.collectors()...)
 	m.reg.MustRegister(
 		m.csiCalls, m.csiDuration, m.released, m.releaseFailed, m.markedStuck, m.assessed, m.autoForce, m.forcedDetach,
+		m.checkpointCommit, m.checkpointBatch,
 		m.moduleCalls, m.moduleFaults, m.moduleDuration,
 		newStateCollector(snapshot),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	return m
+}
+
+// CheckpointsCommitted records one group commit of claim checkpoints
+// (host/cluster's CommitObserver).
+func (m *Metrics) CheckpointsCommitted(checkpoints int, took time.Duration) {
+	if m == nil {
+		return
+	}
+	m.checkpointBatch.Observe(float64(checkpoints))
+	m.checkpointCommit.Observe(took.Seconds())
 }
 
 // Handler serves the registry in the Prometheus text format (/v1/metrics).

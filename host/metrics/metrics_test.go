@@ -10,14 +10,19 @@ import (
 
 	"google.golang.org/grpc/codes"
 
+	"github.com/volhost/volhost/host/cluster"
 	"github.com/volhost/volhost/host/metrics"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/watcher"
 )
 
-// The watcher reports straight into Metrics.
-var _ watcher.Metrics = (*metrics.Metrics)(nil)
+// The watcher and the checkpoints' group commit report straight into
+// Metrics.
+var (
+	_ watcher.Metrics        = (*metrics.Metrics)(nil)
+	_ cluster.CommitObserver = (*metrics.Metrics)(nil)
+)
 
 func scrape(t *testing.T, m *metrics.Metrics) string {
 	t.Helper()
@@ -126,6 +131,8 @@ func TestCounters(t *testing.T) {
 	m.ForcedDetach("operator")
 	m.ModuleCall("default-policy", "release-policy", 50*time.Microsecond, "")
 	m.ModuleCall("bad-policy", "release-policy", time.Second, "timeout")
+	m.CheckpointsCommitted(3, 20*time.Millisecond)
+	m.CheckpointsCommitted(1, 4*time.Millisecond)
 
 	got := scrape(t, m)
 	for _, want := range []string{
@@ -148,6 +155,12 @@ func TestCounters(t *testing.T) {
 		`volhost_module_calls_total{kind="release-policy",module="default-policy"} 1`,
 		`volhost_module_faults_total{fault="timeout",module="bad-policy"} 1`,
 		`volhost_module_decision_duration_seconds_count{kind="release-policy",module="bad-policy"} 1`,
+		"volhost_checkpoint_commit_duration_seconds_count 2",
+		"volhost_checkpoint_commit_duration_seconds_sum 0.024",
+		`volhost_checkpoint_commit_duration_seconds_bucket{le="0.004"} 1`,
+		"volhost_checkpoint_commit_checkpoints_sum 4",
+		`volhost_checkpoint_commit_checkpoints_bucket{le="2"} 1`,
+		`volhost_checkpoint_commit_checkpoints_bucket{le="4"} 2`,
 	} {
 		if !strings.Contains(got, want+"\n") {
 			t.Errorf("scrape lacks %q", want)
@@ -168,6 +181,7 @@ func TestNilMetricsIsNoop(t *testing.T) {
 	m.AutoForceDeregistered()
 	m.ForcedDetach("operator")
 	m.ModuleCall("m", "k", time.Second, "trap")
+	m.CheckpointsCommitted(1, time.Second)
 }
 
 type failingSource struct{}

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,6 +45,11 @@ type scaleReport struct {
 	// collection found live (half the next goal), with the claims held.
 	HeapHeldMiB map[string][2]int `json:"heap_held_inuse_live_mib"`
 
+	// ReleaseWork is what the leader's metrics say the releases waited
+	// for: its group commits of claim checkpoints and its CSI calls,
+	// counted between the start of the releases and their end.
+	ReleaseWork leaderWork `json:"release_work"`
+
 	SnapshotSaveSeconds float64 `json:"operator_snapshot_save_seconds"`
 	SnapshotBytes       int64   `json:"operator_snapshot_bytes"`
 
@@ -76,6 +82,25 @@ type scaleReport struct {
 	LeaderEvents []leaderEvent `json:"leader_events,omitempty"`
 	// Phases are the run's phases in order, each from its start.
 	Phases []phase `json:"phases"`
+}
+
+// leaderWork is a count of the leader's group commits and CSI calls
+// with their summed latencies (its metrics' histograms' _count and _sum).
+type leaderWork struct {
+	Commits       float64               `json:"checkpoint_commits"`
+	Checkpoints   float64               `json:"checkpoints"`
+	CommitSeconds float64               `json:"checkpoint_commit_seconds"`
+	CSI           map[string][2]float64 `json:"csi_calls_seconds"` // method: calls, seconds
+}
+
+// minus is w less an earlier reading of the same counters.
+func (w leaderWork) minus(before leaderWork) leaderWork {
+	d := leaderWork{Commits: w.Commits - before.Commits, Checkpoints: w.Checkpoints - before.Checkpoints,
+		CommitSeconds: w.CommitSeconds - before.CommitSeconds, CSI: map[string][2]float64{}}
+	for m, v := range w.CSI {
+		d.CSI[m] = [2]float64{v[0] - before.CSI[m][0], v[1] - before.CSI[m][1]}
+	}
+	return d
 }
 
 // phase is one step of the run (loading, claims, ...) from its start.
@@ -326,6 +351,15 @@ func (rep *scaleReport) markdown() string {
 	fmt.Fprintf(&b, "| wiped follower rejoins: snapshot installed / caught up | %.2f / %.2f s |\n", rep.Rejoin.InstallSeconds, rep.Rejoin.CaughtUpSeconds)
 	fmt.Fprintf(&b, "| claims through the API, %d clients (answered 503 or lost, and sent again) | %.0f/s (%d) |\n", rep.Clients, rep.ClaimsPerSec, rep.ClaimsRefused)
 	fmt.Fprintf(&b, "| releases after allocations complete | %.0f/s |\n", rep.ReleasesPerSec)
+	if w := rep.ReleaseWork; w.Commits > 0 && rep.Claims > 0 {
+		fmt.Fprintf(&b, "| the releases' group commits on the leader: entries, checkpoints per entry, mean commit | %.0f, %.1f, %.1f ms |\n",
+			w.Commits, w.Checkpoints/w.Commits, 1000*w.CommitSeconds/w.Commits)
+		for _, m := range slices.Sorted(maps.Keys(w.CSI)) {
+			if v := w.CSI[m]; v[0] > 0 {
+				fmt.Fprintf(&b, "| the releases' %s calls from the leader: per release, mean | %.2f, %.2f ms |\n", m, v[0]/float64(rep.Claims), 1000*v[1]/v[0])
+			}
+		}
+	}
 	for _, r := range rep.RoutesHeld {
 		if r.Route == "/v1/stats" {
 			fmt.Fprintf(&b, "| `GET /v1/stats`, claims held: median [min-max] of %d | %.1f [%.1f-%.1f] ms |\n", r.N, r.MedianMs, r.MinMs, r.MaxMs)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -202,6 +203,7 @@ func TestScaleCluster(t *testing.T) {
 	// Releases: every allocation completes (1,000 per write); the watcher
 	// releases each claim through the driver.
 	ui = startReader(ctx, api, []string{"/v1/stats"})
+	workBefore, workErr := readLeaderWork(ctx, api)
 	rep.mark("releases")
 	t0 = time.Now()
 	if err := allocs("complete"); err != nil {
@@ -218,6 +220,11 @@ func TestScaleCluster(t *testing.T) {
 	}
 	rep.ReleaseSeconds = time.Since(t0).Seconds()
 	rep.ReleasesPerSec = float64(nclaim) / rep.ReleaseSeconds
+	if after, err := readLeaderWork(ctx, api); err == nil && workErr == nil {
+		rep.ReleaseWork = after.minus(workBefore)
+	} else {
+		t.Logf("the leader's release work not read: %v", errors.Join(workErr, err))
+	}
 	rep.ReadsDuringReleases = ui.stop()
 	t.Logf("%d releases in %.1fs (%.0f/s)", nclaim, rep.ReleaseSeconds, rep.ReleasesPerSec)
 	rep.mark("UI routes timed, after the releases")
@@ -628,20 +635,66 @@ func procStatusMiB(pid int, field string) int {
 	return 0
 }
 
+// readLeaderWork reads the leader's group commits of claim checkpoints
+// and CSI calls from its metrics, as counted since it started.
+func readLeaderWork(ctx context.Context, a *API) (leaderWork, error) {
+	b, err := readMetrics(ctx, a)
+	if err != nil {
+		return leaderWork{}, err
+	}
+	w := leaderWork{CSI: map[string][2]float64{}}
+	for _, line := range strings.Split(string(b), "\n") {
+		name, v, ok := metricLine(line)
+		if !ok {
+			continue
+		}
+		switch {
+		case name == "volhost_checkpoint_commit_duration_seconds_count":
+			w.Commits = v
+		case name == "volhost_checkpoint_commit_duration_seconds_sum":
+			w.CommitSeconds = v
+		case name == "volhost_checkpoint_commit_checkpoints_sum":
+			w.Checkpoints = v
+		case strings.HasPrefix(name, `volhost_csi_call_duration_seconds_count{method="`):
+			m := strings.TrimSuffix(strings.TrimPrefix(name, `volhost_csi_call_duration_seconds_count{method="`), `"}`)
+			w.CSI[m] = [2]float64{v, w.CSI[m][1]}
+		case strings.HasPrefix(name, `volhost_csi_call_duration_seconds_sum{method="`):
+			m := strings.TrimSuffix(strings.TrimPrefix(name, `volhost_csi_call_duration_seconds_sum{method="`), `"}`)
+			w.CSI[m] = [2]float64{w.CSI[m][0], v}
+		}
+	}
+	return w, nil
+}
+
+// metricLine splits one sample line of the Prometheus text format.
+func metricLine(line string) (string, float64, bool) {
+	i := strings.LastIndexByte(line, ' ')
+	if i < 0 || strings.HasPrefix(line, "#") {
+		return "", 0, false
+	}
+	v, err := strconv.ParseFloat(line[i+1:], 64)
+	return line[:i], v, err == nil
+}
+
+// readMetrics is a server's /v1/metrics.
+func readMetrics(ctx context.Context, a *API) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/v1/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := a.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	return io.ReadAll(resp.Body)
+}
+
 // heapFigures reads a server's Go heap from its metrics (the Go
 // collector's): the heap in use and half the next collection's goal,
 // which under GOGC=100 is the heap the last collection found live, in MiB.
 func heapFigures(ctx context.Context, a *API) ([2]int, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, a.base+"/v1/metrics", nil)
-	if err != nil {
-		return [2]int{}, err
-	}
-	resp, err := a.hc.Do(req)
-	if err != nil {
-		return [2]int{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
+	b, err := readMetrics(ctx, a)
 	if err != nil {
 		return [2]int{}, err
 	}
