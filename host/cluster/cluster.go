@@ -189,6 +189,7 @@ type Cluster struct {
 	checkpoints *checkpointBatcher // group commit of claim checkpoints (batch.go)
 	fsm         *fsm
 	logs        raft.LogStore // read by tests and the digest's index check
+	configs     *configLog    // the log's newest configuration entry (config_log.go)
 	// gateMu orders the enabling of features with joins (gate.go).
 	gateMu sync.Mutex
 	// joinClient posts join requests (RetryJoin, advertise.go).
@@ -354,6 +355,8 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 			go c.runSnapshotFence(schedule, fss, dir)
 		}
 	}
+	c.configs = newConfigLog(logs)
+	logs = c.configs
 	c.trans = trans
 	c.logs = logs
 

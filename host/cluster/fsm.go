@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -27,6 +28,13 @@ type fsm struct {
 	mu      sync.Mutex
 	applied uint64
 	halted  error // set by stop; every later Apply refuses
+
+	// position is the index of the last entry the FSM was handed, a
+	// command or a configuration (0 after a restore until the next one:
+	// raft knows the snapshot's index). Raft's AppliedIndex runs ahead of
+	// it by the batches queued for this goroutine; raft's snapshot
+	// refusal compares the FSM's own (configPending).
+	position atomic.Uint64
 }
 
 // fsmResult is what fsm.Apply returns through raft's ApplyFuture.Response.
@@ -42,6 +50,7 @@ type fsmResult struct {
 // leader validated it is refused here, atomically, and the refusal is the
 // apply response: never a panic, never partial state.
 func (f *fsm) Apply(l *raft.Log) any {
+	f.position.Store(l.Index)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.halted != nil {
@@ -159,7 +168,7 @@ func fenceTerm(req any, logTerm uint64) error {
 // joined, with no command since (the next server of a rolling restart),
 // skipped its snapshot on stop and replayed its log when it came back.
 // f.applied stays the last command's index (Digest's CommandIndex).
-func (f *fsm) StoreConfiguration(uint64, raft.Configuration) {}
+func (f *fsm) StoreConfiguration(index uint64, _ raft.Configuration) { f.position.Store(index) }
 
 // Snapshot implements raft.FSM: it captures a memdb read view, which is
 // immutable, so Persist runs concurrently with later applies.
@@ -190,6 +199,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	}
 	f.meta.restore(h)
 	f.applied = 0 // unknown until the next entry: raft knows the snapshot's index
+	f.position.Store(0)
 	return nil
 }
 

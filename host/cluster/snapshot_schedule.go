@@ -129,15 +129,20 @@ func (c *Cluster) logsSinceSnapshot() uint64 {
 	return last - snap
 }
 
-// configPending reports whether the latest configuration entry is not
+// configPending reports whether the newest configuration entry is not
 // applied yet: raft refuses a snapshot then (it cannot represent a change
 // in flight) and logs the refusal as an error, which a server catching up
-// after a restart, its slot come, did on every check.
-func (c *Cluster) configPending() bool { return configPendingIn(c.raft.Stats()) }
-
-// configPendingIn is configPending over raft's Stats.
-func configPendingIn(st map[string]string) bool {
-	applied, err1 := strconv.ParseUint(st["applied_index"], 10, 64)
-	conf, err2 := strconv.ParseUint(st["latest_configuration_index"], 10, 64)
-	return err1 == nil && err2 == nil && applied < conf
+// after a restart, its slot come, did on every check. The state machine's
+// own position decides, as raft's refusal does; right after a restore it
+// is unknown and raft's applied index, the snapshot's, stands in.
+func (c *Cluster) configPending() bool {
+	applied := c.fsm.position.Load()
+	if applied == 0 {
+		applied = c.raft.AppliedIndex()
+	}
+	return configPendingAt(c.configs.latestConfiguration(), applied)
 }
+
+// configPendingAt is configPending from the newest configuration entry's
+// index and the state machine's (0: no configuration entry seen).
+func configPendingAt(conf, applied uint64) bool { return applied < conf }
