@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -14,37 +16,65 @@ import (
 // that never sets the index: it is always "0", and the schedule's guard
 // never held a snapshot back. configLog keeps the index itself.
 
-// configLog is the raft log store, noting the index of the newest
-// configuration entry that passes through it: written by an append, or
+// configLog is the raft log store, noting the indexes of the
+// configuration entries that pass through it: written by an append, or
 // read back by raft's scan of the log after its snapshot when a server
 // starts (raft.NewRaft reads every entry past the snapshot for this same
 // reason). An entry covered by a snapshot is applied already, so the
-// entries after it are all that matter. A configuration entry deleted by
-// a follower's truncation leaves the index higher than the log's: the
-// guard then waits until the applied index passes it, which the leader's
-// entries at those indexes bring.
+// entries after it are all that matter.
+//
+// A deleted entry is forgotten: a follower whose log conflicts with a new
+// leader's deletes its tail (raft's DeleteRange), and a leader cut off
+// from the others may have written a configuration entry there that no
+// server will ever apply. Kept, it held every snapshot back until the
+// cluster's log grew past its index, as many entries as the deleted tail
+// held (TestConfigLogAttackDeletedConfigurationHoldsScheduledSnapshots).
+// The compaction after a snapshot deletes the log's head the same way;
+// what it deletes is applied.
 type configLog struct {
 	raft.LogStore
-	latest atomic.Uint64
+
+	mu      sync.Mutex
+	indexes []uint64 // the configuration entries in the log, ascending
+	latest  atomic.Uint64
 }
 
 // newConfigLog wraps logs.
 func newConfigLog(logs raft.LogStore) *configLog { return &configLog{LogStore: logs} }
 
-// latestConfiguration is the index of the newest configuration entry seen
-// (0: none since the last snapshot, when the server started).
+// latestConfiguration is the index of the newest configuration entry in
+// the log (0: none since the last snapshot, when the server started).
 func (l *configLog) latestConfiguration() uint64 { return l.latest.Load() }
 
 func (l *configLog) note(e *raft.Log) {
 	if e.Type != raft.LogConfiguration {
 		return
 	}
-	for {
-		cur := l.latest.Load()
-		if e.Index <= cur || l.latest.CompareAndSwap(cur, e.Index) {
-			return
-		}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	i, found := slices.BinarySearch(l.indexes, e.Index)
+	if !found {
+		l.indexes = slices.Insert(l.indexes, i, e.Index)
 	}
+	l.latest.Store(l.indexes[len(l.indexes)-1])
+}
+
+// DeleteRange implements raft.LogStore.
+func (l *configLog) DeleteRange(lo, hi uint64) error {
+	if err := l.LogStore.DeleteRange(lo, hi); err != nil {
+		// What is left is unknown: keep every noted entry, which can
+		// only hold a snapshot back, never let raft refuse one.
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.indexes = slices.DeleteFunc(l.indexes, func(i uint64) bool { return lo <= i && i <= hi })
+	var latest uint64
+	if n := len(l.indexes); n > 0 {
+		latest = l.indexes[n-1]
+	}
+	l.latest.Store(latest)
+	return nil
 }
 
 // GetLog implements raft.LogStore.
