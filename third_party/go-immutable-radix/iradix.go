@@ -57,6 +57,10 @@ type Txn struct {
 	// such node, not upstream's LRU of the last 8,192 (writable.go says why).
 	writable writableSet
 
+	// fromEmpty: the transaction started from an empty tree and has not
+	// exposed its nodes since (writable.go, ownsNode).
+	fromEmpty bool
+
 	// trackChannels is used to hold channels that need to be notified to
 	// signal mutation of the tree. This will only hold up to
 	// defaultModifiedCache number of entries, after which we will set the
@@ -71,9 +75,10 @@ type Txn struct {
 // Txn starts a new transaction that can be used to mutate the tree
 func (t *Tree) Txn() *Txn {
 	txn := &Txn{
-		root: t.root,
-		snap: t.root,
-		size: t.size,
+		root:      t.root,
+		snap:      t.root,
+		size:      t.size,
+		fromEmpty: t.root.isEmpty(),
 	}
 	return txn
 }
@@ -82,7 +87,8 @@ func (t *Tree) Txn() *Txn {
 // does not track any nodes and has TrackMutate turned off. The cloned transaction will contain any uncommitted writes in the original transaction but further mutations to either will be independent and result in different radix trees on Commit. A cloned transaction may be passed to another goroutine and mutated there independently however each transaction may only be mutated in a single thread.
 func (t *Txn) Clone() *Txn {
 	// reset the writable node cache to avoid leaking future writes into the clone
-	t.writable = nil
+	releaseWritableSet(t.writable)
+	t.writable, t.fromEmpty = nil, false
 
 	txn := &Txn{
 		root: t.root,
@@ -124,7 +130,7 @@ func (t *Txn) trackChannel(ch *mutateCh) {
 
 	// Create the map on the fly when we need it.
 	if t.trackChannels == nil {
-		t.trackChannels = make(map[*mutateCh]struct{})
+		t.trackChannels = newTrackChannels()
 	}
 
 	// Otherwise we are good to track it.
@@ -141,7 +147,7 @@ func (t *Txn) writeNode(n *Node, forLeafUpdate bool) *Node {
 	// a node update since the node is writable, but if this is for a leaf
 	// update we track it, in case the initial write to this node didn't
 	// update the leaf.
-	if t.writable.has(n) {
+	if t.ownsNode(n) {
 		if t.trackMutate && forLeafUpdate && n.leaf != nil {
 			t.trackChannel(&n.leaf.mutateCh)
 		}
@@ -174,8 +180,11 @@ func (t *Txn) writeNode(n *Node, forLeafUpdate bool) *Node {
 		copy(nc.edges, n.edges)
 	}
 
-	// Mark this node as writable.
-	t.writable = t.writable.add(nc)
+	// Mark this node as writable (a transaction from an empty tree owns it
+	// without a note: ownsNode).
+	if !t.fromEmpty {
+		t.writable = t.writable.add(nc)
+	}
 	return nc
 }
 
@@ -500,7 +509,8 @@ func (t *Txn) Commit() *Tree {
 // does not issue any notifications until Notify is called.
 func (t *Txn) CommitOnly() *Tree {
 	nt := &Tree{t.root, t.size}
-	t.writable = nil
+	releaseWritableSet(t.writable)
+	t.writable, t.fromEmpty = nil, false
 	return nt
 }
 
@@ -587,6 +597,7 @@ func (t *Txn) Notify() {
 
 	// Clean up the tracking state so that a re-notify is safe (will trigger
 	// the else clause above which will be a no-op).
+	releaseTrackChannels(t.trackChannels)
 	t.trackChannels = nil
 	t.trackOverflow = false
 }

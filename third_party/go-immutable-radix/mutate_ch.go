@@ -2,7 +2,7 @@ package iradix
 
 import "sync/atomic"
 
-// volhost's change to go-immutable-radix v1.3.1 (the only one): a node's
+// volhost's first change to go-immutable-radix v1.3.1: a node's
 // and a leaf's mutation channel is made when something first watches it,
 // not when the node is made. Upstream makes two channels per key (its
 // leaf's and its node's, 96 bytes each) plus one per inner node and per

@@ -49,6 +49,11 @@ type scaleReport struct {
 	// for: its group commits of claim checkpoints and its CSI calls,
 	// counted between the start of the releases and their end.
 	ReleaseWork leaderWork `json:"release_work"`
+	// ReleaseServers is what each server spent over the releases, from
+	// its own counters: where a release's cost grows with the table (the
+	// leader's collector, say) without a profiler on the servers.
+	ReleaseServers map[string]serverWork `json:"release_servers"`
+	ReleaseLeader  string                `json:"release_leader"`
 
 	SnapshotSaveSeconds float64 `json:"operator_snapshot_save_seconds"`
 	SnapshotBytes       int64   `json:"operator_snapshot_bytes"`
@@ -101,6 +106,19 @@ func (w leaderWork) minus(before leaderWork) leaderWork {
 		d.CSI[m] = [2]float64{v[0] - before.CSI[m][0], v[1] - before.CSI[m][1]}
 	}
 	return d
+}
+
+// serverWork is one server's process CPU, bytes allocated and completed
+// collections (its process and Go collectors' counters).
+type serverWork struct {
+	CPUSeconds  float64 `json:"cpu_seconds"`
+	AllocBytes  float64 `json:"alloc_bytes"`
+	Collections float64 `json:"collections"`
+}
+
+func (w serverWork) minus(before serverWork) serverWork {
+	return serverWork{CPUSeconds: w.CPUSeconds - before.CPUSeconds, AllocBytes: w.AllocBytes - before.AllocBytes,
+		Collections: w.Collections - before.Collections}
 }
 
 // phase is one step of the run (loading, claims, ...) from its start.
@@ -359,6 +377,18 @@ func (rep *scaleReport) markdown() string {
 				fmt.Fprintf(&b, "| the releases' %s calls from the leader: per release, mean | %.2f, %.2f ms |\n", m, v[0]/float64(rep.Claims), 1000*v[1]/v[0])
 			}
 		}
+	}
+	if len(rep.ReleaseServers) > 0 && rep.Claims > 0 {
+		var per []string
+		for _, id := range slices.Sorted(maps.Keys(rep.ReleaseServers)) {
+			w, role := rep.ReleaseServers[id], ""
+			if id == rep.ReleaseLeader {
+				role = " (leader)"
+			}
+			n := float64(rep.Claims)
+			per = append(per, fmt.Sprintf("%s%s %.2f ms, %.0f KB, %.2f", id, role, 1000*w.CPUSeconds/n, w.AllocBytes/n/1000, 1000*w.Collections/n))
+		}
+		fmt.Fprintf(&b, "| the releases' cost per server: CPU and bytes allocated per release, collections per 1,000 releases | %s |\n", strings.Join(per, "; "))
 	}
 	for _, r := range rep.RoutesHeld {
 		if r.Route == "/v1/stats" {

@@ -204,6 +204,10 @@ func TestScaleCluster(t *testing.T) {
 	// releases each claim through the driver.
 	ui = startReader(ctx, api, []string{"/v1/stats"})
 	workBefore, workErr := readLeaderWork(ctx, api)
+	serversBefore, serversErr := readServersWork(ctx, c)
+	if l, err := c.WaitLeader(ctx, nil); err == nil {
+		rep.ReleaseLeader = l.ID
+	}
 	rep.mark("releases")
 	t0 = time.Now()
 	if err := allocs("complete"); err != nil {
@@ -224,6 +228,14 @@ func TestScaleCluster(t *testing.T) {
 		rep.ReleaseWork = after.minus(workBefore)
 	} else {
 		t.Logf("the leader's release work not read: %v", errors.Join(workErr, err))
+	}
+	if after, err := readServersWork(ctx, c); err == nil && serversErr == nil {
+		rep.ReleaseServers = map[string]serverWork{}
+		for id, w := range after {
+			rep.ReleaseServers[id] = w.minus(serversBefore[id])
+		}
+	} else {
+		t.Logf("the servers' release work not read: %v", errors.Join(serversErr, err))
 	}
 	rep.ReadsDuringReleases = ui.stop()
 	t.Logf("%d releases in %.1fs (%.0f/s)", nclaim, rep.ReleaseSeconds, rep.ReleasesPerSec)
@@ -664,6 +676,35 @@ func readLeaderWork(ctx context.Context, a *API) (leaderWork, error) {
 		}
 	}
 	return w, nil
+}
+
+// readServersWork reads every server's serverWork counters.
+func readServersWork(ctx context.Context, c *Cluster) (map[string]serverWork, error) {
+	all := map[string]serverWork{}
+	for _, s := range c.Servers {
+		b, err := readMetrics(ctx, s.API)
+		if err != nil {
+			return nil, err
+		}
+		var w serverWork
+		for _, line := range strings.Split(string(b), "\n") {
+			name, v, ok := metricLine(line)
+			switch {
+			case !ok:
+			case name == "process_cpu_seconds_total":
+				w.CPUSeconds = v
+			case name == "go_memstats_alloc_bytes_total":
+				w.AllocBytes = v
+			case name == "go_gc_duration_seconds_count":
+				w.Collections = v
+			}
+		}
+		if w.CPUSeconds == 0 || w.AllocBytes == 0 {
+			return nil, fmt.Errorf("metrics of %s: no process CPU or Go allocation counters", s.ID)
+		}
+		all[s.ID] = w
+	}
+	return all, nil
 }
 
 // metricLine splits one sample line of the Prometheus text format.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package iradix
+
+const raceEnabled = false
