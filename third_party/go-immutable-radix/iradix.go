@@ -390,12 +390,18 @@ func (t *Txn) delete(parent, n *Node, search []byte) (*Node, *leafNode) {
 func (t *Txn) deletePrefix(parent, n *Node, search []byte) (*Node, int) {
 	// Check for key exhaustion
 	if len(search) == 0 {
+		// volhost: counted and tracked before the node is emptied. When
+		// the transaction owns n, writeNode answers n itself, and counting
+		// after would count nothing (the tree's Len kept the deleted keys)
+		// and track none of the channels under it (their watches never
+		// closed); upstream does it in this order only for nodes it copies.
+		deleted := t.trackChannelsAndCount(n)
 		nc := t.writeNode(n, true)
 		if n.isLeaf() {
 			nc.leaf = nil
 		}
 		nc.edges = nil
-		return nc, t.trackChannelsAndCount(n)
+		return nc, deleted
 	}
 
 	// Look for an edge

@@ -40,7 +40,15 @@ func (s writableSet) add(n *Node) writableSet {
 // it exposes its nodes (CommitOnly, Clone), as the set is emptied then.
 // It also owns the nodes insert makes without writeNode (a new leaf, a
 // split), which the set never held: they are as much its own.
+//
+// A node something watches is never its own: a watch taken inside the
+// transaction (Txn.GetWatch) on a node it made must be closed by its
+// commit, so the node is copied and its channel tracked, as upstream does
+// for a node outside its set.
 func (t *Txn) ownsNode(n *Node) bool {
+	if n.mutateCh.p.Load() != nil {
+		return false
+	}
 	if t.fromEmpty {
 		return n != t.snap
 	}
