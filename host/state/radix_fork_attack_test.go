@@ -17,15 +17,6 @@ import (
 // go-memdb and the store. They judge by what reads return and which watch
 // channels close.
 
-func forkChClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
 func persistSnap(t *testing.T, snap *Snapshot) string {
 	t.Helper()
 	var b bytes.Buffer
@@ -228,6 +219,9 @@ func TestRadixForkMemdbFreshTxnSnapshotAndWatches(t *testing.T) {
 	var inBefore []string
 	for o := itIn.Next(); o != nil; o = itIn.Next() {
 		inBefore = append(inBefore, o.(*forkRow).ID)
+	}
+	if len(inBefore) != 17 { // r01, r04, ... r49
+		t.Fatalf("the transaction reads %d rows of g1 inside itself, want 17: %v", len(inBefore), inBefore)
 	}
 
 	snap := txn.Snapshot()
