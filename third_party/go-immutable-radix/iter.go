@@ -14,6 +14,18 @@ type Iterator struct {
 // SeekPrefixWatch is used to seek the iterator to a given prefix
 // and returns the watch channel of the finest granularity
 func (i *Iterator) SeekPrefixWatch(prefix []byte) (watch <-chan struct{}) {
+	return i.seekPrefix(prefix).watch()
+}
+
+// SeekPrefix is used to seek the iterator to a given prefix
+func (i *Iterator) SeekPrefix(prefix []byte) {
+	// volhost: without making the channel nobody asked for (node.go, Get).
+	i.seekPrefix(prefix)
+}
+
+// seekPrefix seeks to prefix and answers the mutation channel a watch on
+// it would take.
+func (i *Iterator) seekPrefix(prefix []byte) *mutateCh {
 	// Wipe the stack
 	i.stack = nil
 	n := i.node
@@ -24,14 +36,14 @@ func (i *Iterator) SeekPrefixWatch(prefix []byte) (watch <-chan struct{}) {
 		// Check for key exhaustion
 		if len(search) == 0 {
 			i.node = n
-			return ch.watch()
+			return ch
 		}
 
 		// Look for an edge
 		_, n = n.getEdge(search[0])
 		if n == nil {
 			i.node = nil
-			return ch.watch()
+			return ch
 		}
 
 		// Update to the finest granularity as the search makes progress
@@ -43,17 +55,12 @@ func (i *Iterator) SeekPrefixWatch(prefix []byte) (watch <-chan struct{}) {
 
 		} else if bytes.HasPrefix(n.prefix, search) {
 			i.node = n
-			return ch.watch()
+			return ch
 		} else {
 			i.node = nil
-			return ch.watch()
+			return ch
 		}
 	}
-}
-
-// SeekPrefix is used to seek the iterator to a given prefix
-func (i *Iterator) SeekPrefix(prefix []byte) {
-	i.SeekPrefixWatch(prefix)
 }
 
 func (i *Iterator) recurseMin(n *Node) *Node {

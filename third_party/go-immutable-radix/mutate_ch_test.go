@@ -1,6 +1,7 @@
 package iradix
 
 import (
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -127,3 +128,47 @@ func TestMutateChConcurrentWatchAndNotify(t *testing.T) {
 }
 
 func keyOf(i int) string { return "key-" + strconv.Itoa(i) }
+
+// A lookup without a watch makes no channel: Get, Txn.Get and SeekPrefix
+// allocate nothing, and a node they reached stays one a transaction may
+// change in place (upstream's Get called GetWatch and dropped the channel,
+// which the lazy channels then made on every lookup).
+func TestLookupsWithoutAWatchMakeNoChannel(t *testing.T) {
+	tree := New()
+	for _, k := range []string{"vol-a", "vol-b", "vol-c/1", "vol-c/2", "x"} {
+		tree, _, _ = tree.Insert([]byte(k), k)
+	}
+	for name, lookup := range map[string]func(*Tree){
+		"Get present":        func(t *Tree) { t.Get([]byte("vol-b")) },
+		"Get absent":         func(t *Tree) { t.Get([]byte("vol-d")) },
+		"Txn.Get":            func(t *Tree) { t.Txn().Get([]byte("vol-c/2")) },
+		"SeekPrefix":         func(t *Tree) { t.Root().Iterator().SeekPrefix([]byte("vol-c")) },
+		"reverse SeekPrefix": func(t *Tree) { t.Root().ReverseIterator().SeekPrefix([]byte("vol")) },
+	} {
+		// Each lookup on a tree of its own, whose nodes nothing has
+		// looked up yet; an iterator or a transaction is one object,
+		// a channel made would be two more (the channel and its box).
+		fresh := New()
+		for _, k := range []string{"vol-a", "vol-b", "vol-c/1", "vol-c/2", "x"} {
+			fresh, _, _ = fresh.Insert([]byte(k), k)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		lookup(fresh)
+		runtime.ReadMemStats(&after)
+		if n := after.Mallocs - before.Mallocs; n > 1 {
+			t.Errorf("%s allocates %d objects: it made a watch channel", name, n)
+		}
+	}
+	// The watch still works where one is asked for.
+	ch, _, _ := tree.Root().GetWatch([]byte("vol-b"))
+	w := tree.Txn()
+	w.TrackMutate(true)
+	w.Insert([]byte("vol-b"), "again")
+	w.Commit()
+	select {
+	case <-ch:
+	default:
+		t.Fatal("the watch on vol-b stayed open after a commit replaced it")
+	}
+}

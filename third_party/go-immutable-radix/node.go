@@ -104,13 +104,31 @@ func (n *Node) delEdge(label byte) {
 }
 
 func (n *Node) GetWatch(k []byte) (<-chan struct{}, interface{}, bool) {
+	m, val, ok := n.get(k)
+	return m.watch(), val, ok
+}
+
+// Get looks k up without a watch. volhost: upstream's Get called GetWatch
+// and dropped its channel, which the fork's lazy channels (mutate_ch.go)
+// then made for every lookup: go-memdb looks a row's ID up on every
+// insert, so a restore made a channel at every insertion point (7% of
+// its bytes, BenchmarkRestore), and a node with a channel is one the
+// transaction must copy rather than change in place (writable.go).
+func (n *Node) Get(k []byte) (interface{}, bool) {
+	_, val, ok := n.get(k)
+	return val, ok
+}
+
+// get finds k and the mutation channel a watch on it would take: its
+// leaf's if k is there, otherwise the deepest node the search reached.
+func (n *Node) get(k []byte) (*mutateCh, interface{}, bool) {
 	search := k
 	watch := &n.mutateCh
 	for {
 		// Check for key exhaustion
 		if len(search) == 0 {
 			if n.isLeaf() {
-				return n.leaf.mutateCh.watch(), n.leaf.val, true
+				return &n.leaf.mutateCh, n.leaf.val, true
 			}
 			break
 		}
@@ -131,12 +149,7 @@ func (n *Node) GetWatch(k []byte) (<-chan struct{}, interface{}, bool) {
 			break
 		}
 	}
-	return watch.watch(), nil, false
-}
-
-func (n *Node) Get(k []byte) (interface{}, bool) {
-	_, val, ok := n.GetWatch(k)
-	return val, ok
+	return watch, nil, false
 }
 
 // LongestPrefix is like Get, but instead of an
