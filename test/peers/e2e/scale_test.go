@@ -650,29 +650,21 @@ func procStatusMiB(pid int, field string) int {
 // readLeaderWork reads the leader's group commits of claim checkpoints
 // and CSI calls from its metrics, as counted since it started.
 func readLeaderWork(ctx context.Context, a *API) (leaderWork, error) {
-	b, err := readMetrics(ctx, a)
+	m, err := metricSamples(ctx, a)
 	if err != nil {
 		return leaderWork{}, err
 	}
-	w := leaderWork{CSI: map[string][2]float64{}}
-	for _, line := range strings.Split(string(b), "\n") {
-		name, v, ok := metricLine(line)
-		if !ok {
-			continue
-		}
-		switch {
-		case name == "volhost_checkpoint_commit_duration_seconds_count":
-			w.Commits = v
-		case name == "volhost_checkpoint_commit_duration_seconds_sum":
-			w.CommitSeconds = v
-		case name == "volhost_checkpoint_commit_checkpoints_sum":
-			w.Checkpoints = v
-		case strings.HasPrefix(name, `volhost_csi_call_duration_seconds_count{method="`):
-			m := strings.TrimSuffix(strings.TrimPrefix(name, `volhost_csi_call_duration_seconds_count{method="`), `"}`)
-			w.CSI[m] = [2]float64{v, w.CSI[m][1]}
-		case strings.HasPrefix(name, `volhost_csi_call_duration_seconds_sum{method="`):
-			m := strings.TrimSuffix(strings.TrimPrefix(name, `volhost_csi_call_duration_seconds_sum{method="`), `"}`)
-			w.CSI[m] = [2]float64{w.CSI[m][0], v}
+	w := leaderWork{Commits: m["volhost_checkpoint_commit_duration_seconds_count"],
+		CommitSeconds: m["volhost_checkpoint_commit_duration_seconds_sum"],
+		Checkpoints:   m["volhost_checkpoint_commit_checkpoints_sum"], CSI: map[string][2]float64{}}
+	for name, v := range m {
+		for i, prefix := range []string{`volhost_csi_call_duration_seconds_count{method="`, `volhost_csi_call_duration_seconds_sum{method="`} {
+			if method, ok := strings.CutPrefix(name, prefix); ok {
+				method = strings.TrimSuffix(method, `"}`)
+				calls := w.CSI[method]
+				calls[i] = v
+				w.CSI[method] = calls
+			}
 		}
 	}
 	return w, nil
@@ -682,23 +674,12 @@ func readLeaderWork(ctx context.Context, a *API) (leaderWork, error) {
 func readServersWork(ctx context.Context, c *Cluster) (map[string]serverWork, error) {
 	all := map[string]serverWork{}
 	for _, s := range c.Servers {
-		b, err := readMetrics(ctx, s.API)
+		m, err := metricSamples(ctx, s.API)
 		if err != nil {
 			return nil, err
 		}
-		var w serverWork
-		for _, line := range strings.Split(string(b), "\n") {
-			name, v, ok := metricLine(line)
-			switch {
-			case !ok:
-			case name == "process_cpu_seconds_total":
-				w.CPUSeconds = v
-			case name == "go_memstats_alloc_bytes_total":
-				w.AllocBytes = v
-			case name == "go_gc_duration_seconds_count":
-				w.Collections = v
-			}
-		}
+		w := serverWork{CPUSeconds: m["process_cpu_seconds_total"], AllocBytes: m["go_memstats_alloc_bytes_total"],
+			Collections: m["go_gc_duration_seconds_count"]}
 		if w.CPUSeconds == 0 || w.AllocBytes == 0 {
 			return nil, fmt.Errorf("metrics of %s: no process CPU or Go allocation counters", s.ID)
 		}
@@ -707,14 +688,24 @@ func readServersWork(ctx context.Context, c *Cluster) (map[string]serverWork, er
 	return all, nil
 }
 
-// metricLine splits one sample line of the Prometheus text format.
-func metricLine(line string) (string, float64, bool) {
-	i := strings.LastIndexByte(line, ' ')
-	if i < 0 || strings.HasPrefix(line, "#") {
-		return "", 0, false
+// metricSamples is a server's /v1/metrics as samples: the name with its
+// labels, as the Prometheus text format writes it, to the value.
+func metricSamples(ctx context.Context, a *API) (map[string]float64, error) {
+	b, err := readMetrics(ctx, a)
+	if err != nil {
+		return nil, err
 	}
-	v, err := strconv.ParseFloat(line[i+1:], 64)
-	return line[:i], v, err == nil
+	m := map[string]float64{}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m, nil
 }
 
 // readMetrics is a server's /v1/metrics.
@@ -735,20 +726,11 @@ func readMetrics(ctx context.Context, a *API) ([]byte, error) {
 // collector's): the heap in use and half the next collection's goal,
 // which under GOGC=100 is the heap the last collection found live, in MiB.
 func heapFigures(ctx context.Context, a *API) ([2]int, error) {
-	b, err := readMetrics(ctx, a)
+	m, err := metricSamples(ctx, a)
 	if err != nil {
 		return [2]int{}, err
 	}
-	var inuse, next float64
-	for _, line := range strings.Split(string(b), "\n") {
-		var v float64
-		if _, err := fmt.Sscanf(line, "go_memstats_heap_inuse_bytes %g", &v); err == nil {
-			inuse = v
-		}
-		if _, err := fmt.Sscanf(line, "go_memstats_next_gc_bytes %g", &v); err == nil {
-			next = v
-		}
-	}
+	inuse, next := m["go_memstats_heap_inuse_bytes"], m["go_memstats_next_gc_bytes"]
 	if inuse == 0 || next == 0 {
 		return [2]int{}, fmt.Errorf("metrics of %s: no Go heap figures", a.base)
 	}
