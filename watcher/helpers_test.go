@@ -610,6 +610,24 @@ func fmtCalls(calls []csiCall) string {
 	return s
 }
 
+// settled: no pass queued or running and the blocking query caught up
+// with every write, so no pass starts until the test writes or moves the
+// clock. A pass's own writes come back through the query as changes and
+// queue the volume again, so idle alone can be seen between the pass and
+// that second one (TestReassessRejudgesAtOnce swapped its policy there,
+// and the second pass released a volume the test said no one would
+// judge again). Idle is read again last: a pass the query queued after
+// the first read has run or shows.
+func (f *fixture) settled() bool {
+	if !f.w.idle() {
+		return false
+	}
+	f.store.mu.RLock()
+	idx := f.store.index
+	f.store.mu.RUnlock()
+	return f.w.feedIndex.Load() >= idx && f.w.idle()
+}
+
 // enable turns the watcher on and waits until its blocking query has caught
 // up with the store, so later writes are seen as changes.
 func (f *fixture) enable(t testing.TB) {

@@ -63,7 +63,7 @@ func TestReassessRejudgesAtOnce(t *testing.T) {
 	f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken)))
 	f.store.putVolume(newVolume("other", newClaim("b1", testNode, structs.ClaimTaken)))
 	f.enable(t)
-	testutil.WaitFor(t, "the first judgement of both volumes", func() bool { return pol.callCount() >= 2 && f.w.idle() })
+	testutil.WaitFor(t, "the first judgement of both volumes", func() bool { return pol.callCount() >= 2 && f.settled() })
 	if n := f.metrics.releasedCount(); n != 0 {
 		t.Fatalf("%d claims released while the policy said wait", n)
 	}

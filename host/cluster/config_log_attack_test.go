@@ -166,11 +166,11 @@ func TestConfigLogAttackDeletedConfigurationHoldsScheduledSnapshots(t *testing.T
 	s1 := x.old
 	snapAt := lastSnapshotIndex(s1.c)
 	applied := s1.c.AppliedIndex()
-	if s1.c.logsSinceSnapshot() < 2*attackThreshold {
-		t.Fatalf("setup: s1 holds only %d entries past its snapshot at %d", s1.c.logsSinceSnapshot(), snapAt)
-	}
 	// The schedule (s1's slot comes every 600 ms) snapshots once the log
-	// holds the threshold past the last snapshot and raft would take it.
+	// holds the threshold past the last snapshot and raft would take it:
+	// it may have done so already, while the setup waited for the
+	// servers to converge (the setup wrote 4 x threshold entries after
+	// the deleted tail).
 	if holdsWithin(15*time.Second, func() bool { return lastSnapshotIndex(s1.c) >= applied }) {
 		return
 	}
