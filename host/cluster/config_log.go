@@ -3,7 +3,6 @@ package cluster
 import (
 	"slices"
 	"sync"
-	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -36,7 +35,6 @@ type configLog struct {
 
 	mu      sync.Mutex
 	indexes []uint64 // the configuration entries in the log, ascending
-	latest  atomic.Uint64
 }
 
 // newConfigLog wraps logs.
@@ -44,7 +42,14 @@ func newConfigLog(logs raft.LogStore) *configLog { return &configLog{LogStore: l
 
 // latestConfiguration is the index of the newest configuration entry in
 // the log (0: none since the last snapshot, when the server started).
-func (l *configLog) latestConfiguration() uint64 { return l.latest.Load() }
+func (l *configLog) latestConfiguration() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.indexes); n > 0 {
+		return l.indexes[n-1]
+	}
+	return 0
+}
 
 func (l *configLog) note(e *raft.Log) {
 	if e.Type != raft.LogConfiguration {
@@ -56,7 +61,6 @@ func (l *configLog) note(e *raft.Log) {
 	if !found {
 		l.indexes = slices.Insert(l.indexes, i, e.Index)
 	}
-	l.latest.Store(l.indexes[len(l.indexes)-1])
 }
 
 // DeleteRange implements raft.LogStore.
@@ -69,11 +73,6 @@ func (l *configLog) DeleteRange(lo, hi uint64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.indexes = slices.DeleteFunc(l.indexes, func(i uint64) bool { return lo <= i && i <= hi })
-	var latest uint64
-	if n := len(l.indexes); n > 0 {
-		latest = l.indexes[n-1]
-	}
-	l.latest.Store(latest)
 	return nil
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -46,11 +45,6 @@ func holdsWithin(d time.Duration, cond func() bool) bool {
 		}
 	}
 	return true
-}
-
-func lastSnapshotIndex(c *Cluster) uint64 {
-	n, _ := strconv.ParseUint(c.raft.Stats()["last_snapshot_index"], 10, 64)
-	return n
 }
 
 func attackEvent(i int) *structs.EventAppendRequest {

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"strconv"
 	"testing"
 
 	"github.com/volhost/volhost/host/structs"
@@ -81,9 +80,8 @@ func snapshotIndex(t *testing.T, c *Cluster) uint64 {
 	t.Helper()
 	var idx uint64
 	testutil.WaitFor(t, "a snapshot index", func() bool {
-		v, err := strconv.ParseUint(c.raft.Stats()["last_snapshot_index"], 10, 64)
-		idx = v
-		return err == nil && v > 0
+		idx = lastSnapshotIndex(c)
+		return idx > 0
 	})
 	return idx
 }

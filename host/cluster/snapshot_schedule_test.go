@@ -70,8 +70,7 @@ func TestSnapshotScheduleTakesSnapshots(t *testing.T) {
 		mustApply(t, c, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{{Type: structs.EventModule, Message: fmt.Sprint(i)}}})
 	}
 	testutil.WaitFor(t, "the schedule's snapshots to leave fewer entries than the threshold", func() bool {
-		n, _ := strconv.ParseUint(c.raft.Stats()["last_snapshot_index"], 10, 64)
-		return n > 0 && c.logsSinceSnapshot() < cfg.SnapshotThreshold
+		return lastSnapshotIndex(c) > 0 && c.logsSinceSnapshot() < cfg.SnapshotThreshold
 	})
 }
 
@@ -92,6 +91,13 @@ func TestSnapshotScheduleWaitsForConfiguration(t *testing.T) {
 
 // lastConfigurationEntry scans the log store for its newest configuration
 // entry: what raft itself scans at start-up.
+// lastSnapshotIndex is raft's own record of the server's newest snapshot
+// (0: none).
+func lastSnapshotIndex(c *Cluster) uint64 {
+	n, _ := strconv.ParseUint(c.raft.Stats()["last_snapshot_index"], 10, 64)
+	return n
+}
+
 func lastConfigurationEntry(t *testing.T, logs raft.LogStore) uint64 {
 	t.Helper()
 	first, err1 := logs.FirstIndex()

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"strconv"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -25,17 +24,13 @@ func TestServerSnapshotsOnStop(t *testing.T) {
 			mustApply(t, c, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{{Type: structs.EventModule, Message: fmt.Sprint(i)}}})
 		}
 	}
-	lastSnapshot := func(c *Cluster) uint64 {
-		n, _ := strconv.ParseUint(c.raft.Stats()["last_snapshot_index"], 10, 64)
-		return n
-	}
 	events(3)
 	c.stopSnapshotMin = c.logsSinceSnapshot() + 1
 	if err := c.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
 	c, s2 := start(t, cfg)
-	if got := lastSnapshot(c); got != 0 {
+	if got := lastSnapshotIndex(c); got != 0 {
 		t.Fatalf("a stop below the minimum took a snapshot (at %d)", got)
 	}
 	c.stopSnapshotMin = 10
@@ -59,7 +54,7 @@ func TestServerSnapshotsOnStop(t *testing.T) {
 		t.Fatalf("the stop's snapshot is at %d, the last applied entry %d", list[0].Index, applied)
 	}
 	c, s := start(t, cfg)
-	if got := lastSnapshot(c); got != applied {
+	if got := lastSnapshotIndex(c); got != applied {
 		t.Fatalf("restarted from the snapshot at %d, want %d", got, applied)
 	}
 	if got := digest(t, s); got != want {

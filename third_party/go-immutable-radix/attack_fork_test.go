@@ -2,8 +2,9 @@ package iradix
 
 import (
 	"fmt"
+	"maps"
 	"math/rand"
-	"sort"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -13,15 +14,6 @@ import (
 // They judge only by what the public API shows: values read back,
 // iteration, Len, channels closed or not. Each also passes on upstream
 // go-immutable-radix v1.3.1.
-
-func atkClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
 
 func treeKeys(t *Tree) []string {
 	var out []string
@@ -41,28 +33,11 @@ func iterKeys(it *Iterator) []string {
 }
 
 func modelKeys(m map[string]int) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	out := make([]string, len(ks))
-	for i, k := range ks {
-		out[i] = fmt.Sprintf("%s=%v", k, m[k])
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, fmt.Sprintf("%s=%v", k, m[k]))
 	}
 	return out
-}
-
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // DeletePrefix in a transaction started from an empty tree: the node the
@@ -135,7 +110,7 @@ func TestAttackFromEmptyTxnWatchClosedByCommit(t *testing.T) {
 			if v, _ := tree.Get([]byte(c.watch)); v != 42 {
 				t.Fatalf("%q = %v", c.watch, v)
 			}
-			if !atkClosed(ch) {
+			if !isClosed(ch) {
 				t.Fatalf("the watch on %q taken before it was inserted is still open after the commit that inserted it", c.watch)
 			}
 		})
@@ -153,7 +128,7 @@ func TestAttackNonEmptyTxnWatchClosedByCommit(t *testing.T) {
 	ch, _, _ := txn.GetWatch([]byte("foo3"))
 	txn.Insert([]byte("foo3"), 3)
 	txn.Commit()
-	if !atkClosed(ch) {
+	if !isClosed(ch) {
 		t.Fatal("watch on foo3 still open")
 	}
 }
@@ -191,7 +166,7 @@ func TestAttackFromEmptyViewsStayFixed(t *testing.T) {
 	final := txn.Commit()
 	cl := clone.Commit()
 
-	if got := treeKeys(mid); !equalStrings(got, midWant) || mid.Len() != midLen {
+	if got := treeKeys(mid); !slices.Equal(got, midWant) || mid.Len() != midLen {
 		t.Fatalf("the mid-transaction view changed: %d keys (Len %d), want %d (Len %d)", len(got), mid.Len(), len(midWant), midLen)
 	}
 	var wantIter []string
@@ -200,7 +175,7 @@ func TestAttackFromEmptyViewsStayFixed(t *testing.T) {
 			wantIter = append(wantIter, s)
 		}
 	}
-	if got := iterKeys(it); !equalStrings(got, wantIter) {
+	if got := iterKeys(it); !slices.Equal(got, wantIter) {
 		t.Fatalf("an iterator on the view taken before the writes gave %d keys, want %d", len(got), len(wantIter))
 	}
 	if empty.Len() != 0 || len(treeKeys(empty)) != 0 {
@@ -218,13 +193,13 @@ func TestAttackFromEmptyViewsStayFixed(t *testing.T) {
 	if v, _ := final.Get([]byte("k/150")); v != "txn" {
 		t.Fatalf("final k/150 = %v", v)
 	}
-	if !atkClosed(emptyWatch) {
+	if !isClosed(emptyWatch) {
 		t.Fatal("a watch on the empty tree is open after the first commit")
 	}
-	if !atkClosed(leafWatch) {
+	if !isClosed(leafWatch) {
 		t.Fatal("a watch on k/150 in the mid-transaction view is open after the commit that rewrote it")
 	}
-	if !atkClosed(nodeWatch) {
+	if !isClosed(nodeWatch) {
 		t.Fatal("a watch for k/15x in the mid-transaction view is open after the commit that inserted it")
 	}
 }
@@ -328,18 +303,18 @@ func TestAttackRandomViewsStayFixed(t *testing.T) {
 				model = m
 				for i, c := range clones {
 					ct := c.Commit()
-					if got, want := treeKeys(ct), modelKeys(cloneModels[i]); !equalStrings(got, want) {
+					if got, want := treeKeys(ct), modelKeys(cloneModels[i]); !slices.Equal(got, want) {
 						t.Errorf("g%d round %d: clone %d holds %v, want %v", g, round, i, got, want)
 						return
 					}
 				}
-				if got, want := treeKeys(tree), modelKeys(model); !equalStrings(got, want) || tree.Len() != len(model) {
+				if got, want := treeKeys(tree), modelKeys(model); !slices.Equal(got, want) || tree.Len() != len(model) {
 					t.Errorf("g%d round %d: tree holds %v (Len %d), want %v", g, round, got, tree.Len(), want)
 					return
 				}
 				addView(tree)
 				for _, v := range views {
-					if got := treeKeys(v.tree); !equalStrings(got, v.want) || v.tree.Len() != v.len {
+					if got := treeKeys(v.tree); !slices.Equal(got, v.want) || v.tree.Len() != v.len {
 						t.Errorf("g%d round %d: a view changed: %v (Len %d), was %v (Len %d)", g, round, got, v.tree.Len(), v.want, v.len)
 						return
 					}
@@ -347,7 +322,7 @@ func TestAttackRandomViewsStayFixed(t *testing.T) {
 				for _, w := range watches {
 					v, ok := tree.Get([]byte(w.key))
 					changed := ok != w.have || (ok && v.(int) != w.val)
-					if changed && !atkClosed(w.ch) {
+					if changed && !isClosed(w.ch) {
 						t.Errorf("g%d round %d: the watch on %s (was %v/%v, now %v/%v) is open", g, round, w.key, w.val, w.have, v, ok)
 						return
 					}

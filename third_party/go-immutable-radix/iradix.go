@@ -67,7 +67,7 @@ type Txn struct {
 	// trackOverflow flag, which will cause us to use a more expensive
 	// algorithm to perform the notifications. Mutation tracking is only
 	// performed if trackMutate is true.
-	trackChannels map[*mutateCh]struct{}
+	trackChannels channelSet
 	trackOverflow bool
 	trackMutate   bool
 }
@@ -87,8 +87,7 @@ func (t *Tree) Txn() *Txn {
 // does not track any nodes and has TrackMutate turned off. The cloned transaction will contain any uncommitted writes in the original transaction but further mutations to either will be independent and result in different radix trees on Commit. A cloned transaction may be passed to another goroutine and mutated there independently however each transaction may only be mutated in a single thread.
 func (t *Txn) Clone() *Txn {
 	// reset the writable node cache to avoid leaking future writes into the clone
-	releaseWritableSet(t.writable)
-	t.writable, t.fromEmpty = nil, false
+	t.exposeNodes()
 
 	txn := &Txn{
 		root: t.root,
@@ -130,7 +129,7 @@ func (t *Txn) trackChannel(ch *mutateCh) {
 
 	// Create the map on the fly when we need it.
 	if t.trackChannels == nil {
-		t.trackChannels = newTrackChannels()
+		t.trackChannels = trackPool.get()
 	}
 
 	// Otherwise we are good to track it.
@@ -183,7 +182,7 @@ func (t *Txn) writeNode(n *Node, forLeafUpdate bool) *Node {
 	// Mark this node as writable (a transaction from an empty tree owns it
 	// without a note: ownsNode).
 	if !t.fromEmpty {
-		t.writable = t.writable.add(nc)
+		t.noteWritable(nc)
 	}
 	return nc
 }
@@ -515,8 +514,7 @@ func (t *Txn) Commit() *Tree {
 // does not issue any notifications until Notify is called.
 func (t *Txn) CommitOnly() *Tree {
 	nt := &Tree{t.root, t.size}
-	releaseWritableSet(t.writable)
-	t.writable, t.fromEmpty = nil, false
+	t.exposeNodes()
 	return nt
 }
 
@@ -603,7 +601,7 @@ func (t *Txn) Notify() {
 
 	// Clean up the tracking state so that a re-notify is safe (will trigger
 	// the else clause above which will be a no-op).
-	releaseTrackChannels(t.trackChannels)
+	trackPool.put(t.trackChannels)
 	t.trackChannels = nil
 	t.trackOverflow = false
 }

@@ -41,6 +41,10 @@ func (m *mutateCh) watch() chan struct{} {
 	}
 }
 
+// watched says whether anything has watched the node (or it was
+// notified): a watcher made its channel.
+func (m *mutateCh) watched() bool { return m.p.Load() != nil }
+
 // close marks the node replaced and wakes whoever watches it.
 func (m *mutateCh) close() {
 	if p := m.p.Swap(closedCh); p != nil && p != closedCh {

@@ -24,39 +24,35 @@ const pooledMapMax = 1024
 // poolMaps is false only in a test that measures what the pools save.
 var poolMaps = true
 
+// set is a set of pointers: a writable set, a transaction's channels.
+type set[K comparable] map[K]struct{}
+
+// channelSet is the mutation channels a commit closes.
+type channelSet = set[*mutateCh]
+
+// setPool keeps emptied sets of one kind.
+type setPool[K comparable] struct{ p sync.Pool }
+
 var (
-	writablePool = sync.Pool{New: func() any { return writableSet{} }}
-	trackPool    = sync.Pool{New: func() any { return map[*mutateCh]struct{}{} }}
+	writablePool setPool[*Node]
+	trackPool    setPool[*mutateCh]
 )
 
-func newWritableSet() writableSet {
-	if !poolMaps {
-		return writableSet{}
+// get is an empty set, from the pool when it has one.
+func (sp *setPool[K]) get() set[K] {
+	if poolMaps {
+		if s, ok := sp.p.Get().(set[K]); ok {
+			return s
+		}
 	}
-	return writablePool.Get().(writableSet)
+	return set[K]{}
 }
 
-// releaseWritableSet gives s back to the pool; s must not be used after.
-func releaseWritableSet(s writableSet) {
+// put gives s back, emptied; s must not be used after.
+func (sp *setPool[K]) put(s set[K]) {
 	if s == nil || len(s) > pooledMapMax || !poolMaps {
 		return
 	}
 	clear(s)
-	writablePool.Put(s)
-}
-
-func newTrackChannels() map[*mutateCh]struct{} {
-	if !poolMaps {
-		return map[*mutateCh]struct{}{}
-	}
-	return trackPool.Get().(map[*mutateCh]struct{})
-}
-
-// releaseTrackChannels gives m back to the pool; m must not be used after.
-func releaseTrackChannels(m map[*mutateCh]struct{}) {
-	if m == nil || len(m) > pooledMapMax || !poolMaps {
-		return
-	}
-	clear(m)
-	trackPool.Put(m)
+	sp.p.Put(s)
 }

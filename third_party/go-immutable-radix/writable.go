@@ -11,20 +11,14 @@ package iradix
 // copying the paths it had already copied, and a lookup is one map access
 // instead of a map access and a list move. A write transaction is reset to
 // the empty set by Clone and CommitOnly, as before.
-type writableSet map[*Node]struct{}
+type writableSet = set[*Node]
 
-func (s writableSet) has(n *Node) bool {
-	_, ok := s[n]
-	return ok
-}
-
-// add returns the set with n added (a new set when s is nil).
-func (s writableSet) add(n *Node) writableSet {
-	if s == nil {
-		s = newWritableSet()
+// noteWritable adds nc, a node the transaction just made, to its set.
+func (t *Txn) noteWritable(nc *Node) {
+	if t.writable == nil {
+		t.writable = writablePool.get()
 	}
-	s[n] = struct{}{}
-	return s
+	t.writable[nc] = struct{}{}
 }
 
 // ownsNode says whether the transaction made n and has not exposed it
@@ -46,13 +40,23 @@ func (s writableSet) add(n *Node) writableSet {
 // commit, so the node is copied and its channel tracked, as upstream does
 // for a node outside its set.
 func (t *Txn) ownsNode(n *Node) bool {
-	if n.mutateCh.p.Load() != nil {
+	if n.mutateCh.watched() {
 		return false
 	}
 	if t.fromEmpty {
 		return n != t.snap
 	}
-	return t.writable.has(n)
+	_, ok := t.writable[n]
+	return ok
+}
+
+// exposeNodes marks the transaction's nodes as seen outside it (a
+// committed tree, a clone): it owns none of them from now on, so its set
+// goes back to the pool and a transaction from an empty tree stops owning
+// everything.
+func (t *Txn) exposeNodes() {
+	writablePool.put(t.writable)
+	t.writable, t.fromEmpty = nil, false
 }
 
 // isEmpty says whether n is the root of an empty tree.
