@@ -212,10 +212,9 @@ func TestAttackFromEmptyViewsStayFixed(t *testing.T) {
 // key in a view closes once a commit changes that key.
 func TestAttackRandomViewsStayFixed(t *testing.T) {
 	type view struct {
-		tree  *Tree
-		want  []string
-		len   int
-		model map[string]int
+		tree *Tree
+		want []string
+		len  int
 	}
 	type watch struct {
 		ch   <-chan struct{}
