@@ -39,7 +39,7 @@ func TestHoldReasonChangingEveryCall(t *testing.T) {
 	// The hold write runs a second pass (and policy call) of its own.
 	testutil.WaitFor(t, "the hold, a pass after it, then an idle watcher", func() bool {
 		c := f.store.claim(ref("v1"), "a1")
-		return c != nil && c.Hold != nil && calls.Load() >= 2 && f.w.idle()
+		return c != nil && c.Hold != nil && calls.Load() >= 2 && f.settled()
 	})
 	first := f.store.claim(ref("v1"), "a1").Hold.Reason
 	if n := len(f.store.checkpointCalls()); n != 1 {
@@ -49,7 +49,7 @@ func TestHoldReasonChangingEveryCall(t *testing.T) {
 	f.clock.Advance(holdReasonEvery)
 	testutil.WaitFor(t, "the hold's new reason, then an idle watcher", func() bool {
 		c := f.store.claim(ref("v1"), "a1")
-		return c != nil && c.Hold != nil && c.Hold.Reason != first && f.w.idle()
+		return c != nil && c.Hold != nil && c.Hold.Reason != first && f.settled()
 	})
 	if n := len(f.store.checkpointCalls()); n != 2 {
 		t.Fatalf("%d claim writes after %d policy calls, want 2 (the hold, its reason a minute later)", n, calls.Load())

@@ -242,8 +242,15 @@ func (w *Watcher) watchVolumes(ctx context.Context) {
 		}
 		w.mu.Lock()
 		for _, ref := range refs {
-			if _, seen := w.vols[ref]; first && seen {
-				continue // the step-up list already covered it
+			// A volume of the step-up list whose pass has not started
+			// yet will read this state or a newer one. One whose pass
+			// has started may have read it before this change (another
+			// writer's, or the pass's own): it runs again, as for any
+			// change. Skipping every listed volume here lost a change
+			// made while its step-up pass ran: the volume waited for
+			// the next periodic claim GC (GCInterval, 5 minutes).
+			if st, seen := w.vols[ref]; first && seen && st.queued {
+				continue
 			}
 			w.enqueueLocked(ref)
 		}

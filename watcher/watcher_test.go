@@ -252,7 +252,7 @@ func TestDetach(t *testing.T) {
 	// the refused detach writes is counted alone.
 	testutil.WaitFor(t, "the step-up pass's hold", func() bool {
 		c := f.store.claim(ref("v1"), "b1")
-		return c != nil && c.Hold != nil && f.w.idle()
+		return c != nil && c.Hold != nil && f.settled()
 	})
 	before := len(f.store.checkpointStates())
 
@@ -339,4 +339,58 @@ func TestStoreFailureRetried(t *testing.T) {
 	f.store.mu.Unlock()
 	f.clock.Advance(DefaultBackoffBase)
 	testutil.WaitFor(t, "release after the retry", func() bool { return f.store.claim(ref("v1"), "a1") == nil })
+}
+
+// gatedFeed holds the watcher's first blocking query (index 0, the whole
+// table after the step-up list) until gate closes, so a test can order a
+// step-up pass and other writers before it.
+type gatedFeed struct {
+	VolumeFeed
+	gate chan struct{}
+}
+
+func (g gatedFeed) VolumesChangedSince(ctx context.Context, index uint64) ([]*structs.Volume, uint64, error) {
+	if index == 0 {
+		select {
+		case <-g.gate:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+	}
+	return g.VolumeFeed.VolumesChangedSince(ctx, index)
+}
+
+// TestStepUpKeepsAChangeMadeDuringItsPass: a volume on the step-up list
+// whose pass has run is changed by another writer before the first
+// blocking query answers: the change gets a pass of its own. Before, the
+// first answer skipped every volume the step-up list had named, so the
+// new claim, releasable, was not released until the periodic claim GC.
+// Judged by the driver's calls: the new claim's unpublish reaches it.
+func TestStepUpKeepsAChangeMadeDuringItsPass(t *testing.T) {
+	f := newFixture(t, Config{}, nil)
+	gate := make(chan struct{})
+	f.w = New(Config{Clock: f.clock, Metrics: f.metrics, Jitter: -1},
+		Deps{Feed: gatedFeed{f.store, gate}, State: f.store, Writer: f.store, Node: f.csi, Controller: f.csi}, nil)
+	f.store.putAlloc("a1", testNode, structs.AllocComplete)
+	f.store.putVolume(newVolume("v1", newClaim("a1", testNode, structs.ClaimTaken)))
+	f.w.SetEnabled(true)
+	testutil.WaitFor(t, "the step-up pass released a1", func() bool {
+		return f.store.claim(ref("v1"), "a1") == nil && f.w.idle()
+	})
+
+	// Another writer claims v1 again; that allocation has ended too.
+	f.store.putAlloc("b1", testNode, structs.AllocComplete)
+	v, _ := f.store.Volume("default", "v1")
+	v.Claims["b1"] = newClaim("b1", testNode, structs.ClaimTaken)
+	f.store.putVolume(v)
+	close(gate)
+
+	testutil.WaitFor(t, "b1 unpublished on its node and released", func() bool {
+		for _, c := range f.csi.callList() {
+			if c.Method == mNodeUnpublish && c.Path == "/target/b1" {
+				return f.store.claim(ref("v1"), "b1") == nil
+			}
+		}
+		return false
+	})
 }

@@ -1,3 +1,5 @@
+//lint:file-ignore S1008 upstream's code as released (v1.3.1); the fork leaves it as it was so diffs against upstream stay small
+
 package iradix
 
 import (

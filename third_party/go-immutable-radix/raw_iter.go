@@ -1,3 +1,5 @@
+//lint:file-ignore SA4004 upstream's code as released (v1.3.1); the fork leaves it as it was so diffs against upstream stay small
+
 package iradix
 
 // rawIterator visits each of the nodes in the tree, even the ones that are not
