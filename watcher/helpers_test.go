@@ -622,19 +622,28 @@ func (f *fixture) settled() bool {
 	if !f.w.idle() {
 		return false
 	}
-	f.store.mu.RLock()
-	idx := f.store.index
-	f.store.mu.RUnlock()
-	return f.w.feedIndex.Load() >= idx && f.w.idle()
+	return f.w.feedIndex.Load() >= f.storeIndex() && f.w.idle()
 }
 
 // enable turns the watcher on and waits until its blocking query has caught
 // up with the store, so later writes are seen as changes.
 func (f *fixture) enable(t testing.TB) {
 	t.Helper()
-	f.store.mu.Lock()
-	idx := f.store.index
-	f.store.mu.Unlock()
+	idx := f.storeIndex()
 	f.w.SetEnabled(true)
 	testutil.WaitFor(t, "watcher caught up with the store", func() bool { return f.w.feedIndex.Load() >= idx })
+}
+
+// storeIndex is the fake store's index: its last write.
+func (f *fixture) storeIndex() uint64 {
+	f.store.mu.RLock()
+	defer f.store.mu.RUnlock()
+	return f.store.index
+}
+
+// setFailWrites makes the fake store refuse every write with err (nil: accept).
+func (f *fixture) setFailWrites(err error) {
+	f.store.mu.Lock()
+	f.store.failWrites = err
+	f.store.mu.Unlock()
 }

@@ -65,6 +65,9 @@ func (w *Watcher) load(ref structs.VolumeRef) (*pass, error) {
 	}
 	w.mu.Lock()
 	p.term = w.term
+	if st := w.vols[ref]; st != nil {
+		st.read = max(st.read, p.v.ModifyIndex)
+	}
 	w.mu.Unlock()
 	p.w = w
 	p.policy, p.adapter = w.mods.PolicyFor(p.v), w.mods.AdapterFor(p.v)

@@ -97,6 +97,29 @@ type volState struct {
 	seq     uint64 // invalidates fired timers that lost a race with Stop
 	limiter *rate.Limiter
 	fails   int // consecutive passes that failed to read or write state
+	// read is the newest ModifyIndex a pass (or a detach) of the volume
+	// has read (load).
+	read uint64
+}
+
+// covers says whether the first answer of the blocking query, which
+// lists the whole table after the step-up list, holds nothing for this
+// listed volume that its pass has not read or will not read: its pass
+// has not started (it reads this state or a newer one), or it read this
+// index already. A volume changed since its pass read it runs again, as
+// for any change: skipping every listed volume lost a change made while
+// its step-up pass ran (the volume waited for the periodic claim GC), and
+// re-running every listed one repeated a failed pass's CSI call at once,
+// past its backoff.
+func (st *volState) covers(index uint64) bool {
+	return st.queued || index <= st.read
+}
+
+// changedVolume is a volume of the blocking query's answer that wants a
+// pass, and the ModifyIndex the answer holds.
+type changedVolume struct {
+	ref   structs.VolumeRef
+	index uint64
 }
 
 // New returns a disabled watcher; SetEnabled(true) starts it.
@@ -229,7 +252,7 @@ func (w *Watcher) watchVolumes(ctx context.Context) {
 			w.logger.Info("state restored: assessing every volume", "volumes", len(vols))
 		}
 		index = next
-		refs := make([]structs.VolumeRef, 0, len(vols))
+		changed := make([]changedVolume, 0, len(vols))
 		for _, v := range vols {
 			// Index 0 returns the whole table: of it, only volumes that
 			// became releasable since the step-up list was read are
@@ -238,27 +261,20 @@ func (w *Watcher) watchVolumes(ctx context.Context) {
 			if !wantsPass(v) || (first && !w.releasable(v)) {
 				continue
 			}
-			refs = append(refs, structs.VolumeRef{Namespace: v.Namespace, ID: v.ID})
+			changed = append(changed, changedVolume{structs.VolumeRef{Namespace: v.Namespace, ID: v.ID}, v.ModifyIndex})
 		}
 		w.mu.Lock()
-		for _, ref := range refs {
-			// A volume of the step-up list whose pass has not started
-			// yet will read this state or a newer one. One whose pass
-			// has started may have read it before this change (another
-			// writer's, or the pass's own): it runs again, as for any
-			// change. Skipping every listed volume here lost a change
-			// made while its step-up pass ran: the volume waited for
-			// the next periodic claim GC (GCInterval, 5 minutes).
-			if st, seen := w.vols[ref]; first && seen && st.queued {
+		for _, c := range changed {
+			if st, seen := w.vols[c.ref]; first && seen && st.covers(c.index) {
 				continue
 			}
-			w.enqueueLocked(ref)
+			w.enqueueLocked(c.ref)
 		}
 		w.mu.Unlock()
 		w.feedIndex.Store(index)
 		// Drop the batch before blocking again: the first one is the whole
 		// table, which must not stay reachable while the watcher idles.
-		vols, refs = nil, nil
+		vols, changed = nil, nil
 		first = false
 	}
 }
