@@ -26,9 +26,11 @@ func TestReleaseGoesToTheRecordedExternalNodeID(t *testing.T) {
 	}{
 		{name: "spec adapter, recorded ID", recorded: "ext-old", adapter: SpecAdapter{}, wantNode: "ext-old"},
 		{name: "spec adapter, claim from before the field", recorded: "", adapter: SpecAdapter{}, wantNode: "ext-" + testNode},
-		{name: "adapter names the node's current ID", recorded: "ext-old",
+		// The node ID's machine today (ext-<testNode>) is not the
+		// claim's: an adapter naming it is refused.
+		{name: "adapter names the node ID's current machine", recorded: "ext-old",
 			adapter: funcAdapter{adapt: func(req *abi.AdapterRequest) (*abi.AdapterResponse, error) {
-				return &abi.AdapterResponse{VolumeID: req.Volume.ExternalID, NodeID: req.Node.ExternalID}, nil
+				return &abi.AdapterResponse{VolumeID: req.Volume.ExternalID, NodeID: "ext-" + testNode}, nil
 			}},
 			wantErr: `answered node ID "ext-` + testNode + `" for controller-unpublish of node "` + testNode +
 				`", whose external node ID is "ext-old" (recorded on the claim at publish)`},
@@ -101,5 +103,55 @@ func TestClaimThatStagedNothingHoldsNoStagingPath(t *testing.T) {
 	}
 	if got := f.csi.methods(); len(got) != 2 || got[0] != mNodeUnpublish || got[1] != mNodeUnstage {
 		t.Fatalf("CSI calls %v, want a1's NodeUnpublish and NodeUnstage (a0 holds the attachment only)", got)
+	}
+}
+
+// A claim's node steps go to the machine it was published on: a node
+// registered under the claim's node ID that reports another external
+// node ID for the plugin is another machine (a node ID reused by a new
+// instance, in a store from before registrations under held claims were
+// held to their machine). The steps go to the node on the recorded
+// machine, or are skipped as for a node that is gone; before, they went to
+// the node ID's current machine, whose staging path a running allocation
+// there may publish from.
+func TestNodeStepsGoToTheClaimsMachine(t *testing.T) {
+	const elsewhere = "unix:///run/csi/elsewhere.sock"
+	for _, tc := range []struct {
+		name      string
+		onMachine bool // a node n2 reports the claim's recorded ID
+		want      []csiCall
+	}{
+		{"its machine registered as n2", true, []csiCall{
+			{Method: mNodeUnpublish, Endpoint: elsewhere}, {Method: mNodeUnstage, Endpoint: elsewhere},
+			{Method: mCtlUnpublish, Endpoint: ctlEP, NodeID: "ext-old"}}},
+		{"its machine gone", false, []csiCall{{Method: mCtlUnpublish, Endpoint: ctlEP, NodeID: "ext-old"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, Config{}, nil)
+			if tc.onMachine {
+				n2 := readyNode("n2")
+				n2.Plugins[testPlugin].ExternalNodeID, n2.Plugins[testPlugin].Endpoint = "ext-old", elsewhere
+				f.store.putNode(n2)
+			}
+			f.store.putAlloc("a1", testNode, structs.AllocComplete)
+			c := newClaim("a1", testNode, structs.ClaimTaken)
+			c.ExternalNodeID = "ext-old" // testNode reports ext-<testNode>
+			f.store.putVolume(newVolume("v1", c))
+			if _, err := f.w.assess(context.Background(), ref("v1")); err != nil {
+				t.Fatal(err)
+			}
+			var got []csiCall
+			for _, c := range f.csi.callList() {
+				got = append(got, csiCall{Method: c.Method, Endpoint: c.Endpoint, NodeID: c.NodeID})
+			}
+			if fmtCalls(got) != fmtCalls(tc.want) || len(got) != len(tc.want) {
+				t.Fatalf("CSI calls %s, want %s", fmtCalls(got), fmtCalls(tc.want))
+			}
+			for i := range got {
+				if got[i].Endpoint != tc.want[i].Endpoint {
+					t.Fatalf("call %d %s went to %s, want %s", i, got[i].Method, got[i].Endpoint, tc.want[i].Endpoint)
+				}
+			}
+		})
 	}
 }

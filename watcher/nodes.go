@@ -142,14 +142,19 @@ func (p *pass) forcedDetach(f *structs.NodeFence) {
 // collected whose machine came back under another node ID is not gone:
 // its staging path and target are still mounted there, and skipping its
 // node steps as if the machine had vanished leaves them mounted, after
-// which ControllerUnpublish detaches the disk under them. The claim keeps
-// its node ID; only where its steps run changes. nil: gone.
+// which ControllerUnpublish detaches the disk under them. Likewise a node
+// registered under the claim's node ID that reports another external node
+// ID for the plugin is another machine (the store refuses such a
+// registration while the claim is held; a state from before that rule may
+// have one): its steps would unstage a path under that machine's own
+// allocations. The claim keeps its node ID; only where its steps run
+// changes. nil: gone.
 func stepNode(st StateReader, v *structs.Volume, c *structs.Claim) (*structs.Node, error) {
 	n, err := st.Node(c.NodeID)
 	if err != nil {
 		return nil, fmt.Errorf("read node %s: %w", c.NodeID, err)
 	}
-	if n != nil || c.ExternalNodeID == "" {
+	if c.ExternalNodeID == "" || (n != nil && !otherMachine(n, v.PluginID, c.ExternalNodeID)) {
 		return n, nil
 	}
 	m := structs.Machine{PluginID: v.PluginID, ExternalNodeID: c.ExternalNodeID}
@@ -157,4 +162,12 @@ func stepNode(st StateReader, v *structs.Volume, c *structs.Claim) (*structs.Nod
 		return nil, fmt.Errorf("read the node on %s: %w", m, err)
 	}
 	return n, nil
+}
+
+// otherMachine: node n reports, for plugin pluginID, an external node ID
+// other than ext. A plugin reported with no ID (its endpoint away) is not
+// another machine: the claim's steps wait for the endpoint there.
+func otherMachine(n *structs.Node, pluginID, ext string) bool {
+	np := n.Plugins[pluginID]
+	return np != nil && np.ExternalNodeID != "" && np.ExternalNodeID != ext
 }

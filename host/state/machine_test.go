@@ -45,6 +45,15 @@ func TestNodeUpsertKeepsOneMachineOneNode(t *testing.T) {
 			}
 		}
 	}
+	// gone leaves n1's claim held on a node force-deregistered (its
+	// allocation ended, its release not done).
+	gone := func(f *fixture) {
+		withClaim(f)
+		for _, a := range []string{"a1", "a4", "a5"} { // the fixture's allocations on n1
+			f.setAlloc(a, structs.AllocComplete)
+		}
+		f.must(structs.NodeDeregisterType, &structs.NodeDeregisterRequest{NodeID: "n1", Force: true})
+	}
 	tests := []struct {
 		name  string
 		setup func(*fixture)
@@ -69,6 +78,14 @@ func TestNodeUpsertKeepsOneMachineOneNode(t *testing.T) {
 			`which staged it at /var/lib/volhost/n1/csi/ebs/staging/default/vol-sw: plugin "ebs" cannot report STAGE_UNSTAGE_VOLUME false there while it holds claims of that plugin: drain the node`},
 		{"staging capability kept with a claim that staged", withClaim, stagingNode("n1", "/var/lib/volhost/n1", "i-0001"), ""},
 		{"ID change once the claim is freed", released, node("n1", "/srv/n1", "i-0009"), ""},
+		// A node ID freed with claims held is still their machine's.
+		{"another machine under a deregistered node's ID with a claim", gone, node("n1", "/var/lib/volhost/n1", "i-0009"),
+			`node "n1": the claim of allocation "a1" on volume "default/vol-sw" is still held on this node ID, attached to plugin "ebs"'s external node ID "i-0001": ` +
+				`a machine that reports external node ID "i-0009" cannot take the node ID: register it under another node ID`},
+		{"its machine back under a deregistered node's ID", gone, node("n1", "/var/lib/volhost/n1", "i-0001"), ""},
+		{"its machine back under a deregistered node's ID, another root_dir", gone, node("n1", "/srv/n1", "i-0001"),
+			`published at "/var/lib/volhost/n1/csi/ebs/staging/default/vol-sw", outside root_dir "/srv/n1"`},
+		{"its machine back under a deregistered node's ID, no endpoint yet", gone, node("n1", "/var/lib/volhost/n1", ""), ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -271,41 +271,69 @@ func validateMachineIdentity(snap *Snapshot, n *structs.Node) error {
 		}
 	}
 	old, err := snap.NodeByID(nil, n.ID)
-	if err != nil || old == nil || !machineMoved(old, n) {
+	if err != nil || (old != nil && !machineMoved(old, n)) {
 		return err
 	}
-	vols, err := snap.VolumesClaimedOnNode(nil, n.ID)
-	if err != nil {
-		return err
-	}
-	const what = "drain the node (stop its allocations and let their claims be released) " +
-		"or force-deregister those volumes, then register it again"
-	for _, v := range vols {
-		for _, id := range v.ClaimIDs() {
-			c := v.Claims[id]
-			if c == nil || c.NodeID != n.ID || c.State == structs.ClaimReadyToFree {
-				continue
-			}
-			if old.RootDir != n.RootDir && (c.StagingPath != "" || c.TargetPath != "") {
-				return structs.Conflict("node %q holds the claim of allocation %q on volume %q, published under root_dir %q: "+
-					"its root_dir cannot change to %q while it holds claims: %s",
-					n.ID, id, volName(v.Namespace, v.ID), old.RootDir, n.RootDir, what)
-			}
-			var was, now string
-			if np := old.Plugins[v.PluginID]; np != nil {
-				was = np.ExternalNodeID
-			}
-			if np := n.Plugins[v.PluginID]; np != nil {
-				now = np.ExternalNodeID
-			}
-			if rec := c.ReleaseNodeID(was); rec != "" && now != "" && now != rec {
-				return structs.Conflict("node %q holds the claim of allocation %q on volume %q, attached to plugin %q's external node ID %q: "+
-					"the node cannot report external node ID %q while it holds claims of that plugin: %s",
-					n.ID, id, volName(v.Namespace, v.ID), v.PluginID, rec, now, what)
+	// With no node registered under the ID (deregistered, or collected,
+	// while its claims' releases were not done) the claims recorded on it
+	// are still on the machine they were published on: a machine that
+	// takes the free ID is held to them as the node itself would be. Before,
+	// only a registered node was: another machine registered under the
+	// freed ID got the old claims' node steps (NodeUnstage of a staging
+	// path under its own running allocation) and, on a single-node volume,
+	// a second attachment.
+	return heldClaimsOn(snap, n.ID, func(v *structs.Volume, c *structs.Claim) error {
+		return validateHeldClaimMachine(old, n, v, c)
+	})
+}
+
+// validateHeldClaimMachine refuses registration n of a node ID under
+// which claim c of v is held when n is not the machine c was published
+// on: another root_dir than its paths', or another external node ID for
+// its plugin than the one it was attached to. old is the node registered
+// under the ID now, nil when none is.
+func validateHeldClaimMachine(old, n *structs.Node, v *structs.Volume, c *structs.Claim) error {
+	name := volName(v.Namespace, v.ID)
+	if old == nil {
+		for _, p := range []string{c.StagingPath, c.TargetPath} {
+			if p != "" && !underRoot(p, n.RootDir) {
+				return structs.Conflict("node %q: the claim of allocation %q on volume %q is still held on this node ID, published at %q, outside root_dir %q: "+
+					"a node registered under the ID of one whose claims are held must be the same machine: register another machine under another node ID, "+
+					"or let those claims be released (or force-deregister the volume) first", n.ID, c.AllocID, name, p, n.RootDir)
 			}
 		}
+	} else if old.RootDir != n.RootDir && (c.StagingPath != "" || c.TargetPath != "") {
+		return structs.Conflict("node %q holds the claim of allocation %q on volume %q, published under root_dir %q: "+
+			"its root_dir cannot change to %q while it holds claims: %s",
+			n.ID, c.AllocID, name, old.RootDir, n.RootDir, drainFirst)
 	}
-	return nil
+	var was, now string
+	if old != nil {
+		if np := old.Plugins[v.PluginID]; np != nil {
+			was = np.ExternalNodeID
+		}
+	}
+	if np := n.Plugins[v.PluginID]; np != nil {
+		now = np.ExternalNodeID
+	}
+	rec := c.ReleaseNodeID(was)
+	if rec == "" || now == "" || now == rec {
+		return nil
+	}
+	if old == nil {
+		return structs.Conflict("node %q: the claim of allocation %q on volume %q is still held on this node ID, attached to plugin %q's external node ID %q: "+
+			"a machine that reports external node ID %q cannot take the node ID: register it under another node ID, "+
+			"or let those claims be released (or force-deregister the volume) first", n.ID, c.AllocID, name, v.PluginID, rec, now)
+	}
+	return structs.Conflict("node %q holds the claim of allocation %q on volume %q, attached to plugin %q's external node ID %q: "+
+		"the node cannot report external node ID %q while it holds claims of that plugin: %s",
+		n.ID, c.AllocID, name, v.PluginID, rec, now, drainFirst)
+}
+
+// underRoot: path p lies under root_dir root (where csi.Paths puts a
+// claim's staging and target paths).
+func underRoot(p, root string) bool {
+	return root != "" && strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
 }
 
 // machineMoved: n reports another root_dir than old, or another
