@@ -144,6 +144,12 @@ type Cluster struct {
 	store  *state.Store
 	raft   *raft.Raft
 
+	// aclWrites holds ACL writes (read side, Apply) off while an operator
+	// restore installs the ACL state it read at the end of its upload
+	// (write side, RestoreSnapshot): one committed between that read and
+	// the install would be undone by it, a deleted token revived.
+	aclWrites sync.RWMutex
+
 	// snapGate orders the snapshots this server asks raft for
 	// (snapshot_gate.go).
 	snapGate *snapshotGate
@@ -784,6 +790,10 @@ func (c *Cluster) Apply(ctx context.Context, t structs.MessageType, req any) (in
 	}
 	if !c.IsLeader() {
 		return 0, nil, c.noLeaderBecauseOfDisk(raftErr("apply", raft.ErrNotLeader))
+	}
+	if structs.IsACLWrite(t) {
+		c.aclWrites.RLock()
+		defer c.aclWrites.RUnlock()
 	}
 	asked := req
 	req = c.olderRequestSettled(ctx, req)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -62,6 +63,21 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 			return fmt.Errorf("restore snapshot: %w", err)
 		}
 	}
+	// The ACL state kept is read once the upload has been read whole
+	// (it may take minutes), and no ACL write commits from then until the
+	// restore is installed: reading it when the call began revived a
+	// token deleted while the upload ran (a leaked token revoked by an
+	// administrator, or the restoring token itself).
+	var releaseACL sync.Once
+	aclHeld := false
+	unlockACL := func() {
+		releaseACL.Do(func() {
+			if aclHeld {
+				c.aclWrites.Unlock()
+			}
+		})
+	}
+	defer unlockACL()
 	h, scratch, err := snapshot.Read(r, keyring{c.meta}, snapshot.Options{
 		ClusterID: c.meta.clusterID(), ForceForeign: o.ForceForeign,
 		// The machines kept running since the snapshot was taken: its
@@ -72,7 +88,11 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 		// restored state keeps this cluster's ACL state. Decided
 		// here, into the state raft installs on every server, so each
 		// replica has the same tokens and the same bootstrap mark.
-		KeepACLOf: c.store.Snapshot(),
+		KeepACLOf: func() *state.Snapshot {
+			c.aclWrites.Lock()
+			aclHeld = true
+			return c.store.Snapshot()
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("%w: %w", &structs.ValidationError{Field: "snapshot", Msg: "restore refused"}, err)
@@ -91,6 +111,11 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 	select {
 	case err = <-done:
 	case <-ctx.Done():
+		// raft goes on installing it: ACL writes wait until it is done.
+		go func() {
+			<-done
+			unlockACL()
+		}()
 		return fmt.Errorf("restore snapshot: %w", ctx.Err())
 	}
 	if err != nil {

@@ -38,7 +38,7 @@ func TestKeepACLOf(t *testing.T) {
 	}
 	preRaw := save(t, pre, kr, "c1")
 
-	h, got, err := Read(bytes.NewReader(preRaw), kr, Options{ClusterID: "c1", KeepACLOf: cluster.Snapshot()})
+	h, got, err := Read(bytes.NewReader(preRaw), kr, Options{ClusterID: "c1", KeepACLOf: cluster.Snapshot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestKeepACLOf(t *testing.T) {
 	}
 
 	// A cluster that never bootstrapped: nothing to keep.
-	h, got, err = Read(bytes.NewReader(preRaw), kr, Options{ClusterID: "c1", KeepACLOf: state.NewStore().Snapshot()})
+	h, got, err = Read(bytes.NewReader(preRaw), kr, Options{ClusterID: "c1", KeepACLOf: state.NewStore().Snapshot})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestKeepACLOf(t *testing.T) {
 		AccessorID: "other-boot", SecretHash: strings.Repeat("c", 64), Type: structs.ACLManagementToken}}); err != nil {
 		t.Fatal(err)
 	}
-	h, got, err = Read(bytes.NewReader(save(t, cluster, kr, "c1")), kr, Options{ClusterID: "c2", ForceForeign: true, KeepACLOf: other.Snapshot()})
+	h, got, err = Read(bytes.NewReader(save(t, cluster, kr, "c1")), kr, Options{ClusterID: "c2", ForceForeign: true, KeepACLOf: other.Snapshot})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -199,14 +199,16 @@ type Options struct {
 	// (state.Builder.MarkClaimsRestored): set when the snapshot is
 	// restored over a running cluster.
 	MarkClaimsRestored bool
-	// KeepACLOf is the state of the cluster the snapshot is restored
-	// over: when the cluster has bootstrapped, and the snapshot is its
-	// own (ClusterID) or was saved before the ACL bootstrap, the
+	// KeepACLOf answers the state of the cluster the snapshot is
+	// restored over: when the cluster has bootstrapped, and the snapshot
+	// is its own (ClusterID) or was saved before the ACL bootstrap, the
 	// restored store keeps the cluster's ACL state
 	// (state.Builder.KeepACLOf) rather than reviving tokens deleted since
-	// or reopening the bootstrap to whoever calls it first. nil: the
-	// snapshot's rows only.
-	KeepACLOf *state.Snapshot
+	// or reopening the bootstrap to whoever calls it first. It is called
+	// once, after every row was read and checked, so a token deleted while
+	// a slow upload ran is deleted in what is kept. nil: the snapshot's
+	// rows only.
+	KeepACLOf func() *state.Snapshot
 }
 
 // Read reads and checks a whole snapshot and returns its header and a new
@@ -265,7 +267,7 @@ func Read(r io.Reader, kr Keyring, o Options) (Header, *state.Store, error) {
 				return h, nil, err
 			}
 			if o.KeepACLOf != nil {
-				if h.KeptACL, err = b.KeepACLOf(o.KeepACLOf, h.ClusterID == o.ClusterID); err != nil {
+				if h.KeptACL, err = b.KeepACLOf(o.KeepACLOf(), h.ClusterID == o.ClusterID); err != nil {
 					return h, nil, err
 				}
 			}

@@ -97,6 +97,10 @@ type ACLTokenDeleteRequest struct {
 	Actor       string   `json:"actor"`
 }
 
+// IsACLWrite reports whether t changes the ACL state (policies, tokens,
+// the bootstrap mark).
+func IsACLWrite(t MessageType) bool { return NewACLRequest(t) != nil }
+
 // NewACLRequest returns a pointer to the request type of an ACL message
 // type, or nil for any other type (the log codec asks it).
 func NewACLRequest(t MessageType) any {
