@@ -74,12 +74,17 @@ func (b *Bridge) Name() string { return SourceName }
 
 // run is one leadership's bookkeeping; only the Run goroutine touches it.
 type run struct {
-	term    uint64
-	nodes   map[string]Node     // Nomad nodes by ID, as last listed or streamed
-	allocs  map[string]*tracked // Nomad allocations seen, by ID
-	applied uint64              // the Nomad index committed as the cursor
-	seen    uint64              // the highest Nomad index applied in memory
-	stream  uint64              // the last stream batch's index (a lower one is a reset)
+	term   uint64
+	nodes  map[string]Node     // Nomad nodes by ID, as last listed or streamed
+	allocs map[string]*tracked // Nomad allocations seen, by ID
+	// ended are allocations seen ended before they were ever mirrored
+	// (so not tracked), by the ModifyIndex they were seen at: the stream
+	// starts at the older list's index and replays their earlier
+	// "running", which would otherwise be mirrored and claimed for.
+	ended   map[string]uint64
+	applied uint64 // the Nomad index committed as the cursor
+	seen    uint64 // the highest Nomad index applied in memory
+	stream  uint64 // the last stream batch's index (a lower one is a reset)
 
 	pendingAllocs map[string]*structs.Alloc
 	pendingEvents []*structs.Event
@@ -101,7 +106,7 @@ type tracked struct {
 
 // Run implements scheduler.Source.
 func (b *Bridge) Run(ctx context.Context, term uint64) error {
-	r := &run{term: term, nodes: map[string]Node{}, allocs: map[string]*tracked{},
+	r := &run{term: term, nodes: map[string]Node{}, allocs: map[string]*tracked{}, ended: map[string]uint64{},
 		claims: make(chan claimJob, 1024), results: make(chan claimResult, 1024), inflight: map[string]bool{}}
 	b.mu.Lock()
 	b.st.State, b.st.LeaderTerm, b.st.StartTime, b.st.Claims = scheduler.StateConnecting, term, b.clock.Now(), 0
@@ -269,14 +274,21 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 		return 0, fmt.Errorf("listing Nomad allocations at %s: %w", b.s.ShownAddress(), err)
 	}
 	index := max(nIdx, aIdx)
-	reset := index < r.applied
+	why := ""
+	switch {
+	case index < r.applied:
+		why = fmt.Sprintf("Nomad's index went back from %d to %d", r.applied, index)
+	default:
+		why = historyChanged(r, nodes, nIdx, allocs, aIdx)
+	}
+	reset := why != ""
 	if reset {
 		// A Nomad that lost its state (a dev agent restarted) starts its
-		// indexes again: nothing known by index is comparable any more.
-		r.pendingEvents = append(r.pendingEvents, b.event("", "", fmt.Sprintf(
-			"Nomad's index went back from %d to %d: its state was reset; everything is listed again", r.applied, index)))
-		b.log.Warn("Nomad's index went backwards: its state was reset", "was", r.applied, "now", index)
-		r.nodes, r.allocs, r.seen = map[string]Node{}, map[string]*tracked{}, 0
+		// indexes again, and one rebuilt from a snapshot starts them from
+		// the snapshot's: nothing known by index is comparable any more.
+		r.pendingEvents = append(r.pendingEvents, b.event("", "", why+": its state was reset; everything is listed again"))
+		b.log.Warn("Nomad's state was reset", "why", why, "cursor", r.applied, "now", index)
+		r.nodes, r.allocs, r.ended, r.seen = map[string]Node{}, map[string]*tracked{}, map[string]uint64{}, 0
 	}
 	snap := b.store.Snapshot()
 	listed := make(map[string]Node, len(nodes))
@@ -305,6 +317,11 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 	if err := b.vanished(ctx, r, snap, inList); err != nil {
 		return 0, err
 	}
+	for id := range r.ended {
+		if !inList[id] {
+			delete(r.ended, id) // collected by Nomad
+		}
+	}
 	r.seen = max(r.seen, index)
 	if reset {
 		r.seen = index
@@ -316,6 +333,28 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 	b.st.LastList, b.st.Nodes = b.clock.Now(), len(r.nodes)
 	b.mu.Unlock()
 	return min(nIdx, aIdx) + 1, nil
+}
+
+// historyChanged names a listed node or allocation older than the one
+// this run saw before although the list is at or past that one's index:
+// no list of Nomad's history can show that, so its history changed (a
+// cluster rebuilt from a snapshot, whose indexes went on past volhost's
+// cursor before this list: the cursor alone does not see it). Kept, the
+// bridge's memory dropped every later report of those objects as an older
+// replay: an allocation's completion was never mirrored and its claims
+// never released. "" when nothing is.
+func historyChanged(r *run, nodes []Node, nIdx uint64, allocs []Alloc, aIdx uint64) string {
+	for _, n := range nodes {
+		if old, ok := r.nodes[n.ID]; ok && n.ModifyIndex < old.ModifyIndex && nIdx >= old.ModifyIndex {
+			return fmt.Sprintf("Nomad lists node %s at index %d, below the %d seen before", n.ID, n.ModifyIndex, old.ModifyIndex)
+		}
+	}
+	for _, a := range allocs {
+		if t := r.allocs[a.ID]; t != nil && a.ModifyIndex < t.a.ModifyIndex && aIdx >= t.a.ModifyIndex {
+			return fmt.Sprintf("Nomad lists allocation %s at index %d, below the %d seen before", a.ID, a.ModifyIndex, t.a.ModifyIndex)
+		}
+	}
+	return ""
 }
 
 // vanished ends the mirrored allocations Nomad no longer lists: it

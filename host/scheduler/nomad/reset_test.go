@@ -1,0 +1,167 @@
+package nomad
+
+import (
+	"errors"
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/volhost/volhost/host/scheduler"
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
+)
+
+// The bridge's bookkeeping against Nomad's history (a helper's hunt): a
+// change Nomad reports must end up in volhost's store, and an older report
+// must never overwrite a newer one. Each test judges by the store against
+// what the fake Nomad reported.
+
+// TestRestoredNomadPastTheCursorIsAReset: Nomad is rebuilt from a
+// snapshot (disaster recovery onto a new cluster: its raft index starts
+// again at the snapshot's, below the old cluster's). While the bridge
+// backs off, the new cluster writes past volhost's cursor, so the re-list
+// sees no index going backwards (index >= cursor). It lists a1 at an index
+// below the one the bridge remembers for it although the list is past that
+// one: Nomad's history changed, and the bridge resets. Before, it kept its
+// memory of the old cluster's ModifyIndexes and dropped the client's
+// report that a1 completed as an "older replay", in the stream and at
+// every re-list: a1 stayed running in volhost, its claims never released.
+func TestRestoredNomadPastTheCursorIsAReset(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	h.mirrorRunning("a1", "n1") // index 3, committed
+	// The snapshot the cluster is later rebuilt from: index 3.
+	h.nomad.mu.Lock()
+	snapAllocs, snapIndex := maps.Clone(h.nomad.allocs), h.nomad.index
+	h.nomad.mu.Unlock()
+
+	// The old cluster goes on: a1's job is stopped, its client still runs
+	// it (shutdown_delay) and updates it twice (task events): nothing
+	// changes in volhost, so no commit, but the bridge remembers index 5.
+	stop1 := h.nomad.setAlloc(web("a1", "n1", clientRunning, "stop"), nil)
+	stop2 := h.nomad.setAlloc(web("a1", "n1", clientRunning, "stop"), nil)
+	h.nomad.push(t, Batch{Index: stop1.ModifyIndex, Allocs: []Alloc{stop1}})
+	h.nomad.push(t, Batch{Index: stop2.ModifyIndex, Allocs: []Alloc{stop2}})
+	h.mirrorMarker("m1") // index 6: once mirrored, both batches were applied
+
+	// The old cluster is lost: the stream drops.
+	h.nomad.push(t, Batch{Err: errors.New("unexpected EOF")})
+	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
+	testutil.WaitFor(t, "the failure's event", func() bool { return len(h.events("unexpected EOF")) == 1 })
+	cursor := h.cursor()
+
+	// A new cluster restored from the snapshot at index 3; a1's client
+	// reports it complete (index 4), and other jobs' activity moves the
+	// index past volhost's cursor before the bridge's backoff ends.
+	h.nomad.mu.Lock()
+	h.nomad.allocs, h.nomad.index = snapAllocs, snapIndex
+	h.nomad.mu.Unlock()
+	done := h.nomad.setAlloc(web("a1", "n1", clientComplete, "stop"), nil)
+	var others []Alloc
+	for _, id := range []string{"x1", "x2", "x3"} {
+		others = append(others, h.nomad.setAlloc(web(id, "n2", clientRunning, "run"), map[string]string{"team": "x"}))
+	}
+	h.nomad.mu.Lock()
+	listIndex := h.nomad.index
+	h.nomad.mu.Unlock()
+	if listIndex < cursor {
+		t.Fatalf("setup: Nomad's index %d is below the cursor %d", listIndex, cursor)
+	}
+	n := h.nomad.streamCount()
+	h.advance(time.Second)
+	testutil.WaitFor(t, "the next event stream", func() bool { return h.nomad.streamCount() > n })
+	// The new cluster's stream, from the list's index + 1 on, and its
+	// replay of the completion too: the bridge sees a1 complete both in
+	// the list and in the stream.
+	h.nomad.push(t, Batch{Index: done.ModifyIndex, Allocs: []Alloc{done}})
+	h.nomad.push(t, Batch{Index: others[len(others)-1].ModifyIndex, Allocs: others})
+	h.mirrorMarker("m2")
+	h.relist() // and the periodic re-list: it does not save it either
+
+	if got := h.alloc("a1").ClientStatus; got != structs.AllocComplete {
+		t.Fatalf("Nomad reports a1 complete (index %d, in the list and the stream; list index %d >= cursor %d, resets %d), "+
+			"but volhost's store holds it %s: the completion was dropped as older than the ModifyIndex %d the bridge "+
+			"remembers from before Nomad's state was restored, and its claims are never released",
+			done.ModifyIndex, listIndex, cursor, h.bridge.Status().Resets, got, stop2.ModifyIndex)
+	}
+}
+
+// TestReplayNeverRevivesAnAllocationListedEnded: the stream starts at the
+// older of the two lists' index + 1 (the node list's, when no node
+// changed lately), so it replays allocation changes the allocation list
+// already showed. An allocation listed as ended that volhost never
+// mirrored is not tracked (no meta read for it); the bridge remembers the
+// index it was seen ended at, so its replayed older "running" is not
+// mirrored. Before, it was, and its volume was claimed (published) for an
+// allocation Nomad had reported complete.
+func TestReplayNeverRevivesAnAllocationListedEnded(t *testing.T) {
+	h := newHarness(t)
+	h.nomad.mu.Lock()
+	h.nomad.nodesIndex = h.nomad.index // the nodes last changed at index 2
+	h.nomad.mu.Unlock()
+	// A batch job ran and completed before the bridge started (or while
+	// it was reconnecting).
+	running := h.nomad.setAlloc(web("a5", "n1", clientRunning, "run"), metaV1) // index 3
+	done := h.nomad.setAlloc(web("a5", "n1", clientComplete, "run"), nil)      // index 4
+	h.start()
+	h.nomad.mu.Lock()
+	from := h.nomad.from[0]
+	h.nomad.mu.Unlock()
+	if from > running.ModifyIndex {
+		t.Fatalf("setup: the stream starts at %d, after a5's running at %d", from, running.ModifyIndex)
+	}
+	// Nomad's stream from index 3: a5 running, then a5 complete.
+	h.nomad.push(t, Batch{Index: running.ModifyIndex, Allocs: []Alloc{running}})
+	h.nomad.push(t, Batch{Index: done.ModifyIndex, Allocs: []Alloc{done}})
+	h.mirrorMarker("m1")
+
+	if got := h.alloc("a5"); got != nil {
+		t.Fatalf("a5 was listed complete (index %d) before the stream replayed its older running (index %d); "+
+			"volhost's store now holds it (%s; v1 claimed by it: %v) and %d claim(s) of v1 were tried for it: the stale "+
+			"replay overwrote the list's newer status", done.ModifyIndex, running.ModifyIndex, got.ClientStatus,
+			h.claimed("v1", "a5"), h.attempts("a5"))
+	}
+}
+
+// mirrorMarker has Nomad place allocation id (volume v2) on n1 and waits
+// until it is mirrored running: every batch pushed before it was applied.
+func (h *harness) mirrorMarker(id string) {
+	h.t.Helper()
+	m := h.nomad.setAlloc(web(id, "n1", clientRunning, "run"), map[string]string{"volhost_volume_d": "v2"})
+	h.nomad.push(h.t, Batch{Index: m.ModifyIndex, Allocs: []Alloc{m}})
+	h.waitStatus(id, structs.AllocRunning)
+}
+
+// TestRestoredNomadBelowTheCursorIsAReset is the first test's interleaving
+// with the bridge re-listing before the rebuilt cluster's index passes
+// volhost's cursor: the re-list sees the index go back, resets its
+// memory, and the completion is mirrored. (Held: the boundary of the
+// failure above.)
+func TestRestoredNomadBelowTheCursorIsAReset(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	h.mirrorRunning("a1", "n1")
+	h.nomad.mu.Lock()
+	snapAllocs, snapIndex := maps.Clone(h.nomad.allocs), h.nomad.index
+	h.nomad.mu.Unlock()
+	stop1 := h.nomad.setAlloc(web("a1", "n1", clientRunning, "stop"), nil)
+	stop2 := h.nomad.setAlloc(web("a1", "n1", clientRunning, "stop"), nil)
+	h.nomad.push(t, Batch{Index: stop1.ModifyIndex, Allocs: []Alloc{stop1}})
+	h.nomad.push(t, Batch{Index: stop2.ModifyIndex, Allocs: []Alloc{stop2}})
+	h.mirrorMarker("m1")
+	h.nomad.push(t, Batch{Err: errors.New("unexpected EOF")})
+	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
+	testutil.WaitFor(t, "the failure's event", func() bool { return len(h.events("unexpected EOF")) == 1 })
+	h.nomad.mu.Lock()
+	h.nomad.allocs, h.nomad.index = snapAllocs, snapIndex
+	h.nomad.mu.Unlock()
+	done := h.nomad.setAlloc(web("a1", "n1", clientComplete, "stop"), nil)
+	n := h.nomad.streamCount()
+	h.advance(time.Second)
+	testutil.WaitFor(t, "the next event stream", func() bool { return h.nomad.streamCount() > n })
+	h.nomad.push(t, Batch{Index: done.ModifyIndex, Allocs: []Alloc{done}})
+	h.waitStatus("a1", structs.AllocComplete)
+	if r := h.bridge.Status().Resets; r != 1 {
+		t.Fatalf("resets %d, want 1", r)
+	}
+}
