@@ -108,6 +108,13 @@ type lazyServer struct{ a *Agent }
 func (l lazyServer) RegisterAgentNode(ctx context.Context, n *structs.Node) (*structs.Node, error) {
 	return l.a.Server.RegisterAgentNode(ctx, n)
 }
+
+// RegisteredNode is the node registered under id, nil when none is
+// (nodeconn.NodeReader).
+func (l lazyServer) RegisteredNode(id string) (*structs.Node, error) {
+	return l.a.Store.Snapshot().NodeByID(nil, id)
+}
+
 func (l lazyServer) NodeLiveness(ctx context.Context, r *structs.NodeLivenessRequest) error {
 	return l.a.Server.NodeLiveness(ctx, r)
 }
@@ -181,6 +188,15 @@ func (l lazyAuth) AccessorOf(token string) (string, error) {
 		return "", nil
 	}
 	return nodeconn.ACLAuth(l.a.ACL.Resolver).(nodeconn.AccessorOf).AccessorOf(token)
+}
+
+// MayOperate says whether the token may make an operator's decisions:
+// every caller may with ACLs off, as on the API.
+func (l lazyAuth) MayOperate(token string) (bool, error) {
+	if l.a.ACL == nil {
+		return true, nil
+	}
+	return nodeconn.ACLAuth(l.a.ACL.Resolver).(nodeconn.OperatorOf).MayOperate(token)
 }
 
 // Revoked fires when the token stops granting the node; a certificate's

@@ -184,7 +184,7 @@ var routeRules = map[string]rule{
 	// A plugin's controller endpoint is where the leader sends
 	// ControllerPublish and ControllerUnpublish, with the secrets of
 	// every volume of the plugin, in every namespace: an operator's
-	// decision, as a direct node's endpoints are (operatorNodeFields).
+	// decision, as a direct node's endpoints are (structs.Node.OperatorFields).
 	// With node:write alone a scheduler integration's token, scoped to
 	// its namespaces, repointed a plugin and received every namespace's
 	// secrets.

@@ -13,51 +13,6 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// operatorNodeFields names the fields of a node registration that are an
-// operator's decision, not a node's report: the mode (agent), where the
-// leader dials (plugin endpoints) and makes directories (root_dir), and
-// the status the heartbeat tracker and fences own. Only a caller with
-// operator:write may send them.
-//
-// A node-scoped token (node_id "n1" { policy = "write" }) could otherwise
-// register n1 in direct mode with any endpoint, so the leader dialed
-// unix sockets on its own host and created directories under any absolute
-// root_dir there, or set heartbeat_lost, status_reason or a fence on a
-// new node. A node agent reports what it observes through node_rpc, which
-// registers with the leader's own choice of mode.
-func operatorNodeFields(n *structs.Node) []string {
-	var f []string
-	if n.Agent {
-		f = append(f, "agent")
-	}
-	if n.RootDir != "" {
-		f = append(f, "root_dir")
-	}
-	if n.Status != "" && n.Status != structs.NodeReady {
-		// Ready is what a registration without a status means.
-		f = append(f, "status")
-	}
-	if n.StatusReason != "" {
-		f = append(f, "status_reason")
-	}
-	if !n.StatusSince.IsZero() {
-		f = append(f, "status_since")
-	}
-	if n.HeartbeatLost {
-		f = append(f, "heartbeat_lost")
-	}
-	if n.Fence != nil {
-		f = append(f, "fence")
-	}
-	for id, np := range n.Plugins {
-		if np != nil && np.Endpoint != "" {
-			f = append(f, "plugins."+id+".endpoint")
-		}
-	}
-	slices.Sort(f)
-	return f
-}
-
 // checkNodeRegistration refuses, with ACLs on and a caller without
 // operator:write, a registration that sets an operator's field or that
 // replaces a node holding one: a node its agent registered (which would
@@ -73,14 +28,14 @@ func (s *Server) checkNodeRegistration(r *http.Request, n *structs.Node) error {
 		return nil
 	}
 	reason := ""
-	if f := operatorNodeFields(n); len(f) > 0 {
+	if f := n.OperatorFields(); len(f) > 0 {
 		reason = "setting " + strings.Join(f, ", ") + " is an operator's decision"
 	} else {
 		var held []string
 		_, err := s.store.Query(r.Context(), 0, 0, func(_ memdb.WatchSet, rd Reader) (uint64, error) {
 			old, err := rd.NodeByID(nil, n.ID)
 			if old != nil {
-				held = operatorNodeFields(old)
+				held = old.OperatorFields()
 			}
 			return 0, err
 		})

@@ -44,6 +44,15 @@ func (x aclAuth) AccessorOf(token string) (string, error) {
 	return id.Token.AccessorID, nil
 }
 
+// MayOperate: token grants operator:write (host/nodeconn keepOperatorNode).
+func (x aclAuth) MayOperate(token string) (bool, error) {
+	id, err := x.r.Resolve(token)
+	if err != nil {
+		return false, err
+	}
+	return id.ACL != nil && id.ACL.Allowed(acl.OperatorWrite, ""), nil
+}
+
 // mayServe is the one rule of who may be nodeID's agent.
 func mayServe(id *acl.Identity, nodeID string) error {
 	if id.ACL == nil || !id.ACL.ServesNode(nodeID) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/watcher/attach"
 )
@@ -50,6 +52,19 @@ type Authorizer interface {
 // token (ACLs off, anonymous).
 type AccessorOf interface {
 	AccessorOf(token string) (string, error)
+}
+
+// OperatorOf is implemented by an Authorizer that says whether a token may
+// make an operator's decisions (operator:write; every caller may with ACLs
+// off).
+type OperatorOf interface {
+	MayOperate(token string) (bool, error)
+}
+
+// NodeReader is implemented by a Registrar that reads the node registered
+// under an ID (nil when none is).
+type NodeReader interface {
+	RegisteredNode(id string) (*structs.Node, error)
 }
 
 // Config wires a Server.
@@ -197,6 +212,9 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 			return status.Errorf(codes.PermissionDenied, "node agent of %q: %v", node.ID, err)
 		}
 		node.RegisteredBy = acc
+	}
+	if err := s.keepOperatorNode(token, node.ID); err != nil {
+		return err
 	}
 	if _, err := s.cfg.Registrar.RegisterAgentNode(ctx, node); err != nil {
 		code := codes.InvalidArgument
@@ -531,4 +549,41 @@ func (a *Agent) NodeUnpublishVolume(ctx context.Context, endpoint string, req *c
 // NodeUnstageVolume runs NodeUnstageVolume on the agent's node.
 func (a *Agent) NodeUnstageVolume(ctx context.Context, endpoint string, req *csipb.NodeUnstageVolumeRequest) error {
 	return a.step(ctx, MethodUnstage, endpoint, req)
+}
+
+// keepOperatorNode refuses a hello that would replace a node an operator
+// registered in direct mode (its plugin endpoints, which the leader dials,
+// its root_dir, a status it set: structs.Node.OperatorFields) unless the
+// agent's token may make an operator's decisions. A hello replaces the
+// node whole: with its node token alone an agent took over such a node,
+// dropped the operator's endpoints and root_dir and had the node's steps,
+// with its volumes' secrets, sent down its own stream, which the API
+// refuses the same token (checkNodeRegistration, host/api).
+func (s *Server) keepOperatorNode(token, nodeID string) error {
+	op, ok1 := s.cfg.Auth.(OperatorOf)
+	nodes, ok2 := s.cfg.Registrar.(NodeReader)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	old, err := nodes.RegisteredNode(nodeID)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "read node %q: %v", nodeID, err)
+	}
+	if old == nil || old.Agent {
+		return nil
+	}
+	held := old.OperatorFields()
+	if len(held) == 0 {
+		return nil
+	}
+	may, err := op.MayOperate(token)
+	if err != nil {
+		return status.Errorf(codes.PermissionDenied, "node agent of %q: %v", nodeID, err)
+	}
+	if may {
+		return nil
+	}
+	return status.Errorf(codes.PermissionDenied, "node agent of %q: the node is registered in direct mode and holds an operator's %s; "+
+		"its agent cannot take it over without %s: an operator deregisters it first (`volhost node deregister %s`), "+
+		"or registers it with agent = true", nodeID, strings.Join(held, ", "), acl.OperatorWrite, nodeID)
 }
