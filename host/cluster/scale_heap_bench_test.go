@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -169,4 +171,63 @@ func buildScaleState(tb testing.TB, f *fsm, volumes, claims int) (afterVolumes h
 		apply(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: vol, Claim: taken, Term: term})
 	}
 	return afterVolumes
+}
+
+// BenchmarkCollectionByLayout: what one collection of a server's state
+// costs when the state was built the way raft builds it (every volume
+// and claim applied through the FSM: BenchmarkScaleHeap's buildScaleState)
+// against the same rows restored from that state's snapshot, as a
+// restarted server holds them. The live bytes and objects are the same;
+// the layout is not: applies copy radix paths at every write and leave
+// each volume's nodes wherever the heap had room, a restore inserts in key
+// order into a fresh heap. Reported: the process CPU of one forced
+// collection, the median of 5 per layout [min-max in the log], the
+// applied one first (the restored state needs the applied one dropped
+// first: both live at once would be marked together), and their ratio;
+// the live heap and objects of each.
+//
+//	VOLHOST_SCALE_VOLUMES=1000000 go test -run '^$' -bench '^BenchmarkCollectionByLayout$' -benchtime 1x -timeout 30m ./host/cluster/
+func BenchmarkCollectionByLayout(b *testing.B) {
+	n := 200_000
+	if v := os.Getenv("VOLHOST_SCALE_VOLUMES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 1000 {
+			b.Fatalf("VOLHOST_SCALE_VOLUMES=%q: want an integer >= 1000", v)
+		}
+	}
+	collections := func(label string) float64 {
+		cpu := make([]float64, 5)
+		for i := range cpu {
+			c0 := processCPU(b)
+			runtime.GC()
+			cpu[i] = (processCPU(b) - c0).Seconds()
+		}
+		h := liveHeap()
+		sorted := slices.Clone(cpu)
+		slices.Sort(sorted)
+		b.Logf("%s: one collection %.3f s of CPU [%.3f-%.3f], live %d MiB, %d objects",
+			label, sorted[2], sorted[0], sorted[4], h.bytes>>20, h.objects)
+		b.ReportMetric(float64(h.bytes)/(1<<20), label+"-live-MiB")
+		return sorted[2]
+	}
+	for b.Loop() {
+		f := &fsm{store: state.NewStore(), meta: newMeta(), logger: hclog.NewNullLogger()}
+		buildScaleState(b, f, n, n/10)
+		applied := collections("applied")
+		var buf bytes.Buffer
+		if err := f.store.Persist(&buf); err != nil {
+			b.Fatal(err)
+		}
+		f = nil
+		s := state.NewStore()
+		if err := s.Restore(bytes.NewReader(buf.Bytes())); err != nil {
+			b.Fatal(err)
+		}
+		buf = bytes.Buffer{}
+		restored := collections("restored")
+		runtime.KeepAlive(s)
+		b.ReportMetric(applied, "applied-gc-cpu-s")
+		b.ReportMetric(restored, "restored-gc-cpu-s")
+		b.ReportMetric(applied/restored, "applied/restored")
+	}
 }
