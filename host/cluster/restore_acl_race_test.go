@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/volhost/volhost/host/acl"
-	"github.com/volhost/volhost/host/structs"
 )
 
 // TestRestoreKeepsATokenDeletedDuringTheUpload: a restore of this
@@ -23,14 +22,7 @@ func TestRestoreKeepsATokenDeletedDuringTheUpload(t *testing.T) {
 	tc := newCluster(t, 1)
 	l := tc.leader()
 	loadBase(t, l.c)
-	svc := acl.NewService(l.s, l.c, nil)
-	boot, _, err := svc.Bootstrap(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.UpsertPolicy(testCtx(t), boot.AccessorID, &structs.ACLPolicy{Name: "ops", Rules: `operator { policy = "write" }`}); err != nil {
-		t.Fatal(err)
-	}
+	svc, boot := bootstrapOps(t, l)
 	leaked, leakedSecret, err := svc.CreateToken(testCtx(t), boot.AccessorID, acl.NewToken{Name: "leaked", Policies: []string{"ops"}})
 	if err != nil {
 		t.Fatal(err)

@@ -32,6 +32,21 @@ func aclView(t *testing.T, s *state.Store) (uint64, []string) {
 	return idx, acc
 }
 
+// bootstrapOps bootstraps the ACLs through leader l and writes policy
+// "ops" (operator:write); it answers the service and the management token.
+func bootstrapOps(t *testing.T, l *node) (*acl.Service, *structs.ACLToken) {
+	t.Helper()
+	svc := acl.NewService(l.s, l.c, nil)
+	boot, _, err := svc.Bootstrap(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.UpsertPolicy(testCtx(t), boot.AccessorID, &structs.ACLPolicy{Name: "ops", Rules: `operator { policy = "write" }`}); err != nil {
+		t.Fatal(err)
+	}
+	return svc, boot
+}
+
 // TestRestoreKeepsTheACLBootstrap: restoring an operator snapshot saved
 // before `acl bootstrap` used to wipe the bootstrap mark with the tokens,
 // so the first caller of POST /v1/acl/bootstrap, anyone reaching the
@@ -49,14 +64,7 @@ func TestRestoreKeepsTheACLBootstrap(t *testing.T) {
 	if err := l.c.SaveSnapshot(testCtx(t), &pre); err != nil {
 		t.Fatal(err)
 	}
-	svc := acl.NewService(l.s, l.c, nil)
-	boot, _, err := svc.Bootstrap(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.UpsertPolicy(testCtx(t), boot.AccessorID, &structs.ACLPolicy{Name: "ops", Rules: `operator { policy = "write" }`}); err != nil {
-		t.Fatal(err)
-	}
+	svc, boot := bootstrapOps(t, l)
 	ops, _, err := svc.CreateToken(testCtx(t), boot.AccessorID, acl.NewToken{Name: "ops", Policies: []string{"ops"}})
 	if err != nil {
 		t.Fatal(err)

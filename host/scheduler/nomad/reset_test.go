@@ -28,34 +28,12 @@ import (
 // every re-list: a1 stayed running in volhost, its claims never released.
 func TestRestoredNomadPastTheCursorIsAReset(t *testing.T) {
 	h := newHarness(t)
-	h.start()
-	h.mirrorRunning("a1", "n1") // index 3, committed
-	// The snapshot the cluster is later rebuilt from: index 3.
-	h.nomad.mu.Lock()
-	snapAllocs, snapIndex := maps.Clone(h.nomad.allocs), h.nomad.index
-	h.nomad.mu.Unlock()
-
-	// The old cluster goes on: a1's job is stopped, its client still runs
-	// it (shutdown_delay) and updates it twice (task events): nothing
-	// changes in volhost, so no commit, but the bridge remembers index 5.
-	stop1 := h.nomad.setAlloc(web("a1", "n1", clientRunning, "stop"), nil)
-	stop2 := h.nomad.setAlloc(web("a1", "n1", clientRunning, "stop"), nil)
-	h.nomad.push(t, Batch{Index: stop1.ModifyIndex, Allocs: []Alloc{stop1}})
-	h.nomad.push(t, Batch{Index: stop2.ModifyIndex, Allocs: []Alloc{stop2}})
-	h.mirrorMarker("m1") // index 6: once mirrored, both batches were applied
-
-	// The old cluster is lost: the stream drops.
-	h.nomad.push(t, Batch{Err: errors.New("unexpected EOF")})
-	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
-	testutil.WaitFor(t, "the failure's event", func() bool { return len(h.events("unexpected EOF")) == 1 })
+	stop2 := h.nomadLostAfterSnapshot()
 	cursor := h.cursor()
 
 	// A new cluster restored from the snapshot at index 3; a1's client
 	// reports it complete (index 4), and other jobs' activity moves the
 	// index past volhost's cursor before the bridge's backoff ends.
-	h.nomad.mu.Lock()
-	h.nomad.allocs, h.nomad.index = snapAllocs, snapIndex
-	h.nomad.mu.Unlock()
 	done := h.nomad.setAlloc(web("a1", "n1", clientComplete, "stop"), nil)
 	var others []Alloc
 	for _, id := range []string{"x1", "x2", "x3"} {
@@ -139,22 +117,7 @@ func (h *harness) mirrorMarker(id string) {
 // failure above.)
 func TestRestoredNomadBelowTheCursorIsAReset(t *testing.T) {
 	h := newHarness(t)
-	h.start()
-	h.mirrorRunning("a1", "n1")
-	h.nomad.mu.Lock()
-	snapAllocs, snapIndex := maps.Clone(h.nomad.allocs), h.nomad.index
-	h.nomad.mu.Unlock()
-	stop1 := h.nomad.setAlloc(web("a1", "n1", clientRunning, "stop"), nil)
-	stop2 := h.nomad.setAlloc(web("a1", "n1", clientRunning, "stop"), nil)
-	h.nomad.push(t, Batch{Index: stop1.ModifyIndex, Allocs: []Alloc{stop1}})
-	h.nomad.push(t, Batch{Index: stop2.ModifyIndex, Allocs: []Alloc{stop2}})
-	h.mirrorMarker("m1")
-	h.nomad.push(t, Batch{Err: errors.New("unexpected EOF")})
-	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
-	testutil.WaitFor(t, "the failure's event", func() bool { return len(h.events("unexpected EOF")) == 1 })
-	h.nomad.mu.Lock()
-	h.nomad.allocs, h.nomad.index = snapAllocs, snapIndex
-	h.nomad.mu.Unlock()
+	h.nomadLostAfterSnapshot()
 	done := h.nomad.setAlloc(web("a1", "n1", clientComplete, "stop"), nil)
 	n := h.nomad.streamCount()
 	h.advance(time.Second)
@@ -164,4 +127,34 @@ func TestRestoredNomadBelowTheCursorIsAReset(t *testing.T) {
 	if r := h.bridge.Status().Resets; r != 1 {
 		t.Fatalf("resets %d, want 1", r)
 	}
+}
+
+// nomadLostAfterSnapshot: a1 is mirrored running (index 3, committed) and
+// Nomad's state at that point is the snapshot a new cluster is later
+// rebuilt from. The old cluster goes on: a1's job is stopped, its client
+// still runs it (shutdown_delay) and updates it twice (task events, the
+// second at the returned one's index): nothing changes in volhost, so no
+// commit, but the bridge remembers that index. Then the old cluster is
+// lost (the stream drops, the bridge backs off) and the fake Nomad is put
+// back to the snapshot.
+func (h *harness) nomadLostAfterSnapshot() (stop2 Alloc) {
+	t := h.t
+	t.Helper()
+	h.start()
+	h.mirrorRunning("a1", "n1")
+	h.nomad.mu.Lock()
+	snapAllocs, snapIndex := maps.Clone(h.nomad.allocs), h.nomad.index
+	h.nomad.mu.Unlock()
+	stop1 := h.nomad.setAlloc(web("a1", "n1", clientRunning, "stop"), nil)
+	stop2 = h.nomad.setAlloc(web("a1", "n1", clientRunning, "stop"), nil)
+	h.nomad.push(t, Batch{Index: stop1.ModifyIndex, Allocs: []Alloc{stop1}})
+	h.nomad.push(t, Batch{Index: stop2.ModifyIndex, Allocs: []Alloc{stop2}})
+	h.mirrorMarker("m1") // once mirrored, both batches were applied
+	h.nomad.push(t, Batch{Err: errors.New("unexpected EOF")})
+	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
+	testutil.WaitFor(t, "the failure's event", func() bool { return len(h.events("unexpected EOF")) == 1 })
+	h.nomad.mu.Lock()
+	h.nomad.allocs, h.nomad.index = snapAllocs, snapIndex
+	h.nomad.mu.Unlock()
+	return stop2
 }
