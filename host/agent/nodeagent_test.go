@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -289,14 +290,8 @@ func TestNodeAgentNeedsNodeWrite(t *testing.T) {
 			// The same refusal over the wire: the agent never connects
 			// and the node is never registered.
 			clk := clockwork.NewFakeClock()
-			na, err := nodeagent.New(nodeagent.Config{Servers: []string{a.NodeRPC.Addr()}, NodeID: "node1", RootDir: t.TempDir(),
+			na, stop := runNodeAgent(ctx, t, nodeagent.Config{Servers: []string{a.NodeRPC.Addr()}, NodeID: "node1", RootDir: t.TempDir(),
 				Plugins: map[string]string{"csi": drv.Endpoint()}, Token: tc.token, Clock: clk})
-			if err != nil {
-				t.Fatal(err)
-			}
-			actx, stop := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- na.Run(actx) }()
 			// The refused session ends in the reconnect backoff, a wait on
 			// the fake clock (a connected agent would be heartbeating).
 			if err := clk.BlockUntilContext(ctx, 1); err != nil {
@@ -306,10 +301,26 @@ func TestNodeAgentNeedsNodeWrite(t *testing.T) {
 				t.Fatal("the agent connected without node:write")
 			}
 			stop()
-			<-done
 			if n, _ := a.Store.Snapshot().NodeByID(nil, "node1"); n != nil {
 				t.Fatalf("a refused agent registered its node: %+v", n)
 			}
 		})
 	}
+}
+
+// runNodeAgent runs a node agent with cfg until stop is called or the
+// test ends; stop returns once Run has.
+func runNodeAgent(ctx context.Context, t *testing.T, cfg nodeagent.Config) (na *nodeagent.Agent, stop func()) {
+	t.Helper()
+	na, err := nodeagent.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- na.Run(actx) }()
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return na, stop
 }

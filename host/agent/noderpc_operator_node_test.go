@@ -77,15 +77,8 @@ func TestNodeTokenCannotTakeOverAnOperatorsNodeOverNodeRPC(t *testing.T) {
 	evil := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
 	cert := p.holder(t, tlsutil.CertRequest{Kind: tlsutil.KindClient, Node: "n1"}, "n1")
 	clk := clockwork.NewFakeClock()
-	na, err := nodeagent.New(nodeagent.Config{Servers: []string{a.NodeRPC.Addr()}, NodeID: "n1", RootDir: t.TempDir(),
+	na, _ := runNodeAgent(ctx, t, nodeagent.Config{Servers: []string{a.NodeRPC.Addr()}, NodeID: "n1", RootDir: t.TempDir(),
 		Plugins: map[string]string{"csi": evil.Endpoint()}, Token: nodeSecret, Clock: clk, TLS: cert.ClientConfig()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	actx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- na.Run(actx) }()
-	defer func() { stop(); <-done }()
 	// The agent waits on its clock once its hello was answered: refused,
 	// before its retry; welcomed, for its heartbeat (the registration
 	// committed before either).

@@ -153,15 +153,8 @@ func TestNodeCertificateOverTheWire(t *testing.T) {
 	}
 	n1 := p.holder(t, tlsutil.CertRequest{Kind: tlsutil.KindClient, Node: "n1"}, "n1")
 	run := func(nodeID string, clk clockwork.Clock) (*nodeagent.Agent, func()) {
-		na, err := nodeagent.New(nodeagent.Config{Servers: []string{a.NodeRPC.Addr()}, NodeID: nodeID, RootDir: t.TempDir(),
+		return runNodeAgent(ctx, t, nodeagent.Config{Servers: []string{a.NodeRPC.Addr()}, NodeID: nodeID, RootDir: t.TempDir(),
 			Plugins: map[string]string{"csi": drv.Endpoint()}, Token: mgmt, Clock: clk, TLS: n1.ClientConfig()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		actx, stop := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- na.Run(actx) }()
-		return na, func() { stop(); <-done }
 	}
 
 	clk := clockwork.NewFakeClock()
