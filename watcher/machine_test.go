@@ -155,3 +155,41 @@ func TestNodeStepsGoToTheClaimsMachine(t *testing.T) {
 		})
 	}
 }
+
+// Two claims of one volume held under one node ID, published on two
+// machines, as a state from before a reused node ID was refused may hold
+// them (an operator restore of such a snapshot): n1 is machine ext-n1
+// today and a2 was published there; a1 was published on ext-old, which is
+// registered now as n2. Which node a node ID's steps went to was decided
+// once, by whichever claim was read first, so one claim's NodeUnpublish
+// and NodeUnstage went to the other's machine and the ControllerUnpublish
+// after it detached the disk under its own mounts (a helper's attack).
+// Now neither claim's node steps run: both wait, visibly, naming what to
+// do; no step reaches a machine the claim was not published on.
+func TestClaimsOfOneNodeIDOnTwoMachinesWait(t *testing.T) {
+	const elsewhere = "unix:///run/csi/elsewhere.sock"
+	f := newFixture(t, Config{}, nil)
+	n2 := readyNode("n2")
+	n2.Plugins[testPlugin].ExternalNodeID, n2.Plugins[testPlugin].Endpoint = "ext-old", elsewhere
+	f.store.putNode(n2)
+	f.store.putAlloc("a1", testNode, structs.AllocComplete)
+	f.store.putAlloc("a2", testNode, structs.AllocComplete)
+	a1 := newClaim("a1", testNode, structs.ClaimTaken)
+	a1.ExternalNodeID = "ext-old"
+	f.store.putVolume(newVolume("v1", a1, newClaim("a2", testNode, structs.ClaimTaken)))
+	for range 3 {
+		if _, err := f.w.assess(context.Background(), ref("v1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls := f.csi.callList(); len(calls) != 0 {
+		t.Fatalf("CSI calls %s, want none: each claim's machine is ambiguous under node ID %q", fmtCalls(calls), testNode)
+	}
+	for _, id := range []string{"a1", "a2"} {
+		c := f.store.claim(ref("v1"), id)
+		if c == nil || c.LastError == nil || !strings.Contains(c.LastError.Message, "published on two machines") ||
+			!strings.Contains(c.LastError.Message, "force-deregister the volume") {
+			t.Fatalf("claim %s: %+v, want it held with an error naming the two machines and what to do", id, c)
+		}
+	}
+}

@@ -171,3 +171,11 @@ func otherMachine(n *structs.Node, pluginID, ext string) bool {
 	np := n.Plugins[pluginID]
 	return np != nil && np.ExternalNodeID != "" && np.ExternalNodeID != ext
 }
+
+// nodeName names where a claim's node steps go: a node's ID, or "gone".
+func nodeName(n *structs.Node) string {
+	if n == nil {
+		return "gone"
+	}
+	return "node " + n.ID
+}

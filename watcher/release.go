@@ -39,18 +39,23 @@ const (
 // its claims refer to, one policy decision, then the release steps of the
 // claims that are due.
 type pass struct {
-	w       *Watcher
-	ref     structs.VolumeRef
-	v       *structs.Volume
-	now     time.Time
-	term    uint64                    // leadership term the pass runs under (0: unfenced)
-	claims  map[string]*structs.Claim // working copies; ready-to-free ones leave
-	allocs  map[string]*structs.Alloc // nil value: gone
-	nodes   map[string]*structs.Node  // nil value: gone
-	plugin  *structs.Plugin           // nil: not registered
-	policy  Policy
-	adapter attach.Adapter
-	log     hclog.Logger
+	w      *Watcher
+	ref    structs.VolumeRef
+	v      *structs.Volume
+	now    time.Time
+	term   uint64                    // leadership term the pass runs under (0: unfenced)
+	claims map[string]*structs.Claim // working copies; ready-to-free ones leave
+	allocs map[string]*structs.Alloc // nil value: gone
+	nodes  map[string]*structs.Node  // nil value: gone
+	// twoMachines are node IDs under which claims of the volume resolve
+	// to different nodes (stepNode: published on different machines), a
+	// state from before a reused node ID was refused: their node steps
+	// wait, for a node ID names one node here.
+	twoMachines map[string][2]string
+	plugin      *structs.Plugin // nil: not registered
+	policy      Policy
+	adapter     attach.Adapter
+	log         hclog.Logger
 
 	wake     time.Time // earliest time this volume wants another pass
 	released []string  // alloc IDs whose claims reached ready-to-free
@@ -102,10 +107,20 @@ func readPass(st StateReader, ref structs.VolumeRef, now time.Time) (*pass, erro
 		if p.allocs[c.AllocID], err = st.Alloc(c.AllocID); err != nil {
 			return nil, fmt.Errorf("read allocation %q: %w", c.AllocID, err)
 		}
-		if _, ok := p.nodes[c.NodeID]; !ok {
-			if p.nodes[c.NodeID], err = stepNode(st, v, c); err != nil {
-				return nil, err
+		n, err := stepNode(st, v, c)
+		if err != nil {
+			return nil, err
+		}
+		first, seen := p.nodes[c.NodeID]
+		if !seen {
+			p.nodes[c.NodeID] = n
+			continue
+		}
+		if nodeName(first) != nodeName(n) {
+			if p.twoMachines == nil {
+				p.twoMachines = map[string][2]string{}
 			}
+			p.twoMachines[c.NodeID] = [2]string{nodeName(first), nodeName(n)}
 		}
 	}
 	if len(p.claims) > 0 {
@@ -471,6 +486,14 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 		skip = true // attested off (Detach, a policy release)
 	}
 	switch {
+	case published && p.twoMachines[c.NodeID] != [2]string{}:
+		// Which machine the steps would reach, and whose fence or
+		// status would skip them, would depend on which claim was read
+		// first: each claim's mounts stay where they are.
+		m := p.twoMachines[c.NodeID]
+		return false, p.fail(ctx, c, p.precondition(StepNodeUnpublish,
+			"the claims of this volume on node %q were published on two machines (now %s and %s): their node steps wait; "+
+				"force-deregister the volume (`volhost volume deregister -force`): its leftovers name each claim's machine", c.NodeID, m[0], m[1]), 0)
 	case skip:
 	case !published:
 		// Nothing was published on the node (it had no node endpoint

@@ -77,7 +77,12 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 			}
 		})
 	}
-	defer unlockACL()
+	installing := false // raft may still install it after this returns
+	defer func() {
+		if !installing {
+			unlockACL()
+		}
+	}()
 	h, scratch, err := snapshot.Read(r, keyring{c.meta}, snapshot.Options{
 		ClusterID: c.meta.clusterID(), ForceForeign: o.ForceForeign,
 		// The machines kept running since the snapshot was taken: its
@@ -88,10 +93,17 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 		// restored state keeps this cluster's ACL state. Decided
 		// here, into the state raft installs on every server, so each
 		// replica has the same tokens and the same bootstrap mark.
-		KeepACLOf: func() *state.Snapshot {
+		KeepACLOf: func() (*state.Snapshot, error) {
 			c.aclWrites.Lock()
 			aclHeld = true
-			return c.store.Snapshot()
+			// Everything committed before this point applied here first:
+			// a leader that just took over may not have applied an ACL
+			// write another leader committed (a token it deleted came
+			// back with the restore).
+			if err := c.raft.Barrier(c.timeout(ctx)).Error(); err != nil {
+				return nil, raftErr("restore snapshot", err)
+			}
+			return c.store.Snapshot(), nil
 		},
 	})
 	if err != nil {
@@ -112,6 +124,7 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 	case err = <-done:
 	case <-ctx.Done():
 		// raft goes on installing it: ACL writes wait until it is done.
+		installing = true
 		go func() {
 			<-done
 			unlockACL()

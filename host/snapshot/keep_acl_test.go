@@ -29,6 +29,11 @@ func tokenIDs(t *testing.T, s *state.Store) []string {
 // result is a state whose rows pass every check again (it is what raft
 // installs on the followers). A snapshot that bootstrapped keeps its own,
 // and over a cluster that never bootstrapped nothing is kept.
+// aclOf is Options.KeepACLOf for a cluster whose state is s.
+func aclOf(s *state.Store) func() (*state.Snapshot, error) {
+	return func() (*state.Snapshot, error) { return s.Snapshot(), nil }
+}
+
 func TestKeepACLOf(t *testing.T) {
 	kr := newKeyring(t)
 	cluster := testStore(t) // bootstrapped, policy ops, tokens boot and t1
@@ -38,7 +43,7 @@ func TestKeepACLOf(t *testing.T) {
 	}
 	preRaw := save(t, pre, kr, "c1")
 
-	h, got, err := Read(bytes.NewReader(preRaw), kr, Options{ClusterID: "c1", KeepACLOf: cluster.Snapshot})
+	h, got, err := Read(bytes.NewReader(preRaw), kr, Options{ClusterID: "c1", KeepACLOf: aclOf(cluster)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +78,7 @@ func TestKeepACLOf(t *testing.T) {
 	}
 
 	// A cluster that never bootstrapped: nothing to keep.
-	h, got, err = Read(bytes.NewReader(preRaw), kr, Options{ClusterID: "c1", KeepACLOf: state.NewStore().Snapshot})
+	h, got, err = Read(bytes.NewReader(preRaw), kr, Options{ClusterID: "c1", KeepACLOf: aclOf(state.NewStore())})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +93,7 @@ func TestKeepACLOf(t *testing.T) {
 		AccessorID: "other-boot", SecretHash: strings.Repeat("c", 64), Type: structs.ACLManagementToken}}); err != nil {
 		t.Fatal(err)
 	}
-	h, got, err = Read(bytes.NewReader(save(t, cluster, kr, "c1")), kr, Options{ClusterID: "c2", ForceForeign: true, KeepACLOf: other.Snapshot})
+	h, got, err = Read(bytes.NewReader(save(t, cluster, kr, "c1")), kr, Options{ClusterID: "c2", ForceForeign: true, KeepACLOf: aclOf(other)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func TestRestoreNeverRevivesARevokedToken(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h, got, err := Read(bytes.NewReader(backup), kr, Options{ClusterID: "c1", KeepACLOf: cluster.Snapshot})
+	h, got, err := Read(bytes.NewReader(backup), kr, Options{ClusterID: "c1", KeepACLOf: aclOf(cluster)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestRestoreNeverRevivesARevokedToken(t *testing.T) {
 
 	// Another cluster's snapshot (a cluster rebuilt from it) brings its
 	// own ACL state, the tokens its agents hold.
-	h, got, err = Read(bytes.NewReader(backup), kr, Options{ClusterID: "c2", ForceForeign: true, KeepACLOf: cluster.Snapshot})
+	h, got, err = Read(bytes.NewReader(backup), kr, Options{ClusterID: "c2", ForceForeign: true, KeepACLOf: aclOf(cluster)})
 	if err != nil {
 		t.Fatal(err)
 	}

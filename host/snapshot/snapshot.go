@@ -206,9 +206,9 @@ type Options struct {
 	// (state.Builder.KeepACLOf) rather than reviving tokens deleted since
 	// or reopening the bootstrap to whoever calls it first. It is called
 	// once, after every row was read and checked, so a token deleted while
-	// a slow upload ran is deleted in what is kept. nil: the snapshot's
-	// rows only.
-	KeepACLOf func() *state.Snapshot
+	// a slow upload ran is deleted in what is kept; an error ends the
+	// read. nil: the snapshot's rows only.
+	KeepACLOf func() (*state.Snapshot, error)
 }
 
 // Read reads and checks a whole snapshot and returns its header and a new
@@ -267,7 +267,11 @@ func Read(r io.Reader, kr Keyring, o Options) (Header, *state.Store, error) {
 				return h, nil, err
 			}
 			if o.KeepACLOf != nil {
-				if h.KeptACL, err = b.KeepACLOf(o.KeepACLOf(), h.ClusterID == o.ClusterID); err != nil {
+				cur, err := o.KeepACLOf()
+				if err != nil {
+					return h, nil, err
+				}
+				if h.KeptACL, err = b.KeepACLOf(cur, h.ClusterID == o.ClusterID); err != nil {
 					return h, nil, err
 				}
 			}

@@ -317,6 +317,14 @@ func validateHeldClaimMachine(old, n *structs.Node, v *structs.Volume, c *struct
 		now = np.ExternalNodeID
 	}
 	rec := c.ReleaseNodeID(was)
+	if old == nil && rec == "" && (c.StagingPath != "" || c.TargetPath != "") {
+		// Nothing says which machine holds its mounts: the same node ID
+		// is no proof (another machine under it got the claim's node
+		// steps, and a new claim published from a path never staged there).
+		return structs.Conflict("node %q: the claim of allocation %q on volume %q is still held on this node ID, published at %q with no external node ID recorded: "+
+			"which machine holds it is unknown, so the node ID cannot be registered again until that claim is released "+
+			"(or the volume force-deregistered)", n.ID, c.AllocID, name, orPath(c.StagingPath, c.TargetPath))
+	}
 	if rec == "" || now == "" || now == rec {
 		return nil
 	}
@@ -328,6 +336,14 @@ func validateHeldClaimMachine(old, n *structs.Node, v *structs.Volume, c *struct
 	return structs.Conflict("node %q holds the claim of allocation %q on volume %q, attached to plugin %q's external node ID %q: "+
 		"the node cannot report external node ID %q while it holds claims of that plugin: %s",
 		n.ID, c.AllocID, name, v.PluginID, rec, now, drainFirst)
+}
+
+// orPath is a if set, else b.
+func orPath(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
 }
 
 // underRoot: path p lies under root_dir root (where csi.Paths puts a

@@ -20,9 +20,6 @@ func (b *Bridge) observe(ctx context.Context, r *run, snap *state.Snapshot, a Al
 	if t != nil && a.ModifyIndex < t.a.ModifyIndex {
 		return
 	}
-	if at, ok := r.ended[a.ID]; ok && t == nil && a.ModifyIndex <= at {
-		return // a replay from before it was seen ended
-	}
 	va, err := snap.AllocByID(nil, a.ID)
 	if err != nil {
 		b.log.Error("read allocation", "alloc", a.ID, "error", err)
@@ -34,7 +31,6 @@ func (b *Bridge) observe(ctx context.Context, r *run, snap *state.Snapshot, a Al
 	}
 	if t == nil {
 		if va == nil && terminalInNomad(a.ClientStatus) {
-			r.ended[a.ID] = max(r.ended[a.ID], a.ModifyIndex)
 			return // it ended before it was ever mirrored: nothing to release
 		}
 		if va != nil && va.ClientStatus.Terminal() {

@@ -77,14 +77,17 @@ type run struct {
 	term   uint64
 	nodes  map[string]Node     // Nomad nodes by ID, as last listed or streamed
 	allocs map[string]*tracked // Nomad allocations seen, by ID
-	// ended are allocations seen ended before they were ever mirrored
-	// (so not tracked), by the ModifyIndex they were seen at: the stream
-	// starts at the older list's index and replays their earlier
-	// "running", which would otherwise be mirrored and claimed for.
-	ended   map[string]uint64
-	applied uint64 // the Nomad index committed as the cursor
-	seen    uint64 // the highest Nomad index applied in memory
-	stream  uint64 // the last stream batch's index (a lower one is a reset)
+	// allocsListed is the allocation list's index at the last re-list:
+	// the stream starts at the older of the two lists' index + 1, so it
+	// replays allocation changes the list already holds, or that Nomad
+	// has collected since (an allocation that ran and ended before the
+	// list). An allocation event at or below it is not news: replayed, an
+	// ended allocation's earlier "running" was mirrored and its volume
+	// claimed.
+	allocsListed uint64
+	applied      uint64 // the Nomad index committed as the cursor
+	seen         uint64 // the highest Nomad index applied in memory
+	stream       uint64 // the last stream batch's index (a lower one is a reset)
 
 	pendingAllocs map[string]*structs.Alloc
 	pendingEvents []*structs.Event
@@ -106,7 +109,7 @@ type tracked struct {
 
 // Run implements scheduler.Source.
 func (b *Bridge) Run(ctx context.Context, term uint64) error {
-	r := &run{term: term, nodes: map[string]Node{}, allocs: map[string]*tracked{}, ended: map[string]uint64{},
+	r := &run{term: term, nodes: map[string]Node{}, allocs: map[string]*tracked{},
 		claims: make(chan claimJob, 1024), results: make(chan claimResult, 1024), inflight: map[string]bool{}}
 	b.mu.Lock()
 	b.st.State, b.st.LeaderTerm, b.st.StartTime, b.st.Claims = scheduler.StateConnecting, term, b.clock.Now(), 0
@@ -255,6 +258,9 @@ func (b *Bridge) applyBatch(ctx context.Context, r *run, batch Batch) error {
 		}
 	}
 	for _, a := range batch.Allocs {
+		if a.ModifyIndex <= r.allocsListed {
+			continue // the list holds it, or a later state
+		}
 		b.observe(ctx, r, snap, a)
 	}
 	r.seen = max(r.seen, batch.Index)
@@ -288,7 +294,7 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 		// the snapshot's: nothing known by index is comparable any more.
 		r.pendingEvents = append(r.pendingEvents, b.event("", "", why+": its state was reset; everything is listed again"))
 		b.log.Warn("Nomad's state was reset", "why", why, "cursor", r.applied, "now", index)
-		r.nodes, r.allocs, r.ended, r.seen = map[string]Node{}, map[string]*tracked{}, map[string]uint64{}, 0
+		r.nodes, r.allocs, r.seen = map[string]Node{}, map[string]*tracked{}, 0
 	}
 	snap := b.store.Snapshot()
 	listed := make(map[string]Node, len(nodes))
@@ -317,11 +323,7 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 	if err := b.vanished(ctx, r, snap, inList); err != nil {
 		return 0, err
 	}
-	for id := range r.ended {
-		if !inList[id] {
-			delete(r.ended, id) // collected by Nomad
-		}
-	}
+	r.allocsListed = aIdx
 	r.seen = max(r.seen, index)
 	if reset {
 		r.seen = index

@@ -67,11 +67,9 @@ func TestRestoredNomadPastTheCursorIsAReset(t *testing.T) {
 // TestReplayNeverRevivesAnAllocationListedEnded: the stream starts at the
 // older of the two lists' index + 1 (the node list's, when no node
 // changed lately), so it replays allocation changes the allocation list
-// already showed. An allocation listed as ended that volhost never
-// mirrored is not tracked (no meta read for it); the bridge remembers the
-// index it was seen ended at, so its replayed older "running" is not
-// mirrored. Before, it was, and its volume was claimed (published) for an
-// allocation Nomad had reported complete.
+// already showed: a5, listed complete and never mirrored, must not be
+// mirrored running from the replay of its earlier "running", nor its
+// volume claimed (it was).
 func TestReplayNeverRevivesAnAllocationListedEnded(t *testing.T) {
 	h := newHarness(t)
 	h.nomad.mu.Lock()
