@@ -11,7 +11,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/volhost/volhost/host/acl"
-	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/internal/testutil"
 )
@@ -78,23 +77,13 @@ func (h *heldTransport) open() {
 
 func (tc *tcluster) startHeld(id string, expect int) (*node, *heldTransport) {
 	tc.t.Helper()
-	_, trans := raft.NewInmemTransport(raft.ServerAddress("raft-" + id))
-	at := &heldTransport{InmemTransport: trans, capAt: map[raft.ServerID]uint64{}, hold: map[raft.ServerID]bool{}, release: make(chan struct{})}
-	cfg := serverConfig(id, "", at, expect)
-	cfg.Logger = logger(tc.t)
-	s := state.NewStore()
-	c, err := New(cfg, s)
-	if err != nil {
-		tc.t.Fatal(err)
-	}
-	tc.t.Cleanup(func() { _ = c.Shutdown() })
+	var at *heldTransport
+	n := tc.start(id, "", expect, func(cfg *Config) {
+		at = &heldTransport{InmemTransport: cfg.Transport.(*raft.InmemTransport), capAt: map[raft.ServerID]uint64{},
+			hold: map[raft.ServerID]bool{}, release: make(chan struct{})}
+		cfg.Transport = at
+	})
 	tc.t.Cleanup(at.open) // before the shutdown: a held request would hold it
-	n := &node{id: id, c: c, s: s, trans: trans}
-	for _, o := range tc.nodes {
-		o.trans.Connect(trans.LocalAddr(), trans)
-		trans.Connect(o.trans.LocalAddr(), o.trans)
-	}
-	tc.nodes = append(tc.nodes, n)
 	return n, at
 }
 

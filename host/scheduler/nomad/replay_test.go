@@ -4,7 +4,6 @@ import (
 	"errors"
 	"maps"
 	"testing"
-	"time"
 
 	"github.com/volhost/volhost/host/scheduler"
 	"github.com/volhost/volhost/internal/testutil"
@@ -43,19 +42,7 @@ func TestRestoredNomadRunsAnAllocationSeenEnded(t *testing.T) {
 	h.nomad.allocs, h.nomad.index = snapAllocs, snapIndex
 	h.nomad.mu.Unlock()
 	again := h.nomad.setAlloc(web("a5", "n1", clientRunning, "run"), nil)
-	var others []Alloc
-	for _, id := range []string{"x1", "x2", "x3"} {
-		others = append(others, h.nomad.setAlloc(web(id, "n2", clientRunning, "run"), map[string]string{"team": "x"}))
-	}
-	h.nomad.mu.Lock()
-	listIndex := h.nomad.index
-	h.nomad.mu.Unlock()
-	if listIndex < cursor {
-		t.Fatalf("setup: Nomad's index %d is below the cursor %d", listIndex, cursor)
-	}
-	n := h.nomad.streamCount()
-	h.advance(time.Second)
-	testutil.WaitFor(t, "the next event stream", func() bool { return h.nomad.streamCount() > n })
+	others, listIndex := h.pastCursorThenReconnect(cursor)
 	h.nomad.push(t, Batch{Index: again.ModifyIndex, Allocs: []Alloc{again}})
 	h.nomad.push(t, Batch{Index: others[len(others)-1].ModifyIndex, Allocs: others})
 	h.mirrorMarker("m2")

@@ -35,19 +35,7 @@ func TestRestoredNomadPastTheCursorIsAReset(t *testing.T) {
 	// reports it complete (index 4), and other jobs' activity moves the
 	// index past volhost's cursor before the bridge's backoff ends.
 	done := h.nomad.setAlloc(web("a1", "n1", clientComplete, "stop"), nil)
-	var others []Alloc
-	for _, id := range []string{"x1", "x2", "x3"} {
-		others = append(others, h.nomad.setAlloc(web(id, "n2", clientRunning, "run"), map[string]string{"team": "x"}))
-	}
-	h.nomad.mu.Lock()
-	listIndex := h.nomad.index
-	h.nomad.mu.Unlock()
-	if listIndex < cursor {
-		t.Fatalf("setup: Nomad's index %d is below the cursor %d", listIndex, cursor)
-	}
-	n := h.nomad.streamCount()
-	h.advance(time.Second)
-	testutil.WaitFor(t, "the next event stream", func() bool { return h.nomad.streamCount() > n })
+	others, listIndex := h.pastCursorThenReconnect(cursor)
 	// The new cluster's stream, from the list's index + 1 on, and its
 	// replay of the completion too: the bridge sees a1 complete both in
 	// the list and in the stream.
@@ -155,4 +143,26 @@ func (h *harness) nomadLostAfterSnapshot() (stop2 Alloc) {
 	h.nomad.allocs, h.nomad.index = snapAllocs, snapIndex
 	h.nomad.mu.Unlock()
 	return stop2
+}
+
+// pastCursorThenReconnect has other jobs' allocations move Nomad's index
+// to at least cursor, then ends the bridge's backoff and waits for its
+// next event stream (after its re-list, at the returned index). It
+// answers those allocations.
+func (h *harness) pastCursorThenReconnect(cursor uint64) (others []Alloc, listIndex uint64) {
+	t := h.t
+	t.Helper()
+	for _, id := range []string{"x1", "x2", "x3"} {
+		others = append(others, h.nomad.setAlloc(web(id, "n2", clientRunning, "run"), map[string]string{"team": "x"}))
+	}
+	h.nomad.mu.Lock()
+	listIndex = h.nomad.index
+	h.nomad.mu.Unlock()
+	if listIndex < cursor {
+		t.Fatalf("setup: Nomad's index %d is below the cursor %d", listIndex, cursor)
+	}
+	n := h.nomad.streamCount()
+	h.advance(time.Second)
+	testutil.WaitFor(t, "the next event stream", func() bool { return h.nomad.streamCount() > n })
+	return others, listIndex
 }
