@@ -69,13 +69,7 @@ func TestReplayNeverRevivesAnAllocationCollectedBeforeTheList(t *testing.T) {
 	running := h.nomad.setAlloc(web("a5", "n1", clientRunning, "run"), metaV1) // index 3
 	done := h.nomad.setAlloc(web("a5", "n1", clientComplete, "run"), nil)      // index 4
 	h.nomad.remove(nil, []string{"a5"})                                        // index 5: collected
-	h.start()
-	h.nomad.mu.Lock()
-	from := h.nomad.from[0]
-	h.nomad.mu.Unlock()
-	if from > running.ModifyIndex {
-		t.Fatalf("setup: the stream starts at %d, after a5's running at %d", from, running.ModifyIndex)
-	}
+	h.startReplaying(running)
 	// The stream replays a5's running; its completion follows in the
 	// next batch (after the test looked).
 	h.nomad.push(t, Batch{Index: running.ModifyIndex, Allocs: []Alloc{running}})

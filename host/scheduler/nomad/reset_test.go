@@ -67,13 +67,7 @@ func TestReplayNeverRevivesAnAllocationListedEnded(t *testing.T) {
 	// it was reconnecting).
 	running := h.nomad.setAlloc(web("a5", "n1", clientRunning, "run"), metaV1) // index 3
 	done := h.nomad.setAlloc(web("a5", "n1", clientComplete, "run"), nil)      // index 4
-	h.start()
-	h.nomad.mu.Lock()
-	from := h.nomad.from[0]
-	h.nomad.mu.Unlock()
-	if from > running.ModifyIndex {
-		t.Fatalf("setup: the stream starts at %d, after a5's running at %d", from, running.ModifyIndex)
-	}
+	h.startReplaying(running)
 	// Nomad's stream from index 3: a5 running, then a5 complete.
 	h.nomad.push(t, Batch{Index: running.ModifyIndex, Allocs: []Alloc{running}})
 	h.nomad.push(t, Batch{Index: done.ModifyIndex, Allocs: []Alloc{done}})
@@ -165,4 +159,17 @@ func (h *harness) pastCursorThenReconnect(cursor uint64) (others []Alloc, listIn
 	h.advance(time.Second)
 	testutil.WaitFor(t, "the next event stream", func() bool { return h.nomad.streamCount() > n })
 	return others, listIndex
+}
+
+// startReplaying starts the bridge and checks that its first stream
+// starts at or before a's index: it replays a.
+func (h *harness) startReplaying(a Alloc) {
+	h.t.Helper()
+	h.start()
+	h.nomad.mu.Lock()
+	from := h.nomad.from[0]
+	h.nomad.mu.Unlock()
+	if from > a.ModifyIndex {
+		h.t.Fatalf("setup: the stream starts at %d, after %s's %s at %d", from, a.ID, a.ClientStatus, a.ModifyIndex)
+	}
 }
