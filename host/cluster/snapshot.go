@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -68,19 +67,10 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 	// restore is installed: reading it when the call began revived a
 	// token deleted while the upload ran (a leaked token revoked by an
 	// administrator, or the restoring token itself).
-	var releaseACL sync.Once
-	aclHeld := false
-	unlockACL := func() {
-		releaseACL.Do(func() {
-			if aclHeld {
-				c.aclWrites.Unlock()
-			}
-		})
-	}
-	installing := false // raft may still install it after this returns
+	var releaseACL func() // set once ACL writes are held off
 	defer func() {
-		if !installing {
-			unlockACL()
+		if releaseACL != nil {
+			releaseACL()
 		}
 	}()
 	h, scratch, err := snapshot.Read(r, keyring{c.meta}, snapshot.Options{
@@ -95,7 +85,7 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 		// replica has the same tokens and the same bootstrap mark.
 		KeepACLOf: func() (*state.Snapshot, error) {
 			c.aclWrites.Lock()
-			aclHeld = true
+			releaseACL = c.aclWrites.Unlock
 			// Everything committed before this point applied here first:
 			// a leader that just took over may not have applied an ACL
 			// write another leader committed (a token it deleted came
@@ -124,11 +114,13 @@ func (c *Cluster) RestoreSnapshot(ctx context.Context, r io.Reader, o RestoreOpt
 	case err = <-done:
 	case <-ctx.Done():
 		// raft goes on installing it: ACL writes wait until it is done.
-		installing = true
-		go func() {
-			<-done
-			unlockACL()
-		}()
+		if release := releaseACL; release != nil {
+			releaseACL = nil
+			go func() {
+				<-done
+				release()
+			}()
+		}
 		return fmt.Errorf("restore snapshot: %w", ctx.Err())
 	}
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/watcher/attach"
 )
 
@@ -156,7 +157,7 @@ func (e *Executor) check(field, p string, want layout) error {
 		return status.Errorf(codes.InvalidArgument, "%s %q is not absolute: register the node with a root_dir", field, p)
 	case filepath.Clean(p) != p:
 		return status.Errorf(codes.InvalidArgument, "%s %q is not a clean path", field, p)
-	case e.Root != "" && !within(e.Root, p):
+	case e.Root != "" && !structs.WithinRoot(e.Root, p):
 		return status.Errorf(codes.InvalidArgument, "%s %q is outside this node's root_dir %q", field, p, e.Root)
 	case e.Root != "" && !want.holds(e.Root, p):
 		return status.Errorf(codes.InvalidArgument, "%s %q is not a volhost path under root_dir %q (want %s)",
@@ -182,11 +183,6 @@ func (l layout) holds(root, p string) bool {
 		}
 	}
 	return true
-}
-
-func within(root, p string) bool {
-	root = filepath.Clean(root)
-	return p != root && strings.HasPrefix(p, root+string(filepath.Separator))
 }
 
 // mkdirAll creates dir and any missing parents, answering the ones it

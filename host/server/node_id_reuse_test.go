@@ -35,15 +35,7 @@ func TestNodeIDOfHeldClaimsRefusesAnotherMachine(t *testing.T) {
 			}
 			h.mustAlloc("default", "web-1", "node1", structs.AllocComplete)
 
-			// node2's machine leaves its own ID and asks for node1's.
-			if _, _, err := h.srv.DeregisterNode(h.ctx, "node2", false); err != nil {
-				t.Fatal(err)
-			}
-			if _, _, err := h.srv.DeregisterNode(h.ctx, "node1", true); err != nil {
-				t.Fatal(err)
-			}
-			_, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: "node1", RootDir: rootDir,
-				Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes["node2"].Endpoint()}}})
+			err := h.node2TakesNode1sID()
 			if !errors.Is(err, structs.ErrConflict) || !strings.Contains(err.Error(), `"ext-node1"`) ||
 				!strings.Contains(err.Error(), "another node ID") {
 				t.Fatalf("another machine registered under the ID of a node whose claims are held: %v, want a conflict naming the claim's machine and what to do", err)
@@ -80,4 +72,21 @@ func TestNodeIDOfHeldClaimsRefusesAnotherMachine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// node2TakesNode1sID: node2's machine leaves its own ID, node1 is
+// force-deregistered with its claims held, and node2's machine (its plugin
+// endpoint, the same root_dir) asks to be registered as node1; it answers
+// the registration's error.
+func (h *harness) node2TakesNode1sID() error {
+	h.t.Helper()
+	if _, _, err := h.srv.DeregisterNode(h.ctx, "node2", false); err != nil {
+		h.t.Fatal(err)
+	}
+	if _, _, err := h.srv.DeregisterNode(h.ctx, "node1", true); err != nil {
+		h.t.Fatal(err)
+	}
+	_, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: "node1", RootDir: rootDir,
+		Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes["node2"].Endpoint()}}})
+	return err
 }

@@ -53,14 +53,7 @@ func TestNodeIDOfAHeldClaimWithoutItsMachineIsRefused(t *testing.T) {
 	if web1.ExternalNodeID != "" || web1.StagingPath == "" {
 		t.Fatalf("web-1's claim: external node ID %q, staging %q; want none recorded, staged", web1.ExternalNodeID, web1.StagingPath)
 	}
-	if _, _, err := h.srv.DeregisterNode(h.ctx, "node2", false); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := h.srv.DeregisterNode(h.ctx, "node1", true); err != nil {
-		t.Fatal(err)
-	}
-	_, err := h.srv.RegisterNode(h.ctx, &structs.Node{ID: "node1", RootDir: rootDir,
-		Plugins: map[string]*structs.NodePlugin{testPlugin: {Endpoint: h.nodes["node2"].Endpoint()}}})
+	err := h.node2TakesNode1sID()
 	if errors.Is(err, structs.ErrConflict) {
 		return // held
 	}

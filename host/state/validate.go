@@ -1,6 +1,8 @@
 package state
 
 import (
+	"cmp"
+
 	memdb "github.com/hashicorp/go-memdb"
 
 	"fmt"
@@ -294,15 +296,16 @@ func validateMachineIdentity(snap *Snapshot, n *structs.Node) error {
 // under the ID now, nil when none is.
 func validateHeldClaimMachine(old, n *structs.Node, v *structs.Volume, c *structs.Claim) error {
 	name := volName(v.Namespace, v.ID)
+	published := c.StagingPath != "" || c.TargetPath != ""
 	if old == nil {
 		for _, p := range []string{c.StagingPath, c.TargetPath} {
-			if p != "" && !underRoot(p, n.RootDir) {
+			if p != "" && (n.RootDir == "" || !structs.WithinRoot(n.RootDir, p)) {
 				return structs.Conflict("node %q: the claim of allocation %q on volume %q is still held on this node ID, published at %q, outside root_dir %q: "+
 					"a node registered under the ID of one whose claims are held must be the same machine: register another machine under another node ID, "+
 					"or let those claims be released (or force-deregister the volume) first", n.ID, c.AllocID, name, p, n.RootDir)
 			}
 		}
-	} else if old.RootDir != n.RootDir && (c.StagingPath != "" || c.TargetPath != "") {
+	} else if old.RootDir != n.RootDir && published {
 		return structs.Conflict("node %q holds the claim of allocation %q on volume %q, published under root_dir %q: "+
 			"its root_dir cannot change to %q while it holds claims: %s",
 			n.ID, c.AllocID, name, old.RootDir, n.RootDir, drainFirst)
@@ -317,13 +320,13 @@ func validateHeldClaimMachine(old, n *structs.Node, v *structs.Volume, c *struct
 		now = np.ExternalNodeID
 	}
 	rec := c.ReleaseNodeID(was)
-	if old == nil && rec == "" && (c.StagingPath != "" || c.TargetPath != "") {
+	if old == nil && rec == "" && published {
 		// Nothing says which machine holds its mounts: the same node ID
 		// is no proof (another machine under it got the claim's node
 		// steps, and a new claim published from a path never staged there).
 		return structs.Conflict("node %q: the claim of allocation %q on volume %q is still held on this node ID, published at %q with no external node ID recorded: "+
 			"which machine holds it is unknown, so the node ID cannot be registered again until that claim is released "+
-			"(or the volume force-deregistered)", n.ID, c.AllocID, name, orPath(c.StagingPath, c.TargetPath))
+			"(or the volume force-deregistered)", n.ID, c.AllocID, name, cmp.Or(c.StagingPath, c.TargetPath))
 	}
 	if rec == "" || now == "" || now == rec {
 		return nil
@@ -336,20 +339,6 @@ func validateHeldClaimMachine(old, n *structs.Node, v *structs.Volume, c *struct
 	return structs.Conflict("node %q holds the claim of allocation %q on volume %q, attached to plugin %q's external node ID %q: "+
 		"the node cannot report external node ID %q while it holds claims of that plugin: %s",
 		n.ID, c.AllocID, name, v.PluginID, rec, now, drainFirst)
-}
-
-// orPath is a if set, else b.
-func orPath(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-// underRoot: path p lies under root_dir root (where csi.Paths puts a
-// claim's staging and target paths).
-func underRoot(p, root string) bool {
-	return root != "" && strings.HasPrefix(p, strings.TrimSuffix(root, "/")+"/")
 }
 
 // machineMoved: n reports another root_dir than old, or another

@@ -1,6 +1,10 @@
 package structs
 
-import "slices"
+import (
+	"path/filepath"
+	"slices"
+	"strings"
+)
 
 // OperatorFields names the fields of a node registration that are an
 // operator's decision, not a node's report: the mode (agent), where the
@@ -47,4 +51,13 @@ func (n *Node) OperatorFields() []string {
 	}
 	slices.Sort(f)
 	return f
+}
+
+// WithinRoot reports whether path p lies strictly under directory root,
+// where the CO places a node's staging and target paths (csi.Paths): the
+// node steps refuse a path outside it, and the store a registration whose
+// root_dir does not hold its held claims' paths.
+func WithinRoot(root, p string) bool {
+	root = filepath.Clean(root)
+	return p != root && strings.HasPrefix(p, root+string(filepath.Separator))
 }

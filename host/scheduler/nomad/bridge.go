@@ -280,12 +280,9 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 		return 0, fmt.Errorf("listing Nomad allocations at %s: %w", b.s.ShownAddress(), err)
 	}
 	index := max(nIdx, aIdx)
-	why := ""
-	switch {
-	case index < r.applied:
+	why := historyChanged(r, nodes, nIdx, allocs, aIdx)
+	if index < r.applied {
 		why = fmt.Sprintf("Nomad's index went back from %d to %d", r.applied, index)
-	default:
-		why = historyChanged(r, nodes, nIdx, allocs, aIdx)
 	}
 	reset := why != ""
 	if reset {

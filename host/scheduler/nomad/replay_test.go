@@ -63,12 +63,8 @@ func TestRestoredNomadRunsAnAllocationSeenEnded(t *testing.T) {
 // nor its volume claimed.
 func TestReplayNeverRevivesAnAllocationCollectedBeforeTheList(t *testing.T) {
 	h := newHarness(t)
-	h.nomad.mu.Lock()
-	h.nomad.nodesIndex = h.nomad.index // the nodes last changed at index 2
-	h.nomad.mu.Unlock()
-	running := h.nomad.setAlloc(web("a5", "n1", clientRunning, "run"), metaV1) // index 3
-	done := h.nomad.setAlloc(web("a5", "n1", clientComplete, "run"), nil)      // index 4
-	h.nomad.remove(nil, []string{"a5"})                                        // index 5: collected
+	running, done := h.ranAndEnded()
+	h.nomad.remove(nil, []string{"a5"}) // index 5: collected
 	h.startReplaying(running)
 	// The stream replays a5's running; its completion follows in the
 	// next batch (after the test looked).

@@ -60,13 +60,7 @@ func TestRestoredNomadPastTheCursorIsAReset(t *testing.T) {
 // volume claimed (it was).
 func TestReplayNeverRevivesAnAllocationListedEnded(t *testing.T) {
 	h := newHarness(t)
-	h.nomad.mu.Lock()
-	h.nomad.nodesIndex = h.nomad.index // the nodes last changed at index 2
-	h.nomad.mu.Unlock()
-	// A batch job ran and completed before the bridge started (or while
-	// it was reconnecting).
-	running := h.nomad.setAlloc(web("a5", "n1", clientRunning, "run"), metaV1) // index 3
-	done := h.nomad.setAlloc(web("a5", "n1", clientComplete, "run"), nil)      // index 4
+	running, done := h.ranAndEnded()
 	h.startReplaying(running)
 	// Nomad's stream from index 3: a5 running, then a5 complete.
 	h.nomad.push(t, Batch{Index: running.ModifyIndex, Allocs: []Alloc{running}})
@@ -172,4 +166,17 @@ func (h *harness) startReplaying(a Alloc) {
 	if from > a.ModifyIndex {
 		h.t.Fatalf("setup: the stream starts at %d, after %s's %s at %d", from, a.ID, a.ClientStatus, a.ModifyIndex)
 	}
+}
+
+// ranAndEnded: the nodes last changed at index 2 (so the stream starts
+// there, replaying allocations), then a batch job's allocation a5 ran
+// (index 3) and completed (index 4) before the bridge started, or while it
+// was reconnecting.
+func (h *harness) ranAndEnded() (running, done Alloc) {
+	h.nomad.mu.Lock()
+	h.nomad.nodesIndex = h.nomad.index
+	h.nomad.mu.Unlock()
+	running = h.nomad.setAlloc(web("a5", "n1", clientRunning, "run"), metaV1)
+	done = h.nomad.setAlloc(web("a5", "n1", clientComplete, "run"), nil)
+	return running, done
 }
