@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -204,5 +205,38 @@ func TestRollbackUndoesAStepWhoseAnswerWasLost(t *testing.T) {
 	}
 	if h.ctl.Attached(externalID(ref.Namespace, ref.ID), "ext-node1") {
 		t.Fatal("the failed claim left its attachment")
+	}
+}
+
+// A root_dir that is relative, unclean or "/" is refused on both ways a
+// node is registered, and the node stays as it was: an agent's hello
+// took one the API refused, so "/srv/../etc" named /srv to the store and
+// /etc to the driver.
+func TestRegistrationRefusesARootDirNotAbsoluteAndClean(t *testing.T) {
+	h := newHarness(t, "node1")
+	register := map[string]func(*structs.Node) (*structs.Node, error){
+		"api":   func(n *structs.Node) (*structs.Node, error) { return h.srv.RegisterNode(h.ctx, n) },
+		"agent": func(n *structs.Node) (*structs.Node, error) { return h.srv.RegisterAgentNode(h.ctx, n) },
+	}
+	for way, reg := range register {
+		for _, root := range []string{"var/lib/volhost", "/srv/../etc", "/srv/n1/", "/"} {
+			before, err := h.store.Snapshot().NodeByID(nil, "node1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = reg(&structs.Node{ID: "node1", RootDir: root,
+				Plugins: map[string]*structs.NodePlugin{testPlugin: {ExternalNodeID: "ext-node1"}}})
+			var ve *structs.ValidationError
+			if !errors.As(err, &ve) || ve.Field != "node.root_dir" || !strings.Contains(err.Error(), strconv.Quote(root)) {
+				t.Errorf("%s registration with root_dir %q: %v, want invalid naming node.root_dir and the value", way, root, err)
+			}
+			after, err := h.store.Snapshot().NodeByID(nil, "node1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if after.RootDir != before.RootDir || after.Agent != before.Agent || after.ModifyIndex != before.ModifyIndex {
+				t.Errorf("%s registration with root_dir %q changed the node: %+v", way, root, after)
+			}
+		}
 	}
 }

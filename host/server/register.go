@@ -55,8 +55,8 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 			return nil, structs.Invalid(fmt.Sprintf("node.plugins[%s]", id), "is null: give the plugin's endpoint, or {} for none")
 		}
 	}
-	if n.RootDir != "" && (!filepath.IsAbs(n.RootDir) || filepath.Clean(n.RootDir) != n.RootDir) {
-		return nil, structs.Invalid("node.root_dir", "%q must be an absolute, clean path (staging and target paths are made under it)", n.RootDir)
+	if err := checkRootDir(n.RootDir); err != nil {
+		return nil, err
 	}
 	n = n.Copy()
 	if n.Status == "" {
@@ -242,6 +242,9 @@ func (s *Server) RegisterAgentNode(ctx context.Context, n *structs.Node) (*struc
 			return nil, structs.Invalid(fmt.Sprintf("node.plugins[%s]", id), "is null")
 		}
 	}
+	if err := checkRootDir(n.RootDir); err != nil {
+		return nil, err
+	}
 	n = n.Copy()
 	n.Agent = true
 	n.Status, n.HeartbeatLost, n.StatusReason, n.StatusSince, n.Fence = structs.NodeReady, false, "", time.Time{}, nil
@@ -288,4 +291,23 @@ func (s *Server) SchedulerSync(ctx context.Context, req *structs.SchedulerSyncRe
 	}
 	idx, _, err := s.log.Apply(ctx, structs.SchedulerSyncType, req)
 	return idx, err
+}
+
+// checkRootDir refuses a root_dir that is not an absolute, clean path
+// other than "/", whether an operator registers the node or its agent
+// reports it in its hello. Staging and target paths are made under it
+// (csi.Paths), and the CSI spec wants them absolute; a root_dir with ".."
+// in it named one directory to the store, whose claims it must hold
+// (structs.WithinRoot), and another to the driver once joined and
+// cleaned; and under "/" no path is strictly within the root, so every
+// node step would be refused after the claim was taken.
+func checkRootDir(root string) error {
+	if root == "" {
+		return nil
+	}
+	if !filepath.IsAbs(root) || filepath.Clean(root) != root || root == string(filepath.Separator) {
+		return structs.Invalid("node.root_dir", "%q must be an absolute, clean path other than / (staging and target paths are made under it): "+
+			"set the node's root_dir to a directory such as /var/lib/volhost/<node>", root)
+	}
+	return nil
 }
