@@ -170,9 +170,29 @@ func (r *Resolver) aclFor(names []string) (*ACL, error) {
 	if ok {
 		return a, nil
 	}
+	a, err = Compile(names, r.state.ACLPolicyByName)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	if r.cacheIndex == v {
+		if len(r.cache) >= maxCached {
+			clear(r.cache)
+		}
+		r.cache[key] = a
+	}
+	r.mu.Unlock()
+	return a, nil
+}
+
+// Compile is the ACL of a policy set, each stored policy read by policy.
+// A policy that no longer exists contributes nothing. The resolver
+// caches what it compiles; the state store compiles a registering
+// token's at commit (host/state validateOperatorFields).
+func Compile(names []string, policy func(name string) (*structs.ACLPolicy, error)) (*ACL, error) {
 	var ps []*Policy
 	for _, n := range names {
-		sp, err := r.state.ACLPolicyByName(n)
+		sp, err := policy(n)
 		if err != nil {
 			return nil, fmt.Errorf("resolve policy %s: %w", n, err)
 		}
@@ -187,16 +207,7 @@ func (r *Resolver) aclFor(names []string) (*ACL, error) {
 		}
 		ps = append(ps, p)
 	}
-	a = New(ps...)
-	r.mu.Lock()
-	if r.cacheIndex == v {
-		if len(r.cache) >= maxCached {
-			clear(r.cache)
-		}
-		r.cache[key] = a
-	}
-	r.mu.Unlock()
-	return a, nil
+	return New(ps...), nil
 }
 
 // Log commits ACL writes through the replicated log. *cluster.Cluster

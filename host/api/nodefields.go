@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
-	"strings"
 
 	"github.com/hashicorp/go-memdb"
 
@@ -27,28 +25,18 @@ func (s *Server) checkNodeRegistration(r *http.Request, n *structs.Node) error {
 	if s.auth.cfg == nil || id == nil || id.ACL.Allowed(acl.OperatorWrite, "") {
 		return nil
 	}
-	reason := ""
-	if f := n.OperatorFields(); len(f) > 0 {
-		reason = "setting " + strings.Join(f, ", ") + " is an operator's decision"
-	} else {
-		var held []string
-		_, err := s.store.Query(r.Context(), 0, 0, func(_ memdb.WatchSet, rd Reader) (uint64, error) {
-			old, err := rd.NodeByID(nil, n.ID)
-			if old != nil {
-				held = old.OperatorFields()
-			}
-			return 0, err
-		})
-		if err != nil {
-			return fmt.Errorf("read node %q: %w", n.ID, err)
-		}
-		switch {
-		case slices.Contains(held, "agent"):
-			reason = "the node is registered by its node agent; replacing it here would move it to direct mode, an operator's decision"
-		case len(held) > 0:
-			reason = "the node holds an operator's " + strings.Join(held, ", ") + "; replacing it here would drop them"
-		}
+	var old *structs.Node
+	_, err := s.store.Query(r.Context(), 0, 0, func(_ memdb.WatchSet, rd Reader) (uint64, error) {
+		var err error
+		old, err = rd.NodeByID(nil, n.ID)
+		return 0, err
+	})
+	if err != nil {
+		return fmt.Errorf("read node %q: %w", n.ID, err)
 	}
+	// The store judges it again at commit (NodeUpsertRequest.HoldOperatorFields):
+	// this answer is the early one, with the 403 the API gives.
+	reason := structs.OperatorDecisionsReplaced(structs.ThroughAPI, old, n)
 	if reason == "" {
 		return nil
 	}

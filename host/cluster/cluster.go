@@ -130,6 +130,10 @@ type Config struct {
 	// features, as a release before the feature gates does (tests of the
 	// gates; its FSM still understands everything).
 	olderThanGates bool
+	// lacking makes this server advertise every feature but these, as
+	// the release before them does (tests of one gate among enabled
+	// ones; its FSM still understands everything).
+	lacking []Feature
 }
 
 // DefaultCancelMargin is the time a deposed leader gets, after its lease

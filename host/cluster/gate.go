@@ -41,6 +41,7 @@ const (
 	FeatureClaimRestored   Feature = "claim-restored"
 	FeatureNodeRegistrar   Feature = "node-registered-by"
 	FeatureAllocNamespace  Feature = "alloc-keep-namespace"
+	FeatureNodeOperator    Feature = "node-hold-operator-fields"
 )
 
 // gate is one row of the feature table.
@@ -133,6 +134,15 @@ var gates = []gate{
 		return ok && r != nil && r.KeepNamespace
 	}, CheckAsked: true,
 		Older: "the write without the mark: the leader refuses a namespace move before the log, the store does not check it again at commit"},
+	// The store refuses, at commit, a registration by a token without
+	// operator:write that sets or replaces an operator's decision; a
+	// server of the previous release registers it.
+	{Feature: FeatureNodeOperator, Since: GateVersion, Uses: func(req any) bool {
+		r, ok := req.(*structs.NodeUpsertRequest)
+		return ok && r != nil && r.HoldOperatorFields != ""
+	}, CheckAsked: true,
+		Older: "the registration without the mark: the API and the node RPC refuse a node token's operator fields when the request arrives, " +
+			"the store does not judge them again at commit"},
 	// New rows go here: {Feature: "...", Since: "<first version writing it>", Types: ...}.
 }
 

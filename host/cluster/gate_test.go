@@ -20,10 +20,17 @@ import (
 // s3 advertises nothing, as a release before the feature gates.
 func gatedCluster(t *testing.T) (*tcluster, *node) {
 	t.Helper()
+	return clusterWithOld(t, func(c *Config) { c.olderThanGates = true })
+}
+
+// clusterWithOld is a three-server cluster whose s3 is configured by
+// older (a release before the gates, or one lacking some features).
+func clusterWithOld(t *testing.T, older func(*Config)) (*tcluster, *node) {
+	t.Helper()
 	tc := &tcluster{t: t}
 	seed := tc.newNode("s1", "", 3)
 	s2 := tc.newNode("s2", "", 0)
-	old := tc.newNodeWith("s3", 0, func(c *Config) { c.olderThanGates = true })
+	old := tc.newNodeWith("s3", 0, older)
 	for _, n := range []*node{s2, old} {
 		if _, err := seed.c.Join(testCtx(t), n.c.Self()); err != nil {
 			t.Fatal(err)

@@ -68,16 +68,26 @@ func (c *Cluster) olderClaim(cl *structs.Claim) *structs.Claim {
 func (c *Cluster) olderRequest(req any) any {
 	switch r := req.(type) {
 	case *structs.NodeUpsertRequest:
-		if r == nil || r.Node == nil || r.Node.RegisteredBy == "" || c.FeatureEnabled(FeatureNodeRegistrar) {
+		if r == nil || r.Node == nil {
 			return req
 		}
-		// Registered without the accessor: the API and the node agent's
-		// stream checked the token when the request came in; the store's
-		// second look at commit (a revocation in between) waits for the
-		// last server to be upgraded.
-		n := *r.Node
-		n.RegisteredBy = ""
-		return &structs.NodeUpsertRequest{Node: &n}
+		out := *r
+		if out.HoldOperatorFields != "" && !c.FeatureEnabled(FeatureNodeOperator) {
+			out.HoldOperatorFields = ""
+		}
+		if r.Node.RegisteredBy != "" && !c.FeatureEnabled(FeatureNodeRegistrar) {
+			// Registered without the accessor: the API and the node
+			// agent's stream checked the token when the request came in;
+			// the store's second look at commit (a revocation in between)
+			// waits for the last server to be upgraded.
+			n := *r.Node
+			n.RegisteredBy = ""
+			out.Node, out.HoldOperatorFields = &n, ""
+		}
+		if out == *r {
+			return req
+		}
+		return &out
 	case *structs.AllocUpsertRequest:
 		if r == nil || !r.KeepNamespace || c.FeatureEnabled(FeatureAllocNamespace) {
 			return req

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -109,7 +110,7 @@ func (c *Cluster) features() []string {
 	if c.cfg.olderThanGates {
 		return nil
 	}
-	return Features()
+	return slices.DeleteFunc(Features(), func(f string) bool { return slices.Contains(c.cfg.lacking, Feature(f)) })
 }
 
 // selfMember is this server's member record.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strings"
 	"sync"
 	"time"
 
@@ -213,7 +212,7 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 		}
 		node.RegisteredBy = acc
 	}
-	if err := s.keepOperatorNode(token, node.ID); err != nil {
+	if err := s.keepOperatorNode(token, node); err != nil {
 		return err
 	}
 	if _, err := s.cfg.Registrar.RegisterAgentNode(ctx, node); err != nil {
@@ -559,7 +558,8 @@ func (a *Agent) NodeUnstageVolume(ctx context.Context, endpoint string, req *csi
 // dropped the operator's endpoints and root_dir and had the node's steps,
 // with its volumes' secrets, sent down its own stream, which the API
 // refuses the same token (checkNodeRegistration, host/api).
-func (s *Server) keepOperatorNode(token, nodeID string) error {
+func (s *Server) keepOperatorNode(token string, node *structs.Node) error {
+	nodeID := node.ID
 	op, ok1 := s.cfg.Auth.(OperatorOf)
 	nodes, ok2 := s.cfg.Registrar.(NodeReader)
 	if !ok1 || !ok2 {
@@ -569,11 +569,8 @@ func (s *Server) keepOperatorNode(token, nodeID string) error {
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "read node %q: %v", nodeID, err)
 	}
-	if old == nil || old.Agent {
-		return nil
-	}
-	held := old.OperatorFields()
-	if len(held) == 0 {
+	reason := structs.OperatorDecisionsReplaced(structs.ByItsAgent, old, node)
+	if reason == "" {
 		return nil
 	}
 	may, err := op.MayOperate(token)
@@ -583,7 +580,6 @@ func (s *Server) keepOperatorNode(token, nodeID string) error {
 	if may {
 		return nil
 	}
-	return status.Errorf(codes.PermissionDenied, "node agent of %q: the node is registered in direct mode and holds an operator's %s; "+
-		"its agent cannot take it over without %s: an operator deregisters it first (`volhost node deregister %s`), "+
-		"or registers it with agent = true", nodeID, strings.Join(held, ", "), acl.OperatorWrite, nodeID)
+	return status.Errorf(codes.PermissionDenied, "node agent of %q: %s without %s: an operator deregisters it first (`volhost node deregister %s`), "+
+		"or registers it with agent = true", nodeID, reason, acl.OperatorWrite, nodeID)
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/structs"
 )
 
@@ -166,6 +167,9 @@ func validateNodeUpsert(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 	if err := validateRegistrar(snap, r.Node); err != nil {
 		return err
 	}
+	if err := validateOperatorFields(snap, r); err != nil {
+		return err
+	}
 	if err := validateMachineIdentity(snap, r.Node); err != nil {
 		return err
 	}
@@ -196,6 +200,47 @@ func validateRegistrar(snap *Snapshot, n *structs.Node) error {
 	case tok.Expired(n.LastSeen):
 		return fmt.Errorf("node %q: the token that registered it (accessor %s) expired at %s, before the registration committed: %w",
 			n.ID, n.RegisteredBy, tok.ExpirationTime.UTC().Format(time.RFC3339), structs.ErrPermissionDenied)
+	}
+	return nil
+}
+
+// validateOperatorFields refuses, when the request asks it
+// (HoldOperatorFields), a registration that sets or replaces an
+// operator's decision (structs.OperatorDecisionsReplaced) by a token that
+// lacks operator:write as the state stands at commit. The API and the
+// node RPC refused it when the request arrived, but read the node and the
+// token's policies before this write: a direct-mode registration by an
+// operator, or a policy narrowed, committed in between was replaced or
+// allowed by a node's own token.
+func validateOperatorFields(snap *Snapshot, r *structs.NodeUpsertRequest) error {
+	way, n := r.HoldOperatorFields, r.Node
+	if !way.Valid() {
+		return structs.Invalid("hold_operator_fields", "unknown registration way %q (want %q or %q)", way, structs.ThroughAPI, structs.ByItsAgent)
+	}
+	if way == "" || n.RegisteredBy == "" {
+		return nil
+	}
+	tok, err := snap.ACLTokenByAccessor(nil, n.RegisteredBy)
+	if err != nil || tok == nil {
+		return err // a deleted token: validateRegistrar refused it
+	}
+	if tok.Management() {
+		return nil
+	}
+	a, err := acl.Compile(tok.Policies, func(name string) (*structs.ACLPolicy, error) { return snap.ACLPolicyByName(nil, name) })
+	if err != nil {
+		return err
+	}
+	if a.Allowed(acl.OperatorWrite, "") {
+		return nil
+	}
+	old, err := snap.NodeByID(nil, n.ID)
+	if err != nil {
+		return err
+	}
+	if reason := structs.OperatorDecisionsReplaced(way, old, n); reason != "" {
+		return fmt.Errorf("node %q: %s, and the token that registered it (accessor %s) lacks %s as the registration commits: %w",
+			n.ID, reason, n.RegisteredBy, acl.OperatorWrite, structs.ErrPermissionDenied)
 	}
 	return nil
 }

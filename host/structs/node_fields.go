@@ -53,6 +53,56 @@ func (n *Node) OperatorFields() []string {
 	return f
 }
 
+// RegistrationWay is how a node is registered, which decides what of it
+// is the caller's own report.
+type RegistrationWay string
+
+const (
+	// ThroughAPI: PUT /v1/nodes (`volhost node register`).
+	ThroughAPI RegistrationWay = "api"
+	// ByItsAgent: a node agent's hello on node_rpc.
+	ByItsAgent RegistrationWay = "node_rpc"
+)
+
+// Valid reports whether w is a known way ("" is none).
+func (w RegistrationWay) Valid() bool { return w == "" || w == ThroughAPI || w == ByItsAgent }
+
+// OperatorDecisionsReplaced says why registering n over old (nil: a new
+// node) the given way would make or undo an operator's decision
+// (OperatorFields), or "" when it would not, for a caller that may not
+// make one. The API, the node RPC and the store at commit all judge a
+// registration by it.
+//
+//   - A node agent's hello reports its own machine's endpoints
+//     and root_dir and is registered in agent mode by the leader's choice;
+//     it must not take over a node an operator registered in direct mode
+//     with endpoints, a root_dir or a status: the node's steps, with its
+//     volumes' secrets, would go down the agent's stream.
+//   - A registration through the API may set none of them, nor replace a
+//     node holding one: a node its agent registered (which would move it
+//     to direct mode), or a direct node whose endpoints and root_dir it
+//     would drop, or that an operator marked down.
+func OperatorDecisionsReplaced(way RegistrationWay, old, n *Node) string {
+	var held []string
+	if old != nil {
+		held = old.OperatorFields()
+	}
+	switch {
+	case way == ByItsAgent:
+		if old == nil || old.Agent || len(held) == 0 {
+			return ""
+		}
+		return "the node is registered in direct mode and holds an operator's " + strings.Join(held, ", ") + "; its agent cannot take it over"
+	case len(n.OperatorFields()) > 0:
+		return "setting " + strings.Join(n.OperatorFields(), ", ") + " is an operator's decision"
+	case slices.Contains(held, "agent"):
+		return "the node is registered by its node agent; replacing it here would move it to direct mode, an operator's decision"
+	case len(held) > 0:
+		return "the node holds an operator's " + strings.Join(held, ", ") + "; replacing it here would drop them"
+	}
+	return ""
+}
+
 // WithinRoot reports whether path p lies strictly under directory root,
 // where the CO places a node's staging and target paths (csi.Paths): the
 // node steps refuse a path outside it, and the store a registration whose

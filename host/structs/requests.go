@@ -70,6 +70,16 @@ type PluginDeregisterRequest struct {
 // NodeUpsertRequest registers or updates a node.
 type NodeUpsertRequest struct {
 	Node *Node `json:"node"`
+	// HoldOperatorFields, the way the node is registered, has the store
+	// check again at commit that a registration which sets or replaces an
+	// operator's decision (OperatorDecisionsReplaced) was made with a
+	// token (Node.RegisteredBy) that may make one. The API and the node
+	// RPC check the token when the request arrives; an operator's
+	// direct-mode registration, or a narrowing of the token's policy,
+	// committed between that check and this write was not seen by it, and
+	// a node token replaced the operator's endpoints and root_dir. ""
+	// holds nothing (no ACLs, or an older leader).
+	HoldOperatorFields RegistrationWay `json:"hold_operator_fields,omitempty"`
 }
 
 // NodeStatusUpdateRequest changes a node's status.

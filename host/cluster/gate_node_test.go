@@ -1,0 +1,79 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/volhost/volhost/host/acl"
+	"github.com/volhost/volhost/host/structs"
+)
+
+// While a server of the previous release (which registers a node token's
+// takeover of an operator's node) could apply the entry, the leader
+// writes a registration without the mark that has the store judge the
+// token's operator:write at commit, and still refuses the takeover before
+// the log; once every server advertises the feature the mark is written
+// and a takeover committed behind the leader's check is refused by every
+// replica.
+func TestNodeHoldOperatorFieldsGated(t *testing.T) {
+	tc, old := clusterWithOld(t, func(c *Config) { c.lacking = []Feature{FeatureNodeOperator} })
+	l := tc.leader()
+	svc, boot := bootstrapOps(t, l)
+	if _, err := svc.UpsertPolicy(testCtx(t), boot.AccessorID, &structs.ACLPolicy{Name: "node-n1", Rules: `node_id "n1" { policy = "write" }`}); err != nil {
+		t.Fatal(err)
+	}
+	nodeTok, _, err := svc.CreateToken(testCtx(t), boot.AccessorID, acl.NewToken{Name: "n1", Policies: []string{"node-n1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The operator registers n1 in direct mode, with a root_dir.
+	mustApply(t, l.c, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: &structs.Node{ID: "n1", Status: structs.NodeReady, RootDir: "/var/lib/volhost/n1"}})
+	byNodeToken := func(id string) *structs.NodeUpsertRequest {
+		return &structs.NodeUpsertRequest{HoldOperatorFields: structs.ThroughAPI,
+			Node: &structs.Node{ID: id, Status: structs.NodeReady, RegisteredBy: nodeTok.AccessorID}}
+	}
+	refused := func() {
+		t.Helper()
+		before := l.c.LastIndex()
+		_, _, err := l.c.Apply(testCtx(t), structs.NodeUpsertType, byNodeToken("n1"))
+		if !errors.Is(err, structs.ErrPermissionDenied) {
+			t.Fatalf("the node token's registration over the operator's n1: %v, want permission denied", err)
+		}
+		if l.c.LastIndex() != before {
+			t.Fatal("the refused takeover reached the log")
+		}
+	}
+	marks := func(first uint64) bool {
+		marked := false
+		for _, e := range entriesSince(t, l.c, first) {
+			marked = marked || bytes.Contains(e, []byte(`"hold_operator_fields"`))
+		}
+		return marked
+	}
+
+	refused()
+	first := l.c.LastIndex()
+	mustApply(t, l.c, structs.NodeUpsertType, byNodeToken("n2"))
+	if marks(first) {
+		t.Fatal("an entry carries hold_operator_fields while s3 does not know it")
+	}
+
+	upgradeOld(t, tc, old)
+	l = tc.leader()
+	if !l.c.FeatureEnabled(FeatureNodeOperator) {
+		t.Fatal("feature not enabled once every server advertises it")
+	}
+	refused()
+	first = l.c.LastIndex()
+	mustApply(t, l.c, structs.NodeUpsertType, byNodeToken("n3"))
+	if !marks(first) {
+		t.Fatal("the mark is not written once every server knows it")
+	}
+	tc.waitConverged()
+	for _, n := range tc.nodes {
+		if got, _ := n.s.Snapshot().NodeByID(nil, "n1"); got == nil || got.RootDir != "/var/lib/volhost/n1" || got.RegisteredBy != "" {
+			t.Fatalf("%s: n1 = %+v, want the operator's registration", n.id, got)
+		}
+	}
+}
