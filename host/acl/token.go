@@ -66,7 +66,7 @@ type Identity struct {
 // audit events record.
 func (id *Identity) Accessor() string {
 	if id == nil || id.Token == nil {
-		return "anonymous"
+		return structs.AnonymousAccessor
 	}
 	return id.Token.AccessorID
 }

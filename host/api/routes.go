@@ -601,10 +601,11 @@ func (s *Server) registerNode(w http.ResponseWriter, r *http.Request) {
 	}
 	// Which token registered the node is the server's to say: the state
 	// store refuses the registration if that token is revoked before it
-	// commits (structs.Node.RegisteredBy).
+	// commits (structs.Node.RegisteredBy), and judges its operator
+	// fields by that token's policies, or the anonymous policy's, then.
 	node.RegisteredBy = ""
-	if id := identityOf(r); s.auth.cfg != nil && id != nil && id.Token != nil {
-		node.RegisteredBy = id.Token.AccessorID
+	if id := identityOf(r); s.auth.cfg != nil && id != nil {
+		node.RegisteredBy = id.Accessor()
 	}
 	n, err := s.backend.RegisterNode(r.Context(), node)
 	if err != nil {

@@ -42,6 +42,7 @@ const (
 	FeatureNodeRegistrar   Feature = "node-registered-by"
 	FeatureAllocNamespace  Feature = "alloc-keep-namespace"
 	FeatureNodeOperator    Feature = "node-hold-operator-fields"
+	FeatureLivenessLost    Feature = "node-liveness-from-lost"
 )
 
 // gate is one row of the feature table.
@@ -139,10 +140,18 @@ var gates = []gate{
 	// server of the previous release registers it.
 	{Feature: FeatureNodeOperator, Since: GateVersion, Uses: func(req any) bool {
 		r, ok := req.(*structs.NodeUpsertRequest)
-		return ok && r != nil && r.HoldOperatorFields != ""
+		return ok && r != nil && (r.HoldOperatorFields != "" || r.Anonymous)
 	}, CheckAsked: true,
 		Older: "the registration without the mark: the API and the node RPC refuse a node token's operator fields when the request arrives, " +
-			"the store does not judge them again at commit"},
+			"the store does not judge them again at commit, and an agent's hello writes the status it read"},
+	// The store refuses, at commit, a liveness transition decided from a
+	// heartbeat-lost mark that has changed since; a server of the
+	// previous release applies it.
+	{Feature: FeatureLivenessLost, Since: GateVersion, Uses: func(req any) bool {
+		r, ok := req.(*structs.NodeLivenessRequest)
+		return ok && r != nil && r.FromHeartbeatLost != nil
+	}, CheckAsked: true,
+		Older: "the transition without the mark: the store checks the status it assumed, not whether that status was a lost heartbeat's"},
 	// New rows go here: {Feature: "...", Since: "<first version writing it>", Types: ...}.
 }
 

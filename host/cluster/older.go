@@ -72,8 +72,8 @@ func (c *Cluster) olderRequest(req any) any {
 			return req
 		}
 		out := *r
-		if out.HoldOperatorFields != "" && !c.FeatureEnabled(FeatureNodeOperator) {
-			out.HoldOperatorFields = ""
+		if !c.FeatureEnabled(FeatureNodeOperator) {
+			out.HoldOperatorFields, out.Anonymous = "", false
 		}
 		if r.Node.RegisteredBy != "" && !c.FeatureEnabled(FeatureNodeRegistrar) {
 			// Registered without the accessor: the API and the node
@@ -82,11 +82,18 @@ func (c *Cluster) olderRequest(req any) any {
 			// waits for the last server to be upgraded.
 			n := *r.Node
 			n.RegisteredBy = ""
-			out.Node, out.HoldOperatorFields = &n, ""
+			out.Node, out.HoldOperatorFields, out.Anonymous = &n, "", false
 		}
 		if out == *r {
 			return req
 		}
+		return &out
+	case *structs.NodeLivenessRequest:
+		if r == nil || r.FromHeartbeatLost == nil || c.FeatureEnabled(FeatureLivenessLost) {
+			return req
+		}
+		out := *r
+		out.FromHeartbeatLost = nil
 		return &out
 	case *structs.AllocUpsertRequest:
 		if r == nil || !r.KeepNamespace || c.FeatureEnabled(FeatureAllocNamespace) {

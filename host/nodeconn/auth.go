@@ -31,17 +31,15 @@ func (x aclAuth) Revoked(ctx context.Context, token, nodeID string) <-chan error
 	return x.r.WatchRevocation(ctx, token, func(id *acl.Identity) error { return mayServe(id, nodeID) })
 }
 
-// AccessorOf is the accessor of token's ACL token ("" for anonymous),
-// recorded on the node it registers.
+// AccessorOf is the accessor of token's ACL token
+// (structs.AnonymousAccessor for none: the anonymous policy is judged at
+// commit as a token's), recorded on the node it registers.
 func (x aclAuth) AccessorOf(token string) (string, error) {
 	id, err := x.r.Resolve(token)
 	if err != nil {
 		return "", err
 	}
-	if id.Token == nil {
-		return "", nil
-	}
-	return id.Token.AccessorID, nil
+	return id.Accessor(), nil // structs.AnonymousAccessor without a token
 }
 
 // MayOperate: token grants operator:write (host/nodeconn keepOperatorNode).

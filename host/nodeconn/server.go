@@ -47,8 +47,9 @@ type Authorizer interface {
 // AccessorOf is implemented by an Authorizer whose tokens have
 // accessors (ACLs on): the accessor of token is recorded on the node it
 // registers (structs.Node.RegisteredBy), so the state store refuses the
-// registration if the token is revoked before it commits. "" for no
-// token (ACLs off, anonymous).
+// registration if the token is revoked before it commits, and judges its
+// operator fields by the token's policies then (structs.AnonymousAccessor
+// for a hello without a token: the anonymous policy's).
 type AccessorOf interface {
 	AccessorOf(token string) (string, error)
 }

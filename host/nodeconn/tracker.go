@@ -173,8 +173,9 @@ func (t *Tracker) Sweep(ctx context.Context) {
 }
 
 func (t *Tracker) transition(ctx context.Context, term uint64, n *structs.Node, to structs.NodeStatus, reason string, now time.Time) {
+	lost := n.HeartbeatLost
 	err := t.writer.NodeLiveness(ctx, &structs.NodeLivenessRequest{
-		NodeID: n.ID, From: n.Status, Status: to, Reason: reason, Time: now, Term: term,
+		NodeID: n.ID, From: n.Status, FromHeartbeatLost: &lost, Status: to, Reason: reason, Time: now, Term: term,
 	})
 	if err != nil {
 		// A conflict is a heartbeat or an operator racing us: the next

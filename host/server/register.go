@@ -89,7 +89,7 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 		np.ExternalNodeID, np.StageUnstage, np.MaxVolumes = probed.ExternalNodeID, probed.StageUnstage, probed.MaxVolumes
 		np.ControllerService = probed.ControllerService
 	}
-	if _, _, err := s.log.Apply(ctx, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n, HoldOperatorFields: holdOperatorFields(n, structs.ThroughAPI)}); err != nil {
+	if _, _, err := s.log.Apply(ctx, structs.NodeUpsertType, registration(n, structs.ThroughAPI)); err != nil {
 		return nil, err
 	}
 	// A plugin that would skip ControllerUnpublish is warned of by the
@@ -259,7 +259,7 @@ func (s *Server) RegisterAgentNode(ctx context.Context, n *structs.Node) (*struc
 	for id, np := range n.Plugins {
 		np.PluginID = id
 	}
-	if _, _, err := s.log.Apply(ctx, structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n, HoldOperatorFields: holdOperatorFields(n, structs.ByItsAgent)}); err != nil {
+	if _, _, err := s.log.Apply(ctx, structs.NodeUpsertType, registration(n, structs.ByItsAgent)); err != nil {
 		return nil, err
 	}
 	return s.store.Snapshot().NodeByID(nil, n.ID)
@@ -312,12 +312,15 @@ func checkRootDir(root string) error {
 	return nil
 }
 
-// holdOperatorFields is the way a registration asks the store to judge
-// its token's operator:write at commit (NodeUpsertRequest.HoldOperatorFields):
-// only one a token made, with ACLs on.
-func holdOperatorFields(n *structs.Node, way structs.RegistrationWay) structs.RegistrationWay {
-	if n.RegisteredBy == "" {
-		return ""
+// registration is the store's request for registering n (a copy of the
+// caller's node) the given way: the store judges it against the node as
+// it stands at commit (NodeUpsertRequest.HoldOperatorFields), by the
+// registering token or, for a request without one while ACLs are on, by
+// the anonymous policy.
+func registration(n *structs.Node, way structs.RegistrationWay) *structs.NodeUpsertRequest {
+	r := &structs.NodeUpsertRequest{Node: n, HoldOperatorFields: way}
+	if n.RegisteredBy == structs.AnonymousAccessor {
+		n.RegisteredBy, r.Anonymous = "", true
 	}
-	return way
+	return r
 }

@@ -215,6 +215,12 @@ func (w *writer) upsertNode(r *structs.NodeUpsertRequest) (any, error) {
 		// A fence belongs to the store: a node (or its agent)
 		// re-registering never lifts it; only `node unfence` does.
 		n.Fence = old.Fence
+		if r.HoldOperatorFields == structs.ByItsAgent {
+			// Its status belongs to the heartbeat tracker and the
+			// operator: the hello carried the one read when it came,
+			// and an operator's "down" committed since was undone.
+			n.Status, n.HeartbeatLost, n.StatusReason, n.StatusSince = old.Status, old.HeartbeatLost, old.StatusReason, old.StatusSince
+		}
 	}
 	n.ModifyIndex = w.index
 	if err := w.insert(TableNodes, n); err != nil {

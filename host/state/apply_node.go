@@ -132,6 +132,13 @@ func validateNodeLiveness(snap *Snapshot, r *structs.NodeLivenessRequest) error 
 		// heartbeat or an operator raced it): the decision is stale.
 		return structs.Conflict("node %q is %s, not %s as the transition to %s assumed", r.NodeID, n.Status, r.From, r.Status)
 	}
+	if r.FromHeartbeatLost != nil && n.HeartbeatLost != *r.FromHeartbeatLost {
+		// The same status, now the operator's word rather than a lost
+		// heartbeat's (or the other way): a heartbeat's "ready" decided
+		// before an operator's "down" must not undo it.
+		return structs.Conflict("node %q is %s with its heartbeat_lost %t, not %t as the transition to %s assumed",
+			r.NodeID, n.Status, n.HeartbeatLost, *r.FromHeartbeatLost, r.Status)
+	}
 	return nil
 }
 

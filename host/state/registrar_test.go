@@ -60,7 +60,8 @@ func TestRegistrationHoldsOperatorFieldsAtCommit(t *testing.T) {
 	addACL(f)
 	f.must(structs.ACLPolicyUpsertType, &structs.ACLPolicyUpsertRequest{Actor: "boot", Policies: []*structs.ACLPolicy{
 		{Name: "node-x", Rules: `node_id "x" { policy = "write" }`},
-		{Name: "opw", Rules: `operator { policy = "write" }`}}})
+		{Name: "opw", Rules: `operator { policy = "write" }`},
+		{Name: structs.AnonymousPolicy, Rules: `node_id "x" { policy = "write" }`}}})
 	f.must(structs.ACLTokenUpsertType, &structs.ACLTokenUpsertRequest{Actor: "boot", Tokens: []*structs.ACLToken{
 		{AccessorID: "nodetok", SecretHash: strings.Repeat("c", 64), Type: structs.ACLClientToken, Policies: []string{"node-x"}},
 		{AccessorID: "optok", SecretHash: strings.Repeat("d", 64), Type: structs.ACLClientToken, Policies: []string{"opw"}}}})
@@ -73,9 +74,12 @@ func TestRegistrationHoldsOperatorFieldsAtCommit(t *testing.T) {
 		old  *structs.Node // registered first by the operator (no token)
 		way  structs.RegistrationWay
 		node *structs.Node
-		by   string
+		by   string // the token's accessor; structs.AnonymousAccessor: none, under the anonymous policy
 		want string // "" accepted, else a substring of the refusal
 	}{
+		{"anonymous sets root_dir", nil, structs.ThroughAPI, withRoot, structs.AnonymousAccessor, "setting root_dir is an operator's decision"},
+		{"anonymous replaces the operator's direct node", direct, structs.ThroughAPI, plain, structs.AnonymousAccessor, "the node holds an operator's root_dir"},
+		{"anonymous registers a plain node", nil, structs.ThroughAPI, plain, structs.AnonymousAccessor, ""},
 		{"node token sets root_dir", nil, structs.ThroughAPI, withRoot, "nodetok", "setting root_dir is an operator's decision"},
 		{"operator:read token sets root_dir", nil, structs.ThroughAPI, withRoot, "t1", "setting root_dir is an operator's decision"},
 		{"operator:write token sets root_dir", nil, structs.ThroughAPI, withRoot, "optok", ""},
@@ -100,9 +104,12 @@ func TestRegistrationHoldsOperatorFieldsAtCommit(t *testing.T) {
 				f.must(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: tt.old})
 			}
 			n := tt.node.Copy()
-			n.RegisteredBy = tt.by
+			req := &structs.NodeUpsertRequest{Node: n, HoldOperatorFields: tt.way}
+			if n.RegisteredBy = tt.by; tt.by == structs.AnonymousAccessor {
+				n.RegisteredBy, req.Anonymous = "", true
+			}
 			before := f.digest()
-			_, err := f.apply(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n, HoldOperatorFields: tt.way})
+			_, err := f.apply(structs.NodeUpsertType, req)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -130,5 +137,53 @@ func TestRegistrationHoldsOperatorFieldsAtCommit(t *testing.T) {
 	}
 	if _, err := f.apply(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: n, HoldOperatorFields: "x"}); errKind(err) != "invalid:hold_operator_fields" {
 		t.Fatalf("an unknown registration way: %v, want invalid", err)
+	}
+}
+
+// An agent's hello keeps the node's status as stored when it commits: the
+// status it carries was read when it arrived, and an operator's "down"
+// (or a lost heartbeat) committed since is not undone by it. An older
+// leader's entry (no way) writes what it carries, as before.
+func TestAgentRegistrationKeepsTheStoredStatus(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	f := newFixture(t)
+	hello := &structs.Node{ID: "x", Status: structs.NodeReady, Agent: true, RootDir: "/var/lib/volhost/x", LastSeen: now}
+	f.must(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: hello, HoldOperatorFields: structs.ByItsAgent})
+	f.must(structs.NodeStatusUpdateType, &structs.NodeStatusUpdateRequest{NodeID: "x", Status: structs.NodeDown})
+	f.must(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: hello, HoldOperatorFields: structs.ByItsAgent})
+	if n := f.node("x"); n.Status != structs.NodeDown || n.HeartbeatLost {
+		t.Fatalf("after a hello that read ready: %+v, want the operator's down kept", n)
+	}
+	f.must(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: hello})
+	if n := f.node("x"); n.Status != structs.NodeReady {
+		t.Fatalf("an older leader's hello: %+v, want the status it carries", n)
+	}
+}
+
+// A liveness transition is refused when the heartbeat_lost it assumed has
+// changed with the status unchanged: an operator's "down" over a node
+// whose heartbeat was lost is the operator's word, and a heartbeat's
+// "ready" (or the tracker's "gone") decided before it is stale.
+func TestLivenessChecksTheHeartbeatLostItAssumed(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	f := newFixture(t)
+	f.must(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: &structs.Node{ID: "x", Status: structs.NodeReady, Agent: true, LastSeen: now}})
+	lost, kept := true, false
+	f.must(structs.NodeLivenessType, &structs.NodeLivenessRequest{NodeID: "x", From: structs.NodeReady, FromHeartbeatLost: &kept,
+		Status: structs.NodeDown, Time: now})
+	f.must(structs.NodeStatusUpdateType, &structs.NodeStatusUpdateRequest{NodeID: "x", Status: structs.NodeDown})
+	for _, to := range []structs.NodeStatus{structs.NodeReady, structs.NodeGone} {
+		before := f.digest()
+		_, err := f.apply(structs.NodeLivenessType, &structs.NodeLivenessRequest{NodeID: "x", From: structs.NodeDown, FromHeartbeatLost: &lost,
+			Status: to, Time: now})
+		if errKind(err) != "conflict" || !strings.Contains(err.Error(), "heartbeat_lost false, not true") {
+			t.Fatalf("a stale transition to %s over the operator's down: %v, want a conflict", to, err)
+		}
+		if f.digest() != before {
+			t.Fatal("a refused transition changed the state")
+		}
+	}
+	if n := f.node("x"); n.Status != structs.NodeDown || n.HeartbeatLost {
+		t.Fatalf("x = %+v, want the operator's down", n)
 	}
 }

@@ -206,28 +206,40 @@ func validateRegistrar(snap *Snapshot, n *structs.Node) error {
 
 // validateOperatorFields refuses, when the request asks it
 // (HoldOperatorFields), a registration that sets or replaces an
-// operator's decision (structs.OperatorDecisionsReplaced) by a token that
-// lacks operator:write as the state stands at commit. The API and the
-// node RPC refused it when the request arrived, but read the node and the
-// token's policies before this write: a direct-mode registration by an
-// operator, or a policy narrowed, committed in between was replaced or
-// allowed by a node's own token.
+// operator's decision (structs.OperatorDecisionsReplaced) by a token, or
+// an anonymous request, that lacks operator:write as the state stands at
+// commit. The API and the node RPC refused it when the request arrived,
+// but read the node and the policies before this write: a direct-mode
+// registration by an operator, or a policy narrowed, committed in between
+// was replaced or allowed by a node's own token.
 func validateOperatorFields(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 	way, n := r.HoldOperatorFields, r.Node
 	if !way.Valid() {
 		return structs.Invalid("hold_operator_fields", "unknown registration way %q (want %q or %q)", way, structs.ThroughAPI, structs.ByItsAgent)
 	}
-	if way == "" || n.RegisteredBy == "" {
+	if way == "" {
 		return nil
 	}
-	tok, err := snap.ACLTokenByAccessor(nil, n.RegisteredBy)
-	if err != nil || tok == nil {
-		return err // a deleted token: validateRegistrar refused it
+	who, policies := "the token that registered it (accessor "+n.RegisteredBy+")", []string(nil)
+	switch {
+	case r.Anonymous:
+		if n.RegisteredBy != "" {
+			return structs.Invalid("anonymous", "a registration by token accessor %q cannot be anonymous", n.RegisteredBy)
+		}
+		who, policies = "the anonymous policy", []string{structs.AnonymousPolicy}
+	case n.RegisteredBy == "":
+		return nil // ACLs off: every caller is an operator
+	default:
+		tok, err := snap.ACLTokenByAccessor(nil, n.RegisteredBy)
+		if err != nil || tok == nil {
+			return err // a deleted token: validateRegistrar refused it
+		}
+		if tok.Management() {
+			return nil
+		}
+		policies = tok.Policies
 	}
-	if tok.Management() {
-		return nil
-	}
-	a, err := acl.Compile(tok.Policies, func(name string) (*structs.ACLPolicy, error) { return snap.ACLPolicyByName(nil, name) })
+	a, err := acl.Compile(policies, func(name string) (*structs.ACLPolicy, error) { return snap.ACLPolicyByName(nil, name) })
 	if err != nil {
 		return err
 	}
@@ -239,8 +251,8 @@ func validateOperatorFields(snap *Snapshot, r *structs.NodeUpsertRequest) error 
 		return err
 	}
 	if reason := structs.OperatorDecisionsReplaced(way, old, n); reason != "" {
-		return fmt.Errorf("node %q: %s, and the token that registered it (accessor %s) lacks %s as the registration commits: %w",
-			n.ID, reason, n.RegisteredBy, acl.OperatorWrite, structs.ErrPermissionDenied)
+		return fmt.Errorf("node %q: %s, and %s lacks %s as the registration commits: %w",
+			n.ID, reason, who, acl.OperatorWrite, structs.ErrPermissionDenied)
 	}
 	return nil
 }

@@ -26,6 +26,12 @@ const (
 // AnonymousPolicy is the policy name that governs requests without a token.
 const AnonymousPolicy = "anonymous"
 
+// AnonymousAccessor stands, with ACLs on, for a request that carried no
+// token: what audit events record, and what the API and the node RPC hand
+// host/server as the registering accessor, which it turns into
+// NodeUpsertRequest.Anonymous (never a stored RegisteredBy).
+const AnonymousAccessor = "anonymous"
+
 // ACLPolicy is a named set of rules in HCL (host/acl parses them).
 type ACLPolicy struct {
 	Name        string `json:"name"`

@@ -71,15 +71,24 @@ type PluginDeregisterRequest struct {
 type NodeUpsertRequest struct {
 	Node *Node `json:"node"`
 	// HoldOperatorFields, the way the node is registered, has the store
-	// check again at commit that a registration which sets or replaces an
-	// operator's decision (OperatorDecisionsReplaced) was made with a
-	// token (Node.RegisteredBy) that may make one. The API and the node
-	// RPC check the token when the request arrives; an operator's
-	// direct-mode registration, or a narrowing of the token's policy,
-	// committed between that check and this write was not seen by it, and
-	// a node token replaced the operator's endpoints and root_dir. ""
-	// holds nothing (no ACLs, or an older leader).
+	// judge the registration against the node as it stands at commit:
+	//   - that one which sets or replaces an operator's decision
+	//     (OperatorDecisionsReplaced) was made with a token
+	//     (Node.RegisteredBy, or the anonymous policy: Anonymous) that may
+	//     make one. The API and the node RPC check the token when the
+	//     request arrives; an operator's direct-mode registration, or a
+	//     narrowing of the policy, committed between that check and this
+	//     write was not seen by it, and a node token replaced the
+	//     operator's endpoints and root_dir;
+	//   - and, for an agent's hello (ByItsAgent), the stored node's status
+	//     is kept: the hello carried the status read when it arrived, and
+	//     an operator's "down" committed since was undone by it.
+	// "" (an older leader's entry) holds nothing.
 	HoldOperatorFields RegistrationWay `json:"hold_operator_fields,omitempty"`
+	// Anonymous: ACLs are on and the registration came without a token,
+	// under the anonymous policy, which the store judges at commit as it
+	// would a token's (with HoldOperatorFields).
+	Anonymous bool `json:"anonymous,omitempty"`
 }
 
 // NodeStatusUpdateRequest changes a node's status.
@@ -292,7 +301,14 @@ type NodeLivenessRequest struct {
 	// the node has moved since, so a stale decision never overwrites a
 	// newer one (a heartbeat racing the TTL).
 	From NodeStatus `json:"from"`
-	Time time.Time  `json:"time"`
+	// FromHeartbeatLost is whether the deciding side saw the node's
+	// heartbeat lost with From; the store refuses the entry when that has
+	// changed too. An operator's "down" over a node whose heartbeat was
+	// lost keeps the status and clears the mark, and a heartbeat's
+	// "down to ready" decided before it undid the operator's word. nil:
+	// not checked (an older leader's entry).
+	FromHeartbeatLost *bool     `json:"from_heartbeat_lost,omitempty"`
+	Time              time.Time `json:"time"`
 	// Term is the leadership term of the tracker that decided it: a
 	// deposed leader's tracker never marks a node down (FSM term fence).
 	Term uint64 `json:"term,omitempty"`

@@ -193,7 +193,8 @@ func (b *Bridge) nodeGone(ctx context.Context, r *run, snap *state.Snapshot, n N
 // the status moved meanwhile (an operator, a race with ourselves): the
 // next event or re-list judges again.
 func (b *Bridge) liveness(ctx context.Context, r *run, vn *structs.Node, to structs.NodeStatus, reason string) error {
-	err := b.w.NodeLiveness(ctx, &structs.NodeLivenessRequest{NodeID: vn.ID, From: vn.Status, Status: to,
+	lost := vn.HeartbeatLost
+	err := b.w.NodeLiveness(ctx, &structs.NodeLivenessRequest{NodeID: vn.ID, From: vn.Status, FromHeartbeatLost: &lost, Status: to,
 		Reason: reason, Time: b.clock.Now(), Term: r.term})
 	if err != nil && !errors.Is(err, structs.ErrConflict) {
 		return fmt.Errorf("node %s to %s: %w", vn.ID, to, err)
