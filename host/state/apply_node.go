@@ -132,12 +132,21 @@ func validateNodeLiveness(snap *Snapshot, r *structs.NodeLivenessRequest) error 
 		// heartbeat or an operator raced it): the decision is stale.
 		return structs.Conflict("node %q is %s, not %s as the transition to %s assumed", r.NodeID, n.Status, r.From, r.Status)
 	}
-	if r.FromHeartbeatLost != nil && n.HeartbeatLost != *r.FromHeartbeatLost {
-		// The same status, now the operator's word rather than a lost
-		// heartbeat's (or the other way): a heartbeat's "ready" decided
-		// before an operator's "down" must not undo it.
-		return structs.Conflict("node %q is %s with its heartbeat_lost %t, not %t as the transition to %s assumed",
-			r.NodeID, n.Status, n.HeartbeatLost, *r.FromHeartbeatLost, r.Status)
+	if r.FromHeartbeatLost != nil {
+		if n.HeartbeatLost != *r.FromHeartbeatLost {
+			// The same status, now the operator's word rather than a
+			// lost heartbeat's (or the other way): a heartbeat's "ready"
+			// decided before an operator's "down" must not undo it.
+			return structs.Conflict("node %q is %s with its heartbeat_lost %t, not %t as the transition to %s assumed",
+				r.NodeID, n.Status, n.HeartbeatLost, *r.FromHeartbeatLost, r.Status)
+		}
+		if n.Status != structs.NodeReady && !n.HeartbeatLost {
+			// Liveness (the heartbeat tracker, the scheduler bridge)
+			// moves only what it set: a node an operator marked down
+			// stays down until an operator says otherwise.
+			return structs.Conflict("node %q is %s by an operator's word, not a lost heartbeat: only an operator "+
+				"(PUT /v1/node/<id>/status, with operator:write) moves it to %s", r.NodeID, n.Status, r.Status)
+		}
 	}
 	return nil
 }

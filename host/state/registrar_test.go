@@ -183,6 +183,17 @@ func TestLivenessChecksTheHeartbeatLostItAssumed(t *testing.T) {
 			t.Fatal("a refused transition changed the state")
 		}
 	}
+	// Decided from the operator's down as it stands: liveness moves only
+	// what it set.
+	before := f.digest()
+	_, err := f.apply(structs.NodeLivenessType, &structs.NodeLivenessRequest{NodeID: "x", From: structs.NodeDown, FromHeartbeatLost: &kept,
+		Status: structs.NodeReady, Time: now})
+	if errKind(err) != "conflict" || !strings.Contains(err.Error(), "by an operator's word") {
+		t.Fatalf("liveness over the operator's down: %v, want a conflict", err)
+	}
+	if f.digest() != before {
+		t.Fatal("a refused transition changed the state")
+	}
 	if n := f.node("x"); n.Status != structs.NodeDown || n.HeartbeatLost {
 		t.Fatalf("x = %+v, want the operator's down", n)
 	}

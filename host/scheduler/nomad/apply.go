@@ -142,7 +142,10 @@ func terminalInNomad(status string) bool {
 // to. A node registered by a volhost node agent is left alone: its
 // heartbeats own its status. Down (or disconnected) is written as a lost
 // heartbeat is: its claims' node steps wait for a fence, never skipped on
-// Nomad's timeout.
+// Nomad's timeout. Only such a down is brought back to ready, or on to
+// gone: a node an operator marked down (heartbeat_lost clear) stays as
+// the operator said, whatever Nomad reports, as the heartbeat tracker
+// leaves it (the bridge's token has no operator:write).
 func (b *Bridge) observeNode(ctx context.Context, r *run, snap *state.Snapshot, n Node) error {
 	if old, ok := r.nodes[n.ID]; ok && n.ModifyIndex < old.ModifyIndex {
 		return nil
@@ -156,7 +159,7 @@ func (b *Bridge) observeNode(ctx context.Context, r *run, snap *state.Snapshot, 
 	}
 	var to structs.NodeStatus
 	switch {
-	case n.Status == nodeReady && vn.Status != structs.NodeReady && !vn.Agent:
+	case n.Status == nodeReady && vn.Status != structs.NodeReady && vn.HeartbeatLost && !vn.Agent:
 		to = structs.NodeReady
 	case nodeDownInNomad(n.Status) && vn.Status == structs.NodeReady && !vn.Agent:
 		to = structs.NodeDown
@@ -181,7 +184,7 @@ func (b *Bridge) nodeGone(ctx context.Context, r *run, snap *state.Snapshot, n N
 	if err != nil {
 		return err
 	}
-	if vn != nil && !vn.Agent && vn.Status != structs.NodeGone {
+	if vn != nil && !vn.Agent && vn.Status != structs.NodeGone && (vn.Status == structs.NodeReady || vn.HeartbeatLost) {
 		if err := b.liveness(ctx, r, vn, structs.NodeGone, "removed from Nomad (system gc)"); err != nil {
 			return err
 		}
