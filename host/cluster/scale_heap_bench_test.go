@@ -184,16 +184,33 @@ func buildScaleState(tb testing.TB, f *fsm, volumes, claims int) (afterVolumes h
 // collection, the median of 5 per layout [min-max in the log], the
 // applied one first (the restored state needs the applied one dropped
 // first: both live at once would be marked together), and their ratio;
-// the live heap and objects of each.
+// the live heap, the heap in use (spans holding live objects) and
+// objects of each. VOLHOST_LAYOUT_CLAIMS sets the claims (default a
+// tenth of the volumes), VOLHOST_LAYOUT_MAX_EVENTS the store's
+// max_volume_events (default the store's), to see what the layout's
+// cost comes from.
 //
 //	VOLHOST_SCALE_VOLUMES=1000000 go test -run '^$' -bench '^BenchmarkCollectionByLayout$' -benchtime 1x -timeout 30m ./host/cluster/
 func BenchmarkCollectionByLayout(b *testing.B) {
-	n := 200_000
-	if v := os.Getenv("VOLHOST_SCALE_VOLUMES"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1000 {
-			b.Fatalf("VOLHOST_SCALE_VOLUMES=%q: want an integer >= 1000", v)
+	envInt := func(name string, def int) int {
+		v := os.Getenv(name)
+		if v == "" {
+			return def
 		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			b.Fatalf("%s=%q: want a non-negative integer", name, v)
+		}
+		return n
+	}
+	n := envInt("VOLHOST_SCALE_VOLUMES", 200_000)
+	if n < 1000 {
+		b.Fatalf("VOLHOST_SCALE_VOLUMES=%d: want at least 1000", n)
+	}
+	claims := envInt("VOLHOST_LAYOUT_CLAIMS", n/10)
+	var opts []state.Option
+	if m := envInt("VOLHOST_LAYOUT_MAX_EVENTS", 0); m > 0 {
+		opts = append(opts, state.WithEventRetention(state.EventRetention{MaxVolumeEvents: m}))
 	}
 	collections := func(label string) float64 {
 		cpu := make([]float64, 5)
@@ -203,23 +220,25 @@ func BenchmarkCollectionByLayout(b *testing.B) {
 			cpu[i] = (processCPU(b) - c0).Seconds()
 		}
 		h := liveHeap()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
 		sorted := slices.Clone(cpu)
 		slices.Sort(sorted)
-		b.Logf("%s: one collection %.3f s of CPU [%.3f-%.3f], live %d MiB, %d objects",
-			label, sorted[2], sorted[0], sorted[4], h.bytes>>20, h.objects)
+		b.Logf("%s: one collection %.3f s of CPU [%.3f-%.3f], live %d MiB, in use %d MiB, %d objects",
+			label, sorted[2], sorted[0], sorted[4], h.bytes>>20, ms.HeapInuse>>20, h.objects)
 		b.ReportMetric(float64(h.bytes)/(1<<20), label+"-live-MiB")
 		return sorted[2]
 	}
 	for b.Loop() {
-		f := &fsm{store: state.NewStore(), meta: newMeta(), logger: hclog.NewNullLogger()}
-		buildScaleState(b, f, n, n/10)
+		f := &fsm{store: state.NewStore(opts...), meta: newMeta(), logger: hclog.NewNullLogger()}
+		buildScaleState(b, f, n, claims)
 		applied := collections("applied")
 		var buf bytes.Buffer
 		if err := f.store.Persist(&buf); err != nil {
 			b.Fatal(err)
 		}
 		f = nil
-		s := state.NewStore()
+		s := state.NewStore(opts...)
 		if err := s.Restore(bytes.NewReader(buf.Bytes())); err != nil {
 			b.Fatal(err)
 		}
