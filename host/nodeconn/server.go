@@ -553,12 +553,14 @@ func (a *Agent) NodeUnstageVolume(ctx context.Context, endpoint string, req *csi
 
 // keepOperatorNode refuses a hello that would replace a node an operator
 // registered in direct mode (its plugin endpoints, which the leader dials,
-// its root_dir, a status it set: structs.Node.OperatorFields) unless the
-// agent's token may make an operator's decisions. A hello replaces the
-// node whole: with its node token alone an agent took over such a node,
-// dropped the operator's endpoints and root_dir and had the node's steps,
-// with its volumes' secrets, sent down its own stream, which the API
-// refuses the same token (checkNodeRegistration, host/api).
+// its root_dir, a status it set: structs.OperatorDecisionsReplaced)
+// unless the agent's token may make an operator's decisions. A hello
+// replaces the node whole: with its node token alone an agent took over
+// such a node, dropped the operator's endpoints and root_dir and had the
+// node's steps, with its volumes' secrets, sent down its own stream, which
+// the API refuses the same token (checkNodeRegistration, host/api). This
+// is the early answer; the store judges the registration again when it
+// commits (structs.NodeUpsertRequest.HoldOperatorFields).
 func (s *Server) keepOperatorNode(token string, node *structs.Node) error {
 	nodeID := node.ID
 	op, ok1 := s.cfg.Auth.(OperatorOf)

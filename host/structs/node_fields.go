@@ -17,9 +17,10 @@ import (
 // unix sockets on its own host and created directories under any absolute
 // root_dir there, or set heartbeat_lost, status_reason or a fence on a
 // new node. A node agent reports what it observes through node_rpc, which
-// registers with the leader's own choice of mode. The API
-// (host/api checkNodeRegistration) and the node RPC (host/nodeconn) both
-// hold a caller without operator:write to them.
+// registers with the leader's own choice of mode. A caller without
+// operator:write is held to them by OperatorDecisionsReplaced: on the API
+// (host/api checkNodeRegistration) and the node RPC (host/nodeconn) when
+// the request arrives, and in the store when it commits.
 func (n *Node) OperatorFields() []string {
 	var f []string
 	if n.Agent {
@@ -87,14 +88,16 @@ func OperatorDecisionsReplaced(way RegistrationWay, old, n *Node) string {
 	if old != nil {
 		held = old.OperatorFields()
 	}
-	switch {
-	case way == ByItsAgent:
+	if way == ByItsAgent {
 		if old == nil || old.Agent || len(held) == 0 {
 			return ""
 		}
 		return "the node is registered in direct mode and holds an operator's " + strings.Join(held, ", ") + "; its agent cannot take it over"
-	case len(n.OperatorFields()) > 0:
-		return "setting " + strings.Join(n.OperatorFields(), ", ") + " is an operator's decision"
+	}
+	if set := n.OperatorFields(); len(set) > 0 {
+		return "setting " + strings.Join(set, ", ") + " is an operator's decision"
+	}
+	switch {
 	case slices.Contains(held, "agent"):
 		return "the node is registered by its node agent; replacing it here would move it to direct mode, an operator's decision"
 	case len(held) > 0:

@@ -455,6 +455,11 @@ func (b *Bridge) failed(ctx context.Context, r *run, err error) {
 	b.st.State, b.st.LastError, b.st.ErrorTime = scheduler.StateRetrying, msg, b.clock.Now()
 	b.st.Failures++
 	b.mu.Unlock()
+	// What was pending is listed again on the next session, as Nomad has
+	// it then: kept, an allocation Nomad stopped and collected meanwhile
+	// was committed running by the next batch (after a commit that found
+	// no leader) and its volumes claimed on its node.
+	r.pendingAllocs, r.wantClaims = nil, nil
 	// One event per cause: the same refusal reached through the list or
 	// the stream is one incident.
 	cause := rootCause(err)
@@ -463,7 +468,6 @@ func (b *Bridge) failed(ctx context.Context, r *run, err error) {
 	}
 	r.lastErr = cause
 	r.pendingEvents = append(r.pendingEvents, b.event("", "", "Nomad bridge: "+msg))
-	r.pendingAllocs = nil // listed again on the next session
 	if err := b.commit(ctx, r, false, false); err != nil {
 		b.log.Warn("could not record the bridge's error as an event", "error", err)
 	}

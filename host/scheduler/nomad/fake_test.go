@@ -151,6 +151,9 @@ type storeWriter struct {
 	syncs    int
 	// claimGate, when set, holds each claim until the test sends on it.
 	claimGate chan struct{}
+	// syncErr, when set, is the answer of the next scheduler sync, which
+	// commits nothing (a leader lost before the entry reached the log).
+	syncErr error
 }
 
 func (w *storeWriter) apply(t structs.MessageType, req any, term uint64) error {
@@ -167,7 +170,12 @@ func (w *storeWriter) apply(t structs.MessageType, req any, term uint64) error {
 func (w *storeWriter) SchedulerSync(ctx context.Context, req *structs.SchedulerSyncRequest) (uint64, error) {
 	w.mu.Lock()
 	w.syncs++
+	err := w.syncErr
+	w.syncErr = nil
 	w.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
 	return 0, w.apply(structs.SchedulerSyncType, req, req.Term)
 }
 
