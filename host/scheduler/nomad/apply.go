@@ -146,26 +146,42 @@ func terminalInNomad(status string) bool {
 // gone: a node an operator marked down (heartbeat_lost clear) stays as
 // the operator said, whatever Nomad reports, as the heartbeat tracker
 // leaves it (the bridge's token has no operator:write).
-func (b *Bridge) observeNode(ctx context.Context, r *run, snap *state.Snapshot, n Node) error {
+//
+// Several Nomad nodes may map to one volhost node: a machine reinstalled
+// registers under a new Nomad node ID with the same name, and Nomad lists
+// the old ID down until its node GC (24 hours by default). The volhost
+// node is ready when any of them is (peers: every Nomad node as the
+// caller knows it, the re-list's listing or r.nodes); judged one Nomad
+// node at a time, the old ID's "down" and the new one's "ready" flipped
+// it at every re-list. The volhost node is read fresh for each: a write
+// for the previous Nomad node of the same machine has moved it.
+func (b *Bridge) observeNode(ctx context.Context, r *run, n Node, peers map[string]Node) error {
 	if old, ok := r.nodes[n.ID]; ok && n.ModifyIndex < old.ModifyIndex {
 		return nil
 	}
 	prev := r.nodes[n.ID]
 	r.nodes[n.ID] = n
+	if peers == nil {
+		peers = r.nodes
+	}
 	id := volhostNodeID(b.s.NodeID, n.ID, n.Name)
-	vn, err := snap.NodeByID(nil, id)
+	vn, err := b.store.Snapshot().NodeByID(nil, id)
 	if err != nil || vn == nil {
 		return err
 	}
+	status := n.Status
+	if b.readyElsewhere(peers, n, id) {
+		status = nodeReady
+	}
 	var to structs.NodeStatus
 	switch {
-	case n.Status == nodeReady && vn.Status != structs.NodeReady && vn.HeartbeatLost && !vn.Agent:
+	case status == nodeReady && vn.Status != structs.NodeReady && vn.HeartbeatLost && !vn.Agent:
 		to = structs.NodeReady
-	case nodeDownInNomad(n.Status) && vn.Status == structs.NodeReady && !vn.Agent:
+	case nodeDownInNomad(status) && vn.Status == structs.NodeReady && !vn.Agent:
 		to = structs.NodeDown
 	}
 	if to != "" {
-		if err := b.liveness(ctx, r, vn, to, "Nomad reports the node "+n.Status); err != nil {
+		if err := b.liveness(ctx, r, vn, to, "Nomad reports the node "+status); err != nil {
 			return err
 		}
 	}
@@ -175,12 +191,31 @@ func (b *Bridge) observeNode(ctx context.Context, r *run, snap *state.Snapshot, 
 	return nil
 }
 
+// readyElsewhere reports whether another Nomad node of peers that maps to
+// volhost node id than n is ready (observeNode).
+func (b *Bridge) readyElsewhere(peers map[string]Node, n Node, id string) bool {
+	for _, m := range peers {
+		if m.ID != n.ID && m.Status == nodeReady && volhostNodeID(b.s.NodeID, m.ID, m.Name) == id {
+			return true
+		}
+	}
+	return false
+}
+
 // nodeGone: Nomad no longer lists the node (system gc emits no event).
-func (b *Bridge) nodeGone(ctx context.Context, r *run, snap *state.Snapshot, n Node) error {
+// The volhost node is gone only when no other Nomad node of listed maps
+// to it (a reinstalled machine's old ID collected, its new one listed).
+func (b *Bridge) nodeGone(ctx context.Context, r *run, n Node, listed map[string]Node) error {
 	id := volhostNodeID(b.s.NodeID, n.ID, n.Name)
+	for _, m := range listed {
+		if volhostNodeID(b.s.NodeID, m.ID, m.Name) == id {
+			b.log.Info("node removed from Nomad; its machine is listed under another Nomad node", "nomad_node", n.ID, "node", id, "listed_as", m.ID)
+			return b.reheldOn(r, n.ID)
+		}
+	}
 	b.log.Info("node removed from Nomad", "nomad_node", n.ID, "node", id)
 	r.pendingEvents = append(r.pendingEvents, b.event("", id, fmt.Sprintf("Nomad node %s (%s) was removed from Nomad: volhost node %s is gone", n.Name, n.ID, id)))
-	vn, err := snap.NodeByID(nil, id)
+	vn, err := b.store.Snapshot().NodeByID(nil, id)
 	if err != nil {
 		return err
 	}

@@ -190,15 +190,27 @@ func (b *Bridge) session(ctx context.Context, r *run) (streamed bool, err error)
 	b.clearError(ctx, r)
 	relist := b.clock.NewTicker(b.s.Relist)
 	defer relist.Stop()
+	// The nodes watch stays armed across the other events and is armed
+	// again only once it fires, before the change is handled: armed anew
+	// at each event, on a snapshot taken after the last one was handled, a
+	// fence committed while a batch or a claim's answer was handled was
+	// already in that snapshot and never fired it, so the allocations it
+	// releases stayed held until the next re-list.
+	var nodesMoved <-chan struct{}
+	wcancel := func() {}
+	defer func() { wcancel() }()
+	arm := func() {
+		wcancel()
+		var wctx context.Context
+		wctx, wcancel = context.WithCancel(sctx)
+		nodesMoved = b.nodesWatch(wctx)
+	}
+	arm()
 	for {
-		wctx, wcancel := context.WithCancel(sctx)
-		nodesMoved := b.nodesWatch(wctx)
 		select {
 		case <-ctx.Done():
-			wcancel()
 			return true, ctx.Err()
 		case batch, ok := <-ch:
-			wcancel()
 			if !ok {
 				return true, errors.New("the Nomad event stream closed")
 			}
@@ -209,15 +221,13 @@ func (b *Bridge) session(ctx context.Context, r *run) (streamed bool, err error)
 				return true, err
 			}
 		case <-relist.Chan():
-			wcancel()
 			if _, err := b.relist(ctx, r); err != nil {
 				return true, err
 			}
 		case res := <-r.results:
-			wcancel()
 			b.claimed(ctx, r, res)
 		case <-nodesMoved:
-			wcancel()
+			arm()
 			// A fence (or a node agent's status) moved: held allocations
 			// may be released now.
 			if err := b.reheld(ctx, r); err != nil {
@@ -251,12 +261,12 @@ func (b *Bridge) applyBatch(ctx context.Context, r *run, batch Batch) error {
 	b.mu.Lock()
 	b.st.LastEvent = b.clock.Now()
 	b.mu.Unlock()
-	snap := b.store.Snapshot()
 	for _, n := range batch.Nodes {
-		if err := b.observeNode(ctx, r, snap, n); err != nil {
+		if err := b.observeNode(ctx, r, n, nil); err != nil {
 			return err
 		}
 	}
+	snap := b.store.Snapshot()
 	for _, a := range batch.Allocs {
 		if a.ModifyIndex <= r.allocsListed {
 			continue // the list holds it, or a later state
@@ -293,7 +303,6 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 		b.log.Warn("Nomad's state was reset", "why", why, "cursor", r.applied, "now", index)
 		r.nodes, r.allocs, r.seen = map[string]Node{}, map[string]*tracked{}, 0
 	}
-	snap := b.store.Snapshot()
 	listed := make(map[string]Node, len(nodes))
 	for _, n := range nodes {
 		listed[n.ID] = n
@@ -301,17 +310,17 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 	for id, n := range r.nodes {
 		if _, ok := listed[id]; !ok {
 			delete(r.nodes, id)
-			if err := b.nodeGone(ctx, r, snap, n); err != nil {
+			if err := b.nodeGone(ctx, r, n, listed); err != nil {
 				return 0, err
 			}
 		}
 	}
 	for _, n := range nodes {
-		if err := b.observeNode(ctx, r, snap, n); err != nil {
+		if err := b.observeNode(ctx, r, n, listed); err != nil {
 			return 0, err
 		}
 	}
-	snap = b.store.Snapshot()
+	snap := b.store.Snapshot()
 	inList := make(map[string]bool, len(allocs))
 	for _, a := range allocs {
 		inList[a.ID] = true
@@ -459,7 +468,10 @@ func (b *Bridge) failed(ctx context.Context, r *run, err error) {
 	// it then: kept, an allocation Nomad stopped and collected meanwhile
 	// was committed running by the next batch (after a commit that found
 	// no leader) and its volumes claimed on its node.
-	r.pendingAllocs, r.wantClaims = nil, nil
+	// Nor does the cursor pass what was not committed: the error's event
+	// below commits at the index last committed, not at the failed
+	// batch's (which said that batch was mirrored).
+	r.pendingAllocs, r.wantClaims, r.seen = nil, nil, r.applied
 	// One event per cause: the same refusal reached through the list or
 	// the stream is one incident.
 	cause := rootCause(err)

@@ -1,0 +1,65 @@
+package nomad
+
+import (
+	"context"
+	"testing"
+
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
+)
+
+// gatedMeta is the fake Nomad whose Meta of one allocation blocks until
+// the test lets it go: the bridge's goroutine is then inside applyBatch.
+type gatedMeta struct {
+	*fakeNomad
+	id      string
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (g *gatedMeta) Meta(ctx context.Context, allocID string) (map[string]string, error) {
+	if allocID == g.id {
+		close(g.entered)
+		<-g.release
+	}
+	return g.fakeNomad.Meta(ctx, allocID)
+}
+
+// a1 is held (lost on n2, which Nomad reports down). An operator fences
+// n2 while the bridge is busy applying another batch (here: reading b1's
+// meta). The bridge acts on the fence without waiting for a re-list: its
+// nodes watch stays armed across the batch. Armed again after the batch,
+// on a snapshot that already held the fence, it never fired, and a1
+// stayed held until the next periodic re-list.
+func TestBridgeActsOnAFenceCommittedDuringABatch(t *testing.T) {
+	h := newHarness(t)
+	g := &gatedMeta{fakeNomad: h.nomad, id: "b1", entered: make(chan struct{}), release: make(chan struct{})}
+	s, err := Config{RelistInterval: "1m"}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.bridge, err = New(s, Deps{Nomad: g, Writer: h.w, Store: h.store, Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	h.claimRunning("a1", "n2")
+	n := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
+	a := h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
+	h.nomad.push(t, Batch{Nodes: []Node{n}, Allocs: []Alloc{a}})
+	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
+
+	b := h.nomad.setAlloc(web("b1", "n1", clientRunning, "run"), map[string]string{"volhost_volume_d": "v2"})
+	h.nomad.push(t, Batch{Allocs: []Alloc{b}})
+	<-g.entered
+	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: "n2",
+		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	testutil.WaitFor(t, "b1 claimed (its batch applied)", func() bool { return h.claimed("v2", "b1") })
+
+	testutil.WaitFor(t, "a1 released once n2 is fenced, without a re-list", func() bool {
+		return h.alloc("a1").ClientStatus == structs.AllocLost
+	})
+}
