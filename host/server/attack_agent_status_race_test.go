@@ -5,7 +5,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/cluster"
 	"github.com/volhost/volhost/host/structs"
 )
@@ -35,18 +34,7 @@ func (l *racingLog) Apply(ctx context.Context, t structs.MessageType, req any) (
 // "ready" it had read, and the node token undid the operator's word.
 func TestAttackAgentHelloUndoesOperatorDownInRace(t *testing.T) {
 	h := newHarness(t)
-	svc := acl.NewService(h.store, h.cluster, nil)
-	boot, _, err := svc.Bootstrap(h.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.UpsertPolicy(h.ctx, boot.AccessorID, &structs.ACLPolicy{Name: "n1", Rules: `node_id "n1" { policy = "write" }`}); err != nil {
-		t.Fatal(err)
-	}
-	tok, _, err := svc.CreateToken(h.ctx, boot.AccessorID, acl.NewToken{Name: "n1", Policies: []string{"n1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := h.nodeToken("n1")
 	hello := func(s *Server) (*structs.Node, error) {
 		return s.RegisterAgentNode(h.ctx, &structs.Node{ID: "n1", RegisteredBy: tok.AccessorID, RootDir: "/var/lib/agent",
 			Plugins: map[string]*structs.NodePlugin{testPlugin: {ExternalNodeID: "ext-n1", Endpoint: "unix:///var/lib/agent/csi.sock"}}})

@@ -18,18 +18,7 @@ import (
 // them and the write; the token is the node's own.
 func TestNodeTokenRegistrationAfterItsCheckKeepsTheOperatorsNode(t *testing.T) {
 	h := newHarness(t, "node1") // node1: registered by the operator, direct mode, with an endpoint
-	svc := acl.NewService(h.store, h.cluster, nil)
-	boot, _, err := svc.Bootstrap(h.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := svc.UpsertPolicy(h.ctx, boot.AccessorID, &structs.ACLPolicy{Name: "node1", Rules: `node_id "node1" { policy = "write" }`}); err != nil {
-		t.Fatal(err)
-	}
-	tok, _, err := svc.CreateToken(h.ctx, boot.AccessorID, acl.NewToken{Name: "node1", Policies: []string{"node1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok := h.nodeToken("node1")
 	before, err := h.store.Snapshot().NodeByID(nil, "node1")
 	if err != nil || before == nil || before.Agent || before.Plugins[testPlugin].Endpoint == "" {
 		t.Fatalf("node1 = %+v (%v), want the operator's direct node", before, err)
@@ -58,4 +47,24 @@ func TestNodeTokenRegistrationAfterItsCheckKeepsTheOperatorsNode(t *testing.T) {
 			t.Errorf("%s registration changed node1: %+v, want %+v", way, after, before)
 		}
 	}
+}
+
+// nodeToken bootstraps ACLs on h's cluster and answers a token scoped to
+// node (node_id "<node>" { policy = "write" }): a node agent's, without
+// operator:write.
+func (h *harness) nodeToken(node string) *structs.ACLToken {
+	h.t.Helper()
+	svc := acl.NewService(h.store, h.cluster, nil)
+	boot, _, err := svc.Bootstrap(h.ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if _, err := svc.UpsertPolicy(h.ctx, boot.AccessorID, &structs.ACLPolicy{Name: node, Rules: `node_id "` + node + `" { policy = "write" }`}); err != nil {
+		h.t.Fatal(err)
+	}
+	tok, _, err := svc.CreateToken(h.ctx, boot.AccessorID, acl.NewToken{Name: node, Policies: []string{node}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return tok
 }

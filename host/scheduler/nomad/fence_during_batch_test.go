@@ -44,10 +44,7 @@ func TestBridgeActsOnAFenceCommittedDuringABatch(t *testing.T) {
 	}
 	h.start()
 	h.claimRunning("a1", "n2")
-	n := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeDown})
-	a := h.nomad.setAlloc(web("a1", "n2", clientLost, "stop"), nil)
-	h.nomad.push(t, Batch{Nodes: []Node{n}, Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
+	h.lostOnDownNode("a1", "n2")
 
 	b := h.nomad.setAlloc(web("b1", "n1", clientRunning, "run"), map[string]string{"volhost_volume_d": "v2"})
 	h.nomad.push(t, Batch{Allocs: []Alloc{b}})

@@ -18,9 +18,7 @@ import (
 func TestBridgeDoesNotCommitAStaleBatchAfterNoLeader(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	h.w.mu.Lock()
-	h.w.syncErr = fmt.Errorf("committing: %w", structs.ErrNoLeader)
-	h.w.mu.Unlock()
+	h.failNextSync(fmt.Errorf("committing: %w", structs.ErrNoLeader))
 	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), metaV1)
 	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
 	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
