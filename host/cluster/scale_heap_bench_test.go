@@ -192,24 +192,10 @@ func buildScaleState(tb testing.TB, f *fsm, volumes, claims int) (afterVolumes h
 //
 //	VOLHOST_SCALE_VOLUMES=1000000 go test -run '^$' -bench '^BenchmarkCollectionByLayout$' -benchtime 1x -timeout 30m ./host/cluster/
 func BenchmarkCollectionByLayout(b *testing.B) {
-	envInt := func(name string, def int) int {
-		v := os.Getenv(name)
-		if v == "" {
-			return def
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			b.Fatalf("%s=%q: want a non-negative integer", name, v)
-		}
-		return n
-	}
-	n := envInt("VOLHOST_SCALE_VOLUMES", 200_000)
-	if n < 1000 {
-		b.Fatalf("VOLHOST_SCALE_VOLUMES=%d: want at least 1000", n)
-	}
-	claims := envInt("VOLHOST_LAYOUT_CLAIMS", n/10)
+	n := testutil.EnvInt(b, "VOLHOST_SCALE_VOLUMES", 200_000, 1000)
+	claims := testutil.EnvInt(b, "VOLHOST_LAYOUT_CLAIMS", n/10, 0)
 	var opts []state.Option
-	if m := envInt("VOLHOST_LAYOUT_MAX_EVENTS", 0); m > 0 {
+	if m := testutil.EnvInt(b, "VOLHOST_LAYOUT_MAX_EVENTS", 0, 0); m > 0 {
 		opts = append(opts, state.WithEventRetention(state.EventRetention{MaxVolumeEvents: m}))
 	}
 	collections := func(label string) float64 {

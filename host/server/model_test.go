@@ -7,7 +7,6 @@ import (
 	"os"
 	"reflect"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/state"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 	"github.com/volhost/volhost/watcher"
 	"github.com/volhost/volhost/watcher/attach"
 )
@@ -56,10 +56,10 @@ import (
 // runs many more) and VOLHOST_MODEL_SEED runs one. A failing seed is
 // shrunk to a minimal sequence, which the failure prints.
 func TestClaimModel(t *testing.T) {
-	seeds := envInt(t, "VOLHOST_MODEL_SEEDS", 200)
+	seeds := testutil.EnvInt(t, "VOLHOST_MODEL_SEEDS", 200, 0)
 	first := 1
 	if one := os.Getenv("VOLHOST_MODEL_SEED"); one != "" {
-		first, seeds = envInt(t, "VOLHOST_MODEL_SEED", 0), 1
+		first, seeds = testutil.EnvInt(t, "VOLHOST_MODEL_SEED", 0, 0), 1
 	}
 	h := newHarness(t, modelNodes...)
 	var total stats
@@ -76,7 +76,7 @@ func TestClaimModel(t *testing.T) {
 	// VOLHOST_MODEL_FAILURES=N reports up to N failing seeds, each
 	// shrunk, before stopping (default 1): how many seeds each defect
 	// takes to find.
-	report, failed, ran := envInt(t, "VOLHOST_MODEL_FAILURES", 1), 0, 0
+	report, failed, ran := testutil.EnvInt(t, "VOLHOST_MODEL_FAILURES", 1, 0), 0, 0
 	defer func() { t.Logf("%d seeds run, %d failed", ran, failed) }()
 	for seed := first; seed < first+seeds && failed < max(report, 1); seed++ {
 		ran++
@@ -116,18 +116,6 @@ func nodeMachine(id string) string {
 		return "node1"
 	}
 	return id
-}
-
-func envInt(t *testing.T, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 0 {
-		t.Fatalf("%s=%q: want a non-negative integer", name, v)
-	}
-	return n
 }
 
 // op is one step of a sequence. Volumes are "v0" (multi-node-multi-writer)

@@ -299,7 +299,7 @@ func BenchmarkClaimCycleBySize(b *testing.B) {
 //
 //	go test -run '^$' -bench '^BenchmarkClaimCycleUnderLimit$' -benchtime 1x -timeout 30m ./host/state/
 func BenchmarkClaimCycleUnderLimit(b *testing.B) {
-	n := envInt(b, "VOLHOST_CYCLE_VOLUMES", 200_000)
+	n := testutil.EnvInt(b, "VOLHOST_CYCLE_VOLUMES", 200_000, 1)
 	factor := 1.25
 	if v := os.Getenv("VOLHOST_CYCLE_LIMIT"); v != "" {
 		var err error
@@ -345,7 +345,7 @@ func BenchmarkClaimCycleUnderLimit(b *testing.B) {
 //
 //	go test -run '^$' -bench '^BenchmarkClaimCycleEventsCap$' -benchtime 1x -timeout 30m ./host/state/
 func BenchmarkClaimCycleEventsCap(b *testing.B) {
-	n := envInt(b, "VOLHOST_CYCLE_VOLUMES", 200_000)
+	n := testutil.EnvInt(b, "VOLHOST_CYCLE_VOLUMES", 200_000, 1)
 	const rounds = 5
 	for range b.N {
 		// The bulk load writes one event per claim (n/10): a cap of a

@@ -2,14 +2,13 @@ package state
 
 import (
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 )
 
 // BenchmarkUIReadsAtScale compares, in one process and in interleaved
@@ -30,8 +29,8 @@ import (
 //
 //	VOLHOST_SCALE_VOLUMES=200000 go test -run '^$' -bench '^BenchmarkUIReadsAtScale$' -benchtime 1x -timeout 30m ./host/state/
 func BenchmarkUIReadsAtScale(b *testing.B) {
-	shape := shapeOf(envInt(b, "VOLHOST_SCALE_VOLUMES", 200000))
-	rounds := envInt(b, "VOLHOST_SCALE_ROUNDS", 7)
+	shape := shapeOf(testutil.EnvInt(b, "VOLHOST_SCALE_VOLUMES", 200000, 1))
+	rounds := testutil.EnvInt(b, "VOLHOST_SCALE_ROUNDS", 7, 1)
 	for range b.N {
 		b.StopTimer()
 		s := bulkLoad(b, shape)
@@ -131,18 +130,4 @@ func mapsEqual(a, b map[string]int) bool {
 		}
 	}
 	return true
-}
-
-// envInt reads a positive integer from the environment (def when unset).
-func envInt(tb testing.TB, name string, def int) int {
-	tb.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n < 1 {
-		tb.Fatalf("%s=%q: want a positive integer", name, v)
-	}
-	return n
 }

@@ -8,6 +8,8 @@ package testutil
 import (
 	"bytes"
 	"context"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -67,4 +69,20 @@ func (s *SyncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// EnvInt reads an integer of at least least from the environment variable
+// name, def when it is unset; anything else fails the test or benchmark
+// naming the variable (the benchmarks' sizes and knobs).
+func EnvInt(tb testing.TB, name string, def, least int) int {
+	tb.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < least {
+		tb.Fatalf("%s=%q: want an integer of at least %d", name, v, least)
+	}
+	return n
 }
