@@ -20,6 +20,7 @@ func (b *Bridge) observe(ctx context.Context, r *run, snap *state.Snapshot, a Al
 	if t != nil && a.ModifyIndex < t.a.ModifyIndex {
 		return
 	}
+	delete(r.unmirrored, a.ID) // observed now, or again below
 	va, err := snap.AllocByID(nil, a.ID)
 	if err != nil {
 		b.log.Error("read allocation", "alloc", a.ID, "error", err)
@@ -39,8 +40,13 @@ func (b *Bridge) observe(ctx context.Context, r *run, snap *state.Snapshot, a Al
 		t = &tracked{a: a}
 		meta, err := b.nomad.Meta(ctx, a.ID)
 		if err != nil {
-			// Tried again at the next event or re-list.
+			// Tried again at the next event or re-list; the cursor
+			// stays below it meanwhile (run.unmirrored).
 			b.problem(r, "alloc/"+a.ID, a.ID, "", fmt.Sprintf("allocation %s (job %s): cannot read its job's meta: %v", a.ID, a.JobID, err))
+			if r.unmirrored == nil {
+				r.unmirrored = map[string]uint64{}
+			}
+			r.unmirrored[a.ID] = a.ModifyIndex
 			return
 		}
 		b.solved("alloc/" + a.ID)

@@ -91,12 +91,24 @@ type run struct {
 
 	pendingAllocs map[string]*structs.Alloc
 	pendingEvents []*structs.Event
+	// unmirrored holds the Nomad index of each allocation change that
+	// could not be observed (its job's meta unreadable): the cursor stays
+	// below the lowest, or it said the change was mirrored. A re-list
+	// observes every allocation again and starts it afresh.
+	unmirrored map[string]uint64
 	wantClaims    []string // allocation IDs whose claims to check after the commit
 
 	claims   chan claimJob
 	results  chan claimResult
 	inflight map[string]bool
 	lastErr  string // the last connection error recorded as an event
+
+	// nodesMoved fires when volhost's nodes table changes (a fence, a
+	// node agent's status): held allocations are judged again. Armed for
+	// the whole run, across sessions and backoffs, and armed again only
+	// once it fires, before the change is handled (armNodesWatch).
+	nodesMoved <-chan struct{}
+	unwatch    context.CancelFunc
 }
 
 // tracked is what the bridge knows of one Nomad allocation.
@@ -123,7 +135,9 @@ func (b *Bridge) Run(ctx context.Context, term uint64) error {
 			b.claimWorker(ctx, r)
 		}()
 	}
+	b.armNodesWatch(ctx, r)
 	defer func() {
+		r.unwatch()
 		close(r.claims)
 		wg.Wait()
 		b.mu.Lock()
@@ -164,6 +178,12 @@ func (b *Bridge) wait(ctx context.Context, r *run, d time.Duration) bool {
 			return true
 		case res := <-r.results:
 			b.claimed(ctx, r, res)
+		case <-r.nodesMoved:
+			// A fence needs nothing from Nomad to release what it held.
+			b.armNodesWatch(ctx, r)
+			if err := b.reheld(ctx, r); err != nil {
+				b.log.Warn("judging held allocations again", "error", err)
+			}
 		}
 	}
 }
@@ -190,22 +210,6 @@ func (b *Bridge) session(ctx context.Context, r *run) (streamed bool, err error)
 	b.clearError(ctx, r)
 	relist := b.clock.NewTicker(b.s.Relist)
 	defer relist.Stop()
-	// The nodes watch stays armed across the other events and is armed
-	// again only once it fires, before the change is handled: armed anew
-	// at each event, on a snapshot taken after the last one was handled, a
-	// fence committed while a batch or a claim's answer was handled was
-	// already in that snapshot and never fired it, so the allocations it
-	// releases stayed held until the next re-list.
-	var nodesMoved <-chan struct{}
-	wcancel := func() {}
-	defer func() { wcancel() }()
-	arm := func() {
-		wcancel()
-		var wctx context.Context
-		wctx, wcancel = context.WithCancel(sctx)
-		nodesMoved = b.nodesWatch(wctx)
-	}
-	arm()
 	for {
 		select {
 		case <-ctx.Done():
@@ -226,8 +230,8 @@ func (b *Bridge) session(ctx context.Context, r *run) (streamed bool, err error)
 			}
 		case res := <-r.results:
 			b.claimed(ctx, r, res)
-		case <-nodesMoved:
-			arm()
+		case <-r.nodesMoved:
+			b.armNodesWatch(ctx, r)
 			// A fence (or a node agent's status) moved: held allocations
 			// may be released now.
 			if err := b.reheld(ctx, r); err != nil {
@@ -237,19 +241,30 @@ func (b *Bridge) session(ctx context.Context, r *run) (streamed bool, err error)
 	}
 }
 
-// nodesWatch fires when volhost's nodes table changes.
-func (b *Bridge) nodesWatch(ctx context.Context) <-chan struct{} {
+// armNodesWatch arms r.nodesMoved on the nodes table as it stands now,
+// ending the watch before it. Armed anew at each event of a session, on
+// a snapshot taken after the event was handled, a fence committed while a
+// batch, a claim's answer, the opening re-list or a backoff was handled
+// was already in that snapshot and never fired it: the allocations it
+// releases stayed held until the next periodic re-list.
+func (b *Bridge) armNodesWatch(ctx context.Context, r *run) {
+	if r.unwatch != nil {
+		r.unwatch()
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	r.unwatch = cancel
 	ws := memdb.NewWatchSet()
 	if _, err := b.store.Snapshot().IndexWatch(ws, state.TableNodes); err != nil {
-		return nil
+		r.nodesMoved = nil // never fires: the next re-list judges the holds
+		return
 	}
 	ch := make(chan struct{})
 	go func() {
-		if ws.WatchCtx(ctx) == nil {
+		if ws.WatchCtx(wctx) == nil {
 			close(ch)
 		}
 	}()
-	return ch
+	r.nodesMoved = ch
 }
 
 // applyBatch applies one index of the event stream.
@@ -321,6 +336,7 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 		}
 	}
 	snap := b.store.Snapshot()
+	r.unmirrored = nil // each listed allocation is observed again
 	inList := make(map[string]bool, len(allocs))
 	for _, a := range allocs {
 		inList[a.ID] = true
@@ -365,6 +381,31 @@ func historyChanged(r *run, nodes []Node, nIdx uint64, allocs []Alloc, aIdx uint
 	return ""
 }
 
+// nodeOfVanished is the Nomad node a vanished allocation of volhost node
+// id is judged by (vanished): of those that map to it, one that is not
+// ready if any (the allocation is held), else the first by ID.
+func (b *Bridge) nodeOfVanished(r *run, id string) (Node, bool) {
+	var best Node
+	found := false
+	for _, n := range r.nodes {
+		if volhostNodeID(b.s.NodeID, n.ID, n.Name) != id {
+			continue
+		}
+		if !found || readyRank(n) < readyRank(best) || readyRank(n) == readyRank(best) && n.ID < best.ID {
+			best, found = n, true
+		}
+	}
+	return best, found
+}
+
+// readyRank orders a node that is not ready first.
+func readyRank(n Node) int {
+	if n.Status == nodeReady {
+		return 1
+	}
+	return 0
+}
+
 // vanished ends the mirrored allocations Nomad no longer lists: it
 // garbage-collects only ended allocations, or those of a node it removed.
 // One whose node is down and not fenced is held like a lost one (decide,
@@ -393,12 +434,14 @@ func (b *Bridge) vanished(ctx context.Context, r *run, snap *state.Snapshot, inL
 			a.ClientStatus = clientVanished
 		} else {
 			// Not seen in this leadership: find its Nomad node by the
-			// volhost node it maps to.
+			// volhost node it maps to. When several do (a machine
+			// reinstalled under a new Nomad node ID, the old one still
+			// listed), one that is not ready is the one it ran on as far
+			// as the bridge can tell: judged by a ready one, an
+			// allocation lost on a down machine was released at random.
 			a.NodeID, a.NodeName = va.NodeID, va.NodeID
-			for _, n := range r.nodes {
-				if volhostNodeID(b.s.NodeID, n.ID, n.Name) == va.NodeID {
-					a.NodeID, a.NodeName = n.ID, n.Name
-				}
+			if n, ok := b.nodeOfVanished(r, va.NodeID); ok {
+				a.NodeID, a.NodeName = n.ID, n.Name
 			}
 		}
 		// Tracked as vanished: a hold is judged again when its node is
@@ -425,6 +468,11 @@ func (b *Bridge) commit(ctx context.Context, r *run, reset, relist bool) error {
 	index := max(r.seen, r.applied)
 	if reset {
 		index = r.seen
+	}
+	if !reset {
+		for _, at := range r.unmirrored {
+			index = max(min(index, at-1), r.applied)
+		}
 	}
 	if len(r.pendingAllocs) == 0 && len(r.pendingEvents) == 0 && !reset && !(relist && index > r.applied) {
 		b.claimAll(r)

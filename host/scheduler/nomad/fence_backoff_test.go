@@ -1,0 +1,35 @@
+package nomad
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/volhost/volhost/host/scheduler"
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
+)
+
+// a1 is held (lost on n2, down). Nomad becomes unreachable; an operator
+// fences n2 while the bridge backs off. Releasing a1 needs nothing from
+// Nomad (the fence attests n2 is off): the bridge judges held allocations
+// again during a backoff too. It did so only inside a session, so while
+// Nomad stayed unreachable a1 stayed held however many backoffs passed.
+func TestBridgeActsOnAFenceDuringABackoff(t *testing.T) {
+	h := newHarness(t)
+	h.start()
+	h.claimRunning("a1", "n2")
+	h.lostOnDownNode("a1", "n2")
+
+	h.nomad.mu.Lock()
+	h.nomad.listErr = errUnreachable
+	h.nomad.mu.Unlock()
+	h.nomad.push(t, Batch{Err: errors.New("unexpected EOF")})
+	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
+	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: "n2",
+		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, "a1 released once n2 is fenced, Nomad unreachable", func() bool {
+		return h.alloc("a1").ClientStatus == structs.AllocLost
+	})
+}

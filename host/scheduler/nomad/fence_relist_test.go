@@ -1,0 +1,54 @@
+package nomad
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/volhost/volhost/host/scheduler"
+	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
+)
+
+// a1 is held (lost on n2, Nomad reports n2 down). The stream drops; the
+// next session's opening re-list reads a new allocation's meta (b1) and
+// an operator fences n2 meanwhile. The re-list judged a1 on its snapshot
+// taken before the fence; the nodes watch, armed for the whole run, fires
+// and a1 is released without waiting for the next periodic re-list (the
+// fake clock never gets there). Armed only after the re-list, on a
+// snapshot holding the fence, it never fired.
+func TestBridgeActsOnAFenceDuringTheOpeningRelist(t *testing.T) {
+	h := newHarness(t)
+	g := &gatedMeta{fakeNomad: h.nomad, id: "b1", entered: make(chan struct{}), release: make(chan struct{})}
+	s, err := Config{RelistInterval: "1m"}.Validate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.bridge, err = New(s, Deps{Nomad: g, Writer: h.w, Store: h.store, Clock: h.clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	h.claimRunning("a1", "n2")
+	h.lostOnDownNode("a1", "n2")
+
+	// b1 placed while the bridge is disconnected: its meta is read by the
+	// next session's re-list.
+	h.nomad.setAlloc(web("b1", "n1", clientRunning, "run"), map[string]string{"volhost_volume_d": "v2"})
+	n := h.nomad.streamCount()
+	h.nomad.push(t, Batch{Err: errors.New("unexpected EOF")})
+	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
+	h.advance(time.Second)
+	<-g.entered
+	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: "n2",
+		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
+		t.Fatal(err)
+	}
+	close(g.release)
+	testutil.WaitFor(t, "the next event stream", func() bool { return h.nomad.streamCount() > n })
+	testutil.WaitFor(t, "b1 claimed (the re-list applied)", func() bool { return h.claimed("v2", "b1") })
+
+	testutil.WaitFor(t, "a1 released once n2 is fenced, without a periodic re-list", func() bool {
+		return h.alloc("a1").ClientStatus == structs.AllocLost
+	})
+}
