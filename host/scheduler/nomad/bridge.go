@@ -96,7 +96,7 @@ type run struct {
 	// below the lowest, or it said the change was mirrored. A re-list
 	// observes every allocation again and starts it afresh.
 	unmirrored map[string]uint64
-	wantClaims    []string // allocation IDs whose claims to check after the commit
+	wantClaims []string // allocation IDs whose claims to check after the commit
 
 	claims   chan claimJob
 	results  chan claimResult
