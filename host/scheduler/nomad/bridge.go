@@ -91,12 +91,12 @@ type run struct {
 
 	pendingAllocs map[string]*structs.Alloc
 	pendingEvents []*structs.Event
+	wantClaims    []string // allocation IDs whose claims to check after the commit
 	// unmirrored holds the Nomad index of each allocation change that
 	// could not be observed (its job's meta unreadable): the cursor stays
 	// below the lowest, or it said the change was mirrored. A re-list
 	// observes every allocation again and starts it afresh.
 	unmirrored map[string]uint64
-	wantClaims []string // allocation IDs whose claims to check after the commit
 
 	claims   chan claimJob
 	results  chan claimResult
