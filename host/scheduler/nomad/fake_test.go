@@ -344,14 +344,13 @@ func (h *harness) mirrorRunning(id, node string) Alloc {
 // nodeIs reports whether volhost node id has status want.
 // lostOnDownNode has Nomad report node (Nomad ID "id-"+node) down and
 // allocation id lost there, and waits for the bridge to hold it (lost on
-// a down node: its task may still run). It answers the allocation.
-func (h *harness) lostOnDownNode(id, node string) Alloc {
+// a down node: its task may still run).
+func (h *harness) lostOnDownNode(id, node string) {
 	h.t.Helper()
 	n := h.nomad.setNode(Node{ID: "id-" + node, Name: node, Status: nodeDown})
 	a := h.nomad.setAlloc(web(id, node, clientLost, "stop"), nil)
 	h.nomad.push(h.t, Batch{Nodes: []Node{n}, Allocs: []Alloc{a}})
 	testutil.WaitFor(h.t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
-	return a
 }
 
 // failNextSync has the next scheduler sync answer err and commit nothing.

@@ -284,7 +284,7 @@ func TestBridgeHeldWhenNodeBack(t *testing.T) {
 	h.agentOwnsNode("n2")
 	h.start()
 	h.claimRunning("a1", "n2")
-	a := h.lostOnDownNode("a1", "n2")
+	h.lostOnDownNode("a1", "n2")
 	back := h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeReady})
 	h.nomad.push(t, Batch{Nodes: []Node{back}})
 	testutil.WaitFor(t, "the hold's new reason", func() bool { return len(h.events("its node is back")) == 1 })
@@ -294,7 +294,7 @@ func TestBridgeHeldWhenNodeBack(t *testing.T) {
 	}
 	// The client stops what it lost: it reports running (desired stop),
 	// then complete.
-	a = h.nomad.setAlloc(web("a1", "n2", clientRunning, "stop"), nil)
+	a := h.nomad.setAlloc(web("a1", "n2", clientRunning, "stop"), nil)
 	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
 	testutil.WaitFor(t, "no hold", func() bool { return h.bridge.Status().Held == 0 })
 	if got := h.alloc("a1").ClientStatus; got != structs.AllocRunning {
