@@ -79,12 +79,27 @@ func (b *Bridge) apply(r *run, snap *state.Snapshot, va *structs.Alloc, a Alloc,
 		b.log.Error("read node", "node", nodeID, "error", err)
 		return
 	}
+	t := r.allocs[a.ID]
+	if t != nil {
+		t.rejudge = false // judged now
+	}
 	if vn == nil && va == nil {
 		b.problem(r, "node/"+nodeID, a.ID, "", fmt.Sprintf(
 			"allocation %s is placed on Nomad node %s, which volhost does not know as node %q: register it (volhost node register, or volhost agent -client there) so its volumes can be claimed",
 			a.ID, a.NodeName, nodeID))
+		// Not mirrored: the cursor stays below it, and it is judged
+		// again once volhost's nodes move (its node registered), not at
+		// the next periodic re-list.
+		if r.unmirrored == nil {
+			r.unmirrored = map[string]uint64{}
+		}
+		r.unmirrored[a.ID] = a.ModifyIndex
+		if t != nil {
+			t.rejudge = true
+		}
 		return
 	}
+	delete(r.unmirrored, a.ID)
 	b.solved("node/" + nodeID)
 	n, inNomad := r.nodes[a.NodeID]
 	view := nodeView{InNomad: inNomad, Status: n.Status, Fenced: vn != nil && vn.Fence != nil}
@@ -92,7 +107,6 @@ func (b *Bridge) apply(r *run, snap *state.Snapshot, va *structs.Alloc, a Alloc,
 		view.InNomad = false // the volhost node was removed: nothing runs there for volhost
 	}
 	v := decide(a.ClientStatus, view)
-	t := r.allocs[a.ID]
 	if v.Held {
 		if t != nil && !t.held {
 			t.held = true
@@ -136,7 +150,10 @@ func (b *Bridge) apply(r *run, snap *state.Snapshot, va *structs.Alloc, a Alloc,
 	if !v.Status.Terminal() && a.DesiredStatus != "stop" && a.DesiredStatus != "evict" {
 		r.wantClaims = append(r.wantClaims, a.ID)
 	} else if v.Status.Terminal() {
-		b.forget(r, a.ID)
+		// Forgotten once the status commits: forgotten now, a fence's
+		// release whose commit failed was judged by nothing any more, and
+		// committed later after the fence was lifted.
+		r.forgets = append(r.forgets, a.ID)
 	}
 }
 
@@ -261,11 +278,19 @@ func (b *Bridge) reheldOn(r *run, nomadID string) error {
 	return nil
 }
 
-// reheld judges every held allocation again (a node was fenced).
-func (b *Bridge) reheld(ctx context.Context, r *run) error {
+// reheld judges every held allocation again (a node was fenced), and
+// those waiting to be (tracked.rejudge). Outside a session (connected
+// false: the backoff, Nomad maybe unreachable) only what ends an
+// allocation is judged: a live status is Nomad's to say again, and
+// judged from the last one seen, an allocation Nomad had stopped and
+// collected meanwhile was mirrored running and its volume claimed.
+func (b *Bridge) reheld(ctx context.Context, r *run, connected bool) error {
 	snap := b.store.Snapshot()
 	for _, t := range r.allocs {
-		if !t.held {
+		if !t.held && !t.rejudge {
+			continue
+		}
+		if !connected && !t.held && !terminalInNomad(t.a.ClientStatus) && t.a.ClientStatus != clientVanished {
 			continue
 		}
 		va, err := snap.AllocByID(nil, t.a.ID)

@@ -92,6 +92,9 @@ type run struct {
 	pendingAllocs map[string]*structs.Alloc
 	pendingEvents []*structs.Event
 	wantClaims    []string // allocation IDs whose claims to check after the commit
+	// forgets are the allocations a pending status ends: forgotten once
+	// it commits, judged again (tracked.rejudge) if it does not.
+	forgets []string
 	// unmirrored holds the Nomad index of each allocation change that
 	// could not be observed (its job's meta unreadable): the cursor stays
 	// below the lowest, or it said the change was mirrored. A re-list
@@ -117,6 +120,10 @@ type tracked struct {
 	vols    []volumeRequest
 	ignored bool // declares no volhost volume
 	held    bool
+	// rejudge: judged again when volhost's nodes move or the backoff
+	// waits (reheld), like a held one: its node was unknown to volhost, or
+	// the commit of what was decided for it failed.
+	rejudge bool
 }
 
 // Run implements scheduler.Source.
@@ -125,7 +132,7 @@ func (b *Bridge) Run(ctx context.Context, term uint64) error {
 		claims: make(chan claimJob, 1024), results: make(chan claimResult, 1024), inflight: map[string]bool{}}
 	b.mu.Lock()
 	b.st.State, b.st.LeaderTerm, b.st.StartTime, b.st.Claims = scheduler.StateConnecting, term, b.clock.Now(), 0
-	b.problems = map[string]scheduler.Problem{}
+	b.problems, b.held = map[string]scheduler.Problem{}, 0 // this run's, not the last leadership's
 	b.mu.Unlock()
 	var wg sync.WaitGroup
 	for range claimWorkers {
@@ -141,7 +148,7 @@ func (b *Bridge) Run(ctx context.Context, term uint64) error {
 		close(r.claims)
 		wg.Wait()
 		b.mu.Lock()
-		b.st.State, b.st.LeaderTerm = scheduler.StateStopped, 0
+		b.st.State, b.st.LeaderTerm, b.held = scheduler.StateStopped, 0, 0
 		b.mu.Unlock()
 	}()
 	if cur, err := b.store.Snapshot().SchedulerCursor(nil, SourceName); err == nil && cur != nil {
@@ -170,6 +177,11 @@ func (b *Bridge) Run(ctx context.Context, term uint64) error {
 func (b *Bridge) wait(ctx context.Context, r *run, d time.Duration) bool {
 	t := b.clock.NewTimer(d)
 	defer t.Stop()
+	if b.rejudging(r) {
+		// What the failed session decided and could not commit (a
+		// fence's release among it) needs nothing from Nomad.
+		b.rejudge(ctx, r)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -181,11 +193,46 @@ func (b *Bridge) wait(ctx context.Context, r *run, d time.Duration) bool {
 		case <-r.nodesMoved:
 			// A fence needs nothing from Nomad to release what it held.
 			b.armNodesWatch(ctx, r)
-			if err := b.reheld(ctx, r); err != nil {
-				b.log.Warn("judging held allocations again", "error", err)
-			}
+			b.rejudge(ctx, r)
 		}
 	}
+}
+
+// rejudge runs reheld outside a session (the backoff); what it could not
+// commit is dropped and judged again, as a session's failure is.
+func (b *Bridge) rejudge(ctx context.Context, r *run) {
+	if err := b.reheld(ctx, r, false); err != nil {
+		b.log.Warn("judging held allocations again", "error", err)
+		b.dropUncommitted(r)
+	}
+}
+
+// rejudging reports whether an allocation waits to be judged again.
+func (b *Bridge) rejudging(r *run) bool {
+	for _, t := range r.allocs {
+		if t.rejudge {
+			return true
+		}
+	}
+	return false
+}
+
+// dropUncommitted forgets what a failed commit left pending: what Nomad
+// says is listed again on the next session, and the allocations it would
+// have ended are judged again (tracked.rejudge) when volhost's nodes move
+// or the backoff waits. Kept, an allocation Nomad stopped and collected
+// meanwhile was committed running by the next batch and its volume
+// claimed; and a fence's release whose commit failed was committed after
+// the operator lifted the fence. Nor does the cursor pass what was not
+// committed: the next commit's index is the last committed, not the
+// failed batch's (which said that batch was mirrored).
+func (b *Bridge) dropUncommitted(r *run) {
+	for _, id := range r.forgets {
+		if t := r.allocs[id]; t != nil {
+			t.rejudge = true // what would have ended it, judged again
+		}
+	}
+	r.pendingAllocs, r.wantClaims, r.forgets, r.seen = nil, nil, nil, r.applied
 }
 
 // errStreamReset: the event stream's index went backwards.
@@ -234,7 +281,7 @@ func (b *Bridge) session(ctx context.Context, r *run) (streamed bool, err error)
 			b.armNodesWatch(ctx, r)
 			// A fence (or a node agent's status) moved: held allocations
 			// may be released now.
-			if err := b.reheld(ctx, r); err != nil {
+			if err := b.reheld(ctx, r, true); err != nil {
 				return true, err
 			}
 		}
@@ -469,8 +516,10 @@ func (b *Bridge) commit(ctx context.Context, r *run, reset, relist bool) error {
 	if reset {
 		index = r.seen
 	}
-	if !reset {
-		for _, at := range r.unmirrored {
+	for _, at := range r.unmirrored {
+		if reset {
+			index = min(index, at-1) // a reset may move the cursor back
+		} else {
 			index = max(min(index, at-1), r.applied)
 		}
 	}
@@ -489,6 +538,10 @@ func (b *Bridge) commit(ctx context.Context, r *run, reset, relist bool) error {
 	}
 	r.applied = index
 	r.pendingAllocs, r.pendingEvents = nil, nil
+	for _, id := range r.forgets {
+		b.forget(r, id)
+	}
+	r.forgets = nil
 	b.mu.Lock()
 	b.st.Index = index
 	b.mu.Unlock()
@@ -512,14 +565,7 @@ func (b *Bridge) failed(ctx context.Context, r *run, err error) {
 	b.st.State, b.st.LastError, b.st.ErrorTime = scheduler.StateRetrying, msg, b.clock.Now()
 	b.st.Failures++
 	b.mu.Unlock()
-	// What was pending is listed again on the next session, as Nomad has
-	// it then: kept, an allocation Nomad stopped and collected meanwhile
-	// was committed running by the next batch (after a commit that found
-	// no leader) and its volumes claimed on its node.
-	// Nor does the cursor pass what was not committed: the error's event
-	// below commits at the index last committed, not at the failed
-	// batch's (which said that batch was mirrored).
-	r.pendingAllocs, r.wantClaims, r.seen = nil, nil, r.applied
+	b.dropUncommitted(r)
 	// One event per cause: the same refusal reached through the list or
 	// the stream is one incident.
 	cause := rootCause(err)
