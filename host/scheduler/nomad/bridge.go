@@ -96,9 +96,10 @@ type run struct {
 	// it commits, judged again (tracked.rejudge) if it does not.
 	forgets []string
 	// unmirrored holds the Nomad index of each allocation change that
-	// could not be observed (its job's meta unreadable): the cursor stays
-	// below the lowest, or it said the change was mirrored. A re-list
-	// observes every allocation again and starts it afresh.
+	// could not be mirrored (its job's meta unreadable, its node unknown
+	// to volhost): the cursor stays below the lowest, or it said the
+	// change was mirrored. A re-list observes every allocation again and
+	// starts it afresh.
 	unmirrored map[string]uint64
 
 	claims   chan claimJob
