@@ -231,6 +231,10 @@ func TestConfigLogAttackGuardAgreesWithRaftThroughALife(t *testing.T) {
 		c.SnapshotThreshold = 1 << 30 // only this test's snapshots
 		c.TrailingLogs = 4
 		c.FreshSnapshotEntries = 1 << 40
+		// One leader throughout (the test drives it by hand): with the
+		// tests' short lease, a machine busy with other tests stalled
+		// its heartbeats and it stepped down mid-way.
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 2*time.Second, 2*time.Second, 2*time.Second
 	}
 	tc := &tcluster{t: t}
 	tc.start("s1", dirs[0], 1, mod)
