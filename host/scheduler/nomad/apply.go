@@ -83,6 +83,14 @@ func (b *Bridge) apply(r *run, snap *state.Snapshot, va *structs.Alloc, a Alloc,
 	if t != nil {
 		t.rejudge = false // judged now
 	}
+	if va == nil && terminalInNomad(a.ClientStatus) {
+		// Ended before it was ever mirrored: nothing to release, and
+		// nothing the cursor waits for, whether volhost knows its node
+		// or not.
+		delete(r.unmirrored, a.ID)
+		b.forget(r, a.ID)
+		return
+	}
 	if vn == nil && va == nil {
 		b.problem(r, "node/"+nodeID, a.ID, "", fmt.Sprintf(
 			"allocation %s is placed on Nomad node %s, which volhost does not know as node %q: register it (volhost node register, or volhost agent -client there) so its volumes can be claimed",

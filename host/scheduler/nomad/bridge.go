@@ -365,6 +365,7 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 		r.pendingEvents = append(r.pendingEvents, b.event("", "", why+": its state was reset; everything is listed again"))
 		b.log.Warn("Nomad's state was reset", "why", why, "cursor", r.applied, "now", index)
 		r.nodes, r.allocs, r.seen = map[string]Node{}, map[string]*tracked{}, 0
+		b.setHeld(r)
 	}
 	listed := make(map[string]Node, len(nodes))
 	for _, n := range nodes {
@@ -392,6 +393,15 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 	}
 	if err := b.vanished(ctx, r, snap, inList); err != nil {
 		return 0, err
+	}
+	for id := range r.allocs {
+		// Collected by Nomad before it was ever mirrored (its node
+		// unknown to volhost, or its job unreadable): judged again from
+		// the "running" last seen, it was mirrored and claimed once its
+		// node registered.
+		if va, err := snap.AllocByID(nil, id); err == nil && va == nil && !inList[id] {
+			b.forget(r, id)
+		}
 	}
 	r.allocsListed = aIdx
 	r.seen = max(r.seen, index)

@@ -33,6 +33,21 @@ func (b *Bridge) problem(r *run, key, allocID, nodeID, msg string) bool {
 	return true
 }
 
+// solveUnknownNode drops the problem line of a node volhost does not know
+// once no tracked allocation waits on it (tracked.rejudge): the last one
+// forgotten (ended, or collected by Nomad) left it up for good.
+func (b *Bridge) solveUnknownNode(r *run, nodeID string) {
+	if nodeID == "" {
+		return
+	}
+	for _, t := range r.allocs {
+		if t.rejudge && volhostNodeID(b.s.NodeID, t.a.NodeID, t.a.NodeName) == nodeID {
+			return
+		}
+	}
+	b.solved("node/" + nodeID)
+}
+
 // solved drops the problem under key.
 func (b *Bridge) solved(key string) {
 	b.mu.Lock()
@@ -43,11 +58,16 @@ func (b *Bridge) solved(key string) {
 // forget drops an allocation the bridge no longer follows (it ended) and
 // its problem lines.
 func (b *Bridge) forget(r *run, id string) {
-	if t := r.allocs[id]; t != nil && t.held {
+	t := r.allocs[id]
+	if t != nil && t.held {
 		t.held = false
 		defer b.setHeld(r)
 	}
 	delete(r.allocs, id)
+	delete(r.unmirrored, id)
+	if t != nil {
+		b.solveUnknownNode(r, volhostNodeID(b.s.NodeID, t.a.NodeID, t.a.NodeName))
+	}
 	b.mu.Lock()
 	for k := range b.problems {
 		if strings.HasPrefix(k, "alloc/"+id+"/") || k == "alloc/"+id || k == "held/"+id {
