@@ -1,12 +1,10 @@
 package nomad
 
 import (
-	"errors"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/volhost/volhost/host/scheduler"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/internal/testutil"
 )
@@ -30,19 +28,12 @@ func TestBridgeBackoffReleaseWhoseCommitFailedIsJudgedAgain(t *testing.T) {
 	h.claimRunning("a1", "n2")
 	h.lostOnDownNode("a1", "n2")
 
-	h.nomad.mu.Lock()
-	h.nomad.listErr = errUnreachable
-	h.nomad.mu.Unlock()
-	h.nomad.push(t, Batch{Err: errors.New("unexpected EOF")})
-	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
+	h.unreachableAndRetrying()
 	testutil.WaitFor(t, "the failure's event", func() bool { return len(h.events("unexpected EOF")) == 1 })
 
 	syncs := h.syncCount()
 	h.failNextSync(fmt.Errorf("committing: %w", structs.ErrNoLeader))
-	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: "n2",
-		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
-		t.Fatal(err)
-	}
+	h.fence("n2")
 	testutil.WaitFor(t, "the backoff's reheld commit (refused: no leader)", func() bool { return h.syncCount() > syncs })
 	if got := h.alloc("a1").ClientStatus; got != structs.AllocRunning {
 		t.Fatalf("setup: a1 %s", got)

@@ -107,10 +107,7 @@ func TestBridgeLostHeldUntilFence(t *testing.T) {
 	if n := len(h.events("held until the node is fenced")); n != 1 {
 		t.Fatalf("%d hold events after a re-list, want 1", n)
 	}
-	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: "n2",
-		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
-		t.Fatal(err)
-	}
+	h.fence("n2")
 	h.waitStatus("a1", structs.AllocLost)
 	testutil.WaitFor(t, "no hold", func() bool { return h.bridge.Status().Held == 0 })
 }
@@ -223,10 +220,7 @@ func TestBridgeVanishedOnDownNodeHeld(t *testing.T) {
 	if st := h.bridge.Status(); st.Held != 1 {
 		t.Fatalf("held %d, want 1", st.Held)
 	}
-	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: "n2",
-		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
-		t.Fatal(err)
-	}
+	h.fence("n2")
 	h.waitStatus("a1", structs.AllocLost)
 }
 
@@ -295,9 +289,7 @@ func TestBridgeBadInput(t *testing.T) {
 
 	// Nomad unreachable: one event, the status says it, and the bridge
 	// catches up once Nomad answers.
-	h.nomad.mu.Lock()
-	h.nomad.listErr = errUnreachable
-	h.nomad.mu.Unlock()
+	h.unreachable()
 	h.nomad.push(t, Batch{Err: errUnreachable})
 	testutil.WaitFor(t, "the retrying state", func() bool {
 		st := h.bridge.Status()
@@ -339,9 +331,7 @@ func TestBridgeNewLeaderNomadUnreachable(t *testing.T) {
 	h.w.mu.Lock()
 	h.w.term = 2
 	h.w.mu.Unlock()
-	h.nomad.mu.Lock()
-	h.nomad.listErr = errUnreachable
-	h.nomad.mu.Unlock()
+	h.unreachable()
 	h.run(2)
 	testutil.WaitFor(t, "the unreachable Nomad's event", func() bool { return len(h.events("connection refused")) == 1 })
 	if got := h.cursor(); got != cur {
@@ -362,9 +352,7 @@ func TestNomadAddressCredentialsNeverShown(t *testing.T) {
 	}
 	// Nomad unreachable, then back: an error line, its event and the
 	// reconnection event each name the address.
-	h.nomad.mu.Lock()
-	h.nomad.listErr = errUnreachable
-	h.nomad.mu.Unlock()
+	h.unreachable()
 	h.nomad.push(t, Batch{Err: errUnreachable})
 	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
 	h.advance(time.Minute)

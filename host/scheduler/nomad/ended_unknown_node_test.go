@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/volhost/volhost/host/structs"
-	"github.com/volhost/volhost/internal/testutil"
 )
 
 // a1 is placed on n3, which volhost does not know, then ends there
@@ -16,10 +15,7 @@ import (
 func TestBridgeAllocEndedOnAnUnknownNodeFreesTheCursor(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	n3 := h.nomad.setNode(Node{ID: "id-n3", Name: "n3", Status: nodeReady})
-	a := h.nomad.setAlloc(web("a1", "n3", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Nodes: []Node{n3}, Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the unknown node's problem", func() bool { return len(h.events("which volhost does not know")) == 1 })
+	h.onUnknownNode("a1")
 	done := h.nomad.setAlloc(web("a1", "n3", clientComplete, "stop"), nil)
 	h.nomad.push(t, Batch{Allocs: []Alloc{done}})
 	h.mirrorMarker("m1")
@@ -41,10 +37,7 @@ func TestBridgeAllocEndedOnAnUnknownNodeFreesTheCursor(t *testing.T) {
 func TestBridgeAllocCollectedOnAnUnknownNodeLeavesNoProblem(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	n3 := h.nomad.setNode(Node{ID: "id-n3", Name: "n3", Status: nodeReady})
-	a := h.nomad.setAlloc(web("a1", "n3", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Nodes: []Node{n3}, Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the unknown node's problem", func() bool { return len(h.events("which volhost does not know")) == 1 })
+	h.onUnknownNode("a1")
 	h.nomad.remove(nil, []string{"a1"})
 	h.relist()
 	for _, p := range h.bridge.Status().Problems {

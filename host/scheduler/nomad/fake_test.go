@@ -353,6 +353,59 @@ func (h *harness) lostOnDownNode(id, node string) {
 	testutil.WaitFor(h.t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
 }
 
+// unreachable has Nomad's lists fail from now on (the open stream stays
+// up until the test ends it).
+func (h *harness) unreachable() {
+	h.nomad.mu.Lock()
+	h.nomad.listErr = errUnreachable
+	h.nomad.mu.Unlock()
+}
+
+// unreachableAndRetrying makes Nomad unreachable and ends the stream:
+// the bridge then backs off between failed lists.
+func (h *harness) unreachableAndRetrying() {
+	h.t.Helper()
+	h.unreachable()
+	h.nomad.push(h.t, Batch{Err: errors.New("unexpected EOF")})
+	testutil.WaitFor(h.t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
+}
+
+// fence has an operator fence volhost node id.
+func (h *harness) fence(id string) {
+	h.t.Helper()
+	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: id,
+		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// onUnknownNode has Nomad place allocation id (volume v1) on Nomad node
+// n3, which volhost does not know, and waits for the problem line.
+func (h *harness) onUnknownNode(id string) Alloc {
+	h.t.Helper()
+	n3 := h.nomad.setNode(Node{ID: "id-n3", Name: "n3", Status: nodeReady})
+	a := h.nomad.setAlloc(web(id, "n3", clientRunning, "run"), metaV1)
+	h.nomad.push(h.t, Batch{Nodes: []Node{n3}, Allocs: []Alloc{a}})
+	testutil.WaitFor(h.t, "the unknown node's problem", func() bool { return len(h.events("which volhost does not know")) >= 1 })
+	return a
+}
+
+// withGatedMeta restarts nothing: it builds h's bridge over a Nomad whose
+// Meta of allocation id blocks until the test lets it go (call before
+// h.start).
+func (h *harness) withGatedMeta(id string) *gatedMeta {
+	h.t.Helper()
+	g := &gatedMeta{fakeNomad: h.nomad, id: id, entered: make(chan struct{}), release: make(chan struct{})}
+	s, err := Config{RelistInterval: "1m"}.Validate()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if h.bridge, err = New(s, Deps{Nomad: g, Writer: h.w, Store: h.store, Clock: h.clock}); err != nil {
+		h.t.Fatal(err)
+	}
+	return g
+}
+
 // failNextSync has the next scheduler sync answer err and commit nothing.
 func (h *harness) failNextSync(err error) {
 	h.w.mu.Lock()

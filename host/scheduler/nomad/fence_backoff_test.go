@@ -1,10 +1,8 @@
 package nomad
 
 import (
-	"errors"
 	"testing"
 
-	"github.com/volhost/volhost/host/scheduler"
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/internal/testutil"
 )
@@ -20,15 +18,8 @@ func TestBridgeActsOnAFenceDuringABackoff(t *testing.T) {
 	h.claimRunning("a1", "n2")
 	h.lostOnDownNode("a1", "n2")
 
-	h.nomad.mu.Lock()
-	h.nomad.listErr = errUnreachable
-	h.nomad.mu.Unlock()
-	h.nomad.push(t, Batch{Err: errors.New("unexpected EOF")})
-	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
-	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: "n2",
-		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
-		t.Fatal(err)
-	}
+	h.unreachableAndRetrying()
+	h.fence("n2")
 	testutil.WaitFor(t, "a1 released once n2 is fenced, Nomad unreachable", func() bool {
 		return h.alloc("a1").ClientStatus == structs.AllocLost
 	})

@@ -33,15 +33,7 @@ func (g *gatedMeta) Meta(ctx context.Context, allocID string) (map[string]string
 // stayed held until the next periodic re-list.
 func TestBridgeActsOnAFenceCommittedDuringABatch(t *testing.T) {
 	h := newHarness(t)
-	g := &gatedMeta{fakeNomad: h.nomad, id: "b1", entered: make(chan struct{}), release: make(chan struct{})}
-	s, err := Config{RelistInterval: "1m"}.Validate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.bridge, err = New(s, Deps{Nomad: g, Writer: h.w, Store: h.store, Clock: h.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := h.withGatedMeta("b1")
 	h.start()
 	h.claimRunning("a1", "n2")
 	h.lostOnDownNode("a1", "n2")
@@ -49,10 +41,7 @@ func TestBridgeActsOnAFenceCommittedDuringABatch(t *testing.T) {
 	b := h.nomad.setAlloc(web("b1", "n1", clientRunning, "run"), map[string]string{"volhost_volume_d": "v2"})
 	h.nomad.push(t, Batch{Allocs: []Alloc{b}})
 	<-g.entered
-	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: "n2",
-		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
-		t.Fatal(err)
-	}
+	h.fence("n2")
 	close(g.release)
 	testutil.WaitFor(t, "b1 claimed (its batch applied)", func() bool { return h.claimed("v2", "b1") })
 

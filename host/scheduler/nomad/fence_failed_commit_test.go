@@ -24,14 +24,9 @@ func TestBridgeFenceReleaseWhoseCommitFailedIsRetriedInTheBackoff(t *testing.T) 
 	h.claimRunning("a1", "n2")
 	h.lostOnDownNode("a1", "n2")
 
-	h.nomad.mu.Lock()
-	h.nomad.listErr = errUnreachable // the open stream stays up; the next lists fail
-	h.nomad.mu.Unlock()
+	h.unreachable()
 	h.failNextSync(fmt.Errorf("committing: %w", structs.ErrNoLeader))
-	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: "n2",
-		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
-		t.Fatal(err)
-	}
+	h.fence("n2")
 	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
 	backoff := time.Second
 	for range 5 {

@@ -19,15 +19,7 @@ import (
 // snapshot holding the fence, it never fired.
 func TestBridgeActsOnAFenceDuringTheOpeningRelist(t *testing.T) {
 	h := newHarness(t)
-	g := &gatedMeta{fakeNomad: h.nomad, id: "b1", entered: make(chan struct{}), release: make(chan struct{})}
-	s, err := Config{RelistInterval: "1m"}.Validate()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.bridge, err = New(s, Deps{Nomad: g, Writer: h.w, Store: h.store, Clock: h.clock})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := h.withGatedMeta("b1")
 	h.start()
 	h.claimRunning("a1", "n2")
 	h.lostOnDownNode("a1", "n2")
@@ -40,10 +32,7 @@ func TestBridgeActsOnAFenceDuringTheOpeningRelist(t *testing.T) {
 	testutil.WaitFor(t, "the retrying state", func() bool { return h.bridge.Status().State == scheduler.StateRetrying })
 	h.advance(time.Second)
 	<-g.entered
-	if err := h.w.apply(structs.NodeFenceType, &structs.NodeFenceRequest{NodeID: "n2",
-		Fence: &structs.NodeFence{Reason: "powered off", Source: structs.FenceSourceOperator, Time: t0}}, 0); err != nil {
-		t.Fatal(err)
-	}
+	h.fence("n2")
 	close(g.release)
 	testutil.WaitFor(t, "the next event stream", func() bool { return h.nomad.streamCount() > n })
 	testutil.WaitFor(t, "b1 claimed (the re-list applied)", func() bool { return h.claimed("v2", "b1") })

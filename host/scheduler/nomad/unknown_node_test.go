@@ -17,10 +17,7 @@ import (
 func TestBridgeAllocOnAnUnknownNodeIsMirroredOnceItRegisters(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	n3 := h.nomad.setNode(Node{ID: "id-n3", Name: "n3", Status: nodeReady})
-	a := h.nomad.setAlloc(web("a1", "n3", clientRunning, "run"), metaV1)
-	h.nomad.push(t, Batch{Nodes: []Node{n3}, Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the unknown node's problem event", func() bool { return len(h.events("which volhost does not know")) == 1 })
+	a := h.onUnknownNode("a1")
 	if h.alloc("a1") == nil && h.cursor() >= a.ModifyIndex {
 		t.Fatalf("a1 placed on n3 (unknown to volhost) at index %d: cursor %d committed past it while a1 was not mirrored",
 			a.ModifyIndex, h.cursor())
