@@ -32,7 +32,11 @@ func (b *Bridge) observe(ctx context.Context, r *run, snap *state.Snapshot, a Al
 	}
 	if t == nil {
 		if va == nil && terminalInNomad(a.ClientStatus) {
-			return // it ended before it was ever mirrored: nothing to release
+			// It ended before it was ever mirrored: nothing to release,
+			// and no problem line left about it (its job's meta, once
+			// purged, was unreadable).
+			b.forget(r, a.ID)
+			return
 		}
 		if va != nil && va.ClientStatus.Terminal() {
 			return // it ended in volhost, for good: Nomad lists it until its GC

@@ -403,6 +403,7 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 			b.forget(r, id)
 		}
 	}
+	b.solveUnlisted(r, snap, inList)
 	r.allocsListed = aIdx
 	r.seen = max(r.seen, index)
 	if reset {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/volhost/volhost/host/scheduler"
+	"github.com/volhost/volhost/host/state"
 )
 
 // maxProblems bounds the problem lines kept (each is also an event).
@@ -48,6 +49,31 @@ func (b *Bridge) solveUnknownNode(r *run, nodeID string) {
 	b.solved("node/" + nodeID)
 }
 
+// solveUnlisted drops the problem lines of allocations Nomad no longer
+// lists that the bridge neither tracks nor mirrored (one whose job's meta
+// could not be read, then collected): nothing is left to say of them.
+func (b *Bridge) solveUnlisted(r *run, snap *state.Snapshot, inList map[string]bool) {
+	b.mu.Lock()
+	var gone []string
+	for k := range b.problems {
+		id, ok := strings.CutPrefix(k, "alloc/")
+		if !ok {
+			continue
+		}
+		id, _, _ = strings.Cut(id, "/")
+		if inList[id] || r.allocs[id] != nil {
+			continue
+		}
+		gone = append(gone, id)
+	}
+	b.mu.Unlock()
+	for _, id := range gone {
+		if va, err := snap.AllocByID(nil, id); err == nil && va == nil {
+			b.forget(r, id) // drops its problem lines
+		}
+	}
+}
+
 // solved drops the problem under key.
 func (b *Bridge) solved(key string) {
 	b.mu.Lock()
@@ -65,6 +91,11 @@ func (b *Bridge) forget(r *run, id string) {
 	}
 	delete(r.allocs, id)
 	delete(r.unmirrored, id)
+	// Nor is anything still pending for it: a running and a complete in
+	// one batch, the first pending, the second forgetting, committed the
+	// running and moved the cursor past the complete.
+	delete(r.pendingAllocs, id)
+	r.wantClaims = slices.DeleteFunc(r.wantClaims, func(w string) bool { return w == id })
 	if t != nil {
 		b.solveUnknownNode(r, volhostNodeID(b.s.NodeID, t.a.NodeID, t.a.NodeName))
 	}
