@@ -2,8 +2,6 @@ package nomad
 
 import (
 	"testing"
-
-	"github.com/volhost/volhost/internal/testutil"
 )
 
 // Nomad places a1 (volume v1) but the read of its job's meta fails (a
@@ -14,9 +12,7 @@ import (
 func TestBridgeCursorStaysBelowAnAllocWhoseMetaFailed(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), nil) // no meta: Meta errors
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the meta problem's event", func() bool { return len(h.events("cannot read its job's meta")) == 1 })
+	a := h.metaUnreadable("a1")
 	if h.alloc("a1") == nil && h.cursor() >= a.ModifyIndex {
 		t.Fatalf("cursor %d >= a1's index %d, but a1 is not mirrored (its meta read failed): the cursor passed an uncommitted change",
 			h.cursor(), a.ModifyIndex)

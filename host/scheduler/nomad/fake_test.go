@@ -488,3 +488,26 @@ func (h *harness) events(substr string) []*structs.Event {
 }
 
 var errUnreachable = errors.New("dial tcp 127.0.0.1:4646: connect: connection refused")
+
+// problemsOf is the bridge status's problem lines whose key or message
+// names sub.
+func (h *harness) problemsOf(sub string) []string {
+	var out []string
+	for _, p := range h.bridge.Status().Problems {
+		if strings.Contains(p.Message, sub) || strings.Contains(p.Key, sub) {
+			out = append(out, p.Key+": "+p.Message)
+		}
+	}
+	return out
+}
+
+// metaUnreadable has Nomad place allocation id on n1 with a job whose
+// meta cannot be read, and waits for the problem line. It answers the
+// allocation.
+func (h *harness) metaUnreadable(id string) Alloc {
+	h.t.Helper()
+	a := h.nomad.setAlloc(web(id, "n1", clientRunning, "run"), nil) // no meta: Meta errors
+	h.nomad.push(h.t, Batch{Allocs: []Alloc{a}})
+	testutil.WaitFor(h.t, "the meta problem", func() bool { return len(h.events("cannot read its job's meta")) >= 1 })
+	return a
+}

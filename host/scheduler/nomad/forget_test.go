@@ -1,22 +1,10 @@
 package nomad
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/volhost/volhost/host/structs"
-	"github.com/volhost/volhost/internal/testutil"
 )
-
-func (h *harness) attack7Problems(sub string) []string {
-	var out []string
-	for _, p := range h.bridge.Status().Problems {
-		if strings.Contains(p.Message, sub) || strings.Contains(p.Key, sub) {
-			out = append(out, p.Key+": "+p.Message)
-		}
-	}
-	return out
-}
 
 // a1's job meta cannot be read (its job purged), then a1 completes in
 // Nomad: nothing is mirrored, and its problem line goes (it stayed until
@@ -24,14 +12,12 @@ func (h *harness) attack7Problems(sub string) []string {
 func TestBridgeEndedAllocLeavesNoMetaProblem(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), nil) // meta unreadable
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the meta problem", func() bool { return len(h.events("cannot read its job's meta")) == 1 })
+	h.metaUnreadable("a1")
 	done := h.nomad.setAlloc(web("a1", "n1", clientComplete, "stop"), nil)
 	h.nomad.push(t, Batch{Allocs: []Alloc{done}})
 	h.mirrorMarker("m1")
 	h.relist()
-	if p := h.attack7Problems("a1"); len(p) > 0 {
+	if p := h.problemsOf("a1"); len(p) > 0 {
 		t.Fatalf("a1 ended in Nomad before it was ever mirrored, yet problem lines remain: %v", p)
 	}
 }
@@ -40,13 +26,11 @@ func TestBridgeEndedAllocLeavesNoMetaProblem(t *testing.T) {
 func TestBridgeCollectedAllocLeavesNoMetaProblem(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	a := h.nomad.setAlloc(web("a1", "n1", clientRunning, "run"), nil)
-	h.nomad.push(t, Batch{Allocs: []Alloc{a}})
-	testutil.WaitFor(t, "the meta problem", func() bool { return len(h.events("cannot read its job's meta")) == 1 })
+	h.metaUnreadable("a1")
 	h.nomad.remove(nil, []string{"a1"})
 	h.relist()
 	h.relist()
-	if p := h.attack7Problems("a1"); len(p) > 0 {
+	if p := h.problemsOf("a1"); len(p) > 0 {
 		t.Fatalf("Nomad collected a1 (never mirrored), yet problem lines remain: %v", p)
 	}
 }
