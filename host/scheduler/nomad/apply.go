@@ -83,17 +83,16 @@ func (b *Bridge) apply(r *run, snap *state.Snapshot, va *structs.Alloc, a Alloc,
 		b.log.Error("read node", "node", nodeID, "error", err)
 		return
 	}
-	t := r.allocs[a.ID]
-	if t != nil {
-		t.rejudge = false // judged now
-	}
 	if va == nil && terminalInNomad(a.ClientStatus) {
 		// Ended before it was ever mirrored: nothing to release, and
 		// nothing the cursor waits for, whether volhost knows its node
 		// or not.
-		delete(r.unmirrored, a.ID)
 		b.forget(r, a.ID)
 		return
+	}
+	t := r.allocs[a.ID]
+	if t != nil {
+		t.rejudge = false // judged now
 	}
 	if vn == nil && va == nil {
 		b.problem(r, "node/"+nodeID, a.ID, "", fmt.Sprintf(

@@ -394,16 +394,7 @@ func (b *Bridge) relist(ctx context.Context, r *run) (uint64, error) {
 	if err := b.vanished(ctx, r, snap, inList); err != nil {
 		return 0, err
 	}
-	for id := range r.allocs {
-		// Collected by Nomad before it was ever mirrored (its node
-		// unknown to volhost, or its job unreadable): judged again from
-		// the "running" last seen, it was mirrored and claimed once its
-		// node registered.
-		if va, err := snap.AllocByID(nil, id); err == nil && va == nil && !inList[id] {
-			b.forget(r, id)
-		}
-	}
-	b.solveUnlisted(r, snap, inList)
+	b.forgetUnlisted(r, snap, inList)
 	r.allocsListed = aIdx
 	r.seen = max(r.seen, index)
 	if reset {

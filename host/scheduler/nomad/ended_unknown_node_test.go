@@ -28,6 +28,9 @@ func TestBridgeAllocEndedOnAnUnknownNodeFreesTheCursor(t *testing.T) {
 		t.Fatalf("a1 ended on n3 (unknown to volhost) at index %d, nothing left to mirror; after two re-lists the cursor is %d, below Nomad's %d (problems %v)",
 			done.ModifyIndex, c, idx, h.bridge.Status().Problems)
 	}
+	if p := h.problemsOf("allocation a1 "); len(p) > 0 {
+		t.Fatalf("a1 ended before it was ever mirrored, yet problem lines remain: %v", p)
+	}
 }
 
 // a1 is placed on n3 (unknown to volhost); Nomad then collects a1. Its

@@ -49,27 +49,32 @@ func (b *Bridge) solveUnknownNode(r *run, nodeID string) {
 	b.solved("node/" + nodeID)
 }
 
-// solveUnlisted drops the problem lines of allocations Nomad no longer
-// lists that the bridge neither tracks nor mirrored (one whose job's meta
-// could not be read, then collected): nothing is left to say of them.
-func (b *Bridge) solveUnlisted(r *run, snap *state.Snapshot, inList map[string]bool) {
+// forgetUnlisted forgets, at a re-list, the allocations Nomad no longer
+// lists that volhost never mirrored (vanished ends the mirrored ones):
+// those the bridge tracks (their node unknown to volhost) and those it
+// only has a problem line about (their job's meta unreadable). Kept, a
+// tracked one was judged again from the "running" last seen once its
+// node registered, mirrored and claimed; and the problem lines stayed
+// until the next leadership.
+func (b *Bridge) forgetUnlisted(r *run, snap *state.Snapshot, inList map[string]bool) {
+	ids := make(map[string]bool, len(r.allocs))
+	for id := range r.allocs {
+		ids[id] = true
+	}
 	b.mu.Lock()
-	var gone []string
 	for k := range b.problems {
-		id, ok := strings.CutPrefix(k, "alloc/")
-		if !ok {
-			continue
+		if id, ok := strings.CutPrefix(k, "alloc/"); ok {
+			id, _, _ = strings.Cut(id, "/")
+			ids[id] = true
 		}
-		id, _, _ = strings.Cut(id, "/")
-		if inList[id] || r.allocs[id] != nil {
-			continue
-		}
-		gone = append(gone, id)
 	}
 	b.mu.Unlock()
-	for _, id := range gone {
+	for id := range ids {
+		if inList[id] {
+			continue
+		}
 		if va, err := snap.AllocByID(nil, id); err == nil && va == nil {
-			b.forget(r, id) // drops its problem lines
+			b.forget(r, id)
 		}
 	}
 }
@@ -96,7 +101,10 @@ func (b *Bridge) forget(r *run, id string) {
 	// running and moved the cursor past the complete.
 	delete(r.pendingAllocs, id)
 	r.wantClaims = slices.DeleteFunc(r.wantClaims, func(w string) bool { return w == id })
-	if t != nil {
+	if t != nil && t.rejudge {
+		// Only an allocation waiting to be judged again can hold an
+		// unknown node's problem line up: every other completion skips
+		// the scan of what is tracked.
 		b.solveUnknownNode(r, volhostNodeID(b.s.NodeID, t.a.NodeID, t.a.NodeName))
 	}
 	b.mu.Lock()
