@@ -146,7 +146,8 @@ func (t *Txn) writeNode(n *Node, forLeafUpdate bool) *Node {
 	// a node update since the node is writable, but if this is for a leaf
 	// update we track it, in case the initial write to this node didn't
 	// update the leaf.
-	if t.ownsNode(n) {
+	// volhost: a leaf's pair is never changed in place (leaf.go).
+	if t.ownsNode(n) && !n.isPair() {
 		if t.trackMutate && forLeafUpdate && n.leaf != nil {
 			t.trackChannel(&n.leaf.mutateCh)
 		}
@@ -168,15 +169,12 @@ func (t *Txn) writeNode(n *Node, forLeafUpdate bool) *Node {
 	// writing. You MUST replace it, because the channel associated with
 	// this leaf will be closed when this transaction is committed.
 	nc := &Node{
-		leaf: n.leaf,
+		leaf:  n.leaf,
+		edges: copyEdges(n.edges),
 	}
 	if n.prefix != nil {
 		nc.prefix = make([]byte, len(n.prefix))
 		copy(nc.prefix, n.prefix)
-	}
-	if len(n.edges) != 0 {
-		nc.edges = make([]edge, len(n.edges))
-		copy(nc.edges, n.edges)
 	}
 
 	// Mark this node as writable (a transaction from an empty tree owns it
@@ -185,6 +183,14 @@ func (t *Txn) writeNode(n *Node, forLeafUpdate bool) *Node {
 		t.noteWritable(nc)
 	}
 	return nc
+}
+
+// copyEdges is a copy of e that the copy's owner may change (nil for none).
+func copyEdges(e edges) edges {
+	if len(e) == 0 {
+		return nil
+	}
+	return append(make(edges, 0, len(e)), e...)
 }
 
 // Visit all the nodes in the tree under n, and add their mutateChannels to the transaction
@@ -246,12 +252,7 @@ func (t *Txn) insert(n *Node, k, search []byte, v interface{}) (*Node, interface
 			didUpdate = true
 		}
 
-		nc := t.writeNode(n, true)
-		nc.leaf = &leafNode{
-			key: k,
-			val: v,
-		}
-		return nc, oldVal, didUpdate
+		return t.writeLeaf(n, k, v), oldVal, didUpdate
 	}
 
 	// Look for the edge
@@ -261,13 +262,7 @@ func (t *Txn) insert(n *Node, k, search []byte, v interface{}) (*Node, interface
 	if child == nil {
 		e := edge{
 			label: search[0],
-			node: &Node{
-				leaf: &leafNode{
-					key: k,
-					val: v,
-				},
-				prefix: search,
-			},
+			node:  newLeafNode(search, k, v),
 		}
 		nc := t.writeNode(n, false)
 		nc.addEdge(e)
@@ -297,34 +292,32 @@ func (t *Txn) insert(n *Node, k, search []byte, v interface{}) (*Node, interface
 		node:  splitNode,
 	})
 
-	// Restore the existing child node
-	modChild := t.writeNode(child, false)
+	// Restore the existing child node. volhost: only its prefix changes,
+	// which a pair the transaction owns may take in place (leaf.go).
+	modChild := child
+	if !t.ownsNode(child) {
+		modChild = t.writeNode(child, false)
+	}
 	splitNode.addEdge(edge{
 		label: modChild.prefix[commonPrefix],
 		node:  modChild,
 	})
 	modChild.prefix = modChild.prefix[commonPrefix:]
 
-	// Create a new leaf node
-	leaf := &leafNode{
-		key: k,
-		val: v,
-	}
-
 	// If the new key is a subset, add to to this node
 	search = search[commonPrefix:]
 	if len(search) == 0 {
-		splitNode.leaf = leaf
+		splitNode.leaf = &leafNode{
+			key: k,
+			val: v,
+		}
 		return nc, nil, false
 	}
 
 	// Create a new edge for the node
 	splitNode.addEdge(edge{
 		label: search[0],
-		node: &Node{
-			leaf:   leaf,
-			prefix: search,
-		},
+		node:  newLeafNode(search, k, v),
 	})
 	return nc, nil, false
 }
