@@ -53,7 +53,7 @@ func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req 
 		return nil, err
 	}
 	w := &writer{txn: txn, snap: snap, index: index, now: now.UTC(), retention: s.retention(),
-		volEvents: s.volEvents, bumped: map[string]bool{}}
+		volEvents: s.volEvents, lastSeq: s.lastEventSeq, seqKnown: s.eventSeqKnown, bumped: map[string]bool{}}
 	resp, err = o.apply(w, req)
 	if err != nil {
 		// Validation passed, so this is a store bug or a memdb error; the
@@ -67,6 +67,7 @@ func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req 
 	}
 	txn.Commit()
 	s.volEvents = w.volEvents
+	s.lastEventSeq, s.eventSeqKnown = w.lastSeq, w.seqKnown
 	return resp, nil
 }
 
@@ -85,7 +86,7 @@ type writer struct {
 	volEvents int
 	rings     map[string]uint64
 	// lastSeq is the events table's last sequence number once seqKnown
-	// (events.go).
+	// (events.go), as the store knew it before this write if it did.
 	lastSeq  uint64
 	seqKnown bool
 	// trimmed: this transaction deleted events (events.go).

@@ -96,10 +96,15 @@ func (r EventRetention) limit(ring string) int {
 func ringArg(ring string) string { return ring + "\x00" }
 
 // event records an event at this write's index, in its ring. The last
-// sequence number, of the table and of each ring, is read from the
-// store once per transaction and then counted on: a batch of checkpoints
-// writes several events, and each read was a radix walk with its watch
-// channel lookups (BenchmarkReleaseWrites).
+// sequence number of the table is read from the table when the store
+// does not know it (Store.lastEventSeq), that of each ring once per
+// transaction, and then counted on: a batch of checkpoints writes several
+// events, and each read was a radix walk with its watch channel lookups
+// (BenchmarkReleaseWrites). What the store knows is what the table holds,
+// so a server that restored this state numbers the next event as one that
+// applied it: a trim deletes the oldest events of a ring and keeps at
+// least one (every limit is at least 1), so the table's last row is always
+// the last one written.
 func (w *writer) event(e *structs.Event) error {
 	e.Index = w.index
 	if e.Time.IsZero() {
@@ -110,6 +115,7 @@ func (w *writer) event(e *structs.Event) error {
 		if err != nil {
 			return fmt.Errorf("read last event: %w", err)
 		}
+		w.lastSeq = 0 // an empty table: what the store knew before is gone
 		if last != nil {
 			w.lastSeq = last.(*eventRow).Seq
 		}

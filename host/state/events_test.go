@@ -3,6 +3,7 @@ package state
 import (
 	"bytes"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -201,4 +202,74 @@ func TestEventsTypeFilterMatchesScan(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(s2, "restored")
+}
+
+// A server that restored a snapshot numbers the events of the entries
+// after it as the server that applied every entry does, whatever the
+// retention trimmed: the store keeps the table's last sequence number
+// between writes (Store.lastEventSeq), and forgets it on a restore, also
+// of an empty table.
+func TestEventNumbersAfterARestoreMatchTheLogs(t *testing.T) {
+	writes := [][]*structs.Event{
+		{volEvent("a", "a0")},
+		{volEvent("a", "a1"), volEvent("b", "b0"), volEvent("c", "c0")},
+		{{Type: structs.EventAudit, Message: "audit"}},
+		{volEvent("b", "b1")},
+		{{Type: structs.EventModule, Message: "module"}, volEvent("c", "c1")},
+		{volEvent("a", "a2"), volEvent("a", "a3")},
+		{volEvent("d", "d0")},
+	}
+	for _, ret := range []EventRetention{
+		{},
+		{PerVolume: 1},
+		{PerVolume: 10, MaxVolumeEvents: 1},
+		{PerVolume: 1, Global: 1, Audit: 1, MaxVolumeEvents: 2},
+	} {
+		t.Run(fmt.Sprintf("%+v", ret), func(t *testing.T) {
+			all := newEmpty(t, WithEventRetention(ret))
+			for _, w := range writes {
+				all.appendEvents(w...)
+			}
+			for cut := range writes {
+				first := newEmpty(t, WithEventRetention(ret))
+				for _, w := range writes[:cut] {
+					first.appendEvents(w...)
+				}
+				var buf bytes.Buffer
+				if err := first.s.Persist(&buf); err != nil {
+					t.Fatal(err)
+				}
+				// The restoring store wrote events of its own first: what it
+				// knew of its table before the restore must not count.
+				restored := newEmpty(t, WithEventRetention(ret))
+				for _, w := range writes {
+					restored.appendEvents(w...)
+				}
+				if err := restored.s.Restore(&buf); err != nil {
+					t.Fatal(err)
+				}
+				restored.idx = first.idx
+				for _, w := range writes[cut:] {
+					restored.appendEvents(w...)
+				}
+				if got, want := eventSeqs(t, restored), eventSeqs(t, all); got != want {
+					t.Fatalf("restored after %d writes: events %s, the store that applied them all: %s", cut, got, want)
+				}
+			}
+		})
+	}
+}
+
+// eventSeqs lists f's events with their sequence numbers.
+func eventSeqs(t *testing.T, f *fixture) string {
+	t.Helper()
+	es, _, err := f.s.Snapshot().EventsFiltered(nil, EventFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	for _, e := range es {
+		fmt.Fprintf(&b, "%d:%s ", e.Seq, e.Event.Message)
+	}
+	return b.String()
 }
