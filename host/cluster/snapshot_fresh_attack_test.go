@@ -209,7 +209,7 @@ func newFreshRig(t *testing.T, servers, gap int) *freshRig {
 	t.Helper()
 	r := &freshRig{t: t, tc: &tcluster{t: t}, byID: map[string]*hnode{}, gap: gap}
 	r.mod = func(c *Config) {
-		c.TrailingLogs = 1
+		c.TrailingLogs = 4 // as in TestWipedFollowerGetsAFreshSnapshot
 		c.FreshSnapshotEntries = uint64(gap)
 		// Only the test and the fresh-snapshot rule snapshot.
 		c.SnapshotThreshold = 1 << 40
@@ -230,6 +230,7 @@ func newFreshRig(t *testing.T, servers, gap int) *freshRig {
 	// once the snapshot below exists).
 	testutil.WaitFor(t, "features enabled", func() bool { return len(r.leader.c.EnabledFeatures()) > 0 })
 	loadBase(t, r.leader.c)
+	r.tc.waitConverged()
 	if err := r.leader.c.Snapshot(); err != nil {
 		t.Fatal(err)
 	}
