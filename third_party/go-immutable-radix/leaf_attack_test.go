@@ -26,8 +26,8 @@ import (
 // alVal is a value whose reachability the tests check: big enough that
 // the allocator never batches it with another object.
 type alVal struct {
-	id  int
-	pad [56]byte
+	id int
+	_  [56]byte
 }
 
 // alValues makes values and remembers a weak pointer to each.

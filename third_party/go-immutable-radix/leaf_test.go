@@ -81,7 +81,7 @@ func TestLeavesAreAllocatedWithTheirNodes(t *testing.T) {
 // by the pair it was written in: an update makes a new pair, never a new
 // leaf in the old pair's node.
 func TestReplacedValuesAreNotKeptByTheirPairs(t *testing.T) {
-	type value struct{ b [64]byte }
+	type value struct{ _ [64]byte }
 	tree := New()
 	for i := range 100 {
 		tree, _, _ = tree.Insert([]byte(fmt.Sprintf("k%03d", i)), &value{})
