@@ -80,8 +80,10 @@ type Store struct {
 	// lastEventSeq is the events table's last sequence number when
 	// eventSeqKnown (under writeMu; derived from the state like volEvents,
 	// forgotten on restore): a write with events read it from the table
-	// once per transaction, a reverse iterator and its stack each time, 6%
-	// of the bytes a claim cycle allocates (BenchmarkClaimCycleBySize).
+	// once per transaction, a reverse iterator and its stack each time,
+	// 2.5% of the bytes a claim and its release allocate in the store
+	// (BENCHMARKS.md "A leaf allocated with its node, and the events' last
+	// number kept").
 	lastEventSeq  uint64
 	eventSeqKnown bool
 	// generation counts the restores that replaced the whole state
