@@ -53,7 +53,8 @@ func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req 
 		return nil, err
 	}
 	w := &writer{txn: txn, snap: snap, index: index, now: now.UTC(), retention: s.retention(),
-		volEvents: s.volEvents, lastSeq: s.lastEventSeq, seqKnown: s.eventSeqKnown, bumped: map[string]bool{}}
+		volEvents: s.volEvents, volEventsFrom: s.volEventsFrom, lastSeq: s.lastEventSeq, seqKnown: s.eventSeqKnown,
+		bumped: map[string]bool{}}
 	resp, err = o.apply(w, req)
 	if err != nil {
 		// Validation passed, so this is a store bug or a memdb error; the
@@ -68,6 +69,7 @@ func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req 
 	txn.Commit()
 	s.volEvents = w.volEvents
 	s.lastEventSeq, s.eventSeqKnown = w.lastSeq, w.seqKnown
+	s.volEventsFrom = w.volEventsFrom
 	return resp, nil
 }
 
@@ -84,7 +86,9 @@ type writer struct {
 	// (Store.volEvents before it); rings maps each ring written to to its
 	// last ring sequence number.
 	volEvents int
-	rings     map[string]uint64
+	// volEventsFrom is Store.volEventsFrom, moved by this write's trim.
+	volEventsFrom uint64
+	rings         map[string]uint64
 	// lastSeq is the events table's last sequence number once seqKnown
 	// (events.go), as the store knew it before this write if it did.
 	lastSeq  uint64

@@ -207,8 +207,9 @@ func TestEventsTypeFilterMatchesScan(t *testing.T) {
 // A server that restored a snapshot numbers the events of the entries
 // after it as the server that applied every entry does, whatever the
 // retention trimmed: the store keeps the table's last sequence number
-// between writes (Store.lastEventSeq), and forgets it on a restore, also
-// of an empty table.
+// (Store.lastEventSeq) and where the trim of all volume rings together
+// starts reading (Store.volEventsFrom) between writes, and forgets both
+// on a restore, also of an empty table.
 func TestEventNumbersAfterARestoreMatchTheLogs(t *testing.T) {
 	writes := [][]*structs.Event{
 		{volEvent("a", "a0")},
@@ -272,4 +273,40 @@ func eventSeqs(t *testing.T, f *fixture) string {
 		fmt.Fprintf(&b, "%d:%s ", e.Seq, e.Event.Message)
 	}
 	return b.String()
+}
+
+// BenchmarkVolumeEventsCapBehindOldEvents: one volume event appended per
+// entry to a store past its cap on all volume events (so each entry
+// deletes the oldest volume event), with and without 20,000 older events
+// of no volume (the audit and global rings full, as on a server that has
+// run for a while) ahead of the oldest volume event in sequence order.
+// The trim looks for the oldest volume events: it must not read past the
+// others at every write.
+//
+//	go test -run '^$' -bench '^BenchmarkVolumeEventsCapBehindOldEvents$' ./host/state/
+func BenchmarkVolumeEventsCapBehindOldEvents(b *testing.B) {
+	for _, older := range []int{0, 20_000} {
+		b.Run(fmt.Sprintf("older=%d", older), func(b *testing.B) {
+			ret := EventRetention{PerVolume: 100, Audit: older/2 + 1, Global: older/2 + 1, MaxVolumeEvents: 1000}
+			f := newEmpty(b, WithEventRetention(ret))
+			for i := 0; i < older; i += 1000 {
+				var evs []*structs.Event
+				for j := i; j < min(i+1000, older); j++ {
+					typ := structs.EventAudit
+					if j%2 == 1 {
+						typ = structs.EventModule
+					}
+					evs = append(evs, &structs.Event{Type: typ, Message: "old"})
+				}
+				f.appendEvents(evs...)
+			}
+			for i := range 2 * ret.MaxVolumeEvents {
+				f.appendEvents(volEvent(fmt.Sprintf("v%d", i%500), "fill"))
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				f.appendEvents(volEvent(fmt.Sprintf("v%d", i%500), "next"))
+			}
+		})
+	}
 }

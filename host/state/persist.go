@@ -164,7 +164,7 @@ func (s *Store) Restore(r io.Reader) error {
 	// generation is dropped at its next look-up, never the reverse.
 	s.generation.Add(1)
 	s.volEvents = countVolumeEvents(db)
-	s.eventSeqKnown = false
+	s.eventSeqKnown, s.volEventsFrom = false, 0
 	close(old.abandon)
 	return nil
 }

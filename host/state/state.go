@@ -86,6 +86,10 @@ type Store struct {
 	// number kept").
 	lastEventSeq  uint64
 	eventSeqKnown bool
+	// volEventsFrom is a sequence number no volume event is below (under
+	// writeMu; 0 after a restore): where the trim of all volume rings
+	// together starts reading (events.go, trimEvents).
+	volEventsFrom uint64
 	// generation counts the restores that replaced the whole state
 	// (StateGeneration).
 	generation atomic.Uint64
