@@ -91,9 +91,12 @@ func (r EventRetention) limit(ring string) int {
 	return r.Global
 }
 
-// ringArg is the argument that matches exactly one ring on the ring index:
-// memdb's prefix lookup would otherwise let ring "v/ns/a" match "v/ns/ab".
-func ringArg(ring string) string { return ring + "\x00" }
+// ringArg is the argument that matches exactly one ring on the ring index
+// (appendRingName, keys.go): memdb's prefix lookup would otherwise let
+// ring "v/ns/a" match "v/ns/ab".
+func ringArg(ring string) string {
+	return string(appendRingName(make([]byte, 0, ringNameLen(ring)), ring))
+}
 
 // event records an event at this write's index, in its ring. The last
 // sequence number of the table is read from the table when the store

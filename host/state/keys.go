@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/hashicorp/go-memdb"
 )
@@ -108,11 +109,34 @@ func (x volumeKeyIndexer) PrefixFromArgs(args ...any) ([]byte, error) {
 	return x.CompoundIndex.PrefixFromArgs(args...)
 }
 
-// ringKeyIndex is the events' ring index: memdb's CompoundIndex of the
-// ring's name (a StringFieldIndex) and the ring sequence number
-// (hexUintIndex), with FromObject reading both fields directly, and the one
-// lookup the store makes, a ring by prefix (ringArg), in one allocation.
+// ringKeyIndex is the events' ring index: the ring's name (appendRingName)
+// and the ring sequence number (hexUintIndex), with FromObject reading
+// both fields directly, and the one lookup the store makes, a ring by
+// prefix (ringArg), in one allocation. Other lookups go to memdb's
+// CompoundIndex, which the store does not make.
 type ringKeyIndex struct{ *memdb.CompoundIndex }
+
+// appendRingName appends ring's name to key so that no ring's key is a
+// prefix of another's: each zero byte of the name is followed by 0xff,
+// and the name ends with a zero byte and 0x01. A ring's name holds zero
+// bytes (volumeRing's separators, and any in the IDs an event names: an
+// event's namespace and volume ID are the caller's), and with memdb's
+// key, the name and one zero byte, the ring of volume "x\x00!" fell
+// inside the prefix of volume "x"'s: a trim of x's ring deleted the other
+// ring's events, the event just written among them, and a volume's
+// events listed the other's.
+func appendRingName(key []byte, ring string) []byte {
+	for i := 0; i < len(ring); i++ {
+		key = append(key, ring[i])
+		if ring[i] == 0 {
+			key = append(key, 0xff)
+		}
+	}
+	return append(key, 0, 1)
+}
+
+// ringNameLen is the length appendRingName gives ring.
+func ringNameLen(ring string) int { return len(ring) + strings.Count(ring, "\x00") + 2 }
 
 func ringKey() ringKeyIndex {
 	return ringKeyIndex{CompoundIndex: &memdb.CompoundIndex{Indexes: []memdb.Indexer{
@@ -121,8 +145,9 @@ func ringKey() ringKeyIndex {
 	}}}
 }
 
-// FromObject implements memdb.SingleIndexer: the ring, a zero byte and the
-// ring sequence number in 16 hexadecimal digits; no key without a ring.
+// FromObject implements memdb.SingleIndexer: the ring's name
+// (appendRingName) and the ring sequence number in 16 hexadecimal digits;
+// no key without a ring.
 func (x ringKeyIndex) FromObject(raw any) (bool, []byte, error) {
 	e, ok := raw.(*eventRow)
 	if !ok {
@@ -131,12 +156,13 @@ func (x ringKeyIndex) FromObject(raw any) (bool, []byte, error) {
 	if e.Ring == "" {
 		return false, nil, nil
 	}
-	key := append(append(make([]byte, 0, len(e.Ring)+1+16), e.Ring...), 0)
+	key := appendRingName(make([]byte, 0, ringNameLen(e.Ring)+16), e.Ring)
 	return true, appendHexUint(key, e.RingSeq), nil
 }
 
 // PrefixFromArgs implements memdb.PrefixIndexer: one string is a prefix of
-// the ring's name (ringArg passes the name with its terminator).
+// the ring's key (ringArg passes a ring's whole name, as appendRingName
+// writes it).
 func (x ringKeyIndex) PrefixFromArgs(args ...any) ([]byte, error) {
 	if len(args) == 1 {
 		if s, ok := args[0].(string); ok {

@@ -40,10 +40,6 @@ func TestKeyIndexersMatchMemdb(t *testing.T) {
 		{TableLeftovers, indexID, []any{&structs.Leftover{ID: "ns/v/a"}, &structs.Leftover{}}},
 		{TableIndex, indexID, []any{&indexRow{Key: TableVolumes, Value: 3}, &indexRow{}}},
 		{tableStats, indexID, []any{&statsRow{Key: statsKey}, &statsRow{}}},
-		{TableEvents, indexRing, []any{
-			&eventRow{Ring: ringGlobal, RingSeq: 7}, &eventRow{Ring: volumeRing("default", "v1"), RingSeq: 1 << 40},
-			&eventRow{Ring: "", RingSeq: 3}, &eventRow{Ring: ringAudit},
-		}},
 		{TableVolumes, indexID, []any{&structs.Volume{Namespace: "default", ID: "v1"}, &structs.Volume{ID: "v1"}}},
 		{TableVolumes, indexExternal, []any{&structs.Volume{PluginID: "ebs", ExternalID: "disk-1"}, &structs.Volume{PluginID: "ebs"}}},
 	} {
@@ -62,8 +58,6 @@ func TestKeyIndexersMatchMemdb(t *testing.T) {
 			ref = x.StringFieldIndex
 		case stringKeyIndex[*statsRow]:
 			ref = x.StringFieldIndex
-		case ringKeyIndex:
-			ref = x.CompoundIndex
 		case volumeKeyIndexer:
 			ref = x.CompoundIndex
 		default:
@@ -104,7 +98,7 @@ func TestKeyIndexersAllocateOnce(t *testing.T) {
 	// The argument lists are built once: memdb's callers build them (a
 	// variadic call through an interface allocates its slice), not the
 	// indexer.
-	volArgs, allocArgs, ringArgs := []any{"default", "vol-1"}, []any{"alloc-1"}, []any{"v\x00default\x00vol-1\x00"}
+	volArgs, allocArgs, ringArgs := []any{"default", "vol-1"}, []any{"alloc-1"}, []any{ringArg(volumeRing("default", "vol-1"))}
 	for name, f := range map[string]func(){
 		"volume FromArgs":     func() { _, _ = vol.FromArgs(volArgs...) },
 		"alloc FromArgs":      func() { _, _ = alloc.FromArgs(allocArgs...) },
@@ -140,5 +134,33 @@ func TestVolumeKeyRoom(t *testing.T) {
 		if got := cap(key) - len(key); got != c.room {
 			t.Errorf("%s.%s: room %d after the key, want %d", c.table, c.index, got, c.room)
 		}
+	}
+}
+
+// The ring index's keys are not memdb's (the name and one zero byte): no
+// ring's key starts with another ring's lookup argument, whatever bytes
+// the IDs in its name hold, and a ring's events sort by ring sequence.
+func TestRingKeysArePrefixFree(t *testing.T) {
+	ix := schema().Tables[TableEvents].Indexes[indexRing].Indexer.(memdb.SingleIndexer)
+	rings := []string{ringGlobal, ringAudit, volumeRing("default", "x"), volumeRing("default", "x\x00!"),
+		volumeRing("default", "x\x00z"), volumeRing("default\x00x", ""), volumeRing("default", "xy"),
+		volumeRing("default", "x\xff"), "v\x00default\x00x\x00\x01", ""}
+	for _, a := range rings {
+		for _, b := range rings {
+			for _, seq := range []uint64{0, 1, 1 << 40} {
+				ok, key, err := ix.FromObject(&eventRow{Ring: b, RingSeq: seq})
+				if err != nil || ok != (b != "") {
+					t.Fatalf("ring %q: key %q %v %v", b, key, ok, err)
+				}
+				if got := ok && bytes.HasPrefix(key, []byte(ringArg(a))); got != (a == b && b != "") {
+					t.Errorf("ring %q's key %q under ring %q's lookup: %v, want %v", b, key, a, got, !got)
+				}
+			}
+		}
+	}
+	_, k1, _ := ix.FromObject(&eventRow{Ring: volumeRing("default", "x"), RingSeq: 9})
+	_, k2, _ := ix.FromObject(&eventRow{Ring: volumeRing("default", "x"), RingSeq: 10})
+	if bytes.Compare(k1, k2) >= 0 {
+		t.Fatalf("ring sequence 9's key %q does not sort before 10's %q", k1, k2)
 	}
 }
