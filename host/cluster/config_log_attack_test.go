@@ -69,9 +69,11 @@ type truncatedConfig struct {
 }
 
 // newTruncatedConfig builds it. s1 keeps its data in dir1 ("" in memory).
-// s1's lease is long (1 s) so that, cut off, it goes on appending for a
+// s1's lease is long (3 s) so that, cut off, it goes on appending for a
 // moment, as a leader under load does for up to its lease; the others
-// keep short timings so they elect a new leader meanwhile.
+// keep short timings so they elect a new leader meanwhile. (With 1 s, on
+// a machine busy with other tests, s1 stepped down before its tail was
+// written.)
 func newTruncatedConfig(t *testing.T, dir1 string) *truncatedConfig {
 	t.Helper()
 	snaps := func(c *Config) {
@@ -81,7 +83,7 @@ func newTruncatedConfig(t *testing.T, dir1 string) *truncatedConfig {
 	}
 	oldLeader := func(c *Config) {
 		snaps(c)
-		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = time.Second, time.Second, time.Second
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, 3*time.Second
 	}
 	others := func(c *Config) {
 		snaps(c)
