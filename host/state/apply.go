@@ -53,8 +53,7 @@ func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req 
 		return nil, err
 	}
 	w := &writer{txn: txn, snap: snap, index: index, now: now.UTC(), retention: s.retention(),
-		volEvents: s.volEvents, volEventsFrom: s.volEventsFrom, lastSeq: s.lastEventSeq, seqKnown: s.eventSeqKnown,
-		bumped: map[string]bool{}}
+		eventCounts: s.events, bumped: map[string]bool{}}
 	resp, err = o.apply(w, req)
 	if err != nil {
 		// Validation passed, so this is a store bug or a memdb error; the
@@ -67,9 +66,7 @@ func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req 
 		return nil, fmt.Errorf("apply %d at index %d: %w", t, index, err)
 	}
 	txn.Commit()
-	s.volEvents = w.volEvents
-	s.lastEventSeq, s.eventSeqKnown = w.lastSeq, w.seqKnown
-	s.volEventsFrom = w.volEventsFrom
+	s.events = w.eventCounts
 	return resp, nil
 }
 
@@ -82,17 +79,11 @@ type writer struct {
 	retention EventRetention
 	bumped    map[string]bool
 	events    int
-	// volEvents counts the events in volume rings, as of this write
-	// (Store.volEvents before it); rings maps each ring written to to its
-	// last ring sequence number.
-	volEvents int
-	// volEventsFrom is Store.volEventsFrom, moved by this write's trim.
-	volEventsFrom uint64
-	rings         map[string]uint64
-	// lastSeq is the events table's last sequence number once seqKnown
-	// (events.go), as the store knew it before this write if it did.
-	lastSeq  uint64
-	seqKnown bool
+	// eventCounts is the store's, as of this write (Store.events before
+	// it, Store.events after it commits).
+	eventCounts
+	// rings maps each ring written to to its last ring sequence number.
+	rings map[string]uint64
 	// trimmed: this transaction deleted events (events.go).
 	trimmed bool
 	// stats is this write's change to VolumeStats (stats.go).

@@ -357,7 +357,7 @@ func BenchmarkClaimCycleEventsCap(b *testing.B) {
 			a = append(a, free.timedCycle(b, r, true, ""))
 			c = append(c, capped.timedCycle(b, r, true, ""))
 		}
-		if got := capped.s.volEvents; got != n/20 {
+		if got := capped.s.events.volEvents; got != n/20 {
 			b.Fatalf("capped store holds %d volume events, want its cap %d", got, n/20)
 		}
 		reportCycles(b, "uncapped", "capped", a, c, false)

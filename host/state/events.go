@@ -100,7 +100,7 @@ func ringArg(ring string) string {
 
 // event records an event at this write's index, in its ring. The last
 // sequence number of the table is read from the table when the store
-// does not know it (Store.lastEventSeq), that of each ring once per
+// does not know it (eventCounts.lastSeq), that of each ring once per
 // transaction, and then counted on: a batch of checkpoints writes several
 // events, and each read was a radix walk with its watch channel lookups
 // (BenchmarkReleaseWrites). What the store knows is what the table holds,
@@ -199,7 +199,7 @@ func (w *writer) trimEvents() error {
 	// than them (the audit and global rings, 20,000 by default, kept far
 	// longer than volume events past the cap) were read again at every
 	// write, 1 ms an entry on every server (BenchmarkVolumeEventsCapBehindOldEvents).
-	it, err := w.txn.LowerBound(TableEvents, indexID, w.volEventsFrom)
+	it, err := w.txn.LowerBound(TableEvents, indexID, w.volFrom)
 	if err != nil {
 		return fmt.Errorf("read events: %w", err)
 	}
@@ -216,7 +216,7 @@ func (w *writer) trimEvents() error {
 	if len(old) > 0 {
 		// Every volume event at or below the last one deleted is gone,
 		// and new ones come after every event there is.
-		w.volEventsFrom = old[len(old)-1].Seq + 1
+		w.volFrom = old[len(old)-1].Seq + 1
 	}
 	return nil
 }
@@ -234,6 +234,31 @@ func (w *writer) deleteEvents(rows []*eventRow) error {
 		}
 	}
 	return nil
+}
+
+// eventCounts is what the store derives from its events table and keeps
+// between writes, under its write lock: copied into each write and back
+// once it commits, derived again when a restore replaces the table. None
+// of it is persisted.
+type eventCounts struct {
+	// volEvents counts the events in volume rings.
+	volEvents int
+	// lastSeq is the table's last sequence number when seqKnown: a write
+	// with events read it from the table once per transaction, a reverse
+	// iterator and its stack each time, 2.5% of the bytes a claim and its
+	// release allocate in the store (BENCHMARKS.md "A leaf allocated with
+	// its node, and the events' last number kept").
+	lastSeq  uint64
+	seqKnown bool
+	// volFrom is a sequence number no volume event is below: where the
+	// trim of all volume rings together starts reading (trimEvents).
+	volFrom uint64
+}
+
+// derivedEvents is db's eventCounts as a restore starts them: the volume
+// events counted, the rest to be read when first needed.
+func derivedEvents(db *memdb.MemDB) eventCounts {
+	return eventCounts{volEvents: countVolumeEvents(db)}
 }
 
 // countVolumeEvents recounts the volume-ring events of a database (after a

@@ -1,6 +1,6 @@
 package state
 
-// The store's kept event numbers (Store.lastEventSeq, Store.volEventsFrom),
+// The store's kept event numbers (Store.events: eventCounts),
 // tested by a helper who attacked them: a store that applied every entry
 // and one that restored a snapshot at any cut and applied the rest must
 // hold the same events (seq, ring seq, message) and the same Digest, and
@@ -579,7 +579,7 @@ func TestRestoredStoresKeepTheEventsOfVolumeCapTrims(t *testing.T) {
 // ('!' < '0'). A write of x's event and then of the other volume's event
 // trims ring x, and that trim deletes the other ring's event just written:
 // the table's last row is then not the last event written, against what
-// Store.lastEventSeq assumes. A store that applied the write numbers the
+// eventCounts.lastSeq assumes. A store that applied the write numbers the
 // next event after the deleted one; a store that restored a snapshot
 // taken after it reads the table's last row and numbers it one lower.
 // Before the store kept the number (0bdc615) every store read the table's
@@ -601,6 +601,6 @@ func TestARingWhoseNameExtendsAnothersIsTrimmedAlone(t *testing.T) {
 	// The write itself is accepted.
 	s := NewStore(WithEventRetention(ret))
 	atkApplyAll(t, s, steps, 0, 3)
-	t.Logf("after the write: events %s; the store's last sequence number %d (known %v)", atkDump(atkRows(t, s)), s.lastEventSeq, s.eventSeqKnown)
+	t.Logf("after the write: events %s; the store's last sequence number %d (known %v)", atkDump(atkRows(t, s)), s.events.lastSeq, s.events.seqKnown)
 	atkCheckCuts(t, empty, steps, WithEventRetention(ret))
 }

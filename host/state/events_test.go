@@ -207,8 +207,8 @@ func TestEventsTypeFilterMatchesScan(t *testing.T) {
 // A server that restored a snapshot numbers the events of the entries
 // after it as the server that applied every entry does, whatever the
 // retention trimmed: the store keeps the table's last sequence number
-// (Store.lastEventSeq) and where the trim of all volume rings together
-// starts reading (Store.volEventsFrom) between writes, and forgets both
+// and where the trim of all volume rings together starts reading between
+// writes (eventCounts), and forgets both
 // on a restore, also of an empty table.
 func TestEventNumbersAfterARestoreMatchTheLogs(t *testing.T) {
 	writes := [][]*structs.Event{

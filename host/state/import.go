@@ -368,7 +368,7 @@ func (b *Builder) Store(opts ...Option) *Store {
 	b.txn.Commit()
 	s := NewStore(opts...)
 	s.cur.Store(&dbState{db: b.db, abandon: make(chan struct{})})
-	s.volEvents = countVolumeEvents(b.db)
+	s.events = derivedEvents(b.db)
 	return s
 }
 

@@ -163,8 +163,7 @@ func (s *Store) Restore(r io.Reader) error {
 	// After the swap: a cache filled from the new state under the old
 	// generation is dropped at its next look-up, never the reverse.
 	s.generation.Add(1)
-	s.volEvents = countVolumeEvents(db)
-	s.eventSeqKnown, s.volEventsFrom = false, 0
+	s.events = derivedEvents(db)
 	close(old.abandon)
 	return nil
 }

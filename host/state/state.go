@@ -74,22 +74,9 @@ type Store struct {
 	// Restore swaps the whole database.
 	writeMu sync.Mutex
 	cur     atomic.Pointer[dbState]
-	// volEvents counts the events in volume rings (under writeMu); derived
-	// from the state, recounted on restore.
-	volEvents int
-	// lastEventSeq is the events table's last sequence number when
-	// eventSeqKnown (under writeMu; derived from the state like volEvents,
-	// forgotten on restore): a write with events read it from the table
-	// once per transaction, a reverse iterator and its stack each time,
-	// 2.5% of the bytes a claim and its release allocate in the store
-	// (BENCHMARKS.md "A leaf allocated with its node, and the events' last
-	// number kept").
-	lastEventSeq  uint64
-	eventSeqKnown bool
-	// volEventsFrom is a sequence number no volume event is below (under
-	// writeMu; 0 after a restore): where the trim of all volume rings
-	// together starts reading (events.go, trimEvents).
-	volEventsFrom uint64
+	// events is what the store derives from its events table and keeps
+	// between writes (under writeMu; events.go).
+	events eventCounts
 	// generation counts the restores that replaced the whole state
 	// (StateGeneration).
 	generation atomic.Uint64

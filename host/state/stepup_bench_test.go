@@ -113,7 +113,7 @@ func stepUpOnce(b *testing.B, s *Store, shape scaleShape) (assessed, released ti
 // the store never changes a stored object in place, so the clone's writes
 // leave s as it was.
 func cloneStore(s *Store) *Store {
-	c := &Store{cfg: s.cfg, logger: s.logger, volEvents: s.volEvents}
+	c := &Store{cfg: s.cfg, logger: s.logger, events: s.events}
 	c.cur.Store(&dbState{db: s.cur.Load().db.Snapshot(), abandon: make(chan struct{})})
 	return c
 }
