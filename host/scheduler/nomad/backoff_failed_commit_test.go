@@ -25,8 +25,7 @@ func (h *harness) syncCount() int {
 func TestBridgeBackoffReleaseWhoseCommitFailedIsJudgedAgain(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	h.claimRunning("a1", "n2")
-	h.lostOnDownNode("a1", "n2")
+	h.heldOnDownNode("a1", "n2")
 
 	h.unreachableAndRetrying()
 	testutil.WaitFor(t, "the failure's event", func() bool { return len(h.events("unexpected EOF")) == 1 })

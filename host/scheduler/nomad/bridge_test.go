@@ -93,8 +93,7 @@ func (h *harness) streamDrained() bool {
 func TestBridgeLostHeldUntilFence(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	h.claimRunning("a1", "n2")
-	h.lostOnDownNode("a1", "n2")
+	h.heldOnDownNode("a1", "n2")
 	vn, _ := h.store.Snapshot().NodeByID(nil, "n2")
 	if vn.Status != structs.NodeDown || !vn.HeartbeatLost || !strings.Contains(vn.StatusReason, "Nomad reports the node down") {
 		t.Fatalf("node n2 = %+v", vn)

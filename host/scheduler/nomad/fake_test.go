@@ -341,7 +341,6 @@ func (h *harness) mirrorRunning(id, node string) Alloc {
 	return a
 }
 
-// nodeIs reports whether volhost node id has status want.
 // lostOnDownNode has Nomad report node (Nomad ID "id-"+node) down and
 // allocation id lost there, and waits for the bridge to hold it (lost on
 // a down node: its task may still run).
@@ -351,6 +350,14 @@ func (h *harness) lostOnDownNode(id, node string) {
 	a := h.nomad.setAlloc(web(id, node, clientLost, "stop"), nil)
 	h.nomad.push(h.t, Batch{Nodes: []Node{n}, Allocs: []Alloc{a}})
 	testutil.WaitFor(h.t, "the hold", func() bool { return h.bridge.Status().Held == 1 })
+}
+
+// heldOnDownNode is claimRunning then lostOnDownNode: allocation id
+// claimed its volume on node, then held there, lost on a down node.
+func (h *harness) heldOnDownNode(id, node string) {
+	h.t.Helper()
+	h.claimRunning(id, node)
+	h.lostOnDownNode(id, node)
 }
 
 // unreachable has Nomad's lists fail from now on (the open stream stays
@@ -413,6 +420,7 @@ func (h *harness) failNextSync(err error) {
 	h.w.mu.Unlock()
 }
 
+// nodeIs reports whether volhost node id has status want.
 func (h *harness) nodeIs(id string, want structs.NodeStatus) func() bool {
 	return func() bool {
 		vn, _ := h.store.Snapshot().NodeByID(nil, id)

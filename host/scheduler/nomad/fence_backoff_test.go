@@ -15,8 +15,7 @@ import (
 func TestBridgeActsOnAFenceDuringABackoff(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	h.claimRunning("a1", "n2")
-	h.lostOnDownNode("a1", "n2")
+	h.heldOnDownNode("a1", "n2")
 
 	h.unreachableAndRetrying()
 	h.fence("n2")

@@ -35,8 +35,7 @@ func TestBridgeActsOnAFenceCommittedDuringABatch(t *testing.T) {
 	h := newHarness(t)
 	g := h.withGatedMeta("b1")
 	h.start()
-	h.claimRunning("a1", "n2")
-	h.lostOnDownNode("a1", "n2")
+	h.heldOnDownNode("a1", "n2")
 
 	b := h.nomad.setAlloc(web("b1", "n1", clientRunning, "run"), map[string]string{"volhost_volume_d": "v2"})
 	h.nomad.push(t, Batch{Allocs: []Alloc{b}})

@@ -21,8 +21,7 @@ import (
 func TestBridgeFenceReleaseWhoseCommitFailedIsRetriedInTheBackoff(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	h.claimRunning("a1", "n2")
-	h.lostOnDownNode("a1", "n2")
+	h.heldOnDownNode("a1", "n2")
 
 	h.unreachable()
 	h.failNextSync(fmt.Errorf("committing: %w", structs.ErrNoLeader))

@@ -21,8 +21,7 @@ func TestBridgeActsOnAFenceDuringTheOpeningRelist(t *testing.T) {
 	h := newHarness(t)
 	g := h.withGatedMeta("b1")
 	h.start()
-	h.claimRunning("a1", "n2")
-	h.lostOnDownNode("a1", "n2")
+	h.heldOnDownNode("a1", "n2")
 
 	// b1 placed while the bridge is disconnected: its meta is read by the
 	// next session's re-list.

@@ -61,8 +61,7 @@ func TestBridgeRunningThenCompleteInOneBatchIsNotMirroredRunning(t *testing.T) {
 func TestBridgeHeldStaysHeldAfterAFailedCommitAndACollect(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	h.claimRunning("a1", "n2")
-	h.lostOnDownNode("a1", "n2")
+	h.heldOnDownNode("a1", "n2")
 	h.failNextSync(structs.ErrNoLeader)
 	h.mirrorMarker2(t, "m1")
 	h.nomad.remove(nil, []string{"a1"})

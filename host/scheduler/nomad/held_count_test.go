@@ -15,8 +15,7 @@ import (
 func TestBridgeHeldCountIsThisLeadershipsOwn(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	h.claimRunning("a1", "n2")
-	h.lostOnDownNode("a1", "n2")
+	h.heldOnDownNode("a1", "n2")
 	h.stop()
 
 	h.nomad.setNode(Node{ID: "id-n2", Name: "n2", Status: nodeReady})

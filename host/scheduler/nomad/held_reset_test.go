@@ -15,8 +15,7 @@ import (
 func TestBridgeResetRecountsTheHeld(t *testing.T) {
 	h := newHarness(t)
 	h.start()
-	h.claimRunning("a1", "n2")
-	h.lostOnDownNode("a1", "n2")
+	h.heldOnDownNode("a1", "n2")
 
 	h.nomad.mu.Lock()
 	h.nomad.nodes = map[string]Node{
