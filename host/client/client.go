@@ -31,6 +31,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/jonboulle/clockwork"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -43,6 +44,10 @@ import (
 	"github.com/volhost/volhost/host/nodestep"
 	"github.com/volhost/volhost/host/structs"
 )
+
+// connectTimeout bounds one connection attempt to a server (TCP, TLS and
+// HTTP/2 handshakes).
+const connectTimeout = 5 * time.Second
 
 // Config configures a node agent.
 type Config struct {
@@ -85,6 +90,9 @@ type Agent struct {
 	mu        sync.Mutex
 	connected string // server address while connected
 	changed   chan struct{}
+	// interval is the heartbeat interval the last leader gave: the
+	// reconnect backoff's ceiling (Run).
+	interval time.Duration
 }
 
 // New validates cfg and returns an agent; Run starts it.
@@ -166,23 +174,37 @@ func (a *Agent) setConnected(addr string) {
 	a.changed = make(chan struct{})
 }
 
-// Run connects and serves until ctx ends, reconnecting with exponential
-// backoff and jitter (no thundering herd of agents after a failover) and
-// moving on to the next server when one does not lead.
+// Run connects and serves until ctx ends. It tries the servers in turn
+// and waits only once a whole round of them found no leader: a follower's
+// refusal or a dead server costs just the next dial. Between rounds it
+// backs off exponentially with jitter (no thundering herd of agents after
+// a failover), and never longer than the heartbeat interval the last
+// leader gave. An agent that waited longer between tries than between
+// heartbeats would reach a new leader after its step-up grace ran out:
+// with the backoff growing per server instead of per round, an agent
+// reconnected 14 s after its leader was killed, and the new leader, with a
+// 5 s TTL and grace, had marked its node down and held its claims.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.csi.Close()
-	attempt := 0
-	for i := 0; ; i++ {
-		addr := a.cfg.Servers[i%len(a.cfg.Servers)]
+	next, refused, rounds := 0, 0, 0
+	for {
+		addr := a.cfg.Servers[next]
+		next = (next + 1) % len(a.cfg.Servers)
 		served, err := a.session(ctx, addr)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if served {
-			attempt = 0 // it was up: reconnect promptly
+			// It was up: a fresh round, after one short jittered wait
+			// that spreads the agents a failover disconnects at once.
+			refused, rounds = 0, 0
+		} else if refused++; refused < len(a.cfg.Servers) {
+			a.log.Debug("not connected to a leader; trying the next server", "server", addr, "error", err)
+			continue
 		}
-		attempt++
-		d := a.backoff(attempt)
+		refused = 0
+		rounds++
+		d := a.backoff(rounds)
 		a.log.Info("not connected to a leader; retrying", "server", addr, "error", err, "retry_in", d)
 		select {
 		case <-ctx.Done():
@@ -192,12 +214,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-func (a *Agent) backoff(attempt int) time.Duration {
-	d := a.cfg.BackoffBase << min(attempt-1, 16)
-	if d > a.cfg.BackoffMax || d <= 0 {
-		d = a.cfg.BackoffMax
+// backoff is the wait after the given number of rounds without a leader:
+// exponential from BackoffBase with full jitter in its upper half, capped
+// at BackoffMax and at the heartbeat interval the last leader gave.
+func (a *Agent) backoff(rounds int) time.Duration {
+	ceiling := a.cfg.BackoffMax
+	if iv := a.heartbeatInterval(); iv > 0 && iv < ceiling {
+		ceiling = iv
+	}
+	d := a.cfg.BackoffBase << min(rounds-1, 16)
+	if d > ceiling || d <= 0 {
+		d = ceiling
 	}
 	return d/2 + rand.N(d/2+1)
+}
+
+func (a *Agent) heartbeatInterval() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.interval
 }
 
 // session is one connection: hello, then heartbeats and steps until the
@@ -212,7 +247,11 @@ func (a *Agent) session(ctx context.Context, addr string) (served bool, err erro
 		creds = credentials.NewTLS(a.cfg.TLS)
 	}
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(nodeconn.Codec)))
+		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(nodeconn.Codec)),
+		// A server that does not answer the connection (a host down or
+		// partitioned) costs at most this much of a round, not grpc's
+		// default 20 s.
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: connectTimeout}))
 	if err != nil {
 		return false, fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -247,6 +286,9 @@ func (a *Agent) session(ctx context.Context, addr string) (served bool, err erro
 	if interval <= 0 {
 		interval = nodeconn.DefaultHeartbeatInterval
 	}
+	a.mu.Lock()
+	a.interval = interval
+	a.mu.Unlock()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // before wg.Wait: stops the heartbeats and running steps

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/nodeconn"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/testutil"
 	"github.com/volhost/volhost/watcher/attach"
 )
 
@@ -106,13 +108,8 @@ func newRig(t *testing.T, leads ...bool) *rig {
 		stop()
 		<-done
 	})
-	// Each refused server costs one backoff on the fake clock.
-	for range len(leads) - 1 {
-		if err := r.clock.BlockUntilContext(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
-		r.clock.Advance(time.Second)
-	}
+	// The followers refuse it and it moves on without waiting: the fake
+	// clock never advances before it is connected.
 	if err := a.WaitConnected(ctx); err != nil {
 		t.Fatalf("agent did not connect: %v", err)
 	}
@@ -247,6 +244,118 @@ func TestAgentFollowsTheLeader(t *testing.T) {
 	if len(r.reg.nodes) != 1 {
 		t.Fatalf("registrations = %d, want 1 (only the leader registers)", len(r.reg.nodes))
 	}
+}
+
+// A round tries every server before it waits: a dead server and two
+// followers ahead of the leader cost no backoff (the fake clock never
+// moves), so an agent finds a new leader as soon as it is elected.
+func TestAgentTriesEveryServerBeforeWaiting(t *testing.T) {
+	ctx := ctxT(t)
+	dead, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadAddr := dead.Addr().String()
+	dead.Close() // its port now refuses connections
+	reg := &registrar{}
+	leaderSrv := startServer(t, true, reg)
+	servers := []string{deadAddr, startServer(t, false, reg).Addr(), startServer(t, false, reg).Addr(), leaderSrv.Addr()}
+	plugin := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
+	a, err := client.New(client.Config{Servers: servers, NodeID: "n1", RootDir: t.TempDir(),
+		Plugins: map[string]string{"p": plugin.Endpoint()}, Clock: clockwork.NewFakeClock(),
+		BackoffBase: time.Minute, BackoffMax: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	if err := a.WaitConnected(ctx); err != nil {
+		t.Fatalf("the agent waited before trying every server: %v", err)
+	}
+	if got := a.Connected(); got != leaderSrv.Addr() {
+		t.Fatalf("connected to %s, want the leader %s", got, leaderSrv.Addr())
+	}
+}
+
+// askedLeader is a leadership a test grants, and that signals each time a
+// server asks it (once per hello while it does not lead).
+type askedLeader struct {
+	leads atomic.Bool
+	asked chan struct{}
+}
+
+func (l *askedLeader) IsLeader() bool {
+	select {
+	case l.asked <- struct{}{}:
+	default:
+	}
+	return l.leads.Load()
+}
+func (l *askedLeader) Leader() (string, string) { return "", "" }
+
+// While no server leads, the agent tries again at least once per
+// heartbeat interval the last leader gave, however long the outage: the
+// new leader's step-up grace is about one TTL, and an agent whose backoff
+// had grown past it reached the leader after its node was marked down.
+func TestReconnectWaitsNoLongerThanTheHeartbeatInterval(t *testing.T) {
+	ctx := ctxT(t)
+	first := &switchLeader{}
+	second := &askedLeader{asked: make(chan struct{}, 1)}
+	var servers []*nodeconn.Server
+	for _, l := range []nodeconn.Leader{second, first} {
+		s := nodeconn.NewServer(nodeconn.Config{Registrar: &registrar{}, Leader: l, HeartbeatInterval: time.Second})
+		if err := s.Listen("127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = s.Serve() }()
+		t.Cleanup(s.Stop)
+		servers = append(servers, s)
+	}
+	plugin := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
+	clk := clockwork.NewFakeClock()
+	// The follower first: the agent's first round asks it before the
+	// leader welcomes the agent.
+	a, err := client.New(client.Config{Servers: []string{servers[0].Addr(), servers[1].Addr()}, NodeID: "n1",
+		RootDir: t.TempDir(), Plugins: map[string]string{"p": plugin.Endpoint()}, Clock: clk,
+		BackoffBase: time.Second, BackoffMax: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	if err := a.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-second.asked // the first round's hello, before the first server welcomed it
+	first.lost.Store(true)
+	if err := clk.BlockUntilContext(ctx, 1); err != nil { // the heartbeat ticker
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second) // the heartbeat the deposed leader answers by sending the agent away
+	testutil.WaitForCtx(t, ctx, "the agent to leave the deposed leader", func() bool { return a.Connected() == "" })
+	// Exponential from 1 s it would wait 2, 4, 8... s; capped at the
+	// heartbeat interval (1 s) every round starts within one second.
+	for round := range 8 {
+		if err := clk.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second)
+		select {
+		case <-second.asked:
+		case <-ctx.Done():
+			t.Fatalf("round %d: the agent waited longer than the heartbeat interval before trying again", round+1)
+		}
+	}
+	second.leads.Store(true)
+	if err := clk.BlockUntilContext(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	testutil.WaitForCtx(t, ctx, "the agent to connect to the new leader", func() bool { return a.Connected() == servers[0].Addr() })
 }
 
 // A server that steps down sends its agents away at their next heartbeat,
