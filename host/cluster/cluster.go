@@ -407,6 +407,9 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	if fresh.gap == 0 {
 		fresh.gap = rc.SnapshotThreshold
 	}
+	if c.reach != nil {
+		fresh.reach = c.reach
+	}
 	r, err := raft.NewRaft(rc, c.fsm, logs, stable, fresh, trans)
 	if err != nil {
 		c.closeAll()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -30,12 +31,26 @@ import (
 // (a timeout, a reset) reaches raft as it was. Heartbeats to the follower
 // wait the same way, on their own goroutine.
 //
+// A snapshot sent to a follower that is down (one back after the log was
+// compacted past it) waits the same way: only the dial is retried, before
+// a byte of the snapshot was read, so a follower that returns is sent it
+// within reachRetryEvery instead of after raft's backoff.
+//
 // The wait holds raft's replication goroutine for that follower only; the
 // cluster ends it before raft shuts down (stopWaiting), so a shutdown with
 // a follower down is not held up.
+//
+// The transport also remembers which peers its last dial could not reach
+// (unreachable): the leader takes no fresh snapshot for a follower while
+// one is down (snapshot_fresh.go).
 const (
 	reachRetryEvery = 50 * time.Millisecond
 	reachWaitMax    = 30 * time.Second
+	// reachForget is how long a failed dial counts a peer unreachable
+	// with no attempt since: a peer still in the configuration is dialled
+	// at every heartbeat and every held retry, one removed from it never
+	// again.
+	reachForget = 2 * reachWaitMax
 )
 
 // reachTransport is raft's network transport with appends to an
@@ -47,15 +62,33 @@ type reachTransport struct {
 	every, max time.Duration
 	quit       chan struct{}
 	quitOnce   sync.Once
+
+	mu sync.Mutex
+	// down holds the peers whose last dial failed, with its time.
+	down map[raft.ServerAddress]time.Time
 }
 
 func newReachTransport(t *raft.NetworkTransport) *reachTransport {
-	return &reachTransport{NetworkTransport: t, every: reachRetryEvery, max: reachWaitMax, quit: make(chan struct{})}
+	return &reachTransport{NetworkTransport: t, every: reachRetryEvery, max: reachWaitMax, quit: make(chan struct{}),
+		down: map[raft.ServerAddress]time.Time{}}
 }
 
 // AppendEntries implements raft.Transport.
 func (t *reachTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	err := t.NetworkTransport.AppendEntries(id, target, args, resp)
+	return t.held(target, func() error { return t.NetworkTransport.AppendEntries(id, target, args, resp) })
+}
+
+// InstallSnapshot implements raft.Transport. NetworkTransport dials before
+// it reads data, so a retry after a failed dial sends the whole snapshot.
+func (t *reachTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest,
+	resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	return t.held(target, func() error { return t.NetworkTransport.InstallSnapshot(id, target, args, resp, data) })
+}
+
+// held runs send, and again every t.every while its dial fails, for up to
+// t.max; it records target's reachability from each attempt.
+func (t *reachTransport) held(target raft.ServerAddress, send func() error) error {
+	err := t.note(target, send())
 	if !dialFailed(err) {
 		return err
 	}
@@ -74,10 +107,37 @@ func (t *reachTransport) AppendEntries(id raft.ServerID, target raft.ServerAddre
 		if t.IsShutdown() {
 			return err
 		}
-		if err = t.NetworkTransport.AppendEntries(id, target, args, resp); !dialFailed(err) {
+		if err = t.note(target, send()); !dialFailed(err) {
 			return err
 		}
 	}
+}
+
+// note records whether err says target could not be dialled, and returns
+// err.
+func (t *reachTransport) note(target raft.ServerAddress, err error) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if dialFailed(err) {
+		t.down[target] = time.Now()
+	} else {
+		delete(t.down, target)
+	}
+	return err
+}
+
+// unreachable reports whether a peer's last dial, within reachForget,
+// failed.
+func (t *reachTransport) unreachable() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for addr, at := range t.down {
+		if time.Since(at) < reachForget {
+			return true
+		}
+		delete(t.down, addr)
+	}
+	return false
 }
 
 // stopWaiting ends every held append now and holds none after (before

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"net"
@@ -151,5 +152,54 @@ func TestReachTransportWaitIsBounded(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("an append was held after stopWaiting")
+	}
+}
+
+// A snapshot to a follower that refuses connections is held like an
+// append, and the whole of it arrives once the follower accepts: the
+// follower that returns is not left behind raft's backoff. The transport
+// counts the follower unreachable while its dials fail, and reachable
+// again after the first that connects.
+func TestReachTransportHoldsSnapshotUntilFollowerIsBack(t *testing.T) {
+	want := bytes.Repeat([]byte("state "), 10000)
+	got := make(chan []byte, 1)
+	receive := func(rpc *raft.RPC) {
+		b, err := io.ReadAll(rpc.Reader)
+		if err != nil {
+			rpc.Respond(nil, err)
+			return
+		}
+		got <- b
+		rpc.Respond(&raft.InstallSnapshotResponse{Term: 1, Success: true}, nil)
+	}
+	rt, gs, addr := reachPair(t, time.Minute, receive)
+	done := make(chan error, 1)
+	go func() {
+		var resp raft.InstallSnapshotResponse
+		done <- rt.InstallSnapshot("f", addr, &raft.InstallSnapshotRequest{Term: 1, Size: int64(len(want))}, &resp, bytes.NewReader(want))
+	}()
+	waitDials(t, gs, 3)
+	select {
+	case err := <-done:
+		t.Fatalf("the snapshot returned while the follower refused connections: %v", err)
+	default:
+	}
+	if !rt.unreachable() {
+		t.Fatal("a follower whose dials fail is not counted unreachable")
+	}
+	gs.up.Store(true)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("snapshot after the follower came back: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("snapshot still held 10s after the follower came back")
+	}
+	if b := <-got; !bytes.Equal(b, want) {
+		t.Fatalf("the follower received %d bytes of the %d-byte snapshot", len(b), len(want))
+	}
+	if rt.unreachable() {
+		t.Fatal("a follower that took the snapshot is still counted unreachable")
 	}
 }

@@ -32,6 +32,16 @@ import (
 // applied rather than encode the whole state again at every replication
 // attempt (raft retries every 10 ms, doubling up to 10 s).
 
+// Nor is it taken while a peer is unreachable. raft reads List before it
+// dials, so a leader sending a snapshot to a follower that is down took a
+// fresh one, failed to connect, and took another at its next attempt once
+// a gap of entries had been applied: at 1,000,000 volumes five seconds of
+// CPU and 300 MB written for each, for as long as the follower stayed
+// away. List does not know which follower it is for, so while any peer's
+// last dial failed the newest snapshot is sent as it is: a follower that
+// needs one while another is down catches up from an older snapshot and a
+// longer tail, never from a wrong one.
+
 // freshSnapshots is the snapshot store raft uses, with List taking a new
 // snapshot first when the newest one lags, and every snapshot's writing
 // seen by the gate.
@@ -43,6 +53,9 @@ type freshSnapshots struct {
 	gate   *snapshotGate
 	raft   atomic.Pointer[raft.Raft] // set once NewRaft returned
 	logger hclog.Logger
+	// reach says whether a peer is unreachable (nil: never; a transport
+	// that is not raft's network transport, as in tests).
+	reach interface{ unreachable() bool }
 
 	tried uint64 // the applied index of List's last snapshot, taken or failed (under gate.decide)
 }
@@ -73,6 +86,10 @@ func (s *freshSnapshots) newest() uint64 {
 func (s *freshSnapshots) List() ([]*raft.SnapshotMeta, error) {
 	r := s.raft.Load()
 	if r == nil || s.gap == 0 || r.State() != raft.Leader {
+		return s.SnapshotStore.List()
+	}
+	if s.reach != nil && s.reach.unreachable() {
+		s.logger.Debug("a peer is unreachable: sending the newest snapshot without taking a fresh one")
 		return s.SnapshotStore.List()
 	}
 	var lagged uint64

@@ -3,6 +3,9 @@ package cluster
 import (
 	"fmt"
 	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/volhost/volhost/host/structs"
 	"github.com/volhost/volhost/internal/testutil"
@@ -101,4 +104,43 @@ func snapshotIndex(t *testing.T, c *Cluster) uint64 {
 		return idx > 0
 	})
 	return idx
+}
+
+// A follower that is down gets no fresh snapshot. raft reads the store's
+// List before it dials, so the leader encoded its whole state for a
+// follower it then could not reach, and again at its next attempt once a
+// gap of entries was applied, for as long as the follower stayed away.
+// Here the follower is a non-voter nobody runs, on a real TCP transport,
+// behind a compacted log: the leader sends it the snapshot it has, and
+// the send waits for the follower in the transport instead.
+func TestNoFreshSnapshotForAnUnreachableFollower(t *testing.T) {
+	const gap = 16
+	c, _ := start(t, Config{DataDir: t.TempDir(), Server: true, BootstrapExpect: 1, NodeID: "s1", BindAddr: freeAddr(t),
+		SnapshotInterval: snapshotTimerOff, SnapshotThreshold: 1 << 40, FreshSnapshotEntries: gap, TrailingLogs: 4})
+	// Appends to the follower give up soon, so raft moves on to the
+	// snapshot (set before the follower exists: nothing reads it yet).
+	c.reach.max = 100 * time.Millisecond
+	events := func(n int) {
+		for i := range n {
+			mustApply(t, c, structs.EventAppendType, &structs.EventAppendRequest{Events: []*structs.Event{{Type: structs.EventModule, Message: fmt.Sprint(i)}}})
+		}
+	}
+	if err := c.raft.AddNonvoter("ghost", raft.ServerAddress(freeAddr(t)), 0, 0).Error(); err != nil {
+		t.Fatal(err)
+	}
+	events(10)
+	if err := c.Snapshot(); err != nil { // compacts the log past the follower
+		t.Fatal(err)
+	}
+	taken := lastSnapshotIndex(c)
+	events(3 * gap)
+	testutil.WaitFor(t, "the leader sending the unreachable follower a snapshot, held in the transport", func() bool {
+		return goroutinesWith("(*Raft).sendLatestSnapshot(", "(*reachTransport).held(") > 0
+	})
+	if got := lastSnapshotIndex(c); got != taken {
+		t.Fatalf("the leader took a snapshot at %d (the last one was at %d) for a follower it cannot reach", got, taken)
+	}
+	if !c.reach.unreachable() {
+		t.Fatal("the follower is not counted unreachable")
+	}
 }
