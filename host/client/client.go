@@ -25,6 +25,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	csipb "github.com/container-storage-interface/spec/lib/go/csi"
@@ -45,9 +46,14 @@ import (
 	"github.com/volhost/volhost/host/structs"
 )
 
-// connectTimeout bounds one connection attempt to a server (TCP, TLS and
-// HTTP/2 handshakes).
-const connectTimeout = 5 * time.Second
+const (
+	// connectTimeout bounds one connection attempt to a server (TCP, TLS
+	// and HTTP/2 handshakes).
+	connectTimeout = 5 * time.Second
+	// silentAfter is how many heartbeat intervals without a word from a
+	// leader that acknowledges heartbeats end the session.
+	silentAfter = 3
+)
 
 // Config configures a node agent.
 type Config struct {
@@ -68,6 +74,10 @@ type Config struct {
 	TLS *tls.Config
 	// CallTimeout bounds a step that arrives without a deadline.
 	CallTimeout time.Duration
+	// HelloTimeout bounds the wait for a server's answer to the hello (a
+	// leader registers the node through raft before it welcomes the
+	// agent); default 10 s.
+	HelloTimeout time.Duration
 	// BackoffBase and BackoffMax bound the reconnect backoff.
 	BackoffBase, BackoffMax time.Duration
 	Clock                   clockwork.Clock
@@ -116,11 +126,16 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 2 * time.Minute
 	}
+	if cfg.HelloTimeout <= 0 {
+		cfg.HelloTimeout = 10 * time.Second
+	}
 	if cfg.BackoffBase <= 0 {
 		cfg.BackoffBase = 500 * time.Millisecond
 	}
 	if cfg.BackoffMax <= 0 {
-		cfg.BackoffMax = 30 * time.Second
+		// The default heartbeat interval: an agent that was never
+		// welcomed (started during an outage) does not know its leader's.
+		cfg.BackoffMax = nodeconn.DefaultHeartbeatInterval
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
@@ -174,55 +189,116 @@ func (a *Agent) setConnected(addr string) {
 	a.changed = make(chan struct{})
 }
 
-// Run connects and serves until ctx ends. It tries the servers in turn
-// and waits only once a whole round of them found no leader: a follower's
-// refusal or a dead server costs just the next dial. Between rounds it
-// backs off exponentially with jitter (no thundering herd of agents after
-// a failover), and never longer than the heartbeat interval the last
-// leader gave. An agent that waited longer between tries than between
-// heartbeats would reach a new leader after its step-up grace ran out:
-// with the backoff growing per server instead of per round, an agent
-// reconnected 14 s after its leader was killed, and the new leader, with a
-// 5 s TTL and grace, had marked its node down and held its claims.
+// Run connects and serves until ctx ends, and connects again whenever
+// the connection ends.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.csi.Close()
-	next, refused, rounds := 0, 0, 0
 	for {
-		addr := a.cfg.Servers[next]
-		next = (next + 1) % len(a.cfg.Servers)
-		served, err := a.session(ctx, addr)
+		l, err := a.connect(ctx)
+		if err != nil {
+			return nil // ctx ended
+		}
+		err = a.serve(ctx, l)
 		if ctx.Err() != nil {
 			return nil
 		}
-		if served {
-			// It was up: a fresh round, after one short jittered wait
-			// that spreads the agents a failover disconnects at once.
-			refused, rounds = 0, 0
-		} else if refused++; refused < len(a.cfg.Servers) {
-			a.log.Debug("not connected to a leader; trying the next server", "server", addr, "error", err)
-			continue
-		}
-		refused = 0
-		rounds++
-		d := a.backoff(rounds)
-		a.log.Info("not connected to a leader; retrying", "server", addr, "error", err, "retry_in", d)
-		select {
-		case <-ctx.Done():
+		// One short jittered wait spreads the agents a failover
+		// disconnects at once (no thundering herd on the new leader).
+		d := a.backoff(1)
+		a.log.Info("disconnected from the leader; reconnecting", "server", l.addr, "error", err, "retry_in", d)
+		if !a.wait(ctx, d) {
 			return nil
-		case <-a.cfg.Clock.After(d):
 		}
 	}
 }
 
-// backoff is the wait after the given number of rounds without a leader:
-// exponential from BackoffBase with full jitter in its upper half, capped
-// at BackoffMax and at the heartbeat interval the last leader gave.
-func (a *Agent) backoff(rounds int) time.Duration {
+// wait waits d on the agent's clock, false if ctx ended first. Its timer
+// is stopped either way (an abandoned one would stay on a fake clock).
+func (a *Agent) wait(ctx context.Context, d time.Duration) bool {
+	t := a.cfg.Clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.Chan():
+		return true
+	}
+}
+
+// connect tries every server at once, each on its own schedule (try), and
+// keeps the first that welcomes the agent; the others stop. Trying them
+// in turn made each a wait for the next: with a backoff that grew per
+// server, an agent reconnected 14 s after its leader was killed, past the
+// new leader's 5 s TTL and grace, so its node was marked down and its
+// claims held; and a server that takes the connection and never answers
+// (a host down, a wedged process) cost every round its whole timeout.
+// Only the leader welcomes an agent, so only one registers it.
+func (a *Agent) connect(ctx context.Context) (*link, error) {
+	race, lost := context.WithCancel(ctx)
+	defer lost()
+	won := make(chan *link)
+	var wg sync.WaitGroup
+	for _, addr := range a.cfg.Servers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			a.try(ctx, race, addr, won)
+		}()
+	}
+	var l *link
+	select {
+	case l = <-won:
+	case <-ctx.Done():
+	}
+	lost()
+	wg.Wait()
+	if l == nil {
+		return nil, ctx.Err()
+	}
+	return l, nil
+}
+
+// try says hello to addr until it welcomes the agent, and hands the link
+// to connect, or until race ends. Between attempts it backs off
+// exponentially with jitter, never longer than the heartbeat interval the
+// last leader gave: an agent that waited longer between tries than
+// between heartbeats could reach a new leader after its step-up grace.
+func (a *Agent) try(ctx, race context.Context, addr string, won chan<- *link) {
+	for attempt := 1; ; attempt++ {
+		l, err := a.hello(ctx, race, addr)
+		if err == nil {
+			select {
+			case won <- l:
+			case <-race.Done():
+				l.close()
+			}
+			return
+		}
+		if race.Err() != nil {
+			return
+		}
+		d := a.backoff(attempt)
+		if attempt == 1 {
+			a.log.Info("not connected to a leader; retrying", "server", addr, "error", err, "retry_in", d)
+		} else {
+			a.log.Debug("not connected to a leader; retrying", "server", addr, "error", err, "retry_in", d)
+		}
+		if !a.wait(race, d) {
+			return
+		}
+	}
+}
+
+// backoff is the wait after the given number of failed attempts:
+// exponential from BackoffBase with jitter in its upper half, capped at
+// BackoffMax and at the heartbeat interval the last leader gave (but not
+// below BackoffBase: a tiny interval must not make a tight loop).
+func (a *Agent) backoff(attempt int) time.Duration {
 	ceiling := a.cfg.BackoffMax
-	if iv := a.heartbeatInterval(); iv > 0 && iv < ceiling {
+	if iv := max(a.heartbeatInterval(), a.cfg.BackoffBase); iv > 0 && iv < ceiling {
 		ceiling = iv
 	}
-	d := a.cfg.BackoffBase << min(rounds-1, 16)
+	d := a.cfg.BackoffBase << min(attempt-1, 16)
 	if d > ceiling || d <= 0 {
 		d = ceiling
 	}
@@ -235,12 +311,30 @@ func (a *Agent) heartbeatInterval() time.Duration {
 	return a.interval
 }
 
-// session is one connection: hello, then heartbeats and steps until the
-// stream breaks. served reports whether a leader accepted it.
-func (a *Agent) session(ctx context.Context, addr string) (served bool, err error) {
-	node, err := a.probe(ctx)
+// link is a stream a leader welcomed.
+type link struct {
+	addr    string
+	cc      *grpc.ClientConn
+	stream  grpc.ClientStream
+	ctx     context.Context // the stream's; ends with it
+	cancel  context.CancelFunc
+	welcome *nodeconn.Welcome
+}
+
+func (l *link) close() {
+	l.cancel()
+	_ = l.cc.Close()
+}
+
+// hello opens a stream to addr and says hello: a welcome is a link, a
+// refusal (not the leader, an error) is an error. The stream lives on
+// ctx; until the welcome, race ending or HelloTimeout passing ends it
+// too (a server that takes the connection and never answers, or a wedged
+// one that may lead later).
+func (a *Agent) hello(ctx, race context.Context, addr string) (_ *link, err error) {
+	node, err := a.probe(race)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	creds := insecure.NewCredentials()
 	if a.cfg.TLS != nil {
@@ -249,60 +343,106 @@ func (a *Agent) session(ctx context.Context, addr string) (served bool, err erro
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(nodeconn.Codec)),
 		// A server that does not answer the connection (a host down or
-		// partitioned) costs at most this much of a round, not grpc's
+		// partitioned) costs at most this much of an attempt, not grpc's
 		// default 20 s.
 		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.DefaultConfig, MinConnectTimeout: connectTimeout}))
 	if err != nil {
-		return false, fmt.Errorf("dial %s: %w", addr, err)
+		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
-	defer cc.Close()
 	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	l := &link{addr: addr, cc: cc, ctx: sctx, cancel: cancel}
+	defer func() {
+		if err != nil {
+			l.close()
+		}
+	}()
+	unrace := context.AfterFunc(race, cancel)
+	// Real time, not the agent's clock: this bounds a hung peer, it is
+	// not a schedule.
+	timer := time.AfterFunc(a.cfg.HelloTimeout, cancel)
 	if a.cfg.Token != "" {
 		sctx = metadata.AppendToOutgoingContext(sctx, nodeconn.TokenMetadata, a.cfg.Token)
 	}
-	stream, err := cc.NewStream(sctx, &nodeconn.StreamDesc, nodeconn.ConnectMethod)
-	if err != nil {
-		return false, err
-	}
-	s := &session{a: a, stream: stream, running: map[uint64]context.CancelFunc{}}
-	if err := s.send(&nodeconn.AgentMsg{Hello: &nodeconn.Hello{Node: node}}); err != nil {
-		return false, err
+	l.stream, err = cc.NewStream(sctx, &nodeconn.StreamDesc, nodeconn.ConnectMethod)
+	if err == nil {
+		err = l.stream.SendMsg(&nodeconn.AgentMsg{Hello: &nodeconn.Hello{Node: node}})
 	}
 	var first nodeconn.ServerMsg
-	if err := stream.RecvMsg(&first); err != nil {
-		return false, err
+	if err == nil {
+		err = l.stream.RecvMsg(&first)
 	}
-	if first.NotLeader != nil {
-		return false, fmt.Errorf("server %s does not lead (leader %q)", addr, first.NotLeader.Leader)
+	// Either stop returning false means its cancel ran: the stream ended.
+	if stopped, raced := timer.Stop(), !unrace(); !stopped || raced {
+		if err == nil {
+			err = fmt.Errorf("server %s: no answer to the hello within %s", addr, a.cfg.HelloTimeout)
+		}
+		if raced {
+			err = fmt.Errorf("server %s: another server welcomed the agent first: %w", addr, err)
+		}
+		return nil, err
 	}
-	if first.Welcome == nil {
-		return false, fmt.Errorf("server %s answered the hello with neither welcome nor not-leader", addr)
+	switch {
+	case err != nil:
+		return nil, err
+	case first.NotLeader != nil:
+		return nil, fmt.Errorf("server %s does not lead (leader %q)", addr, first.NotLeader.Leader)
+	case first.Welcome == nil:
+		return nil, fmt.Errorf("server %s answered the hello with neither welcome nor not-leader", addr)
 	}
-	a.setConnected(addr)
-	defer a.setConnected("")
-	a.log.Info("connected", "server", addr, "node", a.cfg.NodeID)
-	interval := time.Duration(first.Welcome.HeartbeatIntervalMs) * time.Millisecond
+	l.welcome = first.Welcome
+	return l, nil
+}
+
+// serve runs a welcomed link: heartbeats, and the steps the leader sends,
+// until the stream breaks, the leader says it no longer leads, or (with
+// a leader that acknowledges heartbeats) it has sent nothing for
+// silentAfter heartbeat intervals.
+func (a *Agent) serve(ctx context.Context, l *link) error {
+	defer l.close()
+	interval := time.Duration(l.welcome.HeartbeatIntervalMs) * time.Millisecond
 	if interval <= 0 {
 		interval = nodeconn.DefaultHeartbeatInterval
 	}
 	a.mu.Lock()
 	a.interval = interval
 	a.mu.Unlock()
+	a.setConnected(l.addr)
+	defer a.setConnected("")
+	a.log.Info("connected", "server", l.addr, "node", a.cfg.NodeID)
+	sctx, cancel := context.WithCancelCause(l.ctx)
+	defer context.AfterFunc(sctx, l.cancel)() // ending the session ends the stream, and so its read
+	s := &session{a: a, stream: l.stream, running: map[uint64]context.CancelFunc{}}
+	s.heard.Store(a.cfg.Clock.Now().UnixNano())
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer cancel() // before wg.Wait: stops the heartbeats and running steps
+	defer cancel(nil) // before wg.Wait: stops the heartbeats and running steps
+	// A leader whose host died or was cut off without closing the
+	// connection (power loss, a partition: no FIN, no reset) never makes
+	// a read or a write fail here for as long as TCP retransmits (about
+	// 15 minutes on Linux): only its silence tells.
+	var silent time.Duration
+	if l.welcome.AcksHeartbeats {
+		silent = silentAfter * interval
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		s.heartbeat(sctx, interval)
+		s.heartbeat(sctx, interval, silent, cancel)
 	}()
 	for {
 		var m nodeconn.ServerMsg
-		if err := stream.RecvMsg(&m); err != nil {
-			return true, err
+		if err := l.stream.RecvMsg(&m); err != nil {
+			if c := context.Cause(sctx); c != nil && !errors.Is(c, context.Canceled) {
+				return c
+			}
+			return err
 		}
+		s.heard.Store(a.cfg.Clock.Now().UnixNano())
 		switch {
+		case m.NotLeader != nil:
+			// Only the leader drives node steps: nothing more is run
+			// for a server that says it no longer leads.
+			return fmt.Errorf("server %s no longer leads (leader %q)", l.addr, m.NotLeader.Leader)
 		case m.Step != nil:
 			wg.Add(1)
 			go func() {
@@ -343,6 +483,8 @@ type session struct {
 
 	mu      sync.Mutex
 	running map[uint64]context.CancelFunc
+	// heard is when the leader last sent anything (UnixNano, agent clock).
+	heard atomic.Int64
 }
 
 func (s *session) send(m *nodeconn.AgentMsg) error {
@@ -351,7 +493,10 @@ func (s *session) send(m *nodeconn.AgentMsg) error {
 	return s.stream.SendMsg(m)
 }
 
-func (s *session) heartbeat(ctx context.Context, interval time.Duration) {
+// heartbeat sends a heartbeat every interval until ctx ends; when silent
+// is set and the leader has sent nothing for that long, it ends the
+// session instead (end).
+func (s *session) heartbeat(ctx context.Context, interval, silent time.Duration, end context.CancelCauseFunc) {
 	tick := s.a.cfg.Clock.NewTicker(interval)
 	defer tick.Stop()
 	var seq uint64
@@ -360,6 +505,10 @@ func (s *session) heartbeat(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-tick.Chan():
+			if quiet := s.a.cfg.Clock.Since(time.Unix(0, s.heard.Load())); silent > 0 && quiet > silent {
+				end(fmt.Errorf("the leader sent nothing for %s, not even a heartbeat's acknowledgement (%d heartbeat intervals)", quiet, silentAfter))
+				return
+			}
 			seq++
 			if err := s.send(&nodeconn.AgentMsg{Heartbeat: &nodeconn.Heartbeat{Seq: seq}}); err != nil {
 				return

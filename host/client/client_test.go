@@ -330,31 +330,37 @@ func TestReconnectWaitsNoLongerThanTheHeartbeatInterval(t *testing.T) {
 	if err := a.WaitConnected(ctx); err != nil {
 		t.Fatal(err)
 	}
-	<-second.asked // the first round's hello, before the first server welcomed it
 	first.lost.Store(true)
 	if err := clk.BlockUntilContext(ctx, 1); err != nil { // the heartbeat ticker
 		t.Fatal(err)
 	}
 	clk.Advance(time.Second) // the heartbeat the deposed leader answers by sending the agent away
 	testutil.WaitForCtx(t, ctx, "the agent to leave the deposed leader", func() bool { return a.Connected() == "" })
-	// Exponential from 1 s it would wait 2, 4, 8... s; capped at the
-	// heartbeat interval (1 s) every round starts within one second.
-	for round := range 8 {
-		if err := clk.BlockUntilContext(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
-		clk.Advance(time.Second)
+	select {
+	case <-second.asked: // the first connection's race
+	default:
+	}
+	if err := clk.BlockUntilContext(ctx, 1); err != nil { // the short wait before reconnecting
+		t.Fatal(err)
+	}
+	clk.Advance(time.Second)
+	// Each server is tried on its own schedule: exponential from 1 s it
+	// would wait 2, 4, 8... s; capped at the heartbeat interval (1 s),
+	// each second of the clock brings another try of the second server.
+	for round := range 9 {
 		select {
 		case <-second.asked:
 		case <-ctx.Done():
 			t.Fatalf("round %d: the agent waited longer than the heartbeat interval before trying again", round+1)
 		}
+		if round == 8 {
+			second.leads.Store(true)
+		}
+		if err := clk.BlockUntilContext(ctx, 2); err != nil { // both servers' waits
+			t.Fatal(err)
+		}
+		clk.Advance(time.Second)
 	}
-	second.leads.Store(true)
-	if err := clk.BlockUntilContext(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	clk.Advance(time.Second)
 	testutil.WaitForCtx(t, ctx, "the agent to connect to the new leader", func() bool { return a.Connected() == servers[0].Addr() })
 }
 

@@ -244,7 +244,7 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 		s.mu.Unlock()
 		a.close()
 	}()
-	if err := a.send(&ServerMsg{Welcome: &Welcome{HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds()}}); err != nil {
+	if err := a.send(&ServerMsg{Welcome: &Welcome{HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(), AcksHeartbeats: true}}); err != nil {
 		return err
 	}
 	s.log.Info("node agent connected", "node", node.ID, "plugins", len(node.Plugins))
@@ -298,6 +298,8 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 				return nil
 			}
 			s.beat(ctx, node.ID)
+			// A failed send ends the stream, which the next read sees.
+			_ = a.sendOpen(&ServerMsg{HeartbeatAck: &Heartbeat{Seq: m.Heartbeat.Seq}})
 		case m.Result != nil:
 			a.deliver(m.Result)
 		}

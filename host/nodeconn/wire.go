@@ -77,11 +77,19 @@ type ServerMsg struct {
 	Step      *StepRequest `json:"step,omitempty"`
 	Cancel    *Cancel      `json:"cancel,omitempty"`
 	Ack       *Ack         `json:"ack,omitempty"`
+	// HeartbeatAck answers a heartbeat (servers whose Welcome says
+	// AcksHeartbeats): an agent that hears nothing from its leader for a
+	// few intervals knows it is gone even when no read or write fails.
+	HeartbeatAck *Heartbeat `json:"heartbeat_ack,omitempty"`
 }
 
 // Welcome accepts the agent: heartbeat every HeartbeatIntervalMs.
 type Welcome struct {
 	HeartbeatIntervalMs int64 `json:"heartbeat_interval_ms"`
+	// AcksHeartbeats: the server answers every heartbeat (HeartbeatAck).
+	// An agent holds only such a server to silence: one of an older
+	// version never answers.
+	AcksHeartbeats bool `json:"acks_heartbeats,omitempty"`
 }
 
 // NotLeader refuses the agent: only the leader drives node steps. The

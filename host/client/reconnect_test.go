@@ -1,12 +1,13 @@
 package client_test
 
-// Attacks on the agent's reconnect loop (client.go: Run, backoff,
-// session). Each test names the invariant it pins. The failing ones show
-// a way the agent stays away from the new leader past heartbeat_ttl +
-// heartbeat_grace, so its node is marked down and its released claims are
-// held (host/nodeconn/tracker.go). The model cluster is the one the change
-// was made for: heartbeat interval 1 s, TTL 5 s, grace 5 s, so an agent
-// must find the new leader within 10 s of its election.
+// The agent's reconnect (client.go: Run, connect, try, hello, serve),
+// attacked by role: each test names the invariant it pins, and most were
+// written against the agent that tried its servers one after the other,
+// where they found a way it stayed away from the new leader past
+// heartbeat_ttl + heartbeat_grace, so its node was marked down and its
+// released claims held (host/nodeconn/tracker.go). The model cluster:
+// heartbeat interval 1 s, TTL 5 s, grace 5 s, so an agent must find the
+// new leader within 10 s of its election.
 //
 // Time: the agent's waits run on a fake clock that pump advances while
 // the agent waits on it. What a fake clock cannot make fast (dials and
@@ -15,6 +16,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -283,14 +285,13 @@ func waitReal(budget time.Duration, cond func() bool) bool {
 // Invariant 1 and 4: after a failover, servers that take TCP and never
 // answer (a frozen process, a host whose kernel answers but whose server
 // does not) must not keep the agent from the new leader past TTL + grace.
-// A round tries the servers one after the other, and each black hole costs
-// the whole connectTimeout (5 s, real time) before the next is tried: with
-// the leader killed and five such servers ahead of the new leader in
-// Config.Servers, the agent reaches it about 25 s after its election, its
-// node long marked down (10 s). A black hole's cost must be bounded by
-// about one heartbeat interval per round, not 5 s per server in turn
-// (dial the round's servers concurrently, or cap a round, not a server).
-func TestAttackBlackHolesAheadOfTheNewLeaderOutlastTheGrace(t *testing.T) {
+// Found: a round tried the servers one after the other, and each black
+// hole cost the whole connect timeout (5 s, real time) before the next was
+// tried: with the leader killed and five such servers ahead of the new
+// leader in Config.Servers, the agent reached it about 25 s after its
+// election, its node long marked down (10 s). The servers are now tried
+// at once, each on its own schedule.
+func TestSilentServersAheadOfTheNewLeaderDoNotDelayIt(t *testing.T) {
 	ctx := ctxT(t)
 	old := &switchLeader{}
 	oldSrv := startNodeconn(t, old)
@@ -323,15 +324,15 @@ func TestAttackBlackHolesAheadOfTheNewLeaderOutlastTheGrace(t *testing.T) {
 
 // Invariant 1: a leader whose host dies, or is cut off, without closing
 // the agent's TCP connection (power loss, partition: no RST, no FIN) must
-// not keep the agent. The agent only sends on its stream (heartbeats) and
-// waits for the leader's messages; the leader sends nothing unless it has
-// a step, the client sets no gRPC keepalive, and a heartbeat the dead peer
-// never acknowledges sits in the kernel's send buffer: nothing ever fails,
-// and the agent stays "connected" to the dead leader for as long as TCP's
-// retransmission timeout (about 15 min on Linux) while a new leader marks
-// its node down. Thirty heartbeat intervals of fake time (three times TTL
-// + grace) pass here without the agent leaving.
-func TestAttackAgentNeverLeavesALeaderWhoseHostWentSilent(t *testing.T) {
+// not keep the agent. Found: the agent only sent on its stream
+// (heartbeats) and waited for the leader's messages; the leader sent
+// nothing unless it had a step, and a heartbeat the dead peer never
+// acknowledges sits in the kernel's send buffer: nothing failed, and the
+// agent stayed "connected" to the dead leader for as long as TCP's
+// retransmission timeout (about 15 min on Linux) while a new leader marked
+// its node down. The leader now acknowledges every heartbeat, and the
+// agent leaves one that sent nothing for three intervals.
+func TestAgentLeavesALeaderThatFellSilent(t *testing.T) {
 	ctx := ctxT(t)
 	old := &switchLeader{}
 	oldSrv := startNodeconn(t, old)
@@ -380,13 +381,11 @@ func TestAttackAgentNeverLeavesALeaderWhoseHostWentSilent(t *testing.T) {
 
 // Invariant 4 (and 1): a server that speaks HTTP/2 but never answers the
 // hello (a wedged server process: its gRPC transport still answers, its
-// handler is stuck, say on a registration that never commits) stalls the
-// agent forever: session waits for the first answer with no deadline
-// (stream.RecvMsg(&first) under a context without one), so the leader
-// listed after it is never tried. The hello's answer needs a deadline
-// (about the heartbeat interval, or connectTimeout before any welcome).
-func TestAttackServerThatNeverAnswersTheHelloStallsTheAgent(t *testing.T) {
-	ctx := ctxT(t)
+// handler is stuck, say on a registration that never commits) must not
+// keep the agent from the leader listed after it. Found: the agent waited
+// for the first answer with no deadline, one server after the other, so
+// the leader after the wedged server was never tried.
+func TestWedgedServerDoesNotKeepTheAgentFromTheLeader(t *testing.T) {
 	hung := startFakeNode(t, func(stream grpc.ServerStream) error {
 		<-stream.Context().Done()
 		return nil
@@ -395,22 +394,55 @@ func TestAttackServerThatNeverAnswersTheHelloStallsTheAgent(t *testing.T) {
 	clk := clockwork.NewFakeClock()
 	pump(t, clk, 100*time.Millisecond)
 	a := runAgent(t, []string{hung.addr, ldr.Addr()}, clk, time.Second)
-	testutil.WaitForCtx(t, ctx, "the hello to reach the wedged server", func() bool { return hung.hellos.Load() == 1 })
 	budget := modelTTL + modelGrace
 	if !waitReal(budget, func() bool { return a.Connected() == ldr.Addr() }) {
-		t.Fatalf("%s after its hello the agent still waits on a server that never answers it; "+
-			"the leader after it in Config.Servers was never tried (connected: %q)", budget, a.Connected())
+		t.Fatalf("after %s the agent still waits on a server that never answers its hello; "+
+			"the leader after it in Config.Servers was never reached (connected: %q)", budget, a.Connected())
+	}
+}
+
+// Invariant 4: a hello that is never answered is given up after
+// HelloTimeout and tried again, so a server wedged at the agent's hello
+// that leads once it recovers (its only server here) is reached: waited
+// on forever, the first hello would keep the agent from it.
+func TestUnansweredHelloIsTriedAgain(t *testing.T) {
+	ctx := ctxT(t)
+	var calls atomic.Int64
+	srv := startFakeNode(t, func(stream grpc.ServerStream) error {
+		if calls.Add(1) == 1 {
+			<-stream.Context().Done() // wedged on the first hello
+			return nil
+		}
+		if err := stream.SendMsg(&nodeconn.ServerMsg{Welcome: &nodeconn.Welcome{HeartbeatIntervalMs: modelInterval.Milliseconds()}}); err != nil {
+			return err
+		}
+		<-stream.Context().Done()
+		return nil
+	})
+	plugin := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
+	clk := clockwork.NewFakeClock()
+	pump(t, clk, 100*time.Millisecond)
+	a, err := client.New(client.Config{Servers: []string{srv.addr}, NodeID: "n1", RootDir: t.TempDir(),
+		Plugins: map[string]string{"p": plugin.Endpoint()}, Clock: clk, HelloTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	testutil.WaitForCtx(t, ctx, "the agent to connect once its hello is answered", func() bool { return a.Connected() == srv.addr })
+	if n := srv.hellos.Load(); n != 2 {
+		t.Fatalf("%d hellos, want 2 (the unanswered one, then the welcomed one)", n)
 	}
 }
 
 // Invariant 3: a server that says it does not lead must not keep the
-// agent, nor have it run a step. The session loop ignores a NotLeader
-// that arrives after the welcome (its switch has no case for it) and
-// relies on the server closing the stream after it: a server (or a
-// version of it) that sends NotLeader and then anything else keeps the
-// agent connected and has it run node steps for a server that said it
-// does not lead. The agent should end the session on a NotLeader.
-func TestAttackNotLeaderAfterTheWelcomeDoesNotEndTheSession(t *testing.T) {
+// agent, nor have it run a step. Found: the session loop ignored a
+// NotLeader that arrived after the welcome and relied on the server
+// closing the stream after it, so a server (or a version of it) that sent
+// NotLeader and then a step had the agent run it.
+func TestNotLeaderAfterTheWelcomeEndsTheSession(t *testing.T) {
 	ctx := ctxT(t)
 	root := t.TempDir()
 	plugin := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
@@ -469,14 +501,14 @@ func TestAttackNotLeaderAfterTheWelcomeDoesNotEndTheSession(t *testing.T) {
 	}
 }
 
-// Invariant 2 (passes: pins it). With no leader anywhere, and servers
+// Invariant 2. With no leader anywhere, and servers
 // that welcome and drop the stream at once, welcome and then revoke the
 // token, answer the hello with an error, refuse as followers, refuse the
 // TCP connection or close it right after accepting it, the agent never
 // tries again without waiting on its clock: between two advances of the
 // fake clock it makes at most one attempt per server (the clock stands
 // still, so a loop without a wait would make thousands).
-func TestAttackNoHotLoopWithoutALeader(t *testing.T) {
+func TestNoHotLoopWithoutALeader(t *testing.T) {
 	ctx := ctxT(t)
 	welcome := func(stream grpc.ServerStream) error {
 		return stream.SendMsg(&nodeconn.ServerMsg{Welcome: &nodeconn.Welcome{HeartbeatIntervalMs: modelInterval.Milliseconds()}})
@@ -528,31 +560,40 @@ func TestAttackNoHotLoopWithoutALeader(t *testing.T) {
 	}
 	clk := clockwork.NewFakeClock()
 	runAgent(t, servers, clk, 100*time.Millisecond)
-	const advances = 20
-	for i := range advances {
+	// Advance until the fakes saw enough hellos that the agent plainly
+	// keeps trying. Fake time runs ahead of the dials and handshakes,
+	// which take real time, so the advances are more than the hellos;
+	// what must hold is the bound per advance.
+	const want = 20
+	advances := 0
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for attempts() < want {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("only %d hellos in %d advances: the agent stopped trying", attempts(), advances)
+		case <-tick.C:
+		}
 		if err := clk.BlockUntilContext(ctx, 1); err != nil {
-			t.Fatalf("advance %d: the agent never waited on its clock (%d hellos so far): %v", i, attempts(), err)
+			t.Fatalf("advance %d: the agent stopped waiting on its clock (%d hellos so far): %v", advances, attempts(), err)
 		}
 		// At most one attempt per fake server per advance, plus the first round.
-		if n, limit := attempts(), int64((i+1)*len(fakes)); n > limit {
-			t.Fatalf("advance %d: %d hellos while the clock stood still, want at most %d: a loop without a wait", i, n, limit)
+		if n, limit := attempts(), int64((advances+1)*len(fakes)); n > limit {
+			t.Fatalf("advance %d: %d hellos while the clock stood still, want at most %d: a loop without a wait", advances, n, limit)
 		}
 		clk.Advance(modelInterval)
+		advances++
 	}
-	if err := clk.BlockUntilContext(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	if n, limit := attempts(), int64((advances+1)*len(fakes)); n > limit {
-		t.Fatalf("%d hellos in %d advances of %s, want at most %d", n, advances, modelInterval, limit)
-	}
+	n, limit := attempts(), int64((advances+1)*len(fakes))
+	t.Logf("%d hellos in %d advances of %s (at most %d allowed)", n, advances, modelInterval, limit)
 }
 
-// Invariant 1 (passes: pins it). However long the outage and wherever
+// Invariant 1. However long the outage and wherever
 // the new leader sits in Config.Servers among dead, refusing and follower
 // servers (seven in all), the agent reaches it within one heartbeat
 // interval of fake time after its election: the backoff grew for eight
 // rounds without a leader and is capped at the last welcome's interval.
-func TestAttackFailoverAfterALongOutageFromEveryPosition(t *testing.T) {
+func TestFailoverAfterALongOutageFromEveryPosition(t *testing.T) {
 	for pos := range 6 {
 		t.Run("", func(t *testing.T) {
 			ctx := ctxT(t)
@@ -597,7 +638,12 @@ func TestAttackFailoverAfterALongOutageFromEveryPosition(t *testing.T) {
 			next.leads.Store(true)
 			elected := clk.Now()
 			testutil.WaitForCtx(t, ctx, "the agent to reach the new leader", func() bool { return a.Connected() == nextSrv.Addr() })
-			if d := clk.Since(elected); d > modelInterval+100*time.Millisecond {
+			d := clk.Since(elected)
+			t.Logf("new leader at position %d: reached %s of fake time after its election", pos+1, d)
+			// Fake time runs on while other servers wait, so the new
+			// leader's hello, in real time, counts in it: a retry within
+			// the interval plus that.
+			if d > modelInterval+500*time.Millisecond {
 				t.Fatalf("new leader at position %d of %d: reached %s of fake time after its election, want within the heartbeat interval %s",
 					pos+1, len(servers), d, modelInterval)
 			}
@@ -605,11 +651,11 @@ func TestAttackFailoverAfterALongOutageFromEveryPosition(t *testing.T) {
 	}
 }
 
-// Invariant 3 (passes: pins it). Run returns promptly when its context
+// Invariant 3. Run returns promptly when its context
 // ends mid-round: in the middle of a connection attempt to a server that
 // never answers the handshake, and while it waits for a hello's answer
 // that never comes.
-func TestAttackRunReturnsPromptlyWhenCancelledMidRound(t *testing.T) {
+func TestRunReturnsPromptlyWhenCancelledMidAttempt(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		start func(t *testing.T) (addr string, reached func() bool)
@@ -643,5 +689,78 @@ func TestAttackRunReturnsPromptlyWhenCancelledMidRound(t *testing.T) {
 				t.Fatal("Run did not return within 2 s of its context's end")
 			}
 		})
+	}
+}
+
+// A server of the version before heartbeat acknowledgements welcomes the
+// agent without AcksHeartbeats and never answers a heartbeat: the agent
+// must not take that silence for a dead leader, or every agent upgraded
+// before its servers would leave its leader every three intervals.
+func TestSilenceIsNotHeldAgainstAnOlderServer(t *testing.T) {
+	ctx := ctxT(t)
+	var hellos, beats atomic.Int64
+	srv := startFakeNode(t, func(stream grpc.ServerStream) error {
+		hellos.Add(1)
+		if err := stream.SendMsg(&nodeconn.ServerMsg{Welcome: &nodeconn.Welcome{HeartbeatIntervalMs: modelInterval.Milliseconds()}}); err != nil {
+			return err
+		}
+		for { // reads the heartbeats, answers none
+			var m nodeconn.AgentMsg
+			if err := stream.RecvMsg(&m); err != nil {
+				return nil
+			}
+			if m.Heartbeat != nil {
+				beats.Add(1)
+			}
+		}
+	})
+	clk := clockwork.NewFakeClock()
+	a := runAgent(t, []string{srv.addr}, clk, time.Second)
+	if err := a.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 { // ten heartbeat intervals, each heartbeat received
+		if err := clk.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(modelInterval)
+		testutil.WaitForCtx(t, ctx, fmt.Sprintf("heartbeat %d", i+1), func() bool { return beats.Load() > int64(i) })
+	}
+	if a.Connected() != srv.addr || hellos.Load() != 1 {
+		t.Fatalf("the agent left an older server that does not acknowledge heartbeats: connected %q, %d hellos", a.Connected(), hellos.Load())
+	}
+}
+
+// A leader that acknowledges heartbeats keeps its agent however long the
+// session: its acknowledgements are what the agent holds it to.
+func TestAgentStaysWithALeaderThatAcknowledges(t *testing.T) {
+	ctx := ctxT(t)
+	reg := &registrar{}
+	lead := &countLeader{}
+	lead.leads.Store(true)
+	s := nodeconn.NewServer(nodeconn.Config{Registrar: reg, Leader: lead, HeartbeatInterval: modelInterval})
+	if err := s.Listen("127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve() }()
+	t.Cleanup(s.Stop)
+	clk := clockwork.NewFakeClock()
+	a := runAgent(t, []string{s.Addr()}, clk, time.Second)
+	if err := a.WaitConnected(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The server asks its leadership once at the hello and once per
+	// heartbeat.
+	for i := range 10 { // ten heartbeat intervals, each heartbeat received
+		if err := clk.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(modelInterval)
+		testutil.WaitForCtx(t, ctx, fmt.Sprintf("heartbeat %d", i+1), func() bool { return lead.asked.Load() > int64(i+1) })
+	}
+	reg.mu.Lock()
+	defer reg.mu.Unlock()
+	if a.Connected() != s.Addr() || len(reg.nodes) != 1 {
+		t.Fatalf("the agent left a leader that acknowledges its heartbeats: connected %q, %d registrations", a.Connected(), len(reg.nodes))
 	}
 }
