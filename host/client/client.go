@@ -103,6 +103,8 @@ type Agent struct {
 	// interval is the heartbeat interval the last leader gave: the
 	// reconnect backoff's ceiling (Run).
 	interval time.Duration
+	// failures counts each server's consecutive failures (try).
+	failures map[string]int
 }
 
 // New validates cfg and returns an agent; Run starts it.
@@ -150,7 +152,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	c := csi.New(csi.Config{CallTimeout: cfg.CallTimeout, Logger: log.Named("csi"), Caller: cfg.NodeID})
 	a := &Agent{cfg: cfg, log: log, csi: c, steps: &nodestep.Executor{CSI: c, Root: cfg.RootDir}, journal: j,
-		sockets: map[string]bool{}, changed: make(chan struct{})}
+		sockets: map[string]bool{}, changed: make(chan struct{}), failures: map[string]int{}}
 	for _, s := range cfg.Plugins {
 		a.sockets[s] = true
 	}
@@ -264,7 +266,15 @@ func (a *Agent) connect(ctx context.Context) (*link, error) {
 // last leader gave: an agent that waited longer between tries than
 // between heartbeats could reach a new leader after its step-up grace.
 func (a *Agent) try(ctx, race context.Context, addr string, won chan<- *link) {
-	for attempt := 1; ; attempt++ {
+	// A server that failed last time (a refused hello, or a session that
+	// ended before its first heartbeat interval) waits out its backoff
+	// first: one that welcomes and drops every stream at once would
+	// otherwise win every race, each a fresh start, and keep the agent
+	// from the leader behind a raft commit.
+	if n := a.strikes(addr, 0); n > 0 && !a.wait(race, a.backoff(n)) {
+		return
+	}
+	for {
 		l, err := a.hello(ctx, race, addr)
 		if err == nil {
 			select {
@@ -275,10 +285,11 @@ func (a *Agent) try(ctx, race context.Context, addr string, won chan<- *link) {
 			return
 		}
 		if race.Err() != nil {
-			return
+			return // lost the race: not this server's failure
 		}
-		d := a.backoff(attempt)
-		if attempt == 1 {
+		n := a.strikes(addr, 1)
+		d := a.backoff(n)
+		if n == 1 {
 			a.log.Info("not connected to a leader; retrying", "server", addr, "error", err, "retry_in", d)
 		} else {
 			a.log.Debug("not connected to a leader; retrying", "server", addr, "error", err, "retry_in", d)
@@ -289,14 +300,35 @@ func (a *Agent) try(ctx, race context.Context, addr string, won chan<- *link) {
 	}
 }
 
+// strikes adds add to addr's consecutive failures and returns them.
+func (a *Agent) strikes(addr string, add int) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.failures[addr] += add
+	return a.failures[addr]
+}
+
+// sessionEnded counts a session that ended before one heartbeat interval
+// as its server's failure; a longer one clears every server's.
+func (a *Agent) sessionEnded(addr string, lasted, interval time.Duration) {
+	if lasted < interval {
+		a.strikes(addr, 1)
+		return
+	}
+	a.mu.Lock()
+	clear(a.failures)
+	a.mu.Unlock()
+}
+
 // backoff is the wait after the given number of failed attempts:
 // exponential from BackoffBase with jitter in its upper half, capped at
 // BackoffMax and at the heartbeat interval the last leader gave (but not
 // below BackoffBase: a tiny interval must not make a tight loop).
 func (a *Agent) backoff(attempt int) time.Duration {
 	ceiling := a.cfg.BackoffMax
-	if iv := max(a.heartbeatInterval(), a.cfg.BackoffBase); iv > 0 && iv < ceiling {
-		ceiling = iv
+	if iv := a.heartbeatInterval(); iv > 0 {
+		// Known once a leader welcomed the agent; before, BackoffMax.
+		ceiling = min(ceiling, max(iv, a.cfg.BackoffBase))
 	}
 	d := a.cfg.BackoffBase << min(attempt-1, 16)
 	if d > ceiling || d <= 0 {
@@ -408,6 +440,8 @@ func (a *Agent) serve(ctx context.Context, l *link) error {
 	a.mu.Unlock()
 	a.setConnected(l.addr)
 	defer a.setConnected("")
+	began := a.cfg.Clock.Now()
+	defer func() { a.sessionEnded(l.addr, a.cfg.Clock.Since(began), interval) }()
 	a.log.Info("connected", "server", l.addr, "node", a.cfg.NodeID)
 	sctx, cancel := context.WithCancelCause(l.ctx)
 	defer context.AfterFunc(sctx, l.cancel)() // ending the session ends the stream, and so its read
@@ -444,6 +478,11 @@ func (a *Agent) serve(ctx context.Context, l *link) error {
 			// for a server that says it no longer leads.
 			return fmt.Errorf("server %s no longer leads (leader %q)", l.addr, m.NotLeader.Leader)
 		case m.Step != nil:
+			if sctx.Err() != nil {
+				// A step gRPC had buffered before the session ended: it
+				// is not run (not even its directory and journal work).
+				return context.Cause(sctx)
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()

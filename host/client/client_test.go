@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -443,5 +444,35 @@ func TestKeyedStepsThroughTheConnection(t *testing.T) {
 	}
 	if n := len(r.plugin.Calls(csitest.NodeUnpublish)); n != 2 {
 		t.Fatalf("after the ack, NodeUnpublish reached the driver %d times in all, want 2", n)
+	}
+}
+
+// pausedLeader confirms its term, then finds its confirmation expired
+// when asked again: a leader paused between the confirmation and the step.
+type pausedLeader struct{}
+
+func (pausedLeader) ConfirmLeader(context.Context, uint64) error { return nil }
+func (pausedLeader) StillConfirmed(uint64) error {
+	return fmt.Errorf("confirmed a lease ago: %w", structs.ErrNoLeader)
+}
+
+// The leader's fence is checked again right before a node step is sent
+// down the agent's connection: after a confirmation that no longer holds,
+// no step reaches the node's driver.
+func TestNodeStepChecksTheFenceBeforeSending(t *testing.T) {
+	r := newRig(t, true)
+	ctx := ctxT(t)
+	a := r.srv.Agent("n1")
+	staging, _ := csi.Paths(r.root, "gce-pd", "default", "vol1", "alloc1")
+	err := attach.Call(ctx, pausedLeader{}, 1, 0, func(ctx context.Context) error {
+		return a.NodeStageVolume(ctx, r.plugin.Endpoint(), &csipb.NodeStageVolumeRequest{VolumeId: "d1", StagingTargetPath: staging,
+			VolumeCapability: csi.Capability(structs.AccessSingleNodeWriter, structs.AttachFilesystem, "", nil)})
+	})
+	var ns *attach.NotSent
+	if !errors.As(err, &ns) {
+		t.Fatalf("stage after the confirmation expired: %v, want a not-sent error", err)
+	}
+	if n := len(r.plugin.Calls(csitest.NodeStage)); n != 0 {
+		t.Fatalf("NodeStageVolume reached the driver %d times after the leader's confirmation expired", n)
 	}
 }

@@ -409,6 +409,7 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	}
 	if c.reach != nil {
 		fresh.reach = c.reach
+		c.reach.stale = fresh.stale
 	}
 	r, err := raft.NewRaft(rc, c.fsm, logs, stable, fresh, trans)
 	if err != nil {
@@ -608,6 +609,26 @@ func (c *Cluster) ConfirmLeader(ctx context.Context, term uint64) error {
 		c.verifiedAt, c.verifiedTerm = start, term
 	}
 	c.mu.Unlock()
+	return nil
+}
+
+// StillConfirmed is ConfirmLeader's second look, without a round trip,
+// right before a call it let through is sent (attach.Fence): nil while
+// this server still leads in term and its last verification is younger
+// than the leader lease. A server paused after its confirmation wakes
+// with an older one: a new leader may have been elected meanwhile, so
+// the call is not sent.
+func (c *Cluster) StillConfirmed(term uint64) error {
+	if term == 0 || c.ReadyTerm() != term || c.raft.CurrentTerm() != term {
+		return fmt.Errorf("leadership of term %d: %w", term, structs.ErrNoLeader)
+	}
+	c.mu.Lock()
+	ok, age := c.verifiedTerm == term, c.verifyClock().Sub(c.verifiedAt)
+	c.mu.Unlock()
+	if !ok || age >= c.lease {
+		return fmt.Errorf("leadership of term %d last confirmed %s ago, longer than the leader lease %s (was this server paused?): %w",
+			term, age.Round(time.Millisecond), c.lease, structs.ErrNoLeader)
+	}
 	return nil
 }
 

@@ -201,3 +201,29 @@ func TestConfirmLeaderRetriesALateVerification(t *testing.T) {
 		}
 	}
 }
+
+// StillConfirmed, the check right before a call is sent, holds while the
+// last verification is younger than the leader lease and fails once it is
+// older: a server paused between its confirmation and its call wakes with
+// an older one and sends nothing.
+func TestStillConfirmedExpiresWithTheLease(t *testing.T) {
+	tc := newCluster(t, 1)
+	l := tc.leader()
+	term := l.c.ReadyTerm()
+	if err := l.c.ConfirmLeader(testCtx(t), term); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.c.StillConfirmed(term); err != nil {
+		t.Fatalf("right after a confirmation: %v", err)
+	}
+	if err := l.c.StillConfirmed(term + 1); !errors.Is(err, structs.ErrNoLeader) {
+		t.Fatalf("another term: %v, want ErrNoLeader", err)
+	}
+	l.c.mu.Lock()
+	woke := l.c.verifiedAt.Add(l.c.lease) // a pause of one lease since
+	l.c.verifyClock = func() time.Time { return woke }
+	l.c.mu.Unlock()
+	if err := l.c.StillConfirmed(term); !errors.Is(err, structs.ErrNoLeader) {
+		t.Fatalf("a lease after the confirmation: %v, want ErrNoLeader", err)
+	}
+}

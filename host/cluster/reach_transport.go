@@ -66,6 +66,10 @@ type reachTransport struct {
 	mu sync.Mutex
 	// down holds the peers whose last dial failed, with its time.
 	down map[raft.ServerAddress]time.Time
+	// stale says whether a snapshot at this index lags the applied state
+	// enough that a fresh one is worth taking (snapshot_fresh.go); nil:
+	// never.
+	stale func(index uint64) bool
 }
 
 func newReachTransport(t *raft.NetworkTransport) *reachTransport {
@@ -80,10 +84,32 @@ func (t *reachTransport) AppendEntries(id raft.ServerID, target raft.ServerAddre
 
 // InstallSnapshot implements raft.Transport. NetworkTransport dials before
 // it reads data, so a retry after a failed dial sends the whole snapshot.
+//
+// raft picked this snapshot while the follower was down, and so, by the
+// rule that no fresh one is taken for an unreachable peer, as it was: a
+// follower that returns is not sent it when it has fallen a gap of
+// entries behind meanwhile (stale). The send then fails without sending
+// once a connection to the peer succeeds, raft asks again soon (its
+// failure count grew by one per reachWaitMax held), and, the peer
+// reachable now, gets a fresh one.
 func (t *reachTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest,
 	resp *raft.InstallSnapshotResponse, data io.Reader) error {
-	return t.held(target, func() error { return t.NetworkTransport.InstallSnapshot(id, target, args, resp, data) })
+	waited := false
+	return t.held(target, func() error {
+		if waited && t.stale != nil && t.stale(args.LastLogIndex) {
+			if conn, err := net.DialTimeout("tcp", string(target), t.every); err == nil {
+				_ = conn.Close()
+				return errSnapshotStale // not a dial failure: held returns it, the peer noted reachable
+			}
+		}
+		waited = true
+		return t.NetworkTransport.InstallSnapshot(id, target, args, resp, data)
+	})
 }
+
+// errSnapshotStale ends a held snapshot send to a follower that is back
+// (InstallSnapshot).
+var errSnapshotStale = errors.New("the follower is back and the snapshot picked while it was away is stale: picking again")
 
 // held runs send, and again every t.every while its dial fails, for up to
 // t.max; it records target's reachability from each attempt.

@@ -82,6 +82,14 @@ func (s *freshSnapshots) newest() uint64 {
 	return metas[0].Index
 }
 
+// stale reports whether a snapshot at index lags this leader's applied
+// state by a gap of entries or more: a fresh one would be taken for a
+// follower now (the reach transport asks for a send it held).
+func (s *freshSnapshots) stale(index uint64) bool {
+	r := s.raft.Load()
+	return r != nil && s.gap != 0 && r.State() == raft.Leader && r.AppliedIndex() >= index+s.gap
+}
+
 // List implements raft.SnapshotStore.
 func (s *freshSnapshots) List() ([]*raft.SnapshotMeta, error) {
 	r := s.raft.Load()

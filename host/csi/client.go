@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // Defaults for Config.
@@ -218,6 +219,12 @@ func (c *Client) invoke(ctx context.Context, endpoint, method string, f fields, 
 	cn, err := c.acquire(endpoint)
 	if err != nil {
 		return fmt.Errorf("csi %s: %w", method, err)
+	}
+	// The leader's fence, checked again as late as the client can
+	// (attach.Call says why).
+	if err := attach.Fence(ctx); err != nil {
+		c.release(endpoint, cn, false)
+		return err
 	}
 	start := time.Now()
 	if d, ok := ctx.Deadline(); !ok || d.After(start.Add(c.cfg.CallTimeout)) {

@@ -21,6 +21,7 @@ import (
 	"github.com/volhost/volhost/host/csi"
 	"github.com/volhost/volhost/host/csi/csitest"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/watcher/attach"
 )
 
 // waitCtx bounds every wait in these tests, so a broken feature fails the
@@ -624,5 +625,33 @@ func TestDriverEchoedSecretsAreRedacted(t *testing.T) {
 	defer bufMu.Unlock()
 	if strings.Contains(buf.String(), "hunter2") {
 		t.Fatalf("a secret echoed by the driver was logged:\n%s", buf.String())
+	}
+}
+
+// pausedLeader confirms its term, then finds its confirmation expired
+// when asked again: a leader paused between the confirmation and the call.
+type pausedLeader struct{}
+
+func (pausedLeader) ConfirmLeader(context.Context, uint64) error { return nil }
+func (pausedLeader) StillConfirmed(uint64) error {
+	return fmt.Errorf("confirmed a lease ago: %w", structs.ErrNoLeader)
+}
+
+// The leader's fence is checked again right before a call leaves the
+// client: after a confirmation that no longer holds, no call reaches the
+// driver and the caller gets the not-sent error, never a driver's.
+func TestClientChecksTheFenceBeforeSending(t *testing.T) {
+	srv := csitest.NewServer(t, csitest.Options{PublishUnpublish: true, StageUnstage: true})
+	c := newClient(t, csi.Config{})
+	ctx := waitCtx(t)
+	for _, method := range claimOrder {
+		err := attach.Call(ctx, pausedLeader{}, 1, 0, func(ctx context.Context) error { return calls[method](ctx, c, srv.Endpoint()) })
+		var ns *attach.NotSent
+		if !errors.As(err, &ns) || !errors.Is(err, structs.ErrNoLeader) {
+			t.Errorf("%s: %v, want a not-sent error", method, err)
+		}
+		if n := len(srv.Calls(method)); n != 0 {
+			t.Errorf("%s reached the driver %d times after the leader's confirmation expired", method, n)
+		}
 	}
 }

@@ -244,7 +244,9 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 		s.mu.Unlock()
 		a.close()
 	}()
-	if err := a.send(&ServerMsg{Welcome: &Welcome{HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(), AcksHeartbeats: true}}); err != nil {
+	// sendOpen: a stream a newer one replaced meanwhile is not welcomed
+	// (the agent would keep a session the server already ended).
+	if err := a.sendOpen(&ServerMsg{Welcome: &Welcome{HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(), AcksHeartbeats: true}}); err != nil {
 		return err
 	}
 	s.log.Info("node agent connected", "node", node.ID, "plugins", len(node.Plugins))
@@ -499,6 +501,12 @@ func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Mes
 	sr := &StepRequest{ID: id, Method: method, Endpoint: endpoint, Request: body, Key: attach.StepKey(ctx)}
 	if dl, ok := ctx.Deadline(); ok {
 		sr.DeadlineUnixNano = dl.UnixNano()
+	}
+	// The leader's fence, checked again right before the step is sent
+	// (attach.Call says why).
+	if err := attach.Fence(ctx); err != nil {
+		forget()
+		return err
 	}
 	if err := a.sendOpen(&ServerMsg{Step: sr}); err != nil {
 		forget()
