@@ -168,6 +168,24 @@ func (c *Client) acquire(endpoint string) (*conn, error) {
 	return cn, nil
 }
 
+// settle connects cc and waits while it is connecting, until it is ready,
+// has failed (the call then fails at once, sending nothing) or ctx ends.
+func settle(ctx context.Context, cc *grpc.ClientConn) {
+	for {
+		switch st := cc.GetState(); st {
+		case connectivity.Ready, connectivity.TransientFailure, connectivity.Shutdown:
+			return
+		case connectivity.Idle:
+			cc.Connect()
+			fallthrough
+		default:
+			if !cc.WaitForStateChange(ctx, st) {
+				return
+			}
+		}
+	}
+}
+
 // retireLocked drops cn from the cache so no new call uses it. It returns
 // the connection to close now when no call holds it; otherwise the last
 // call's release closes it.
@@ -221,10 +239,15 @@ func (c *Client) invoke(ctx context.Context, endpoint, method string, f fields, 
 		return fmt.Errorf("csi %s: %w", method, err)
 	}
 	// The leader's fence, checked again as late as the client can
-	// (attach.Call says why).
-	if err := attach.Fence(ctx); err != nil {
-		c.release(endpoint, cn, false)
-		return err
+	// (attach.Call says why): after the connection is up, since gRPC
+	// dials lazily, inside the call, and a first call after a driver
+	// restart would otherwise cross the fence before its connection.
+	if attach.HasFence(ctx) {
+		settle(ctx, cn.cc)
+		if err := attach.Fence(ctx); err != nil {
+			c.release(endpoint, cn, false)
+			return err
+		}
 	}
 	start := time.Now()
 	if d, ok := ctx.Deadline(); !ok || d.After(start.Add(c.cfg.CallTimeout)) {

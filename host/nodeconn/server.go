@@ -403,6 +403,24 @@ func (a *Agent) sendOpen(m *ServerMsg) error {
 	return a.stream.SendMsg(m)
 }
 
+// sendOpenFenced is sendOpen with the leader's fence (attach.Fence)
+// checked once the send lock is held: a step that waited for the lock
+// behind another message is not sent on an expired confirmation.
+func (a *Agent) sendOpenFenced(ctx context.Context, m *ServerMsg) error {
+	a.sendMu.Lock()
+	defer a.sendMu.Unlock()
+	a.mu.Lock()
+	closed := a.closed
+	a.mu.Unlock()
+	if closed {
+		return errClosed
+	}
+	if err := attach.Fence(ctx); err != nil {
+		return err
+	}
+	return a.stream.SendMsg(m)
+}
+
 // replace closes the agent because a newer stream for its node was
 // accepted, and returns once no send is in progress on it: the handler
 // of its stream ends (Aborted), which cancels the stream and so unblocks
@@ -502,14 +520,14 @@ func (a *Agent) step(ctx context.Context, method, endpoint string, req proto.Mes
 	if dl, ok := ctx.Deadline(); ok {
 		sr.DeadlineUnixNano = dl.UnixNano()
 	}
-	// The leader's fence, checked again right before the step is sent
-	// (attach.Call says why).
-	if err := attach.Fence(ctx); err != nil {
+	// The leader's fence, checked again right before the step is sent,
+	// under the send lock (attach.Call says why).
+	if err := a.sendOpenFenced(ctx, &ServerMsg{Step: sr}); err != nil {
 		forget()
-		return err
-	}
-	if err := a.sendOpen(&ServerMsg{Step: sr}); err != nil {
-		forget()
+		var ns *attach.NotSent
+		if errors.As(err, &ns) {
+			return err
+		}
 		if errors.Is(err, errClosed) {
 			return a.gone(method)
 		}

@@ -438,7 +438,12 @@ func (p *publisher) checkMachine(ctx context.Context, np *structs.NodePlugin) er
 	if p.node.Agent {
 		return nil
 	}
-	probed, err := p.s.csi.ProbeNode(ctx, np.Endpoint)
+	// Through the fence like every other call of the claim's term.
+	var probed *structs.NodePlugin
+	err := p.call(ctx, func(ctx context.Context) (err error) {
+		probed, err = p.s.csi.ProbeNode(ctx, np.Endpoint)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("probing node %q's plugin %q before publishing: %w", p.node.ID, p.plugin.ID, err)
 	}

@@ -62,6 +62,12 @@ func (e *NotSent) Unwrap() error { return e.Err }
 
 type fenceKey struct{}
 
+// HasFence reports whether ctx carries a confirmation Fence checks.
+func HasFence(ctx context.Context) bool {
+	f, _ := ctx.Value(fenceKey{}).(func() error)
+	return f != nil
+}
+
 // Fence checks again, right before a CSI call or node step is sent, the
 // leadership confirmation Call put in ctx: nil when it still holds or ctx
 // carries none, a *NotSent otherwise (nothing was sent).
