@@ -51,6 +51,50 @@ type switchLeader struct{ lost atomic.Bool }
 func (l *switchLeader) IsLeader() bool           { return !l.lost.Load() }
 func (l *switchLeader) Leader() (string, string) { return "10.0.0.2:4748", "s2" }
 
+// runUntilCleanup runs a until the test ends, then waits for Run to
+// return.
+func runUntilCleanup(t *testing.T, a *client.Agent) {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() { stop(); <-done })
+}
+
+// refusingAddr is a loopback address whose port refuses connections (a
+// server that is down).
+func refusingAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// closingAddr is a loopback address that accepts connections and closes
+// them at once.
+func closingAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return ln.Addr().String()
+}
+
 func ctxT(t *testing.T) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -252,15 +296,10 @@ func TestAgentFollowsTheLeader(t *testing.T) {
 // moves), so an agent finds a new leader as soon as it is elected.
 func TestAgentTriesEveryServerBeforeWaiting(t *testing.T) {
 	ctx := ctxT(t)
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadAddr := dead.Addr().String()
-	dead.Close() // its port now refuses connections
+	dead := refusingAddr(t)
 	reg := &registrar{}
 	leaderSrv := startServer(t, true, reg)
-	servers := []string{deadAddr, startServer(t, false, reg).Addr(), startServer(t, false, reg).Addr(), leaderSrv.Addr()}
+	servers := []string{dead, startServer(t, false, reg).Addr(), startServer(t, false, reg).Addr(), leaderSrv.Addr()}
 	plugin := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
 	a, err := client.New(client.Config{Servers: servers, NodeID: "n1", RootDir: t.TempDir(),
 		Plugins: map[string]string{"p": plugin.Endpoint()}, Clock: clockwork.NewFakeClock(),
@@ -268,10 +307,7 @@ func TestAgentTriesEveryServerBeforeWaiting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	runUntilCleanup(t, a)
 	if err := a.WaitConnected(ctx); err != nil {
 		t.Fatalf("the agent waited before trying every server: %v", err)
 	}
@@ -324,10 +360,7 @@ func TestReconnectWaitsNoLongerThanTheHeartbeatInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	runUntilCleanup(t, a)
 	if err := a.WaitConnected(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -384,10 +417,7 @@ func TestSteppedDownServerSendsAgentsAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	runUntilCleanup(t, a)
 	if err := a.WaitConnected(ctx); err != nil {
 		t.Fatal(err)
 	}

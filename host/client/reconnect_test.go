@@ -427,10 +427,7 @@ func TestUnansweredHelloIsTriedAgain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	runUntilCleanup(t, a)
 	testutil.WaitForCtx(t, ctx, "the agent to connect once its hello is answered", func() bool { return a.Connected() == srv.addr })
 	if n := srv.hellos.Load(); n != 2 {
 		t.Fatalf("%d hellos, want 2 (the unanswered one, then the welcomed one)", n)
@@ -486,10 +483,7 @@ func TestNotLeaderAfterTheWelcomeEndsTheSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(runCtx) }()
-	defer func() { stop(); <-done }()
+	runUntilCleanup(t, a)
 	select {
 	case <-left:
 		// It left on the NotLeader.
@@ -530,27 +524,7 @@ func TestNoHotLoopWithoutALeader(t *testing.T) {
 	for _, f := range fakes {
 		servers = append(servers, f.addr)
 	}
-	dead, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	servers = append(servers, dead.Addr().String())
-	dead.Close()
-	closer, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { closer.Close() })
-	go func() {
-		for {
-			c, err := closer.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	servers = append(servers, closer.Addr().String())
+	servers = append(servers, refusingAddr(t), closingAddr(t))
 	attempts := func() int64 {
 		var n int64
 		for _, f := range fakes {
@@ -601,26 +575,9 @@ func TestFailoverAfterALongOutageFromEveryPosition(t *testing.T) {
 			oldSrv := startNodeconn(t, old)
 			next := &countLeader{}
 			nextSrv := startNodeconn(t, next)
-			dead, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			dead.Close()
-			closer, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { closer.Close() })
-			go func() {
-				for {
-					c, err := closer.Accept()
-					if err != nil {
-						return
-					}
-					c.Close()
-				}
-			}()
-			others := []string{dead.Addr().String(), closer.Addr().String(),
+			dead := refusingAddr(t)
+			closer := closingAddr(t)
+			others := []string{dead, closer,
 				startNodeconn(t, leader(false)).Addr(), startNodeconn(t, leader(false)).Addr(), startNodeconn(t, leader(false)).Addr()}
 			rest := append(others[:pos:pos], nextSrv.Addr())
 			rest = append(rest, others[pos:]...)
