@@ -102,16 +102,23 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// startServer serves nodeconn on a loopback port.
-func startServer(t *testing.T, lead bool, reg *registrar) *nodeconn.Server {
+// serveNodeconn serves a nodeconn server of cfg on a loopback port until
+// the test ends.
+func serveNodeconn(t *testing.T, cfg nodeconn.Config) *nodeconn.Server {
 	t.Helper()
-	s := nodeconn.NewServer(nodeconn.Config{Registrar: reg, Leader: leader(lead), HeartbeatInterval: time.Second})
+	s := nodeconn.NewServer(cfg)
 	if err := s.Listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
 	go func() { _ = s.Serve() }()
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// startServer serves nodeconn on a loopback port.
+func startServer(t *testing.T, lead bool, reg *registrar) *nodeconn.Server {
+	t.Helper()
+	return serveNodeconn(t, nodeconn.Config{Registrar: reg, Leader: leader(lead), HeartbeatInterval: time.Second})
 }
 
 type rig struct {
@@ -342,12 +349,7 @@ func TestReconnectWaitsNoLongerThanTheHeartbeatInterval(t *testing.T) {
 	second := &askedLeader{asked: make(chan struct{}, 1)}
 	var servers []*nodeconn.Server
 	for _, l := range []nodeconn.Leader{second, first} {
-		s := nodeconn.NewServer(nodeconn.Config{Registrar: &registrar{}, Leader: l, HeartbeatInterval: time.Second})
-		if err := s.Listen("127.0.0.1:0"); err != nil {
-			t.Fatal(err)
-		}
-		go func() { _ = s.Serve() }()
-		t.Cleanup(s.Stop)
+		s := serveNodeconn(t, nodeconn.Config{Registrar: &registrar{}, Leader: l, HeartbeatInterval: time.Second})
 		servers = append(servers, s)
 	}
 	plugin := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
@@ -404,12 +406,7 @@ func TestReconnectWaitsNoLongerThanTheHeartbeatInterval(t *testing.T) {
 func TestSteppedDownServerSendsAgentsAway(t *testing.T) {
 	ctx := ctxT(t)
 	lead := &switchLeader{}
-	s := nodeconn.NewServer(nodeconn.Config{Registrar: &registrar{}, Leader: lead, HeartbeatInterval: time.Second})
-	if err := s.Listen("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = s.Serve() }()
-	t.Cleanup(s.Stop)
+	s := serveNodeconn(t, nodeconn.Config{Registrar: &registrar{}, Leader: lead, HeartbeatInterval: time.Second})
 	plugin := csitest.NewServer(t, csitest.Options{NodeID: "ext-n1"})
 	clk := clockwork.NewFakeClock()
 	a, err := client.New(client.Config{Servers: []string{s.Addr()}, NodeID: "n1", RootDir: t.TempDir(),

@@ -164,12 +164,7 @@ func TestWelcomeAndDropServerDoesNotStarveTheLeader(t *testing.T) {
 	reg := &slowRegistrar{delay: 50 * time.Millisecond}
 	lead := &countLeader{}
 	lead.leads.Store(true)
-	ldr := nodeconn.NewServer(nodeconn.Config{Registrar: reg, Leader: lead, HeartbeatInterval: modelInterval})
-	if err := ldr.Listen("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = ldr.Serve() }()
-	t.Cleanup(ldr.Stop)
+	ldr := serveNodeconn(t, nodeconn.Config{Registrar: reg, Leader: lead, HeartbeatInterval: modelInterval})
 	clk := clockwork.NewFakeClock()
 	pump(t, clk, 10*time.Millisecond)
 	a := startA2Agent(t, client.Config{Servers: []string{dropper.addr, ldr.Addr()}, Clock: clk,
@@ -222,12 +217,7 @@ func TestLeaderListedTwiceKeepsOneSession(t *testing.T) {
 			reg := &batchRegistrar{window: 20 * time.Millisecond}
 			lead := &countLeader{}
 			lead.leads.Store(true)
-			s := nodeconn.NewServer(nodeconn.Config{Registrar: reg, Leader: lead, HeartbeatInterval: modelInterval})
-			if err := s.Listen("127.0.0.1:0"); err != nil {
-				t.Fatal(err)
-			}
-			go func() { _ = s.Serve() }()
-			t.Cleanup(s.Stop)
+			s := serveNodeconn(t, nodeconn.Config{Registrar: reg, Leader: lead, HeartbeatInterval: modelInterval})
 			_, port, _ := net.SplitHostPort(s.Addr())
 			clk := clockwork.NewFakeClock()
 			a := startA2Agent(t, client.Config{Servers: []string{s.Addr(), net.JoinHostPort("localhost", port)}, Clock: clk,
@@ -541,12 +531,7 @@ func TestRunReturnsPromptlyWhenCancelledAtAnyPoint(t *testing.T) {
 	})
 	follower := startServer(t, false, &registrar{})
 	reg := &slowRegistrar{delay: 5 * time.Millisecond}
-	ldr := nodeconn.NewServer(nodeconn.Config{Registrar: reg, Leader: leader(true), HeartbeatInterval: modelInterval})
-	if err := ldr.Listen("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = ldr.Serve() }()
-	t.Cleanup(ldr.Stop)
+	ldr := serveNodeconn(t, nodeconn.Config{Registrar: reg, Leader: leader(true), HeartbeatInterval: modelInterval})
 	servers := []string{hole, wedged.addr, dropper.addr, follower.Addr(), ldr.Addr()}
 	for i := range 16 {
 		t.Run(fmt.Sprint(i), func(t *testing.T) {

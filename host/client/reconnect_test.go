@@ -57,13 +57,7 @@ func (l *countLeader) Leader() (string, string) { return "", "" }
 
 func startNodeconn(t *testing.T, l nodeconn.Leader) *nodeconn.Server {
 	t.Helper()
-	s := nodeconn.NewServer(nodeconn.Config{Registrar: &registrar{}, Leader: l, HeartbeatInterval: modelInterval})
-	if err := s.Listen("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = s.Serve() }()
-	t.Cleanup(s.Stop)
-	return s
+	return serveNodeconn(t, nodeconn.Config{Registrar: &registrar{}, Leader: l, HeartbeatInterval: modelInterval})
 }
 
 // fakeNode is a server speaking the nodeconn protocol as handle says,
@@ -695,12 +689,7 @@ func TestAgentStaysWithALeaderThatAcknowledges(t *testing.T) {
 	reg := &registrar{}
 	lead := &countLeader{}
 	lead.leads.Store(true)
-	s := nodeconn.NewServer(nodeconn.Config{Registrar: reg, Leader: lead, HeartbeatInterval: modelInterval})
-	if err := s.Listen("127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = s.Serve() }()
-	t.Cleanup(s.Stop)
+	s := serveNodeconn(t, nodeconn.Config{Registrar: reg, Leader: lead, HeartbeatInterval: modelInterval})
 	clk := clockwork.NewFakeClock()
 	a := runAgent(t, []string{s.Addr()}, clk, time.Second)
 	if err := a.WaitConnected(ctx); err != nil {

@@ -392,15 +392,7 @@ var errClosed = errors.New("the node agent's stream is closed")
 // lock: replace, which takes that lock after marking the agent closed,
 // thus orders every send either before it returns or not at all.
 func (a *Agent) sendOpen(m *ServerMsg) error {
-	a.sendMu.Lock()
-	defer a.sendMu.Unlock()
-	a.mu.Lock()
-	closed := a.closed
-	a.mu.Unlock()
-	if closed {
-		return errClosed
-	}
-	return a.stream.SendMsg(m)
+	return a.sendOpenFenced(context.Background(), m) // no fence in it
 }
 
 // sendOpenFenced is sendOpen with the leader's fence (attach.Fence)
