@@ -95,6 +95,39 @@ func TestVolumeEventsTotalCap(t *testing.T) {
 	}
 }
 
+// Past MaxVolumeEvents the trim takes the oldest volume events down to a
+// 64th below the cap in one entry, not one event per event written: the
+// table never holds more than the cap, and the entries between two trims
+// delete nothing.
+func TestVolumeEventsTrimInBatches(t *testing.T) {
+	const max = 640 // a batch of 10
+	f := newEmpty(t, WithEventRetention(EventRetention{PerVolume: 100, MaxVolumeEvents: max}))
+	for i := range max {
+		f.appendEvents(volEvent(fmt.Sprint("v", i%20), fmt.Sprint(i)))
+	}
+	oldest := func() (int, string) {
+		all := f.filtered(EventFilter{})
+		return len(all), all[0].Message
+	}
+	if n, first := oldest(); n != max || first != "0" {
+		t.Fatalf("at the cap: %d kept from %q, want %d from 0", n, first, max)
+	}
+	f.appendEvents(volEvent("v0", fmt.Sprint(max)))
+	if n, first := oldest(); n != max-10 || first != "11" {
+		t.Fatalf("one past the cap: %d kept from %q, want %d from 11 (the oldest 11 in one trim)", n, first, max-10)
+	}
+	for i := max + 1; i < max+11; i++ {
+		f.appendEvents(volEvent("v1", fmt.Sprint(i)))
+		if n, first := oldest(); n != i-10 || first != "11" {
+			t.Fatalf("event %d, below the cap again: %d kept from %q, want %d from 11 (nothing trimmed)", i, n, first, i-10)
+		}
+	}
+	f.appendEvents(volEvent("v2", fmt.Sprint(max+11)))
+	if n, first := oldest(); n != max-10 || first != "22" {
+		t.Fatalf("past the cap again: %d kept from %q, want %d from 22", n, first, max-10)
+	}
+}
+
 func TestEventsFilteredByTypeTimeAndPage(t *testing.T) {
 	f := newEmpty(t)
 	for i := range 6 {
