@@ -100,7 +100,7 @@ func TestWalkthrough(t *testing.T) {
 	contains(t, "volume status vol1", detail, "External ID", "projects/demo/zones/us-central1-a/disks/vol1",
 		"Write Allocs", "web-1", "refused: live allocation(s) web-1", "web-1     node1    write  taken  0")
 
-	contains(t, "node status", e.ok("node", "status", "node1"), "External Node ID", "unix:///tmp/volhost-csi/node1.sock")
+	contains(t, "node status", e.ok("node", "status", "node1"), "External Node ID", "unix:///tmp/volhost-csi/node1.sock", "Probe")
 	contains(t, "plugin status", e.ok("plugin", "status", "gce-pd"), "Volumes", "= 3")
 	contains(t, "alloc status", e.ok("alloc", "status"), "web-1", "running")
 

@@ -104,13 +104,23 @@ func (c *NodeStatusCommand) Run(args []string) int {
 		c.Ui.Output("No plugins")
 		return 0
 	}
-	rows := [][]string{{"Plugin ID", "Endpoint", "External Node ID", "Stage/Unstage", "Max Volumes"}}
+	rows := [][]string{{"Plugin ID", "Endpoint", "External Node ID", "Stage/Unstage", "Max Volumes", "Probe"}}
 	for _, id := range pluginIDs(n) {
 		p := n.Plugins[id]
-		rows = append(rows, []string{id, p.Endpoint, orDash(p.ExternalNodeID), fmt.Sprint(p.StageUnstage), fmt.Sprint(p.MaxVolumes)})
+		rows = append(rows, []string{id, p.Endpoint, orDash(p.ExternalNodeID), fmt.Sprint(p.StageUnstage), fmt.Sprint(p.MaxVolumes), probeText(p)})
 	}
 	c.Ui.Output(table(rows))
 	return 0
+}
+
+// probeText is how a node plugin answered its agent's last probe: "ok",
+// or "failed: " and why (the other columns are then what it last
+// answered).
+func probeText(p *structs.NodePlugin) string {
+	if p.Answering() {
+		return "ok"
+	}
+	return "failed: " + p.ProbeError
 }
 
 func pluginIDs(n *structs.Node) []string {

@@ -24,6 +24,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,14 @@ type Config struct {
 	// leader registers the node through raft before it welcomes the
 	// agent); default 10 s.
 	HelloTimeout time.Duration
+	// ProbeTimeout bounds the probe of one plugin (Probe, NodeGetInfo,
+	// NodeGetCapabilities, GetPluginCapabilities); default 5 s. A plugin
+	// that does not answer within it is registered as not answering.
+	ProbeTimeout time.Duration
+	// ProbeInterval is how often a connected agent probes its plugins
+	// again, and registers the node again when one stopped or started
+	// answering; default 10 s.
+	ProbeInterval time.Duration
 	// BackoffBase and BackoffMax bound the reconnect backoff.
 	BackoffBase, BackoffMax time.Duration
 	Clock                   clockwork.Clock
@@ -130,6 +139,12 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.HelloTimeout <= 0 {
 		cfg.HelloTimeout = 10 * time.Second
+	}
+	if cfg.ProbeTimeout <= 0 {
+		cfg.ProbeTimeout = 5 * time.Second
+	}
+	if cfg.ProbeInterval <= 0 {
+		cfg.ProbeInterval = 10 * time.Second
 	}
 	if cfg.BackoffBase <= 0 {
 		cfg.BackoffBase = 500 * time.Millisecond
@@ -346,6 +361,7 @@ func (a *Agent) heartbeatInterval() time.Duration {
 // link is a stream a leader welcomed.
 type link struct {
 	addr    string
+	node    *structs.Node // as the hello registered it
 	cc      *grpc.ClientConn
 	stream  grpc.ClientStream
 	ctx     context.Context // the stream's; ends with it
@@ -364,8 +380,8 @@ func (l *link) close() {
 // too (a server that takes the connection and never answers, or a wedged
 // one that may lead later).
 func (a *Agent) hello(ctx, race context.Context, addr string) (_ *link, err error) {
-	node, err := a.probe(race)
-	if err != nil {
+	node := a.probe(race)
+	if err := race.Err(); err != nil {
 		return nil, err
 	}
 	creds := insecure.NewCredentials()
@@ -382,7 +398,7 @@ func (a *Agent) hello(ctx, race context.Context, addr string) (_ *link, err erro
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	l := &link{addr: addr, cc: cc, ctx: sctx, cancel: cancel}
+	l := &link{addr: addr, node: node, cc: cc, ctx: sctx, cancel: cancel}
 	defer func() {
 		if err != nil {
 			l.close()
@@ -443,9 +459,15 @@ func (a *Agent) serve(ctx context.Context, l *link) error {
 	began := a.cfg.Clock.Now()
 	defer func() { a.sessionEnded(l.addr, a.cfg.Clock.Since(began), interval) }()
 	a.log.Info("connected", "server", l.addr, "node", a.cfg.NodeID)
+	for _, id := range slices.Sorted(maps.Keys(l.node.Plugins)) {
+		if np := l.node.Plugins[id]; !np.Answering() {
+			a.log.Warn("plugin did not answer its probe: registered as not answering, claims on it wait", "plugin", id, "endpoint", np.Endpoint, "error", np.ProbeError)
+		}
+	}
 	sctx, cancel := context.WithCancelCause(l.ctx)
 	defer context.AfterFunc(sctx, l.cancel)() // ending the session ends the stream, and so its read
-	s := &session{a: a, stream: l.stream, running: map[uint64]context.CancelFunc{}}
+	s := &session{a: a, stream: l.stream, running: map[uint64]context.CancelFunc{},
+		registered: l.node, inBand: l.welcome.TakesUpdates, lastProbe: a.cfg.Clock.Now()}
 	s.heard.Store(a.cfg.Clock.Now().UnixNano())
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -463,6 +485,7 @@ func (a *Agent) serve(ctx context.Context, l *link) error {
 		defer wg.Done()
 		s.heartbeat(sctx, interval, silent, cancel)
 	}()
+
 	for {
 		var m nodeconn.ServerMsg
 		if err := l.stream.RecvMsg(&m); err != nil {
@@ -499,19 +522,58 @@ func (a *Agent) serve(ctx context.Context, l *link) error {
 }
 
 // probe asks each local plugin for its node ID and capabilities, as the
-// node is registered with the servers.
-func (a *Agent) probe(ctx context.Context) (*structs.Node, error) {
+// node is registered with the servers. A plugin that fails its probe is
+// in the node with its ProbeError and nothing else: a plugin restarting
+// used to fail the hello, and the node went down with it, taking the
+// claims of its other plugins along (host/state node_answers.go says what
+// the store keeps for it).
+func (a *Agent) probe(ctx context.Context) *structs.Node {
 	n := &structs.Node{ID: a.cfg.NodeID, RootDir: a.cfg.RootDir, Meta: a.cfg.Meta, Agent: true,
 		Plugins: map[string]*structs.NodePlugin{}}
 	for _, id := range slices.Sorted(maps.Keys(a.cfg.Plugins)) {
-		np, err := a.csi.ProbeNode(ctx, a.cfg.Plugins[id])
+		endpoint := a.cfg.Plugins[id]
+		// Real time, not the agent's clock: this bounds a hung driver.
+		pctx, cancel := context.WithTimeout(ctx, a.cfg.ProbeTimeout)
+		np, err := a.csi.ProbeNode(pctx, endpoint)
+		cancel()
 		if err != nil {
-			return nil, fmt.Errorf("plugin %q at %s: %w", id, a.cfg.Plugins[id], err)
+			np = &structs.NodePlugin{Endpoint: endpoint, ProbeError: probeErrorText(err)}
 		}
 		np.PluginID = id
 		n.Plugins[id] = np
 	}
-	return n, nil
+	return n
+}
+
+// probeErrorText is err as a NodePlugin's ProbeError: valid UTF-8, cut to
+// structs.MaxProbeErrorLength (the store refuses longer).
+func probeErrorText(err error) string {
+	msg := err.Error()
+	if len(msg) > structs.MaxProbeErrorLength {
+		msg = msg[:structs.MaxProbeErrorLength-3] + "..."
+	}
+	return strings.ToValidUTF8(msg, "?")
+}
+
+// probeChange says how the plugins of now answer otherwise than in sent
+// ("" if alike): one stopped or started answering its probe, or answers
+// another node ID or capabilities. The text of a failure may differ from
+// probe to probe and is not a change.
+func probeChange(sent, now *structs.Node) string {
+	for _, id := range slices.Sorted(maps.Keys(now.Plugins)) {
+		was, is := sent.Plugins[id], now.Plugins[id]
+		switch {
+		case was == nil:
+			return fmt.Sprintf("plugin %q is new", id)
+		case was.Answering() && !is.Answering():
+			return fmt.Sprintf("plugin %q stopped answering its probe: %s", id, is.ProbeError)
+		case !was.Answering() && is.Answering():
+			return fmt.Sprintf("plugin %q answers its probe again", id)
+		case is.Answering() && was.Answers() != is.Answers():
+			return fmt.Sprintf("plugin %q now answers %+v, registered with %+v", id, is.Answers(), was.Answers())
+		}
+	}
+	return ""
 }
 
 // session is one live stream.
@@ -524,6 +586,16 @@ type session struct {
 	running map[uint64]context.CancelFunc
 	// heard is when the leader last sent anything (UnixNano, agent clock).
 	heard atomic.Int64
+
+	// The plugins probed again (reprobe): registered is the node as the
+	// session last registered it, inBand whether the server takes a
+	// later hello; probing is set while a probe runs, and only that
+	// probe touches registered.
+	registered *structs.Node
+	inBand     bool
+	lastProbe  time.Time // heartbeat's own
+	probing    atomic.Bool
+	probes     sync.WaitGroup
 }
 
 func (s *session) send(m *nodeconn.AgentMsg) error {
@@ -534,10 +606,12 @@ func (s *session) send(m *nodeconn.AgentMsg) error {
 
 // heartbeat sends a heartbeat every interval until ctx ends; when silent
 // is set and the leader has sent nothing for that long, it ends the
-// session instead (end).
+// session instead (end). It starts the plugins' probes too
+// (maybeReprobe).
 func (s *session) heartbeat(ctx context.Context, interval, silent time.Duration, end context.CancelCauseFunc) {
 	tick := s.a.cfg.Clock.NewTicker(interval)
 	defer tick.Stop()
+	defer s.probes.Wait() // ctx ended: a running probe ends with it
 	var seq uint64
 	for {
 		select {
@@ -552,7 +626,48 @@ func (s *session) heartbeat(ctx context.Context, interval, silent time.Duration,
 			if err := s.send(&nodeconn.AgentMsg{Heartbeat: &nodeconn.Heartbeat{Seq: seq}}); err != nil {
 				return
 			}
+			s.maybeReprobe(ctx, end)
 		}
+	}
+}
+
+// maybeReprobe starts a probe of the node's plugins (reprobe) when
+// ProbeInterval has passed since the last and none is running. The
+// heartbeat loop calls it, so a probe rides the heartbeat's tick (no
+// second timer) but never delays a heartbeat: a hung driver holds its
+// probe for ProbeTimeout.
+func (s *session) maybeReprobe(ctx context.Context, end context.CancelCauseFunc) {
+	if s.a.cfg.Clock.Since(s.lastProbe) < s.a.cfg.ProbeInterval || !s.probing.CompareAndSwap(false, true) {
+		return
+	}
+	s.lastProbe = s.a.cfg.Clock.Now()
+	s.probes.Add(1)
+	go func() {
+		defer s.probes.Done()
+		defer s.probing.Store(false)
+		s.reprobe(ctx, end)
+	}()
+}
+
+// reprobe probes the node's plugins and, when they answer otherwise than
+// the node was last registered with (probeChange), registers it again:
+// in the stream, to a server that takes updates, or else by ending the
+// session, so that the reconnect's hello does.
+func (s *session) reprobe(ctx context.Context, end context.CancelCauseFunc) {
+	now := s.a.probe(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	change := probeChange(s.registered, now)
+	switch {
+	case change == "":
+	case !s.inBand:
+		end(fmt.Errorf("%s: reconnecting so that the hello registers the node again (the server takes no update in the stream)", change))
+	default:
+		s.a.log.Info("registering the node again", "change", change)
+		if err := s.send(&nodeconn.AgentMsg{Hello: &nodeconn.Hello{Node: now}}); err == nil {
+			s.registered = now
+		} // else the stream broke: the read ends the session
 	}
 }
 

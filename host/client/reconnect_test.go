@@ -61,10 +61,12 @@ func startNodeconn(t *testing.T, l nodeconn.Leader) *nodeconn.Server {
 }
 
 // fakeNode is a server speaking the nodeconn protocol as handle says,
-// after it read the agent's first message (counted in hellos).
+// after it read the agent's first message (counted in hellos; the last
+// one kept in hello).
 type fakeNode struct {
 	addr   string
 	hellos atomic.Int64
+	hello  atomic.Pointer[nodeconn.AgentMsg]
 }
 
 func startFakeNode(t *testing.T, handle func(stream grpc.ServerStream) error) *fakeNode {
@@ -84,6 +86,7 @@ func startFakeNode(t *testing.T, handle func(stream grpc.ServerStream) error) *f
 				if err := stream.RecvMsg(&m); err != nil {
 					return err
 				}
+				f.hello.Store(&m)
 				f.hellos.Add(1)
 				return handle(stream)
 			}}},

@@ -203,25 +203,8 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 		addr, _ := s.cfg.Leader.Leader()
 		return stream.SendMsg(&ServerMsg{NotLeader: &NotLeader{Leader: addr}})
 	}
-	// The server says which token registered the node; an agent's own
-	// claim is never believed.
-	node.RegisteredBy = ""
-	if ao, ok := s.cfg.Auth.(AccessorOf); ok {
-		acc, err := ao.AccessorOf(token)
-		if err != nil {
-			return status.Errorf(codes.PermissionDenied, "node agent of %q: %v", node.ID, err)
-		}
-		node.RegisteredBy = acc
-	}
-	if err := s.keepOperatorNode(token, node); err != nil {
+	if err := s.register(ctx, token, node); err != nil {
 		return err
-	}
-	if _, err := s.cfg.Registrar.RegisterAgentNode(ctx, node); err != nil {
-		code := codes.InvalidArgument
-		if errors.Is(err, structs.ErrPermissionDenied) {
-			code = codes.PermissionDenied // revoked before the registration committed
-		}
-		return status.Errorf(code, "register node %q: %v", node.ID, err)
 	}
 	a := &Agent{nodeID: node.ID, stream: stream, authorize: authorize, pending: map[uint64]chan *StepResult{}, done: make(chan struct{})}
 	s.mu.Lock()
@@ -246,7 +229,7 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 	}()
 	// sendOpen: a stream a newer one replaced meanwhile is not welcomed
 	// (the agent would keep a session the server already ended).
-	if err := a.sendOpen(&ServerMsg{Welcome: &Welcome{HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(), AcksHeartbeats: true}}); err != nil {
+	if err := a.sendOpen(&ServerMsg{Welcome: &Welcome{HeartbeatIntervalMs: s.cfg.HeartbeatInterval.Milliseconds(), AcksHeartbeats: true, TakesUpdates: true}}); err != nil {
 		return err
 	}
 	s.log.Info("node agent connected", "node", node.ID, "plugins", len(node.Plugins))
@@ -304,8 +287,50 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 			_ = a.sendOpen(&ServerMsg{HeartbeatAck: &Heartbeat{Seq: m.Heartbeat.Seq}})
 		case m.Result != nil:
 			a.deliver(m.Result)
+		case m.Hello != nil:
+			// The agent probed its plugins again and they answer
+			// otherwise (one stopped or started answering).
+			update := m.Hello.Node
+			if update == nil || update.ID != node.ID {
+				return status.Errorf(codes.InvalidArgument, "node agent of %q: a later hello must name the same node", node.ID)
+			}
+			if !s.cfg.Leader.IsLeader() {
+				addr, _ := s.cfg.Leader.Leader()
+				_ = a.send(&ServerMsg{NotLeader: &NotLeader{Leader: addr}})
+				return nil
+			}
+			if err := s.register(ctx, token, update); err != nil {
+				s.log.Warn("node agent's new registration refused", "node", node.ID, "error", err)
+				return err
+			}
+			s.log.Info("node agent registered its node again", "node", node.ID)
 		}
 	}
+}
+
+// register commits node as its agent reported it, under token.
+func (s *Server) register(ctx context.Context, token string, node *structs.Node) error {
+	// The server says which token registered the node; an agent's own
+	// claim is never believed.
+	node.RegisteredBy = ""
+	if ao, ok := s.cfg.Auth.(AccessorOf); ok {
+		acc, err := ao.AccessorOf(token)
+		if err != nil {
+			return status.Errorf(codes.PermissionDenied, "node agent of %q: %v", node.ID, err)
+		}
+		node.RegisteredBy = acc
+	}
+	if err := s.keepOperatorNode(token, node); err != nil {
+		return err
+	}
+	if _, err := s.cfg.Registrar.RegisterAgentNode(ctx, node); err != nil {
+		code := codes.InvalidArgument
+		if errors.Is(err, structs.ErrPermissionDenied) {
+			code = codes.PermissionDenied // revoked before the registration committed
+		}
+		return status.Errorf(code, "register node %q: %v", node.ID, err)
+	}
+	return nil
 }
 
 // received is one message read from an agent's stream, or why reading

@@ -52,7 +52,11 @@ type AgentMsg struct {
 }
 
 // Hello opens the stream: the node as its agent probed it (NodeGetInfo,
-// NodeGetCapabilities on each local plugin socket).
+// NodeGetCapabilities on each local plugin socket), a plugin whose probe
+// failed with its ProbeError. Later in the stream, to a server whose
+// welcome says TakesUpdates, a Hello registers the node again: the agent
+// sends one when a plugin stops or starts answering its probe, or
+// answers differently.
 type Hello struct {
 	Node *structs.Node `json:"node"`
 }
@@ -90,6 +94,10 @@ type Welcome struct {
 	// An agent holds only such a server to silence: one of an older
 	// version never answers.
 	AcksHeartbeats bool `json:"acks_heartbeats,omitempty"`
+	// TakesUpdates: the server registers the node again on a later
+	// Hello in the stream. One of an older version ignores it, so the
+	// agent reconnects instead, and its hello registers the change.
+	TakesUpdates bool `json:"takes_updates,omitempty"`
 }
 
 // NotLeader refuses the agent: only the leader drives node steps. The

@@ -75,6 +75,9 @@ func (s *Server) RegisterNode(ctx context.Context, n *structs.Node) (*structs.No
 	n.LastSeen = s.clock.Now()
 	for id, np := range n.Plugins {
 		np.PluginID = id
+		// Only a node agent reports a probe it could not make; here the
+		// server probes, and a failed probe refuses the registration.
+		np.ProbeError = ""
 		if np.Endpoint == "" {
 			continue
 		}

@@ -206,6 +206,7 @@ func (w *writer) upsertNode(r *structs.NodeUpsertRequest) (any, error) {
 		return nil, err
 	}
 	n.CreateIndex = w.index
+	keepLastAnswers(old, n)
 	if old != nil {
 		n.CreateIndex = old.CreateIndex
 		// A fence belongs to the store: a node (or its agent)
@@ -220,6 +221,9 @@ func (w *writer) upsertNode(r *structs.NodeUpsertRequest) (any, error) {
 	}
 	n.ModifyIndex = w.index
 	if err := w.insert(TableNodes, n); err != nil {
+		return nil, err
+	}
+	if err := w.probeEvents(old, n); err != nil {
 		return nil, err
 	}
 	if old != nil && old.Status != n.Status {

@@ -170,10 +170,21 @@ func validateNodeUpsert(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 	if err := validateOperatorFields(snap, r); err != nil {
 		return err
 	}
-	if err := validateMachineIdentity(snap, r.Node); err != nil {
+	if err := validateUnanswered(r.Node); err != nil {
 		return err
 	}
-	return validateNodeUnderClaims(snap, r.Node)
+	// Judged as it will be stored: a plugin that did not answer its
+	// probe keeps what it last answered.
+	old, err := snap.NodeByID(nil, r.Node.ID)
+	if err != nil {
+		return err
+	}
+	n := r.Node.Copy()
+	keepLastAnswers(old, n)
+	if err := validateMachineIdentity(snap, n); err != nil {
+		return err
+	}
+	return validateNodeUnderClaims(snap, n)
 }
 
 // validateRegistrar refuses a registration whose token (RegisteredBy)
@@ -290,6 +301,9 @@ func validateNodeShape(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 		}
 		if np.MaxVolumes < 0 {
 			return structs.Invalid(f+".max_volumes", "must not be negative")
+		}
+		if err := validateProbeError(f, np); err != nil {
+			return err
 		}
 		_, err := mustExist(snap.PluginByID, "plugin", k)
 		if err != nil {

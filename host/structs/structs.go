@@ -440,6 +440,42 @@ type NodePlugin struct {
 	// CONTROLLER_SERVICE (GetPluginCapabilities), so its plugin needs a
 	// controller endpoint for releases to call ControllerUnpublish.
 	ControllerService bool `json:"controller_service,omitempty"`
+	// ProbeError is why the node agent's last probe of the plugin failed
+	// (its socket away, not ready, no answer in time), empty when the
+	// plugin answered. The agent registers the node anyway, so one plugin
+	// restarting does not take the node and its other plugins' volumes
+	// down with it; the store keeps what the plugin last answered
+	// (ExternalNodeID and the capabilities: the machine has not changed
+	// because its driver is restarting), claims on it are refused until it
+	// answers, and its releases wait for it.
+	ProbeError string `json:"probe_error,omitempty"`
+}
+
+// MaxProbeErrorLength bounds a NodePlugin's ProbeError (an agent's text,
+// stored and shown).
+const MaxProbeErrorLength = 512
+
+// Answering says whether the plugin answered its node agent's last probe.
+func (np *NodePlugin) Answering() bool { return np.ProbeError == "" }
+
+// Answers is what a probe that succeeded reports of a node plugin: two
+// entries with the same Answers are the same driver on the same machine.
+func (np *NodePlugin) Answers() NodePluginAnswers {
+	return NodePluginAnswers{ExternalNodeID: np.ExternalNodeID, StageUnstage: np.StageUnstage,
+		MaxVolumes: np.MaxVolumes, ControllerService: np.ControllerService}
+}
+
+// NodePluginAnswers is the part of a NodePlugin a probe fills.
+type NodePluginAnswers struct {
+	ExternalNodeID    string
+	StageUnstage      bool
+	MaxVolumes        int64
+	ControllerService bool
+}
+
+// SetAnswers writes a probe's answers into np.
+func (np *NodePlugin) SetAnswers(a NodePluginAnswers) {
+	np.ExternalNodeID, np.StageUnstage, np.MaxVolumes, np.ControllerService = a.ExternalNodeID, a.StageUnstage, a.MaxVolumes, a.ControllerService
 }
 
 // MissingControllerWarnings names each plugin of n whose driver advertises
@@ -600,8 +636,10 @@ const (
 	EventAutoForce       = "auto-force-deregister"
 	EventModule          = "module"
 	EventGC              = "claim-gc"
-	// EventNodeStatus records a heartbeat transition (ready, down, gone)
-	// and EventNodeFence a fence or unfence, with its reason.
+	// EventNodeStatus records a heartbeat transition (ready, down, gone),
+	// or a node plugin that stopped or started answering its agent's
+	// probe (Fields "plugin" and "probe"), and EventNodeFence a fence or
+	// unfence, with its reason.
 	EventNodeStatus = "node-status"
 	EventNodeFence  = "node-fence"
 	// EventScheduler records what a scheduler source (the Nomad bridge)

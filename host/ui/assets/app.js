@@ -704,7 +704,8 @@ async function nodes(q, signal, started) {
       n.status_reason ? h("div", {class: "sub"}, n.status_reason) : null),
     h("td", {}, n.agent ? rel(n.status_since || n.last_seen) : "direct mode"),
     h("td", {}, fenceCell(n)),
-    h("td", {}, Object.values(n.plugins || {}).map((p) => h("div", {}, p.plugin_id, h("span", {class: "sub mono"}, ` ${p.external_node_id || ""}`))), Object.keys(n.plugins || {}).length ? null : "—"),
+    h("td", {}, Object.values(n.plugins || {}).map((p) => h("div", {"data-plugin": p.plugin_id}, p.plugin_id, h("span", {class: "sub mono"}, ` ${p.external_node_id || ""}`),
+      p.probe_error ? [" ", badge("not answering", "stuck"), h("div", {class: "sub probe-error"}, p.probe_error)] : null)), Object.keys(n.plugins || {}).length ? null : "—"),
     h("td", {}, stats ? (stats.body.claims_by_node[n.id] || 0) : "—"),
     h("td", {}, actionButton(n.status === "down" ? "Mark ready…" : "Mark down…", "node:write", null, () => setStatus(n, n.status === "down" ? "ready" : "down")),
       n.fence
