@@ -20,6 +20,7 @@ import (
 
 	"github.com/volhost/volhost/host/acl"
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/keylock"
 	"github.com/volhost/volhost/watcher/attach"
 )
 
@@ -92,6 +93,15 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[string]*Agent // by node ID: the latest connection
+
+	// registering orders, per node, the registrations its streams make
+	// with the streams' replacement: a first hello commits and installs
+	// its stream under it, and a later hello commits only while its
+	// stream is still the node's. Without it a replaced stream's update,
+	// committed after its replacement's hello, left the store with the
+	// old report and the connected agent, which registers again only on
+	// a change, never correcting it.
+	registering keylock.Set[string]
 }
 
 // NewServer returns a Server; Serve starts it.
@@ -203,7 +213,12 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 		addr, _ := s.cfg.Leader.Leader()
 		return stream.SendMsg(&ServerMsg{NotLeader: &NotLeader{Leader: addr}})
 	}
+	unlock, err := s.registering.Lock(ctx, node.ID)
+	if err != nil {
+		return status.FromContextError(err).Err()
+	}
 	if err := s.register(ctx, token, node); err != nil {
+		unlock()
 		return err
 	}
 	a := &Agent{nodeID: node.ID, stream: stream, authorize: authorize, pending: map[uint64]chan *StepResult{}, done: make(chan struct{})}
@@ -211,6 +226,7 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 	old := s.conns[node.ID]
 	s.conns[node.ID] = a
 	s.mu.Unlock()
+	unlock()
 	if old != nil {
 		// A reconnect replaces the stream: the old one ends Aborted and
 		// sends nothing more. replace returns once a send in progress on
@@ -299,13 +315,30 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 				_ = a.send(&ServerMsg{NotLeader: &NotLeader{Leader: addr}})
 				return nil
 			}
-			if err := s.register(ctx, token, update); err != nil {
+			if err := s.reregister(ctx, token, a, update); err != nil {
 				s.log.Warn("node agent's new registration refused", "node", node.ID, "error", err)
 				return err
 			}
 			s.log.Info("node agent registered its node again", "node", node.ID)
 		}
 	}
+}
+
+// reregister commits a later hello of a's stream, unless a newer stream
+// for the node replaced it (registering says why).
+func (s *Server) reregister(ctx context.Context, token string, a *Agent, node *structs.Node) error {
+	unlock, err := s.registering.Lock(ctx, node.ID)
+	if err != nil {
+		return status.FromContextError(err).Err()
+	}
+	defer unlock()
+	s.mu.Lock()
+	current := s.conns[node.ID] == a
+	s.mu.Unlock()
+	if !current {
+		return status.Errorf(codes.Aborted, "node agent of %q: this stream was replaced by a newer stream for the same node; its update is not registered", node.ID)
+	}
+	return s.register(ctx, token, node)
 }
 
 // register commits node as its agent reported it, under token.

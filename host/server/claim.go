@@ -272,12 +272,6 @@ func (p *publisher) call(ctx context.Context, f func(context.Context) error) err
 // refusal here leaves nothing to undo.
 func (p *publisher) prepare(ctx context.Context) error {
 	np := p.node.Plugins[p.plugin.ID]
-	if np != nil && !np.Answering() {
-		// Its node steps would fail, after an attachment made for them.
-		return structs.Conflict("node %q's plugin %q did not answer its node agent's last probe (%s): claims there wait until it answers "+
-			"(the agent probes it again every few seconds and registers the node again when it does); retry then, or claim on another node",
-			p.node.ID, p.plugin.ID, np.ProbeError)
-	}
 	if np != nil && np.Endpoint != "" {
 		// Checked before the first CSI call: no controller attachment
 		// for a node whose steps cannot be run now.

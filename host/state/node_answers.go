@@ -47,6 +47,45 @@ func keepLastAnswers(old, n *structs.Node) {
 	}
 }
 
+// validateUnansweredUnderClaims refuses an entry that did not answer and
+// has nothing kept for it (no node under the ID held its answers) while
+// the node ID holds claims of that plugin recorded on a machine: nothing
+// says the node is that machine, and the node steps of those claims'
+// releases would go to whichever machine the agent's socket reaches. An
+// answering entry is held to the recorded machine (validateHeldClaimMachine);
+// this one registers once its plugin answers. Before, an agent on another
+// machine that took a deregistered node's ID with its driver slow to
+// answer had the old claims' NodeUnstage run under its own allocation.
+func validateUnansweredUnderClaims(snap *Snapshot, old, n *structs.Node) error {
+	for _, id := range slices.Sorted(maps.Keys(n.Plugins)) {
+		np := n.Plugins[id]
+		if np == nil || np.Answering() || np.ExternalNodeID != "" {
+			continue
+		}
+		var was string
+		if old != nil {
+			if op := old.Plugins[id]; op != nil {
+				was = op.ExternalNodeID
+			}
+		}
+		err := heldClaimsOn(snap, n.ID, func(v *structs.Volume, c *structs.Claim) error {
+			if v.PluginID != id {
+				return nil
+			}
+			if rec := c.ReleaseNodeID(was); rec != "" {
+				return structs.Conflict("node %q: plugin %q did not answer its node agent's probe (%s), so nothing says the node is the machine of external node ID %q, "+
+					"where the claim of allocation %q on volume %q is held: the node registers once the plugin answers as that machine",
+					n.ID, id, np.ProbeError, rec, c.AllocID, volName(v.Namespace, v.ID))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // validateProbeError bounds an entry's probe error (snapshot rows too).
 func validateProbeError(field string, np *structs.NodePlugin) error {
 	switch {

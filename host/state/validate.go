@@ -181,6 +181,9 @@ func validateNodeUpsert(snap *Snapshot, r *structs.NodeUpsertRequest) error {
 	}
 	n := r.Node.Copy()
 	keepLastAnswers(old, n)
+	if err := validateUnansweredUnderClaims(snap, old, n); err != nil {
+		return err
+	}
 	if err := validateMachineIdentity(snap, n); err != nil {
 		return err
 	}
@@ -846,6 +849,14 @@ func validateClaim(snap *Snapshot, r *structs.VolumeClaimRequest) error {
 		// Fenced, heartbeating: attested off, so nothing may be published
 		// there until an operator unfences it.
 		return structs.Conflict("node %q is fenced (%s: %s) and cannot take a claim until `volhost node unfence`", n.ID, n.Fence.Source, n.Fence.Reason)
+	}
+	if np := n.Plugins[v.PluginID]; np != nil && !np.Answering() {
+		// Its node steps would fail, after an attachment made for them;
+		// checked at the claim path's start and again at the write-ahead
+		// record's commit (the plugin may stop answering in between).
+		return structs.Conflict("node %q's plugin %q did not answer its node agent's last probe (%s): claims there wait until it answers "+
+			"(the agent probes it again every few seconds and registers the node again when it does); retry then, or claim on another node",
+			n.ID, v.PluginID, np.ProbeError)
 	}
 	if v.Stuck != nil {
 		return structs.Conflict("volume %q is stuck: %s", name, v.Stuck.Reason)

@@ -1,10 +1,8 @@
 package attach
 
 import (
-	"context"
-	"sync"
-
 	"github.com/volhost/volhost/host/structs"
+	"github.com/volhost/volhost/internal/keylock"
 )
 
 // VolumeLocks serialises, per volume on the leader, the claim path (its
@@ -23,57 +21,15 @@ import (
 // Entries are dropped when unused, so the map does not grow with the
 // number of volumes ever claimed. The zero value is ready to use.
 type VolumeLocks struct {
-	mu    sync.Mutex
-	locks map[structs.VolumeRef]*volumeLock
-}
-
-type volumeLock struct {
-	ch   chan struct{} // holds one token while locked
-	refs int
+	keylock.Set[structs.VolumeRef]
 }
 
 // NewVolumeLocks returns an empty set of locks.
 func NewVolumeLocks() *VolumeLocks { return &VolumeLocks{} }
-
-// Lock takes ref's lock, waiting at most until ctx ends, and returns the
-// unlock function.
-func (l *VolumeLocks) Lock(ctx context.Context, ref structs.VolumeRef) (func(), error) {
-	l.mu.Lock()
-	if l.locks == nil {
-		l.locks = make(map[structs.VolumeRef]*volumeLock)
-	}
-	e := l.locks[ref]
-	if e == nil {
-		e = &volumeLock{ch: make(chan struct{}, 1)}
-		l.locks[ref] = e
-	}
-	e.refs++
-	l.mu.Unlock()
-	select {
-	case e.ch <- struct{}{}:
-		return func() { <-e.ch; l.drop(ref, e) }, nil
-	case <-ctx.Done():
-		l.drop(ref, e)
-		return nil, ctx.Err()
-	}
-}
-
-func (l *VolumeLocks) drop(ref structs.VolumeRef, e *volumeLock) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e.refs--
-	if e.refs == 0 {
-		delete(l.locks, ref)
-	}
-}
 
 // Busy reports whether ref's lock is held or waited for. The release of a
 // publishing claim waits while it is (the claim path may be publishing
 // that claim); a claim path that starts after the check cannot take up a
 // claim whose allocation ended, so the answer cannot go stale in a way
 // that matters there.
-func (l *VolumeLocks) Busy(ref structs.VolumeRef) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.locks[ref] != nil
-}
+func (l *VolumeLocks) Busy(ref structs.VolumeRef) bool { return l.Set.Busy(ref) }
