@@ -329,7 +329,10 @@ func TestStoreFailureRetried(t *testing.T) {
 	f.store.failWrites = structs.ErrNoLeader
 	f.store.mu.Unlock()
 	f.w.SetEnabled(true)
-	testutil.WaitFor(t, "failed pass", func() bool { return f.csi.count(mNodeUnpublish) == 1 })
+	// At least one: enabling and the store's first change are two wakes,
+	// and a pass that fails fast may run for each (it was == 1, which
+	// the second pass sometimes passed over between two polls).
+	testutil.WaitFor(t, "failed pass", func() bool { return f.csi.count(mNodeUnpublish) >= 1 })
 	testutil.WaitFor(t, "idle", f.w.idle)
 	if c := f.store.claim(ref("v1"), "a1"); c.State != structs.ClaimTaken || c.Attempts != 0 {
 		t.Fatalf("claim = %s attempts %d, want untouched", c.State, c.Attempts)
@@ -337,6 +340,10 @@ func TestStoreFailureRetried(t *testing.T) {
 	f.store.mu.Lock()
 	f.store.failWrites = nil
 	f.store.mu.Unlock()
-	f.clock.Advance(DefaultBackoffBase)
+	if f.store.claim(ref("v1"), "a1") == nil {
+		t.Fatal("released before the clock reached the retry's backoff")
+	}
+	// The backoff after one failure or two: one base, or two.
+	f.clock.Advance(2 * DefaultBackoffBase)
 	testutil.WaitFor(t, "release after the retry", func() bool { return f.store.claim(ref("v1"), "a1") == nil })
 }
