@@ -69,6 +69,32 @@ func (p *pass) lostHeartbeatHold(c *structs.Claim) verdict {
 		c.NodeID, n.Status, since.UTC().Format(time.RFC3339), orText(n.StatusReason, "missed heartbeats"))}
 }
 
+// unansweredHold is the verdict for a claim whose node steps would go
+// through a node plugin that did not answer its agent's last probe. The
+// store keeps the machine that plugin last answered for (host/state
+// node_answers.go), but nothing says the agent now registered under the
+// node's ID reaches that machine: an agent of another machine under the
+// same ID would get NodeUnpublish and NodeUnstage of paths its own
+// allocations use. The steps wait, visibly, until the plugin answers, and
+// its registration shows which machine it is (a registration that moves
+// a held claim's machine is refused).
+func (p *pass) unansweredHold(c *structs.Claim) (verdict, bool) {
+	if c.State.Order() >= structs.ClaimNodeDetached.Order() || (c.TargetPath == "" && c.StagingPath == "") {
+		return verdict{}, false // no node step left
+	}
+	n := p.nodes[c.NodeID]
+	if n == nil {
+		return verdict{}, false
+	}
+	np := n.Plugins[p.v.PluginID]
+	if np == nil || np.Answering() {
+		return verdict{}, false
+	}
+	return verdict{action: abi.ActionWait, hostHold: true, reason: fmt.Sprintf(
+		"node %s's plugin %s did not answer its node agent's last probe (%s): its node steps wait until it answers as the machine the claim was published on",
+		c.NodeID, p.v.PluginID, np.ProbeError)}, true
+}
+
 func orText(s, def string) string {
 	if s == "" {
 		return def

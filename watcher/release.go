@@ -313,6 +313,11 @@ func (p *pass) decide(ctx context.Context, due []*structs.Claim) (map[string]ver
 					return nil, err
 				}
 			}
+			if vd.action == abi.ActionRelease && vd.fault == nil && p.fence(c.NodeID) == nil {
+				if hold, held := p.unansweredHold(c); held {
+					vd = hold
+				}
+			}
 		default:
 			vd = verdict{fault: attach.Fault(p.policy, StepPolicy, attach.FaultBadOutput,
 				"unknown action %d for allocation %q", d.Action, d.AllocID)}

@@ -263,9 +263,18 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 	}
 	msgs, stopRecv := receive(stream)
 	defer stopRecv()
+	updates, updated, stopUpdates := s.updater(ctx, token, a)
+	defer stopUpdates()
 	for {
 		var m *AgentMsg
 		select {
+		case err := <-updated:
+			// A later hello's registration was refused, or this server
+			// no longer leads (the agent was sent away): the stream ends.
+			if errors.Is(err, errSentAway) {
+				return nil
+			}
+			return err
 		case <-a.done:
 			// Closed from outside: a newer stream for the same node
 			// replaced this one (the agent reconnected, or a second
@@ -310,18 +319,81 @@ func (s *Server) connect(stream grpc.ServerStream) error {
 			if update == nil || update.ID != node.ID {
 				return status.Errorf(codes.InvalidArgument, "node agent of %q: a later hello must name the same node", node.ID)
 			}
+			updates.put(update)
+		}
+	}
+}
+
+// errSentAway ends a stream whose later hello reached a server that no
+// longer leads: the agent was told (NotLeader) and finds the leader.
+var errSentAway = errors.New("sent to the leader")
+
+// latest holds the newest node a later hello reported and not yet
+// registered: one registration at a time, and a report that a newer one
+// overtook is never registered.
+type latest struct {
+	mu    sync.Mutex
+	node  *structs.Node
+	ready chan struct{} // cap 1: node is set
+}
+
+func (l *latest) put(n *structs.Node) {
+	l.mu.Lock()
+	l.node = n
+	l.mu.Unlock()
+	select {
+	case l.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (l *latest) take() *structs.Node {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.node
+	l.node = nil
+	return n
+}
+
+// updater registers the later hellos of a's stream in their own
+// goroutine, so the stream's loop goes on acknowledging heartbeats and
+// delivering step results while a registration waits for raft (or for
+// the node's registration order): a slow commit of one plugin's change
+// made the agent take its leader for silent, and could let the node's
+// heartbeat TTL run out. Its answer, when the stream must end, comes on
+// the returned channel; stop ends the goroutine and waits for it.
+func (s *Server) updater(ctx context.Context, token string, a *Agent) (*latest, <-chan error, func()) {
+	l := &latest{ready: make(chan struct{}, 1)}
+	out := make(chan error, 1)
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-l.ready:
+			}
+			n := l.take()
+			if n == nil {
+				continue
+			}
 			if !s.cfg.Leader.IsLeader() {
 				addr, _ := s.cfg.Leader.Leader()
 				_ = a.send(&ServerMsg{NotLeader: &NotLeader{Leader: addr}})
-				return nil
+				out <- errSentAway
+				return
 			}
-			if err := s.reregister(ctx, token, a, update); err != nil {
-				s.log.Warn("node agent's new registration refused", "node", node.ID, "error", err)
-				return err
+			if err := s.reregister(ctx, token, a, n); err != nil {
+				s.log.Warn("node agent's new registration refused", "node", a.nodeID, "error", err)
+				out <- err
+				return
 			}
-			s.log.Info("node agent registered its node again", "node", node.ID)
+			s.log.Info("node agent registered its node again", "node", a.nodeID)
 		}
-	}
+	}()
+	return l, out, func() { cancel(); <-done }
 }
 
 // reregister commits a later hello of a's stream, unless a newer stream

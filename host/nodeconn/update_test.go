@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -157,4 +158,27 @@ func TestLaterHelloRegistersOnlyTheStreamsNode(t *testing.T) {
 	if n := len(reg.all()); n != 2 {
 		t.Fatalf("%d registrations, want the two of n1: another node was registered on n1's stream", n)
 	}
+}
+
+// While a later hello's registration is on its way (a raft commit taking
+// its time), the stream's heartbeats are still acknowledged: the
+// registration runs beside the stream's loop (updater). In the loop, the
+// agent took the silence for a wedged leader and the tracker saw no beat,
+// so a slow update of one plugin's probe could take the node down.
+func TestHeartbeatsAckedWhileALaterHelloRegisters(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reg := &gatedRecorder{entered: make(chan struct{}), gate: make(chan struct{})}
+	s := NewServer(Config{Registrar: reg, Leader: alwaysLeader{}})
+	log := &sendLog{}
+	st, done := startStream(ctx, s, log, "a", helloOf("", false))
+	testutil.WaitFor(t, "the welcome", func() bool { return log.has("a:welcome") })
+
+	st.in <- helloOf("connection refused", true)
+	<-reg.entered
+	st.in <- &AgentMsg{Heartbeat: &Heartbeat{Seq: 1}}
+	t.Cleanup(func() { close(reg.gate); close(st.in); <-done })
+	bound, stop := context.WithTimeout(ctx, 5*time.Second) // a bound on "never", not a synchronisation
+	defer stop()
+	testutil.WaitForCtx(t, bound, "the heartbeat's ack while the later hello registers", func() bool { return log.has("a:other") })
 }

@@ -102,3 +102,43 @@ func TestUnansweredPluginCannotTakeAHeldNodeID(t *testing.T) {
 	}
 	inUse(t, h, ref, "web-2", machineOf("node2"))
 }
+
+// A registered node's ID taken by another machine's agent (node2's
+// machine, its agent configured as node1) with its plugin not answering:
+// the store keeps node1's last answers (ext-node1), so the registration
+// stands, and web-1's release must not send its node steps through that
+// agent to machine-node2, where running web-2 publishes the same volume.
+// The steps wait, held by volhost, until the plugin answers; answering as
+// ext-node1 (node1's machine back) they run there.
+func TestReleaseWaitsForAPluginThatDoesNotAnswer(t *testing.T) {
+	h := newHarness(t, "node1", "node2")
+	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
+	h.endedClaim(ref, "web-1", "node1")
+	h.liveClaim(ref, "web-2", "node2")
+	inUse(t, h, ref, "web-2", machineOf("node2"))
+
+	if err := h.helloPlugin("node1", &structs.NodePlugin{Endpoint: h.nodes["node2"].Endpoint(), ProbeError: "context deadline exceeded"}); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.w.Assess(h.ctx, ref)
+	for _, m := range []string{csitest.NodeUnstage, csitest.NodeUnpublish} {
+		for _, c := range h.calls("node2", m, ref) {
+			t.Errorf("web-1's release (its claim published on ext-node1) sent %s (%s%s) to machine-node2 through a plugin that did not answer", m, c.StagingPath, c.TargetPath)
+		}
+	}
+	inUse(t, h, ref, "web-2", machineOf("node2"))
+	c := h.vol(ref).Claims["web-1"]
+	if c == nil || c.State != structs.ClaimTaken || c.Hold == nil || !strings.Contains(c.Hold.Reason, "did not answer its node agent's last probe") {
+		t.Fatalf("web-1's claim: %+v, want it taken and held by volhost for the plugin's probe", c)
+	}
+
+	// node1's machine's agent again, its plugin answering.
+	if err := h.helloPlugin("node1", &structs.NodePlugin{Endpoint: h.nodes["node1"].Endpoint(), ExternalNodeID: "ext-node1", StageUnstage: true}); err != nil {
+		t.Fatal(err)
+	}
+	_ = h.w.Assess(h.ctx, ref)
+	if len(h.calls("node1", csitest.NodeUnpublish, ref)) != 1 {
+		t.Fatalf("web-1's release once its plugin answers as ext-node1: %d NodeUnpublish on machine-node1, want 1", len(h.calls("node1", csitest.NodeUnpublish, ref)))
+	}
+	inUse(t, h, ref, "web-2", machineOf("node2"))
+}

@@ -223,10 +223,11 @@ func (w *writer) upsertNode(r *structs.NodeUpsertRequest) (any, error) {
 	if err := w.insert(TableNodes, n); err != nil {
 		return nil, err
 	}
-	if err := w.probeEvents(old, n); err != nil {
+	probed, err := w.probeEvents(old, n)
+	if err != nil {
 		return nil, err
 	}
-	if old != nil && old.Status != n.Status {
+	if old != nil && (old.Status != n.Status || probed) {
 		return nil, w.nodeMoved(n.ID)
 	}
 	return nil, nil

@@ -25,11 +25,12 @@ import (
 //     the machine index, where a second node ID registering the same
 //     machine is refused (validateMachineIdentity);
 //   - the change is an event on the node, both ways, so `volhost events`
-//     says when a plugin stopped answering and when it came back.
+//     says when a plugin stopped answering and when it came back, and
+//     wakes the volumes claimed on the node: their releases' node steps
+//     wait while the plugin does not answer (watcher unansweredHold).
 //
-// The claim path refuses a claim on a plugin that is not answering
-// (host/server prepare), and a release's node steps wait for it as they
-// wait for any call that fails.
+// A claim on a plugin that is not answering is refused (validateClaim),
+// and a release's node steps wait for it to answer.
 
 // keepLastAnswers fills each entry of n whose probe failed with what the
 // same plugin answered in old, the node as the store holds it (nil: none).
@@ -113,8 +114,8 @@ func validateUnanswered(n *structs.Node) error {
 
 // probeEvents records each plugin of n that stopped or started answering
 // its agent's probe since old (a plugin new to the node counts from
-// answering).
-func (w *writer) probeEvents(old, n *structs.Node) error {
+// answering), and says whether one did.
+func (w *writer) probeEvents(old, n *structs.Node) (changed bool, err error) {
 	for _, id := range slices.Sorted(maps.Keys(n.Plugins)) {
 		np := n.Plugins[id]
 		was := true
@@ -134,8 +135,9 @@ func (w *writer) probeEvents(old, n *structs.Node) error {
 			ev.Fields["probe"], ev.Fields["error"] = "failed", np.ProbeError
 		}
 		if err := w.event(ev); err != nil {
-			return err
+			return false, err
 		}
+		changed = true
 	}
-	return nil
+	return changed, nil
 }

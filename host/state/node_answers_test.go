@@ -21,7 +21,22 @@ func unanswered(n *structs.Node, id, why string) *structs.Node {
 // event both ways.
 func TestUnansweredPluginKeepsItsMachine(t *testing.T) {
 	f := newFixture(t)
+	f.must(structs.VolumeClaimType, &structs.VolumeClaimRequest{Namespace: "default", VolumeID: "vol-sw",
+		Claim: &structs.Claim{AllocID: "a1", NodeID: "n1", Mode: structs.ClaimWrite, ExternalNodeID: "i-0001"}})
+	// The volumes claimed on the node are woken by either change: their
+	// releases' node steps wait while the plugin does not answer.
+	woken := func(since uint64) bool {
+		vols, err := f.s.Snapshot().VolumesModifiedSince(nil, since)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(vols) == 1 && vols[0].ID == "vol-sw"
+	}
+	mark := f.idx
 	f.must(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: unanswered(f.node("n1"), "ebs", "connection refused")})
+	if !woken(mark) {
+		t.Fatal("the plugin stopped answering: vol-sw, claimed on n1, was not woken")
+	}
 	got := f.node("n1").Plugins["ebs"]
 	if got.ProbeError != "connection refused" || got.ExternalNodeID != "i-0001" || !got.StageUnstage {
 		t.Fatalf("n1's ebs after a failed probe: %+v, want the probe error with external node ID i-0001 and STAGE_UNSTAGE kept", got)
@@ -47,7 +62,11 @@ func TestUnansweredPluginKeepsItsMachine(t *testing.T) {
 
 	again := f.node("n1").Copy()
 	again.Plugins["ebs"].ProbeError = ""
+	mark = f.idx
 	f.must(structs.NodeUpsertType, &structs.NodeUpsertRequest{Node: again})
+	if !woken(mark) {
+		t.Fatal("the plugin answers again: vol-sw, claimed on n1, was not woken")
+	}
 	if got := f.node("n1").Plugins["ebs"]; !got.Answering() || got.ExternalNodeID != "i-0001" {
 		t.Fatalf("n1's ebs answering again: %+v", got)
 	}
