@@ -142,3 +142,27 @@ func TestReleaseWaitsForAPluginThatDoesNotAnswer(t *testing.T) {
 	}
 	inUse(t, h, ref, "web-2", machineOf("node2"))
 }
+
+// An operator's detach runs a release without the policy's decision, so
+// without its hold: the node step itself refuses a plugin that does not
+// answer (nodeStep), and nothing reaches the machine the agent now under
+// node1's ID is on.
+func TestDetachDoesNotStepThroughAPluginThatDoesNotAnswer(t *testing.T) {
+	h := newHarness(t, "node1", "node2")
+	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
+	h.endedClaim(ref, "web-1", "node1")
+	h.liveClaim(ref, "web-2", "node2")
+	if err := h.helloPlugin("node1", &structs.NodePlugin{Endpoint: h.nodes["node2"].Endpoint(), ProbeError: "context deadline exceeded"}); err != nil {
+		t.Fatal(err)
+	}
+	_, _ = h.w.Detach(h.ctx, ref.Namespace, ref.ID, "node1")
+	for _, m := range []string{csitest.NodeUnstage, csitest.NodeUnpublish} {
+		for _, c := range h.calls("node2", m, ref) {
+			t.Errorf("an operator's detach of node1 sent %s (%s%s) to machine-node2 through a plugin that did not answer", m, c.StagingPath, c.TargetPath)
+		}
+	}
+	inUse(t, h, ref, "web-2", machineOf("node2"))
+	if c := h.vol(ref).Claims["web-1"]; c == nil || c.LastError == nil || !strings.Contains(c.LastError.Message, "did not answer its node agent's last probe") {
+		t.Fatalf("web-1's claim after the detach: %+v, want its last error naming the plugin's probe", c)
+	}
+}
