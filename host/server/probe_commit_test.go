@@ -112,21 +112,9 @@ func TestUnansweredPluginCannotTakeAHeldNodeID(t *testing.T) {
 // ext-node1 (node1's machine back) they run there.
 func TestReleaseWaitsForAPluginThatDoesNotAnswer(t *testing.T) {
 	h := newHarness(t, "node1", "node2")
-	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
-	h.endedClaim(ref, "web-1", "node1")
-	h.liveClaim(ref, "web-2", "node2")
-	inUse(t, h, ref, "web-2", machineOf("node2"))
-
-	if err := h.helloPlugin("node1", &structs.NodePlugin{Endpoint: h.nodes["node2"].Endpoint(), ProbeError: "context deadline exceeded"}); err != nil {
-		t.Fatal(err)
-	}
+	ref := impostorUnderNode1(t, h)
 	_ = h.w.Assess(h.ctx, ref)
-	for _, m := range []string{csitest.NodeUnstage, csitest.NodeUnpublish} {
-		for _, c := range h.calls("node2", m, ref) {
-			t.Errorf("web-1's release (its claim published on ext-node1) sent %s (%s%s) to machine-node2 through a plugin that did not answer", m, c.StagingPath, c.TargetPath)
-		}
-	}
-	inUse(t, h, ref, "web-2", machineOf("node2"))
+	noStepsOnNode2(t, h, ref, "web-1's release (its claim published on ext-node1)")
 	c := h.vol(ref).Claims["web-1"]
 	if c == nil || c.State != structs.ClaimTaken || c.Hold == nil || !strings.Contains(c.Hold.Reason, "did not answer its node agent's last probe") {
 		t.Fatalf("web-1's claim: %+v, want it taken and held by volhost for the plugin's probe", c)
@@ -149,20 +137,38 @@ func TestReleaseWaitsForAPluginThatDoesNotAnswer(t *testing.T) {
 // node1's ID is on.
 func TestDetachDoesNotStepThroughAPluginThatDoesNotAnswer(t *testing.T) {
 	h := newHarness(t, "node1", "node2")
-	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
-	h.endedClaim(ref, "web-1", "node1")
-	h.liveClaim(ref, "web-2", "node2")
-	if err := h.helloPlugin("node1", &structs.NodePlugin{Endpoint: h.nodes["node2"].Endpoint(), ProbeError: "context deadline exceeded"}); err != nil {
-		t.Fatal(err)
-	}
+	ref := impostorUnderNode1(t, h)
 	_, _ = h.w.Detach(h.ctx, ref.Namespace, ref.ID, "node1")
-	for _, m := range []string{csitest.NodeUnstage, csitest.NodeUnpublish} {
-		for _, c := range h.calls("node2", m, ref) {
-			t.Errorf("an operator's detach of node1 sent %s (%s%s) to machine-node2 through a plugin that did not answer", m, c.StagingPath, c.TargetPath)
-		}
-	}
-	inUse(t, h, ref, "web-2", machineOf("node2"))
+	noStepsOnNode2(t, h, ref, "an operator's detach of node1")
 	if c := h.vol(ref).Claims["web-1"]; c == nil || c.LastError == nil || !strings.Contains(c.LastError.Message, "did not answer its node agent's last probe") {
 		t.Fatalf("web-1's claim after the detach: %+v, want its last error naming the plugin's probe", c)
 	}
+}
+
+// impostorUnderNode1 sets up web-1's ended claim on node1 and running
+// web-2 on node2 sharing one volume, then registers node2's machine's
+// agent under node ID node1 with its plugin not answering (the store
+// keeps node1's answers, so it stands).
+func impostorUnderNode1(t *testing.T, h *harness) structs.VolumeRef {
+	t.Helper()
+	ref := h.volume("default", "vol1", structs.AccessMultiNodeMultiWrite)
+	h.endedClaim(ref, "web-1", "node1")
+	h.liveClaim(ref, "web-2", "node2")
+	inUse(t, h, ref, "web-2", machineOf("node2"))
+	if err := h.helloPlugin("node1", &structs.NodePlugin{Endpoint: h.nodes["node2"].Endpoint(), ProbeError: "context deadline exceeded"}); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// noStepsOnNode2 fails the test for each node step of ref that reached
+// machine-node2, and checks web-2 still has its staging there.
+func noStepsOnNode2(t *testing.T, h *harness, ref structs.VolumeRef, what string) {
+	t.Helper()
+	for _, m := range []string{csitest.NodeUnstage, csitest.NodeUnpublish} {
+		for _, c := range h.calls("node2", m, ref) {
+			t.Errorf("%s sent %s (%s%s) to machine-node2 through a plugin that did not answer", what, m, c.StagingPath, c.TargetPath)
+		}
+	}
+	inUse(t, h, ref, "web-2", machineOf("node2"))
 }
