@@ -90,9 +90,15 @@ func (p *pass) unansweredHold(c *structs.Claim) (verdict, bool) {
 	if np == nil || np.Answering() {
 		return verdict{}, false
 	}
-	return verdict{action: abi.ActionWait, hostHold: true, reason: fmt.Sprintf(
-		"node %s's plugin %s did not answer its node agent's last probe (%s): its node steps wait until it answers as the machine the claim was published on",
-		c.NodeID, p.v.PluginID, np.ProbeError)}, true
+	return verdict{action: abi.ActionWait, hostHold: true, reason: unansweredWait(c.NodeID, p.v.PluginID, np)}, true
+}
+
+// unansweredWait says why a claim's node steps wait for np, a plugin that
+// did not answer its agent's probe: the hold's reason (unansweredHold)
+// and the node step's refusal (nodeStep) alike.
+func unansweredWait(nodeID, pluginID string, np *structs.NodePlugin) string {
+	return fmt.Sprintf("node %q's plugin %q did not answer its node agent's last probe (%s): its node steps wait until it answers as the machine the claim was published on",
+		nodeID, pluginID, np.ProbeError)
 }
 
 func orText(s, def string) string {

@@ -512,9 +512,7 @@ func (p *pass) nodeStep(ctx context.Context, c *structs.Claim, skip bool) (bool,
 	case !np.Answering():
 		// Every path to a node step comes here (a policy's release is
 		// held before, unansweredHold; an operator's detach is not).
-		return false, p.fail(ctx, c, p.precondition(StepNodeUnpublish,
-			"node %q's plugin %q did not answer its node agent's last probe (%s): its node steps wait until it answers as the machine the claim was published on",
-			c.NodeID, p.v.PluginID, np.ProbeError), 0)
+		return false, p.fail(ctx, c, p.precondition(StepNodeUnpublish, "%s", unansweredWait(c.NodeID, p.v.PluginID, np)), 0)
 	default:
 		var fe *structs.ClaimError
 		if nodeCSI, fe = p.nodeService(node, StepNodeUnpublish); fe != nil {

@@ -485,7 +485,6 @@ func (a *Agent) serve(ctx context.Context, l *link) error {
 		defer wg.Done()
 		s.heartbeat(sctx, interval, silent, cancel)
 	}()
-
 	for {
 		var m nodeconn.ServerMsg
 		if err := l.stream.RecvMsg(&m); err != nil {
