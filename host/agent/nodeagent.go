@@ -46,8 +46,38 @@ type ClientConfig struct {
 	RootDir string            `hcl:"root_dir,optional"`
 	Meta    map[string]string `hcl:"meta,optional"`
 	// Token is the ACL token secret the agent presents (node:write).
-	Token   string          `hcl:"token,optional"`
-	Plugins []*ClientPlugin `hcl:"plugin,block"`
+	Token string `hcl:"token,optional"`
+	// ProbeInterval is how often a connected agent probes its plugins
+	// again (10s): a plugin that stopped answering is reported within it,
+	// and one that answers again is usable again within it.
+	ProbeInterval string `hcl:"probe_interval,optional"`
+	// ProbeTimeout bounds one plugin's probe (5s): past it the plugin is
+	// reported as not answering.
+	ProbeTimeout string          `hcl:"probe_timeout,optional"`
+	Plugins      []*ClientPlugin `hcl:"plugin,block"`
+}
+
+// probeDurations parses the client's probe settings.
+func (c *ClientConfig) probeDurations() (interval, timeout time.Duration, err error) {
+	interval, timeout = client.DefaultProbeInterval, client.DefaultProbeTimeout
+	var errs []error
+	parse := func(name, v string, dst *time.Duration) {
+		if v == "" {
+			return
+		}
+		p, err := time.ParseDuration(v)
+		if err != nil || p <= 0 {
+			errs = append(errs, fmt.Errorf("client.%s: %q is not a positive duration", name, v))
+			return
+		}
+		*dst = p
+	}
+	parse("probe_interval", c.ProbeInterval, &interval)
+	parse("probe_timeout", c.ProbeTimeout, &timeout)
+	if timeout > interval {
+		errs = append(errs, fmt.Errorf("client.probe_timeout (%s) must not be longer than probe_interval (%s): a plugin is probed again only once its last probe ended", timeout, interval))
+	}
+	return interval, timeout, errors.Join(errs...)
 }
 
 // ClientPlugin is one node plugin's local socket.
@@ -269,8 +299,12 @@ func RunClient(ctx context.Context, cfg *Config) error {
 		}
 		plugins[p.ID] = p.Socket
 	}
+	probeInterval, probeTimeout, err := cc.probeDurations()
+	if err != nil {
+		return err
+	}
 	ccfg := client.Config{Servers: cc.Servers, NodeID: cc.NodeID, RootDir: cc.RootDir, Plugins: plugins,
-		Meta: cc.Meta, Token: cc.Token, Logger: newLogger(cfg)}
+		Meta: cc.Meta, Token: cc.Token, ProbeInterval: probeInterval, ProbeTimeout: probeTimeout, Logger: newLogger(cfg)}
 	if t := cfg.TLS; t != nil && t.RPC {
 		h, err := tlsutil.Load(tlsutil.Config{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, Region: cfg.Region})
 		if err != nil {
@@ -315,6 +349,8 @@ func mergeNodeAgent(c, o *Config) {
 		setString(&c.Client.NodeID, cl.NodeID)
 		setString(&c.Client.RootDir, cl.RootDir)
 		setString(&c.Client.Token, cl.Token)
+		setString(&c.Client.ProbeInterval, cl.ProbeInterval)
+		setString(&c.Client.ProbeTimeout, cl.ProbeTimeout)
 		if len(cl.Plugins) > 0 {
 			c.Client.Plugins = append([]*ClientPlugin(nil), cl.Plugins...)
 		}

@@ -56,6 +56,14 @@ const (
 	silentAfter = 3
 )
 
+// The probe defaults (Config.ProbeInterval, Config.ProbeTimeout): a
+// plugin that stops answering is reported within about 15 s, and a
+// Probe that hangs holds nothing else up for longer than 5 s.
+const (
+	DefaultProbeInterval = 10 * time.Second
+	DefaultProbeTimeout  = 5 * time.Second
+)
+
 // Config configures a node agent.
 type Config struct {
 	// Servers are the servers' node RPC addresses (host:port); the agent
@@ -141,10 +149,10 @@ func New(cfg Config) (*Agent, error) {
 		cfg.HelloTimeout = 10 * time.Second
 	}
 	if cfg.ProbeTimeout <= 0 {
-		cfg.ProbeTimeout = 5 * time.Second
+		cfg.ProbeTimeout = DefaultProbeTimeout
 	}
 	if cfg.ProbeInterval <= 0 {
-		cfg.ProbeInterval = 10 * time.Second
+		cfg.ProbeInterval = DefaultProbeInterval
 	}
 	if cfg.BackoffBase <= 0 {
 		cfg.BackoffBase = 500 * time.Millisecond

@@ -7,6 +7,9 @@ client {
   root_dir = "/var/lib/volhost-client"
   token    = "00000000-0000-0000-0000-000000000000"
 
+  probe_interval = "15s"
+  probe_timeout  = "3s"
+
   plugin "gce-pd" {
     socket = "unix:///run/csi/gce-pd.sock"
   }
