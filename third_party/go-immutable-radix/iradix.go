@@ -6,11 +6,31 @@ import (
 )
 
 const (
-	// defaultModifiedCache bounds the mutation notify maps of a
-	// transaction (trackChannels). volhost: upstream bounded the writable
-	// node cache with it too; the fork does not (writable.go).
+	// defaultModifiedCache was upstream's bound of both the writable node
+	// cache and the mutation notify map of a transaction; the fork bounds
+	// neither with it (writable.go, trackLimit). Upstream's tests still
+	// size their trees by it.
 	defaultModifiedCache = 8192
 )
+
+// trackLimit bounds a transaction's mutation notify map (trackChannels):
+// past it the transaction forgets the map and its Notify walks the whole
+// old and new trees instead (slowNotify).
+//
+// volhost's seventh change to the fork: upstream's bound was 8,192, so a
+// transaction that replaced more nodes than that in one index paid a walk
+// of the whole index, however small its change was next to it. A store of
+// 1,000,000 volumes past its cap of volume events trims 3,125 events in
+// one entry, which replaces more than 8,192 nodes of the events' indexes,
+// and every server then walked 200,000 events twice, building each node's
+// path as a string: 8% of the leader's CPU in the releases of a scale run
+// (BENCHMARKS.md "A trim that walked the whole events table"). As with
+// the writable set, every tracked channel is a node the transaction
+// replaced, so the map grows with what the transaction writes, never with
+// the tree; the bound is kept only so that a transaction rewriting most of
+// a very large tree (a map of a million entries, some 40 MB) walks it
+// instead. A variable, so that the tests can still reach the walk.
+var trackLimit = 1 << 20
 
 // Tree implements an immutable radix tree. This can be treated as a
 // Dictionary abstract data type. The main advantage over a standard
@@ -62,11 +82,11 @@ type Txn struct {
 	fromEmpty bool
 
 	// trackChannels is used to hold channels that need to be notified to
-	// signal mutation of the tree. This will only hold up to
-	// defaultModifiedCache number of entries, after which we will set the
-	// trackOverflow flag, which will cause us to use a more expensive
-	// algorithm to perform the notifications. Mutation tracking is only
-	// performed if trackMutate is true.
+	// signal mutation of the tree. This will only hold up to trackLimit
+	// entries, after which we will set the trackOverflow flag, which will
+	// cause us to use a more expensive algorithm to perform the
+	// notifications. Mutation tracking is only performed if trackMutate is
+	// true.
 	trackChannels channelSet
 	trackOverflow bool
 	trackMutate   bool
@@ -116,7 +136,7 @@ func (t *Txn) trackChannel(ch *mutateCh) {
 
 	// If this would overflow the state we reject it and set the flag (since
 	// we aren't tracking everything that's required any longer).
-	if len(t.trackChannels) >= defaultModifiedCache {
+	if len(t.trackChannels) >= trackLimit {
 		// Mark that we are in the overflow state
 		t.trackOverflow = true
 

@@ -734,12 +734,16 @@ func TestWatchOnAKeySurvivesSplitsMergesAndCopies(t *testing.T) {
 	}
 }
 
-// The overflow path (more than 8192 channels tracked in one transaction):
-// the commit compares the trees, so a key's leaf must be replaced exactly
-// when the key is written. Watches on half the keys, another half
-// rewritten, over a tree whose nodes earlier transactions split, merged
-// and rewrote.
-func TestWatchesClosedExactlyOnTheOverflowPath(t *testing.T) {
+// A transaction of more than 8,192 changed nodes, on both notify paths
+// (bothNotifyPaths): tracked, or past the tracking bound, where the commit
+// compares the trees, so a key's leaf must be replaced exactly when the
+// key is written. Watches on half the keys, another half rewritten, over a
+// tree whose nodes earlier transactions split, merged and rewrote.
+func TestWatchesClosedExactlyOnBothNotifyPaths(t *testing.T) {
+	bothNotifyPaths(t, watchesClosedExactly)
+}
+
+func watchesClosedExactly(t *testing.T, overflow bool) {
 	const n = 6000
 	key := func(i int) []byte { return fmt.Appendf(nil, "k/%d", i) }
 	for _, fromEmpty := range []bool{true, false} {
@@ -791,8 +795,8 @@ func TestWatchesClosedExactlyOnTheOverflowPath(t *testing.T) {
 				}
 			}
 			txn.Insert([]byte("k/99999"), 1)
-			if !txn.trackOverflow {
-				t.Fatal("the transaction did not overflow; the test does not test the slow path")
+			if txn.trackOverflow != overflow {
+				t.Fatalf("overflow = %v, want %v: the test does not test its path", txn.trackOverflow, overflow)
 			}
 			tree2 := txn.Commit()
 			for i := range n {
@@ -823,9 +827,13 @@ func TestWatchesClosedExactlyOnTheOverflowPath(t *testing.T) {
 	}
 }
 
-// A large random transaction (overflow) over a random tree, then the
-// watch and snapshot rules of the model test.
+// A large random transaction over a random tree, on both notify paths,
+// then the watch and snapshot rules of the model test.
 func TestRandomLargeTxnsCloseExactlyTheirWatches(t *testing.T) {
+	bothNotifyPaths(t, randomLargeTxnsCloseExactlyTheirWatches)
+}
+
+func randomLargeTxnsCloseExactlyTheirWatches(t *testing.T, overflow bool) {
 	rnd := rand.New(rand.NewSource(7))
 	vals := newALValues()
 	key := func() string { return fmt.Sprintf("%c%d/%d", 'a'+rnd.Intn(4), rnd.Intn(40), rnd.Intn(60)) }
@@ -881,8 +889,8 @@ func TestRandomLargeTxnsCloseExactlyTheirWatches(t *testing.T) {
 				txn.DeletePrefix([]byte(p))
 			}
 		}
-		if !txn.trackOverflow {
-			t.Fatal("no overflow")
+		if txn.trackOverflow != overflow {
+			t.Fatalf("overflow = %v, want %v", txn.trackOverflow, overflow)
 		}
 		tree = txn.Commit()
 		for _, x := range ws {

@@ -72,6 +72,7 @@ func TestMutateChBeforeAndAfterCommit(t *testing.T) {
 // The slow notify path (more nodes changed than the tracking map holds)
 // closes the same watches.
 func TestMutateChSlowNotify(t *testing.T) {
+	useTrackLimit(t, defaultModifiedCache)
 	r := New()
 	txn := r.Txn()
 	for i := range defaultModifiedCache * 2 {
