@@ -28,7 +28,7 @@ const (
 // the writable set, every tracked channel is a node the transaction
 // replaced, so the map grows with what the transaction writes, never with
 // the tree; the bound is kept only so that a transaction rewriting most of
-// a very large tree (a map of a million entries, some 40 MB) walks it
+// a very large tree (a map of a million entries, up to some 20 MB) walks it
 // instead. A variable, so that the tests can still reach the walk.
 var trackLimit = 1 << 20
 
