@@ -238,6 +238,20 @@ func (t *Txn) trackChannelsAndCount(n *Node) int {
 	return leaves
 }
 
+// trackChannelsAndCountBelow is trackChannelsAndCount for n's subtree
+// without n's own channels: n's leaf is counted, the rest of the subtree
+// tracked and counted.
+func (t *Txn) trackChannelsAndCountBelow(n *Node) int {
+	leaves := 0
+	if n.leaf != nil {
+		leaves = 1
+	}
+	for _, e := range n.edges {
+		leaves += t.trackChannelsAndCount(e.node)
+	}
+	return leaves
+}
+
 // mergeChild is called to collapse the given node with its child. This is only
 // called when the given node is not a leaf and has a single edge.
 func (t *Txn) mergeChild(n *Node) {
@@ -407,7 +421,12 @@ func (t *Txn) deletePrefix(parent, n *Node, search []byte) (*Node, int) {
 		// after would count nothing (the tree's Len kept the deleted keys)
 		// and track none of the channels under it (their watches never
 		// closed); upstream does it in this order only for nodes it copies.
-		deleted := t.trackChannelsAndCount(n)
+		// n's own channels are writeNode's to track: it tracks n's when it
+		// copies n, and n's leaf either way. An n it answers itself stays
+		// in the new tree when n is the root (DeletePrefix of everything),
+		// and tracking it here closed the new root's channel, so every
+		// watch on the emptied tree was closed when taken.
+		deleted := t.trackChannelsAndCountBelow(n)
 		nc := t.writeNode(n, true)
 		if n.isLeaf() {
 			nc.leaf = nil
