@@ -331,6 +331,21 @@ type Durations struct {
 	HTTPRead, HTTPWrite, HTTPIdle time.Duration
 }
 
+// optionalDuration parses an optional duration setting into dst: empty
+// keeps what dst holds (the default), anything but a positive duration is
+// an error naming the setting's key.
+func optionalDuration(key, v string, dst *time.Duration) error {
+	if v == "" {
+		return nil
+	}
+	p, err := time.ParseDuration(v)
+	if err != nil || p <= 0 {
+		return fmt.Errorf("%s: %q is not a positive duration (e.g. \"30s\")", key, v)
+	}
+	*dst = p
+	return nil
+}
+
 // Validate checks the merged configuration and parses its durations; the
 // error names every offending setting.
 func (c *Config) Validate() (Durations, error) {

@@ -66,15 +66,9 @@ func (c *Config) validateLimits(d *Durations) []error {
 		"http.read_timeout": {h.ReadTimeout, &d.HTTPRead}, "http.write_timeout": {h.WriteTimeout, &d.HTTPWrite},
 		"http.idle_timeout": {h.IdleTimeout, &d.HTTPIdle},
 	} {
-		if p.v == "" {
-			continue
+		if err := optionalDuration(name, p.v, p.dst); err != nil {
+			errs = append(errs, err)
 		}
-		v, err := time.ParseDuration(p.v)
-		if err != nil || v <= 0 {
-			errs = append(errs, fmt.Errorf("%s: %q is not a positive duration (e.g. \"30s\")", name, p.v))
-			continue
-		}
-		*p.dst = v
 	}
 	if e := c.Events; e != nil {
 		for name, v := range map[string]int{"events.per_volume": e.PerVolume, "events.global": e.Global,

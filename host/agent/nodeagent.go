@@ -60,20 +60,10 @@ type ClientConfig struct {
 // probeDurations parses the client's probe settings.
 func (c *ClientConfig) probeDurations() (interval, timeout time.Duration, err error) {
 	interval, timeout = client.DefaultProbeInterval, client.DefaultProbeTimeout
-	var errs []error
-	parse := func(name, v string, dst *time.Duration) {
-		if v == "" {
-			return
-		}
-		p, err := time.ParseDuration(v)
-		if err != nil || p <= 0 {
-			errs = append(errs, fmt.Errorf("client.%s: %q is not a positive duration", name, v))
-			return
-		}
-		*dst = p
+	errs := []error{
+		optionalDuration("client.probe_interval", c.ProbeInterval, &interval),
+		optionalDuration("client.probe_timeout", c.ProbeTimeout, &timeout),
 	}
-	parse("probe_interval", c.ProbeInterval, &interval)
-	parse("probe_timeout", c.ProbeTimeout, &timeout)
 	if timeout > interval {
 		errs = append(errs, fmt.Errorf("client.probe_timeout (%s) must not be longer than probe_interval (%s): a plugin is probed again only once its last probe ended", timeout, interval))
 	}
@@ -94,22 +84,12 @@ type nodeRPCDurations struct {
 func (c *NodeRPCConfig) durations() (nodeRPCDurations, error) {
 	d := nodeRPCDurations{Interval: nodeconn.DefaultHeartbeatInterval, TTL: nodeconn.DefaultHeartbeatTTL,
 		GCThreshold: nodeconn.DefaultNodeGCThreshold}
-	var errs []error
-	parse := func(name, v string, dst *time.Duration) {
-		if v == "" {
-			return
-		}
-		p, err := time.ParseDuration(v)
-		if err != nil || p <= 0 {
-			errs = append(errs, fmt.Errorf("node_rpc.%s: %q is not a positive duration", name, v))
-			return
-		}
-		*dst = p
+	errs := []error{
+		optionalDuration("node_rpc.heartbeat_interval", c.HeartbeatInterval, &d.Interval),
+		optionalDuration("node_rpc.heartbeat_ttl", c.HeartbeatTTL, &d.TTL),
+		optionalDuration("node_rpc.heartbeat_grace", c.HeartbeatGrace, &d.Grace),
+		optionalDuration("node_rpc.node_gc_threshold", c.NodeGCThreshold, &d.GCThreshold),
 	}
-	parse("heartbeat_interval", c.HeartbeatInterval, &d.Interval)
-	parse("heartbeat_ttl", c.HeartbeatTTL, &d.TTL)
-	parse("heartbeat_grace", c.HeartbeatGrace, &d.Grace)
-	parse("node_gc_threshold", c.NodeGCThreshold, &d.GCThreshold)
 	if d.Grace == 0 {
 		d.Grace = d.TTL
 	}
