@@ -69,18 +69,6 @@ func atCheckNotified(t *testing.T, what string, newTree *Tree, olds ...atNodes) 
 	}
 }
 
-// atChans is every mutation channel of the collected tree, by where.
-func atChans(s atNodes) map[*mutateCh]string {
-	m := map[*mutateCh]string{}
-	for n, p := range s.nodes {
-		m[&n.mutateCh] = "node " + p
-	}
-	for l, p := range s.leaves {
-		m[&l.mutateCh] = "leaf " + p
-	}
-	return m
-}
-
 func atCheckModel(t *testing.T, what string, tr *Tree, m map[string]int) {
 	t.Helper()
 	if tr.Len() != len(m) {
