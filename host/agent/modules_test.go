@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -210,7 +211,15 @@ func claimVolumes(t testing.TB, c *client.Client, vols map[string]string) {
 		go func() {
 			defer wg.Done()
 			for id := range ids {
-				if _, err := c.ClaimVolume(ctx, &structs.ClaimRequest{VolumeID: id, AllocID: "a-" + id, NodeID: "node1", Mode: structs.ClaimWrite}); err != nil {
+				req := &structs.ClaimRequest{VolumeID: id, AllocID: "a-" + id, NodeID: "node1", Mode: structs.ClaimWrite}
+				_, err := c.ClaimVolume(ctx, req)
+				// A claim answered 503 sent nothing (the leader could not
+				// confirm its lease, dev mode's 100 ms on a loaded machine):
+				// a scheduler sends it again, and so does this.
+				for try := 1; errors.Is(err, structs.ErrNoLeader) && try < 5; try++ {
+					_, err = c.ClaimVolume(ctx, req)
+				}
+				if err != nil {
 					errs <- fmt.Errorf("claim %s: %w", id, err)
 				}
 			}
