@@ -209,8 +209,14 @@ func TestBridgeRefusedToken(t *testing.T) {
 		h.advance(time.Minute)
 	}
 	h.advance(time.Minute)
-	st := h.bridge.Status()
-	if st.State != scheduler.StateRetrying || !strings.Contains(st.LastError, `check the token of the scheduler "nomad" block`) || st.Failures < 4 {
+	// The bridge is connecting while it tries again and retrying once the
+	// try failed: wait for the fourth failure to be recorded.
+	var st scheduler.Status
+	testutil.WaitFor(t, "the fourth refusal in the status", func() bool {
+		st = h.bridge.Status()
+		return st.State == scheduler.StateRetrying && st.Failures >= 4
+	})
+	if !strings.Contains(st.LastError, `check the token of the scheduler "nomad" block`) {
 		t.Fatalf("status %+v", st)
 	}
 	if n := len(h.events("")); n != 1 {
