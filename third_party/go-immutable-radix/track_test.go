@@ -69,3 +69,29 @@ func TestLargeTxnNotifiesWithoutWalkingTheTree(t *testing.T) {
 		t.Fatalf("Len %d, want %d", tree2.Len(), n-deleted)
 	}
 }
+
+// BenchmarkTrackedSetAtTheLimit: the memory of a transaction's tracked
+// set at trackLimit, the most a commit's notify holds before it walks the
+// trees instead (reported in MB: in use once built, and allocated while
+// it grew).
+//
+//	go test -run '^$' -bench '^BenchmarkTrackedSetAtTheLimit$' -benchtime 3x .
+func BenchmarkTrackedSetAtTheLimit(b *testing.B) {
+	chs := make([]mutateCh, trackLimit)
+	var inUse, grown float64
+	for b.Loop() {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		s := channelSet{}
+		for i := range chs {
+			s[&chs[i]] = struct{}{}
+		}
+		runtime.ReadMemStats(&after)
+		inUse += float64(after.HeapAlloc - before.HeapAlloc)
+		grown += float64(after.TotalAlloc - before.TotalAlloc)
+		runtime.KeepAlive(s)
+	}
+	b.ReportMetric(inUse/float64(b.N)/1e6, "MB-in-use")
+	b.ReportMetric(grown/float64(b.N)/1e6, "MB-allocated")
+}
