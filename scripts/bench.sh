@@ -125,7 +125,7 @@ if [ "${SKIP_SCALE_CLUSTER:-}" != 1 ]; then
   cn=${SCALE_CLUSTER_VOLUMES:-1000000}
   # What README "Running a million volumes" tells an operator to set for
   # this size; SCALE_CLUSTER_HCL= (empty) runs raft's defaults.
-  chcl=${SCALE_CLUSTER_HCL-$'server {\n  raft_multiplier        = 5\n  raft_snapshot_interval = "300s"\n}'}
+  chcl=${SCALE_CLUSTER_HCL-$'server {\n  raft_multiplier        = 5\n  raft_snapshot_interval = "300s"\n}\nevents {\n  max_volume_events = 50000\n}'}
   rm -f "$out/scale-cluster.md"
   mkdir -p "$out/e2e-bin"
   go build -o "$out/e2e-bin/volhost" ./cmd/volhost
