@@ -53,7 +53,7 @@ func (s *Store) ApplyAt(index uint64, now time.Time, t structs.MessageType, req 
 		return nil, err
 	}
 	w := &writer{txn: txn, snap: snap, index: index, now: now.UTC(), retention: s.retention(),
-		eventCounts: s.events, bumped: map[string]bool{}}
+		eventCounts: s.events, eventFields: &s.eventFields, bumped: map[string]bool{}}
 	resp, err = o.apply(w, req)
 	if err != nil {
 		// Validation passed, so this is a store bug or a memdb error; the
@@ -82,6 +82,8 @@ type writer struct {
 	// eventCounts is the store's, as of this write (Store.events before
 	// it, Store.events after it commits).
 	eventCounts
+	// eventFields is the store's table of shared event fields.
+	eventFields *fieldsTable
 	// rings maps each ring written to to its last ring sequence number.
 	rings map[string]uint64
 	// trimmed: this transaction deleted events (events.go).

@@ -77,6 +77,9 @@ type Store struct {
 	// events is what the store derives from its events table and keeps
 	// between writes (under writeMu; events.go).
 	events eventCounts
+	// eventFields shares equal maps of fields among the events written
+	// (under writeMu; event_share.go).
+	eventFields fieldsTable
 	// generation counts the restores that replaced the whole state
 	// (StateGeneration).
 	generation atomic.Uint64
