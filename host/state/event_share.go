@@ -7,7 +7,8 @@ import (
 )
 
 // A stored event used to hold its own copy of everything it repeats: the
-// name of its ring, built for each event, the message of a claim
+// name of its ring, built for each event (writer.event now takes the name
+// from the ring's last event), the message of a claim
 // transition (a handful of texts, "claim taken -> node-detached" and its
 // siblings) and its map of fields, which for a claim transition takes a
 // few values of a few keys ({"attempts":"0","from":"taken","state":
@@ -91,10 +92,11 @@ func appendFieldsKey(b []byte, f map[string]string) ([]byte, bool) {
 
 // shareEvent shares r's repeated strings through share and its fields
 // through fields; r and its event are the write's (or the restore's)
-// own, not yet stored. Only a claim transition's message is shared: other
-// messages carry reasons and errors that rarely repeat.
+// own, not yet stored. Only strings with few distinct values go through
+// share (a write's is Go's unique package, whose every entry the collector
+// tracks): not the ring's name, one per volume, nor a message other than
+// a claim transition's, which carry reasons and errors.
 func shareEvent(r *eventRow, share func(string) string, fields *fieldsTable) {
-	r.Ring = share(r.Ring)
 	e := r.Event
 	if e == nil {
 		return

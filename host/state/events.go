@@ -146,7 +146,10 @@ func (w *writer) event(e *structs.Event) error {
 			}
 		}
 		if lastInRing != nil {
-			lastRingSeq = lastInRing.(*eventRow).RingSeq
+			last := lastInRing.(*eventRow)
+			// Its name too: one copy per ring, not one per event
+			// (event_share.go).
+			lastRingSeq, ring = last.RingSeq, last.Ring
 		}
 	}
 	row := &eventRow{Seq: w.lastSeq + 1, Index: w.index, Ring: ring, RingSeq: lastRingSeq + 1, Event: e}
