@@ -34,9 +34,13 @@ const maxSharedFields = 4096
 // cost more than it saves.
 const maxSharedFieldsKey = 256
 
+// maxSharedFieldsEntries is the most entries a shared map has: the
+// events' maps have a handful, and appendFieldsKey sorts them in place.
+const maxSharedFieldsEntries = 8
+
 // fieldsTable shares equal maps of event fields. Not safe for concurrent
-// use: the store's is used under its write lock, a restore's by its one
-// inserting goroutine.
+// use: the store's is used under its write lock, and each of a restore's
+// decoding goroutines has its own (interner).
 type fieldsTable struct {
 	maps map[string]map[string]string
 	key  []byte // scratch
@@ -44,7 +48,7 @@ type fieldsTable struct {
 
 // share answers the table's map equal to f, or f, which it then shares.
 func (t *fieldsTable) share(f map[string]string) map[string]string {
-	if len(f) == 0 || len(f) > 8 {
+	if len(f) == 0 || len(f) > maxSharedFieldsEntries {
 		return f
 	}
 	key, ok := appendFieldsKey(t.key[:0], f)
@@ -66,10 +70,10 @@ func (t *fieldsTable) share(f map[string]string) map[string]string {
 // length before it, so no two different maps have one key. It reports
 // false past maxSharedFieldsKey bytes.
 func appendFieldsKey(b []byte, f map[string]string) ([]byte, bool) {
-	var keys [8]string
+	var keys [maxSharedFieldsEntries]string
 	n := 0
 	for k := range f {
-		// Insertion sort: at most eight keys.
+		// Insertion sort: share passes at most maxSharedFieldsEntries.
 		i := n
 		for ; i > 0 && keys[i-1] > k; i-- {
 			keys[i] = keys[i-1]

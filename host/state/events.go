@@ -153,9 +153,7 @@ func (w *writer) event(e *structs.Event) error {
 		}
 	}
 	row := &eventRow{Seq: w.lastSeq + 1, Index: w.index, Ring: ring, RingSeq: lastRingSeq + 1, Event: e}
-	if w.eventFields != nil {
-		shareEvent(row, intern, w.eventFields)
-	}
+	shareEvent(row, intern, w.eventFields)
 	if err := w.insert(TableEvents, row); err != nil {
 		return err
 	}

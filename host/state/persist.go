@@ -101,9 +101,6 @@ func (s *Store) Restore(r io.Reader) error {
 	// and recounted from the table.
 	var stats volumeDelta
 	mods := volumeModsBuilder{}
-	// The events' repeated strings and fields, shared as a write shares
-	// them (event_share.go).
-	eventStrings, eventFields := interner{}, &fieldsTable{}
 	// The next batch's own checks run ahead while this one goes in
 	// (restore_ahead.go); the one in flight is waited for on any return.
 	var checking chan struct{}
@@ -129,12 +126,9 @@ func (s *Store) Restore(r io.Reader) error {
 			if err := check.rowChecked(row.table, row.obj, row.ahead); err != nil {
 				return fmt.Errorf("restore: row %d (%s %s): %w", row.line, row.table, rowKey(row.obj), err)
 			}
-			switch obj := row.obj.(type) {
-			case *structs.Volume:
+			if obj, ok := row.obj.(*structs.Volume); ok {
 				stats.count(obj)
 				mods.add(obj)
-			case *eventRow:
-				shareEvent(obj, eventStrings.s, eventFields)
 			}
 			if err := txn.Insert(row.table, row.obj); err != nil {
 				return fmt.Errorf("restore: row %d into %s: %w", row.line, row.table, err)

@@ -120,7 +120,7 @@ func TestCheckAheadWhere(t *testing.T) {
 	batch := func(rows ...decodedRow) *rowBatch { return &rowBatch{rows: rows} }
 	var vol, alloc decodedRow
 	for line := range bytes.Lines(good.Bytes()) {
-		table, obj, _, err := decodeLine(bytes.TrimSpace(line), interner{})
+		table, obj, _, err := decodeLine(bytes.TrimSpace(line), newInterner())
 		if err != nil {
 			continue // the header
 		}

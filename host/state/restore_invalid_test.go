@@ -148,7 +148,7 @@ func rowHasKey(r map[string]any, key string) bool {
 func importRows(stream []byte) (*Store, error) {
 	b := NewBuilder()
 	for i, line := range bytes.Split(bytes.TrimSpace(stream), []byte("\n"))[1:] {
-		table, row, _, err := decodeLine(line, interner{})
+		table, row, _, err := decodeLine(line, newInterner())
 		if err == nil {
 			err = b.Add(table, row)
 		}

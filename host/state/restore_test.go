@@ -127,7 +127,7 @@ func TestSplitPersistRow(t *testing.T) {
 	}
 	// The last case, through decodeLine: the general path reads it as JSON
 	// does (the last "t" wins) rather than the shortcut guessing.
-	table, obj, _, err := decodeLine([]byte(`{"t":"volumes","r":{"key":"k","value":1},"t":"index"}`), interner{})
+	table, obj, _, err := decodeLine([]byte(`{"t":"volumes","r":{"key":"k","value":1},"t":"index"}`), newInterner())
 	if err != nil || table != TableIndex {
 		t.Fatalf("got %q %T %v, want an index row", table, obj, err)
 	}

@@ -22,7 +22,7 @@ import (
 // The repeated strings of the volume itself come from in, without a copy
 // per row; shared reports whether that was all its strings (no claims,
 // no stuck mark: the caller interns those rows' other strings).
-func decodePlainVolume(row []byte, in interner) (v *structs.Volume, shared, ok bool) {
+func decodePlainVolume(row []byte, in *interner) (v *structs.Volume, shared, ok bool) {
 	p := plainjson.Scanner{B: row}
 	v = &structs.Volume{}
 	var seen uint32
@@ -149,14 +149,14 @@ func plainVolumeField(v *structs.Volume, key string) (uint32, *string) {
 
 // bytes returns b as a string: the interner's copy when shared (one copy
 // for all the rows that repeat it), else a new one.
-func (in interner) bytes(b []byte, shared bool) string {
+func (in *interner) bytes(b []byte, shared bool) string {
 	if !shared {
 		return string(b)
 	}
-	if s, ok := in[string(b)]; ok { // no allocation for the lookup
+	if s, ok := in.strs[string(b)]; ok { // no allocation for the lookup
 		return s
 	}
 	s := string(b)
-	in[s] = s
+	in.strs[s] = s
 	return s
 }

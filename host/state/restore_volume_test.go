@@ -63,7 +63,7 @@ var plainVolumeRows = []struct {
 // anything but what json.Unmarshal gives (the same Volume, no error).
 func checkPlainVolume(t *testing.T, row []byte) bool {
 	t.Helper()
-	got, _, ok := decodePlainVolume(row, interner{})
+	got, _, ok := decodePlainVolume(row, newInterner())
 	if !ok {
 		return false
 	}
@@ -102,7 +102,7 @@ func TestDecodePlainVolume(t *testing.T) {
 		t.Fatalf("%d volumes read plainly, want %d", plain, 2000)
 	}
 	// Shared strings come from the interner: one copy for all rows.
-	in := interner{}
+	in := newInterner()
 	a, _, _ := decodePlainVolume([]byte(`{"namespace":"default","plugin_id":"ebs","id":"a"}`), in)
 	b, _, _ := decodePlainVolume([]byte(`{"namespace":"default","plugin_id":"ebs","id":"b"}`), in)
 	if a.Namespace != "default" || !sameString(a.Namespace, b.Namespace) || !sameString(a.PluginID, b.PluginID) {

@@ -196,7 +196,7 @@ func importStream(t *testing.T, stream []byte) *Store {
 	t.Helper()
 	b := NewBuilder()
 	for i, line := range bytes.Split(bytes.TrimSpace(stream), []byte("\n"))[1:] {
-		table, row, _, err := decodeLine(line, interner{})
+		table, row, _, err := decodeLine(line, newInterner())
 		if err != nil {
 			t.Fatalf("line %d: %v", i+2, err)
 		}
