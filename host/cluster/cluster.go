@@ -359,7 +359,9 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 			c.closers = append([]io.Closer{cl}, c.closers...)
 		}
 		c.storage = &storageFault{dir: dir}
-		logs, stable, snaps, trans = faultLog{bolt, c.storage}, faultStable{bolt, c.storage}, fss, t
+		// Raft reads what it just appended from memory (log_cache.go).
+		logs = newLogCache(faultLog{bolt, c.storage}, logCacheEntries, logCacheBytes)
+		stable, snaps, trans = faultStable{bolt, c.storage}, fss, t
 		fence = func() {
 			c.wg.Add(1)
 			go c.runSnapshotFence(schedule, fss, dir)
