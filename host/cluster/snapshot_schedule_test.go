@@ -46,6 +46,43 @@ func TestSnapshotSlotsNeverOverlap(t *testing.T) {
 	}
 }
 
+// A server takes one turn per period, however often it passes the
+// threshold within its half slot (raft's own timer takes one snapshot
+// per interval); a turn whose snapshot failed stays open until it is had
+// or the half slot ends.
+func TestSnapshotTurnsOncePerPeriod(t *testing.T) {
+	period := 300 * time.Second
+	base := time.Unix(1_800_000_000, 0).Truncate(period)
+	const step = 250 * time.Millisecond
+	for n := 1; n <= 5; n++ {
+		for r := range n {
+			turns := snapshotTurns{period: period}
+			taken := map[int64]int{}
+			failed := 0
+			for off := time.Duration(0); off < 3*period; off += step {
+				now := base.Add(off)
+				if !turns.open(now, r, n) {
+					continue
+				}
+				if failed < 3 { // the first three tries fail: the turn stays open
+					failed++
+					continue
+				}
+				turns.had(now)
+				taken[now.UnixNano()/int64(period)]++
+			}
+			if len(taken) != 3 {
+				t.Fatalf("n=%d rank %d: turns in %d of 3 periods (%v)", n, r, len(taken), taken)
+			}
+			for p, k := range taken {
+				if k != 1 {
+					t.Fatalf("n=%d rank %d: %d snapshots in period %d, want 1", n, r, k, p)
+				}
+			}
+		}
+	}
+}
+
 // The rank is the server's place among the configuration's IDs in order,
 // the same on every server whatever order raft lists them in.
 func TestSnapshotRank(t *testing.T) {
