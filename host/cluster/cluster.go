@@ -293,7 +293,8 @@ func New(cfg Config, store *state.Store) (*Cluster, error) {
 	// starve.
 	var schedule *snapshotSchedule
 	if cfg.Server {
-		schedule = &snapshotSchedule{period: rc.SnapshotInterval, threshold: rc.SnapshotThreshold, now: time.Now}
+		schedule = &snapshotSchedule{period: rc.SnapshotInterval, threshold: rc.SnapshotThreshold, now: time.Now,
+			turns: &snapshotTurns{period: rc.SnapshotInterval}}
 		rc.SnapshotInterval = snapshotTimerOff
 	}
 

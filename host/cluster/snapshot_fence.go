@@ -46,10 +46,18 @@ func (c *Cluster) runSnapshotFence(schedule *snapshotSchedule, snaps *raft.FileS
 			return
 		case <-time.After(every):
 		}
-		if len(c.meta.enabledNames()) == 0 || !(c.inOwnSnapshotTurn(schedule) || smallState(snaps)) {
+		if len(c.meta.enabledNames()) == 0 {
 			continue
 		}
-		err := c.fenceSnapshots(snaps, dir)
+		inTurn := c.inOwnSnapshotTurn(schedule)
+		if !inTurn && !smallState(snaps) {
+			continue
+		}
+		took, err := c.fenceSnapshots(snaps, dir)
+		if took && inTurn && schedule != nil {
+			// It was this turn's snapshot (snapshot_schedule.go).
+			schedule.turns.had(schedule.now())
+		}
 		if err == nil {
 			return
 		}
@@ -89,17 +97,25 @@ func (c *Cluster) inOwnSnapshotTurn(s *snapshotSchedule) bool {
 }
 
 // fenceSnapshots takes a snapshot unless the newest is already of the new
-// version, then deletes every older-version one.
-func (c *Cluster) fenceSnapshots(snaps *raft.FileSnapshotStore, dir string) error {
+// version (took: it took one), then deletes every older-version one.
+func (c *Cluster) fenceSnapshots(snaps *raft.FileSnapshotStore, dir string) (took bool, err error) {
 	newest, err := newestSnapshotVersion(snaps, dir)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if newest != snapshotVersionFeatures {
-		if _, err := c.snapGate.take(c.raft, always); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
-			return fmt.Errorf("snapshot: %w", err)
+		_, err := c.snapGate.take(c.raft, always)
+		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+			return false, fmt.Errorf("snapshot: %w", err)
 		}
+		took = err == nil
 	}
+	return took, c.dropOlderSnapshots(snaps, dir)
+}
+
+// dropOlderSnapshots deletes every retained snapshot older than the newest
+// once the newest is of the new version.
+func (c *Cluster) dropOlderSnapshots(snaps *raft.FileSnapshotStore, dir string) error {
 	// Every finished snapshot on disk, not the retained few raft's List
 	// shows: raft renames a snapshot into place before it reaps the ones
 	// past its retain count, so a crash in between leaves more, and one the

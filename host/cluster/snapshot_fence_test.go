@@ -54,7 +54,7 @@ func TestSnapshotFenceRemovesOlderVersions(t *testing.T) {
 	}
 	putSnapshot(t, fss, 20, ProtocolVersion)
 	newID := putSnapshot(t, fss, 30, snapshotVersionFeatures)
-	if err := c.fenceSnapshots(fss, dir); err != nil {
+	if _, err := c.fenceSnapshots(fss, dir); err != nil {
 		t.Fatal(err)
 	}
 	list, err := fss.List()
@@ -120,7 +120,7 @@ func TestSnapshotFenceKeepsOlderBehindACorruptNewest(t *testing.T) {
 	if err := os.WriteFile(state, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.fenceSnapshots(fss, dir); err == nil {
+	if _, err := c.fenceSnapshots(fss, dir); err == nil {
 		t.Fatal("the fence deleted the older snapshots behind a newest one that fails its checksum")
 	}
 	if list, err := fss.List(); err != nil || len(list) != 2 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -38,8 +39,9 @@ import (
 // every 14 s, so each server encoded the whole state four or five times
 // in its 50 s (2.5-3.5 s of CPU each), and the back-to-back ones were the
 // longest of the run (7 s). A scheduled snapshot that fails is tried
-// again at the next check in the half slot. The other snapshots (a
-// follower's fresh one, the stop's, an operator's) do not use the turn.
+// again at the next check in the half slot. The snapshot fence's one
+// snapshot, taken in the server's slot, is that slot's turn; the others
+// (a follower's fresh one, the stop's, an operator's) do not use it.
 
 // snapshotTimerOff is raft's SnapshotInterval when the schedule decides
 // instead: raft's timer never fires in a server's lifetime.
@@ -50,23 +52,31 @@ type snapshotSchedule struct {
 	period    time.Duration // raft's SnapshotInterval
 	threshold uint64        // raft's SnapshotThreshold
 	now       func() time.Time
+	turns     *snapshotTurns // shared with the snapshot fence, whose snapshot can be a turn's
 }
 
 // snapshotTurns is one server's turns: its slot is open in the first
 // half, once per period.
 type snapshotTurns struct {
 	period     time.Duration
+	mu         sync.Mutex
 	nextPeriod int64 // the first period, from the Unix epoch, whose turn is not had
 }
 
 // open reports whether a server of the given rank among n may start its
 // turn's snapshot at now.
 func (t *snapshotTurns) open(now time.Time, rank, n int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	return inSnapshotSlot(now, t.period, rank, n) && now.UnixNano()/int64(t.period) >= t.nextPeriod
 }
 
 // had records the turn of now's period as taken.
-func (t *snapshotTurns) had(now time.Time) { t.nextPeriod = now.UnixNano()/int64(t.period) + 1 }
+func (t *snapshotTurns) had(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.nextPeriod = max(t.nextPeriod, now.UnixNano()/int64(t.period)+1)
+}
 
 // inSnapshotSlot reports whether a server of the given rank among n may
 // start a snapshot at now: in the first half of its slot of the period.
@@ -103,7 +113,6 @@ func (s snapshotSchedule) checkEvery(n int) time.Duration {
 func (c *Cluster) runSnapshotSchedule(s snapshotSchedule) {
 	defer c.wg.Done()
 	n := 1
-	turns := snapshotTurns{period: s.period}
 	for {
 		select {
 		case <-c.stopCh:
@@ -117,7 +126,7 @@ func (c *Cluster) runSnapshotSchedule(s snapshotSchedule) {
 		var rank int
 		rank, n = snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
 		now := s.now()
-		if !turns.open(now, rank, n) {
+		if !s.turns.open(now, rank, n) {
 			continue
 		}
 		start := time.Now()
@@ -127,7 +136,7 @@ func (c *Cluster) runSnapshotSchedule(s snapshotSchedule) {
 		switch {
 		case !ok:
 		case err == nil:
-			turns.had(now)
+			s.turns.had(now)
 			c.logger.Debug("raft snapshot taken in this server's slot", "rank", rank, "servers", n, "took", time.Since(start))
 		case errors.Is(err, raft.ErrNothingNewToSnapshot), errors.Is(err, raft.ErrRaftShutdown):
 		default:

@@ -56,7 +56,7 @@ func TestSnapshotTurnsOncePerPeriod(t *testing.T) {
 	const step = 250 * time.Millisecond
 	for n := 1; n <= 5; n++ {
 		for r := range n {
-			turns := snapshotTurns{period: period}
+			turns := &snapshotTurns{period: period}
 			taken := map[int64]int{}
 			failed := 0
 			for off := time.Duration(0); off < 3*period; off += step {
