@@ -49,14 +49,21 @@ func (c *Cluster) runSnapshotFence(schedule *snapshotSchedule, snaps *raft.FileS
 		if len(c.meta.enabledNames()) == 0 {
 			continue
 		}
-		inTurn := c.inOwnSnapshotTurn(schedule)
-		if !inTurn && !smallState(snaps) {
+		// A large state's snapshot is this server's turn of the schedule
+		// (snapshot_schedule.go), claimed as it is decided.
+		want, at := always, time.Time{}
+		if schedule != nil && !smallState(snaps) {
+			if !c.inOwnSnapshotTurn(schedule) {
+				continue
+			}
+			want = c.claimUnderGate(schedule, &at, always)
+		}
+		took, err := c.fenceSnapshots(snaps, dir, want)
+		if errors.Is(err, errTurnGone) {
 			continue
 		}
-		took, err := c.fenceSnapshots(snaps, dir)
-		if took && inTurn && schedule != nil {
-			// It was this turn's snapshot (snapshot_schedule.go).
-			schedule.turns.had(schedule.now())
+		if !took && !at.IsZero() {
+			schedule.turns.giveBack(at) // claimed, and its snapshot failed
 		}
 		if err == nil {
 			return
@@ -96,15 +103,23 @@ func (c *Cluster) inOwnSnapshotTurn(s *snapshotSchedule) bool {
 	return inSnapshotSlot(s.now(), s.period, rank, n)
 }
 
-// fenceSnapshots takes a snapshot unless the newest is already of the new
-// version (took: it took one), then deletes every older-version one.
-func (c *Cluster) fenceSnapshots(snaps *raft.FileSnapshotStore, dir string) (took bool, err error) {
+// errTurnGone is the fence's snapshot not taken: this server's turn was
+// had, or its half slot ended, while it waited at the gate.
+var errTurnGone = errors.New("snapshot turn gone")
+
+// fenceSnapshots takes a snapshot, if want holds under the snapshot gate,
+// unless the newest is already of the new version, then deletes every
+// older-version one. took: it took a snapshot.
+func (c *Cluster) fenceSnapshots(snaps *raft.FileSnapshotStore, dir string, want func() bool) (took bool, err error) {
 	newest, err := newestSnapshotVersion(snaps, dir)
 	if err != nil {
 		return false, err
 	}
 	if newest != snapshotVersionFeatures {
-		_, err := c.snapGate.take(c.raft, always)
+		asked, err := c.snapGate.take(c.raft, want)
+		if !asked {
+			return false, errTurnGone
+		}
 		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 			return false, fmt.Errorf("snapshot: %w", err)
 		}

@@ -59,7 +59,7 @@ func TestAttackFenceLeavesOlderVersionBeyondRetain(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Cluster{logger: hclog.NewNullLogger()}
-	if _, err := c.fenceSnapshots(fss, dir); err != nil {
+	if _, err := c.fenceSnapshots(fss, dir, always); err != nil {
 		t.Fatal(err)
 	}
 
@@ -113,7 +113,7 @@ func TestAttackFenceReadsNewestWholeWithNothingToDelete(t *testing.T) {
 	if err := os.WriteFile(state, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.fenceSnapshots(fss, dir); err != nil {
+	if _, err := c.fenceSnapshots(fss, dir, always); err != nil {
 		t.Fatalf("every retained snapshot is already of version %d, nothing is to be deleted, yet the fence read the newest whole and failed: %v",
 			snapshotVersionFeatures, err)
 	}

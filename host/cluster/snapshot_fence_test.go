@@ -56,7 +56,7 @@ func TestSnapshotFenceRemovesOlderVersions(t *testing.T) {
 	newID := putSnapshot(t, fss, 30, snapshotVersionFeatures)
 	// The newest is of the new version already: no snapshot is taken,
 	// so the schedule's turn is not used up.
-	if took, err := c.fenceSnapshots(fss, dir); err != nil || took {
+	if took, err := c.fenceSnapshots(fss, dir, always); err != nil || took {
 		t.Fatalf("fence: took a snapshot %v, %v", took, err)
 	}
 	list, err := fss.List()
@@ -122,7 +122,7 @@ func TestSnapshotFenceKeepsOlderBehindACorruptNewest(t *testing.T) {
 	if err := os.WriteFile(state, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.fenceSnapshots(fss, dir); err == nil {
+	if _, err := c.fenceSnapshots(fss, dir, always); err == nil {
 		t.Fatal("the fence deleted the older snapshots behind a newest one that fails its checksum")
 	}
 	if list, err := fss.List(); err != nil || len(list) != 2 {

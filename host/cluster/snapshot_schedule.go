@@ -56,7 +56,11 @@ type snapshotSchedule struct {
 }
 
 // snapshotTurns is one server's turns: its slot is open in the first
-// half, once per period.
+// half, once per period. A turn is claimed where the snapshot is decided,
+// under the snapshot gate (snapshot_gate.go), with the time read there: a
+// decision made before waiting at the gate (behind a snapshot being
+// written) started its snapshot past the half slot, and a turn recorded
+// by the time a snapshot ended used up the next period's.
 type snapshotTurns struct {
 	period     time.Duration
 	mu         sync.Mutex
@@ -68,14 +72,50 @@ type snapshotTurns struct {
 func (t *snapshotTurns) open(now time.Time, rank, n int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.openLocked(now, rank, n)
+}
+
+func (t *snapshotTurns) openLocked(now time.Time, rank, n int) bool {
 	return inSnapshotSlot(now, t.period, rank, n) && now.UnixNano()/int64(t.period) >= t.nextPeriod
 }
 
-// had records the turn of now's period as taken.
-func (t *snapshotTurns) had(now time.Time) {
+// claim takes the turn of now's period when it is open.
+func (t *snapshotTurns) claim(now time.Time, rank, n int) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.nextPeriod = max(t.nextPeriod, now.UnixNano()/int64(t.period)+1)
+	if !t.openLocked(now, rank, n) {
+		return false
+	}
+	t.nextPeriod = now.UnixNano()/int64(t.period) + 1
+	return true
+}
+
+// giveBack reopens the turn claimed at now, whose snapshot failed, for a
+// later check of the same half slot.
+func (t *snapshotTurns) giveBack(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := now.UnixNano() / int64(t.period); t.nextPeriod == p+1 {
+		t.nextPeriod = p
+	}
+}
+
+// claimUnderGate is a snapshot gate's want (snapshot_gate.go) that claims
+// this server's turn at the moment of the decision, after want's own
+// conditions hold; at is that moment.
+func (c *Cluster) claimUnderGate(s *snapshotSchedule, at *time.Time, want func() bool) func() bool {
+	return func() bool {
+		if !want() {
+			return false
+		}
+		f := c.raft.GetConfiguration()
+		if f.Error() != nil {
+			return false
+		}
+		rank, n := snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
+		*at = s.now()
+		return s.turns.claim(*at, rank, n)
+	}
 }
 
 // inSnapshotSlot reports whether a server of the given rank among n may
@@ -125,18 +165,20 @@ func (c *Cluster) runSnapshotSchedule(s snapshotSchedule) {
 		}
 		var rank int
 		rank, n = snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
-		now := s.now()
-		if !s.turns.open(now, rank, n) {
+		if !s.turns.open(s.now(), rank, n) {
 			continue
 		}
 		start := time.Now()
-		ok, err := c.snapGate.take(c.raft, func() bool {
+		var at time.Time
+		ok, err := c.snapGate.take(c.raft, c.claimUnderGate(&s, &at, func() bool {
 			return c.logsSinceSnapshot() >= s.threshold && !c.configPending()
-		})
+		}))
+		if ok && err != nil {
+			s.turns.giveBack(at)
+		}
 		switch {
 		case !ok:
 		case err == nil:
-			s.turns.had(now)
 			c.logger.Debug("raft snapshot taken in this server's slot", "rank", rank, "servers", n, "took", time.Since(start))
 		case errors.Is(err, raft.ErrNothingNewToSnapshot), errors.Is(err, raft.ErrRaftShutdown):
 		default:

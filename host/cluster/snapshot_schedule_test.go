@@ -64,11 +64,14 @@ func TestSnapshotTurnsOncePerPeriod(t *testing.T) {
 				if !turns.open(now, r, n) {
 					continue
 				}
-				if failed < 3 { // the first three tries fail: the turn stays open
+				if !turns.claim(now, r, n) {
+					t.Fatalf("n=%d rank %d at %s: an open turn not claimed", n, r, now)
+				}
+				if failed < 3 { // the first three snapshots fail: the turn is given back
 					failed++
+					turns.giveBack(now)
 					continue
 				}
-				turns.had(now)
 				taken[now.UnixNano()/int64(period)]++
 			}
 			if len(taken) != 3 {
