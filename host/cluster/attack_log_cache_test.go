@@ -324,7 +324,7 @@ func TestAttackLogCacheByteBoundAnySizes(t *testing.T) {
 // later term, or compacted away, must not answer the older entry; every
 // answer is the entry it names or ErrLogNotFound. Run with -race.
 func TestAttackLogCacheConcurrentReadsNeverStale(t *testing.T) {
-	const maxIndex = 1 << 15
+	const maxIndex = 1 << 12
 	bolt := attackBolt(t)
 	cache := newLogCache(faultLog{bolt, &storageFault{}}, 32, 8192)
 	chain := newConfigLog(cache)

@@ -11,8 +11,9 @@ import (
 // it (processLogs). Read from the bbolt log, each is a read transaction
 // and a msgpack decode into fresh memory: at 1,000,000 volumes the
 // leader allocated 129 KB per release with them and 112 KB without
-// (BENCHMARKS.md "Raft's newest entries read from memory"), and every
-// byte allocated there costs the collector the marking of a large heap.
+// (BENCHMARKS.md "Raft's newest entries read from memory, and one
+// snapshot per turn"), and every byte allocated there costs the
+// collector the marking of a large heap.
 // Consul and Nomad keep the newest entries in memory for this
 // (raft.NewLogCache, 512).
 //

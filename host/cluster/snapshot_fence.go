@@ -90,7 +90,7 @@ func smallState(snaps *raft.FileSnapshotStore) bool {
 	return err == nil && len(list) > 0 && list[0].Size < smallStateBytes
 }
 
-// inOwnSnapshotTurn: no schedule, or this server's turn now.
+// inOwnSnapshotTurn: no schedule, or this server's turn is open now.
 func (c *Cluster) inOwnSnapshotTurn(s *snapshotSchedule) bool {
 	if s == nil {
 		return true
@@ -100,7 +100,7 @@ func (c *Cluster) inOwnSnapshotTurn(s *snapshotSchedule) bool {
 		return false
 	}
 	rank, n := snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
-	return inSnapshotSlot(s.now(), s.period, rank, n)
+	return s.turns.open(s.now(), rank, n)
 }
 
 // errTurnGone is the fence's snapshot not taken: this server's turn was
