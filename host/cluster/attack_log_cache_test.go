@@ -172,6 +172,21 @@ func TestAttackLogCacheChainMatchesBolt(t *testing.T) {
 				flaky.err, flaky.landed = err, err == syscall.EIO && rng.IntN(2) == 0
 				return err
 			}
+			// injected checks a write's outcome: the injected errno kept
+			// (true), or no error when none was injected (false).
+			injected := func(what string, want, err error) bool {
+				t.Helper()
+				if want != nil {
+					if !errors.Is(err, want) {
+						t.Fatalf("%s: error %v lost the injected errno", what, err)
+					}
+					return true
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				return false
+			}
 			for step := range 600 {
 				what := ""
 				switch op := rng.IntN(10); {
@@ -203,14 +218,8 @@ func TestAttackLogCacheChainMatchesBolt(t *testing.T) {
 					want := inject()
 					err := chain.DeleteRange(first, to)
 					what = fmt.Sprintf("step %d: compact %d-%d (injected %v)", step, first, to, want)
-					if want != nil {
-						if !errors.Is(err, want) {
-							t.Fatalf("%s: error %v lost the injected errno", what, err)
-						}
+					if injected(what, want, err) {
 						break
-					}
-					if err != nil {
-						t.Fatalf("%s: %v", what, err)
 					}
 					first = to + 1
 				case last >= first: // a new leader's entries conflict at from
@@ -218,14 +227,8 @@ func TestAttackLogCacheChainMatchesBolt(t *testing.T) {
 					want := inject()
 					err := chain.DeleteRange(from, last)
 					what = fmt.Sprintf("step %d: clear suffix %d-%d (injected %v)", step, from, last, want)
-					if want != nil {
-						if !errors.Is(err, want) {
-							t.Fatalf("%s: error %v lost the injected errno", what, err)
-						}
+					if injected(what, want, err) {
 						break
-					}
-					if err != nil {
-						t.Fatalf("%s: %v", what, err)
 					}
 					term++
 					n := uint64(1 + rng.IntN(30))
