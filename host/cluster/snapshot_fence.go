@@ -95,11 +95,10 @@ func (c *Cluster) inOwnSnapshotTurn(s *snapshotSchedule) bool {
 	if s == nil {
 		return true
 	}
-	f := c.raft.GetConfiguration()
-	if f.Error() != nil {
+	rank, n, ok := c.ownSnapshotRank()
+	if !ok {
 		return false
 	}
-	rank, n := snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
 	return s.turns.open(s.now(), rank, n)
 }
 

@@ -37,8 +37,8 @@ import (
 // first schedule took one whenever the threshold was passed again within
 // the half slot; at 1,000,000 volumes a claim load passes 8,192 entries
 // every 14 s, so each server encoded the whole state four or five times
-// in its 50 s (2.5-3.5 s of CPU each), and the back-to-back ones were the
-// longest of the run (7 s). A scheduled snapshot that fails is tried
+// in its 50 s (2.5-5 s each), and the back-to-back ones were among the
+// longest of a run (7 s). A scheduled snapshot that fails is tried
 // again at the next check in the half slot. The snapshot fence's one
 // snapshot, taken in the server's slot, is that slot's turn; the others
 // (a follower's fresh one, the stop's, an operator's) do not use it.
@@ -108,11 +108,10 @@ func (c *Cluster) claimUnderGate(s *snapshotSchedule, at *time.Time, want func()
 		if !want() {
 			return false
 		}
-		f := c.raft.GetConfiguration()
-		if f.Error() != nil {
+		rank, n, ok := c.ownSnapshotRank()
+		if !ok {
 			return false
 		}
-		rank, n := snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
 		*at = s.now()
 		return s.turns.claim(*at, rank, n)
 	}
@@ -141,6 +140,17 @@ func snapshotRank(conf raft.Configuration, id raft.ServerID) (rank, n int) {
 	return slices.Index(ids, string(id)), len(ids)
 }
 
+// ownSnapshotRank is this server's snapshotRank in raft's current
+// configuration (ok false when raft cannot give it).
+func (c *Cluster) ownSnapshotRank() (rank, n int, ok bool) {
+	f := c.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0, 0, false
+	}
+	rank, n = snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
+	return rank, n, true
+}
+
 // checkEvery is how often the schedule looks: often enough to start early
 // in a half slot, at most once a second.
 func (s snapshotSchedule) checkEvery(n int) time.Duration {
@@ -159,12 +169,11 @@ func (c *Cluster) runSnapshotSchedule(s snapshotSchedule) {
 			return
 		case <-time.After(s.checkEvery(n)):
 		}
-		f := c.raft.GetConfiguration()
-		if f.Error() != nil {
+		rank, k, ok := c.ownSnapshotRank()
+		if !ok {
 			continue
 		}
-		var rank int
-		rank, n = snapshotRank(f.Configuration(), raft.ServerID(c.cfg.NodeID))
+		n = k
 		if !s.turns.open(s.now(), rank, n) {
 			continue
 		}
